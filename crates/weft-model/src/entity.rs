@@ -1,0 +1,624 @@
+//! The admin-defined entities of Coopr's v2 API: providers, hardware types, image types, services,
+//! cluster templates and partial templates. Field names and casing are the wire format.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::lenient;
+
+/// The kinds of versioned entity the store keeps. The first six are per tenant; the plugin types are
+/// global (kept under the `superadmin` tenant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EntityKind {
+    #[serde(rename = "providers")]
+    Provider,
+    #[serde(rename = "hardwaretypes")]
+    HardwareType,
+    #[serde(rename = "imagetypes")]
+    ImageType,
+    #[serde(rename = "services")]
+    Service,
+    #[serde(rename = "clustertemplates")]
+    ClusterTemplate,
+    #[serde(rename = "partialtemplates")]
+    PartialTemplate,
+    #[serde(rename = "providertypes")]
+    ProviderType,
+    #[serde(rename = "automatortypes")]
+    AutomatorType,
+}
+
+impl EntityKind {
+    /// The six admin-defined kinds, in export order.
+    pub const ADMIN: [EntityKind; 6] = [
+        EntityKind::Provider,
+        EntityKind::HardwareType,
+        EntityKind::ImageType,
+        EntityKind::Service,
+        EntityKind::ClusterTemplate,
+        EntityKind::PartialTemplate,
+    ];
+
+    /// The path segment and export key (`providers`, `hardwaretypes`, ...). Also the store's key.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntityKind::Provider => "providers",
+            EntityKind::HardwareType => "hardwaretypes",
+            EntityKind::ImageType => "imagetypes",
+            EntityKind::Service => "services",
+            EntityKind::ClusterTemplate => "clustertemplates",
+            EntityKind::PartialTemplate => "partialtemplates",
+            EntityKind::ProviderType => "providertypes",
+            EntityKind::AutomatorType => "automatortypes",
+        }
+    }
+
+    /// The words used in messages ("cluster template foo  not found.").
+    pub fn label(self) -> &'static str {
+        match self {
+            EntityKind::Provider => "provider",
+            EntityKind::HardwareType => "hardware type",
+            EntityKind::ImageType => "image type",
+            EntityKind::Service => "service",
+            EntityKind::ClusterTemplate => "cluster template",
+            EntityKind::PartialTemplate => "partial template",
+            EntityKind::ProviderType => "provider plugin",
+            EntityKind::AutomatorType => "automator plugin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EntityKind> {
+        [
+            EntityKind::Provider,
+            EntityKind::HardwareType,
+            EntityKind::ImageType,
+            EntityKind::Service,
+            EntityKind::ClusterTemplate,
+            EntityKind::PartialTemplate,
+            EntityKind::ProviderType,
+            EntityKind::AutomatorType,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// `{label, url}`; the url may contain macros.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Link {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub label: String,
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub url: String,
+}
+
+/// `{"name": ...}`, used by `extends` and `includes`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct NameRef {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub name: String,
+}
+
+/// A provider: where machines come from (`providertype` names the plugin).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Provider {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub icon: Option<String>,
+    #[serde(default, deserialize_with = "lenient::u64")]
+    pub version: u64,
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub providertype: String,
+    /// Admin fields of the provider type. Values are usually strings.
+    #[serde(default, deserialize_with = "lenient::object")]
+    #[schema(value_type = Object)]
+    pub provisioner: Map<String, Value>,
+}
+
+/// A hardware type (flavor per provider) or an image type (image per provider).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct MachineType {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub icon: Option<String>,
+    #[serde(default, deserialize_with = "lenient::u64")]
+    pub version: u64,
+    /// provider name -> settings (`flavor` for hardware, `image` and optional `sshuser` for images).
+    #[serde(default, deserialize_with = "provider_map")]
+    pub providermap: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// A hardware type: `providermap.<provider>.flavor`.
+pub type HardwareType = MachineType;
+/// An image type: `providermap.<provider>.image` and optional `sshuser`.
+pub type ImageType = MachineType;
+
+fn provider_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, D::Error> {
+    use serde::de::Error;
+    let m = lenient::object(d)?;
+    let mut out = BTreeMap::new();
+    for (k, v) in m {
+        let inner = lenient::string_map(v).map_err(|e| D::Error::custom(format!("{k}: {e}")))?;
+        out.insert(k, inner);
+    }
+    Ok(out)
+}
+
+/// Lifecycle actions. Lower-case on the wire for services (`install`), upper-case in tasks and plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProvisionerAction {
+    Create,
+    Confirm,
+    Bootstrap,
+    Install,
+    Remove,
+    Initialize,
+    Configure,
+    Start,
+    Stop,
+    Delete,
+}
+
+impl ProvisionerAction {
+    pub const ALL: [ProvisionerAction; 10] = [
+        ProvisionerAction::Create,
+        ProvisionerAction::Confirm,
+        ProvisionerAction::Bootstrap,
+        ProvisionerAction::Install,
+        ProvisionerAction::Remove,
+        ProvisionerAction::Initialize,
+        ProvisionerAction::Configure,
+        ProvisionerAction::Start,
+        ProvisionerAction::Stop,
+        ProvisionerAction::Delete,
+    ];
+
+    /// Upper-case name, as in tasks, plans and node actions (`CREATE`).
+    pub fn upper(self) -> &'static str {
+        match self {
+            ProvisionerAction::Create => "CREATE",
+            ProvisionerAction::Confirm => "CONFIRM",
+            ProvisionerAction::Bootstrap => "BOOTSTRAP",
+            ProvisionerAction::Install => "INSTALL",
+            ProvisionerAction::Remove => "REMOVE",
+            ProvisionerAction::Initialize => "INITIALIZE",
+            ProvisionerAction::Configure => "CONFIGURE",
+            ProvisionerAction::Start => "START",
+            ProvisionerAction::Stop => "STOP",
+            ProvisionerAction::Delete => "DELETE",
+        }
+    }
+
+    /// Hardware (node-level) actions: CREATE, CONFIRM, BOOTSTRAP, DELETE.
+    pub fn is_hardware(self) -> bool {
+        matches!(
+            self,
+            ProvisionerAction::Create
+                | ProvisionerAction::Confirm
+                | ProvisionerAction::Bootstrap
+                | ProvisionerAction::Delete
+        )
+    }
+
+    /// Install-time actions, ordered by install dependencies: INSTALL, REMOVE.
+    pub fn is_install_time(self) -> bool {
+        matches!(self, ProvisionerAction::Install | ProvisionerAction::Remove)
+    }
+
+    /// Runtime actions, ordered by runtime dependencies: INITIALIZE, START, STOP.
+    pub fn is_runtime(self) -> bool {
+        matches!(self, ProvisionerAction::Initialize | ProvisionerAction::Start | ProvisionerAction::Stop)
+    }
+}
+
+/// `{requires, uses}` for one dependency class.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct DependencyClass {
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub requires: Vec<String>,
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub uses: Vec<String>,
+}
+
+/// A service's dependencies.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct ServiceDependencies {
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub provides: Vec<String>,
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub conflicts: Vec<String>,
+    #[serde(default, deserialize_with = "dependency_class")]
+    pub install: DependencyClass,
+    #[serde(default, deserialize_with = "dependency_class")]
+    pub runtime: DependencyClass,
+}
+
+fn dependency_class<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DependencyClass, D::Error> {
+    Ok(Option::<DependencyClass>::deserialize(d)?.unwrap_or_default())
+}
+
+/// One service action: the automator type and its admin fields.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct ServiceAction {
+    #[serde(rename = "type", default, deserialize_with = "lenient::string")]
+    pub automator: String,
+    #[serde(default, deserialize_with = "lenient::string_map")]
+    pub fields: BTreeMap<String, String>,
+}
+
+/// `{"actions": {"install": {...}, ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct ServiceProvisioner {
+    #[serde(default, deserialize_with = "actions_map")]
+    pub actions: BTreeMap<ProvisionerAction, ServiceAction>,
+}
+
+fn actions_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<ProvisionerAction, ServiceAction>, D::Error> {
+    Ok(Option::<BTreeMap<ProvisionerAction, ServiceAction>>::deserialize(d)?.unwrap_or_default())
+}
+
+fn service_provisioner<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceProvisioner, D::Error> {
+    Ok(Option::<ServiceProvisioner>::deserialize(d)?.unwrap_or_default())
+}
+
+fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDependencies, D::Error> {
+    Ok(Option::<ServiceDependencies>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A service: software with lifecycle actions and dependencies.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Service {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub icon: Option<String>,
+    #[serde(default, deserialize_with = "lenient::u64")]
+    pub version: u64,
+    #[serde(default, deserialize_with = "dependencies")]
+    pub dependencies: ServiceDependencies,
+    #[serde(default, deserialize_with = "service_provisioner")]
+    pub provisioner: ServiceProvisioner,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub links: Vec<Link>,
+}
+
+/// Which services, hardware types and image types a cluster may use. Empty means any.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Compatibility {
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub hardwaretypes: Vec<String>,
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub imagetypes: Vec<String>,
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub services: Vec<String>,
+}
+
+/// What a create request leaves out. On input a service may be `{"name":..,"config":{..}}`; its
+/// config is moved to `config[name]`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "RawDefaults")]
+pub struct ClusterDefaults {
+    pub services: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardwaretype: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imagetype: Option<String>,
+    #[serde(rename = "dnsSuffix", skip_serializing_if = "Option::is_none")]
+    pub dns_suffix: Option<String>,
+    #[schema(value_type = Object)]
+    pub config: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct RawDefaults {
+    #[serde(default)]
+    services: Option<Vec<Value>>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    provider: Option<String>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    hardwaretype: Option<String>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    imagetype: Option<String>,
+    #[serde(rename = "dnsSuffix", default, deserialize_with = "lenient::opt_string")]
+    dns_suffix: Option<String>,
+    #[serde(default, deserialize_with = "lenient::object")]
+    config: Map<String, Value>,
+}
+
+impl TryFrom<RawDefaults> for ClusterDefaults {
+    type Error = String;
+
+    fn try_from(raw: RawDefaults) -> Result<Self, String> {
+        let mut config = raw.config;
+        let mut services = Vec::new();
+        for (i, s) in raw.services.unwrap_or_default().into_iter().enumerate() {
+            match s {
+                Value::String(name) => services.push(name),
+                Value::Object(mut o) => {
+                    let name = match o.remove("name") {
+                        Some(Value::String(n)) => n,
+                        _ => return Err(format!("services[{i}]: a service object needs a \"name\"")),
+                    };
+                    if let Some(c) = o.remove("config").filter(|c| !c.is_null()) {
+                        config.insert(name.clone(), c);
+                    }
+                    services.push(name);
+                }
+                other => return Err(format!("services[{i}]: expected a name or an object, got {other}")),
+            }
+        }
+        let blank = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
+        Ok(ClusterDefaults {
+            services,
+            provider: blank(raw.provider),
+            hardwaretype: blank(raw.hardwaretype),
+            imagetype: blank(raw.imagetype),
+            dns_suffix: blank(raw.dns_suffix),
+            config,
+        })
+    }
+}
+
+/// `{"min": 1, "max": 2147483647}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SizeConstraint {
+    #[serde(default = "one", deserialize_with = "lenient::u64_or_one")]
+    pub min: u64,
+    #[serde(default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
+    pub max: u64,
+}
+
+impl Default for SizeConstraint {
+    fn default() -> Self {
+        SizeConstraint { min: 1, max: crate::UNBOUNDED }
+    }
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn unbounded() -> u64 {
+    crate::UNBOUNDED
+}
+
+/// Placement rules between services on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct LayoutConstraint {
+    /// Each set must sit together on a node (a node with one member has all of them).
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub mustcoexist: Vec<BTreeSet<String>>,
+    /// Each set may not sit all together on one node.
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub cantcoexist: Vec<BTreeSet<String>>,
+}
+
+/// `{"min": 0, "max": 2147483647}` nodes for one service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Quantities {
+    #[serde(default, deserialize_with = "lenient::u64")]
+    pub min: u64,
+    #[serde(default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
+    pub max: u64,
+}
+
+impl Default for Quantities {
+    fn default() -> Self {
+        Quantities { min: 0, max: crate::UNBOUNDED }
+    }
+}
+
+/// Constraints on one service: allowed hardware and image types (empty = any) and node counts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct ServiceConstraint {
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub hardwaretypes: Vec<String>,
+    #[serde(default, deserialize_with = "lenient::strings")]
+    pub imagetypes: Vec<String>,
+    #[serde(default, deserialize_with = "quantities")]
+    pub quantities: Quantities,
+}
+
+fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Quantities, D::Error> {
+    Ok(Option::<Quantities>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A template's constraints.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Constraints {
+    #[serde(default, deserialize_with = "size")]
+    pub size: SizeConstraint,
+    #[serde(default, deserialize_with = "layout")]
+    pub layout: LayoutConstraint,
+    #[serde(default, deserialize_with = "service_constraints")]
+    pub services: BTreeMap<String, ServiceConstraint>,
+}
+
+fn size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SizeConstraint, D::Error> {
+    Ok(Option::<SizeConstraint>::deserialize(d)?.unwrap_or_default())
+}
+
+fn layout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LayoutConstraint, D::Error> {
+    Ok(Option::<LayoutConstraint>::deserialize(d)?.unwrap_or_default())
+}
+
+fn service_constraints<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, ServiceConstraint>, D::Error> {
+    Ok(Option::<BTreeMap<String, ServiceConstraint>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Lease durations in milliseconds; 0 means forever / unlimited / any step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct LeaseDuration {
+    #[serde(default, deserialize_with = "lenient::duration_ms")]
+    pub initial: u64,
+    #[serde(default, deserialize_with = "lenient::duration_ms")]
+    pub max: u64,
+    #[serde(default, deserialize_with = "lenient::duration_ms")]
+    pub step: u64,
+}
+
+/// `{"leaseduration": {...}}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Administration {
+    #[serde(default, deserialize_with = "lease")]
+    pub leaseduration: LeaseDuration,
+}
+
+fn lease<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LeaseDuration, D::Error> {
+    Ok(Option::<LeaseDuration>::deserialize(d)?.unwrap_or_default())
+}
+
+fn administration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Administration, D::Error> {
+    Ok(Option::<Administration>::deserialize(d)?.unwrap_or_default())
+}
+
+fn compatibility<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Compatibility, D::Error> {
+    Ok(Option::<Compatibility>::deserialize(d)?.unwrap_or_default())
+}
+
+fn defaults<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ClusterDefaults, D::Error> {
+    Ok(Option::<ClusterDefaults>::deserialize(d)?.unwrap_or_default())
+}
+
+fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D::Error> {
+    Ok(Option::<Constraints>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A cluster template: the blueprint users build clusters from.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct ClusterTemplate {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub icon: Option<String>,
+    #[serde(default, deserialize_with = "lenient::u64")]
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extends: Option<NameRef>,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub includes: Vec<NameRef>,
+    #[serde(default, deserialize_with = "compatibility")]
+    pub compatibility: Compatibility,
+    #[serde(default, deserialize_with = "defaults")]
+    pub defaults: ClusterDefaults,
+    #[serde(default, deserialize_with = "constraints")]
+    pub constraints: Constraints,
+    #[serde(default, deserialize_with = "administration")]
+    pub administration: Administration,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub links: Vec<Link>,
+}
+
+/// A partial template: defaults and compatibility that cluster templates include.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct PartialTemplate {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    pub icon: Option<String>,
+    #[serde(default, deserialize_with = "lenient::u64")]
+    pub version: u64,
+    /// When true, the config keys this partial sets cannot be overridden by later merges.
+    #[serde(default, deserialize_with = "lenient::bool")]
+    pub immutable: bool,
+    #[serde(default, deserialize_with = "compatibility")]
+    pub compatibility: Compatibility,
+    #[serde(default, deserialize_with = "defaults")]
+    pub defaults: ClusterDefaults,
+    #[serde(default, deserialize_with = "constraints")]
+    pub constraints: Constraints,
+    #[serde(default, deserialize_with = "administration")]
+    pub administration: Administration,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub links: Vec<Link>,
+}
+
+/// The body of `GET /v2/export` and `POST /v2/import`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct CatalogExport {
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub providers: Vec<Provider>,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub hardwaretypes: Vec<HardwareType>,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub imagetypes: Vec<ImageType>,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub services: Vec<Service>,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub clustertemplates: Vec<ClusterTemplate>,
+    #[serde(default, deserialize_with = "lenient::vec")]
+    pub partialtemplates: Vec<PartialTemplate>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lenient;
+
+    #[test]
+    fn template_reads_lenient_input_and_writes_every_section() {
+        let body = br#"{'name':'t','defaults':{'services':['a',{'name':'b','config':{'x':1}}],'provider':'p'},
+            'constraints':{'size':{'min':'2'},'services':{'a':{'quantities':{'min':'1','max':1}}}},
+            'administration':{'leaseduration':{'initial':'1h','max':0,'step':'10m'}}}"#;
+        let t: ClusterTemplate = lenient::parse_as(body, "a cluster template").unwrap();
+        assert_eq!(t.defaults.services, vec!["a", "b"]);
+        assert_eq!(t.defaults.config["b"]["x"], 1);
+        assert_eq!(t.constraints.size, SizeConstraint { min: 2, max: crate::UNBOUNDED });
+        assert_eq!(t.constraints.services["a"].quantities, Quantities { min: 1, max: 1 });
+        assert_eq!(t.administration.leaseduration.initial, 3_600_000);
+        let out = serde_json::to_value(&t).unwrap();
+        assert_eq!(out["compatibility"]["services"], serde_json::json!([]));
+        assert_eq!(out["includes"], serde_json::json!([]));
+        assert!(out.get("extends").is_none());
+        assert!(out.get("label").is_none());
+    }
+
+    #[test]
+    fn upper_case_action_keys_are_rejected() {
+        let body = br#"{"name":"s","provisioner":{"actions":{"INSTALL":{"type":"shell"}}}}"#;
+        let e = lenient::parse_as::<Service>(body, "a service").unwrap_err();
+        assert_eq!(e.field(), Some("provisioner.actions"));
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let e = lenient::parse_as::<ClusterTemplate>(br#"{"name":"t","constraints":{"size":{"min":"x"}}}"#, "t")
+            .unwrap_err();
+        assert_eq!(e.field(), Some("constraints.size.min"), "{e}");
+    }
+}

@@ -1,0 +1,24 @@
+//! weft-model: the domain types that every other crate shares.
+//!
+//! This crate holds the Coopr REST API v2 JSON shapes (the wire format is a commitment: change it only
+//! with care), the lenient JSON reader that accepts what Coopr's Gson accepted, and the validation rules
+//! that do not need a store. It does no IO.
+
+pub mod entity;
+pub mod error;
+pub mod lenient;
+pub mod plugin;
+pub mod tenant;
+pub mod validate;
+
+pub use entity::*;
+pub use error::ModelError;
+pub use plugin::*;
+pub use tenant::*;
+pub use validate::{validate_name, Validate};
+
+/// Coopr's "unbounded" integer: Java's `Integer.MAX_VALUE`.
+pub const UNBOUNDED: u64 = 2_147_483_647;
+
+/// The largest cluster the server accepts (`server.max.cluster.size`).
+pub const MAX_CLUSTER_SIZE: u64 = 10_000;

@@ -1,0 +1,207 @@
+//! Validation rules that need no store: names, sizes, leases, plugin specs.
+
+use crate::{
+    ClusterTemplate, MachineType, ModelError, PartialTemplate, PluginType, Provider, ResourceFormat,
+    Service, TenantSpecification,
+};
+
+/// Checks an entity name: 1..255 characters of `[A-Za-z0-9_.-]`.
+pub fn validate_name(field: &str, name: &str) -> Result<(), ModelError> {
+    if name.is_empty() {
+        return Err(ModelError::invalid(field, format!("{field} must be specified")));
+    }
+    if name.len() > 255 {
+        return Err(ModelError::invalid(field, format!("{field} must be at most 255 characters")));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))) {
+        return Err(ModelError::invalid(
+            field,
+            format!("{field} \"{name}\" contains '{c}': only letters, digits, '_', '.' and '-' are allowed"),
+        ));
+    }
+    Ok(())
+}
+
+/// Input checks that an entity can make on its own.
+pub trait Validate {
+    fn validate(&self) -> Result<(), ModelError>;
+}
+
+impl Validate for Provider {
+    fn validate(&self) -> Result<(), ModelError> {
+        validate_name("name", &self.name)?;
+        if self.providertype.trim().is_empty() {
+            return Err(ModelError::invalid("providertype", "providertype must be specified"));
+        }
+        Ok(())
+    }
+}
+
+impl Validate for MachineType {
+    fn validate(&self) -> Result<(), ModelError> {
+        validate_name("name", &self.name)
+    }
+}
+
+impl Validate for Service {
+    fn validate(&self) -> Result<(), ModelError> {
+        validate_name("name", &self.name)?;
+        for (action, spec) in &self.provisioner.actions {
+            if spec.automator.trim().is_empty() {
+                let field = format!("provisioner.actions.{}.type", action.upper().to_ascii_lowercase());
+                return Err(ModelError::invalid(&field, format!("{field} must name an automator type")));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn validate_template_parts(
+    name: &str,
+    constraints: &crate::Constraints,
+    lease: &crate::LeaseDuration,
+    dns_suffix: Option<&str>,
+) -> Result<(), ModelError> {
+    validate_name("name", name)?;
+    let size = &constraints.size;
+    if size.min < 1 {
+        return Err(ModelError::invalid("constraints.size.min", "constraints.size.min must be at least 1"));
+    }
+    if size.max < size.min {
+        return Err(ModelError::invalid(
+            "constraints.size.max",
+            format!("constraints.size.max ({}) must not be below constraints.size.min ({})", size.max, size.min),
+        ));
+    }
+    for (svc, c) in &constraints.services {
+        if c.quantities.max < c.quantities.min {
+            let field = format!("constraints.services.{svc}.quantities");
+            return Err(ModelError::invalid(
+                &field,
+                format!("{field}: max ({}) must not be below min ({})", c.quantities.max, c.quantities.min),
+            ));
+        }
+    }
+    // 0 means "forever" for initial and "unlimited" for max.
+    let initial_over_max = lease.max != 0 && (lease.initial == 0 || lease.initial > lease.max);
+    if initial_over_max {
+        return Err(ModelError::invalid(
+            "administration.leaseduration.initial",
+            format!("Initial lease duration cannot be more than max lease duration for template {name}"),
+        ));
+    }
+    if let Some(s) = dns_suffix {
+        validate_dns_suffix("defaults.dnsSuffix", s)?;
+    }
+    Ok(())
+}
+
+/// A DNS suffix: labels of 1..63 of `[A-Za-z0-9-]`, not ending with '-', 191 characters at most.
+pub fn validate_dns_suffix(field: &str, s: &str) -> Result<(), ModelError> {
+    let s = s.strip_prefix('.').unwrap_or(s);
+    let ok = !s.is_empty()
+        && s.len() <= 191
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.ends_with('-')
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(ModelError::invalid(field, format!("{field} \"{s}\" is not a valid DNS suffix")))
+    }
+}
+
+impl Validate for ClusterTemplate {
+    fn validate(&self) -> Result<(), ModelError> {
+        validate_template_parts(
+            &self.name,
+            &self.constraints,
+            &self.administration.leaseduration,
+            self.defaults.dns_suffix.as_deref(),
+        )
+    }
+}
+
+impl Validate for PartialTemplate {
+    fn validate(&self) -> Result<(), ModelError> {
+        validate_template_parts(
+            &self.name,
+            &self.constraints,
+            &self.administration.leaseduration,
+            self.defaults.dns_suffix.as_deref(),
+        )
+    }
+}
+
+impl Validate for PluginType {
+    fn validate(&self) -> Result<(), ModelError> {
+        validate_name("name", &self.name)?;
+        for (ptype, spec) in &self.parameters {
+            let which = if *ptype == crate::ParameterType::Admin { "admin" } else { "user" };
+            for (fname, f) in &spec.fields {
+                if f.label.is_empty() || f.field_type.is_empty() {
+                    let field = format!("parameters.{which}.fields.{fname}");
+                    return Err(ModelError::invalid(&field, format!("{field} needs a label and a type")));
+                }
+            }
+            for set in &spec.required {
+                if let Some(missing) = set.iter().find(|r| !spec.fields.contains_key(*r)) {
+                    let field = format!("parameters.{which}.required");
+                    return Err(ModelError::invalid(
+                        &field,
+                        format!("{field} names \"{missing}\", which is not a field"),
+                    ));
+                }
+            }
+        }
+        for (rname, r) in &self.resource_types {
+            validate_name("resourceTypes", rname)?;
+            if let Some(p) = &r.permissions {
+                let field = format!("resourceTypes.{rname}.permissions");
+                if r.format != ResourceFormat::File {
+                    return Err(ModelError::invalid(&field, format!("{field} is allowed only with format file")));
+                }
+                let ok = (3..=4).contains(&p.len()) && p.chars().all(|c| ('0'..='7').contains(&c));
+                if !ok {
+                    return Err(ModelError::invalid(&field, format!("{field} must be 3 or 4 octal digits")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Validate for TenantSpecification {
+    fn validate(&self) -> Result<(), ModelError> {
+        validate_name("tenant.name", &self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("name", "hadoop.example-1_x").is_ok());
+        assert!(validate_name("name", "").is_err());
+        assert!(validate_name("name", "a b").unwrap_err().to_string().contains("' '"));
+        assert!(validate_name("name", &"a".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn lease_rules() {
+        let mut t = ClusterTemplate { name: "t".into(), ..Default::default() };
+        t.administration.leaseduration.initial = 10;
+        t.administration.leaseduration.max = 5;
+        assert!(t.validate().unwrap_err().to_string().starts_with("Initial lease duration cannot be more"));
+        t.administration.leaseduration.max = 0;
+        assert!(t.validate().is_ok());
+        t.administration.leaseduration.initial = 0;
+        t.administration.leaseduration.max = 5;
+        assert!(t.validate().is_err());
+    }
+}

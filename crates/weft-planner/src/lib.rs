@@ -1,0 +1,1 @@
+//! weft-planner (stub; see its issue).

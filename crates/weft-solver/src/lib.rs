@@ -1,0 +1,1 @@
+//! weft-solver (stub; see its issue).
