@@ -1,0 +1,4 @@
+//! The subcommands of the `weft` binary, one module each.
+
+pub mod plan;
+pub mod solve;
