@@ -20,7 +20,42 @@ pub fn parse(body: &[u8]) -> Result<Value, ModelError> {
     if let Ok(v) = serde_json::from_str::<Value>(text) {
         return Ok(v);
     }
+    // The JSON5 parser recurses without a limit; refuse deep nesting before it can exhaust the stack.
+    if nesting_depth(text) > MAX_DEPTH {
+        return Err(ModelError::Malformed(format!("JSON is nested more than {MAX_DEPTH} levels deep")));
+    }
     json5::from_str::<Value>(text).map_err(|e| ModelError::Malformed(describe_json5_error(&e)))
+}
+
+/// The deepest nesting of arrays and objects a body may have.
+pub const MAX_DEPTH: usize = 128;
+
+/// The maximum nesting of `[` and `{` outside strings (single- or double-quoted).
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut max, mut quote, mut escaped) = (0usize, 0usize, None::<char>, false);
+    for c in text.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '[' | '{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    max
 }
 
 fn describe_json5_error(e: &json5::Error) -> String {
@@ -308,6 +343,14 @@ mod tests {
     fn malformed_json_names_position() {
         let e = parse(b"{\"a\":}").unwrap_err().to_string();
         assert!(e.contains("line 1 column 6"), "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_crash() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(parse(deep.as_bytes()).is_err());
+        let deep5 = format!("{{a:{}1{}}}", "['x',".repeat(50_000), "]".repeat(50_000));
+        assert!(parse(deep5.as_bytes()).unwrap_err().to_string().contains("nested"));
     }
 
     #[test]

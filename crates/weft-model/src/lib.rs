@@ -8,6 +8,7 @@ pub mod entity;
 pub mod error;
 pub mod lenient;
 pub mod plugin;
+pub mod resolve;
 pub mod tenant;
 pub mod validate;
 

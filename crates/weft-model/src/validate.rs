@@ -10,6 +10,9 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), ModelError> {
     if name.is_empty() {
         return Err(ModelError::invalid(field, format!("{field} must be specified")));
     }
+    if name == "." || name == ".." {
+        return Err(ModelError::invalid(field, format!("{field} may not be \"{name}\"")));
+    }
     if name.len() > 255 {
         return Err(ModelError::invalid(field, format!("{field} must be at most 255 characters")));
     }

@@ -1,1 +1,191 @@
-//! weft-server.
+//! weft-server: the server process.
+//!
+//! Two listeners, as in Coopr: the external REST API v2 (default port 55054) for users, admins and
+//! the superadmin, and the internal provisioner API (default 55055), which checks no identity headers.
+//! [`build`] makes both routers from [`config::Settings`] without binding a socket, so tests drive
+//! them in-process; [`serve`] binds them.
+//!
+//! Module map: `config` (settings), `error` (the one error-to-HTTP mapping), `auth` (identity and
+//! roles), `api` (route registration that also writes the OpenAPI document), `routes` (handlers per
+//! route group), `resources` (plugin resource bytes), `workers` (worker placement), `state`.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod resources;
+pub mod routes;
+pub mod state;
+pub mod workers;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use utoipa::OpenApi;
+use weft_model::EntityKind;
+use weft_store::Store;
+
+use crate::config::Settings;
+use crate::error::text;
+use crate::resources::LocalResourceStore;
+use crate::state::AppState;
+
+/// Errors that stop the server from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Store(#[from] weft_store::StoreError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("example catalog: {0}")]
+    Catalog(String),
+}
+
+/// The two routers and the state behind them.
+pub struct App {
+    pub external: Router,
+    pub internal: Router,
+    pub state: AppState,
+}
+
+/// Opens the store named by the settings and builds the app.
+pub async fn build(settings: Settings) -> Result<App, ServerError> {
+    if settings.database_url.starts_with("sqlite:") {
+        std::fs::create_dir_all(&settings.data_dir)?;
+    }
+    let store = weft_store::open(&settings.database_url).await?;
+    Ok(app(store, settings))
+}
+
+/// Builds the app over an open store.
+pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
+    let resources = Arc::new(LocalResourceStore::new(settings.data_dir.join("resources")));
+    let state = AppState { store, resources, settings: Arc::new(settings) };
+    let limit = state.settings.body_limit;
+    let external = routes::external(state.settings.resource_body_limit);
+    let internal = routes::internal();
+    let external = finish(external.router, limit).with_state(state.clone());
+    let internal = finish(internal.router, limit).with_state(state.clone());
+    App { external, internal, state }
+}
+
+fn finish(router: Router<AppState>, limit: usize) -> Router<AppState> {
+    router
+        .route("/status", get(status))
+        .route("/v2/openapi.json", get(openapi_json))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+async fn status() -> Response {
+    ([(header::CONNECTION, "close"), (header::CONTENT_TYPE, "text/plain; charset=utf-8")], "OK\n").into_response()
+}
+
+async fn not_found(uri: Uri) -> Response {
+    text(StatusCode::NOT_FOUND, format!("Problem accessing: {uri}. Reason: Not Found"))
+}
+
+async fn method_not_allowed(uri: Uri) -> Response {
+    text(StatusCode::METHOD_NOT_ALLOWED, format!("Problem accessing: {uri}. Reason: Method Not Allowed"))
+}
+
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(openapi())
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "weft REST API v2",
+        description = "Wire-compatible with Coopr's REST API v2. The external port (default 55054) serves \
+users, admins and the superadmin; operations tagged \"(internal port)\" are served on the provisioner port \
+(default 55055) without identity headers. Errors are plain text. Differences from Coopr: Coopr-ApiKey is \
+checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive provider fields read as ********."
+    ),
+    components(schemas(
+        weft_model::Provider,
+        weft_model::MachineType,
+        weft_model::Service,
+        weft_model::ClusterTemplate,
+        weft_model::PartialTemplate,
+        weft_model::CatalogExport,
+        weft_model::PluginType,
+        weft_model::ResourceMeta,
+        weft_model::TenantSpecification,
+        weft_model::TenantWriteRequest,
+        weft_model::Provisioner,
+        weft_model::ProvisionerRegistration,
+        weft_model::Heartbeat,
+        weft_model::ApiKeyInfo,
+        weft_model::ApiKeyRequest,
+        weft_model::ApiKeyCreated,
+        routes::metrics::QueueMetrics,
+        routes::metrics::UsageReport,
+    ))
+)]
+struct Components;
+
+/// The OpenAPI 3 document of both listeners, built from the registered routes.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = Components::openapi();
+    let ext = routes::external(1);
+    let int = routes::internal();
+    let mut paths = ext.paths;
+    for (p, item) in int.paths {
+        match paths.get_mut(&p) {
+            Some(mine) => mine.merge_operations(item),
+            None => {
+                paths.insert(p, item);
+            }
+        }
+    }
+    for (p, item) in paths {
+        doc.paths.paths.insert(p, item);
+    }
+    doc
+}
+
+/// Loads a catalog (the JSON of `GET /v2/export`) into a tenant that has no catalog yet. Returns
+/// whether anything was loaded.
+pub async fn seed_catalog(store: &dyn Store, tenant_id: &str, json: &str) -> Result<bool, ServerError> {
+    for kind in EntityKind::ADMIN {
+        if !store.list_entities(tenant_id, kind).await?.is_empty() {
+            return Ok(false);
+        }
+    }
+    let v = weft_model::lenient::parse(json.as_bytes()).map_err(|e| ServerError::Catalog(e.to_string()))?;
+    let mut entities = Vec::new();
+    for kind in EntityKind::ADMIN {
+        let items = v.get(kind.as_str()).and_then(|a| a.as_array()).cloned().unwrap_or_default();
+        for item in items {
+            let (name, doc) = routes::entities::normalize(kind, item, None)
+                .map_err(|e| ServerError::Catalog(format!("{}: {e}", kind.as_str())))?;
+            entities.push((kind, name, doc));
+        }
+    }
+    store.replace_entities(tenant_id, &entities).await?;
+    Ok(true)
+}
+
+/// Binds both listeners and serves until ctrl-c.
+pub async fn serve(app: App) -> Result<(), ServerError> {
+    let s = app.state.settings.clone();
+    let ext = tokio::net::TcpListener::bind((s.bind, s.port)).await?;
+    let int = tokio::net::TcpListener::bind((s.bind, s.internal_port)).await?;
+    tracing::info!(external = %ext.local_addr()?, internal = %int.local_addr()?, "weft server listening");
+    let shutdown = || async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let a = axum::serve(ext, app.external).with_graceful_shutdown(shutdown());
+    let b = axum::serve(int, app.internal).with_graceful_shutdown(shutdown());
+    let (ra, rb) = tokio::join!(a, b);
+    ra?;
+    rb?;
+    Ok(())
+}

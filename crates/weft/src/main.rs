@@ -15,6 +15,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Start everything on this machine: server and provisioner on an embedded SQLite, with the example catalog.
+    Up(cmd::server::UpArgs),
+    /// Run the server (external API and provisioner API).
+    Server(cmd::server::ServerArgs),
+    /// Administration on the store directly (bootstrap API keys).
+    Admin(cmd::admin::AdminArgs),
     /// Solve a cluster layout offline from a template file (for template authors).
     Solve(cmd::solve::Args),
     /// Preview the task plan of a cluster operation offline.
@@ -23,7 +29,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_tracing();
     let result = match cli.command {
+        Command::Up(args) => cmd::server::up(args),
+        Command::Server(args) => cmd::server::server(args),
+        Command::Admin(args) => cmd::admin::run(args),
         Command::Solve(args) => cmd::solve::run(args),
         Command::Plan(args) => cmd::plan::run(args),
     };
@@ -34,4 +44,9 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG").unwrap_or_else(|_| "info,sqlx=warn".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -1,0 +1,205 @@
+//! Registers routes and documents them in the same call, so the OpenAPI document can never miss a
+//! route. Request and response schemas name the model types the handlers read and write (derived
+//! with utoipa from the same Rust types).
+
+use std::collections::BTreeMap;
+
+use axum::handler::Handler;
+use axum::routing::{on, MethodFilter};
+use axum::Router;
+use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::{
+    ContentBuilder, ObjectBuilder, PathItem, Ref, RefOr, ResponseBuilder, Schema, Type,
+};
+
+use crate::state::AppState;
+
+/// What a request or response body holds.
+#[derive(Debug, Clone, Copy)]
+pub enum Body {
+    /// A JSON object of the named component schema.
+    Json(&'static str),
+    /// A JSON array of the named component schema.
+    Array(&'static str),
+    /// A map from names to the named schema.
+    MapOf(&'static str),
+    /// Any JSON object.
+    AnyJson,
+    /// Plain text.
+    Text,
+    /// Raw bytes.
+    Bytes,
+}
+
+impl Body {
+    fn content(self) -> (&'static str, RefOr<Schema>) {
+        let reference = |n: &str| RefOr::Ref(Ref::from_schema_name(n));
+        match self {
+            Body::Json(n) => ("application/json", reference(n)),
+            Body::Array(n) => (
+                "application/json",
+                RefOr::T(Schema::Array(utoipa::openapi::schema::ArrayBuilder::new().items(reference(n)).build())),
+            ),
+            Body::MapOf(n) => (
+                "application/json",
+                RefOr::T(Schema::Object(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Object)
+                        .additional_properties(Some(reference(n)))
+                        .build(),
+                )),
+            ),
+            Body::AnyJson => {
+                ("application/json", RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::Object).build())))
+            }
+            Body::Text => ("text/plain", RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::String).build()))),
+            Body::Bytes => (
+                "application/octet-stream",
+                RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::String).format(Some(
+                    utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Binary),
+                )).build())),
+            ),
+        }
+    }
+}
+
+/// The documentation of one operation.
+#[derive(Debug, Clone)]
+pub struct Op {
+    summary: String,
+    tag: String,
+    request: Option<Body>,
+    responses: Vec<(u16, &'static str, Option<Body>)>,
+    query: Vec<(&'static str, &'static str)>,
+}
+
+/// Starts documenting an operation.
+pub fn op(tag: impl Into<String>, summary: impl Into<String>) -> Op {
+    Op { summary: summary.into(), tag: tag.into(), request: None, responses: Vec::new(), query: Vec::new() }
+}
+
+impl Op {
+    pub fn body(mut self, b: Body) -> Self {
+        self.request = Some(b);
+        self
+    }
+
+    /// A response with a body.
+    pub fn ok(mut self, code: u16, desc: &'static str, b: Body) -> Self {
+        self.responses.push((code, desc, Some(b)));
+        self
+    }
+
+    /// A response; error responses carry a plain-text message.
+    pub fn status(mut self, code: u16, desc: &'static str) -> Self {
+        let body = if code >= 400 { Some(Body::Text) } else { None };
+        self.responses.push((code, desc, body));
+        self
+    }
+
+    pub fn query(mut self, name: &'static str, desc: &'static str) -> Self {
+        self.query.push((name, desc));
+        self
+    }
+}
+
+/// A router and its OpenAPI paths, built together.
+pub struct Api {
+    pub router: Router<AppState>,
+    pub paths: BTreeMap<String, PathItem>,
+    /// Appended to every operation's tag (`""` or `" (internal port)"`).
+    tag_suffix: &'static str,
+}
+
+impl Api {
+    pub fn new(tag_suffix: &'static str) -> Self {
+        Api { router: Router::new(), paths: BTreeMap::new(), tag_suffix }
+    }
+
+    pub fn route<H, T>(mut self, method: MethodFilter, path: &str, handler: H, doc: Op) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.router = self.router.route(path, on(method, handler));
+        self.document(method, path, doc);
+        self
+    }
+
+    fn document(&mut self, method: MethodFilter, path: &str, doc: Op) {
+        let tag = format!("{}{}", doc.tag, self.tag_suffix);
+        let mut b = OperationBuilder::new().summary(Some(doc.summary.clone())).tag(tag);
+        for seg in path.split('/') {
+            if let Some(name) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                b = b.parameter(
+                    ParameterBuilder::new()
+                        .name(name)
+                        .parameter_in(ParameterIn::Path)
+                        .required(utoipa::openapi::Required::True)
+                        .schema(Some(Schema::Object(ObjectBuilder::new().schema_type(Type::String).build()))),
+                );
+            }
+        }
+        for (name, desc) in &doc.query {
+            b = b.parameter(
+                ParameterBuilder::new()
+                    .name(*name)
+                    .description(Some(*desc))
+                    .parameter_in(ParameterIn::Query)
+                    .required(utoipa::openapi::Required::False)
+                    .schema(Some(Schema::Object(ObjectBuilder::new().schema_type(Type::String).build()))),
+            );
+        }
+        if let Some(body) = doc.request {
+            let (mime, schema) = body.content();
+            b = b.request_body(Some(
+                RequestBodyBuilder::new().content(mime, ContentBuilder::new().schema(Some(schema)).build()).build(),
+            ));
+        }
+        for (code, desc, body) in doc.responses {
+            let mut r = ResponseBuilder::new().description(desc);
+            if let Some(body) = body {
+                let (mime, schema) = body.content();
+                r = r.content(mime, ContentBuilder::new().schema(Some(schema)).build());
+            }
+            b = b.response(code.to_string(), r.build());
+        }
+        let method = if method == MethodFilter::GET {
+            HttpMethod::Get
+        } else if method == MethodFilter::POST {
+            HttpMethod::Post
+        } else if method == MethodFilter::PUT {
+            HttpMethod::Put
+        } else if method == MethodFilter::DELETE {
+            HttpMethod::Delete
+        } else {
+            HttpMethod::Patch
+        };
+        let openapi_path = path.to_string();
+        let op = b.build();
+        match self.paths.get_mut(&openapi_path) {
+            Some(item) => {
+                let fresh = PathItem::new(method, op);
+                item.merge_operations(fresh);
+            }
+            None => {
+                self.paths.insert(openapi_path, PathItem::new(method, op));
+            }
+        }
+    }
+
+    /// Adds another API's routes and documentation (for routes on the same port).
+    pub fn merge(mut self, other: Api) -> Self {
+        self.router = self.router.merge(other.router);
+        for (path, item) in other.paths {
+            match self.paths.get_mut(&path) {
+                Some(mine) => mine.merge_operations(item),
+                None => {
+                    self.paths.insert(path, item);
+                }
+            }
+        }
+        self
+    }
+}

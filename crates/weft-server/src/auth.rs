@@ -1,0 +1,133 @@
+//! Who is calling: the identity headers of Coopr (`Coopr-UserID`, `Coopr-TenantID`) and, with
+//! `auth = "apikey"`, the `Coopr-ApiKey` header checked against stored key hashes.
+//!
+//! Roles: a user; the tenant admin (user `admin` with auth none, or a key made with `--admin`); the
+//! superadmin (the admin of the `superadmin` tenant).
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
+use weft_store::{Tenant, SUPERADMIN};
+
+use crate::config::AuthMode;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+pub const USER_HEADER: &str = "coopr-userid";
+pub const TENANT_HEADER: &str = "coopr-tenantid";
+pub const APIKEY_HEADER: &str = "coopr-apikey";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    User,
+    Admin,
+    SuperAdmin,
+}
+
+/// The authenticated caller of an external route.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub tenant: Tenant,
+    pub user: String,
+    pub role: Role,
+}
+
+impl Identity {
+    pub fn is_admin(&self) -> bool {
+        self.role >= Role::Admin
+    }
+
+    /// 403 unless the caller is the tenant's admin.
+    pub fn require_admin(&self) -> ApiResult<()> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!("user {} is not an admin of tenant {}", self.user, self.tenant.spec.name)))
+        }
+    }
+
+    /// An empty 403 unless the caller is the superadmin, as Coopr answers.
+    pub fn require_superadmin(&self) -> ApiResult<()> {
+        if self.role == Role::SuperAdmin {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden_empty())
+        }
+    }
+}
+
+/// The SHA-256 of an API key, hex-encoded: the only form in which keys are stored.
+pub fn hash_key(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// A new random API key secret.
+pub fn new_key() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 24];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!("weft_{}", hex::encode(bytes))
+}
+
+fn header<'a>(parts: &'a Parts, name: &str) -> ApiResult<Option<&'a str>> {
+    match parts.headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim()).filter(|s| !s.is_empty()))
+            .map_err(|_| ApiError::BadRequest(format!("header {name} is not valid text"))),
+    }
+}
+
+impl FromRequestParts<AppState> for Identity {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let user = header(parts, USER_HEADER)?;
+        let tenant_name = header(parts, TENANT_HEADER)?;
+        match state.settings.auth {
+            AuthMode::None => {
+                let user = user.ok_or_else(|| ApiError::Unauthorized("Coopr-UserID not found in request headers.".into()))?;
+                let tenant_name = tenant_name
+                    .ok_or_else(|| ApiError::Unauthorized("Coopr-TenantID not found in request headers.".into()))?;
+                let tenant = state
+                    .store
+                    .tenant_by_name(tenant_name)
+                    .await?
+                    .ok_or_else(|| ApiError::NotFound("Tenant does not exist.".into()))?;
+                let role = match (user, tenant.id.as_str()) {
+                    ("admin", SUPERADMIN) => Role::SuperAdmin,
+                    ("admin", _) => Role::Admin,
+                    _ => Role::User,
+                };
+                Ok(Identity { tenant, user: user.to_string(), role })
+            }
+            AuthMode::ApiKey => {
+                let key = header(parts, APIKEY_HEADER)?
+                    .ok_or_else(|| ApiError::Unauthorized("Coopr-ApiKey not found in request headers.".into()))?;
+                let record = state
+                    .store
+                    .api_key_by_hash(&hash_key(key))
+                    .await?
+                    .ok_or_else(|| ApiError::Unauthorized("invalid API key".into()))?;
+                let tenant = state
+                    .store
+                    .tenant_by_id(&record.tenant_id)
+                    .await?
+                    .ok_or_else(|| ApiError::Unauthorized("invalid API key: its tenant no longer exists".into()))?;
+                if let Some(t) = tenant_name.filter(|t| *t != tenant.spec.name) {
+                    return Err(ApiError::Unauthorized(format!("API key does not belong to tenant {t}")));
+                }
+                if let Some(u) = user.filter(|u| *u != record.user) {
+                    return Err(ApiError::Unauthorized(format!("API key does not belong to user {u}")));
+                }
+                let role = match (record.admin, tenant.id.as_str()) {
+                    (true, SUPERADMIN) => Role::SuperAdmin,
+                    (true, _) => Role::Admin,
+                    _ => Role::User,
+                };
+                Ok(Identity { tenant, user: record.user, role })
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Server configuration in two stages: [`RawConfig`] (every key optional, as read from the TOML file,
+//! the `WEFT_*` environment and the command line) and [`Settings`] (validated, with defaults), which
+//! is all the rest of the server sees. A bad value fails here, naming its key, before any port binds.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// How callers prove who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Trust the `Coopr-UserID` / `Coopr-TenantID` headers, as Coopr did.
+    None,
+    /// Require a valid `Coopr-ApiKey`; the key decides tenant, user and role.
+    ApiKey,
+}
+
+/// Every configuration key, all optional. Field names are the TOML keys; the environment variable of
+/// a key is `WEFT_` + its upper-case name (`WEFT_INTERNAL_PORT`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Directory for the SQLite database and plugin resources. Default `./.weft`.
+    pub data_dir: Option<PathBuf>,
+    /// External API port. Default 55054.
+    pub port: Option<u16>,
+    /// Provisioner API port. Default 55055.
+    pub internal_port: Option<u16>,
+    /// Address both listeners bind to. Default 127.0.0.1.
+    pub bind: Option<String>,
+    /// `sqlite://PATH` or `postgres://...`. Default: SQLite at `<data_dir>/weft.db`.
+    pub database: Option<String>,
+    /// `none` or `apikey`. Default `none`.
+    pub auth: Option<String>,
+    /// Largest accepted request body in bytes (except plugin resources). Default 1 MiB.
+    pub body_limit: Option<u64>,
+    /// Largest accepted plugin resource upload in bytes. Default 100 MiB.
+    pub resource_body_limit: Option<u64>,
+}
+
+/// The keys and their environment variables, for messages and `--help`.
+pub const KEYS: &[(&str, &str)] = &[
+    ("data_dir", "WEFT_DATA_DIR"),
+    ("port", "WEFT_PORT"),
+    ("internal_port", "WEFT_INTERNAL_PORT"),
+    ("bind", "WEFT_BIND"),
+    ("database", "WEFT_DATABASE"),
+    ("auth", "WEFT_AUTH"),
+    ("body_limit", "WEFT_BODY_LIMIT"),
+    ("resource_body_limit", "WEFT_RESOURCE_BODY_LIMIT"),
+];
+
+/// A configuration error, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("config key `{key}`: {message}")]
+    Key { key: &'static str, message: String },
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub port: u16,
+    pub internal_port: u16,
+    pub bind: IpAddr,
+    pub database_url: String,
+    pub auth: AuthMode,
+    pub body_limit: usize,
+    pub resource_body_limit: usize,
+}
+
+impl RawConfig {
+    /// Reads a TOML file. Unknown keys and wrong types are errors naming the key.
+    pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::File { path: path.to_owned(), message: e.to_string() })?;
+        toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: path.to_owned(),
+            message: e.message().to_string() + &e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default(),
+        })
+    }
+
+    /// Keys set in `over` replace those in `self`.
+    pub fn overlay(self, over: RawConfig) -> RawConfig {
+        RawConfig {
+            data_dir: over.data_dir.or(self.data_dir),
+            port: over.port.or(self.port),
+            internal_port: over.internal_port.or(self.internal_port),
+            bind: over.bind.or(self.bind),
+            database: over.database.or(self.database),
+            auth: over.auth.or(self.auth),
+            body_limit: over.body_limit.or(self.body_limit),
+            resource_body_limit: over.resource_body_limit.or(self.resource_body_limit),
+        }
+    }
+
+    /// Validates and fills in defaults.
+    pub fn resolve(self) -> Result<Settings, ConfigError> {
+        let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from(".weft"));
+        let bind_text = self.bind.unwrap_or_else(|| "127.0.0.1".into());
+        let bind: IpAddr = bind_text.trim().parse().map_err(|_| ConfigError::Key {
+            key: "bind",
+            message: format!("\"{bind_text}\" is not an IP address"),
+        })?;
+        let port = self.port.unwrap_or(55054);
+        let internal_port = self.internal_port.unwrap_or(55055);
+        if port != 0 && port == internal_port {
+            return Err(ConfigError::Key {
+                key: "internal_port",
+                message: format!("must differ from port ({port})"),
+            });
+        }
+        let database_url = match self.database {
+            Some(d) if d.starts_with("sqlite:") || d.starts_with("postgres://") || d.starts_with("postgresql://") => d,
+            Some(d) => {
+                return Err(ConfigError::Key {
+                    key: "database",
+                    message: format!("\"{d}\" is not a sqlite:// or postgres:// URL"),
+                })
+            }
+            None => format!("sqlite://{}", data_dir.join("weft.db").display()),
+        };
+        let auth = match self.auth.as_deref().map(str::trim) {
+            None | Some("none") => AuthMode::None,
+            Some("apikey") => AuthMode::ApiKey,
+            Some(other) => {
+                return Err(ConfigError::Key { key: "auth", message: format!("\"{other}\" is not one of none, apikey") })
+            }
+        };
+        let limit = |key: &'static str, v: Option<u64>, default: u64| -> Result<usize, ConfigError> {
+            let v = v.unwrap_or(default);
+            if v == 0 {
+                return Err(ConfigError::Key { key, message: "must be greater than 0".into() });
+            }
+            usize::try_from(v).map_err(|_| ConfigError::Key { key, message: "is too large".into() })
+        };
+        Ok(Settings {
+            body_limit: limit("body_limit", self.body_limit, 1 << 20)?,
+            resource_body_limit: limit("resource_body_limit", self.resource_body_limit, 100 << 20)?,
+            data_dir,
+            port,
+            internal_port,
+            bind,
+            database_url,
+            auth,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let s = RawConfig::default().resolve().unwrap();
+        assert_eq!((s.port, s.internal_port), (55054, 55055));
+        assert_eq!(s.auth, AuthMode::None);
+        assert!(s.database_url.ends_with(".weft/weft.db"), "{}", s.database_url);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let e = RawConfig { auth: Some("magic".into()), ..Default::default() }.resolve().unwrap_err();
+        assert!(e.to_string().contains("`auth`"), "{e}");
+        let e = RawConfig { bind: Some("nowhere".into()), ..Default::default() }.resolve().unwrap_err();
+        assert!(e.to_string().contains("`bind`"), "{e}");
+        let e: Result<RawConfig, _> = toml::from_str("port = \"x\"");
+        assert!(e.unwrap_err().message().contains("invalid type"));
+        let e: Result<RawConfig, _> = toml::from_str("colour = 1");
+        assert!(e.unwrap_err().message().contains("colour"));
+    }
+
+    #[test]
+    fn later_sources_win() {
+        let file = RawConfig { port: Some(1), internal_port: Some(2), ..Default::default() };
+        let flags = RawConfig { port: Some(3), ..Default::default() };
+        let s = file.overlay(flags).resolve().unwrap();
+        assert_eq!((s.port, s.internal_port), (3, 2));
+    }
+}

@@ -1,0 +1,97 @@
+//! The one place where errors become HTTP responses.
+//!
+//! Coopr answers errors with a short plain-text body, except `{"missingFields":[...]}` (JSON) and the
+//! empty 403 of superadmin routes. Internal errors are logged with their cause and answered with a
+//! generic message, so nothing about the database or a secret leaks into a response.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use weft_model::ModelError;
+use weft_store::StoreError;
+
+/// An error answered to an API caller.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A 403; an empty message gives an empty body (Coopr's superadmin routes).
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    ExpectationFailed(String),
+    #[error("{0}")]
+    NotImplemented(String),
+    /// `{"missingFields":[{"<field>": FieldSchema}, ...]}`, one entry per alternative set.
+    #[error("missing fields")]
+    MissingFields(serde_json::Value),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) | ApiError::MissingFields(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::ExpectationFailed(_) => StatusCode::EXPECTATION_FAILED,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The empty 403 of superadmin-only routes.
+    pub fn forbidden_empty() -> Self {
+        ApiError::Forbidden(String::new())
+    }
+}
+
+impl From<ModelError> for ApiError {
+    fn from(e: ModelError) -> Self {
+        ApiError::BadRequest(e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(what) => ApiError::Conflict(format!("{what} already exists")),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match self {
+            ApiError::MissingFields(body) => {
+                (status, axum::Json(serde_json::json!({ "missingFields": body }))).into_response()
+            }
+            ApiError::Internal(cause) => {
+                tracing::error!(%cause, "internal error");
+                text(status, "internal server error; the server log has the cause".into())
+            }
+            ApiError::Forbidden(m) if m.is_empty() => status.into_response(),
+            other => text(status, other.to_string()),
+        }
+    }
+}
+
+/// A plain-text response, as Coopr writes errors.
+pub fn text(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

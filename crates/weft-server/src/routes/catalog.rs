@@ -1,0 +1,128 @@
+//! `/v2/export`, `/v2/import` and `/v2/resolve`: the whole catalog of a tenant at once, and template
+//! inheritance.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::MethodFilter;
+use axum::Json;
+use serde_json::{Map, Value};
+use weft_model::resolve::{merge_template, resolve_template};
+use weft_model::{lenient, ClusterTemplate, EntityKind, PartialTemplate};
+
+use super::entities::{mask_provider, normalize, unmask_provider};
+use super::parse_body;
+use crate::api::{op, Api, Body};
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+pub fn routes(api: Api) -> Api {
+    api.route(
+        MethodFilter::GET,
+        "/v2/export",
+        export,
+        op("catalog", "Export the latest version of every admin entity of the tenant")
+            .ok(200, "the six kinds", Body::Json("CatalogExport")),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/import",
+        import,
+        op("catalog", "Replace the tenant's whole catalog (kinds left out end up empty)")
+            .body(Body::Json("CatalogExport"))
+            .status(200, "imported")
+            .status(400, "Json syntax error, or an invalid entity (the message names it)")
+            .status(403, "caller is not the tenant admin"),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/resolve",
+        resolve,
+        op("catalog", "Resolve a template's extends and includes into one template")
+            .body(Body::Json("ClusterTemplate"))
+            .ok(200, "the merged template", Body::Json("ClusterTemplate"))
+            .status(400, "immutability violation or invalid result")
+            .status(404, "a parent or partial does not exist"),
+    )
+}
+
+async fn export(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Value>> {
+    let mut out = Map::new();
+    for kind in EntityKind::ADMIN {
+        let mut items = st.store.list_entities(&id.tenant.id, kind).await?;
+        if kind == EntityKind::Provider {
+            for item in &mut items {
+                mask_provider(st.store.as_ref(), item).await?;
+            }
+        }
+        out.insert(kind.as_str().into(), Value::Array(items));
+    }
+    Ok(Json(Value::Object(out)))
+}
+
+async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<()> {
+    id.require_admin()?;
+    let v = lenient::parse(&body).map_err(|e| ApiError::BadRequest(format!("Json syntax error: {e}")))?;
+    let Value::Object(mut obj) = v else {
+        return Err(ApiError::BadRequest("Json syntax error: expected an object with the six entity lists".into()));
+    };
+    let mut entities = Vec::new();
+    for kind in EntityKind::ADMIN {
+        let items = match obj.remove(kind.as_str()) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a,
+            Some(_) => return Err(ApiError::BadRequest(format!("{}: expected an array", kind.as_str()))),
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let (name, mut doc) = normalize(kind, item, None)
+                .map_err(|e| ApiError::BadRequest(format!("{}[{i}]: {e}", kind.as_str())))?;
+            if kind == EntityKind::Provider {
+                unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
+            }
+            entities.push((kind, name, doc));
+        }
+    }
+    st.store.replace_entities(&id.tenant.id, &entities).await?;
+    Ok(())
+}
+
+async fn resolve(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<Json<ClusterTemplate>> {
+    let own: ClusterTemplate = parse_body(&body, "a cluster template")?;
+    Ok(Json(resolve_in_tenant(&st, &id.tenant.id, own).await?))
+}
+
+/// Resolves a template's parents and partials from the tenant's catalog.
+pub async fn resolve_in_tenant(st: &AppState, tenant_id: &str, own: ClusterTemplate) -> ApiResult<ClusterTemplate> {
+    // Walk up the extends chain first (bounded, so a cycle is an error, not a hang).
+    let mut chain = vec![own];
+    while let Some(parent) = chain.last().and_then(|t| t.extends.clone()) {
+        if chain.len() > 16 || chain.iter().any(|t| t.name == parent.name) {
+            return Err(ApiError::BadRequest(format!("template inheritance through {} is circular", parent.name)));
+        }
+        let doc = st
+            .store
+            .get_entity(tenant_id, EntityKind::ClusterTemplate, &parent.name, None)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("cluster template {} does not exist.", parent.name)))?;
+        chain.push(lenient::from_value(doc)?);
+    }
+    let mut resolved: Option<ClusterTemplate> = None;
+    while let Some(t) = chain.pop() {
+        let mut partials = Vec::new();
+        for inc in &t.includes {
+            let doc = st
+                .store
+                .get_entity(tenant_id, EntityKind::PartialTemplate, &inc.name, None)
+                .await?
+                .ok_or_else(|| ApiError::NotFound(format!("partial template {} does not exist.", inc.name)))?;
+            partials.push(lenient::from_value::<PartialTemplate>(doc)?);
+        }
+        let merged = if chain.is_empty() {
+            resolve_template(&t, resolved.as_ref(), &partials)?
+        } else {
+            merge_template(&t, resolved.as_ref(), &partials)?
+        };
+        resolved = Some(merged);
+    }
+    resolved.ok_or_else(|| ApiError::Internal("empty template chain".into()))
+}

@@ -1,0 +1,291 @@
+//! The six admin-defined entity kinds (`/v2/providers`, `/v2/hardwaretypes`, `/v2/imagetypes`,
+//! `/v2/services`, `/v2/clustertemplates`, `/v2/partialtemplates`): list, get, get a version, create,
+//! write a new version, delete all versions or one. Reads are open to every user of the tenant; writes
+//! need the tenant admin. Sensitive provider fields are masked in every answer.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::routing::MethodFilter;
+use axum::Json;
+use serde_json::Value;
+use weft_model::{
+    lenient, ClusterTemplate, EntityKind, MachineType, PartialTemplate, PluginType, Provider, Service, Validate,
+};
+use weft_store::{Store, SUPERADMIN};
+
+use super::{parse_body, parse_version};
+use crate::api::{op, Api, Body};
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// What a sensitive field's value reads as in any answer.
+pub const MASK: &str = "********";
+
+/// The component schema name of a kind.
+pub fn schema(kind: EntityKind) -> &'static str {
+    match kind {
+        EntityKind::Provider => "Provider",
+        EntityKind::HardwareType | EntityKind::ImageType => "MachineType",
+        EntityKind::Service => "Service",
+        EntityKind::ClusterTemplate => "ClusterTemplate",
+        EntityKind::PartialTemplate => "PartialTemplate",
+        EntityKind::ProviderType | EntityKind::AutomatorType => "PluginType",
+    }
+}
+
+pub fn routes(mut api: Api) -> Api {
+    for kind in EntityKind::ADMIN {
+        let base = format!("/v2/{}", kind.as_str());
+        let one = format!("{base}/{{name}}");
+        let version = format!("{base}/{{name}}/{{version}}");
+        let (tag, label, s) = (kind.as_str(), kind.label(), schema(kind));
+        api = api
+            .route(
+                MethodFilter::GET,
+                &base,
+                move |st: State<AppState>, id: Identity| list(st, id, kind),
+                op(tag, format!("List the latest version of every {label}"))
+                    .ok(200, "the latest versions", Body::Array(s))
+                    .status(401, "identity header missing")
+                    .status(404, "tenant does not exist"),
+            )
+            .route(
+                MethodFilter::POST,
+                &base,
+                move |st: State<AppState>, id: Identity, body: Bytes| create(st, id, kind, body),
+                op(tag, format!("Create a {label} (version 1)"))
+                    .body(Body::Json(s))
+                    .status(200, "created")
+                    .status(400, "invalid body; the message names the field")
+                    .status(403, "caller is not the tenant admin")
+                    .status(409, "the name already exists")
+                    .status(413, "body over the size limit"),
+            )
+            .route(
+                MethodFilter::GET,
+                &one,
+                move |st: State<AppState>, id: Identity, Path(name): Path<String>| get(st, id, kind, name, None),
+                op(tag, format!("Get the latest version of a {label}"))
+                    .ok(200, "the entity", Body::Json(s))
+                    .status(404, "not found"),
+            )
+            .route(
+                MethodFilter::PUT,
+                &one,
+                move |st: State<AppState>, id: Identity, Path(name): Path<String>, body: Bytes| {
+                    put(st, id, kind, name, body)
+                },
+                op(tag, format!("Write a new version of a {label} (creates it if absent)"))
+                    .body(Body::Json(s))
+                    .status(200, "written")
+                    .status(400, "invalid body, or the body's name differs from the path")
+                    .status(403, "caller is not the tenant admin"),
+            )
+            .route(
+                MethodFilter::DELETE,
+                &one,
+                move |st: State<AppState>, id: Identity, Path(name): Path<String>| delete(st, id, kind, name, None),
+                op(tag, format!("Delete every version of a {label} (200 also if absent)"))
+                    .status(200, "deleted")
+                    .status(403, "caller is not the tenant admin"),
+            )
+            .route(
+                MethodFilter::GET,
+                &version,
+                move |st: State<AppState>, id: Identity, Path((name, v)): Path<(String, String)>| {
+                    get(st, id, kind, name, Some(v))
+                },
+                op(tag, format!("Get one version of a {label}"))
+                    .ok(200, "the entity", Body::Json(s))
+                    .status(400, "the version is not a positive number")
+                    .status(404, "not found"),
+            )
+            .route(
+                MethodFilter::DELETE,
+                &version,
+                move |st: State<AppState>, id: Identity, Path((name, v)): Path<(String, String)>| {
+                    delete(st, id, kind, name, Some(v))
+                },
+                op(tag, format!("Delete one version of a {label}"))
+                    .status(200, "deleted")
+                    .status(400, "the version is not a positive number")
+                    .status(403, "caller is not the tenant admin"),
+            );
+    }
+    api
+}
+
+async fn list(State(st): State<AppState>, id: Identity, kind: EntityKind) -> ApiResult<Json<Vec<Value>>> {
+    let mut items = st.store.list_entities(&id.tenant.id, kind).await?;
+    if kind == EntityKind::Provider {
+        for item in &mut items {
+            mask_provider(st.store.as_ref(), item).await?;
+        }
+    }
+    Ok(Json(items))
+}
+
+async fn get(
+    State(st): State<AppState>,
+    id: Identity,
+    kind: EntityKind,
+    name: String,
+    version: Option<String>,
+) -> ApiResult<Json<Value>> {
+    let version = version.as_deref().map(parse_version).transpose()?;
+    let mut item = st
+        .store
+        .get_entity(&id.tenant.id, kind, &name, version)
+        .await?
+        .ok_or_else(|| not_found(kind, &name))?;
+    if kind == EntityKind::Provider {
+        mask_provider(st.store.as_ref(), &mut item).await?;
+    }
+    Ok(Json(item))
+}
+
+/// Coopr's message for a missing entity (with its double space).
+pub fn not_found(kind: EntityKind, name: &str) -> ApiError {
+    ApiError::NotFound(format!("{} {}  not found.", kind.label(), name))
+}
+
+async fn create(State(st): State<AppState>, id: Identity, kind: EntityKind, body: Bytes) -> ApiResult<()> {
+    id.require_admin()?;
+    let value = lenient_value(&body, kind)?;
+    let (name, mut doc) = normalize(kind, value, None)?;
+    if kind == EntityKind::Provider {
+        unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
+    }
+    match st.store.create_entity(&id.tenant.id, kind, &name, &doc).await {
+        Err(weft_store::StoreError::Conflict(_)) => {
+            Err(ApiError::Conflict(format!("{} {} already exists", kind.label(), name)))
+        }
+        other => other.map(drop).map_err(Into::into),
+    }
+}
+
+async fn put(State(st): State<AppState>, id: Identity, kind: EntityKind, name: String, body: Bytes) -> ApiResult<()> {
+    id.require_admin()?;
+    let value = lenient_value(&body, kind)?;
+    let (name, mut doc) = normalize(kind, value, Some(&name))?;
+    if kind == EntityKind::Provider {
+        unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
+    }
+    st.store.put_entity(&id.tenant.id, kind, &name, &doc).await?;
+    Ok(())
+}
+
+async fn delete(
+    State(st): State<AppState>,
+    id: Identity,
+    kind: EntityKind,
+    name: String,
+    version: Option<String>,
+) -> ApiResult<()> {
+    id.require_admin()?;
+    let version = version.as_deref().map(parse_version).transpose()?;
+    st.store.delete_entity(&id.tenant.id, kind, &name, version).await?;
+    Ok(())
+}
+
+fn lenient_value(body: &Bytes, kind: EntityKind) -> ApiResult<Value> {
+    let v: Value = parse_body(body, &format!("a {} object", kind.label()))?;
+    if !v.is_object() {
+        return Err(ApiError::BadRequest(format!("request body must be a {} object", kind.label())));
+    }
+    Ok(v)
+}
+
+/// Reads an entity of `kind` leniently, validates it, and returns its name and canonical JSON (the
+/// form that is stored and answered). With `path_name`, the body's name must match it (a body without
+/// a name takes the path's).
+pub fn normalize(kind: EntityKind, mut value: Value, path_name: Option<&str>) -> ApiResult<(String, Value)> {
+    if let (Some(p), Some(obj)) = (path_name, value.as_object_mut()) {
+        match obj.get("name") {
+            None | Some(Value::Null) => {
+                obj.insert("name".into(), Value::String(p.to_string()));
+            }
+            Some(Value::String(n)) if n == p => {}
+            Some(other) => {
+                let shown = other.as_str().map(str::to_string).unwrap_or_else(|| other.to_string());
+                return Err(ApiError::BadRequest(format!(
+                    "name in the body ({shown}) does not match the name in the path ({p})"
+                )));
+            }
+        }
+    }
+    fn typed<T: serde::de::DeserializeOwned + serde::Serialize + Validate>(
+        v: Value,
+        name_of: fn(&T) -> &str,
+    ) -> ApiResult<(String, Value)> {
+        let t: T = lenient::from_value(v)?;
+        t.validate()?;
+        let name = name_of(&t).to_string();
+        let doc = serde_json::to_value(&t).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok((name, doc))
+    }
+    match kind {
+        EntityKind::Provider => typed::<Provider>(value, |t| &t.name),
+        EntityKind::HardwareType | EntityKind::ImageType => typed::<MachineType>(value, |t| &t.name),
+        EntityKind::Service => typed::<Service>(value, |t| &t.name),
+        EntityKind::ClusterTemplate => typed::<ClusterTemplate>(value, |t| &t.name),
+        EntityKind::PartialTemplate => typed::<PartialTemplate>(value, |t| &t.name),
+        EntityKind::ProviderType | EntityKind::AutomatorType => typed::<PluginType>(value, |t| &t.name),
+    }
+}
+
+/// The fields that the provider type of `provider` marks sensitive.
+async fn sensitive_fields(store: &dyn Store, provider: &Value) -> ApiResult<Vec<String>> {
+    let Some(ptype) = provider.get("providertype").and_then(Value::as_str) else {
+        return Ok(Vec::new());
+    };
+    let Some(doc) = store.get_entity(SUPERADMIN, EntityKind::ProviderType, ptype, None).await? else {
+        return Ok(Vec::new());
+    };
+    let pt: PluginType = serde_json::from_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(pt.sensitive_fields().into_iter().map(str::to_string).collect())
+}
+
+/// Replaces the value of every sensitive provider field with [`MASK`].
+pub async fn mask_provider(store: &dyn Store, provider: &mut Value) -> ApiResult<()> {
+    let fields = sensitive_fields(store, provider).await?;
+    if let Some(p) = provider.get_mut("provisioner").and_then(Value::as_object_mut) {
+        for f in fields {
+            if let Some(v) = p.get_mut(&f) {
+                *v = Value::String(MASK.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A provider written back with masked values keeps the stored secrets for those fields.
+pub async fn unmask_provider(store: &dyn Store, tenant_id: &str, provider: &mut Value) -> ApiResult<()> {
+    let Some(name) = provider.get("name").and_then(Value::as_str).map(str::to_string) else {
+        return Ok(());
+    };
+    let masked: Vec<String> = provider
+        .get("provisioner")
+        .and_then(Value::as_object)
+        .map(|p| p.iter().filter(|(_, v)| v.as_str() == Some(MASK)).map(|(k, _)| k.clone()).collect())
+        .unwrap_or_default();
+    if masked.is_empty() {
+        return Ok(());
+    }
+    let stored = store.get_entity(tenant_id, EntityKind::Provider, &name, None).await?;
+    let stored_fields = stored.as_ref().and_then(|s| s.get("provisioner")).and_then(Value::as_object);
+    if let Some(p) = provider.get_mut("provisioner").and_then(Value::as_object_mut) {
+        for f in masked {
+            match stored_fields.and_then(|s| s.get(&f)) {
+                Some(old) => {
+                    p.insert(f, old.clone());
+                }
+                None => {
+                    p.remove(&f);
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! `/v2/metrics/queues` and `/v2/metrics/nodes/usage`.
+//!
+//! Queue metrics count each tenant's tasks that are queued and in progress. Node usage reports node
+//! time per period. Until the engine keeps tasks and nodes, both answer with zeros and no data,
+//! in their contract shapes, with every parameter checked.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Query, State};
+use axum::routing::MethodFilter;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::api::{op, Api, Body};
+use crate::auth::{Identity, Role};
+use crate::error::{ApiError, ApiResult};
+use crate::state::{now_ms, AppState};
+
+/// Task counts of one tenant's queue.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct QueueMetrics {
+    pub queued: u64,
+    #[serde(rename = "inProgress")]
+    pub in_progress: u64,
+    pub total: u64,
+}
+
+/// `{"start":s,"end":s,"data":[{"time":s,"value":n}]}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct UsageReport {
+    pub start: i64,
+    pub end: i64,
+    pub data: Vec<UsagePoint>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct UsagePoint {
+    pub time: i64,
+    pub value: i64,
+}
+
+pub fn routes(api: Api) -> Api {
+    api.route(
+        MethodFilter::GET,
+        "/v2/metrics/queues",
+        queues,
+        op("metrics", "Queued and in-progress tasks per tenant (admin: own tenant; superadmin: all)")
+            .ok(200, "tenant name -> counts", Body::MapOf("QueueMetrics"))
+            .status(403, "not an admin"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/metrics/nodes/usage",
+        usage,
+        op("metrics", "Node usage over time")
+            .query("tenant", "tenant id (superadmin only, or the caller's own)")
+            .query("user", "owner")
+            .query("cluster", "cluster id")
+            .query("clustertemplate", "template name")
+            .query("start", "unix seconds")
+            .query("end", "unix seconds")
+            .query("groupby", "hour, day, week, month or year")
+            .query("timeunit", "a time unit name such as seconds (default) or hours")
+            .ok(200, "usage", Body::Json("UsageReport"))
+            .status(400, "bad start, end, groupby or timeunit")
+            .status(405, "tenant names another tenant"),
+    )
+}
+
+async fn queues(State(st): State<AppState>, id: Identity) -> ApiResult<Json<BTreeMap<String, QueueMetrics>>> {
+    let tenants = match id.role {
+        Role::SuperAdmin => st.store.list_tenants().await?,
+        Role::Admin => vec![id.tenant.clone()],
+        Role::User => return Err(ApiError::Forbidden(format!("user {} is not an admin", id.user))),
+    };
+    Ok(Json(tenants.into_iter().map(|t| (t.spec.name, QueueMetrics::default())).collect()))
+}
+
+#[derive(Debug, Deserialize)]
+struct UsageQuery {
+    tenant: Option<String>,
+    start: Option<String>,
+    end: Option<String>,
+    groupby: Option<String>,
+    timeunit: Option<String>,
+}
+
+async fn usage(id: Identity, Query(q): Query<UsageQuery>) -> ApiResult<Json<UsageReport>> {
+    if let Some(t) = q.tenant.as_deref() {
+        if id.role != Role::SuperAdmin && t != id.tenant.id {
+            return Err(ApiError::MethodNotAllowed(format!("tenant {t} is not the caller's tenant")));
+        }
+    }
+    let secs = |name: &str, v: &Option<String>, default: i64| -> ApiResult<i64> {
+        match v {
+            None => Ok(default),
+            Some(s) => s
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| ApiError::BadRequest(format!("{name} must be a non-negative number of unix seconds"))),
+        }
+    };
+    let end = secs("end", &q.end, now_ms() / 1000)?;
+    let start = secs("start", &q.start, 0)?;
+    if start > end {
+        return Err(ApiError::BadRequest("start must not be after end".into()));
+    }
+    if let Some(g) = q.groupby.as_deref() {
+        if !["hour", "day", "week", "month", "year"].contains(&g) {
+            return Err(ApiError::BadRequest(format!("groupby {g} is not one of hour, day, week, month, year")));
+        }
+    }
+    if let Some(u) = q.timeunit.as_deref() {
+        let units = ["nanoseconds", "microseconds", "milliseconds", "seconds", "minutes", "hours", "days"];
+        if !units.contains(&u.to_ascii_lowercase().as_str()) {
+            return Err(ApiError::BadRequest(format!("timeunit {u} is not one of {}", units.join(", "))));
+        }
+    }
+    Ok(Json(UsageReport { start, end, data: Vec::new() }))
+}

@@ -1,0 +1,52 @@
+//! The REST API v2 handlers, one module per route group. `external` and `internal` assemble the two
+//! listeners' routes (with their OpenAPI documentation).
+
+pub mod apikeys;
+pub mod catalog;
+pub mod entities;
+pub mod metrics;
+pub mod plugins;
+pub mod profile;
+pub mod provisioners;
+pub mod tenants;
+
+use axum::body::Bytes;
+use serde::de::DeserializeOwned;
+use weft_model::lenient;
+
+use crate::api::Api;
+use crate::error::{ApiError, ApiResult};
+
+/// Routes of the external port (55054).
+pub fn external(resource_limit: usize) -> Api {
+    let api = Api::new("");
+    let api = entities::routes(api);
+    let api = catalog::routes(api);
+    let api = tenants::routes(api);
+    let api = plugins::external_routes(api, resource_limit);
+    let api = profile::routes(api);
+    let api = provisioners::external_routes(api);
+    let api = metrics::routes(api);
+    apikeys::routes(api)
+}
+
+/// Routes of the internal (provisioner) port (55055). No identity headers are checked here.
+pub fn internal() -> Api {
+    let api = Api::new(" (internal port)");
+    let api = plugins::internal_routes(api);
+    provisioners::internal_routes(api)
+}
+
+/// Reads a JSON request body leniently into `T`; `what` names the expected body in messages.
+pub fn parse_body<T: DeserializeOwned>(body: &Bytes, what: &str) -> ApiResult<T> {
+    Ok(lenient::parse_as(body, what)?)
+}
+
+/// Parses a version path segment as Coopr did.
+pub fn parse_version(s: &str) -> ApiResult<u64> {
+    let v: i64 = s.trim().parse().map_err(|_| ApiError::BadRequest("Version must be a number".into()))?;
+    if v <= 0 {
+        return Err(ApiError::BadRequest("Version must be higher then zero".into()));
+    }
+    Ok(v as u64)
+}

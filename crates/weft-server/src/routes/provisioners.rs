@@ -1,0 +1,151 @@
+//! Provisioners: they register and heartbeat on the internal port; the superadmin lists them on the
+//! external port (tenant ids shown as tenant names).
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::routing::MethodFilter;
+use axum::Json;
+use weft_model::{Heartbeat, Provisioner, ProvisionerRegistration};
+use weft_store::ProvisionerRecord;
+
+use super::parse_body;
+use crate::api::{op, Api, Body};
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::state::{now_ms, AppState};
+use crate::workers::rebalance;
+
+pub fn external_routes(api: Api) -> Api {
+    api.route(
+        MethodFilter::GET,
+        "/v2/provisioners",
+        list,
+        op("provisioners", "List provisioners (superadmin)")
+            .ok(200, "provisioners", Body::Array("Provisioner"))
+            .status(403, "not the superadmin (empty body)"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/provisioners/{id}",
+        get,
+        op("provisioners", "Get a provisioner (superadmin)")
+            .ok(200, "the provisioner", Body::Json("Provisioner"))
+            .status(403, "not the superadmin (empty body)")
+            .status(404, "Provisioner X not found."),
+    )
+}
+
+pub fn internal_routes(api: Api) -> Api {
+    api.route(
+        MethodFilter::PUT,
+        "/v2/provisioners/{id}",
+        register,
+        op("provisioners", "Register a provisioner; tenants' workers are re-placed")
+            .body(Body::Json("ProvisionerRegistration"))
+            .status(200, "registered")
+            .status(400, "id mismatch, host or port missing, capacityTotal not positive, or not JSON"),
+    )
+    .route(
+        MethodFilter::DELETE,
+        "/v2/provisioners/{id}",
+        unregister,
+        op("provisioners", "Unregister a provisioner (200 also if unknown)").status(200, "removed"),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/provisioners/{id}/heartbeat",
+        heartbeat,
+        op("provisioners", "Report live workers per tenant id")
+            .body(Body::Json("Heartbeat"))
+            .status(200, "recorded")
+            .status(404, "unknown provisioner: register again"),
+    )
+}
+
+/// The API view: tenant ids translated to names, free capacity computed.
+async fn view(st: &AppState, p: ProvisionerRecord) -> ApiResult<Provisioner> {
+    let mut names = BTreeMap::new();
+    for t in st.store.list_tenants().await? {
+        names.insert(t.id, t.spec.name);
+    }
+    let rename = |m: BTreeMap<String, u32>| -> BTreeMap<String, u32> {
+        m.into_iter().map(|(k, v)| (names.get(&k).cloned().unwrap_or(k), v)).collect()
+    };
+    let assigned: u32 = p.assignments.values().sum();
+    Ok(Provisioner {
+        capacity_free: p.capacity_total.saturating_sub(assigned),
+        id: p.id,
+        host: p.host,
+        port: p.port,
+        capacity_total: p.capacity_total,
+        assignments: rename(p.assignments),
+        usage: rename(p.usage),
+    })
+}
+
+async fn list(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Vec<Provisioner>>> {
+    id.require_superadmin()?;
+    let mut out = Vec::new();
+    for p in st.store.list_provisioners().await? {
+        out.push(view(&st, p).await?);
+    }
+    Ok(Json(out))
+}
+
+async fn get(State(st): State<AppState>, id: Identity, Path(pid): Path<String>) -> ApiResult<Json<Provisioner>> {
+    id.require_superadmin()?;
+    let p = st
+        .store
+        .get_provisioner(&pid)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("Provisioner {pid} not found.")))?;
+    Ok(Json(view(&st, p).await?))
+}
+
+async fn register(State(st): State<AppState>, Path(pid): Path<String>, body: Bytes) -> ApiResult<()> {
+    let reg: ProvisionerRegistration = parse_body(&body, "{id, host, port, capacityTotal}")?;
+    if reg.id.as_deref().is_some_and(|i| i != pid) {
+        return Err(ApiError::BadRequest(format!(
+            "id in the body ({}) does not match the id in the path ({pid})",
+            reg.id.unwrap_or_default()
+        )));
+    }
+    let host = reg.host.filter(|h| !h.trim().is_empty()).ok_or_else(|| ApiError::BadRequest("host must be specified".into()))?;
+    let port = reg.port.ok_or_else(|| ApiError::BadRequest("port must be specified".into()))?;
+    let port = u16::try_from(port).ok().filter(|p| *p > 0).ok_or_else(|| ApiError::BadRequest(format!("port {port} is not a valid port")))?;
+    let capacity = reg.capacity_total.unwrap_or(0);
+    if capacity <= 0 {
+        return Err(ApiError::BadRequest("capacityTotal must be greater than 0".into()));
+    }
+    let capacity = u32::try_from(capacity).map_err(|_| ApiError::BadRequest("capacityTotal is too large".into()))?;
+    let existing = st.store.get_provisioner(&pid).await?;
+    let record = ProvisionerRecord {
+        id: pid,
+        host,
+        port,
+        capacity_total: capacity,
+        assignments: existing.as_ref().map(|e| e.assignments.clone()).unwrap_or_default(),
+        usage: existing.map(|e| e.usage).unwrap_or_default(),
+        last_heartbeat_ms: now_ms(),
+    };
+    st.store.upsert_provisioner(&record).await?;
+    rebalance(st.store.as_ref()).await
+}
+
+async fn unregister(State(st): State<AppState>, Path(pid): Path<String>) -> ApiResult<()> {
+    if st.store.delete_provisioner(&pid).await? {
+        rebalance(st.store.as_ref()).await?;
+    }
+    Ok(())
+}
+
+async fn heartbeat(State(st): State<AppState>, Path(pid): Path<String>, body: Bytes) -> ApiResult<()> {
+    let hb: Heartbeat = parse_body(&body, "{\"usage\": {...}}")?;
+    if st.store.heartbeat_provisioner(&pid, &hb.usage, now_ms()).await? {
+        Ok(())
+    } else {
+        Err(ApiError::NotFound(format!("Provisioner {pid} not found.")))
+    }
+}

@@ -1,0 +1,23 @@
+//! The state every handler shares: the store, the plugin resource store and the settings.
+
+use std::sync::Arc;
+
+use weft_store::Store;
+
+use crate::config::Settings;
+use crate::resources::ResourceStore;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub resources: Arc<dyn ResourceStore>,
+    pub settings: Arc<Settings>,
+}
+
+/// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

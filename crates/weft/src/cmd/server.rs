@@ -1,0 +1,131 @@
+//! `weft server` and `weft up`: start the server (and, for `up`, everything a laptop needs).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use weft_server::config::{RawConfig, Settings};
+use weft_store::{Tenant, SUPERADMIN};
+
+/// The example catalog `weft up` loads on first start.
+pub const EXAMPLE_CATALOG: &str = include_str!("../../../../examples/catalog/catalog.json");
+
+/// The tenant `weft up` creates for people to work in.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Arguments of `weft server`. Each flag is also a TOML key in --config and a WEFT_* variable.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// TOML file with any of the keys below (data_dir, port, internal_port, bind, database, auth, ...).
+    #[arg(long, env = "WEFT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Directory for the embedded SQLite database and plugin resources [default: ./.weft].
+    #[arg(long, env = "WEFT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// External API port [default: 55054].
+    #[arg(long, env = "WEFT_PORT")]
+    port: Option<u16>,
+    /// Provisioner API port [default: 55055].
+    #[arg(long, env = "WEFT_INTERNAL_PORT")]
+    internal_port: Option<u16>,
+    /// Address to bind both listeners to [default: 127.0.0.1].
+    #[arg(long, env = "WEFT_BIND")]
+    bind: Option<String>,
+    /// sqlite://PATH or postgres://USER@HOST/DB [default: SQLite under --data-dir].
+    #[arg(long, env = "WEFT_DATABASE")]
+    database: Option<String>,
+    /// none (trust the Coopr-UserID/Coopr-TenantID headers) or apikey (require Coopr-ApiKey) [default: none].
+    #[arg(long, env = "WEFT_AUTH")]
+    auth: Option<String>,
+    /// Largest request body in bytes [default: 1048576].
+    #[arg(long, env = "WEFT_BODY_LIMIT")]
+    body_limit: Option<u64>,
+    /// Largest plugin resource upload in bytes [default: 104857600].
+    #[arg(long, env = "WEFT_RESOURCE_BODY_LIMIT")]
+    resource_body_limit: Option<u64>,
+}
+
+impl ServerArgs {
+    /// Flags and environment over the config file over defaults.
+    pub fn settings(self) -> anyhow::Result<Settings> {
+        let file = match &self.config {
+            Some(p) => RawConfig::from_file(p)?,
+            None => RawConfig::default(),
+        };
+        let flags = RawConfig {
+            data_dir: self.data_dir,
+            port: self.port,
+            internal_port: self.internal_port,
+            bind: self.bind,
+            database: self.database,
+            auth: self.auth,
+            body_limit: self.body_limit,
+            resource_body_limit: self.resource_body_limit,
+        };
+        Ok(file.overlay(flags).resolve()?)
+    }
+}
+
+/// Arguments of `weft up`.
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Where weft keeps its data [default: ./.weft].
+    #[arg(long, env = "WEFT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// External API port [default: 55054].
+    #[arg(long, env = "WEFT_PORT")]
+    port: Option<u16>,
+    /// Provisioner API port [default: 55055].
+    #[arg(long, env = "WEFT_INTERNAL_PORT")]
+    internal_port: Option<u16>,
+}
+
+pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
+    let settings = args.settings()?;
+    runtime()?.block_on(async {
+        let app = weft_server::build(settings).await?;
+        weft_server::serve(app).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let settings = RawConfig {
+        data_dir: args.data_dir,
+        port: args.port,
+        internal_port: args.internal_port,
+        bind: Some("127.0.0.1".into()),
+        auth: Some("none".into()),
+        ..Default::default()
+    }
+    .resolve()?;
+    runtime()?.block_on(async {
+        let app = weft_server::build(settings.clone()).await?;
+        let store = app.state.store.clone();
+        let first = weft_server::seed_catalog(store.as_ref(), SUPERADMIN, EXAMPLE_CATALOG).await?;
+        if store.tenant_by_name(DEFAULT_TENANT).await?.is_none() {
+            let spec = weft_model::TenantSpecification {
+                name: DEFAULT_TENANT.into(),
+                description: Some("the tenant weft up makes for you".into()),
+                workers: 0,
+                max_clusters: weft_model::UNBOUNDED,
+                max_nodes: weft_model::UNBOUNDED,
+            };
+            let tenant = Tenant { id: uuid::Uuid::new_v4().to_string(), spec, create_time: 0 };
+            store.insert_tenant(&tenant).await?;
+            weft_server::seed_catalog(store.as_ref(), &tenant.id, EXAMPLE_CATALOG).await?;
+        }
+        let api = format!("http://{}:{}", settings.bind, settings.port);
+        println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
+        println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
+        println!("  provisioners http://{}:{}", settings.bind, settings.internal_port);
+        println!("  web UI       {api}/   (not built yet: the UI issue adds it)");
+        println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' {api}/v2/clustertemplates");
+        weft_server::serve(app).await.context("serving")?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
