@@ -11,7 +11,9 @@ use crate::lenient;
 
 /// The kinds of versioned entity the store keeps. The first six are per tenant; the plugin types are
 /// global (kept under the `superadmin` tenant).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum EntityKind {
     #[serde(rename = "providers")]
@@ -108,11 +110,23 @@ pub struct NameRef {
 pub struct Provider {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub icon: Option<String>,
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
@@ -129,11 +143,23 @@ pub struct Provider {
 pub struct MachineType {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub icon: Option<String>,
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
@@ -161,7 +187,9 @@ fn provider_map<'de, D: serde::Deserializer<'de>>(
 }
 
 /// Lifecycle actions. Lower-case on the wire for services (`install`), upper-case in tasks and plans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ProvisionerAction {
     Create,
@@ -224,7 +252,10 @@ impl ProvisionerAction {
 
     /// Runtime actions, ordered by runtime dependencies: INITIALIZE, START, STOP.
     pub fn is_runtime(self) -> bool {
-        matches!(self, ProvisionerAction::Initialize | ProvisionerAction::Start | ProvisionerAction::Stop)
+        matches!(
+            self,
+            ProvisionerAction::Initialize | ProvisionerAction::Start | ProvisionerAction::Stop
+        )
     }
 }
 
@@ -276,7 +307,9 @@ fn actions_map<'de, D: serde::Deserializer<'de>>(
     Ok(Option::<BTreeMap<ProvisionerAction, ServiceAction>>::deserialize(d)?.unwrap_or_default())
 }
 
-fn service_provisioner<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceProvisioner, D::Error> {
+fn service_provisioner<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<ServiceProvisioner, D::Error> {
     Ok(Option::<ServiceProvisioner>::deserialize(d)?.unwrap_or_default())
 }
 
@@ -289,11 +322,23 @@ fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDepende
 pub struct Service {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub icon: Option<String>,
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
@@ -344,7 +389,11 @@ struct RawDefaults {
     hardwaretype: Option<String>,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     imagetype: Option<String>,
-    #[serde(rename = "dnsSuffix", default, deserialize_with = "lenient::opt_string")]
+    #[serde(
+        rename = "dnsSuffix",
+        default,
+        deserialize_with = "lenient::opt_string"
+    )]
     dns_suffix: Option<String>,
     #[serde(default, deserialize_with = "lenient::object")]
     config: Map<String, Value>,
@@ -362,14 +411,20 @@ impl TryFrom<RawDefaults> for ClusterDefaults {
                 Value::Object(mut o) => {
                     let name = match o.remove("name") {
                         Some(Value::String(n)) => n,
-                        _ => return Err(format!("services[{i}]: a service object needs a \"name\"")),
+                        _ => {
+                            return Err(format!("services[{i}]: a service object needs a \"name\""))
+                        }
                     };
                     if let Some(c) = o.remove("config").filter(|c| !c.is_null()) {
                         config.insert(name.clone(), c);
                     }
                     services.push(name);
                 }
-                other => return Err(format!("services[{i}]: expected a name or an object, got {other}")),
+                other => {
+                    return Err(format!(
+                        "services[{i}]: expected a name or an object, got {other}"
+                    ))
+                }
             }
         }
         let blank = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
@@ -395,7 +450,10 @@ pub struct SizeConstraint {
 
 impl Default for SizeConstraint {
     fn default() -> Self {
-        SizeConstraint { min: 1, max: crate::UNBOUNDED }
+        SizeConstraint {
+            min: 1,
+            max: crate::UNBOUNDED,
+        }
     }
 }
 
@@ -429,7 +487,10 @@ pub struct Quantities {
 
 impl Default for Quantities {
     fn default() -> Self {
-        Quantities { min: 0, max: crate::UNBOUNDED }
+        Quantities {
+            min: 0,
+            max: crate::UNBOUNDED,
+        }
     }
 }
 
@@ -516,11 +577,23 @@ fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D:
 pub struct ClusterTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub icon: Option<String>,
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
@@ -545,11 +618,23 @@ pub struct ClusterTemplate {
 pub struct PartialTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub icon: Option<String>,
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
@@ -598,8 +683,17 @@ mod tests {
         let t: ClusterTemplate = lenient::parse_as(body, "a cluster template").unwrap();
         assert_eq!(t.defaults.services, vec!["a", "b"]);
         assert_eq!(t.defaults.config["b"]["x"], 1);
-        assert_eq!(t.constraints.size, SizeConstraint { min: 2, max: crate::UNBOUNDED });
-        assert_eq!(t.constraints.services["a"].quantities, Quantities { min: 1, max: 1 });
+        assert_eq!(
+            t.constraints.size,
+            SizeConstraint {
+                min: 2,
+                max: crate::UNBOUNDED
+            }
+        );
+        assert_eq!(
+            t.constraints.services["a"].quantities,
+            Quantities { min: 1, max: 1 }
+        );
         assert_eq!(t.administration.leaseduration.initial, 3_600_000);
         let out = serde_json::to_value(&t).unwrap();
         assert_eq!(out["compatibility"]["services"], serde_json::json!([]));
@@ -617,8 +711,11 @@ mod tests {
 
     #[test]
     fn wrong_types_name_the_field() {
-        let e = lenient::parse_as::<ClusterTemplate>(br#"{"name":"t","constraints":{"size":{"min":"x"}}}"#, "t")
-            .unwrap_err();
+        let e = lenient::parse_as::<ClusterTemplate>(
+            br#"{"name":"t","constraints":{"size":{"min":"x"}}}"#,
+            "t",
+        )
+        .unwrap_err();
         assert_eq!(e.field(), Some("constraints.size.min"), "{e}");
     }
 }

@@ -13,7 +13,10 @@ pub enum ModelError {
 
 impl ModelError {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ModelError::Invalid { field: field.into(), message: message.into() }
+        ModelError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     /// The field at fault, when there is one.

@@ -22,7 +22,9 @@ pub fn parse(body: &[u8]) -> Result<Value, ModelError> {
     }
     // The JSON5 parser recurses without a limit; refuse deep nesting before it can exhaust the stack.
     if nesting_depth(text) > MAX_DEPTH {
-        return Err(ModelError::Malformed(format!("JSON is nested more than {MAX_DEPTH} levels deep")));
+        return Err(ModelError::Malformed(format!(
+            "JSON is nested more than {MAX_DEPTH} levels deep"
+        )));
     }
     json5::from_str::<Value>(text).map_err(|e| ModelError::Malformed(describe_json5_error(&e)))
 }
@@ -68,7 +70,10 @@ fn describe_json5_error(e: &json5::Error) -> String {
         .unwrap_or(msg.as_str())
         .to_string();
     match location {
-        Some(l) => format!("malformed JSON at line {} column {}: {}", l.line, l.column, what),
+        Some(l) => format!(
+            "malformed JSON at line {} column {}: {}",
+            l.line, l.column, what
+        ),
         None => format!("malformed JSON: {what}"),
     }
 }
@@ -77,7 +82,10 @@ fn describe_json5_error(e: &json5::Error) -> String {
 pub fn parse_as<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ModelError> {
     let v = parse(body)?;
     if v.is_null() {
-        return Err(ModelError::invalid("", format!("request body is empty: expected {what}")));
+        return Err(ModelError::invalid(
+            "",
+            format!("request body is empty: expected {what}"),
+        ));
     }
     from_value(v)
 }
@@ -101,10 +109,15 @@ fn to_u64<E: serde::de::Error>(v: &Value) -> Result<Option<u64>, E> {
         Value::Number(n) => {
             if let Some(u) = n.as_u64() {
                 Ok(Some(u))
-            } else if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19) {
+            } else if let Some(f) = n
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19)
+            {
                 Ok(Some(f as u64))
             } else {
-                Err(E::custom(format!("expected a non-negative integer, got {n}")))
+                Err(E::custom(format!(
+                    "expected a non-negative integer, got {n}"
+                )))
             }
         }
         Value::String(s) => s
@@ -112,7 +125,10 @@ fn to_u64<E: serde::de::Error>(v: &Value) -> Result<Option<u64>, E> {
             .parse::<u64>()
             .map(Some)
             .map_err(|_| E::custom(format!("expected a non-negative integer, got \"{s}\""))),
-        other => Err(E::custom(format!("expected a non-negative integer, got {}", kind(other)))),
+        other => Err(E::custom(format!(
+            "expected a non-negative integer, got {}",
+            kind(other)
+        ))),
     }
 }
 
@@ -121,7 +137,11 @@ fn to_i64<E: serde::de::Error>(v: &Value) -> Result<Option<i64>, E> {
         Value::Null => Ok(None),
         Value::Number(n) => n
             .as_i64()
-            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64))
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
+                    .map(|f| f as i64)
+            })
             .map(Some)
             .ok_or_else(|| E::custom(format!("expected an integer, got {n}"))),
         Value::String(s) => s
@@ -129,7 +149,10 @@ fn to_i64<E: serde::de::Error>(v: &Value) -> Result<Option<i64>, E> {
             .parse::<i64>()
             .map(Some)
             .map_err(|_| E::custom(format!("expected an integer, got \"{s}\""))),
-        other => Err(E::custom(format!("expected an integer, got {}", kind(other)))),
+        other => Err(E::custom(format!(
+            "expected an integer, got {}",
+            kind(other)
+        ))),
     }
 }
 
@@ -139,7 +162,10 @@ fn to_bool<E: serde::de::Error>(v: &Value) -> Result<Option<bool>, E> {
         Value::Bool(b) => Ok(Some(*b)),
         Value::String(s) if s.eq_ignore_ascii_case("true") => Ok(Some(true)),
         Value::String(s) if s.eq_ignore_ascii_case("false") => Ok(Some(false)),
-        other => Err(E::custom(format!("expected a boolean, got {}", kind_or_value(other)))),
+        other => Err(E::custom(format!(
+            "expected a boolean, got {}",
+            kind_or_value(other)
+        ))),
     }
 }
 
@@ -229,7 +255,10 @@ fn opt_string_inner<E: serde::de::Error>(v: Value) -> Result<Option<String>, E> 
         Value::String(s) => Ok(Some(s)),
         Value::Number(n) => Ok(Some(n.to_string())),
         Value::Bool(b) => Ok(Some(b.to_string())),
-        other => Err(E::custom(format!("expected a string, got {}", kind(&other)))),
+        other => Err(E::custom(format!(
+            "expected a string, got {}",
+            kind(&other)
+        ))),
     }
 }
 
@@ -243,17 +272,19 @@ pub fn string_map<'de, D: Deserializer<'de>>(
         Value::Null => {}
         Value::Object(m) => {
             for (k, v) in m {
-                match opt_string_inner::<D::Error>(v)
+                if let Some(s) = opt_string_inner::<D::Error>(v)
                     .map_err(|e| D::Error::custom(format!("{k}: {e}")))?
                 {
-                    Some(s) => {
-                        out.insert(k, s);
-                    }
-                    None => {}
+                    out.insert(k, s);
                 }
             }
         }
-        other => return Err(D::Error::custom(format!("expected an object, got {}", kind(&other)))),
+        other => {
+            return Err(D::Error::custom(format!(
+                "expected an object, got {}",
+                kind(&other)
+            )))
+        }
     }
     Ok(out)
 }
@@ -263,7 +294,10 @@ pub fn object<'de, D: Deserializer<'de>>(d: D) -> Result<serde_json::Map<String,
     match Value::deserialize(d)? {
         Value::Null => Ok(serde_json::Map::new()),
         Value::Object(m) => Ok(m),
-        other => Err(D::Error::custom(format!("expected an object, got {}", kind(&other)))),
+        other => Err(D::Error::custom(format!(
+            "expected an object, got {}",
+            kind(&other)
+        ))),
     }
 }
 
@@ -278,9 +312,14 @@ where
         Value::Array(a) => a
             .into_iter()
             .enumerate()
-            .map(|(i, v)| serde_json::from_value(v).map_err(|e| D::Error::custom(format!("[{i}]: {e}"))))
+            .map(|(i, v)| {
+                serde_json::from_value(v).map_err(|e| D::Error::custom(format!("[{i}]: {e}")))
+            })
             .collect(),
-        other => Err(D::Error::custom(format!("expected an array, got {}", kind(&other)))),
+        other => Err(D::Error::custom(format!(
+            "expected an array, got {}",
+            kind(&other)
+        ))),
     }
 }
 
@@ -297,7 +336,10 @@ pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
                     .ok_or_else(|| D::Error::custom(format!("[{i}]: expected a string, got null")))
             })
             .collect(),
-        other => Err(D::Error::custom(format!("expected an array of strings, got {}", kind(&other)))),
+        other => Err(D::Error::custom(format!(
+            "expected an array of strings, got {}",
+            kind(&other)
+        ))),
     }
 }
 
@@ -314,7 +356,11 @@ pub fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 /// Parses `"1500"`, `"30s"`, `"10m"`, `"48h"` or `"7d"` into milliseconds.
 pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let bad = || format!("invalid duration \"{s}\": expected milliseconds or a number with suffix s, m, h or d");
+    let bad = || {
+        format!(
+            "invalid duration \"{s}\": expected milliseconds or a number with suffix s, m, h or d"
+        )
+    };
     let (digits, mult) = match t.char_indices().last() {
         Some((i, 's')) => (&t[..i], 1_000u64),
         Some((i, 'm')) => (&t[..i], 60_000),
@@ -350,7 +396,10 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(parse(deep.as_bytes()).is_err());
         let deep5 = format!("{{a:{}1{}}}", "['x',".repeat(50_000), "]".repeat(50_000));
-        assert!(parse(deep5.as_bytes()).unwrap_err().to_string().contains("nested"));
+        assert!(parse(deep5.as_bytes())
+            .unwrap_err()
+            .to_string()
+            .contains("nested"));
     }
 
     #[test]

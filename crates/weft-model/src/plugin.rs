@@ -9,7 +9,9 @@ use utoipa::ToSchema;
 use crate::lenient;
 
 /// `admin` or `user`: who fills a plugin field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ParameterType {
     Admin,
@@ -23,7 +25,11 @@ pub struct FieldSchema {
     pub label: String,
     #[serde(rename = "type", default, deserialize_with = "lenient::string")]
     pub field_type: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub tip: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -46,7 +52,9 @@ pub struct ParamSpec {
     pub required: Vec<BTreeSet<String>>,
 }
 
-fn fields<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, FieldSchema>, D::Error> {
+fn fields<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, FieldSchema>, D::Error> {
     Ok(Option::<BTreeMap<String, FieldSchema>>::deserialize(d)?.unwrap_or_default())
 }
 
@@ -62,7 +70,11 @@ pub enum ResourceFormat {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ResourceTypeSpec {
     pub format: ResourceFormat,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub permissions: Option<String>,
 }
 
@@ -71,15 +83,31 @@ pub struct ResourceTypeSpec {
 pub struct PluginType {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub icon: Option<String>,
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub classname: Option<String>,
     #[serde(default, deserialize_with = "parameters")]
     pub parameters: BTreeMap<ParameterType, ParamSpec>,

@@ -67,10 +67,16 @@ pub fn resolve_template(
 ) -> Result<ClusterTemplate, ModelError> {
     let out = merge_template(own, parent, partials)?;
     if out.defaults.services.is_empty() {
-        return Err(ModelError::invalid("defaults.services", "default services must be specified"));
+        return Err(ModelError::invalid(
+            "defaults.services",
+            "default services must be specified",
+        ));
     }
     if out.defaults.provider.is_none() {
-        return Err(ModelError::invalid("defaults.provider", "default provider must be specified"));
+        return Err(ModelError::invalid(
+            "defaults.provider",
+            "default provider must be specified",
+        ));
     }
     crate::Validate::validate(&out)?;
     Ok(out)
@@ -135,14 +141,18 @@ mod tests {
 
     #[test]
     fn parent_partials_and_own_merge_in_order() {
-        let parent = tpl(json!({"name":"base","defaults":{"services":["a"],"provider":"p1","config":{"k":1}},
-            "constraints":{"size":{"min":2,"max":9},"layout":{"cantcoexist":[["a","b"]]}}}));
+        let parent = tpl(
+            json!({"name":"base","defaults":{"services":["a"],"provider":"p1","config":{"k":1}},
+            "constraints":{"size":{"min":2,"max":9},"layout":{"cantcoexist":[["a","b"]]}}}),
+        );
         let partial: PartialTemplate =
             serde_json::from_value(json!({"name":"part","immutable":true,"defaults":{"services":["c"],"config":{"lock":true}}}))
                 .unwrap();
-        let own = tpl(json!({"name":"child","extends":{"name":"base"},"includes":[{"name":"part"}],
-            "defaults":{"services":["b"],"provider":"p2"}}));
-        let r = resolve_template(&own, Some(&parent), &[partial.clone()]).unwrap();
+        let own = tpl(
+            json!({"name":"child","extends":{"name":"base"},"includes":[{"name":"part"}],
+            "defaults":{"services":["b"],"provider":"p2"}}),
+        );
+        let r = resolve_template(&own, Some(&parent), std::slice::from_ref(&partial)).unwrap();
         assert_eq!(r.defaults.services, vec!["a", "c", "b"]);
         assert_eq!(r.defaults.provider.as_deref(), Some("p2"));
         assert_eq!(r.constraints.size.max, 9);
@@ -150,14 +160,21 @@ mod tests {
         assert_eq!(r.name, "child");
         assert!(r.extends.is_none() && r.includes.is_empty());
 
-        let over = tpl(json!({"name":"x","defaults":{"services":["b"],"provider":"p","config":{"lock":false}}}));
+        let over = tpl(
+            json!({"name":"x","defaults":{"services":["b"],"provider":"p","config":{"lock":false}}}),
+        );
         let e = resolve_template(&over, None, &[partial]).unwrap_err();
         assert_eq!(e.to_string(), "lock can't be overridden due immutability.");
     }
 
     #[test]
     fn needs_services_and_provider() {
-        let e = resolve_template(&tpl(json!({"name":"t","defaults":{"services":["a"]}})), None, &[]).unwrap_err();
+        let e = resolve_template(
+            &tpl(json!({"name":"t","defaults":{"services":["a"]}})),
+            None,
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.to_string(), "default provider must be specified");
     }
 }

@@ -12,13 +12,25 @@ use crate::lenient;
 pub struct TenantSpecification {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient::opt_string")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub description: Option<String>,
     #[serde(default, deserialize_with = "lenient::u32")]
     pub workers: u32,
-    #[serde(rename = "maxClusters", default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
+    #[serde(
+        rename = "maxClusters",
+        default = "unbounded",
+        deserialize_with = "lenient::u64_or_unbounded"
+    )]
     pub max_clusters: u64,
-    #[serde(rename = "maxNodes", default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
+    #[serde(
+        rename = "maxNodes",
+        default = "unbounded",
+        deserialize_with = "lenient::u64_or_unbounded"
+    )]
     pub max_nodes: u64,
 }
 
@@ -63,7 +75,11 @@ pub struct ProvisionerRegistration {
     pub host: Option<String>,
     #[serde(default, deserialize_with = "lenient::opt_i64")]
     pub port: Option<i64>,
-    #[serde(rename = "capacityTotal", default, deserialize_with = "lenient::opt_i64")]
+    #[serde(
+        rename = "capacityTotal",
+        default,
+        deserialize_with = "lenient::opt_i64"
+    )]
     pub capacity_total: Option<i64>,
 }
 

@@ -1,22 +1,34 @@
 //! Validation rules that need no store: names, sizes, leases, plugin specs.
 
 use crate::{
-    ClusterTemplate, MachineType, ModelError, PartialTemplate, PluginType, Provider, ResourceFormat,
-    Service, TenantSpecification,
+    ClusterTemplate, MachineType, ModelError, PartialTemplate, PluginType, Provider,
+    ResourceFormat, Service, TenantSpecification,
 };
 
 /// Checks an entity name: 1..255 characters of `[A-Za-z0-9_.-]`.
 pub fn validate_name(field: &str, name: &str) -> Result<(), ModelError> {
     if name.is_empty() {
-        return Err(ModelError::invalid(field, format!("{field} must be specified")));
+        return Err(ModelError::invalid(
+            field,
+            format!("{field} must be specified"),
+        ));
     }
     if name == "." || name == ".." {
-        return Err(ModelError::invalid(field, format!("{field} may not be \"{name}\"")));
+        return Err(ModelError::invalid(
+            field,
+            format!("{field} may not be \"{name}\""),
+        ));
     }
     if name.len() > 255 {
-        return Err(ModelError::invalid(field, format!("{field} must be at most 255 characters")));
+        return Err(ModelError::invalid(
+            field,
+            format!("{field} must be at most 255 characters"),
+        ));
     }
-    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))) {
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
         return Err(ModelError::invalid(
             field,
             format!("{field} \"{name}\" contains '{c}': only letters, digits, '_', '.' and '-' are allowed"),
@@ -34,7 +46,10 @@ impl Validate for Provider {
     fn validate(&self) -> Result<(), ModelError> {
         validate_name("name", &self.name)?;
         if self.providertype.trim().is_empty() {
-            return Err(ModelError::invalid("providertype", "providertype must be specified"));
+            return Err(ModelError::invalid(
+                "providertype",
+                "providertype must be specified",
+            ));
         }
         Ok(())
     }
@@ -51,8 +66,14 @@ impl Validate for Service {
         validate_name("name", &self.name)?;
         for (action, spec) in &self.provisioner.actions {
             if spec.automator.trim().is_empty() {
-                let field = format!("provisioner.actions.{}.type", action.upper().to_ascii_lowercase());
-                return Err(ModelError::invalid(&field, format!("{field} must name an automator type")));
+                let field = format!(
+                    "provisioner.actions.{}.type",
+                    action.upper().to_ascii_lowercase()
+                );
+                return Err(ModelError::invalid(
+                    &field,
+                    format!("{field} must name an automator type"),
+                ));
             }
         }
         Ok(())
@@ -68,12 +89,18 @@ fn validate_template_parts(
     validate_name("name", name)?;
     let size = &constraints.size;
     if size.min < 1 {
-        return Err(ModelError::invalid("constraints.size.min", "constraints.size.min must be at least 1"));
+        return Err(ModelError::invalid(
+            "constraints.size.min",
+            "constraints.size.min must be at least 1",
+        ));
     }
     if size.max < size.min {
         return Err(ModelError::invalid(
             "constraints.size.max",
-            format!("constraints.size.max ({}) must not be below constraints.size.min ({})", size.max, size.min),
+            format!(
+                "constraints.size.max ({}) must not be below constraints.size.min ({})",
+                size.max, size.min
+            ),
         ));
     }
     for (svc, c) in &constraints.services {
@@ -81,7 +108,10 @@ fn validate_template_parts(
             let field = format!("constraints.services.{svc}.quantities");
             return Err(ModelError::invalid(
                 &field,
-                format!("{field}: max ({}) must not be below min ({})", c.quantities.max, c.quantities.min),
+                format!(
+                    "{field}: max ({}) must not be below min ({})",
+                    c.quantities.max, c.quantities.min
+                ),
             ));
         }
     }
@@ -90,7 +120,9 @@ fn validate_template_parts(
     if initial_over_max {
         return Err(ModelError::invalid(
             "administration.leaseduration.initial",
-            format!("Initial lease duration cannot be more than max lease duration for template {name}"),
+            format!(
+                "Initial lease duration cannot be more than max lease duration for template {name}"
+            ),
         ));
     }
     if let Some(s) = dns_suffix {
@@ -113,7 +145,10 @@ pub fn validate_dns_suffix(field: &str, s: &str) -> Result<(), ModelError> {
     if ok {
         Ok(())
     } else {
-        Err(ModelError::invalid(field, format!("{field} \"{s}\" is not a valid DNS suffix")))
+        Err(ModelError::invalid(
+            field,
+            format!("{field} \"{s}\" is not a valid DNS suffix"),
+        ))
     }
 }
 
@@ -143,11 +178,18 @@ impl Validate for PluginType {
     fn validate(&self) -> Result<(), ModelError> {
         validate_name("name", &self.name)?;
         for (ptype, spec) in &self.parameters {
-            let which = if *ptype == crate::ParameterType::Admin { "admin" } else { "user" };
+            let which = if *ptype == crate::ParameterType::Admin {
+                "admin"
+            } else {
+                "user"
+            };
             for (fname, f) in &spec.fields {
                 if f.label.is_empty() || f.field_type.is_empty() {
                     let field = format!("parameters.{which}.fields.{fname}");
-                    return Err(ModelError::invalid(&field, format!("{field} needs a label and a type")));
+                    return Err(ModelError::invalid(
+                        &field,
+                        format!("{field} needs a label and a type"),
+                    ));
                 }
             }
             for set in &spec.required {
@@ -165,11 +207,17 @@ impl Validate for PluginType {
             if let Some(p) = &r.permissions {
                 let field = format!("resourceTypes.{rname}.permissions");
                 if r.format != ResourceFormat::File {
-                    return Err(ModelError::invalid(&field, format!("{field} is allowed only with format file")));
+                    return Err(ModelError::invalid(
+                        &field,
+                        format!("{field} is allowed only with format file"),
+                    ));
                 }
                 let ok = (3..=4).contains(&p.len()) && p.chars().all(|c| ('0'..='7').contains(&c));
                 if !ok {
-                    return Err(ModelError::invalid(&field, format!("{field} must be 3 or 4 octal digits")));
+                    return Err(ModelError::invalid(
+                        &field,
+                        format!("{field} must be 3 or 4 octal digits"),
+                    ));
                 }
             }
         }
@@ -191,16 +239,26 @@ mod tests {
     fn names() {
         assert!(validate_name("name", "hadoop.example-1_x").is_ok());
         assert!(validate_name("name", "").is_err());
-        assert!(validate_name("name", "a b").unwrap_err().to_string().contains("' '"));
+        assert!(validate_name("name", "a b")
+            .unwrap_err()
+            .to_string()
+            .contains("' '"));
         assert!(validate_name("name", &"a".repeat(256)).is_err());
     }
 
     #[test]
     fn lease_rules() {
-        let mut t = ClusterTemplate { name: "t".into(), ..Default::default() };
+        let mut t = ClusterTemplate {
+            name: "t".into(),
+            ..Default::default()
+        };
         t.administration.leaseduration.initial = 10;
         t.administration.leaseduration.max = 5;
-        assert!(t.validate().unwrap_err().to_string().starts_with("Initial lease duration cannot be more"));
+        assert!(t
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("Initial lease duration cannot be more"));
         t.administration.leaseduration.max = 0;
         assert!(t.validate().is_ok());
         t.administration.leaseduration.initial = 0;

@@ -39,7 +39,11 @@ impl Body {
             Body::Json(n) => ("application/json", reference(n)),
             Body::Array(n) => (
                 "application/json",
-                RefOr::T(Schema::Array(utoipa::openapi::schema::ArrayBuilder::new().items(reference(n)).build())),
+                RefOr::T(Schema::Array(
+                    utoipa::openapi::schema::ArrayBuilder::new()
+                        .items(reference(n))
+                        .build(),
+                )),
             ),
             Body::MapOf(n) => (
                 "application/json",
@@ -50,15 +54,28 @@ impl Body {
                         .build(),
                 )),
             ),
-            Body::AnyJson => {
-                ("application/json", RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::Object).build())))
-            }
-            Body::Text => ("text/plain", RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::String).build()))),
+            Body::AnyJson => (
+                "application/json",
+                RefOr::T(Schema::Object(
+                    ObjectBuilder::new().schema_type(Type::Object).build(),
+                )),
+            ),
+            Body::Text => (
+                "text/plain",
+                RefOr::T(Schema::Object(
+                    ObjectBuilder::new().schema_type(Type::String).build(),
+                )),
+            ),
             Body::Bytes => (
                 "application/octet-stream",
-                RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::String).format(Some(
-                    utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Binary),
-                )).build())),
+                RefOr::T(Schema::Object(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                            utoipa::openapi::KnownFormat::Binary,
+                        )))
+                        .build(),
+                )),
             ),
         }
     }
@@ -76,7 +93,13 @@ pub struct Op {
 
 /// Starts documenting an operation.
 pub fn op(tag: impl Into<String>, summary: impl Into<String>) -> Op {
-    Op { summary: summary.into(), tag: tag.into(), request: None, responses: Vec::new(), query: Vec::new() }
+    Op {
+        summary: summary.into(),
+        tag: tag.into(),
+        request: None,
+        responses: Vec::new(),
+        query: Vec::new(),
+    }
 }
 
 impl Op {
@@ -114,7 +137,11 @@ pub struct Api {
 
 impl Api {
     pub fn new(tag_suffix: &'static str) -> Self {
-        Api { router: Router::new(), paths: BTreeMap::new(), tag_suffix }
+        Api {
+            router: Router::new(),
+            paths: BTreeMap::new(),
+            tag_suffix,
+        }
     }
 
     pub fn route<H, T>(mut self, method: MethodFilter, path: &str, handler: H, doc: Op) -> Self
@@ -129,7 +156,9 @@ impl Api {
 
     fn document(&mut self, method: MethodFilter, path: &str, doc: Op) {
         let tag = format!("{}{}", doc.tag, self.tag_suffix);
-        let mut b = OperationBuilder::new().summary(Some(doc.summary.clone())).tag(tag);
+        let mut b = OperationBuilder::new()
+            .summary(Some(doc.summary.clone()))
+            .tag(tag);
         for seg in path.split('/') {
             if let Some(name) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
                 b = b.parameter(
@@ -137,7 +166,9 @@ impl Api {
                         .name(name)
                         .parameter_in(ParameterIn::Path)
                         .required(utoipa::openapi::Required::True)
-                        .schema(Some(Schema::Object(ObjectBuilder::new().schema_type(Type::String).build()))),
+                        .schema(Some(Schema::Object(
+                            ObjectBuilder::new().schema_type(Type::String).build(),
+                        ))),
                 );
             }
         }
@@ -148,13 +179,17 @@ impl Api {
                     .description(Some(*desc))
                     .parameter_in(ParameterIn::Query)
                     .required(utoipa::openapi::Required::False)
-                    .schema(Some(Schema::Object(ObjectBuilder::new().schema_type(Type::String).build()))),
+                    .schema(Some(Schema::Object(
+                        ObjectBuilder::new().schema_type(Type::String).build(),
+                    ))),
             );
         }
         if let Some(body) = doc.request {
             let (mime, schema) = body.content();
             b = b.request_body(Some(
-                RequestBodyBuilder::new().content(mime, ContentBuilder::new().schema(Some(schema)).build()).build(),
+                RequestBodyBuilder::new()
+                    .content(mime, ContentBuilder::new().schema(Some(schema)).build())
+                    .build(),
             ));
         }
         for (code, desc, body) in doc.responses {

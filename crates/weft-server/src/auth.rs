@@ -42,7 +42,10 @@ impl Identity {
         if self.is_admin() {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!("user {} is not an admin of tenant {}", self.user, self.tenant.spec.name)))
+            Err(ApiError::Forbidden(format!(
+                "user {} is not an admin of tenant {}",
+                self.user, self.tenant.spec.name
+            )))
         }
     }
 
@@ -82,14 +85,20 @@ fn header<'a>(parts: &'a Parts, name: &str) -> ApiResult<Option<&'a str>> {
 impl FromRequestParts<AppState> for Identity {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let user = header(parts, USER_HEADER)?;
         let tenant_name = header(parts, TENANT_HEADER)?;
         match state.settings.auth {
             AuthMode::None => {
-                let user = user.ok_or_else(|| ApiError::Unauthorized("Coopr-UserID not found in request headers.".into()))?;
-                let tenant_name = tenant_name
-                    .ok_or_else(|| ApiError::Unauthorized("Coopr-TenantID not found in request headers.".into()))?;
+                let user = user.ok_or_else(|| {
+                    ApiError::Unauthorized("Coopr-UserID not found in request headers.".into())
+                })?;
+                let tenant_name = tenant_name.ok_or_else(|| {
+                    ApiError::Unauthorized("Coopr-TenantID not found in request headers.".into())
+                })?;
                 let tenant = state
                     .store
                     .tenant_by_name(tenant_name)
@@ -100,11 +109,16 @@ impl FromRequestParts<AppState> for Identity {
                     ("admin", _) => Role::Admin,
                     _ => Role::User,
                 };
-                Ok(Identity { tenant, user: user.to_string(), role })
+                Ok(Identity {
+                    tenant,
+                    user: user.to_string(),
+                    role,
+                })
             }
             AuthMode::ApiKey => {
-                let key = header(parts, APIKEY_HEADER)?
-                    .ok_or_else(|| ApiError::Unauthorized("Coopr-ApiKey not found in request headers.".into()))?;
+                let key = header(parts, APIKEY_HEADER)?.ok_or_else(|| {
+                    ApiError::Unauthorized("Coopr-ApiKey not found in request headers.".into())
+                })?;
                 let record = state
                     .store
                     .api_key_by_hash(&hash_key(key))
@@ -114,19 +128,31 @@ impl FromRequestParts<AppState> for Identity {
                     .store
                     .tenant_by_id(&record.tenant_id)
                     .await?
-                    .ok_or_else(|| ApiError::Unauthorized("invalid API key: its tenant no longer exists".into()))?;
+                    .ok_or_else(|| {
+                        ApiError::Unauthorized(
+                            "invalid API key: its tenant no longer exists".into(),
+                        )
+                    })?;
                 if let Some(t) = tenant_name.filter(|t| *t != tenant.spec.name) {
-                    return Err(ApiError::Unauthorized(format!("API key does not belong to tenant {t}")));
+                    return Err(ApiError::Unauthorized(format!(
+                        "API key does not belong to tenant {t}"
+                    )));
                 }
                 if let Some(u) = user.filter(|u| *u != record.user) {
-                    return Err(ApiError::Unauthorized(format!("API key does not belong to user {u}")));
+                    return Err(ApiError::Unauthorized(format!(
+                        "API key does not belong to user {u}"
+                    )));
                 }
                 let role = match (record.admin, tenant.id.as_str()) {
                     (true, SUPERADMIN) => Role::SuperAdmin,
                     (true, _) => Role::Admin,
                     _ => Role::User,
                 };
-                Ok(Identity { tenant, user: record.user, role })
+                Ok(Identity {
+                    tenant,
+                    user: record.user,
+                    role,
+                })
             }
         }
     }

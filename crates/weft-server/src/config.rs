@@ -76,11 +76,21 @@ pub struct Settings {
 impl RawConfig {
     /// Reads a TOML file. Unknown keys and wrong types are errors naming the key.
     pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::File { path: path.to_owned(), message: e.to_string() })?;
-        toml::from_str(&text).map_err(|e| ConfigError::File {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
             path: path.to_owned(),
-            message: e.message().to_string() + &e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default(),
+            message: e.to_string(),
+        })?;
+        serde_path_to_error::deserialize(toml::Deserializer::new(&text)).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let message = match key.as_str() {
+                "." | "" => inner.message().to_string(),
+                _ => format!("key `{key}`: {}", inner.message()),
+            };
+            ConfigError::File {
+                path: path.to_owned(),
+                message,
+            }
         })
     }
 
@@ -115,7 +125,13 @@ impl RawConfig {
             });
         }
         let database_url = match self.database {
-            Some(d) if d.starts_with("sqlite:") || d.starts_with("postgres://") || d.starts_with("postgresql://") => d,
+            Some(d)
+                if d.starts_with("sqlite:")
+                    || d.starts_with("postgres://")
+                    || d.starts_with("postgresql://") =>
+            {
+                d
+            }
             Some(d) => {
                 return Err(ConfigError::Key {
                     key: "database",
@@ -128,16 +144,26 @@ impl RawConfig {
             None | Some("none") => AuthMode::None,
             Some("apikey") => AuthMode::ApiKey,
             Some(other) => {
-                return Err(ConfigError::Key { key: "auth", message: format!("\"{other}\" is not one of none, apikey") })
+                return Err(ConfigError::Key {
+                    key: "auth",
+                    message: format!("\"{other}\" is not one of none, apikey"),
+                })
             }
         };
-        let limit = |key: &'static str, v: Option<u64>, default: u64| -> Result<usize, ConfigError> {
-            let v = v.unwrap_or(default);
-            if v == 0 {
-                return Err(ConfigError::Key { key, message: "must be greater than 0".into() });
-            }
-            usize::try_from(v).map_err(|_| ConfigError::Key { key, message: "is too large".into() })
-        };
+        let limit =
+            |key: &'static str, v: Option<u64>, default: u64| -> Result<usize, ConfigError> {
+                let v = v.unwrap_or(default);
+                if v == 0 {
+                    return Err(ConfigError::Key {
+                        key,
+                        message: "must be greater than 0".into(),
+                    });
+                }
+                usize::try_from(v).map_err(|_| ConfigError::Key {
+                    key,
+                    message: "is too large".into(),
+                })
+            };
         Ok(Settings {
             body_limit: limit("body_limit", self.body_limit, 1 << 20)?,
             resource_body_limit: limit("resource_body_limit", self.resource_body_limit, 100 << 20)?,
@@ -160,14 +186,28 @@ mod tests {
         let s = RawConfig::default().resolve().unwrap();
         assert_eq!((s.port, s.internal_port), (55054, 55055));
         assert_eq!(s.auth, AuthMode::None);
-        assert!(s.database_url.ends_with(".weft/weft.db"), "{}", s.database_url);
+        assert!(
+            s.database_url.ends_with(".weft/weft.db"),
+            "{}",
+            s.database_url
+        );
     }
 
     #[test]
     fn bad_values_name_their_key() {
-        let e = RawConfig { auth: Some("magic".into()), ..Default::default() }.resolve().unwrap_err();
+        let e = RawConfig {
+            auth: Some("magic".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
         assert!(e.to_string().contains("`auth`"), "{e}");
-        let e = RawConfig { bind: Some("nowhere".into()), ..Default::default() }.resolve().unwrap_err();
+        let e = RawConfig {
+            bind: Some("nowhere".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
         assert!(e.to_string().contains("`bind`"), "{e}");
         let e: Result<RawConfig, _> = toml::from_str("port = \"x\"");
         assert!(e.unwrap_err().message().contains("invalid type"));
@@ -177,8 +217,15 @@ mod tests {
 
     #[test]
     fn later_sources_win() {
-        let file = RawConfig { port: Some(1), internal_port: Some(2), ..Default::default() };
-        let flags = RawConfig { port: Some(3), ..Default::default() };
+        let file = RawConfig {
+            port: Some(1),
+            internal_port: Some(2),
+            ..Default::default()
+        };
+        let flags = RawConfig {
+            port: Some(3),
+            ..Default::default()
+        };
         let s = file.overlay(flags).resolve().unwrap();
         assert_eq!((s.port, s.internal_port), (3, 2));
     }

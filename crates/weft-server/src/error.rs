@@ -76,12 +76,17 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         match self {
-            ApiError::MissingFields(body) => {
-                (status, axum::Json(serde_json::json!({ "missingFields": body }))).into_response()
-            }
+            ApiError::MissingFields(body) => (
+                status,
+                axum::Json(serde_json::json!({ "missingFields": body })),
+            )
+                .into_response(),
             ApiError::Internal(cause) => {
                 tracing::error!(%cause, "internal error");
-                text(status, "internal server error; the server log has the cause".into())
+                text(
+                    status,
+                    "internal server error; the server log has the cause".into(),
+                )
             }
             ApiError::Forbidden(m) if m.is_empty() => status.into_response(),
             other => text(status, other.to_string()),
@@ -91,7 +96,12 @@ impl IntoResponse for ApiError {
 
 /// A plain-text response, as Coopr writes errors.
 pub fn text(status: StatusCode, body: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -64,13 +64,21 @@ pub async fn build(settings: Settings) -> Result<App, ServerError> {
 /// Builds the app over an open store.
 pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let resources = Arc::new(LocalResourceStore::new(settings.data_dir.join("resources")));
-    let state = AppState { store, resources, settings: Arc::new(settings) };
+    let state = AppState {
+        store,
+        resources,
+        settings: Arc::new(settings),
+    };
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
     let internal = routes::internal();
     let external = finish(external.router, limit).with_state(state.clone());
     let internal = finish(internal.router, limit).with_state(state.clone());
-    App { external, internal, state }
+    App {
+        external,
+        internal,
+        state,
+    }
 }
 
 fn finish(router: Router<AppState>, limit: usize) -> Router<AppState> {
@@ -84,15 +92,28 @@ fn finish(router: Router<AppState>, limit: usize) -> Router<AppState> {
 }
 
 async fn status() -> Response {
-    ([(header::CONNECTION, "close"), (header::CONTENT_TYPE, "text/plain; charset=utf-8")], "OK\n").into_response()
+    (
+        [
+            (header::CONNECTION, "close"),
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+        ],
+        "OK\n",
+    )
+        .into_response()
 }
 
 async fn not_found(uri: Uri) -> Response {
-    text(StatusCode::NOT_FOUND, format!("Problem accessing: {uri}. Reason: Not Found"))
+    text(
+        StatusCode::NOT_FOUND,
+        format!("Problem accessing: {uri}. Reason: Not Found"),
+    )
 }
 
 async fn method_not_allowed(uri: Uri) -> Response {
-    text(StatusCode::METHOD_NOT_ALLOWED, format!("Problem accessing: {uri}. Reason: Method Not Allowed"))
+    text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("Problem accessing: {uri}. Reason: Method Not Allowed"),
+    )
 }
 
 async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
@@ -153,16 +174,25 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// Loads a catalog (the JSON of `GET /v2/export`) into a tenant that has no catalog yet. Returns
 /// whether anything was loaded.
-pub async fn seed_catalog(store: &dyn Store, tenant_id: &str, json: &str) -> Result<bool, ServerError> {
+pub async fn seed_catalog(
+    store: &dyn Store,
+    tenant_id: &str,
+    json: &str,
+) -> Result<bool, ServerError> {
     for kind in EntityKind::ADMIN {
         if !store.list_entities(tenant_id, kind).await?.is_empty() {
             return Ok(false);
         }
     }
-    let v = weft_model::lenient::parse(json.as_bytes()).map_err(|e| ServerError::Catalog(e.to_string()))?;
+    let v = weft_model::lenient::parse(json.as_bytes())
+        .map_err(|e| ServerError::Catalog(e.to_string()))?;
     let mut entities = Vec::new();
     for kind in EntityKind::ADMIN {
-        let items = v.get(kind.as_str()).and_then(|a| a.as_array()).cloned().unwrap_or_default();
+        let items = v
+            .get(kind.as_str())
+            .and_then(|a| a.as_array())
+            .cloned()
+            .unwrap_or_default();
         for item in items {
             let (name, doc) = routes::entities::normalize(kind, item, None)
                 .map_err(|e| ServerError::Catalog(format!("{}: {e}", kind.as_str())))?;
@@ -173,19 +203,78 @@ pub async fn seed_catalog(store: &dyn Store, tenant_id: &str, json: &str) -> Res
     Ok(true)
 }
 
-/// Binds both listeners and serves until ctrl-c.
-pub async fn serve(app: App) -> Result<(), ServerError> {
+/// Both listeners, bound and not yet serving.
+pub struct Bound {
+    app: App,
+    external: tokio::net::TcpListener,
+    internal: tokio::net::TcpListener,
+}
+
+/// Binds both listeners (port 0 picks a free port).
+pub async fn bind(app: App) -> Result<Bound, ServerError> {
     let s = app.state.settings.clone();
-    let ext = tokio::net::TcpListener::bind((s.bind, s.port)).await?;
-    let int = tokio::net::TcpListener::bind((s.bind, s.internal_port)).await?;
-    tracing::info!(external = %ext.local_addr()?, internal = %int.local_addr()?, "weft server listening");
-    let shutdown = || async {
+    let external = tokio::net::TcpListener::bind((s.bind, s.port)).await?;
+    let internal = tokio::net::TcpListener::bind((s.bind, s.internal_port)).await?;
+    Ok(Bound {
+        app,
+        external,
+        internal,
+    })
+}
+
+impl Bound {
+    pub fn external_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.external.local_addr()
+    }
+
+    pub fn internal_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.internal.local_addr()
+    }
+
+    /// Serves until ctrl-c or SIGTERM.
+    pub async fn run(self) -> Result<(), ServerError> {
+        tracing::info!(external = %self.external.local_addr()?, internal = %self.internal.local_addr()?, "weft server listening");
+        let stop = shutdown_signal();
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            stop.await;
+            let _ = tx.send(true);
+        });
+        let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let a =
+            axum::serve(self.external, self.app.external).with_graceful_shutdown(wait(rx.clone()));
+        let b = axum::serve(self.internal, self.app.internal).with_graceful_shutdown(wait(rx));
+        let (ra, rb) = tokio::join!(a, b);
+        ra?;
+        rb?;
+        Ok(())
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    let a = axum::serve(ext, app.external).with_graceful_shutdown(shutdown());
-    let b = axum::serve(int, app.internal).with_graceful_shutdown(shutdown());
-    let (ra, rb) = tokio::join!(a, b);
-    ra?;
-    rb?;
-    Ok(())
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// Binds both listeners and serves until ctrl-c or SIGTERM.
+pub async fn serve(app: App) -> Result<(), ServerError> {
+    bind(app).await?.run().await
 }

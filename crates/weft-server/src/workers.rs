@@ -11,8 +11,15 @@ use weft_store::{ProvisionerRecord, Store, Tenant};
 use crate::error::ApiResult;
 
 /// Total capacity of all provisioners minus the workers of every tenant except `except_tenant_id`.
-pub fn free_capacity(provisioners: &[ProvisionerRecord], tenants: &[Tenant], except_tenant_id: Option<&str>) -> u64 {
-    let total: u64 = provisioners.iter().map(|p| u64::from(p.capacity_total)).sum();
+pub fn free_capacity(
+    provisioners: &[ProvisionerRecord],
+    tenants: &[Tenant],
+    except_tenant_id: Option<&str>,
+) -> u64 {
+    let total: u64 = provisioners
+        .iter()
+        .map(|p| u64::from(p.capacity_total))
+        .sum();
     let used: u64 = tenants
         .iter()
         .filter(|t| Some(t.id.as_str()) != except_tenant_id)
@@ -23,13 +30,21 @@ pub fn free_capacity(provisioners: &[ProvisionerRecord], tenants: &[Tenant], exc
 
 /// Computes new assignments. `wanted` maps tenant id to its worker count; tenants not in it lose
 /// their workers. Returns the provisioners whose assignments changed.
-pub fn place(provisioners: &mut [ProvisionerRecord], wanted: &BTreeMap<String, u32>) -> Vec<String> {
-    let before: Vec<BTreeMap<String, u32>> = provisioners.iter().map(|p| p.assignments.clone()).collect();
+pub fn place(
+    provisioners: &mut [ProvisionerRecord],
+    wanted: &BTreeMap<String, u32>,
+) -> Vec<String> {
+    let before: Vec<BTreeMap<String, u32>> =
+        provisioners.iter().map(|p| p.assignments.clone()).collect();
     for p in provisioners.iter_mut() {
-        p.assignments.retain(|t, n| wanted.contains_key(t) && *n > 0);
+        p.assignments
+            .retain(|t, n| wanted.contains_key(t) && *n > 0);
     }
     for (tenant, &want) in wanted {
-        let have: u32 = provisioners.iter().map(|p| p.assignments.get(tenant).copied().unwrap_or(0)).sum();
+        let have: u32 = provisioners
+            .iter()
+            .map(|p| p.assignments.get(tenant).copied().unwrap_or(0))
+            .sum();
         if have > want {
             let mut excess = have - want;
             // Take back from the most loaded provisioners first.
@@ -52,11 +67,19 @@ pub fn place(provisioners: &mut [ProvisionerRecord], wanted: &BTreeMap<String, u
                 // One worker at a time to the provisioner with the most free capacity: an even spread.
                 let Some(i) = (0..provisioners.len())
                     .filter(|&i| free(&provisioners[i]) > 0)
-                    .max_by_key(|&i| (free(&provisioners[i]), std::cmp::Reverse(provisioners[i].id.clone())))
+                    .max_by_key(|&i| {
+                        (
+                            free(&provisioners[i]),
+                            std::cmp::Reverse(provisioners[i].id.clone()),
+                        )
+                    })
                 else {
                     break;
                 };
-                *provisioners[i].assignments.entry(tenant.clone()).or_insert(0) += 1;
+                *provisioners[i]
+                    .assignments
+                    .entry(tenant.clone())
+                    .or_insert(0) += 1;
                 need -= 1;
             }
         }
@@ -70,13 +93,17 @@ pub fn place(provisioners: &mut [ProvisionerRecord], wanted: &BTreeMap<String, u
 }
 
 fn free(p: &ProvisionerRecord) -> u32 {
-    p.capacity_total.saturating_sub(p.assignments.values().sum())
+    p.capacity_total
+        .saturating_sub(p.assignments.values().sum())
 }
 
 /// Re-places every tenant's workers and saves the provisioners that changed.
 pub async fn rebalance(store: &dyn Store) -> ApiResult<()> {
     let tenants = store.list_tenants().await?;
-    let wanted: BTreeMap<String, u32> = tenants.iter().map(|t| (t.id.clone(), t.spec.workers)).collect();
+    let wanted: BTreeMap<String, u32> = tenants
+        .iter()
+        .map(|t| (t.id.clone(), t.spec.workers))
+        .collect();
     let mut provisioners = store.list_provisioners().await?;
     let changed = place(&mut provisioners, &wanted);
     for p in provisioners.iter().filter(|p| changed.contains(&p.id)) {
@@ -111,12 +138,18 @@ mod tests {
         want.insert("t1".into(), 1);
         want.insert("t2".into(), 6);
         place(&mut ps, &want);
-        let total = |t: &str| ps.iter().map(|p| p.assignments.get(t).copied().unwrap_or(0)).sum::<u32>();
-        assert_eq!((total("t1"), total("t2")), (1, 6));
-        assert!(ps.iter().all(|p| p.assignments.values().sum::<u32>() <= p.capacity_total));
+        let total = |ps: &[ProvisionerRecord], t: &str| {
+            ps.iter()
+                .map(|p| p.assignments.get(t).copied().unwrap_or(0))
+                .sum::<u32>()
+        };
+        assert_eq!((total(&ps, "t1"), total(&ps, "t2")), (1, 6));
+        assert!(ps
+            .iter()
+            .all(|p| p.assignments.values().sum::<u32>() <= p.capacity_total));
         want.remove("t2");
         let changed = place(&mut ps, &want);
         assert!(!changed.is_empty());
-        assert_eq!(total("t2"), 0);
+        assert_eq!(total(&ps, "t2"), 0);
     }
 }

@@ -15,8 +15,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weft_model::{EntityKind, ResourceMeta, TenantSpecification};
 
+mod migrate;
 mod sql;
 
+pub use migrate::{Migration, MIGRATIONS, SCHEMA_VERSION};
 pub use sql::SqlStore;
 
 /// The one error type of this crate.
@@ -135,11 +137,24 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- versioned entities --------------------------------------------------------------------
 
-    /// Writes version 1 (or max+1 if older, deleted versions left a higher number) of a new name;
-    /// `Conflict` if any version of `name` exists. The stored body gets `"version"` set. Returns it.
-    async fn create_entity(&self, tenant_id: &str, kind: EntityKind, name: &str, body: &Value) -> Result<u64>;
+    /// Writes version 1 of a new name (deleted versions leave no trace: versions are max+1 over the
+    /// stored rows); `Conflict` if any version of `name` exists. The stored body gets `"version"`
+    /// set. Returns the version.
+    async fn create_entity(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+        body: &Value,
+    ) -> Result<u64>;
     /// Writes version max+1 (1 for a new name). Any `version` in `body` is replaced. Returns it.
-    async fn put_entity(&self, tenant_id: &str, kind: EntityKind, name: &str, body: &Value) -> Result<u64>;
+    async fn put_entity(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+        body: &Value,
+    ) -> Result<u64>;
     /// The given version, or the latest when `version` is `None`.
     async fn get_entity(
         &self,
@@ -151,11 +166,20 @@ pub trait Store: Send + Sync + 'static {
     /// The latest version of every entity of `kind` in the tenant, ordered by name.
     async fn list_entities(&self, tenant_id: &str, kind: EntityKind) -> Result<Vec<Value>>;
     /// Deletes one version, or all versions when `version` is `None`. Idempotent.
-    async fn delete_entity(&self, tenant_id: &str, kind: EntityKind, name: &str, version: Option<u64>)
-        -> Result<()>;
+    async fn delete_entity(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+        version: Option<u64>,
+    ) -> Result<()>;
     /// In one transaction: deletes every entity of the six admin kinds in the tenant, then writes
     /// each given `(kind, name, body)` as a new version. Plugin types are not touched.
-    async fn replace_entities(&self, tenant_id: &str, entities: &[(EntityKind, String, Value)]) -> Result<()>;
+    async fn replace_entities(
+        &self,
+        tenant_id: &str,
+        entities: &[(EntityKind, String, Value)],
+    ) -> Result<()>;
 
     // ---- plugin resources ----------------------------------------------------------------------
 
@@ -178,7 +202,11 @@ pub trait Store: Send + Sync + 'static {
     /// Recalls a version: un-slates it (active -> recalled, staged -> inactive). `false` if absent.
     async fn recall_resource(&self, key: &ResourceKey, version: u64) -> Result<bool>;
     /// Deletes one version or all versions of a name, only if every one of them is inactive.
-    async fn delete_resource(&self, key: &ResourceKey, version: Option<u64>) -> Result<ResourceDelete>;
+    async fn delete_resource(
+        &self,
+        key: &ResourceKey,
+        version: Option<u64>,
+    ) -> Result<ResourceDelete>;
     /// Makes the slated versions live and the un-slated ones not live (staged -> active,
     /// recalled -> inactive) for the whole tenant, and returns the live (active) rows.
     async fn sync_resources(&self, tenant_id: &str) -> Result<Vec<ResourceRow>>;
@@ -201,7 +229,12 @@ pub trait Store: Send + Sync + 'static {
     /// `true` if it existed.
     async fn delete_provisioner(&self, id: &str) -> Result<bool>;
     /// Records usage and the heartbeat time; `false` if the provisioner is unknown.
-    async fn heartbeat_provisioner(&self, id: &str, usage: &BTreeMap<String, u32>, now_ms: i64) -> Result<bool>;
+    async fn heartbeat_provisioner(
+        &self,
+        id: &str,
+        usage: &BTreeMap<String, u32>,
+        now_ms: i64,
+    ) -> Result<bool>;
 
     // ---- API keys ------------------------------------------------------------------------------
 

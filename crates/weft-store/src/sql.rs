@@ -1,1 +1,967 @@
-//! (to be written)
+//! [`SqlStore`]: the [`Store`] over SQLite or PostgreSQL, one implementation through sqlx's `Any`
+//! driver.
+//!
+//! Queries are checked at run time (no compile-time macros, no `DATABASE_URL` at build) and use
+//! `$1`-style placeholders, which both sqlx drivers accept. Every method is one transaction (or one
+//! statement, which is its own transaction), so a crash leaves either all or none of a write.
+//!
+//! # Concurrency
+//!
+//! * **SQLite** runs in WAL mode with `busy_timeout` 5 s and `foreign_keys` on, set on every
+//!   connection. Writes go through a pool of exactly **one** connection and start with
+//!   `BEGIN IMMEDIATE`, so writers in this process queue in the pool instead of failing with
+//!   `SQLITE_BUSY`, and a writer in another process waits on the busy timeout instead of deadlocking
+//!   on a read-to-write lock upgrade. Reads use a separate pool of several connections: WAL lets
+//!   them run beside the writer.
+//! * **PostgreSQL** uses one pool for both. Writes that compute `max(version) + 1` can race under
+//!   READ COMMITTED; the loser hits the primary key and the whole transaction is retried, so
+//!   concurrent writers neither fail nor lose a write.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Executor, Row, Transaction};
+use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
+
+use crate::migrate;
+use crate::{
+    ApiKeyRecord, Backend, ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow, Result,
+    Store, StoreError, Tenant, SUPERADMIN,
+};
+
+/// How many times a write that lost a version race is retried before giving up.
+const MAX_VERSION_RETRIES: usize = 64;
+
+/// The store over SQLite or PostgreSQL. Cheap to clone (the pools are shared).
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    backend: Backend,
+    /// Every write transaction. On SQLite: exactly one connection.
+    writer: AnyPool,
+    /// Read-only statements. On PostgreSQL the same pool as `writer`.
+    reader: AnyPool,
+}
+
+impl SqlStore {
+    /// Opens `sqlite://PATH` (the file is created if missing) or `postgres://...` /
+    /// `postgresql://...`, applies the missing migrations and makes sure the superadmin tenant
+    /// exists.
+    pub async fn connect(url: &str) -> Result<SqlStore> {
+        sqlx::any::install_default_drivers();
+        let backend = backend_of(url)?;
+        let store = match backend {
+            Backend::Sqlite => {
+                let url = sqlite_url(url);
+                let opts = AnyConnectOptions::from_str(&url)?;
+                let writer = sqlite_pool(1).connect_with(opts.clone()).await?;
+                let store = SqlStore {
+                    backend,
+                    reader: writer.clone(),
+                    writer,
+                };
+                store.prepare().await?;
+                if url.contains(":memory:") || url.contains("mode=memory") {
+                    // Each connection would see its own empty in-memory database.
+                    store
+                } else {
+                    let reader = sqlite_pool(4).connect_with(opts).await?;
+                    SqlStore { reader, ..store }
+                }
+            }
+            Backend::Postgres => {
+                let opts = AnyConnectOptions::from_str(url)?;
+                let pool = AnyPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect_with(opts)
+                    .await?;
+                let store = SqlStore {
+                    backend,
+                    reader: pool.clone(),
+                    writer: pool,
+                };
+                store.prepare().await?;
+                store
+            }
+        };
+        Ok(store)
+    }
+
+    /// The versions and times (ms since the epoch) of every applied migration, in order.
+    pub async fn applied_migrations(&self) -> Result<Vec<(i64, i64)>> {
+        let rows = sqlx::query("SELECT version, applied_at FROM weft_schema ORDER BY version")
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
+            .collect()
+    }
+
+    /// Closes both pools, waiting for connections in use to come back.
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+
+    pub(crate) fn backend_kind(&self) -> Backend {
+        self.backend
+    }
+
+    /// Starts a write transaction: `BEGIN IMMEDIATE` on SQLite, a plain `BEGIN` on PostgreSQL.
+    pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Any>> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.writer.begin().await?,
+        })
+    }
+
+    /// Migrations, then the superadmin tenant.
+    async fn prepare(&self) -> Result<()> {
+        migrate::run(self, now_ms()).await?;
+        let mut tx = self.write_tx().await?;
+        sqlx::query(
+            "INSERT INTO tenants (id, name, description, workers, max_clusters, max_nodes, create_time) \
+             VALUES ($1, $2, $3, 0, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(SUPERADMIN)
+        .bind(SUPERADMIN)
+        .bind("super admin tenant")
+        .bind(UNBOUNDED as i64)
+        .bind(UNBOUNDED as i64)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Runs `attempt` in a fresh write transaction, again when it lost a race on a unique key.
+    async fn retry_on_unique<T, F, Fut>(&self, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(Transaction<'static, Any>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut tries = 0;
+        loop {
+            let tx = self.write_tx().await?;
+            match attempt(tx).await {
+                Err(StoreError::Database(e))
+                    if is_unique_violation(&e) && tries < MAX_VERSION_RETRIES =>
+                {
+                    tries += 1;
+                    tracing::debug!(tries, "version race lost, retrying");
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Which backend a URL names.
+fn backend_of(url: &str) -> Result<Backend> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Backend::Postgres)
+    } else {
+        Err(StoreError::BadUrl(url.to_string()))
+    }
+}
+
+/// Adds `mode=rwc` (create if missing) unless the URL chooses a mode.
+fn sqlite_url(url: &str) -> String {
+    if url.contains("mode=") || url.contains(":memory:") {
+        url.to_string()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    }
+}
+
+fn sqlite_pool(max: u32) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(30))
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                conn.execute("PRAGMA journal_mode = WAL").await?;
+                conn.execute("PRAGMA busy_timeout = 5000").await?;
+                conn.execute("PRAGMA foreign_keys = ON").await?;
+                conn.execute("PRAGMA synchronous = NORMAL").await?;
+                Ok(())
+            })
+        })
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative {what}: {v}")))
+}
+
+fn to_u32(v: i64, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{what} out of range: {v}")))
+}
+
+fn parse_json(text: &str, what: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+/// The body with `"version"` set (non-objects are stored as they are).
+fn with_version(mut body: Value, version: u64) -> Value {
+    if let Value::Object(map) = &mut body {
+        map.insert("version".to_string(), Value::from(version));
+    }
+    body
+}
+
+fn entity_from_row(row: &AnyRow) -> Result<Value> {
+    let body: String = row.try_get("body")?;
+    let version: i64 = row.try_get("version")?;
+    Ok(with_version(
+        parse_json(&body, "entity body")?,
+        to_u64(version, "entity version")?,
+    ))
+}
+
+fn tenant_from_row(row: &AnyRow) -> Result<Tenant> {
+    Ok(Tenant {
+        id: row.try_get("id")?,
+        spec: TenantSpecification {
+            name: row.try_get("name")?,
+            description: row.try_get("description")?,
+            workers: to_u32(row.try_get("workers")?, "tenant workers")?,
+            max_clusters: to_u64(row.try_get("max_clusters")?, "tenant maxClusters")?,
+            max_nodes: to_u64(row.try_get("max_nodes")?, "tenant maxNodes")?,
+        },
+        create_time: row.try_get("create_time")?,
+    })
+}
+
+fn resource_from_row(row: &AnyRow) -> Result<ResourceRow> {
+    let name: String = row.try_get("name")?;
+    let live: i64 = row.try_get("live")?;
+    let slated: i64 = row.try_get("slated")?;
+    Ok(ResourceRow {
+        key: ResourceKey {
+            tenant_id: row.try_get("tenant_id")?,
+            ptype: row.try_get("ptype")?,
+            plugin: row.try_get("plugin")?,
+            rtype: row.try_get("rtype")?,
+            name: name.clone(),
+        },
+        meta: ResourceMeta {
+            name,
+            version: to_u64(row.try_get("version")?, "resource version")?,
+            status: ResourceStatus::from_flags(live != 0, slated != 0),
+        },
+    })
+}
+
+fn counts_from_json(text: &str, what: &str) -> Result<BTreeMap<String, u32>> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("provisioner {what}: {e}")))
+}
+
+fn counts_to_json(m: &BTreeMap<String, u32>) -> String {
+    serde_json::to_string(m).expect("a map of strings to integers always serializes")
+}
+
+fn provisioner_from_row(row: &AnyRow) -> Result<ProvisionerRecord> {
+    let port: i64 = row.try_get("port")?;
+    Ok(ProvisionerRecord {
+        id: row.try_get("id")?,
+        host: row.try_get("host")?,
+        port: u16::try_from(port)
+            .map_err(|_| StoreError::Corrupt(format!("provisioner port {port}")))?,
+        capacity_total: to_u32(row.try_get("capacity_total")?, "provisioner capacity")?,
+        assignments: counts_from_json(&row.try_get::<String, _>("assignments")?, "assignments")?,
+        usage: counts_from_json(&row.try_get::<String, _>("usage")?, "usage")?,
+        last_heartbeat_ms: row.try_get("last_heartbeat")?,
+    })
+}
+
+fn api_key_from_row(row: &AnyRow) -> Result<ApiKeyRecord> {
+    Ok(ApiKeyRecord {
+        id: row.try_get("id")?,
+        hash: row.try_get("hash")?,
+        tenant_id: row.try_get("tenant_id")?,
+        user: row.try_get("user_id")?,
+        admin: row.try_get::<i64, _>("admin")? != 0,
+        create_time: row.try_get("create_time")?,
+    })
+}
+
+const TENANT_COLUMNS: &str = "id, name, description, workers, max_clusters, max_nodes, create_time";
+const RESOURCE_COLUMNS: &str = "tenant_id, ptype, plugin, rtype, name, version, live, slated";
+const PROVISIONER_COLUMNS: &str =
+    "id, host, port, capacity_total, assignments, usage, last_heartbeat";
+const API_KEY_COLUMNS: &str = "id, hash, tenant_id, user_id, admin, create_time";
+
+/// The highest stored version of an entity name, 0 if none.
+async fn max_entity_version(
+    tx: &mut Transaction<'static, Any>,
+    tenant_id: &str,
+    kind: EntityKind,
+    name: &str,
+) -> Result<i64> {
+    let max: Option<i64> = sqlx::query_scalar(
+        "SELECT MAX(version) FROM entities WHERE tenant_id = $1 AND kind = $2 AND name = $3",
+    )
+    .bind(tenant_id)
+    .bind(kind.as_str())
+    .bind(name)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(max.unwrap_or(0))
+}
+
+/// Inserts version `version` of an entity with `"version"` set in its body.
+async fn insert_entity(
+    tx: &mut Transaction<'static, Any>,
+    tenant_id: &str,
+    kind: EntityKind,
+    name: &str,
+    version: i64,
+    body: &Value,
+) -> Result<()> {
+    let body = with_version(body.clone(), to_u64(version, "entity version")?);
+    sqlx::query(
+        "INSERT INTO entities (tenant_id, kind, name, version, body) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(tenant_id)
+    .bind(kind.as_str())
+    .bind(name)
+    .bind(version)
+    .bind(body.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Writes max+1 of an entity; with `exclusive`, `Conflict` when any version exists.
+async fn write_entity(
+    mut tx: Transaction<'static, Any>,
+    tenant_id: &str,
+    kind: EntityKind,
+    name: &str,
+    body: &Value,
+    exclusive: bool,
+) -> Result<u64> {
+    let max = max_entity_version(&mut tx, tenant_id, kind, name).await?;
+    if exclusive && max > 0 {
+        return Err(StoreError::Conflict(format!("{} {name}", kind.label())));
+    }
+    let version = max + 1;
+    insert_entity(&mut tx, tenant_id, kind, name, version, body).await?;
+    tx.commit().await?;
+    to_u64(version, "entity version")
+}
+
+/// The `WHERE` clause naming one resource in a tenant, placeholders `$1`..`$5`.
+const RESOURCE_KEY_WHERE: &str =
+    "tenant_id = $1 AND ptype = $2 AND plugin = $3 AND rtype = $4 AND name = $5";
+
+fn bind_key<'q>(
+    q: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
+    key: &'q ResourceKey,
+) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(key.tenant_id.as_str())
+        .bind(key.ptype.as_str())
+        .bind(key.plugin.as_str())
+        .bind(key.rtype.as_str())
+        .bind(key.name.as_str())
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn schema_version(&self) -> Result<i64> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM weft_schema")
+            .fetch_one(&self.reader)
+            .await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    // ---- tenants -------------------------------------------------------------------------------
+
+    async fn insert_tenant(&self, tenant: &Tenant) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        let res = sqlx::query(
+            "INSERT INTO tenants (id, name, description, workers, max_clusters, max_nodes, create_time) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(tenant.id.as_str())
+        .bind(tenant.spec.name.as_str())
+        .bind(tenant.spec.description.as_deref())
+        .bind(i64::from(tenant.spec.workers))
+        .bind(to_i64(tenant.spec.max_clusters))
+        .bind(to_i64(tenant.spec.max_nodes))
+        .bind(tenant.create_time)
+        .execute(&mut *tx)
+        .await;
+        match res {
+            Err(e) if is_unique_violation(&e) => {
+                Err(StoreError::Conflict(format!("tenant {}", tenant.spec.name)))
+            }
+            Err(e) => Err(e.into()),
+            Ok(_) => Ok(tx.commit().await?),
+        }
+    }
+
+    async fn update_tenant(&self, tenant: &Tenant) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query(
+            "UPDATE tenants SET description = $2, workers = $3, max_clusters = $4, max_nodes = $5 \
+             WHERE id = $1",
+        )
+        .bind(tenant.id.as_str())
+        .bind(tenant.spec.description.as_deref())
+        .bind(i64::from(tenant.spec.workers))
+        .bind(to_i64(tenant.spec.max_clusters))
+        .bind(to_i64(tenant.spec.max_nodes))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>> {
+        let sql = format!("SELECT {TENANT_COLUMNS} FROM tenants WHERE name = $1");
+        let row = sqlx::query(&sql)
+            .bind(name)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(tenant_from_row).transpose()
+    }
+
+    async fn tenant_by_id(&self, id: &str) -> Result<Option<Tenant>> {
+        let sql = format!("SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(tenant_from_row).transpose()
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        let sql = format!("SELECT {TENANT_COLUMNS} FROM tenants ORDER BY name");
+        let rows = sqlx::query(&sql).fetch_all(&self.reader).await?;
+        rows.iter().map(tenant_from_row).collect()
+    }
+
+    async fn delete_tenant(&self, id: &str) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        for table in ["entities", "plugin_resources", "profiles", "api_keys"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1"))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("DELETE FROM tenants WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    // ---- versioned entities --------------------------------------------------------------------
+
+    async fn create_entity(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+        body: &Value,
+    ) -> Result<u64> {
+        self.retry_on_unique(|tx| write_entity(tx, tenant_id, kind, name, body, true))
+            .await
+    }
+
+    async fn put_entity(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+        body: &Value,
+    ) -> Result<u64> {
+        self.retry_on_unique(|tx| write_entity(tx, tenant_id, kind, name, body, false))
+            .await
+    }
+
+    async fn get_entity(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+        version: Option<u64>,
+    ) -> Result<Option<Value>> {
+        let row = match version {
+            Some(v) => {
+                sqlx::query(
+                    "SELECT body, version FROM entities \
+                     WHERE tenant_id = $1 AND kind = $2 AND name = $3 AND version = $4",
+                )
+                .bind(tenant_id)
+                .bind(kind.as_str())
+                .bind(name)
+                .bind(to_i64(v))
+                .fetch_optional(&self.reader)
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "SELECT body, version FROM entities \
+                     WHERE tenant_id = $1 AND kind = $2 AND name = $3 ORDER BY version DESC LIMIT 1",
+                )
+                .bind(tenant_id)
+                .bind(kind.as_str())
+                .bind(name)
+                .fetch_optional(&self.reader)
+                .await?
+            }
+        };
+        row.as_ref().map(entity_from_row).transpose()
+    }
+
+    async fn list_entities(&self, tenant_id: &str, kind: EntityKind) -> Result<Vec<Value>> {
+        let rows = sqlx::query(
+            "SELECT e.body, e.version FROM entities e \
+             WHERE e.tenant_id = $1 AND e.kind = $2 AND e.version = ( \
+                 SELECT MAX(m.version) FROM entities m \
+                 WHERE m.tenant_id = e.tenant_id AND m.kind = e.kind AND m.name = e.name) \
+             ORDER BY e.name",
+        )
+        .bind(tenant_id)
+        .bind(kind.as_str())
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(entity_from_row).collect()
+    }
+
+    async fn delete_entity(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+        version: Option<u64>,
+    ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        let q = match version {
+            Some(v) => sqlx::query(
+                "DELETE FROM entities WHERE tenant_id = $1 AND kind = $2 AND name = $3 AND version = $4",
+            )
+            .bind(tenant_id)
+            .bind(kind.as_str())
+            .bind(name)
+            .bind(to_i64(v)),
+            None => sqlx::query("DELETE FROM entities WHERE tenant_id = $1 AND kind = $2 AND name = $3")
+                .bind(tenant_id)
+                .bind(kind.as_str())
+                .bind(name),
+        };
+        q.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn replace_entities(
+        &self,
+        tenant_id: &str,
+        entities: &[(EntityKind, String, Value)],
+    ) -> Result<()> {
+        self.retry_on_unique(|mut tx| async move {
+            for kind in EntityKind::ADMIN {
+                sqlx::query("DELETE FROM entities WHERE tenant_id = $1 AND kind = $2")
+                    .bind(tenant_id)
+                    .bind(kind.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            for (kind, name, body) in entities {
+                let version = max_entity_version(&mut tx, tenant_id, *kind, name).await? + 1;
+                insert_entity(&mut tx, tenant_id, *kind, name, version, body).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    // ---- plugin resources ----------------------------------------------------------------------
+
+    async fn create_resource_version(&self, key: &ResourceKey) -> Result<u64> {
+        self.retry_on_unique(|mut tx| async move {
+            let sql =
+                format!("SELECT MAX(version) FROM plugin_resources WHERE {RESOURCE_KEY_WHERE}");
+            let max: Option<i64> = sqlx::query_scalar(&sql)
+                .bind(key.tenant_id.as_str())
+                .bind(key.ptype.as_str())
+                .bind(key.plugin.as_str())
+                .bind(key.rtype.as_str())
+                .bind(key.name.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+            let version = max.unwrap_or(0) + 1;
+            bind_key(
+                sqlx::query(
+                    "INSERT INTO plugin_resources \
+                     (tenant_id, ptype, plugin, rtype, name, version, live, slated, create_time) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 0, 0, $7)",
+                ),
+                key,
+            )
+            .bind(version)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            to_u64(version, "resource version")
+        })
+        .await
+    }
+
+    async fn list_resources(
+        &self,
+        tenant_id: &str,
+        ptype: &str,
+        plugin: &str,
+        rtype: &str,
+        name: Option<&str>,
+    ) -> Result<Vec<ResourceRow>> {
+        let sql = format!(
+            "SELECT {RESOURCE_COLUMNS} FROM plugin_resources \
+             WHERE tenant_id = $1 AND ptype = $2 AND plugin = $3 AND rtype = $4 \
+             AND ($5 IS NULL OR name = $5) ORDER BY name, version"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(ptype)
+            .bind(plugin)
+            .bind(rtype)
+            .bind(name)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(resource_from_row).collect()
+    }
+
+    async fn stage_resource(&self, key: &ResourceKey, version: u64) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
+        let sql = format!(
+            "UPDATE plugin_resources SET slated = CASE WHEN version = $6 THEN 1 ELSE 0 END \
+             WHERE {RESOURCE_KEY_WHERE} AND EXISTS ( \
+                 SELECT 1 FROM plugin_resources p WHERE p.tenant_id = $1 AND p.ptype = $2 \
+                 AND p.plugin = $3 AND p.rtype = $4 AND p.name = $5 AND p.version = $6)"
+        );
+        let done = bind_key(sqlx::query(&sql), key)
+            .bind(to_i64(version))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(done > 0)
+    }
+
+    async fn recall_resource(&self, key: &ResourceKey, version: u64) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
+        let sql = format!(
+            "UPDATE plugin_resources SET slated = 0 WHERE {RESOURCE_KEY_WHERE} AND version = $6"
+        );
+        let done = bind_key(sqlx::query(&sql), key)
+            .bind(to_i64(version))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(done > 0)
+    }
+
+    async fn delete_resource(
+        &self,
+        key: &ResourceKey,
+        version: Option<u64>,
+    ) -> Result<ResourceDelete> {
+        let mut tx = self.write_tx().await?;
+        // `$6` is the version, or NULL for every version.
+        let version = version.map(to_i64);
+        let busy_sql = format!(
+            "SELECT COUNT(*) FROM plugin_resources WHERE {RESOURCE_KEY_WHERE} \
+             AND ($6 IS NULL OR version = $6) AND (live <> 0 OR slated <> 0)"
+        );
+        let busy: i64 = sqlx::query_scalar(&busy_sql)
+            .bind(key.tenant_id.as_str())
+            .bind(key.ptype.as_str())
+            .bind(key.plugin.as_str())
+            .bind(key.rtype.as_str())
+            .bind(key.name.as_str())
+            .bind(version)
+            .fetch_one(&mut *tx)
+            .await?;
+        if busy > 0 {
+            return Ok(ResourceDelete::NotDeletable);
+        }
+        let sql = format!("DELETE FROM plugin_resources WHERE {RESOURCE_KEY_WHERE} AND ($6 IS NULL OR version = $6)");
+        bind_key(sqlx::query(&sql), key)
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ResourceDelete::Deleted)
+    }
+
+    async fn sync_resources(&self, tenant_id: &str) -> Result<Vec<ResourceRow>> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query(
+            "UPDATE plugin_resources SET live = slated WHERE tenant_id = $1 AND live <> slated",
+        )
+        .bind(tenant_id)
+        .execute(&mut *tx)
+        .await?;
+        let sql = format!(
+            "SELECT {RESOURCE_COLUMNS} FROM plugin_resources WHERE tenant_id = $1 AND live <> 0 AND slated <> 0 \
+             ORDER BY ptype, plugin, rtype, name, version"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(tenant_id)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(resource_from_row).collect()
+    }
+
+    async fn live_resources(&self, tenant_id: &str) -> Result<Vec<ResourceRow>> {
+        let sql = format!(
+            "SELECT {RESOURCE_COLUMNS} FROM plugin_resources WHERE tenant_id = $1 AND live <> 0 AND slated <> 0 \
+             ORDER BY ptype, plugin, rtype, name, version"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(tenant_id)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(resource_from_row).collect()
+    }
+
+    // ---- user profiles -------------------------------------------------------------------------
+
+    async fn get_profile(&self, tenant_id: &str, user: &str) -> Result<Option<Value>> {
+        let body: Option<String> =
+            sqlx::query_scalar("SELECT body FROM profiles WHERE tenant_id = $1 AND user_id = $2")
+                .bind(tenant_id)
+                .bind(user)
+                .fetch_optional(&self.reader)
+                .await?;
+        body.map(|b| parse_json(&b, "profile")).transpose()
+    }
+
+    async fn put_profile(&self, tenant_id: &str, user: &str, profile: &Value) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query(
+            "INSERT INTO profiles (tenant_id, user_id, body) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant_id, user_id) DO UPDATE SET body = excluded.body",
+        )
+        .bind(tenant_id)
+        .bind(user)
+        .bind(profile.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn delete_profile(&self, tenant_id: &str, user: &str) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query("DELETE FROM profiles WHERE tenant_id = $1 AND user_id = $2")
+            .bind(tenant_id)
+            .bind(user)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    // ---- provisioners --------------------------------------------------------------------------
+
+    async fn upsert_provisioner(&self, p: &ProvisionerRecord) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query(
+            "INSERT INTO provisioners (id, host, port, capacity_total, assignments, usage, last_heartbeat) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET host = excluded.host, \
+             port = excluded.port, capacity_total = excluded.capacity_total, \
+             assignments = excluded.assignments, usage = excluded.usage, \
+             last_heartbeat = excluded.last_heartbeat",
+        )
+        .bind(p.id.as_str())
+        .bind(p.host.as_str())
+        .bind(i64::from(p.port))
+        .bind(i64::from(p.capacity_total))
+        .bind(counts_to_json(&p.assignments))
+        .bind(counts_to_json(&p.usage))
+        .bind(p.last_heartbeat_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_provisioner(&self, id: &str) -> Result<Option<ProvisionerRecord>> {
+        let sql = format!("SELECT {PROVISIONER_COLUMNS} FROM provisioners WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(provisioner_from_row).transpose()
+    }
+
+    async fn list_provisioners(&self) -> Result<Vec<ProvisionerRecord>> {
+        let sql = format!("SELECT {PROVISIONER_COLUMNS} FROM provisioners ORDER BY id");
+        let rows = sqlx::query(&sql).fetch_all(&self.reader).await?;
+        rows.iter().map(provisioner_from_row).collect()
+    }
+
+    async fn delete_provisioner(&self, id: &str) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
+        let n = sqlx::query("DELETE FROM provisioners WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    async fn heartbeat_provisioner(
+        &self,
+        id: &str,
+        usage: &BTreeMap<String, u32>,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
+        let n =
+            sqlx::query("UPDATE provisioners SET usage = $2, last_heartbeat = $3 WHERE id = $1")
+                .bind(id)
+                .bind(counts_to_json(usage))
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    // ---- API keys ------------------------------------------------------------------------------
+
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        let res = sqlx::query(
+            "INSERT INTO api_keys (id, hash, tenant_id, user_id, admin, create_time) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(key.id.as_str())
+        .bind(key.hash.as_str())
+        .bind(key.tenant_id.as_str())
+        .bind(key.user.as_str())
+        .bind(i64::from(key.admin))
+        .bind(key.create_time)
+        .execute(&mut *tx)
+        .await;
+        match res {
+            Err(e) if is_unique_violation(&e) => {
+                Err(StoreError::Conflict(format!("api key {}", key.id)))
+            }
+            Err(e) => Err(e.into()),
+            Ok(_) => Ok(tx.commit().await?),
+        }
+    }
+
+    async fn api_key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRecord>> {
+        let sql = format!("SELECT {API_KEY_COLUMNS} FROM api_keys WHERE hash = $1");
+        let row = sqlx::query(&sql)
+            .bind(hash)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(api_key_from_row).transpose()
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        let sql = format!("SELECT {API_KEY_COLUMNS} FROM api_keys ORDER BY create_time, id");
+        let rows = sqlx::query(&sql).fetch_all(&self.reader).await?;
+        rows.iter().map(api_key_from_row).collect()
+    }
+
+    async fn delete_api_key(&self, id: &str) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
+        let n = sqlx::query("DELETE FROM api_keys WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_their_backend() {
+        assert_eq!(backend_of("sqlite:///tmp/x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(backend_of("postgres://u@h/db").unwrap(), Backend::Postgres);
+        assert_eq!(
+            backend_of("postgresql://u@h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert!(matches!(
+            backend_of("mysql://u@h/db"),
+            Err(StoreError::BadUrl(_))
+        ));
+        assert!(matches!(
+            backend_of("/tmp/x.db"),
+            Err(StoreError::BadUrl(_))
+        ));
+    }
+
+    #[test]
+    fn sqlite_urls_create_missing_files_unless_told_otherwise() {
+        assert_eq!(
+            sqlite_url("sqlite:///tmp/x.db"),
+            "sqlite:///tmp/x.db?mode=rwc"
+        );
+        assert_eq!(
+            sqlite_url("sqlite:///tmp/x.db?cache=shared"),
+            "sqlite:///tmp/x.db?cache=shared&mode=rwc"
+        );
+        assert_eq!(
+            sqlite_url("sqlite:///tmp/x.db?mode=ro"),
+            "sqlite:///tmp/x.db?mode=ro"
+        );
+    }
+
+    #[test]
+    fn version_is_set_in_object_bodies() {
+        let v = with_version(serde_json::json!({"name": "a", "version": 9}), 3);
+        assert_eq!(v, serde_json::json!({"name": "a", "version": 3}));
+    }
+}

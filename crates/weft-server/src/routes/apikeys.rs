@@ -19,28 +19,37 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::GET,
         "/v2/apikeys",
         list,
-        op("apikeys", "List API keys, without their secrets (superadmin)")
-            .ok(200, "keys", Body::Array("ApiKeyInfo"))
-            .status(403, "not the superadmin (empty body)"),
+        op(
+            "apikeys",
+            "List API keys, without their secrets (superadmin)",
+        )
+        .ok(200, "keys", Body::Array("ApiKeyInfo"))
+        .status(403, "not the superadmin (empty body)"),
     )
     .route(
         MethodFilter::POST,
         "/v2/apikeys",
         create,
-        op("apikeys", "Make an API key for a user of a tenant (superadmin); the secret is shown once")
-            .body(Body::Json("ApiKeyRequest"))
-            .ok(200, "the key", Body::Json("ApiKeyCreated"))
-            .status(400, "invalid body")
-            .status(403, "not the superadmin (empty body)")
-            .status(404, "tenant does not exist"),
+        op(
+            "apikeys",
+            "Make an API key for a user of a tenant (superadmin); the secret is shown once",
+        )
+        .body(Body::Json("ApiKeyRequest"))
+        .ok(200, "the key", Body::Json("ApiKeyCreated"))
+        .status(400, "invalid body")
+        .status(403, "not the superadmin (empty body)")
+        .status(404, "tenant does not exist"),
     )
     .route(
         MethodFilter::DELETE,
         "/v2/apikeys/{id}",
         delete,
-        op("apikeys", "Revoke an API key (superadmin; 200 also if unknown)")
-            .status(200, "revoked")
-            .status(403, "not the superadmin (empty body)"),
+        op(
+            "apikeys",
+            "Revoke an API key (superadmin; 200 also if unknown)",
+        )
+        .status(200, "revoked")
+        .status(403, "not the superadmin (empty body)"),
     )
 }
 
@@ -48,13 +57,28 @@ async fn list(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Vec<Ap
     id.require_superadmin()?;
     let mut out = Vec::new();
     for k in st.store.list_api_keys().await? {
-        let tenant = st.store.tenant_by_id(&k.tenant_id).await?.map(|t| t.spec.name).unwrap_or(k.tenant_id);
-        out.push(ApiKeyInfo { id: k.id, tenant, user: k.user, admin: k.admin, create_time: k.create_time });
+        let tenant = st
+            .store
+            .tenant_by_id(&k.tenant_id)
+            .await?
+            .map(|t| t.spec.name)
+            .unwrap_or(k.tenant_id);
+        out.push(ApiKeyInfo {
+            id: k.id,
+            tenant,
+            user: k.user,
+            admin: k.admin,
+            create_time: k.create_time,
+        });
     }
     Ok(Json(out))
 }
 
-async fn create(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<Json<ApiKeyCreated>> {
+async fn create(
+    State(st): State<AppState>,
+    id: Identity,
+    body: Bytes,
+) -> ApiResult<Json<ApiKeyCreated>> {
     id.require_superadmin()?;
     let req: ApiKeyRequest = parse_body(&body, "{tenant, user, admin}")?;
     Ok(Json(make_key(st.store.as_ref(), &req).await?))
@@ -80,10 +104,20 @@ pub async fn make_key(store: &dyn Store, req: &ApiKeyRequest) -> ApiResult<ApiKe
         create_time: now_ms(),
     };
     store.insert_api_key(&record).await?;
-    Ok(ApiKeyCreated { id: record.id, key, tenant: req.tenant.clone(), user: record.user, admin: record.admin })
+    Ok(ApiKeyCreated {
+        id: record.id,
+        key,
+        tenant: req.tenant.clone(),
+        user: record.user,
+        admin: record.admin,
+    })
 }
 
-async fn delete(State(st): State<AppState>, id: Identity, Path(key_id): Path<String>) -> ApiResult<()> {
+async fn delete(
+    State(st): State<AppState>,
+    id: Identity,
+    Path(key_id): Path<String>,
+) -> ApiResult<()> {
     id.require_superadmin()?;
     st.store.delete_api_key(&key_id).await?;
     Ok(())

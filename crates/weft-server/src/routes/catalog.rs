@@ -21,28 +21,40 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::GET,
         "/v2/export",
         export,
-        op("catalog", "Export the latest version of every admin entity of the tenant")
-            .ok(200, "the six kinds", Body::Json("CatalogExport")),
+        op(
+            "catalog",
+            "Export the latest version of every admin entity of the tenant",
+        )
+        .ok(200, "the six kinds", Body::Json("CatalogExport")),
     )
     .route(
         MethodFilter::POST,
         "/v2/import",
         import,
-        op("catalog", "Replace the tenant's whole catalog (kinds left out end up empty)")
-            .body(Body::Json("CatalogExport"))
-            .status(200, "imported")
-            .status(400, "Json syntax error, or an invalid entity (the message names it)")
-            .status(403, "caller is not the tenant admin"),
+        op(
+            "catalog",
+            "Replace the tenant's whole catalog (kinds left out end up empty)",
+        )
+        .body(Body::Json("CatalogExport"))
+        .status(200, "imported")
+        .status(
+            400,
+            "Json syntax error, or an invalid entity (the message names it)",
+        )
+        .status(403, "caller is not the tenant admin"),
     )
     .route(
         MethodFilter::POST,
         "/v2/resolve",
         resolve,
-        op("catalog", "Resolve a template's extends and includes into one template")
-            .body(Body::Json("ClusterTemplate"))
-            .ok(200, "the merged template", Body::Json("ClusterTemplate"))
-            .status(400, "immutability violation or invalid result")
-            .status(404, "a parent or partial does not exist"),
+        op(
+            "catalog",
+            "Resolve a template's extends and includes into one template",
+        )
+        .body(Body::Json("ClusterTemplate"))
+        .ok(200, "the merged template", Body::Json("ClusterTemplate"))
+        .status(400, "immutability violation or invalid result")
+        .status(404, "a parent or partial does not exist"),
     )
 }
 
@@ -62,16 +74,24 @@ async fn export(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Valu
 
 async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<()> {
     id.require_admin()?;
-    let v = lenient::parse(&body).map_err(|e| ApiError::BadRequest(format!("Json syntax error: {e}")))?;
+    let v = lenient::parse(&body)
+        .map_err(|e| ApiError::BadRequest(format!("Json syntax error: {e}")))?;
     let Value::Object(mut obj) = v else {
-        return Err(ApiError::BadRequest("Json syntax error: expected an object with the six entity lists".into()));
+        return Err(ApiError::BadRequest(
+            "Json syntax error: expected an object with the six entity lists".into(),
+        ));
     };
     let mut entities = Vec::new();
     for kind in EntityKind::ADMIN {
         let items = match obj.remove(kind.as_str()) {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a,
-            Some(_) => return Err(ApiError::BadRequest(format!("{}: expected an array", kind.as_str()))),
+            Some(_) => {
+                return Err(ApiError::BadRequest(format!(
+                    "{}: expected an array",
+                    kind.as_str()
+                )))
+            }
         };
         for (i, item) in items.into_iter().enumerate() {
             let (name, mut doc) = normalize(kind, item, None)
@@ -86,24 +106,37 @@ async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
     Ok(())
 }
 
-async fn resolve(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<Json<ClusterTemplate>> {
+async fn resolve(
+    State(st): State<AppState>,
+    id: Identity,
+    body: Bytes,
+) -> ApiResult<Json<ClusterTemplate>> {
     let own: ClusterTemplate = parse_body(&body, "a cluster template")?;
     Ok(Json(resolve_in_tenant(&st, &id.tenant.id, own).await?))
 }
 
 /// Resolves a template's parents and partials from the tenant's catalog.
-pub async fn resolve_in_tenant(st: &AppState, tenant_id: &str, own: ClusterTemplate) -> ApiResult<ClusterTemplate> {
+pub async fn resolve_in_tenant(
+    st: &AppState,
+    tenant_id: &str,
+    own: ClusterTemplate,
+) -> ApiResult<ClusterTemplate> {
     // Walk up the extends chain first (bounded, so a cycle is an error, not a hang).
     let mut chain = vec![own];
     while let Some(parent) = chain.last().and_then(|t| t.extends.clone()) {
         if chain.len() > 16 || chain.iter().any(|t| t.name == parent.name) {
-            return Err(ApiError::BadRequest(format!("template inheritance through {} is circular", parent.name)));
+            return Err(ApiError::BadRequest(format!(
+                "template inheritance through {} is circular",
+                parent.name
+            )));
         }
         let doc = st
             .store
             .get_entity(tenant_id, EntityKind::ClusterTemplate, &parent.name, None)
             .await?
-            .ok_or_else(|| ApiError::NotFound(format!("cluster template {} does not exist.", parent.name)))?;
+            .ok_or_else(|| {
+                ApiError::NotFound(format!("cluster template {} does not exist.", parent.name))
+            })?;
         chain.push(lenient::from_value(doc)?);
     }
     let mut resolved: Option<ClusterTemplate> = None;
@@ -114,7 +147,9 @@ pub async fn resolve_in_tenant(st: &AppState, tenant_id: &str, own: ClusterTempl
                 .store
                 .get_entity(tenant_id, EntityKind::PartialTemplate, &inc.name, None)
                 .await?
-                .ok_or_else(|| ApiError::NotFound(format!("partial template {} does not exist.", inc.name)))?;
+                .ok_or_else(|| {
+                    ApiError::NotFound(format!("partial template {} does not exist.", inc.name))
+                })?;
             partials.push(lenient::from_value::<PartialTemplate>(doc)?);
         }
         let merged = if chain.is_empty() {

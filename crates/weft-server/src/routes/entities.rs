@@ -9,7 +9,8 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::Value;
 use weft_model::{
-    lenient, ClusterTemplate, EntityKind, MachineType, PartialTemplate, PluginType, Provider, Service, Validate,
+    lenient, ClusterTemplate, EntityKind, MachineType, PartialTemplate, PluginType, Provider,
+    Service, Validate,
 };
 use weft_store::{Store, SUPERADMIN};
 
@@ -65,7 +66,9 @@ pub fn routes(mut api: Api) -> Api {
             .route(
                 MethodFilter::GET,
                 &one,
-                move |st: State<AppState>, id: Identity, Path(name): Path<String>| get(st, id, kind, name, None),
+                move |st: State<AppState>, id: Identity, Path(name): Path<String>| {
+                    get(st, id, kind, name, None)
+                },
                 op(tag, format!("Get the latest version of a {label}"))
                     .ok(200, "the entity", Body::Json(s))
                     .status(404, "not found"),
@@ -76,24 +79,37 @@ pub fn routes(mut api: Api) -> Api {
                 move |st: State<AppState>, id: Identity, Path(name): Path<String>, body: Bytes| {
                     put(st, id, kind, name, body)
                 },
-                op(tag, format!("Write a new version of a {label} (creates it if absent)"))
-                    .body(Body::Json(s))
-                    .status(200, "written")
-                    .status(400, "invalid body, or the body's name differs from the path")
-                    .status(403, "caller is not the tenant admin"),
+                op(
+                    tag,
+                    format!("Write a new version of a {label} (creates it if absent)"),
+                )
+                .body(Body::Json(s))
+                .status(200, "written")
+                .status(
+                    400,
+                    "invalid body, or the body's name differs from the path",
+                )
+                .status(403, "caller is not the tenant admin"),
             )
             .route(
                 MethodFilter::DELETE,
                 &one,
-                move |st: State<AppState>, id: Identity, Path(name): Path<String>| delete(st, id, kind, name, None),
-                op(tag, format!("Delete every version of a {label} (200 also if absent)"))
-                    .status(200, "deleted")
-                    .status(403, "caller is not the tenant admin"),
+                move |st: State<AppState>, id: Identity, Path(name): Path<String>| {
+                    delete(st, id, kind, name, None)
+                },
+                op(
+                    tag,
+                    format!("Delete every version of a {label} (200 also if absent)"),
+                )
+                .status(200, "deleted")
+                .status(403, "caller is not the tenant admin"),
             )
             .route(
                 MethodFilter::GET,
                 &version,
-                move |st: State<AppState>, id: Identity, Path((name, v)): Path<(String, String)>| {
+                move |st: State<AppState>,
+                      id: Identity,
+                      Path((name, v)): Path<(String, String)>| {
                     get(st, id, kind, name, Some(v))
                 },
                 op(tag, format!("Get one version of a {label}"))
@@ -104,7 +120,9 @@ pub fn routes(mut api: Api) -> Api {
             .route(
                 MethodFilter::DELETE,
                 &version,
-                move |st: State<AppState>, id: Identity, Path((name, v)): Path<(String, String)>| {
+                move |st: State<AppState>,
+                      id: Identity,
+                      Path((name, v)): Path<(String, String)>| {
                     delete(st, id, kind, name, Some(v))
                 },
                 op(tag, format!("Delete one version of a {label}"))
@@ -116,7 +134,11 @@ pub fn routes(mut api: Api) -> Api {
     api
 }
 
-async fn list(State(st): State<AppState>, id: Identity, kind: EntityKind) -> ApiResult<Json<Vec<Value>>> {
+async fn list(
+    State(st): State<AppState>,
+    id: Identity,
+    kind: EntityKind,
+) -> ApiResult<Json<Vec<Value>>> {
     let mut items = st.store.list_entities(&id.tenant.id, kind).await?;
     if kind == EntityKind::Provider {
         for item in &mut items {
@@ -150,29 +172,48 @@ pub fn not_found(kind: EntityKind, name: &str) -> ApiError {
     ApiError::NotFound(format!("{} {}  not found.", kind.label(), name))
 }
 
-async fn create(State(st): State<AppState>, id: Identity, kind: EntityKind, body: Bytes) -> ApiResult<()> {
+async fn create(
+    State(st): State<AppState>,
+    id: Identity,
+    kind: EntityKind,
+    body: Bytes,
+) -> ApiResult<()> {
     id.require_admin()?;
     let value = lenient_value(&body, kind)?;
     let (name, mut doc) = normalize(kind, value, None)?;
     if kind == EntityKind::Provider {
         unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
     }
-    match st.store.create_entity(&id.tenant.id, kind, &name, &doc).await {
-        Err(weft_store::StoreError::Conflict(_)) => {
-            Err(ApiError::Conflict(format!("{} {} already exists", kind.label(), name)))
-        }
+    match st
+        .store
+        .create_entity(&id.tenant.id, kind, &name, &doc)
+        .await
+    {
+        Err(weft_store::StoreError::Conflict(_)) => Err(ApiError::Conflict(format!(
+            "{} {} already exists",
+            kind.label(),
+            name
+        ))),
         other => other.map(drop).map_err(Into::into),
     }
 }
 
-async fn put(State(st): State<AppState>, id: Identity, kind: EntityKind, name: String, body: Bytes) -> ApiResult<()> {
+async fn put(
+    State(st): State<AppState>,
+    id: Identity,
+    kind: EntityKind,
+    name: String,
+    body: Bytes,
+) -> ApiResult<()> {
     id.require_admin()?;
     let value = lenient_value(&body, kind)?;
     let (name, mut doc) = normalize(kind, value, Some(&name))?;
     if kind == EntityKind::Provider {
         unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
     }
-    st.store.put_entity(&id.tenant.id, kind, &name, &doc).await?;
+    st.store
+        .put_entity(&id.tenant.id, kind, &name, &doc)
+        .await?;
     Ok(())
 }
 
@@ -185,14 +226,19 @@ async fn delete(
 ) -> ApiResult<()> {
     id.require_admin()?;
     let version = version.as_deref().map(parse_version).transpose()?;
-    st.store.delete_entity(&id.tenant.id, kind, &name, version).await?;
+    st.store
+        .delete_entity(&id.tenant.id, kind, &name, version)
+        .await?;
     Ok(())
 }
 
 fn lenient_value(body: &Bytes, kind: EntityKind) -> ApiResult<Value> {
     let v: Value = parse_body(body, &format!("a {} object", kind.label()))?;
     if !v.is_object() {
-        return Err(ApiError::BadRequest(format!("request body must be a {} object", kind.label())));
+        return Err(ApiError::BadRequest(format!(
+            "request body must be a {} object",
+            kind.label()
+        )));
     }
     Ok(v)
 }
@@ -200,7 +246,11 @@ fn lenient_value(body: &Bytes, kind: EntityKind) -> ApiResult<Value> {
 /// Reads an entity of `kind` leniently, validates it, and returns its name and canonical JSON (the
 /// form that is stored and answered). With `path_name`, the body's name must match it (a body without
 /// a name takes the path's).
-pub fn normalize(kind: EntityKind, mut value: Value, path_name: Option<&str>) -> ApiResult<(String, Value)> {
+pub fn normalize(
+    kind: EntityKind,
+    mut value: Value,
+    path_name: Option<&str>,
+) -> ApiResult<(String, Value)> {
     if let (Some(p), Some(obj)) = (path_name, value.as_object_mut()) {
         match obj.get("name") {
             None | Some(Value::Null) => {
@@ -208,7 +258,10 @@ pub fn normalize(kind: EntityKind, mut value: Value, path_name: Option<&str>) ->
             }
             Some(Value::String(n)) if n == p => {}
             Some(other) => {
-                let shown = other.as_str().map(str::to_string).unwrap_or_else(|| other.to_string());
+                let shown = other
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| other.to_string());
                 return Err(ApiError::BadRequest(format!(
                     "name in the body ({shown}) does not match the name in the path ({p})"
                 )));
@@ -227,11 +280,15 @@ pub fn normalize(kind: EntityKind, mut value: Value, path_name: Option<&str>) ->
     }
     match kind {
         EntityKind::Provider => typed::<Provider>(value, |t| &t.name),
-        EntityKind::HardwareType | EntityKind::ImageType => typed::<MachineType>(value, |t| &t.name),
+        EntityKind::HardwareType | EntityKind::ImageType => {
+            typed::<MachineType>(value, |t| &t.name)
+        }
         EntityKind::Service => typed::<Service>(value, |t| &t.name),
         EntityKind::ClusterTemplate => typed::<ClusterTemplate>(value, |t| &t.name),
         EntityKind::PartialTemplate => typed::<PartialTemplate>(value, |t| &t.name),
-        EntityKind::ProviderType | EntityKind::AutomatorType => typed::<PluginType>(value, |t| &t.name),
+        EntityKind::ProviderType | EntityKind::AutomatorType => {
+            typed::<PluginType>(value, |t| &t.name)
+        }
     }
 }
 
@@ -240,17 +297,28 @@ async fn sensitive_fields(store: &dyn Store, provider: &Value) -> ApiResult<Vec<
     let Some(ptype) = provider.get("providertype").and_then(Value::as_str) else {
         return Ok(Vec::new());
     };
-    let Some(doc) = store.get_entity(SUPERADMIN, EntityKind::ProviderType, ptype, None).await? else {
+    let Some(doc) = store
+        .get_entity(SUPERADMIN, EntityKind::ProviderType, ptype, None)
+        .await?
+    else {
         return Ok(Vec::new());
     };
-    let pt: PluginType = serde_json::from_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(pt.sensitive_fields().into_iter().map(str::to_string).collect())
+    let pt: PluginType =
+        serde_json::from_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(pt
+        .sensitive_fields()
+        .into_iter()
+        .map(str::to_string)
+        .collect())
 }
 
 /// Replaces the value of every sensitive provider field with [`MASK`].
 pub async fn mask_provider(store: &dyn Store, provider: &mut Value) -> ApiResult<()> {
     let fields = sensitive_fields(store, provider).await?;
-    if let Some(p) = provider.get_mut("provisioner").and_then(Value::as_object_mut) {
+    if let Some(p) = provider
+        .get_mut("provisioner")
+        .and_then(Value::as_object_mut)
+    {
         for f in fields {
             if let Some(v) = p.get_mut(&f) {
                 *v = Value::String(MASK.into());
@@ -261,21 +329,42 @@ pub async fn mask_provider(store: &dyn Store, provider: &mut Value) -> ApiResult
 }
 
 /// A provider written back with masked values keeps the stored secrets for those fields.
-pub async fn unmask_provider(store: &dyn Store, tenant_id: &str, provider: &mut Value) -> ApiResult<()> {
-    let Some(name) = provider.get("name").and_then(Value::as_str).map(str::to_string) else {
+pub async fn unmask_provider(
+    store: &dyn Store,
+    tenant_id: &str,
+    provider: &mut Value,
+) -> ApiResult<()> {
+    let Some(name) = provider
+        .get("name")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return Ok(());
     };
     let masked: Vec<String> = provider
         .get("provisioner")
         .and_then(Value::as_object)
-        .map(|p| p.iter().filter(|(_, v)| v.as_str() == Some(MASK)).map(|(k, _)| k.clone()).collect())
+        .map(|p| {
+            p.iter()
+                .filter(|(_, v)| v.as_str() == Some(MASK))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
         .unwrap_or_default();
     if masked.is_empty() {
         return Ok(());
     }
-    let stored = store.get_entity(tenant_id, EntityKind::Provider, &name, None).await?;
-    let stored_fields = stored.as_ref().and_then(|s| s.get("provisioner")).and_then(Value::as_object);
-    if let Some(p) = provider.get_mut("provisioner").and_then(Value::as_object_mut) {
+    let stored = store
+        .get_entity(tenant_id, EntityKind::Provider, &name, None)
+        .await?;
+    let stored_fields = stored
+        .as_ref()
+        .and_then(|s| s.get("provisioner"))
+        .and_then(Value::as_object);
+    if let Some(p) = provider
+        .get_mut("provisioner")
+        .and_then(Value::as_object_mut)
+    {
         for f in masked {
             match stored_fields.and_then(|s| s.get(&f)) {
                 Some(old) => {

@@ -45,9 +45,12 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::GET,
         "/v2/metrics/queues",
         queues,
-        op("metrics", "Queued and in-progress tasks per tenant (admin: own tenant; superadmin: all)")
-            .ok(200, "tenant name -> counts", Body::MapOf("QueueMetrics"))
-            .status(403, "not an admin"),
+        op(
+            "metrics",
+            "Queued and in-progress tasks per tenant (admin: own tenant; superadmin: all)",
+        )
+        .ok(200, "tenant name -> counts", Body::MapOf("QueueMetrics"))
+        .status(403, "not an admin"),
     )
     .route(
         MethodFilter::GET,
@@ -61,20 +64,36 @@ pub fn routes(api: Api) -> Api {
             .query("start", "unix seconds")
             .query("end", "unix seconds")
             .query("groupby", "hour, day, week, month or year")
-            .query("timeunit", "a time unit name such as seconds (default) or hours")
+            .query(
+                "timeunit",
+                "a time unit name such as seconds (default) or hours",
+            )
             .ok(200, "usage", Body::Json("UsageReport"))
             .status(400, "bad start, end, groupby or timeunit")
             .status(405, "tenant names another tenant"),
     )
 }
 
-async fn queues(State(st): State<AppState>, id: Identity) -> ApiResult<Json<BTreeMap<String, QueueMetrics>>> {
+async fn queues(
+    State(st): State<AppState>,
+    id: Identity,
+) -> ApiResult<Json<BTreeMap<String, QueueMetrics>>> {
     let tenants = match id.role {
         Role::SuperAdmin => st.store.list_tenants().await?,
         Role::Admin => vec![id.tenant.clone()],
-        Role::User => return Err(ApiError::Forbidden(format!("user {} is not an admin", id.user))),
+        Role::User => {
+            return Err(ApiError::Forbidden(format!(
+                "user {} is not an admin",
+                id.user
+            )))
+        }
     };
-    Ok(Json(tenants.into_iter().map(|t| (t.spec.name, QueueMetrics::default())).collect()))
+    Ok(Json(
+        tenants
+            .into_iter()
+            .map(|t| (t.spec.name, QueueMetrics::default()))
+            .collect(),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,7 +108,9 @@ struct UsageQuery {
 async fn usage(id: Identity, Query(q): Query<UsageQuery>) -> ApiResult<Json<UsageReport>> {
     if let Some(t) = q.tenant.as_deref() {
         if id.role != Role::SuperAdmin && t != id.tenant.id {
-            return Err(ApiError::MethodNotAllowed(format!("tenant {t} is not the caller's tenant")));
+            return Err(ApiError::MethodNotAllowed(format!(
+                "tenant {t} is not the caller's tenant"
+            )));
         }
     }
     let secs = |name: &str, v: &Option<String>, default: i64| -> ApiResult<i64> {
@@ -100,7 +121,11 @@ async fn usage(id: Identity, Query(q): Query<UsageQuery>) -> ApiResult<Json<Usag
                 .parse::<i64>()
                 .ok()
                 .filter(|n| *n >= 0)
-                .ok_or_else(|| ApiError::BadRequest(format!("{name} must be a non-negative number of unix seconds"))),
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "{name} must be a non-negative number of unix seconds"
+                    ))
+                }),
         }
     };
     let end = secs("end", &q.end, now_ms() / 1000)?;
@@ -110,14 +135,31 @@ async fn usage(id: Identity, Query(q): Query<UsageQuery>) -> ApiResult<Json<Usag
     }
     if let Some(g) = q.groupby.as_deref() {
         if !["hour", "day", "week", "month", "year"].contains(&g) {
-            return Err(ApiError::BadRequest(format!("groupby {g} is not one of hour, day, week, month, year")));
+            return Err(ApiError::BadRequest(format!(
+                "groupby {g} is not one of hour, day, week, month, year"
+            )));
         }
     }
     if let Some(u) = q.timeunit.as_deref() {
-        let units = ["nanoseconds", "microseconds", "milliseconds", "seconds", "minutes", "hours", "days"];
+        let units = [
+            "nanoseconds",
+            "microseconds",
+            "milliseconds",
+            "seconds",
+            "minutes",
+            "hours",
+            "days",
+        ];
         if !units.contains(&u.to_ascii_lowercase().as_str()) {
-            return Err(ApiError::BadRequest(format!("timeunit {u} is not one of {}", units.join(", "))));
+            return Err(ApiError::BadRequest(format!(
+                "timeunit {u} is not one of {}",
+                units.join(", ")
+            )));
         }
     }
-    Ok(Json(UsageReport { start, end, data: Vec::new() }))
+    Ok(Json(UsageReport {
+        start,
+        end,
+        data: Vec::new(),
+    }))
 }

@@ -44,9 +44,14 @@ pub fn parse_body<T: DeserializeOwned>(body: &Bytes, what: &str) -> ApiResult<T>
 
 /// Parses a version path segment as Coopr did.
 pub fn parse_version(s: &str) -> ApiResult<u64> {
-    let v: i64 = s.trim().parse().map_err(|_| ApiError::BadRequest("Version must be a number".into()))?;
+    let v: i64 = s
+        .trim()
+        .parse()
+        .map_err(|_| ApiError::BadRequest("Version must be a number".into()))?;
     if v <= 0 {
-        return Err(ApiError::BadRequest("Version must be higher then zero".into()));
+        return Err(ApiError::BadRequest(
+            "Version must be higher then zero".into(),
+        ));
     }
     Ok(v as u64)
 }

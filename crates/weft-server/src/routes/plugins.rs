@@ -158,14 +158,21 @@ pub fn internal_routes(api: Api) -> Api {
         MethodFilter::GET,
         "/v2/tenants/{tenant_id}/{ptype}/{name}/{rtype}/{rname}/versions/{version}",
         download,
-        op("plugins", "Download the bytes of a resource version (provisioner workers)")
-            .ok(200, "the bytes", Body::Bytes)
-            .status(400, "bad version")
-            .status(404, "Resource not found."),
+        op(
+            "plugins",
+            "Download the bytes of a resource version (provisioner workers)",
+        )
+        .ok(200, "the bytes", Body::Bytes)
+        .status(400, "bad version")
+        .status(404, "Resource not found."),
     )
 }
 
-async fn list_types(State(st): State<AppState>, _id: Identity, Path(ptype): Path<String>) -> ApiResult<Json<Vec<Value>>> {
+async fn list_types(
+    State(st): State<AppState>,
+    _id: Identity,
+    Path(ptype): Path<String>,
+) -> ApiResult<Json<Vec<Value>>> {
     let kind = plugin_kind(&ptype)?;
     Ok(Json(st.store.list_entities(SUPERADMIN, kind).await?))
 }
@@ -184,10 +191,17 @@ async fn get_type(
     Ok(Json(doc))
 }
 
-async fn delete_type(State(st): State<AppState>, id: Identity, Path((ptype, name)): Path<(String, String)>) -> ApiResult<()> {
+async fn delete_type(
+    State(st): State<AppState>,
+    id: Identity,
+    Path((ptype, name)): Path<(String, String)>,
+) -> ApiResult<()> {
     id.require_superadmin()?;
     let kind = plugin_kind(&ptype)?;
-    Ok(st.store.delete_entity(SUPERADMIN, kind, &name, None).await?)
+    Ok(st
+        .store
+        .delete_entity(SUPERADMIN, kind, &name, None)
+        .await?)
 }
 
 async fn delete_type_version(
@@ -198,7 +212,10 @@ async fn delete_type_version(
     id.require_superadmin()?;
     let kind = plugin_kind(&ptype)?;
     let version = parse_version(&version)?;
-    Ok(st.store.delete_entity(SUPERADMIN, kind, &name, Some(version)).await?)
+    Ok(st
+        .store
+        .delete_entity(SUPERADMIN, kind, &name, Some(version))
+        .await?)
 }
 
 async fn register_type(
@@ -209,7 +226,9 @@ async fn register_type(
     let kind = plugin_kind(&ptype)?;
     let value: Value = parse_body(&body, "a plugin type object")?;
     if !value.is_object() {
-        return Err(ApiError::BadRequest("request body must be a plugin type object".into()));
+        return Err(ApiError::BadRequest(
+            "request body must be a plugin type object".into(),
+        ));
     }
     let (name, doc) = normalize(kind, value, Some(&name))?;
     st.store.put_entity(SUPERADMIN, kind, &name, &doc).await?;
@@ -217,7 +236,13 @@ async fn register_type(
 }
 
 /// Checks the caller and that `{ptype}/{name}` has resource type `rtype`.
-async fn resource_scope(st: &AppState, id: &Identity, ptype: &str, plugin: &str, rtype: &str) -> ApiResult<()> {
+async fn resource_scope(
+    st: &AppState,
+    id: &Identity,
+    ptype: &str,
+    plugin: &str,
+    rtype: &str,
+) -> ApiResult<()> {
     id.require_admin()?;
     let kind = plugin_kind(ptype)?;
     let doc = st
@@ -225,15 +250,25 @@ async fn resource_scope(st: &AppState, id: &Identity, ptype: &str, plugin: &str,
         .get_entity(SUPERADMIN, kind, plugin, None)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("{} {plugin} not found.", kind.label())))?;
-    let pt: PluginType = serde_json::from_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let pt: PluginType =
+        serde_json::from_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
     if !pt.resource_types.contains_key(rtype) {
-        return Err(ApiError::NotFound(format!("{rtype} for {} {plugin} not found.", kind.label())));
+        return Err(ApiError::NotFound(format!(
+            "{rtype} for {} {plugin} not found.",
+            kind.label()
+        )));
     }
     Ok(())
 }
 
 fn key(id: &Identity, ptype: String, plugin: String, rtype: String, name: String) -> ResourceKey {
-    ResourceKey { tenant_id: id.tenant.id.clone(), ptype, plugin, rtype, name }
+    ResourceKey {
+        tenant_id: id.tenant.id.clone(),
+        ptype,
+        plugin,
+        rtype,
+        name,
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -244,7 +279,10 @@ struct StatusFilter {
 fn status_filter(q: &StatusFilter) -> ApiResult<Option<ResourceStatus>> {
     q.status
         .as_deref()
-        .map(|s| ResourceStatus::parse(s).ok_or_else(|| ApiError::BadRequest("invalid status filter.".into())))
+        .map(|s| {
+            ResourceStatus::parse(s)
+                .ok_or_else(|| ApiError::BadRequest("invalid status filter.".into()))
+        })
         .transpose()
 }
 
@@ -257,7 +295,11 @@ async fn list_resources(
     resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
     let filter = status_filter(&q)?;
     let mut out: BTreeMap<String, Vec<ResourceMeta>> = BTreeMap::new();
-    for row in st.store.list_resources(&id.tenant.id, &ptype, &plugin, &rtype, None).await? {
+    for row in st
+        .store
+        .list_resources(&id.tenant.id, &ptype, &plugin, &rtype, None)
+        .await?
+    {
         if filter.is_none_or(|f| f == row.meta.status) {
             out.entry(row.key.name).or_default().push(row.meta);
         }
@@ -273,8 +315,16 @@ async fn list_versions(
 ) -> ApiResult<Json<Vec<ResourceMeta>>> {
     resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
     let filter = status_filter(&q)?;
-    let rows = st.store.list_resources(&id.tenant.id, &ptype, &plugin, &rtype, Some(&rname)).await?;
-    Ok(Json(rows.into_iter().map(|r| r.meta).filter(|m| filter.is_none_or(|f| f == m.status)).collect()))
+    let rows = st
+        .store
+        .list_resources(&id.tenant.id, &ptype, &plugin, &rtype, Some(&rname))
+        .await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|r| r.meta)
+            .filter(|m| filter.is_none_or(|f| f == m.status))
+            .collect(),
+    ))
 }
 
 async fn upload(
@@ -292,7 +342,11 @@ async fn upload(
         let _ = st.store.delete_resource(&key, Some(version)).await;
         return Err(ApiError::Internal(format!("storing resource bytes: {e}")));
     }
-    Ok(Json(ResourceMeta { name: key.name, version, status: ResourceStatus::Inactive }))
+    Ok(Json(ResourceMeta {
+        name: key.name,
+        version,
+        status: ResourceStatus::Inactive,
+    }))
 }
 
 async fn transition(
@@ -312,7 +366,10 @@ async fn transition(
     if found {
         Ok(())
     } else {
-        Err(ApiError::NotFound(format!("resource {} version {version} not found.", key.name)))
+        Err(ApiError::NotFound(format!(
+            "resource {} version {version} not found.",
+            key.name
+        )))
     }
 }
 
@@ -333,11 +390,25 @@ async fn recall(
 }
 
 async fn remove(st: &AppState, key: &ResourceKey, version: Option<u64>) -> ApiResult<()> {
-    let rows = st.store.list_resources(&key.tenant_id, &key.ptype, &key.plugin, &key.rtype, Some(&key.name)).await?;
+    let rows = st
+        .store
+        .list_resources(
+            &key.tenant_id,
+            &key.ptype,
+            &key.plugin,
+            &key.rtype,
+            Some(&key.name),
+        )
+        .await?;
     match st.store.delete_resource(key, version).await? {
-        ResourceDelete::NotDeletable => Err(ApiError::Conflict("Resource not in a deletable state.".into())),
+        ResourceDelete::NotDeletable => Err(ApiError::Conflict(
+            "Resource not in a deletable state.".into(),
+        )),
         ResourceDelete::Deleted => {
-            for row in rows.iter().filter(|r| version.is_none_or(|v| v == r.meta.version)) {
+            for row in rows
+                .iter()
+                .filter(|r| version.is_none_or(|v| v == r.meta.version))
+            {
                 if let Err(e) = st.resources.delete(key, row.meta.version).await {
                     tracing::warn!(resource = %key.name, version = row.meta.version, error = %e, "could not remove resource bytes");
                 }
@@ -374,19 +445,42 @@ async fn sync(State(st): State<AppState>, id: Identity) -> ApiResult<()> {
 
 async fn download(
     State(st): State<AppState>,
-    Path((tenant_id, ptype, plugin, rtype, rname, version)): Path<(String, String, String, String, String, String)>,
+    Path((tenant_id, ptype, plugin, rtype, rname, version)): Path<(
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+    )>,
 ) -> ApiResult<Response> {
     let version = parse_version(&version)?;
     plugin_kind(&ptype)?;
-    let key = ResourceKey { tenant_id, ptype, plugin, rtype, name: rname };
+    let key = ResourceKey {
+        tenant_id,
+        ptype,
+        plugin,
+        rtype,
+        name: rname,
+    };
     let known = st
         .store
-        .list_resources(&key.tenant_id, &key.ptype, &key.plugin, &key.rtype, Some(&key.name))
+        .list_resources(
+            &key.tenant_id,
+            &key.ptype,
+            &key.plugin,
+            &key.rtype,
+            Some(&key.name),
+        )
         .await?
         .iter()
         .any(|r| r.meta.version == version);
     let bytes = match known {
-        true => st.resources.get(&key, version).await.map_err(|e| ApiError::Internal(e.to_string()))?,
+        true => st
+            .resources
+            .get(&key, version)
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?,
         false => None,
     };
     let bytes = bytes.ok_or_else(|| ApiError::NotFound("Resource not found.".into()))?;
@@ -398,17 +492,36 @@ async fn download(
 pub async fn copy_resources(st: &AppState, from: &str, to: &str) -> ApiResult<()> {
     for kind in [EntityKind::ProviderType, EntityKind::AutomatorType] {
         for doc in st.store.list_entities(SUPERADMIN, kind).await? {
-            let Ok(pt) = serde_json::from_value::<PluginType>(doc) else { continue };
+            let Ok(pt) = serde_json::from_value::<PluginType>(doc) else {
+                continue;
+            };
             for rtype in pt.resource_types.keys() {
-                for row in st.store.list_resources(from, kind.as_str(), &pt.name, rtype, None).await? {
-                    let Some(bytes) = st.resources.get(&row.key, row.meta.version).await.map_err(|e| ApiError::Internal(e.to_string()))?
+                for row in st
+                    .store
+                    .list_resources(from, kind.as_str(), &pt.name, rtype, None)
+                    .await?
+                {
+                    let Some(bytes) = st
+                        .resources
+                        .get(&row.key, row.meta.version)
+                        .await
+                        .map_err(|e| ApiError::Internal(e.to_string()))?
                     else {
                         continue;
                     };
-                    let key = ResourceKey { tenant_id: to.to_string(), ..row.key.clone() };
+                    let key = ResourceKey {
+                        tenant_id: to.to_string(),
+                        ..row.key.clone()
+                    };
                     let v = st.store.create_resource_version(&key).await?;
-                    st.resources.put(&key, v, bytes).await.map_err(|e| ApiError::Internal(e.to_string()))?;
-                    if matches!(row.meta.status, ResourceStatus::Active | ResourceStatus::Staged) {
+                    st.resources
+                        .put(&key, v, bytes)
+                        .await
+                        .map_err(|e| ApiError::Internal(e.to_string()))?;
+                    if matches!(
+                        row.meta.status,
+                        ResourceStatus::Active | ResourceStatus::Staged
+                    ) {
                         st.store.stage_resource(&key, v).await?;
                     }
                 }

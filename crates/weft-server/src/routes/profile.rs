@@ -17,7 +17,9 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::GET,
         "/v2/profile",
         get,
-        op("profile", "Get the caller's profile").ok(200, "the profile", Body::AnyJson).status(404, "no profile stored"),
+        op("profile", "Get the caller's profile")
+            .ok(200, "the profile", Body::AnyJson)
+            .status(404, "no profile stored"),
     )
     .route(
         MethodFilter::PUT,
@@ -28,7 +30,12 @@ pub fn routes(api: Api) -> Api {
             .status(200, "stored")
             .status(400, "not a JSON object"),
     )
-    .route(MethodFilter::DELETE, "/v2/profile", delete, op("profile", "Delete the caller's profile").status(200, "deleted"))
+    .route(
+        MethodFilter::DELETE,
+        "/v2/profile",
+        delete,
+        op("profile", "Delete the caller's profile").status(200, "deleted"),
+    )
 }
 
 async fn get(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Value>> {

@@ -42,16 +42,26 @@ pub fn internal_routes(api: Api) -> Api {
         MethodFilter::PUT,
         "/v2/provisioners/{id}",
         register,
-        op("provisioners", "Register a provisioner; tenants' workers are re-placed")
-            .body(Body::Json("ProvisionerRegistration"))
-            .status(200, "registered")
-            .status(400, "id mismatch, host or port missing, capacityTotal not positive, or not JSON"),
+        op(
+            "provisioners",
+            "Register a provisioner; tenants' workers are re-placed",
+        )
+        .body(Body::Json("ProvisionerRegistration"))
+        .status(200, "registered")
+        .status(
+            400,
+            "id mismatch, host or port missing, capacityTotal not positive, or not JSON",
+        ),
     )
     .route(
         MethodFilter::DELETE,
         "/v2/provisioners/{id}",
         unregister,
-        op("provisioners", "Unregister a provisioner (200 also if unknown)").status(200, "removed"),
+        op(
+            "provisioners",
+            "Unregister a provisioner (200 also if unknown)",
+        )
+        .status(200, "removed"),
     )
     .route(
         MethodFilter::POST,
@@ -71,7 +81,9 @@ async fn view(st: &AppState, p: ProvisionerRecord) -> ApiResult<Provisioner> {
         names.insert(t.id, t.spec.name);
     }
     let rename = |m: BTreeMap<String, u32>| -> BTreeMap<String, u32> {
-        m.into_iter().map(|(k, v)| (names.get(&k).cloned().unwrap_or(k), v)).collect()
+        m.into_iter()
+            .map(|(k, v)| (names.get(&k).cloned().unwrap_or(k), v))
+            .collect()
     };
     let assigned: u32 = p.assignments.values().sum();
     Ok(Provisioner {
@@ -94,7 +106,11 @@ async fn list(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Vec<Pr
     Ok(Json(out))
 }
 
-async fn get(State(st): State<AppState>, id: Identity, Path(pid): Path<String>) -> ApiResult<Json<Provisioner>> {
+async fn get(
+    State(st): State<AppState>,
+    id: Identity,
+    Path(pid): Path<String>,
+) -> ApiResult<Json<Provisioner>> {
     id.require_superadmin()?;
     let p = st
         .store
@@ -104,7 +120,11 @@ async fn get(State(st): State<AppState>, id: Identity, Path(pid): Path<String>) 
     Ok(Json(view(&st, p).await?))
 }
 
-async fn register(State(st): State<AppState>, Path(pid): Path<String>, body: Bytes) -> ApiResult<()> {
+async fn register(
+    State(st): State<AppState>,
+    Path(pid): Path<String>,
+    body: Bytes,
+) -> ApiResult<()> {
     let reg: ProvisionerRegistration = parse_body(&body, "{id, host, port, capacityTotal}")?;
     if reg.id.as_deref().is_some_and(|i| i != pid) {
         return Err(ApiError::BadRequest(format!(
@@ -112,21 +132,35 @@ async fn register(State(st): State<AppState>, Path(pid): Path<String>, body: Byt
             reg.id.unwrap_or_default()
         )));
     }
-    let host = reg.host.filter(|h| !h.trim().is_empty()).ok_or_else(|| ApiError::BadRequest("host must be specified".into()))?;
-    let port = reg.port.ok_or_else(|| ApiError::BadRequest("port must be specified".into()))?;
-    let port = u16::try_from(port).ok().filter(|p| *p > 0).ok_or_else(|| ApiError::BadRequest(format!("port {port} is not a valid port")))?;
+    let host = reg
+        .host
+        .filter(|h| !h.trim().is_empty())
+        .ok_or_else(|| ApiError::BadRequest("host must be specified".into()))?;
+    let port = reg
+        .port
+        .ok_or_else(|| ApiError::BadRequest("port must be specified".into()))?;
+    let port = u16::try_from(port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| ApiError::BadRequest(format!("port {port} is not a valid port")))?;
     let capacity = reg.capacity_total.unwrap_or(0);
     if capacity <= 0 {
-        return Err(ApiError::BadRequest("capacityTotal must be greater than 0".into()));
+        return Err(ApiError::BadRequest(
+            "capacityTotal must be greater than 0".into(),
+        ));
     }
-    let capacity = u32::try_from(capacity).map_err(|_| ApiError::BadRequest("capacityTotal is too large".into()))?;
+    let capacity = u32::try_from(capacity)
+        .map_err(|_| ApiError::BadRequest("capacityTotal is too large".into()))?;
     let existing = st.store.get_provisioner(&pid).await?;
     let record = ProvisionerRecord {
         id: pid,
         host,
         port,
         capacity_total: capacity,
-        assignments: existing.as_ref().map(|e| e.assignments.clone()).unwrap_or_default(),
+        assignments: existing
+            .as_ref()
+            .map(|e| e.assignments.clone())
+            .unwrap_or_default(),
         usage: existing.map(|e| e.usage).unwrap_or_default(),
         last_heartbeat_ms: now_ms(),
     };
@@ -141,9 +175,17 @@ async fn unregister(State(st): State<AppState>, Path(pid): Path<String>) -> ApiR
     Ok(())
 }
 
-async fn heartbeat(State(st): State<AppState>, Path(pid): Path<String>, body: Bytes) -> ApiResult<()> {
+async fn heartbeat(
+    State(st): State<AppState>,
+    Path(pid): Path<String>,
+    body: Bytes,
+) -> ApiResult<()> {
     let hb: Heartbeat = parse_body(&body, "{\"usage\": {...}}")?;
-    if st.store.heartbeat_provisioner(&pid, &hb.usage, now_ms()).await? {
+    if st
+        .store
+        .heartbeat_provisioner(&pid, &hb.usage, now_ms())
+        .await?
+    {
         Ok(())
     } else {
         Err(ApiError::NotFound(format!("Provisioner {pid} not found.")))

@@ -47,43 +47,73 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::PUT,
         "/v2/tenants/{name}",
         put,
-        op("tenants", "Change a tenant, or create it if absent (superadmin)")
-            .body(Body::Json("TenantWriteRequest"))
-            .status(200, "written")
-            .status(400, "invalid body or name mismatch")
-            .status(403, "not the superadmin (empty body)")
-            .status(409, "not enough worker capacity"),
+        op(
+            "tenants",
+            "Change a tenant, or create it if absent (superadmin)",
+        )
+        .body(Body::Json("TenantWriteRequest"))
+        .status(200, "written")
+        .status(400, "invalid body or name mismatch")
+        .status(403, "not the superadmin (empty body)")
+        .status(409, "not enough worker capacity"),
     )
     .route(
         MethodFilter::DELETE,
         "/v2/tenants/{name}",
         delete,
-        op("tenants", "Delete a tenant and everything it owns (superadmin; 200 also if absent)")
-            .status(200, "deleted")
-            .status(403, "not the superadmin, or deleting superadmin")
-            .status(409, "the tenant still has workers"),
+        op(
+            "tenants",
+            "Delete a tenant and everything it owns (superadmin; 200 also if absent)",
+        )
+        .status(200, "deleted")
+        .status(403, "not the superadmin, or deleting superadmin")
+        .status(409, "the tenant still has workers"),
     )
 }
 
-async fn list(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Vec<TenantSpecification>>> {
+async fn list(
+    State(st): State<AppState>,
+    id: Identity,
+) -> ApiResult<Json<Vec<TenantSpecification>>> {
     id.require_superadmin()?;
-    Ok(Json(st.store.list_tenants().await?.into_iter().map(|t| t.spec).collect()))
+    Ok(Json(
+        st.store
+            .list_tenants()
+            .await?
+            .into_iter()
+            .map(|t| t.spec)
+            .collect(),
+    ))
 }
 
-async fn get(State(st): State<AppState>, id: Identity, Path(name): Path<String>) -> ApiResult<Json<TenantSpecification>> {
+async fn get(
+    State(st): State<AppState>,
+    id: Identity,
+    Path(name): Path<String>,
+) -> ApiResult<Json<TenantSpecification>> {
     id.require_superadmin()?;
-    let t = st.store.tenant_by_name(&name).await?.ok_or_else(|| ApiError::NotFound(format!("tenant {name} not found")))?;
+    let t = st
+        .store
+        .tenant_by_name(&name)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("tenant {name} not found")))?;
     Ok(Json(t.spec))
 }
 
 fn read_spec(body: &Bytes) -> ApiResult<(TenantSpecification, bool)> {
     let req: TenantWriteRequest = parse_body(body, "{\"tenant\": {...}}")?;
-    let spec = req.tenant.ok_or_else(|| ApiError::BadRequest("tenant must be specified".into()))?;
+    let spec = req
+        .tenant
+        .ok_or_else(|| ApiError::BadRequest("tenant must be specified".into()))?;
     spec.validate()?;
     Ok((spec, req.bootstrap))
 }
 
-async fn check_capacity(st: &AppState, spec: &TenantSpecification, tenant_id: Option<&str>) -> ApiResult<()> {
+async fn check_capacity(
+    st: &AppState,
+    spec: &TenantSpecification,
+    tenant_id: Option<&str>,
+) -> ApiResult<()> {
     if spec.workers == 0 {
         return Ok(());
     }
@@ -103,12 +133,21 @@ async fn create(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
     id.require_superadmin()?;
     let (spec, bootstrap) = read_spec(&body)?;
     if st.store.tenant_by_name(&spec.name).await?.is_some() {
-        return Err(ApiError::Conflict(format!("tenant {} already exists", spec.name)));
+        return Err(ApiError::Conflict(format!(
+            "tenant {} already exists",
+            spec.name
+        )));
     }
     check_capacity(&st, &spec, None).await?;
-    let tenant = Tenant { id: uuid::Uuid::new_v4().to_string(), spec, create_time: now_ms() };
+    let tenant = Tenant {
+        id: uuid::Uuid::new_v4().to_string(),
+        spec,
+        create_time: now_ms(),
+    };
     st.store.insert_tenant(&tenant).await.map_err(|e| match e {
-        weft_store::StoreError::Conflict(_) => ApiError::Conflict(format!("tenant {} already exists", tenant.spec.name)),
+        weft_store::StoreError::Conflict(_) => {
+            ApiError::Conflict(format!("tenant {} already exists", tenant.spec.name))
+        }
         other => other.into(),
     })?;
     if bootstrap {
@@ -117,7 +156,12 @@ async fn create(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
     rebalance(st.store.as_ref()).await
 }
 
-async fn put(State(st): State<AppState>, id: Identity, Path(name): Path<String>, body: Bytes) -> ApiResult<()> {
+async fn put(
+    State(st): State<AppState>,
+    id: Identity,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<()> {
     id.require_superadmin()?;
     let (spec, bootstrap) = read_spec(&body)?;
     if spec.name != name {
@@ -133,7 +177,11 @@ async fn put(State(st): State<AppState>, id: Identity, Path(name): Path<String>,
         }
         None => {
             check_capacity(&st, &spec, None).await?;
-            let tenant = Tenant { id: uuid::Uuid::new_v4().to_string(), spec, create_time: now_ms() };
+            let tenant = Tenant {
+                id: uuid::Uuid::new_v4().to_string(),
+                spec,
+                create_time: now_ms(),
+            };
             st.store.insert_tenant(&tenant).await?;
             if bootstrap {
                 bootstrap_tenant(&st, &tenant.id).await?;
@@ -143,7 +191,11 @@ async fn put(State(st): State<AppState>, id: Identity, Path(name): Path<String>,
     rebalance(st.store.as_ref()).await
 }
 
-async fn delete(State(st): State<AppState>, id: Identity, Path(name): Path<String>) -> ApiResult<()> {
+async fn delete(
+    State(st): State<AppState>,
+    id: Identity,
+    Path(name): Path<String>,
+) -> ApiResult<()> {
     id.require_superadmin()?;
     if name == SUPERADMIN {
         return Err(ApiError::Forbidden("Superadmin cannot be deleted.".into()));
@@ -166,7 +218,11 @@ pub async fn bootstrap_tenant(st: &AppState, tenant_id: &str) -> ApiResult<()> {
     let mut entities = Vec::new();
     for kind in EntityKind::ADMIN {
         for doc in st.store.list_entities(SUPERADMIN, kind).await? {
-            let name = doc.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string();
+            let name = doc
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_string();
             entities.push((kind, name, doc));
         }
     }

@@ -84,7 +84,13 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     runtime()?.block_on(async {
         let app = weft_server::build(settings).await?;
-        weft_server::serve(app).await?;
+        let bound = weft_server::bind(app)
+            .await
+            .context("binding the API ports")?;
+        println!("weft server");
+        println!("  REST API     http://{}/v2", bound.external_addr()?);
+        println!("  provisioners http://{}", bound.internal_addr()?);
+        bound.run().await.context("serving")?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -115,17 +121,20 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             store.insert_tenant(&tenant).await?;
             weft_server::seed_catalog(store.as_ref(), &tenant.id, EXAMPLE_CATALOG).await?;
         }
-        let api = format!("http://{}:{}", settings.bind, settings.port);
+        let bound = weft_server::bind(app).await.context("binding the API ports")?;
+        let api = format!("http://{}", bound.external_addr()?);
         println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
         println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
-        println!("  provisioners http://{}:{}", settings.bind, settings.internal_port);
+        println!("  provisioners http://{}", bound.internal_addr()?);
         println!("  web UI       {api}/   (not built yet: the UI issue adds it)");
         println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' {api}/v2/clustertemplates");
-        weft_server::serve(app).await.context("serving")?;
+        bound.run().await.context("serving")?;
         Ok(ExitCode::SUCCESS)
     })
 }
 
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }

@@ -1,0 +1,213 @@
+//! The schema and its tiny migration runner.
+//!
+//! [`MIGRATIONS`] is the ordered list of every schema change, each written once per backend. A
+//! migration is frozen once released: change the schema by appending a new one. At open,
+//! [`run`] applies the missing ones in order, each in its own transaction together with its row
+//! in `weft_schema(version, description, applied_at)`. On PostgreSQL every migration transaction
+//! first takes a transaction-scoped advisory lock, so several servers opening one database at the
+//! same time apply each migration exactly once; on SQLite the transaction is `BEGIN IMMEDIATE`,
+//! which takes the database's write lock up front.
+//!
+//! Column types are only `BIGINT` and `TEXT` (booleans are 0/1 integers), which both backends and
+//! sqlx's `Any` driver agree on. On PostgreSQL key columns use the `"C"` collation so that `ORDER BY
+//! name` sorts bytewise, as SQLite's default collation does.
+
+use sqlx::{Any, Transaction};
+
+use crate::{Backend, Result, StoreError};
+
+/// One schema change, written once per backend.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: i64,
+    pub description: &'static str,
+    pub sqlite: &'static str,
+    pub postgres: &'static str,
+}
+
+impl Migration {
+    fn sql(&self, backend: Backend) -> &'static str {
+        match backend {
+            Backend::Sqlite => self.sqlite,
+            Backend::Postgres => self.postgres,
+        }
+    }
+}
+
+/// The advisory lock key that serializes migrations on PostgreSQL ("weft" in ASCII).
+const PG_MIGRATION_LOCK: i64 = 0x7765_6674;
+
+/// Every migration, in order. The last one's version is the current schema version.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "tenants, entities, plugin resources, profiles, provisioners, api keys",
+    sqlite: r#"
+CREATE TABLE tenants (
+    id TEXT NOT NULL PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    description TEXT,
+    workers BIGINT NOT NULL,
+    max_clusters BIGINT NOT NULL,
+    max_nodes BIGINT NOT NULL,
+    create_time BIGINT NOT NULL
+);
+CREATE TABLE entities (
+    tenant_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, kind, name, version)
+);
+CREATE TABLE plugin_resources (
+    tenant_id TEXT NOT NULL,
+    ptype TEXT NOT NULL,
+    plugin TEXT NOT NULL,
+    rtype TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    live BIGINT NOT NULL,
+    slated BIGINT NOT NULL,
+    create_time BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, ptype, plugin, rtype, name, version)
+);
+CREATE TABLE profiles (
+    tenant_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, user_id)
+);
+CREATE TABLE provisioners (
+    id TEXT NOT NULL PRIMARY KEY,
+    host TEXT NOT NULL,
+    port BIGINT NOT NULL,
+    capacity_total BIGINT NOT NULL,
+    assignments TEXT NOT NULL,
+    usage TEXT NOT NULL,
+    last_heartbeat BIGINT NOT NULL
+);
+CREATE TABLE api_keys (
+    id TEXT NOT NULL PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    tenant_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    admin BIGINT NOT NULL,
+    create_time BIGINT NOT NULL
+);
+CREATE INDEX api_keys_tenant ON api_keys (tenant_id);
+"#,
+    postgres: r#"
+CREATE TABLE tenants (
+    id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    name TEXT COLLATE "C" NOT NULL UNIQUE,
+    description TEXT,
+    workers BIGINT NOT NULL,
+    max_clusters BIGINT NOT NULL,
+    max_nodes BIGINT NOT NULL,
+    create_time BIGINT NOT NULL
+);
+CREATE TABLE entities (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    kind TEXT COLLATE "C" NOT NULL,
+    name TEXT COLLATE "C" NOT NULL,
+    version BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, kind, name, version)
+);
+CREATE TABLE plugin_resources (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    ptype TEXT COLLATE "C" NOT NULL,
+    plugin TEXT COLLATE "C" NOT NULL,
+    rtype TEXT COLLATE "C" NOT NULL,
+    name TEXT COLLATE "C" NOT NULL,
+    version BIGINT NOT NULL,
+    live BIGINT NOT NULL,
+    slated BIGINT NOT NULL,
+    create_time BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, ptype, plugin, rtype, name, version)
+);
+CREATE TABLE profiles (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    user_id TEXT COLLATE "C" NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, user_id)
+);
+CREATE TABLE provisioners (
+    id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    host TEXT NOT NULL,
+    port BIGINT NOT NULL,
+    capacity_total BIGINT NOT NULL,
+    assignments TEXT NOT NULL,
+    usage TEXT NOT NULL,
+    last_heartbeat BIGINT NOT NULL
+);
+CREATE TABLE api_keys (
+    id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    hash TEXT COLLATE "C" NOT NULL UNIQUE,
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    user_id TEXT COLLATE "C" NOT NULL,
+    admin BIGINT NOT NULL,
+    create_time BIGINT NOT NULL
+);
+CREATE INDEX api_keys_tenant ON api_keys (tenant_id);
+"#,
+}];
+
+/// The schema version this build writes: the last migration's.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+/// Applies every migration in [`MIGRATIONS`] that `weft_schema` does not list yet, in order, each in
+/// its own transaction. Returns the versions it applied.
+pub(crate) async fn run(store: &crate::SqlStore, now_ms: i64) -> Result<Vec<i64>> {
+    let mut applied = Vec::new();
+    for m in MIGRATIONS {
+        let mut tx = store.write_tx().await?;
+        lock_and_ensure_table(&mut tx, store.backend_kind()).await?;
+        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM weft_schema WHERE version = $1")
+            .bind(m.version)
+            .fetch_one(&mut *tx)
+            .await?;
+        if done > 0 {
+            continue;
+        }
+        sqlx::raw_sql(m.sql(store.backend_kind()))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                StoreError::Migration(format!("version {} ({}): {e}", m.version, m.description))
+            })?;
+        sqlx::query(
+            "INSERT INTO weft_schema (version, description, applied_at) VALUES ($1, $2, $3)",
+        )
+        .bind(m.version)
+        .bind(m.description)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        tracing::info!(
+            version = m.version,
+            description = m.description,
+            "applied migration"
+        );
+        applied.push(m.version);
+    }
+    Ok(applied)
+}
+
+/// Serializes migrators (PostgreSQL) and creates the bookkeeping table if this is a new database.
+async fn lock_and_ensure_table(tx: &mut Transaction<'static, Any>, backend: Backend) -> Result<()> {
+    if backend == Backend::Postgres {
+        // The lock function returns `void`, a type the Any driver cannot decode: select around it.
+        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1)) AS l")
+            .bind(PG_MIGRATION_LOCK)
+            .execute(&mut **tx)
+            .await?;
+    }
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS weft_schema (version BIGINT PRIMARY KEY, description TEXT, applied_at BIGINT)",
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,3 @@
+//! weft-testkit's integration tests: the throwaway PostgreSQL server, for real.
+
+mod postgres;
