@@ -157,8 +157,30 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = Components::openapi();
     let ext = routes::external(1);
     let int = routes::internal();
+    // The two routes `finish` adds to both listeners.
+    let both = api::Api::new("")
+        .route(
+            axum::routing::MethodFilter::GET,
+            "/status",
+            status,
+            api::op("health", "Health check (both ports, no headers needed)").ok(
+                200,
+                "OK\\n",
+                api::Body::Text,
+            ),
+        )
+        .route(
+            axum::routing::MethodFilter::GET,
+            "/v2/openapi.json",
+            openapi_json,
+            api::op(
+                "health",
+                "This OpenAPI document (both ports, no headers needed)",
+            )
+            .ok(200, "the document", api::Body::AnyJson),
+        );
     let mut paths = ext.paths;
-    for (p, item) in int.paths {
+    for (p, item) in int.paths.into_iter().chain(both.paths) {
         match paths.get_mut(&p) {
             Some(mine) => mine.merge_operations(item),
             None => {

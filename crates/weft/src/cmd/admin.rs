@@ -46,16 +46,37 @@ enum ApikeyCommand {
 
 pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        AdminCommand::Apikey { command: ApikeyCommand::Create { tenant, user, admin, data_dir, database } } => {
-            let settings = RawConfig { data_dir, database, ..Default::default() }.resolve()?;
+        AdminCommand::Apikey {
+            command:
+                ApikeyCommand::Create {
+                    tenant,
+                    user,
+                    admin,
+                    data_dir,
+                    database,
+                },
+        } => {
+            let settings = RawConfig {
+                data_dir,
+                database,
+                ..Default::default()
+            }
+            .resolve()?;
             super::server::runtime()?.block_on(async {
                 if settings.database_url.starts_with("sqlite:") {
                     std::fs::create_dir_all(&settings.data_dir)?;
                 }
                 let store = weft_store::open(&settings.database_url).await?;
-                let created = weft_server::routes::apikeys::make_key(store.as_ref(), &ApiKeyRequest { tenant, user, admin })
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let created = weft_server::routes::apikeys::make_key(
+                    store.as_ref(),
+                    &ApiKeyRequest {
+                        tenant,
+                        user,
+                        admin,
+                    },
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
                 println!("{}", serde_json::to_string_pretty(&created)?);
                 Ok(ExitCode::SUCCESS)
             })

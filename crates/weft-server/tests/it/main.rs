@@ -1,0 +1,16 @@
+//! The integration tests of weft-server: both routers driven in-process (`tower::ServiceExt::oneshot`),
+//! each test over its own temporary SQLite store. One binary, one module per route group.
+
+mod apikeys;
+mod bad_input;
+mod catalog;
+mod common;
+mod entities;
+mod isolation;
+mod metrics_profile;
+mod openapi;
+mod plugins;
+mod provisioners;
+mod secrets;
+mod status_identity;
+mod tenants;
