@@ -1,0 +1,631 @@
+//! Cluster operations and how each becomes node programs, dependency edges and barriers.
+//!
+//! Layout-changing operations (create, add services, remove a service, expand, shrink, move to a new
+//! template version) are planned from the difference between the old and the new layout:
+//! - a new node runs CREATE, CONFIRM, BOOTSTRAP, then INSTALL, CONFIGURE, INITIALIZE, START of its
+//!   services;
+//! - a node that goes away runs STOP of its services, then DELETE;
+//! - a kept node that loses services runs STOP, REMOVE of them first; one that gains services runs
+//!   BOOTSTRAP, then INSTALL, CONFIGURE, INITIALIZE, START of them;
+//! - expand, shrink and template moves also re-run CONFIGURE of the services that stay, so that
+//!   configuration naming the cluster's nodes is refreshed.
+//!
+//! When the cluster config or a service action field refers to other nodes' hosts or IPs
+//! (`%host.service.X%`, `%ip.service.X%`, ...), every service task of the "then" part waits for
+//! every CONFIRM of the plan, because addresses are known only after CONFIRM (Coopr got this for free
+//! from its stage barrier).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use weft_model::{ProvisionerAction as A, Service};
+
+use crate::dag::{Builder, NodeProgram, Plan};
+use crate::deps::{rule, Class, DepGraph, Direction};
+use crate::error::PlanError;
+use crate::layout::{sorted, PlanNode};
+use crate::macros;
+
+/// A cluster operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "kebab-case")]
+pub enum Operation {
+    /// Build every node of `after` (`before` must be empty).
+    Create,
+    /// DELETE every node of `before` (`after` must be empty). Like Coopr, services are not stopped.
+    Delete,
+    /// Services added to existing nodes (`after` = `before` plus services; no node added or removed).
+    AddServices,
+    /// Remove one service from every node that has it (`after` = `before` without it).
+    RemoveService { service: String },
+    /// Add nodes (`after` = `before` plus new nodes).
+    Expand,
+    /// Remove nodes (`after` = `before` minus some nodes).
+    Shrink,
+    /// Re-run BOOTSTRAP and CONFIGURE on every node; with `restart`, STOP before and START after.
+    Reconfigure { restart: bool },
+    /// START one service and everything it needs at runtime, or every service.
+    Start { service: Option<String> },
+    /// STOP one service and everything that needs it at runtime, or every service.
+    Stop { service: Option<String> },
+    /// STOP then START one service and its runtime dependents, or every service.
+    Restart { service: Option<String> },
+    /// Upgrade a service (the catalog holds its new version): on each node that has it, STOP,
+    /// INSTALL, CONFIGURE, START, in batches of `batch_size` nodes ordered by nodenum.
+    Upgrade { service: String, batch_size: usize },
+    /// The inverse of an upgrade (the catalog holds the old version): the same steps on the
+    /// upgraded nodes (`nodes`, or all that have the service), batches in reverse order.
+    RollbackUpgrade {
+        service: String,
+        batch_size: usize,
+        nodes: Option<BTreeSet<String>>,
+    },
+    /// Move to a new template version: any difference between `before` and `after`.
+    ChangeTemplate,
+}
+
+impl Operation {
+    /// The operation's short name, used in messages and by `weft plan --operation`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operation::Create => "create",
+            Operation::Delete => "delete",
+            Operation::AddServices => "add-services",
+            Operation::RemoveService { .. } => "remove-service",
+            Operation::Expand => "expand",
+            Operation::Shrink => "shrink",
+            Operation::Reconfigure { .. } => "reconfigure",
+            Operation::Start { .. } => "start",
+            Operation::Stop { .. } => "stop",
+            Operation::Restart { .. } => "restart",
+            Operation::Upgrade { .. } => "upgrade",
+            Operation::RollbackUpgrade { .. } => "rollback-upgrade",
+            Operation::ChangeTemplate => "change-template",
+        }
+    }
+
+    /// Coopr's ClusterAction name, upper-case as in plans (new names for operations Coopr lacked).
+    pub fn cluster_action(&self) -> &'static str {
+        match self {
+            Operation::Create => "CLUSTER_CREATE",
+            Operation::Delete => "CLUSTER_DELETE",
+            Operation::AddServices => "ADD_SERVICES",
+            Operation::RemoveService { .. } => "REMOVE_SERVICES",
+            Operation::Expand => "CLUSTER_EXPAND",
+            Operation::Shrink => "CLUSTER_SHRINK",
+            Operation::Reconfigure { restart: false } => "CLUSTER_CONFIGURE",
+            Operation::Reconfigure { restart: true } => "CLUSTER_CONFIGURE_WITH_RESTART",
+            Operation::Start { .. } => "START_SERVICES",
+            Operation::Stop { .. } => "STOP_SERVICES",
+            Operation::Restart { .. } => "RESTART_SERVICES",
+            Operation::Upgrade { .. } => "UPGRADE_SERVICE",
+            Operation::RollbackUpgrade { .. } => "ROLLBACK_UPGRADE",
+            Operation::ChangeTemplate => "CHANGE_TEMPLATE",
+        }
+    }
+}
+
+/// Everything a plan depends on. The planner reads nothing else.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PlanInput {
+    /// The layout before the operation (empty for create).
+    #[serde(default)]
+    pub before: Vec<PlanNode>,
+    /// The layout after the operation (empty for delete). Operations that keep the layout
+    /// (reconfigure, start, stop, restart, upgrade) read this one; `before` is then empty or equal.
+    #[serde(default)]
+    pub after: Vec<PlanNode>,
+    /// Service definitions: every service on either layout, plus any they depend on.
+    #[serde(default)]
+    pub services: Vec<Service>,
+    /// The cluster config (macro-expanded per task later; here only scanned for node references).
+    #[serde(default)]
+    pub config: Value,
+}
+
+const INSTALL_CHAIN: [A; 4] = [A::Install, A::Configure, A::Initialize, A::Start];
+const HARDWARE_UP: [A; 3] = [A::Create, A::Confirm, A::Bootstrap];
+
+/// Plan an operation. Pure and deterministic.
+pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
+    let name = op.name();
+    let mut catalog: BTreeMap<String, Service> = BTreeMap::new();
+    for s in &input.services {
+        if catalog.insert(s.name.clone(), s.clone()).is_some() {
+            return Err(PlanError::BadService {
+                operation: name,
+                service: s.name.clone(),
+                problem: "is defined more than once".into(),
+            });
+        }
+    }
+    let before = sorted(&input.before, "old")?;
+    let after = sorted(&input.after, "new")?;
+    let mut cluster: BTreeSet<String> = BTreeSet::new();
+    for n in before.iter().chain(&after) {
+        for s in &n.services {
+            if !catalog.contains_key(s) {
+                return Err(PlanError::UnknownService {
+                    node: n.id.clone(),
+                    service: s.clone(),
+                });
+            }
+            cluster.insert(s.clone());
+        }
+    }
+    let graph = DepGraph::new(&catalog, &cluster)?;
+
+    // The node universe: after's nodes, plus nodes only in before; sorted by nodenum.
+    let mut by_id: BTreeMap<&str, &PlanNode> = BTreeMap::new();
+    for n in before.iter().chain(&after) {
+        by_id.insert(n.id.as_str(), n);
+    }
+    let mut nodes: Vec<&PlanNode> = by_id.into_values().collect();
+    nodes.sort_by(|a, b| (a.nodenum, &a.id).cmp(&(b.nodenum, &b.id)));
+    let pos: BTreeMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.id.as_str(), i))
+        .collect();
+    let before_map: BTreeMap<&str, &PlanNode> =
+        before.iter().map(|n| (n.id.as_str(), *n)).collect();
+    let after_map: BTreeMap<&str, &PlanNode> = after.iter().map(|n| (n.id.as_str(), *n)).collect();
+
+    let automators = |n: &PlanNode| -> Vec<String> {
+        let set: BTreeSet<&str> = n
+            .services
+            .iter()
+            .filter_map(|s| catalog.get(s))
+            .flat_map(|s| s.provisioner.actions.values().map(|a| a.automator.as_str()))
+            .filter(|a| !a.is_empty())
+            .collect();
+        set.into_iter().map(String::from).collect()
+    };
+    let chains =
+        |services: &mut dyn Iterator<Item = &String>, actions: &[A]| -> Vec<(String, Vec<A>)> {
+            services.map(|s| (s.clone(), actions.to_vec())).collect()
+        };
+    let mismatch = |problem: String| PlanError::LayoutMismatch {
+        operation: name,
+        problem,
+    };
+    let same_layout = || -> Result<(), PlanError> {
+        if before.is_empty() {
+            return Ok(());
+        }
+        for n in &before {
+            match after_map.get(n.id.as_str()) {
+                Some(a) if a.services == n.services => {}
+                Some(_) => {
+                    return Err(mismatch(format!(
+                        "node {} changes services; use another operation",
+                        n.id
+                    )))
+                }
+                None => {
+                    return Err(mismatch(format!(
+                        "node {} is missing from the new layout",
+                        n.id
+                    )))
+                }
+            }
+        }
+        if let Some(n) = after
+            .iter()
+            .find(|n| !before_map.contains_key(n.id.as_str()))
+        {
+            return Err(mismatch(format!("node {} is not in the old layout", n.id)));
+        }
+        Ok(())
+    };
+    let on_cluster = |s: &str| -> Result<(), PlanError> {
+        if after.iter().any(|n| n.services.contains(s)) {
+            Ok(())
+        } else {
+            Err(PlanError::BadService {
+                operation: name,
+                service: s.to_string(),
+                problem: "is not on the cluster".into(),
+            })
+        }
+    };
+
+    let mut programs: Vec<NodeProgram> = Vec::new();
+    let mut batches: Vec<Vec<usize>> = Vec::new(); // program indices per upgrade batch
+    match op {
+        Operation::Create => {
+            if !before.is_empty() {
+                return Err(mismatch(format!(
+                    "the old layout must be empty, it has {} nodes",
+                    before.len()
+                )));
+            }
+            for n in &after {
+                programs.push(NodeProgram {
+                    node: pos[n.id.as_str()],
+                    pre: HARDWARE_UP.to_vec(),
+                    then: chains(&mut n.services.iter(), &INSTALL_CHAIN),
+                    automators: automators(n),
+                    ..Default::default()
+                });
+            }
+        }
+        Operation::Delete => {
+            if !after.is_empty() {
+                return Err(mismatch(format!(
+                    "the new layout must be empty, it has {} nodes",
+                    after.len()
+                )));
+            }
+            for n in &before {
+                programs.push(NodeProgram {
+                    node: pos[n.id.as_str()],
+                    post: vec![A::Delete],
+                    ..Default::default()
+                });
+            }
+        }
+        Operation::AddServices
+        | Operation::RemoveService { .. }
+        | Operation::Expand
+        | Operation::Shrink
+        | Operation::ChangeTemplate => {
+            let refresh = matches!(
+                op,
+                Operation::Expand | Operation::Shrink | Operation::ChangeTemplate
+            );
+            check_change(op, &before_map, &after_map, &catalog)?;
+            for n in &nodes {
+                let id = n.id.as_str();
+                let node = pos[id];
+                match (before_map.get(id), after_map.get(id)) {
+                    (None, Some(a)) => programs.push(NodeProgram {
+                        node,
+                        pre: HARDWARE_UP.to_vec(),
+                        then: chains(&mut a.services.iter(), &INSTALL_CHAIN),
+                        automators: automators(a),
+                        ..Default::default()
+                    }),
+                    (Some(b), None) => programs.push(NodeProgram {
+                        node,
+                        first: chains(&mut b.services.iter(), &[A::Stop]),
+                        post: vec![A::Delete],
+                        ..Default::default()
+                    }),
+                    (Some(b), Some(a)) => {
+                        let added: Vec<&String> = a.services.difference(&b.services).collect();
+                        let removed: Vec<&String> = b.services.difference(&a.services).collect();
+                        let mut then = chains(&mut added.iter().copied(), &INSTALL_CHAIN);
+                        if refresh {
+                            then.extend(chains(
+                                &mut a.services.intersection(&b.services),
+                                &[A::Configure],
+                            ));
+                            then.sort();
+                        }
+                        let p = NodeProgram {
+                            node,
+                            pre: if added.is_empty() {
+                                vec![]
+                            } else {
+                                vec![A::Bootstrap]
+                            },
+                            first: chains(&mut removed.into_iter(), &[A::Stop, A::Remove]),
+                            then,
+                            automators: automators(a),
+                            ..Default::default()
+                        };
+                        if !p.first.is_empty() || !p.then.is_empty() {
+                            programs.push(p);
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        Operation::Reconfigure { restart } => {
+            same_layout()?;
+            let actions: &[A] = if *restart {
+                &[A::Stop, A::Configure, A::Start]
+            } else {
+                &[A::Configure]
+            };
+            for n in &after {
+                programs.push(NodeProgram {
+                    node: pos[n.id.as_str()],
+                    pre: vec![A::Bootstrap],
+                    then: chains(&mut n.services.iter(), actions),
+                    automators: automators(n),
+                    ..Default::default()
+                });
+            }
+        }
+        Operation::Start { service }
+        | Operation::Stop { service }
+        | Operation::Restart { service } => {
+            same_layout()?;
+            let (dir, actions): (Direction, &[A]) = match op {
+                Operation::Start { .. } => (Direction::Forward, &[A::Start]),
+                Operation::Stop { .. } => (Direction::Reverse, &[A::Stop]),
+                _ => (Direction::Reverse, &[A::Stop, A::Start]),
+            };
+            let selected: BTreeSet<String> = match service {
+                None => cluster.clone(),
+                Some(s) => {
+                    on_cluster(s)?;
+                    let mut set: BTreeSet<String> = graph
+                        .reachable(Class::Runtime, dir, s)
+                        .into_iter()
+                        .flatten()
+                        .filter(|d| cluster.contains(*d))
+                        .cloned()
+                        .collect();
+                    set.insert(s.clone());
+                    set
+                }
+            };
+            for n in &after {
+                let mut svcs = n.services.intersection(&selected);
+                let then = chains(&mut svcs, actions);
+                if !then.is_empty() {
+                    programs.push(NodeProgram {
+                        node: pos[n.id.as_str()],
+                        then,
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        Operation::Upgrade {
+            service,
+            batch_size,
+        }
+        | Operation::RollbackUpgrade {
+            service,
+            batch_size,
+            ..
+        } => {
+            same_layout()?;
+            if *batch_size == 0 {
+                return Err(PlanError::BadParameter {
+                    operation: name,
+                    problem: "batch size must be at least 1".into(),
+                });
+            }
+            on_cluster(service)?;
+            let mut hosts: Vec<&PlanNode> = after
+                .iter()
+                .copied()
+                .filter(|n| n.services.contains(service))
+                .collect();
+            if let Operation::RollbackUpgrade {
+                nodes: Some(only), ..
+            } = op
+            {
+                if let Some(bad) = only.iter().find(|id| !hosts.iter().any(|n| &n.id == *id)) {
+                    return Err(PlanError::BadParameter {
+                        operation: name,
+                        problem: format!("node {bad} does not have service {service}"),
+                    });
+                }
+                hosts.retain(|n| only.contains(&n.id));
+            }
+            let mut groups: Vec<&[&PlanNode]> = hosts.chunks(*batch_size).collect();
+            if matches!(op, Operation::RollbackUpgrade { .. }) {
+                groups.reverse();
+            }
+            for group in groups {
+                let mut batch = Vec::new();
+                for n in group {
+                    batch.push(programs.len());
+                    programs.push(NodeProgram {
+                        node: pos[n.id.as_str()],
+                        pre: vec![A::Bootstrap],
+                        then: vec![(
+                            service.clone(),
+                            vec![A::Stop, A::Install, A::Configure, A::Start],
+                        )],
+                        automators: automators(n),
+                        ..Default::default()
+                    });
+                }
+                batches.push(batch);
+            }
+        }
+    }
+
+    // Build tasks and lifecycle chains.
+    let expected: usize = programs
+        .iter()
+        .map(|p| {
+            p.pre.len()
+                + p.post.len()
+                + p.first
+                    .iter()
+                    .chain(&p.then)
+                    .map(|(_, a)| a.len())
+                    .sum::<usize>()
+        })
+        .sum();
+    let mut b = Builder::new(nodes.clone(), expected);
+    let defined = |s: &str, a: A| {
+        catalog
+            .get(s)
+            .is_some_and(|svc| svc.provisioner.actions.contains_key(&a))
+    };
+    let made: Vec<_> = programs.iter().map(|p| b.add_program(p, defined)).collect();
+
+    // Dependency rules between service tasks, across nodes. Keys are sorted before gates are made
+    // so that gate numbers are deterministic.
+    let groups = b.service_groups();
+    let mut resolved: HashMap<(u32, A), Vec<u32>> = HashMap::new();
+    let mut needs: HashMap<(A, u32), Vec<usize>> = HashMap::new();
+    let service_tasks: Vec<(usize, A, u32)> = b.service_tasks().collect();
+    for (task, action, service) in service_tasks {
+        let Some((class, dir, wanted)) = rule(action) else {
+            continue;
+        };
+        let targets = resolved.entry((service, action)).or_insert_with(|| {
+            graph
+                .targets(class, dir, b.service_name(service), |d| {
+                    b.find_service(d)
+                        .is_some_and(|id| groups.contains_key(&(wanted, id)))
+                })
+                .iter()
+                .filter_map(|d| b.find_service(d))
+                .collect()
+        });
+        for &d in targets.iter() {
+            needs.entry((wanted, d)).or_default().push(task);
+        }
+    }
+    let mut keys: Vec<(A, u32)> = needs.keys().copied().collect();
+    keys.sort_by(|x, y| (x.0, b.service_name(x.1)).cmp(&(y.0, b.service_name(y.1))));
+    for key in keys {
+        if let Some(from) = groups.get(&key) {
+            b.barrier(from, &needs[&key]);
+        }
+    }
+
+    // Addresses first, when configuration refers to other nodes.
+    if refers_to_other_nodes(input, &catalog, &cluster) {
+        let confirms = b.tasks_of(A::Confirm);
+        let heads: Vec<usize> = made
+            .iter()
+            .flat_map(|m| m.then_heads.iter().copied())
+            .collect();
+        b.barrier(&confirms, &heads);
+    }
+
+    // Upgrade batches: a batch starts when the previous one is done.
+    for w in batches.windows(2) {
+        let sinks: Vec<usize> = w[0]
+            .iter()
+            .flat_map(|&p| made[p].sinks.iter().copied())
+            .collect();
+        let sources: Vec<usize> = w[1]
+            .iter()
+            .flat_map(|&p| made[p].sources.iter().copied())
+            .collect();
+        b.barrier(&sinks, &sources);
+    }
+
+    b.finish(op.cluster_action())
+}
+
+/// Whether the cluster config or an action field of a cluster service names other nodes' hosts or
+/// addresses.
+fn refers_to_other_nodes(
+    input: &PlanInput,
+    catalog: &BTreeMap<String, Service>,
+    cluster: &BTreeSet<String>,
+) -> bool {
+    fn walk(v: &Value) -> bool {
+        match v {
+            Value::String(s) => macros::refers_to_other_nodes(s),
+            Value::Array(a) => a.iter().any(walk),
+            Value::Object(o) => o.values().any(walk),
+            _ => false,
+        }
+    }
+    walk(&input.config)
+        || cluster.iter().filter_map(|s| catalog.get(s)).any(|s| {
+            s.provisioner
+                .actions
+                .values()
+                .any(|a| a.fields.values().any(|f| macros::refers_to_other_nodes(f)))
+        })
+}
+
+/// Check that the layout difference is what the operation allows.
+fn check_change(
+    op: &Operation,
+    before: &BTreeMap<&str, &PlanNode>,
+    after: &BTreeMap<&str, &PlanNode>,
+    catalog: &BTreeMap<String, Service>,
+) -> Result<(), PlanError> {
+    let name = op.name();
+    let mismatch = |problem: String| {
+        Err(PlanError::LayoutMismatch {
+            operation: name,
+            problem,
+        })
+    };
+    let may_add_nodes = matches!(op, Operation::Expand | Operation::ChangeTemplate);
+    let may_remove_nodes = matches!(op, Operation::Shrink | Operation::ChangeTemplate);
+    for id in after.keys() {
+        if !before.contains_key(id) && !may_add_nodes {
+            return mismatch(format!("node {id} is new, but {name} adds no nodes"));
+        }
+    }
+    for (id, b) in before {
+        // Removing a service may also remove the nodes that held nothing else.
+        let emptied = matches!(op, Operation::RemoveService { service } if b.services.iter().all(|s| s == service));
+        if !after.contains_key(id) && !may_remove_nodes && !emptied {
+            return mismatch(format!(
+                "node {id} is missing from the new layout, but {name} removes no nodes"
+            ));
+        }
+    }
+    for (id, b) in before {
+        let Some(a) = after.get(id) else { continue };
+        if let Some(s) = a.services.difference(&b.services).next() {
+            if !matches!(op, Operation::AddServices | Operation::ChangeTemplate) {
+                return mismatch(format!(
+                    "node {id} gains service {s}, but {name} adds no services"
+                ));
+            }
+        }
+        if let Some(s) = b.services.difference(&a.services).next() {
+            let allowed = match op {
+                Operation::RemoveService { service } => s == service,
+                Operation::ChangeTemplate => true,
+                _ => false,
+            };
+            if !allowed {
+                return mismatch(format!(
+                    "node {id} loses service {s}, which {name} does not remove"
+                ));
+            }
+        }
+    }
+    if let Operation::RemoveService { service } = op {
+        if !before.values().any(|n| n.services.contains(service)) {
+            return Err(PlanError::BadService {
+                operation: name,
+                service: service.clone(),
+                problem: "is not on the cluster".into(),
+            });
+        }
+        if let Some(n) = after.values().find(|n| n.services.contains(service)) {
+            return mismatch(format!("node {} still has service {service}", n.id));
+        }
+        // Nothing that stays may require the removed service (unless another service provides it).
+        let remaining: BTreeSet<&String> = after.values().flat_map(|n| n.services.iter()).collect();
+        for s in &remaining {
+            let Some(svc) = catalog.get(*s) else { continue };
+            let deps = &svc.dependencies;
+            for need in deps.install.requires.iter().chain(&deps.runtime.requires) {
+                let satisfied = remaining.iter().any(|r| {
+                    *r == need
+                        || catalog
+                            .get(*r)
+                            .is_some_and(|c| c.dependencies.provides.contains(need))
+                });
+                let hits_removed = need == service
+                    || catalog
+                        .get(service)
+                        .is_some_and(|c| c.dependencies.provides.contains(need));
+                if hits_removed && !satisfied {
+                    return Err(PlanError::BadService {
+                        operation: name,
+                        service: service.clone(),
+                        problem: format!("is required by service {s}, which stays on the cluster"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! Integration tests of weft-planner: snapshots of every operation, dependency rules, macros, and
+//! a property test against Coopr's stage-by-stage execution.
+
+mod fixtures;
+mod macros;
+mod property;
+mod rules;
+mod snapshots;
