@@ -1,9 +1,347 @@
-//! `weft plan`: offline plan preview. (owned by the planner work)
+//! `weft plan`: offline plan preview. Solves the layout with weft-solver (from a template, or as a
+//! change to an existing layout), then plans the operation with weft-planner and prints the task
+//! DAG and its stage view as JSON, or a readable text rendering.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use weft_model::{lenient, ClusterTemplate, Service};
+use weft_planner::{Operation, PlanInput, PlanNode};
+use weft_solver::{Catalog, Change, ExistingNode, Layout, SolveError, TypeOffer};
+
+/// The operations `weft plan` previews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    Create,
+    Delete,
+    AddServices,
+    RemoveService,
+    Expand,
+    Shrink,
+    Reconfigure,
+    Start,
+    Stop,
+    Restart,
+    Upgrade,
+    RollbackUpgrade,
+    ChangeTemplate,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Text,
+}
 
 /// Arguments of `weft plan`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_long_help = HELP)]
+pub struct Args {
+    /// The v2 cluster template (JSON; Coopr's lenient syntax is accepted).
+    #[arg(long, value_name = "T.json")]
+    pub template: PathBuf,
+    /// The service definitions: a JSON list of v2 service objects.
+    #[arg(long, value_name = "S.json")]
+    pub services: PathBuf,
+    /// Cluster size: required for create; for expand and shrink, the size after the change.
+    #[arg(long, value_name = "N")]
+    pub size: Option<u64>,
+    /// Offered hardware types, most preferred first.
+    #[arg(long, value_name = "a,b", value_delimiter = ',', required = true)]
+    pub hardwaretypes: Vec<String>,
+    /// Offered image types, most preferred first.
+    #[arg(long, value_name = "x,y", value_delimiter = ',', required = true)]
+    pub imagetypes: Vec<String>,
+    /// The operation to plan.
+    #[arg(long, value_enum)]
+    pub operation: Op,
+    /// The cluster's current layout, in `weft solve`'s output format. Required except for create.
+    #[arg(long, value_name = "L.json")]
+    pub existing: Option<PathBuf>,
+    /// The service to remove, start, stop, restart or upgrade (start/stop/restart: all if omitted).
+    #[arg(long, value_name = "NAME")]
+    pub service: Option<String>,
+    /// Services to add (add-services) or to add with a template change.
+    #[arg(long, value_name = "s1,s2", value_delimiter = ',')]
+    pub add: Vec<String>,
+    /// Reconfigure with a restart (STOP, CONFIGURE, START).
+    #[arg(long)]
+    pub restart: bool,
+    /// Upgrade batch size, in nodes.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub batch_size: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: Format,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("weft plan is not implemented yet")
+const HELP: &str = "\
+The layout comes from weft-solver: `create` solves --size nodes from the template; other operations
+read --existing (groups of {\"hardwaretype\",\"imagetype\",\"services\",\"count\"} under \"layout\", as
+printed by `weft solve`; nodes are numbered from 1000 in that order) and solve the change.
+
+JSON output: {\"action\", \"tasks\":[{\"index\",\"nodeId\",\"taskName\",\"service\"}], \"gates\",
+\"edges\":[{\"from\":\"t0\"|\"g0\",\"to\",\"kind\":\"dependency\"|\"node_order\"}], \"stages\"} where
+\"stages\" is Coopr's plan format with task ids 001, 002, ...
+
+Exit status: 0 with the plan on stdout; 2 when no layout exists; 1 on bad input.";
+
+#[derive(Debug, Deserialize)]
+struct LayoutFile {
+    layout: Vec<Group>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Group {
+    hardwaretype: String,
+    imagetype: String,
+    services: Vec<String>,
+    count: u64,
+}
+
+fn read<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+    let body = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    lenient::parse_as(&body, what).with_context(|| format!("in {}", path.display()))
+}
+
+fn plan_node(
+    id: String,
+    nodenum: u64,
+    hardwaretype: &str,
+    imagetype: &str,
+    services: BTreeSet<String>,
+) -> PlanNode {
+    PlanNode {
+        hostname: format!("{id}.local"),
+        ipaddresses: BTreeMap::from([
+            (
+                "access_v4".to_string(),
+                format!("192.0.2.{}", nodenum % 250),
+            ),
+            (
+                "bind_v4".to_string(),
+                format!("10.0.{}.{}", nodenum / 250 % 250, nodenum % 250),
+            ),
+        ]),
+        id,
+        nodenum,
+        hardwaretype: hardwaretype.to_string(),
+        imagetype: imagetype.to_string(),
+        services,
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let template: ClusterTemplate = read(&args.template, "a cluster template")?;
+    let services: Vec<Service> = read(&args.services, "a list of services")?;
+    let hardware = TypeOffer::new(args.hardwaretypes.iter().filter(|s| !s.is_empty()).cloned());
+    let images = TypeOffer::new(args.imagetypes.iter().filter(|s| !s.is_empty()).cloned());
+    let cat = Catalog {
+        template: &template,
+        hardware: &hardware,
+        images: &images,
+        services: Some(&services),
+    };
+
+    let before: Vec<PlanNode> = match &args.existing {
+        None if args.operation == Op::Create => Vec::new(),
+        None => bail!("--existing is required for {:?}", args.operation),
+        Some(_) if args.operation == Op::Create => bail!("create takes no --existing layout"),
+        Some(path) => {
+            let file: LayoutFile = read(path, "a layout")?;
+            let mut nodes = Vec::new();
+            for g in &file.layout {
+                for _ in 0..g.count {
+                    let k = nodes.len() as u64;
+                    let services = g.services.iter().cloned().collect();
+                    nodes.push(plan_node(
+                        format!("node-{}", k + 1),
+                        1000 + k,
+                        &g.hardwaretype,
+                        &g.imagetype,
+                        services,
+                    ));
+                }
+            }
+            if nodes.is_empty() {
+                bail!("{}: the existing layout has no nodes", path.display());
+            }
+            nodes
+        }
+    };
+    let existing: Vec<ExistingNode> = before
+        .iter()
+        .map(|n| ExistingNode {
+            id: n.id.clone(),
+            hardwaretype: n.hardwaretype.clone(),
+            imagetype: n.imagetype.clone(),
+            services: n.services.clone(),
+        })
+        .collect();
+    let count = before.len() as u64;
+    let need_service = || {
+        args.service
+            .clone()
+            .with_context(|| format!("{:?} needs --service", args.operation))
+    };
+
+    let solved: Result<Option<Layout>, SolveError> = match args.operation {
+        Op::Create => {
+            let size = args.size.context("create needs --size")?;
+            weft_solver::create(&cat, &[], size).map(Some)
+        }
+        Op::AddServices => {
+            if args.add.is_empty() {
+                bail!("add-services needs --add s1,s2");
+            }
+            weft_solver::change(&cat, &existing, &Change::AddServices(args.add.clone())).map(Some)
+        }
+        Op::RemoveService => {
+            weft_solver::change(&cat, &existing, &Change::RemoveService(need_service()?)).map(Some)
+        }
+        Op::Expand => {
+            let size = args
+                .size
+                .context("expand needs --size (the size after expanding)")?;
+            if size <= count {
+                bail!("expand: --size {size} must be larger than the current {count} nodes");
+            }
+            weft_solver::change(&cat, &existing, &Change::Expand(size - count)).map(Some)
+        }
+        Op::Shrink => {
+            let size = args
+                .size
+                .context("shrink needs --size (the size after shrinking)")?;
+            if size >= count {
+                bail!("shrink: --size {size} must be smaller than the current {count} nodes");
+            }
+            weft_solver::change(&cat, &existing, &Change::Shrink(count - size)).map(Some)
+        }
+        Op::ChangeTemplate => {
+            weft_solver::change(&cat, &existing, &Change::Retemplate(args.add.clone())).map(Some)
+        }
+        _ => Ok(None),
+    };
+    let solved = match solved {
+        Ok(s) => s,
+        Err(e) if e.is_no_layout() || matches!(e, SolveError::SearchLimit { .. }) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => bail!(e),
+    };
+
+    // The layout after the operation, as planner nodes: kept nodes keep their numbers.
+    let after: Vec<PlanNode> = match &solved {
+        None => before.clone(),
+        Some(layout) => {
+            let by_id: BTreeMap<&str, &PlanNode> =
+                before.iter().map(|n| (n.id.as_str(), n)).collect();
+            let mut next = 1000 + count;
+            layout
+                .nodes
+                .iter()
+                .map(|n| {
+                    let services: BTreeSet<String> = n.services.iter().cloned().collect();
+                    match n.id.as_deref().and_then(|id| by_id.get(id)) {
+                        Some(old) => PlanNode {
+                            services,
+                            ..(*old).clone()
+                        },
+                        None => {
+                            next += 1;
+                            let k = next - 1;
+                            plan_node(
+                                format!("node-{}", k - 999),
+                                k,
+                                &n.hardwaretype,
+                                &n.imagetype,
+                                services,
+                            )
+                        }
+                    }
+                })
+                .collect()
+        }
+    };
+
+    let (op, before, after) = match args.operation {
+        Op::Create => (Operation::Create, Vec::new(), after),
+        Op::Delete => (Operation::Delete, before, Vec::new()),
+        Op::AddServices => (Operation::AddServices, before, after),
+        Op::RemoveService => (
+            Operation::RemoveService {
+                service: need_service()?,
+            },
+            before,
+            after,
+        ),
+        Op::Expand => (Operation::Expand, before, after),
+        Op::Shrink => (Operation::Shrink, before, after),
+        Op::ChangeTemplate => (Operation::ChangeTemplate, before, after),
+        Op::Reconfigure => (
+            Operation::Reconfigure {
+                restart: args.restart,
+            },
+            Vec::new(),
+            after,
+        ),
+        Op::Start => (
+            Operation::Start {
+                service: args.service.clone(),
+            },
+            Vec::new(),
+            after,
+        ),
+        Op::Stop => (
+            Operation::Stop {
+                service: args.service.clone(),
+            },
+            Vec::new(),
+            after,
+        ),
+        Op::Restart => (
+            Operation::Restart {
+                service: args.service.clone(),
+            },
+            Vec::new(),
+            after,
+        ),
+        Op::Upgrade => (
+            Operation::Upgrade {
+                service: need_service()?,
+                batch_size: args.batch_size,
+            },
+            Vec::new(),
+            after,
+        ),
+        Op::RollbackUpgrade => (
+            Operation::RollbackUpgrade {
+                service: need_service()?,
+                batch_size: args.batch_size,
+                nodes: None,
+            },
+            Vec::new(),
+            after,
+        ),
+    };
+    let input = PlanInput {
+        before,
+        after,
+        services,
+        config: serde_json::Value::Object(template.defaults.config.clone()),
+    };
+    let plan = weft_planner::plan(&op, &input)?;
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&plan.to_json(|i| format!("{:03}", i + 1)))?
+        ),
+        Format::Text => print!("{}", plan.render_text()),
+    }
+    Ok(ExitCode::SUCCESS)
 }

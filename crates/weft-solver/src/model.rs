@@ -1,0 +1,280 @@
+//! The resolved model: a cluster's services, hardware and image types as bit indexes, and every
+//! template constraint as a relaxable [`Unit`] (so that explanations can drop constraints one by one).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::input::{Catalog, TypeOffer};
+use crate::SolveError;
+
+/// A set of services, hardware types or image types, by index.
+pub(crate) type Bits = u128;
+
+/// The most services (or hardware types, or image types) one solve handles.
+pub(crate) const MAX_BITS: usize = 128;
+
+pub(crate) fn bit(i: usize) -> Bits {
+    1u128 << i
+}
+
+pub(crate) fn all_bits(n: usize) -> Bits {
+    if n >= MAX_BITS {
+        Bits::MAX
+    } else {
+        bit(n) - 1
+    }
+}
+
+pub(crate) fn ones(b: Bits) -> impl Iterator<Item = usize> {
+    (0..MAX_BITS).filter(move |i| b & bit(*i) != 0)
+}
+
+/// One service's constraint, resolved to bit sets.
+#[derive(Debug, Clone)]
+pub(crate) struct ServiceRule {
+    pub min: u64,
+    pub max: u64,
+    /// Allowed hardware (None = any), and the names as the template wrote them.
+    pub hw: Option<Bits>,
+    pub hw_names: Vec<String>,
+    pub img: Option<Bits>,
+    pub img_names: Vec<String>,
+}
+
+/// A template constraint that an explanation may drop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Unit {
+    CompatHw,
+    CompatImg,
+    /// The service must be on at least max(min, 1) nodes.
+    Min(usize),
+    Hw(usize),
+    Img(usize),
+    Must(usize),
+    Cant(usize),
+    Max(usize),
+}
+
+/// The template, restricted to one cluster's services, with names turned into indexes.
+#[derive(Debug, Clone)]
+pub(crate) struct Model {
+    /// The cluster's services, sorted by name; index = bit.
+    pub names: Vec<String>,
+    /// Hardware names: offered ones in preference order, then types of existing nodes.
+    pub hw: Vec<String>,
+    pub hw_offered: Bits,
+    pub img: Vec<String>,
+    pub img_offered: Bits,
+    /// The template's compatibility lists (None = any).
+    pub compat_hw: Option<Bits>,
+    pub compat_img: Option<Bits>,
+    pub rules: Vec<ServiceRule>,
+    /// Must-coexist sets shrunk to the cluster's services (two or more members).
+    pub must: Vec<Bits>,
+    /// Can't-coexist sets whose members are all on the cluster.
+    pub cant: Vec<Bits>,
+}
+
+fn index(offer: &TypeOffer, extra: &BTreeSet<String>) -> Vec<String> {
+    let mut out: Vec<String> = offer.offered().to_vec();
+    for e in extra {
+        if !out.contains(e) {
+            out.push(e.clone());
+        }
+    }
+    out
+}
+
+fn mask(names: &[String], list: &[String]) -> Bits {
+    names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| list.contains(n))
+        .fold(0, |m, (i, _)| m | bit(i))
+}
+
+impl Model {
+    /// Resolves the template for a cluster with `services`; `extra_hw` / `extra_img` are the types
+    /// of existing nodes (they need an index even when no longer offered).
+    pub fn build(
+        cat: &Catalog<'_>,
+        services: &BTreeSet<String>,
+        extra_hw: &BTreeSet<String>,
+        extra_img: &BTreeSet<String>,
+    ) -> Result<Model, SolveError> {
+        let t = cat.template;
+        let c = &t.constraints;
+        if c.size.min > c.size.max {
+            return Err(SolveError::MinAboveMax {
+                what: format!("template {} size", t.name),
+                min: c.size.min,
+                max: c.size.max,
+            });
+        }
+        for (svc, sc) in &c.services {
+            if sc.quantities.min > sc.quantities.max {
+                return Err(SolveError::MinAboveMax {
+                    what: format!("service {svc} quantities"),
+                    min: sc.quantities.min,
+                    max: sc.quantities.max,
+                });
+            }
+            for (kind, list, offer, extra) in [
+                ("hardware type", &sc.hardwaretypes, cat.hardware, extra_hw),
+                ("image type", &sc.imagetypes, cat.images, extra_img),
+            ] {
+                if let Some(bad) = list
+                    .iter()
+                    .find(|n| !offer.is_known(n) && !extra.contains(*n))
+                {
+                    return Err(SolveError::UnknownType {
+                        service: svc.clone(),
+                        kind,
+                        name: bad.clone(),
+                    });
+                }
+            }
+        }
+        let names: Vec<String> = services.iter().cloned().collect();
+        if names.len() > MAX_BITS {
+            return Err(SolveError::TooLarge {
+                what: "services",
+                count: names.len(),
+                limit: MAX_BITS,
+            });
+        }
+        let hw = index(cat.hardware, extra_hw);
+        let img = index(cat.images, extra_img);
+        for (what, list) in [("hardware types", &hw), ("image types", &img)] {
+            if list.len() > MAX_BITS {
+                return Err(SolveError::TooLarge {
+                    what,
+                    count: list.len(),
+                    limit: MAX_BITS,
+                });
+            }
+        }
+        let hw_offered = all_bits(cat.hardware.offered().len());
+        let img_offered = all_bits(cat.images.offered().len());
+        let list_mask =
+            |names: &[String], list: &[String]| (!list.is_empty()).then(|| mask(names, list));
+        let rules = names
+            .iter()
+            .map(|s| {
+                let sc = c.services.get(s).cloned().unwrap_or_default();
+                ServiceRule {
+                    min: sc.quantities.min,
+                    max: sc.quantities.max,
+                    hw: list_mask(&hw, &sc.hardwaretypes),
+                    img: list_mask(&img, &sc.imagetypes),
+                    hw_names: sc.hardwaretypes,
+                    img_names: sc.imagetypes,
+                }
+            })
+            .collect();
+        let svc_index: BTreeMap<&str, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        let set_bits = |set: &BTreeSet<String>| -> (Bits, bool) {
+            let mut b = 0;
+            let mut all = true;
+            for s in set {
+                match svc_index.get(s.as_str()) {
+                    Some(i) => b |= bit(*i),
+                    None => all = false,
+                }
+            }
+            (b, all)
+        };
+        let mut must = Vec::new();
+        for r in &c.layout.mustcoexist {
+            let (b, _) = set_bits(r);
+            if b.count_ones() >= 2 && !must.contains(&b) {
+                must.push(b);
+            }
+        }
+        let mut cant = Vec::new();
+        for r in &c.layout.cantcoexist {
+            let (b, all) = set_bits(r);
+            if all && b != 0 && !cant.contains(&b) {
+                cant.push(b);
+            }
+        }
+        Ok(Model {
+            names,
+            hw_offered,
+            img_offered,
+            compat_hw: list_mask(&hw, &t.compatibility.hardwaretypes),
+            compat_img: list_mask(&img, &t.compatibility.imagetypes),
+            hw,
+            img,
+            rules,
+            must,
+            cant,
+        })
+    }
+
+    /// Every relaxable constraint, in the order an explanation tries to drop them (the ones tried
+    /// first are the least informative to blame).
+    pub fn units(&self) -> Vec<Unit> {
+        let mut u = Vec::new();
+        if self.compat_hw.is_some() {
+            u.push(Unit::CompatHw);
+        }
+        if self.compat_img.is_some() {
+            u.push(Unit::CompatImg);
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            if r.max > 0 || r.min > 0 {
+                u.push(Unit::Min(i));
+            }
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            if r.hw.is_some() {
+                u.push(Unit::Hw(i));
+            }
+            if r.img.is_some() {
+                u.push(Unit::Img(i));
+            }
+        }
+        u.extend((0..self.must.len()).map(Unit::Must));
+        u.extend((0..self.cant.len()).map(Unit::Cant));
+        for (i, r) in self.rules.iter().enumerate() {
+            if r.max < weft_model::UNBOUNDED {
+                u.push(Unit::Max(i));
+            }
+        }
+        u
+    }
+
+    pub fn service_bit(&self, name: &str) -> Option<usize> {
+        self.names.binary_search_by(|n| n.as_str().cmp(name)).ok()
+    }
+
+    pub fn hw_bit(&self, name: &str) -> Option<usize> {
+        self.hw.iter().position(|n| n == name)
+    }
+
+    pub fn img_bit(&self, name: &str) -> Option<usize> {
+        self.img.iter().position(|n| n == name)
+    }
+
+    pub fn set_names(&self, set: Bits) -> Vec<String> {
+        ones(set)
+            .filter_map(|i| self.names.get(i).cloned())
+            .collect()
+    }
+}
+
+/// Which units are switched off.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Relax {
+    pub off: BTreeSet<Unit>,
+}
+
+impl Relax {
+    pub fn on(&self, u: Unit) -> bool {
+        !self.off.contains(&u)
+    }
+}
