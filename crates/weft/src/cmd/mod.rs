@@ -4,3 +4,14 @@ pub mod admin;
 pub mod plan;
 pub mod server;
 pub mod solve;
+
+/// Writes a command's output to stdout. A reader that went away (`weft plan | head`) is not an
+/// error: the command just stops writing.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}

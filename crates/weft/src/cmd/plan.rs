@@ -337,11 +337,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let plan = weft_planner::plan(&op, &input)?;
     match args.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&plan.to_json(|i| format!("{:03}", i + 1)))?
-        ),
-        Format::Text => print!("{}", plan.render_text()),
+        Format::Json => super::print_out(
+            &(serde_json::to_string_pretty(&plan.to_json(|i| format!("{:03}", i + 1)))? + "\n"),
+        )?,
+        Format::Text => super::print_out(&plan.render_text())?,
     }
     Ok(ExitCode::SUCCESS)
 }

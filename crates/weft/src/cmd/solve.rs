@@ -92,7 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(layout) => {
-            println!("{}", serde_json::to_string(&to_file(&layout))?);
+            super::print_out(&(serde_json::to_string(&to_file(&layout))? + "\n"))?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) if e.is_no_layout() => {

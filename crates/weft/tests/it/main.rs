@@ -1,4 +1,5 @@
 //! End-to-end tests of the `weft` binary: real processes, real ports, a real SQLite file.
 
+mod offline;
 mod server;
 mod support;
