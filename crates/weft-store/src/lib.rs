@@ -7,6 +7,11 @@
 //!
 //! Entities (providers, hardware and image types, services, templates, plugin types) are stored as
 //! JSON documents, one row per (tenant, kind, name, version); each write makes version max+1.
+//!
+//! The engine's rows (clusters, nodes, jobs, tasks; see [`engine`]) carry a revision each and are
+//! written only through [`Store::commit`]: one [`ChangeSet`] per engine step, in one transaction,
+//! guarded by compare-and-swap [`Expect`]ations. Tasks in state `queued` form each tenant's queue,
+//! handed out by [`Store::take_task`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,9 +20,14 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weft_model::{EntityKind, ResourceMeta, TenantSpecification};
 
+pub mod engine;
+mod leader;
 mod migrate;
 mod sql;
 
+pub use engine::{
+    ChangeSet, ClusterRow, Expect, JobRow, LeaderGuard, NodeRow, TaskRow, TaskState, Write,
+};
 pub use migrate::{Migration, MIGRATIONS, SCHEMA_VERSION};
 pub use sql::SqlStore;
 
@@ -36,6 +46,10 @@ pub enum StoreError {
     /// A stored document could not be read back.
     #[error("stored record is corrupt: {0}")]
     Corrupt(String),
+    /// A change set's expectation failed (the row names it and both revisions): another writer
+    /// got there first. Nothing of the change set was written; read again and redo the step.
+    #[error("stale write: {0}")]
+    Stale(String),
     /// The URL names no supported backend.
     #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://...")]
     BadUrl(String),
@@ -245,6 +259,72 @@ pub trait Store: Send + Sync + 'static {
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>>;
     /// `true` if it existed.
     async fn delete_api_key(&self, id: &str) -> Result<bool>;
+
+    // ---- engine rows: clusters, nodes, jobs, tasks ---------------------------------------------
+
+    /// Applies a change set in one transaction: first every expectation is checked (a row's
+    /// stored `rev` equals the expected one; expected `rev` 0 means the row must not exist), then
+    /// the writes apply in order. Each row write is an upsert that sets `rev` to the stored
+    /// rev + 1, or 1 for a new row (the row's own `rev` is ignored); writing one row twice in a
+    /// change set bumps it twice. If any expectation fails, nothing is written and the error is
+    /// [`StoreError::Stale`] naming the row. Atomic under concurrent committers, in this process
+    /// and across processes: of several change sets expecting the same revision of a row, exactly
+    /// one commits (if it writes that row) and the others are stale.
+    async fn commit(&self, cs: &ChangeSet) -> Result<()>;
+    /// The next value of a global counter (`clusters`, `jobs`, `tasks`, ...): 1 the first time,
+    /// then +1 per call. Atomic: concurrent callers, also in other processes, never get the same
+    /// value, and a value is never handed out twice (committed before it is returned).
+    async fn next_id(&self, counter: &str) -> Result<u64>;
+    async fn get_cluster(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterRow>>;
+    /// The tenant's clusters (all, or only `owner`'s), newest (highest id) first.
+    async fn list_clusters(&self, tenant_id: &str, owner: Option<&str>) -> Result<Vec<ClusterRow>>;
+    /// A cluster's nodes, by `nodenum` (then id).
+    async fn list_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<NodeRow>>;
+    async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>>;
+    /// Every node of the tenant, by cluster id then `nodenum`.
+    async fn list_tenant_nodes(&self, tenant_id: &str) -> Result<Vec<NodeRow>>;
+    async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>>;
+    /// A cluster's jobs, newest first: by `create_time` descending, ties by id descending (ids
+    /// compared by length first, so `c-1000` is newer than `c-999`).
+    async fn list_jobs(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<JobRow>>;
+    async fn get_task(&self, tenant_id: &str, task_id: &str) -> Result<Option<TaskRow>>;
+    /// A job's tasks, by id (compared by length first, so the zero-padded counter of Coopr's task
+    /// ids sorts numerically past its padding).
+    async fn list_tasks(&self, tenant_id: &str, job_id: &str) -> Result<Vec<TaskRow>>;
+
+    // ---- the task queue and the janitor --------------------------------------------------------
+
+    /// Hands out the tenant's next task: atomically picks the [`TaskState::Queued`] task with the
+    /// smallest `(queued_at, id)` among those with `queued_at <= now` (a task queued in the
+    /// future, e.g. a retry after a back-off, waits until then), sets it in progress with
+    /// `lease_owner = owner` and `lease_deadline = deadline`, adds one to `attempts` and to
+    /// `rev`, and returns the row as written. `None` when nothing is due. Only the tenant's own
+    /// tasks are considered. Under concurrent takers (tasks or processes) each task is handed out
+    /// exactly once.
+    async fn take_task(
+        &self,
+        tenant_id: &str,
+        owner: &str,
+        now: i64,
+        deadline: i64,
+    ) -> Result<Option<TaskRow>>;
+    /// In-progress tasks of every tenant whose lease has run out (`lease_deadline < now`), by
+    /// deadline. The janitor fails or retries them through [`commit`](Store::commit).
+    async fn expired_tasks(&self, now: i64) -> Result<Vec<TaskRow>>;
+    /// Clusters of every tenant whose lease has run out: status `active` or `incomplete` and
+    /// `0 < expire_time < now`, by expiry time.
+    async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>>;
+    /// Per tenant id: (queued tasks, in-progress tasks). Tenants with neither are absent.
+    async fn queue_counts(&self) -> Result<BTreeMap<String, (u64, u64)>>;
+    /// For quota checks: (the tenant's clusters that are not `terminated`, the nodes of those
+    /// clusters), read from one snapshot.
+    async fn count_clusters(&self, tenant_id: &str) -> Result<(u64, u64)>;
+    /// Tries to become the leader of the role `name` (e.g. the janitor) without waiting: `None`
+    /// if another holder has it. Leadership lasts as long as the [`LeaderGuard`]. On PostgreSQL
+    /// it is a session-level advisory lock held on a connection of the guard's own, exclusive
+    /// among every server on the database (a lost connection loses it); on SQLite, which one
+    /// server owns, it is exclusive among the stores opened on the same file in this process.
+    async fn try_lead(&self, name: &str) -> Result<Option<LeaderGuard>>;
 }
 
 /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`), runs the migrations, and

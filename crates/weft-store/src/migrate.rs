@@ -38,10 +38,11 @@ impl Migration {
 const PG_MIGRATION_LOCK: i64 = 0x7765_6674;
 
 /// Every migration, in order. The last one's version is the current schema version.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "tenants, entities, plugin resources, profiles, provisioners, api keys",
-    sqlite: r#"
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "tenants, entities, plugin resources, profiles, provisioners, api keys",
+        sqlite: r#"
 CREATE TABLE tenants (
     id TEXT NOT NULL PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
@@ -96,7 +97,7 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id);
 "#,
-    postgres: r#"
+        postgres: r#"
 CREATE TABLE tenants (
     id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
     name TEXT COLLATE "C" NOT NULL UNIQUE,
@@ -151,7 +152,142 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id);
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "engine rows: clusters, nodes, jobs, tasks (the task queue), id counters",
+        sqlite: r#"
+CREATE TABLE clusters (
+    tenant_id TEXT NOT NULL,
+    id BIGINT NOT NULL,
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    create_time BIGINT NOT NULL,
+    expire_time BIGINT NOT NULL,
+    latest_job TEXT,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX clusters_owner ON clusters (tenant_id, owner, id);
+CREATE INDEX clusters_expiry ON clusters (status, expire_time);
+CREATE TABLE nodes (
+    tenant_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    cluster_id BIGINT NOT NULL,
+    nodenum BIGINT NOT NULL,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX nodes_cluster ON nodes (tenant_id, cluster_id, nodenum);
+CREATE TABLE jobs (
+    tenant_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    cluster_id BIGINT NOT NULL,
+    action TEXT NOT NULL,
+    status TEXT NOT NULL,
+    create_time BIGINT NOT NULL,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX jobs_cluster ON jobs (tenant_id, cluster_id, create_time);
+CREATE TABLE tasks (
+    tenant_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    cluster_id BIGINT NOT NULL,
+    job_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    service TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts BIGINT NOT NULL,
+    deps_remaining BIGINT NOT NULL,
+    successors TEXT NOT NULL,
+    lease_owner TEXT,
+    lease_deadline BIGINT NOT NULL,
+    queued_at BIGINT NOT NULL,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX tasks_queue ON tasks (tenant_id, state, queued_at, id);
+CREATE INDEX tasks_lease ON tasks (state, lease_deadline);
+CREATE INDEX tasks_job ON tasks (tenant_id, job_id, id);
+CREATE TABLE counters (
+    name TEXT NOT NULL PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+"#,
+        postgres: r#"
+CREATE TABLE clusters (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    id BIGINT NOT NULL,
+    owner TEXT COLLATE "C" NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT COLLATE "C" NOT NULL,
+    create_time BIGINT NOT NULL,
+    expire_time BIGINT NOT NULL,
+    latest_job TEXT,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX clusters_owner ON clusters (tenant_id, owner, id);
+CREATE INDEX clusters_expiry ON clusters (status, expire_time);
+CREATE TABLE nodes (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    id TEXT COLLATE "C" NOT NULL,
+    cluster_id BIGINT NOT NULL,
+    nodenum BIGINT NOT NULL,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX nodes_cluster ON nodes (tenant_id, cluster_id, nodenum);
+CREATE TABLE jobs (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    id TEXT COLLATE "C" NOT NULL,
+    cluster_id BIGINT NOT NULL,
+    action TEXT NOT NULL,
+    status TEXT COLLATE "C" NOT NULL,
+    create_time BIGINT NOT NULL,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX jobs_cluster ON jobs (tenant_id, cluster_id, create_time);
+CREATE TABLE tasks (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    id TEXT COLLATE "C" NOT NULL,
+    cluster_id BIGINT NOT NULL,
+    job_id TEXT COLLATE "C" NOT NULL,
+    node_id TEXT COLLATE "C" NOT NULL,
+    action TEXT NOT NULL,
+    service TEXT NOT NULL,
+    state TEXT COLLATE "C" NOT NULL,
+    attempts BIGINT NOT NULL,
+    deps_remaining BIGINT NOT NULL,
+    successors TEXT NOT NULL,
+    lease_owner TEXT,
+    lease_deadline BIGINT NOT NULL,
+    queued_at BIGINT NOT NULL,
+    rev BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX tasks_queue ON tasks (tenant_id, state, queued_at, id);
+CREATE INDEX tasks_lease ON tasks (state, lease_deadline);
+CREATE INDEX tasks_job ON tasks (tenant_id, job_id, id);
+CREATE TABLE counters (
+    name TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+"#,
+    },
+];
 
 /// The schema version this build writes: the last migration's.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;

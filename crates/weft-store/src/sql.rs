@@ -20,6 +20,8 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -28,11 +30,14 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
 
+use crate::engine::{ChangeSet, ClusterRow, JobRow, NodeRow, TaskRow};
 use crate::migrate;
 use crate::{
-    ApiKeyRecord, Backend, ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow, Result,
-    Store, StoreError, Tenant, SUPERADMIN,
+    ApiKeyRecord, Backend, LeaderGuard, ProvisionerRecord, ResourceDelete, ResourceKey,
+    ResourceRow, Result, Store, StoreError, Tenant, SUPERADMIN,
 };
+
+mod engine;
 
 /// How many times a write that lost a version race is retried before giving up.
 const MAX_VERSION_RETRIES: usize = 64;
@@ -45,6 +50,9 @@ pub struct SqlStore {
     writer: AnyPool,
     /// Read-only statements. On PostgreSQL the same pool as `writer`.
     reader: AnyPool,
+    /// What SQLite leader locks are exclusive within: the database file (or a unique name for an
+    /// in-memory database). Unused on PostgreSQL.
+    scope: Arc<str>,
 }
 
 impl SqlStore {
@@ -63,6 +71,7 @@ impl SqlStore {
                     backend,
                     reader: writer.clone(),
                     writer,
+                    scope: sqlite_scope(&url).into(),
                 };
                 store.prepare().await?;
                 if url.contains(":memory:") || url.contains("mode=memory") {
@@ -84,6 +93,7 @@ impl SqlStore {
                     backend,
                     reader: pool.clone(),
                     writer: pool,
+                    scope: "".into(),
                 };
                 store.prepare().await?;
                 store
@@ -182,6 +192,21 @@ fn sqlite_url(url: &str) -> String {
     } else {
         format!("{url}?mode=rwc")
     }
+}
+
+/// The scope of a SQLite database's leader locks: its canonical file path, or a name of its own for
+/// an in-memory database (called after connecting, when the file exists).
+fn sqlite_scope(url: &str) -> String {
+    static MEMORY: AtomicU64 = AtomicU64::new(0);
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        return format!("memory#{}", MEMORY.fetch_add(1, Ordering::Relaxed));
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let path = path.split('?').next().unwrap_or(path);
+    std::fs::canonicalize(path).map_or_else(|_| path.to_string(), |p| p.display().to_string())
 }
 
 fn sqlite_pool(max: u32) -> AnyPoolOptions {
@@ -472,7 +497,16 @@ impl Store for SqlStore {
 
     async fn delete_tenant(&self, id: &str) -> Result<()> {
         let mut tx = self.write_tx().await?;
-        for table in ["entities", "plugin_resources", "profiles", "api_keys"] {
+        for table in [
+            "entities",
+            "plugin_resources",
+            "profiles",
+            "api_keys",
+            "tasks",
+            "jobs",
+            "nodes",
+            "clusters",
+        ] {
             sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1"))
                 .bind(id)
                 .execute(&mut *tx)
@@ -918,6 +952,84 @@ impl Store for SqlStore {
             .rows_affected();
         tx.commit().await?;
         Ok(n > 0)
+    }
+
+    // ---- engine rows -------------------------------------------------------------------------
+
+    async fn commit(&self, cs: &ChangeSet) -> Result<()> {
+        self.commit_changes(cs).await
+    }
+
+    async fn next_id(&self, counter: &str) -> Result<u64> {
+        self.next_id_impl(counter).await
+    }
+
+    async fn get_cluster(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterRow>> {
+        self.get_cluster_impl(tenant_id, id).await
+    }
+
+    async fn list_clusters(&self, tenant_id: &str, owner: Option<&str>) -> Result<Vec<ClusterRow>> {
+        self.list_clusters_impl(tenant_id, owner).await
+    }
+
+    async fn list_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<NodeRow>> {
+        self.list_nodes_impl(tenant_id, cluster_id).await
+    }
+
+    async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>> {
+        self.get_node_impl(tenant_id, node_id).await
+    }
+
+    async fn list_tenant_nodes(&self, tenant_id: &str) -> Result<Vec<NodeRow>> {
+        self.list_tenant_nodes_impl(tenant_id).await
+    }
+
+    async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>> {
+        self.get_job_impl(tenant_id, job_id).await
+    }
+
+    async fn list_jobs(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<JobRow>> {
+        self.list_jobs_impl(tenant_id, cluster_id).await
+    }
+
+    async fn get_task(&self, tenant_id: &str, task_id: &str) -> Result<Option<TaskRow>> {
+        self.get_task_impl(tenant_id, task_id).await
+    }
+
+    async fn list_tasks(&self, tenant_id: &str, job_id: &str) -> Result<Vec<TaskRow>> {
+        self.list_tasks_impl(tenant_id, job_id).await
+    }
+
+    // ---- the task queue and the janitor ------------------------------------------------------
+
+    async fn take_task(
+        &self,
+        tenant_id: &str,
+        owner: &str,
+        now: i64,
+        deadline: i64,
+    ) -> Result<Option<TaskRow>> {
+        self.take_task_impl(tenant_id, owner, now, deadline).await
+    }
+
+    async fn expired_tasks(&self, now: i64) -> Result<Vec<TaskRow>> {
+        self.expired_tasks_impl(now).await
+    }
+
+    async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>> {
+        self.expired_clusters_impl(now).await
+    }
+
+    async fn queue_counts(&self) -> Result<BTreeMap<String, (u64, u64)>> {
+        self.queue_counts_impl().await
+    }
+
+    async fn count_clusters(&self, tenant_id: &str) -> Result<(u64, u64)> {
+        self.count_clusters_impl(tenant_id).await
+    }
+
+    async fn try_lead(&self, name: &str) -> Result<Option<LeaderGuard>> {
+        self.try_lead_impl(name).await
     }
 }
 

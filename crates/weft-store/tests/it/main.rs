@@ -1,8 +1,11 @@
 //! weft-store's one integration-test binary.
 //!
-//! `contract` holds the store contract suite, written once and run against SQLite and PostgreSQL
-//! (`contract::sqlite::*`, `contract::postgres::*`); `harness` gives each test a fresh store.
+//! `contract` (tenants, entities, resources, profiles, provisioners, keys) and `engine` (clusters,
+//! nodes, jobs, tasks, the queue, leader election) hold the store contract suite, written once and
+//! run against SQLite and PostgreSQL (`<module>::sqlite::*`, `<module>::postgres::*`); `harness`
+//! gives each test a fresh store.
 
 mod contract;
+mod engine;
 mod harness;
 mod open;

@@ -1,0 +1,364 @@
+//! The engine's rows: clusters, nodes, jobs and tasks as stored, and the change sets that write them.
+//!
+//! The engine keeps its logic outside the store: it reads rows, decides their new states, and hands
+//! every change of one step to [`Store::commit`](crate::Store::commit) as one [`ChangeSet`], which
+//! is applied in one transaction, and only if each of its [`Expect`]ations about row revisions
+//! still holds. Every row carries a revision (`rev`) that the store bumps on each write, so
+//! compare-and-swap on `rev` is how two engines (or an engine and the janitor) avoid overwriting
+//! each other.
+//!
+//! The few columns the store queries on (status, owner, times, task state, lease) are fields of the
+//! rows; everything else the engine keeps lives in each row's JSON `body`.
+//!
+//! [`LeaderGuard`] is the janitor's leadership, held for as long as the guard lives.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::StoreError;
+
+/// A cluster as stored. `id` comes from the global `clusters` counter ([`Store::next_id`]).
+///
+/// [`Store::next_id`]: crate::Store::next_id
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterRow {
+    pub tenant_id: String,
+    pub id: u64,
+    pub owner: String,
+    pub name: String,
+    /// Coopr's lowercase status name: `pending`, `active`, `incomplete`, `inconsistent`,
+    /// `terminated`. The store reads it in [`expired_clusters`] and [`count_clusters`].
+    ///
+    /// [`expired_clusters`]: crate::Store::expired_clusters
+    /// [`count_clusters`]: crate::Store::count_clusters
+    pub status: String,
+    /// Milliseconds since the epoch.
+    pub create_time: i64,
+    /// Milliseconds since the epoch; 0 means never.
+    pub expire_time: i64,
+    pub latest_job: Option<String>,
+    /// The revision: 1 after the first write, +1 on each write. Ignored when writing.
+    pub rev: i64,
+    pub body: Value,
+}
+
+/// A node of a cluster as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRow {
+    pub tenant_id: String,
+    pub cluster_id: u64,
+    pub id: String,
+    /// The node's number within its cluster (`nodenum` in Coopr's node JSON).
+    pub nodenum: u64,
+    /// Ignored when writing.
+    pub rev: i64,
+    pub body: Value,
+}
+
+/// A job (one operation on a cluster) as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub tenant_id: String,
+    pub cluster_id: u64,
+    pub id: String,
+    pub action: String,
+    pub status: String,
+    pub create_time: i64,
+    /// Ignored when writing.
+    pub rev: i64,
+    pub body: Value,
+}
+
+/// Where a task is in its life. Stored as lowercase text (`in_progress` for
+/// [`TaskState::InProgress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting on predecessors (`deps_remaining > 0`), or planned for a later stage.
+    Pending,
+    /// In its tenant's queue: [`Store::take_task`](crate::Store::take_task) hands it out.
+    Queued,
+    /// Taken by a worker that holds its lease until `lease_deadline`.
+    InProgress,
+    Complete,
+    Failed,
+    /// Its job had failed when a worker took it; never run.
+    Dropped,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 6] = [
+        TaskState::Pending,
+        TaskState::Queued,
+        TaskState::InProgress,
+        TaskState::Complete,
+        TaskState::Failed,
+        TaskState::Dropped,
+    ];
+
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Queued => "queued",
+            TaskState::InProgress => "in_progress",
+            TaskState::Complete => "complete",
+            TaskState::Failed => "failed",
+            TaskState::Dropped => "dropped",
+        }
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TaskState {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        TaskState::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown task state {s:?}")))
+    }
+}
+
+/// A task (one action on one node) as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRow {
+    pub tenant_id: String,
+    pub cluster_id: u64,
+    pub job_id: String,
+    pub id: String,
+    pub node_id: String,
+    pub action: String,
+    /// The service the action is for; empty for node-level actions (create, confirm, delete...).
+    pub service: String,
+    pub state: TaskState,
+    /// Executions started so far; [`Store::take_task`](crate::Store::take_task) adds one.
+    pub attempts: u32,
+    /// Predecessors not complete yet.
+    pub deps_remaining: u32,
+    /// Ids of the tasks that wait on this one.
+    pub successors: Vec<String>,
+    /// Who holds the lease while in progress (`<provisionerId>.<workerId>`).
+    pub lease_owner: Option<String>,
+    /// Milliseconds since the epoch; meaningful while in progress.
+    pub lease_deadline: i64,
+    /// When it was (last) queued, milliseconds since the epoch: the queue's FIFO order.
+    pub queued_at: i64,
+    /// Ignored when writing.
+    pub rev: i64,
+    pub body: Value,
+}
+
+/// One row written by a [`ChangeSet`]: an upsert that sets `rev` to the stored rev + 1 (1 for a
+/// new row), ignoring the row's own `rev`; or a delete.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    Cluster(ClusterRow),
+    Node(NodeRow),
+    /// Deletes a node; nothing happens if it does not exist.
+    DeleteNode {
+        tenant_id: String,
+        id: String,
+    },
+    Job(JobRow),
+    Task(TaskRow),
+}
+
+/// A condition a [`ChangeSet`] is applied under: the row's stored revision is `rev`, where
+/// `rev == 0` means the row must not exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    ClusterRev {
+        tenant_id: String,
+        id: u64,
+        rev: i64,
+    },
+    NodeRev {
+        tenant_id: String,
+        id: String,
+        rev: i64,
+    },
+    JobRev {
+        tenant_id: String,
+        id: String,
+        rev: i64,
+    },
+    TaskRev {
+        tenant_id: String,
+        id: String,
+        rev: i64,
+    },
+}
+
+impl Expect {
+    /// The expectation that `row` is still at the revision it was read at.
+    pub fn cluster(row: &ClusterRow) -> Expect {
+        Expect::ClusterRev {
+            tenant_id: row.tenant_id.clone(),
+            id: row.id,
+            rev: row.rev,
+        }
+    }
+
+    /// The expectation that `row` is still at the revision it was read at.
+    pub fn node(row: &NodeRow) -> Expect {
+        Expect::NodeRev {
+            tenant_id: row.tenant_id.clone(),
+            id: row.id.clone(),
+            rev: row.rev,
+        }
+    }
+
+    /// The expectation that `row` is still at the revision it was read at.
+    pub fn job(row: &JobRow) -> Expect {
+        Expect::JobRev {
+            tenant_id: row.tenant_id.clone(),
+            id: row.id.clone(),
+            rev: row.rev,
+        }
+    }
+
+    /// The expectation that `row` is still at the revision it was read at.
+    pub fn task(row: &TaskRow) -> Expect {
+        Expect::TaskRev {
+            tenant_id: row.tenant_id.clone(),
+            id: row.id.clone(),
+            rev: row.rev,
+        }
+    }
+}
+
+/// Every change of one engine step: applied in one transaction, all or nothing, and only if every
+/// expectation holds. Expectations are checked before any write; writes apply in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChangeSet {
+    pub expect: Vec<Expect>,
+    pub writes: Vec<Write>,
+}
+
+impl ChangeSet {
+    pub fn new() -> ChangeSet {
+        ChangeSet::default()
+    }
+
+    /// Adds an expectation.
+    pub fn expect(&mut self, e: Expect) -> &mut ChangeSet {
+        self.expect.push(e);
+        self
+    }
+
+    /// Adds a write.
+    pub fn write(&mut self, w: Write) -> &mut ChangeSet {
+        self.writes.push(w);
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.expect.is_empty() && self.writes.is_empty()
+    }
+}
+
+/// Leadership of a named role (the janitor), from [`Store::try_lead`](crate::Store::try_lead).
+/// Held until the guard is dropped or [`released`](LeaderGuard::release); on PostgreSQL also lost
+/// when its connection breaks, which [`is_held`](LeaderGuard::is_held) detects. There the lock is
+/// the session-level advisory lock whose 64-bit key is FNV-1a of `weft-leader/<name>` (visible in
+/// `pg_locks`).
+pub struct LeaderGuard {
+    pub(crate) name: String,
+    pub(crate) inner: crate::leader::Held,
+}
+
+impl LeaderGuard {
+    /// The role's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `true` while the leadership is still held. On PostgreSQL this checks that the session
+    /// holding the lock is alive; a leader should check before each round of work.
+    pub async fn is_held(&mut self) -> bool {
+        self.inner.is_held().await
+    }
+
+    /// Gives the leadership up now (on PostgreSQL: unlocks and closes the session), so that
+    /// another server's `try_lead` succeeds at once. Dropping the guard also releases it, but on
+    /// PostgreSQL only once the server notices the closed connection.
+    pub async fn release(self) -> crate::Result<()> {
+        self.inner.release().await
+    }
+}
+
+impl fmt::Debug for LeaderGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderGuard")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_states_round_trip_through_their_text() {
+        for s in TaskState::ALL {
+            assert_eq!(s.as_str().parse::<TaskState>().unwrap(), s);
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                Value::from(s.as_str()),
+                "serde agrees with the stored text"
+            );
+        }
+        assert_eq!(TaskState::InProgress.to_string(), "in_progress");
+        assert!(matches!(
+            "IN_PROGRESS".parse::<TaskState>(),
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn a_leader_guard_can_move_into_a_spawned_task() {
+        fn send<T: Send + 'static>() {}
+        send::<LeaderGuard>();
+    }
+
+    #[test]
+    fn expectations_name_the_rows_revision() {
+        let task = TaskRow {
+            tenant_id: "t".into(),
+            cluster_id: 1,
+            job_id: "j".into(),
+            id: "x".into(),
+            node_id: "n".into(),
+            action: "create".into(),
+            service: String::new(),
+            state: TaskState::Queued,
+            attempts: 0,
+            deps_remaining: 0,
+            successors: vec![],
+            lease_owner: None,
+            lease_deadline: 0,
+            queued_at: 0,
+            rev: 7,
+            body: Value::Null,
+        };
+        assert_eq!(
+            Expect::task(&task),
+            Expect::TaskRev {
+                tenant_id: "t".into(),
+                id: "x".into(),
+                rev: 7
+            }
+        );
+    }
+}

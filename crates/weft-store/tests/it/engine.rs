@@ -1,0 +1,827 @@
+//! The engine part of the store contract (clusters, nodes, jobs, tasks, the queue, the janitor's
+//! queries, id counters, leader election), run against every backend like `contract`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use serde_json::json;
+use sqlx::Connection;
+use weft_store::{
+    Backend, ChangeSet, ClusterRow, Expect, JobRow, NodeRow, SqlStore, Store, StoreError, TaskRow,
+    TaskState, Write,
+};
+
+use crate::harness::{contract_tests, Ctx};
+
+const A: &str = "tenant-a";
+const B: &str = "tenant-b";
+
+fn cluster(tenant: &str, id: u64, owner: &str, status: &str, expire_time: i64) -> ClusterRow {
+    ClusterRow {
+        tenant_id: tenant.into(),
+        id,
+        owner: owner.into(),
+        name: format!("cluster-{id}"),
+        status: status.into(),
+        create_time: 1_000 + id as i64,
+        expire_time,
+        latest_job: None,
+        rev: 0,
+        body: json!({"clusterTemplate": {"name": "hadoop"}, "id": id}),
+    }
+}
+
+fn node(tenant: &str, cluster_id: u64, id: &str, nodenum: u64) -> NodeRow {
+    NodeRow {
+        tenant_id: tenant.into(),
+        cluster_id,
+        id: id.into(),
+        nodenum,
+        rev: 0,
+        body: json!({"id": id, "properties": {"hostname": format!("{id}.local")}}),
+    }
+}
+
+fn job(tenant: &str, cluster_id: u64, id: &str, create_time: i64) -> JobRow {
+    JobRow {
+        tenant_id: tenant.into(),
+        cluster_id,
+        id: id.into(),
+        action: "cluster_create".into(),
+        status: "running".into(),
+        create_time,
+        rev: 0,
+        body: json!({"stages": []}),
+    }
+}
+
+fn task(tenant: &str, job_id: &str, id: &str, state: TaskState, queued_at: i64) -> TaskRow {
+    TaskRow {
+        tenant_id: tenant.into(),
+        cluster_id: 1,
+        job_id: job_id.into(),
+        id: id.into(),
+        node_id: "n1".into(),
+        action: "install".into(),
+        service: "hdfs".into(),
+        state,
+        attempts: 0,
+        deps_remaining: 0,
+        successors: vec![format!("{id}-next")],
+        lease_owner: None,
+        lease_deadline: 0,
+        queued_at,
+        rev: 0,
+        body: json!({"taskName": "install"}),
+    }
+}
+
+fn writes(ws: impl IntoIterator<Item = Write>) -> ChangeSet {
+    ChangeSet {
+        expect: vec![],
+        writes: ws.into_iter().collect(),
+    }
+}
+
+/// `row` with the revision the store gives it.
+fn at<T: Clone>(row: &T, set: impl Fn(&mut T)) -> T {
+    let mut r = row.clone();
+    set(&mut r);
+    r
+}
+
+// ---- rows, commit, reads -----------------------------------------------------------------------
+
+async fn commit_writes_rows_and_bumps_revisions(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let c = cluster(A, 7, "alice", "pending", 0);
+    let n = node(A, 7, "n-1", 1);
+    let j = job(A, 7, "00000007-001", 50);
+    let t = task(A, "00000007-001", "00000007-001-001", TaskState::Pending, 0);
+    s.commit(&writes([
+        Write::Cluster(c.clone()),
+        Write::Node(n.clone()),
+        Write::Job(j.clone()),
+        Write::Task(t.clone()),
+    ]))
+    .await?;
+    assert_eq!(s.get_cluster(A, 7).await?, Some(at(&c, |r| r.rev = 1)));
+    assert_eq!(s.get_node(A, "n-1").await?, Some(at(&n, |r| r.rev = 1)));
+    assert_eq!(
+        s.get_job(A, "00000007-001").await?,
+        Some(at(&j, |r| r.rev = 1))
+    );
+    assert_eq!(
+        s.get_task(A, "00000007-001-001").await?,
+        Some(at(&t, |r| r.rev = 1))
+    );
+
+    // A write ignores the row's own rev and bumps the stored one; every field is replaced.
+    let c2 = at(&c, |r| {
+        r.status = "active".into();
+        r.expire_time = 99;
+        r.latest_job = Some("00000007-001".into());
+        r.body = json!({"changed": true});
+        r.rev = 42;
+    });
+    let t2 = at(&t, |r| {
+        r.state = TaskState::Failed;
+        r.attempts = 2;
+        r.deps_remaining = 3;
+        r.successors = vec![];
+        r.lease_owner = Some("p1.w2".into());
+        r.lease_deadline = 123;
+        r.queued_at = 45;
+        r.rev = -5;
+    });
+    s.commit(&writes([
+        Write::Cluster(c2.clone()),
+        Write::Task(t2.clone()),
+        Write::Task(t2.clone()),
+    ]))
+    .await?;
+    assert_eq!(s.get_cluster(A, 7).await?, Some(at(&c2, |r| r.rev = 2)));
+    assert_eq!(
+        s.get_task(A, "00000007-001-001").await?,
+        Some(at(&t2, |r| r.rev = 3)),
+        "written twice in one change set: bumped twice"
+    );
+
+    // Deleting a node (twice: deletes are idempotent).
+    s.commit(&writes([Write::DeleteNode {
+        tenant_id: A.into(),
+        id: "n-1".into(),
+    }]))
+    .await?;
+    s.commit(&writes([Write::DeleteNode {
+        tenant_id: A.into(),
+        id: "n-1".into(),
+    }]))
+    .await?;
+    assert_eq!(s.get_node(A, "n-1").await?, None);
+    // An empty change set is fine.
+    s.commit(&ChangeSet::new()).await?;
+    Ok(())
+}
+
+async fn reads_are_ordered_and_filtered(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let mut cs = ChangeSet::new();
+    for (id, owner) in [(3, "alice"), (12, "bob"), (5, "alice")] {
+        cs.write(Write::Cluster(cluster(A, id, owner, "active", 0)));
+    }
+    cs.write(Write::Cluster(cluster(B, 4, "alice", "active", 0)));
+    for (id, num) in [("n-c", 3), ("n-a", 1), ("n-b", 2)] {
+        cs.write(Write::Node(node(A, 3, id, num)));
+    }
+    cs.write(Write::Node(node(A, 5, "n-other", 1)));
+    cs.write(Write::Node(node(B, 4, "n-b-tenant", 1)));
+    cs.write(Write::Job(job(A, 3, "00000003-999", 10)));
+    cs.write(Write::Job(job(A, 3, "00000003-1000", 10)));
+    cs.write(Write::Job(job(A, 3, "00000003-001", 5)));
+    cs.write(Write::Job(job(A, 5, "00000005-001", 20)));
+    for id in ["j-1000", "j-002", "j-999", "j-001"] {
+        cs.write(Write::Task(task(A, "j", id, TaskState::Pending, 0)));
+    }
+    cs.write(Write::Task(task(
+        A,
+        "other",
+        "other-001",
+        TaskState::Pending,
+        0,
+    )));
+    s.commit(&cs).await?;
+
+    let ids = |v: Vec<ClusterRow>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(ids(s.list_clusters(A, None).await?), [12, 5, 3]);
+    assert_eq!(ids(s.list_clusters(A, Some("alice")).await?), [5, 3]);
+    assert_eq!(
+        ids(s.list_clusters(A, Some("carol")).await?),
+        [] as [u64; 0]
+    );
+    assert_eq!(ids(s.list_clusters(B, None).await?), [4]);
+
+    let node_ids = |v: Vec<NodeRow>| v.into_iter().map(|n| n.id).collect::<Vec<_>>();
+    assert_eq!(node_ids(s.list_nodes(A, 3).await?), ["n-a", "n-b", "n-c"]);
+    assert_eq!(
+        node_ids(s.list_tenant_nodes(A).await?),
+        ["n-a", "n-b", "n-c", "n-other"]
+    );
+    assert_eq!(node_ids(s.list_nodes(B, 3).await?), [] as [&str; 0]);
+
+    let job_ids = |v: Vec<JobRow>| v.into_iter().map(|j| j.id).collect::<Vec<_>>();
+    assert_eq!(
+        job_ids(s.list_jobs(A, 3).await?),
+        ["00000003-1000", "00000003-999", "00000003-001"]
+    );
+    assert_eq!(job_ids(s.list_jobs(B, 3).await?), [] as [&str; 0]);
+
+    let task_ids = |v: Vec<TaskRow>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(
+        task_ids(s.list_tasks(A, "j").await?),
+        ["j-001", "j-002", "j-999", "j-1000"]
+    );
+
+    // Other tenants see nothing by id either.
+    assert_eq!(s.get_cluster(B, 3).await?, None);
+    assert_eq!(s.get_node(B, "n-a").await?, None);
+    assert_eq!(s.get_job(B, "00000003-001").await?, None);
+    assert_eq!(s.get_task(B, "j-001").await?, None);
+    Ok(())
+}
+
+async fn a_stale_expectation_writes_nothing(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let c = cluster(A, 1, "alice", "pending", 0);
+    let j = job(A, 1, "00000001-001", 1);
+    let t = task(A, "00000001-001", "00000001-001-001", TaskState::Pending, 0);
+    s.commit(&writes([
+        Write::Cluster(c.clone()),
+        Write::Job(j.clone()),
+        Write::Task(t.clone()),
+    ]))
+    .await?;
+    let before = (
+        s.get_cluster(A, 1).await?,
+        s.get_job(A, "00000001-001").await?,
+        s.get_task(A, "00000001-001-001").await?,
+    );
+
+    // Three writes, two good expectations and one stale one.
+    let cs = ChangeSet {
+        expect: vec![
+            Expect::ClusterRev {
+                tenant_id: A.into(),
+                id: 1,
+                rev: 1,
+            },
+            Expect::JobRev {
+                tenant_id: A.into(),
+                id: "00000001-001".into(),
+                rev: 1,
+            },
+            Expect::TaskRev {
+                tenant_id: A.into(),
+                id: "00000001-001-001".into(),
+                rev: 2,
+            },
+        ],
+        writes: vec![
+            Write::Cluster(at(&c, |r| r.status = "active".into())),
+            Write::Job(at(&j, |r| r.status = "complete".into())),
+            Write::Task(at(&t, |r| r.state = TaskState::Complete)),
+        ],
+    };
+    match s.commit(&cs).await {
+        Err(StoreError::Stale(msg)) => {
+            ensure!(msg.contains("task 00000001-001-001"), "{msg}");
+            ensure!(msg.contains("expected rev 2, found rev 1"), "{msg}");
+        }
+        other => anyhow::bail!("expected Stale, got {other:?}"),
+    }
+    let after = (
+        s.get_cluster(A, 1).await?,
+        s.get_job(A, "00000001-001").await?,
+        s.get_task(A, "00000001-001-001").await?,
+    );
+    assert_eq!(after, before, "nothing of the change set was written");
+
+    // rev 0: must not exist. The same ids in another tenant do not exist.
+    let exists = ChangeSet {
+        expect: vec![Expect::ClusterRev {
+            tenant_id: A.into(),
+            id: 1,
+            rev: 0,
+        }],
+        writes: vec![Write::Cluster(cluster(A, 2, "alice", "pending", 0))],
+    };
+    assert!(
+        matches!(s.commit(&exists).await, Err(StoreError::Stale(m)) if m.contains("cluster 1"))
+    );
+    assert_eq!(s.get_cluster(A, 2).await?, None);
+    // A missing row expected at a revision is stale too.
+    let missing = ChangeSet {
+        expect: vec![Expect::NodeRev {
+            tenant_id: A.into(),
+            id: "nope".into(),
+            rev: 1,
+        }],
+        writes: vec![],
+    };
+    assert!(
+        matches!(s.commit(&missing).await, Err(StoreError::Stale(m)) if m.contains("node nope"))
+    );
+    let fresh = ChangeSet {
+        expect: vec![
+            Expect::ClusterRev {
+                tenant_id: B.into(),
+                id: 1,
+                rev: 0,
+            },
+            Expect::NodeRev {
+                tenant_id: B.into(),
+                id: "n".into(),
+                rev: 0,
+            },
+        ],
+        writes: vec![
+            Write::Cluster(cluster(B, 1, "bob", "pending", 0)),
+            Write::Node(node(B, 1, "n", 1)),
+        ],
+    };
+    s.commit(&fresh).await?;
+    assert_eq!(s.get_cluster(B, 1).await?.map(|c| c.rev), Some(1));
+    // And the expectations built from rows read back.
+    let read = s.get_cluster(B, 1).await?.context("cluster")?;
+    let mut cs = ChangeSet::new();
+    cs.expect(Expect::cluster(&read))
+        .write(Write::Cluster(at(&read, |r| r.status = "active".into())));
+    s.commit(&cs).await?;
+    assert!(matches!(s.commit(&cs).await, Err(StoreError::Stale(_))));
+    Ok(())
+}
+
+async fn concurrent_commits_with_one_expectation_let_exactly_one_win(ctx: &Ctx) -> Result<()> {
+    let c = cluster(A, 1, "alice", "pending", 0);
+    ctx.store
+        .commit(&writes([Write::Cluster(c.clone())]))
+        .await?;
+    const RACERS: usize = 8;
+    let start = Arc::new(tokio::sync::Barrier::new(RACERS));
+    let mut handles = Vec::new();
+    for i in 0..RACERS {
+        let s: Arc<dyn Store> = ctx.store.clone();
+        let c = c.clone();
+        let start = start.clone();
+        handles.push(tokio::spawn(async move {
+            // Each racer also creates rows of its own, guarded by one shared "must not exist".
+            let update = ChangeSet {
+                expect: vec![Expect::ClusterRev {
+                    tenant_id: A.into(),
+                    id: 1,
+                    rev: 1,
+                }],
+                writes: vec![
+                    Write::Job(job(A, 1, &format!("job-{i}"), 1)),
+                    Write::Cluster(at(&c, |r| r.latest_job = Some(format!("job-{i}")))),
+                ],
+            };
+            let create = ChangeSet {
+                expect: vec![Expect::ClusterRev {
+                    tenant_id: A.into(),
+                    id: 2,
+                    rev: 0,
+                }],
+                writes: vec![
+                    Write::Node(node(A, 2, &format!("node-{i}"), 1)),
+                    Write::Cluster(cluster(A, 2, &format!("owner-{i}"), "pending", 0)),
+                ],
+            };
+            start.wait().await;
+            let (u, c) = tokio::join!(s.commit(&update), s.commit(&create));
+            (i, u, c)
+        }));
+    }
+    let (mut update_won, mut create_won) = (Vec::new(), Vec::new());
+    for h in handles {
+        let (i, u, c) = h.await?;
+        match u {
+            Ok(()) => update_won.push(i),
+            Err(StoreError::Stale(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match c {
+            Ok(()) => create_won.push(i),
+            Err(StoreError::Stale(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    ensure!(update_won.len() == 1, "update winners: {update_won:?}");
+    ensure!(create_won.len() == 1, "create winners: {create_won:?}");
+    let s = &*ctx.store;
+    let w = update_won[0];
+    let c1 = s.get_cluster(A, 1).await?.context("cluster 1")?;
+    assert_eq!((c1.rev, c1.latest_job), (2, Some(format!("job-{w}"))));
+    let jobs: Vec<String> = s.list_jobs(A, 1).await?.into_iter().map(|j| j.id).collect();
+    assert_eq!(jobs, [format!("job-{w}")], "only the winner's job exists");
+    let w = create_won[0];
+    let c2 = s.get_cluster(A, 2).await?.context("cluster 2")?;
+    assert_eq!((c2.rev, c2.owner), (1, format!("owner-{w}")));
+    let nodes: Vec<String> = s
+        .list_nodes(A, 2)
+        .await?
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(nodes, [format!("node-{w}")]);
+    Ok(())
+}
+
+async fn next_id_is_monotonic_and_unique_under_concurrency(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    assert_eq!(s.next_id("clusters").await?, 1);
+    assert_eq!(s.next_id("clusters").await?, 2);
+    assert_eq!(s.next_id("jobs").await?, 1, "counters are independent");
+    const TASKS: u64 = 8;
+    const EACH: u64 = 25;
+    let mut handles = Vec::new();
+    for _ in 0..TASKS {
+        let s: Arc<dyn Store> = ctx.store.clone();
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..EACH {
+                got.push(s.next_id("tasks").await?);
+            }
+            Ok::<_, StoreError>(got)
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        let got = h.await??;
+        ensure!(
+            got.windows(2).all(|w| w[0] < w[1]),
+            "increasing per caller: {got:?}"
+        );
+        all.extend(got);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=TASKS * EACH).collect::<Vec<_>>());
+    assert_eq!(s.next_id("tasks").await?, TASKS * EACH + 1);
+    Ok(())
+}
+
+// ---- the queue ---------------------------------------------------------------------------------
+
+async fn take_task_is_fifo_per_tenant(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    s.commit(&writes([
+        Write::Task(task(A, "j", "a-3", TaskState::Queued, 30)),
+        Write::Task(task(A, "j", "a-1", TaskState::Queued, 10)),
+        Write::Task(task(A, "j", "a-2b", TaskState::Queued, 20)),
+        Write::Task(task(A, "j", "a-2a", TaskState::Queued, 20)),
+        Write::Task(task(A, "j", "a-pending", TaskState::Pending, 1)),
+        Write::Task(task(A, "j", "a-done", TaskState::Complete, 1)),
+        Write::Task(task(A, "j", "a-later", TaskState::Queued, 5_000)),
+        Write::Task(task(B, "j", "b-1", TaskState::Queued, 1)),
+    ]))
+    .await?;
+    let before = s.get_task(A, "a-1").await?.context("a-1")?;
+
+    let mut taken = Vec::new();
+    while let Some(t) = s.take_task(A, "p1.w1", 1_000, 2_000).await? {
+        taken.push(t);
+    }
+    let ids: Vec<&str> = taken.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["a-1", "a-2a", "a-2b", "a-3"],
+        "FIFO by (queued_at, id); B's and future tasks not taken"
+    );
+    let first = &taken[0];
+    assert_eq!(
+        *first,
+        at(&before, |r| {
+            r.state = TaskState::InProgress;
+            r.lease_owner = Some("p1.w1".into());
+            r.lease_deadline = 2_000;
+            r.attempts = before.attempts + 1;
+            r.rev = before.rev + 1;
+        })
+    );
+    assert_eq!(
+        s.get_task(A, "a-1").await?.as_ref(),
+        Some(first),
+        "returned as stored"
+    );
+    // The task queued in the future is due later.
+    let later = s
+        .take_task(A, "p1.w1", 5_000, 6_000)
+        .await?
+        .context("due now")?;
+    assert_eq!(later.id, "a-later");
+    assert_eq!(s.take_task(A, "p1.w1", 9_000, 9_999).await?, None);
+    // B's task is still there for B.
+    assert_eq!(
+        s.take_task(B, "p2.w1", 1_000, 2_000).await?.map(|t| t.id),
+        Some("b-1".into())
+    );
+    assert_eq!(s.take_task("tenant-c", "p3.w1", 1_000, 2_000).await?, None);
+    Ok(())
+}
+
+async fn take_task_hands_each_task_out_exactly_once(ctx: &Ctx) -> Result<()> {
+    const TASKS: usize = 200;
+    const TAKERS: usize = 8;
+    let mut cs = ChangeSet::new();
+    for i in 0..TASKS {
+        cs.write(Write::Task(task(
+            A,
+            "j",
+            &format!("t-{i:04}"),
+            TaskState::Queued,
+            i as i64,
+        )));
+    }
+    cs.write(Write::Task(task(B, "j", "b-only", TaskState::Queued, 0)));
+    ctx.store.commit(&cs).await?;
+
+    let mut handles = Vec::new();
+    for w in 0..TAKERS {
+        let s: Arc<dyn Store> = ctx.store.clone();
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(t) = s.take_task(A, &format!("p.w{w}"), 10_000, 20_000).await? {
+                got.push((t.id, t.lease_owner, t.attempts));
+            }
+            Ok::<_, StoreError>(got)
+        }));
+    }
+    let mut ids = Vec::new();
+    let mut per_taker = Vec::new();
+    for (w, h) in handles.into_iter().enumerate() {
+        let got = h.await??;
+        per_taker.push(got.len());
+        for (id, owner, attempts) in got {
+            assert_eq!(owner, Some(format!("p.w{w}")));
+            assert_eq!(attempts, 1);
+            ids.push(id);
+        }
+    }
+    let unique: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(
+        ids.len(),
+        TASKS,
+        "every task handed out, once: {per_taker:?}"
+    );
+    assert_eq!(unique.len(), TASKS);
+    assert!(!ids.iter().any(|id| id == "b-only"));
+    // Every stored task agrees: in progress, taken once.
+    for t in ctx.store.list_tasks(A, "j").await? {
+        assert_eq!(
+            (t.state, t.attempts, t.rev),
+            (TaskState::InProgress, 1, 2),
+            "{}",
+            t.id
+        );
+    }
+    Ok(())
+}
+
+// ---- the janitor's queries and counts ----------------------------------------------------------
+
+async fn expired_leases_are_found_across_tenants(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let leased = |tenant: &str, id: &str, state: TaskState, deadline: i64| {
+        at(&task(tenant, "j", id, state, 0), |t| {
+            t.lease_owner = Some("p.w".into());
+            t.lease_deadline = deadline;
+        })
+    };
+    s.commit(&writes([
+        Write::Task(leased(A, "a-late", TaskState::InProgress, 90)),
+        Write::Task(leased(B, "b-late", TaskState::InProgress, 50)),
+        Write::Task(leased(A, "a-edge", TaskState::InProgress, 100)),
+        Write::Task(leased(A, "a-fine", TaskState::InProgress, 500)),
+        Write::Task(leased(A, "a-done", TaskState::Complete, 10)),
+        Write::Task(leased(A, "a-queued", TaskState::Queued, 10)),
+        Write::Cluster(cluster(A, 1, "u", "active", 90)),
+        Write::Cluster(cluster(B, 2, "u", "incomplete", 50)),
+        Write::Cluster(cluster(A, 3, "u", "active", 0)),
+        Write::Cluster(cluster(A, 4, "u", "active", 100)),
+        Write::Cluster(cluster(A, 5, "u", "pending", 10)),
+        Write::Cluster(cluster(A, 6, "u", "terminated", 10)),
+        Write::Cluster(cluster(A, 7, "u", "inconsistent", 10)),
+        Write::Cluster(cluster(A, 8, "u", "active", 500)),
+    ]))
+    .await?;
+    let tasks: Vec<(String, String)> = s
+        .expired_tasks(100)
+        .await?
+        .into_iter()
+        .map(|t| (t.tenant_id, t.id))
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            (B.to_string(), "b-late".to_string()),
+            (A.into(), "a-late".into())
+        ]
+    );
+    let clusters: Vec<(String, u64)> = s
+        .expired_clusters(100)
+        .await?
+        .into_iter()
+        .map(|c| (c.tenant_id, c.id))
+        .collect();
+    assert_eq!(clusters, [(B.to_string(), 2), (A.to_string(), 1)]);
+    assert_eq!(s.expired_tasks(0).await?, vec![]);
+    assert_eq!(s.expired_clusters(0).await?, vec![]);
+    Ok(())
+}
+
+async fn queue_and_quota_counts(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    assert_eq!(s.queue_counts().await?, BTreeMap::new());
+    assert_eq!(s.count_clusters(A).await?, (0, 0));
+    let mut cs = ChangeSet::new();
+    for i in 0..3 {
+        cs.write(Write::Task(task(
+            A,
+            "j",
+            &format!("a-q{i}"),
+            TaskState::Queued,
+            0,
+        )));
+    }
+    cs.write(Write::Task(task(A, "j", "a-ip", TaskState::InProgress, 0)))
+        .write(Write::Task(task(A, "j", "a-p", TaskState::Pending, 0)))
+        .write(Write::Task(task(B, "j", "b-ip", TaskState::InProgress, 0)))
+        .write(Write::Task(task(B, "j", "b-f", TaskState::Failed, 0)))
+        .write(Write::Task(task(
+            "tenant-c",
+            "j",
+            "c-done",
+            TaskState::Complete,
+            0,
+        )));
+    for (id, status, nodes) in [(1, "active", 3), (2, "pending", 2), (3, "terminated", 5)] {
+        cs.write(Write::Cluster(cluster(A, id, "u", status, 0)));
+        for n in 0..nodes {
+            cs.write(Write::Node(node(A, id, &format!("c{id}-n{n}"), n)));
+        }
+    }
+    cs.write(Write::Cluster(cluster(B, 4, "u", "active", 0)))
+        .write(Write::Node(node(B, 4, "b-n", 1)));
+    s.commit(&cs).await?;
+    assert_eq!(
+        s.queue_counts().await?,
+        BTreeMap::from([(A.to_string(), (3, 1)), (B.to_string(), (0, 1))])
+    );
+    assert_eq!(s.count_clusters(A).await?, (2, 5));
+    assert_eq!(s.count_clusters(B).await?, (1, 1));
+    // Taking moves a task from queued to in progress.
+    s.take_task(A, "p.w", 10, 20).await?.context("a task")?;
+    assert_eq!(s.queue_counts().await?.get(A), Some(&(2, 2)));
+    Ok(())
+}
+
+// ---- leader election ---------------------------------------------------------------------------
+
+/// The low 32 bits of the advisory lock key of a role, as `pg_locks.objid` shows them (the key is
+/// FNV-1a 64 of `weft-leader/<name>`, documented in `weft_store::LeaderGuard`).
+fn leader_objid(name: &str) -> i64 {
+    let key = format!("weft-leader/{name}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    (key & 0xffff_ffff) as i64
+}
+
+async fn one_store_leads_at_a_time(ctx: &Ctx) -> Result<()> {
+    let a = &*ctx.store;
+    let b = SqlStore::connect(&ctx.url).await?;
+    let mut guard = a
+        .try_lead("janitor")
+        .await?
+        .context("the first store leads")?;
+    assert_eq!(guard.name(), "janitor");
+    assert!(guard.is_held().await);
+    assert!(
+        b.try_lead("janitor").await?.is_none(),
+        "the other store does not"
+    );
+    assert!(
+        a.try_lead("janitor").await?.is_none(),
+        "not twice, even in one store"
+    );
+    let other_role = b
+        .try_lead("balancer")
+        .await?
+        .context("another role is free")?;
+
+    guard.release().await?;
+    let b_guard = b
+        .try_lead("janitor")
+        .await?
+        .context("released: the other leads")?;
+    assert!(a.try_lead("janitor").await?.is_none());
+
+    // Dropping the guard releases it as well (on PostgreSQL once the server sees the
+    // connection close, so ask until it does).
+    drop(b_guard);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let regained = loop {
+        if let Some(g) = a.try_lead("janitor").await? {
+            break g;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "a dropped guard was never released"
+        );
+        tokio::task::yield_now().await;
+    };
+    assert!(b.try_lead("janitor").await?.is_none());
+
+    if a.backend() == Backend::Postgres {
+        // Losing the connection loses the leadership: end the session that holds the lock
+        // (waiting until it is gone), then the guard knows and the other store leads.
+        let mut regained = regained;
+        let mut admin = sqlx::AnyConnection::connect(&ctx.url).await?;
+        let holders: Vec<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND objid = $1",
+        )
+        .bind(leader_objid("janitor"))
+        .fetch_all(&mut admin)
+        .await?;
+        assert_eq!(holders.len(), 1, "one session holds the janitor lock");
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 10000)")
+            .bind(holders[0])
+            .fetch_one(&mut admin)
+            .await?;
+        assert!(ended);
+        admin.close().await?;
+        assert!(!regained.is_held().await);
+        assert!(b.try_lead("janitor").await?.is_some());
+        drop(other_role);
+    } else {
+        drop((regained, other_role));
+    }
+    b.close().await;
+    Ok(())
+}
+
+// ---- deleting tenants and opening again --------------------------------------------------------
+
+async fn engine_rows_survive_reopening_and_go_with_their_tenant(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let mut cs = ChangeSet::new();
+    for tenant in [A, B] {
+        cs.write(Write::Cluster(cluster(
+            tenant,
+            s.next_id("clusters").await?,
+            "u",
+            "active",
+            0,
+        )))
+        .write(Write::Node(node(tenant, 1, &format!("{tenant}-n"), 1)))
+        .write(Write::Job(job(tenant, 1, &format!("{tenant}-j"), 1)))
+        .write(Write::Task(task(
+            tenant,
+            &format!("{tenant}-j"),
+            &format!("{tenant}-t"),
+            TaskState::Queued,
+            1,
+        )));
+    }
+    s.commit(&cs).await?;
+    let again = SqlStore::connect(&ctx.url).await?;
+    assert_eq!(again.next_id("clusters").await?, 3, "counters survive");
+    assert_eq!(
+        again.list_clusters(A, None).await?,
+        s.list_clusters(A, None).await?
+    );
+    assert_eq!(again.get_cluster(A, 1).await?.map(|c| c.rev), Some(1));
+    assert_eq!(again.list_tenant_nodes(B).await?.len(), 1);
+    assert_eq!(again.list_jobs(A, 1).await?.len(), 1);
+    let t = again.get_task(A, "tenant-a-t").await?.context("task")?;
+    assert_eq!(
+        (t.state, t.successors),
+        (TaskState::Queued, vec!["tenant-a-t-next".to_string()])
+    );
+
+    again.delete_tenant(A).await?;
+    assert_eq!(s.list_clusters(A, None).await?, vec![]);
+    assert_eq!(s.list_tenant_nodes(A).await?, vec![]);
+    assert_eq!(s.get_job(A, "tenant-a-j").await?, None);
+    assert_eq!(s.get_task(A, "tenant-a-t").await?, None);
+    assert_eq!(
+        s.list_clusters(B, None).await?.len(),
+        1,
+        "other tenants keep theirs"
+    );
+    assert_eq!(
+        s.queue_counts().await?,
+        BTreeMap::from([(B.to_string(), (1, 0))])
+    );
+    again.close().await;
+    Ok(())
+}
+
+contract_tests!(
+    commit_writes_rows_and_bumps_revisions,
+    reads_are_ordered_and_filtered,
+    a_stale_expectation_writes_nothing,
+    concurrent_commits_with_one_expectation_let_exactly_one_win,
+    next_id_is_monotonic_and_unique_under_concurrency,
+    take_task_is_fifo_per_tenant,
+    take_task_hands_each_task_out_exactly_once,
+    expired_leases_are_found_across_tenants,
+    queue_and_quota_counts,
+    one_store_leads_at_a_time,
+    engine_rows_survive_reopening_and_go_with_their_tenant,
+);
