@@ -4,6 +4,7 @@
 //! with care), the lenient JSON reader that accepts what Coopr's Gson accepted, and the validation rules
 //! that do not need a store. It does no IO.
 
+pub mod cluster;
 pub mod entity;
 pub mod error;
 pub mod lenient;
@@ -12,6 +13,7 @@ pub mod resolve;
 pub mod tenant;
 pub mod validate;
 
+pub use cluster::*;
 pub use entity::*;
 pub use error::ModelError;
 pub use plugin::*;

@@ -37,6 +37,10 @@ pub struct RawConfig {
     pub body_limit: Option<u64>,
     /// Largest accepted plugin resource upload in bytes. Default 100 MiB.
     pub resource_body_limit: Option<u64>,
+    /// Seconds a worker may hold a task before the janitor fails it. Default 1800.
+    pub task_timeout: Option<u64>,
+    /// Executions per task before its job fails (Coopr's `server.max.action.retries`). Default 3.
+    pub max_action_retries: Option<u32>,
 }
 
 /// The keys and their environment variables, for messages and `--help`.
@@ -49,6 +53,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("auth", "WEFT_AUTH"),
     ("body_limit", "WEFT_BODY_LIMIT"),
     ("resource_body_limit", "WEFT_RESOURCE_BODY_LIMIT"),
+    ("task_timeout", "WEFT_TASK_TIMEOUT"),
+    ("max_action_retries", "WEFT_MAX_ACTION_RETRIES"),
 ];
 
 /// A configuration error, naming the key at fault.
@@ -71,6 +77,8 @@ pub struct Settings {
     pub auth: AuthMode,
     pub body_limit: usize,
     pub resource_body_limit: usize,
+    pub task_timeout_ms: i64,
+    pub max_action_retries: u32,
 }
 
 impl RawConfig {
@@ -105,6 +113,8 @@ impl RawConfig {
             auth: over.auth.or(self.auth),
             body_limit: over.body_limit.or(self.body_limit),
             resource_body_limit: over.resource_body_limit.or(self.resource_body_limit),
+            task_timeout: over.task_timeout.or(self.task_timeout),
+            max_action_retries: over.max_action_retries.or(self.max_action_retries),
         }
     }
 
@@ -164,7 +174,23 @@ impl RawConfig {
                     message: "is too large".into(),
                 })
             };
+        let task_timeout = self.task_timeout.unwrap_or(1800);
+        if task_timeout == 0 || task_timeout > 7 * 24 * 3600 {
+            return Err(ConfigError::Key {
+                key: "task_timeout",
+                message: "must be 1 to 604800 seconds".into(),
+            });
+        }
+        let max_action_retries = self.max_action_retries.unwrap_or(3);
+        if max_action_retries == 0 {
+            return Err(ConfigError::Key {
+                key: "max_action_retries",
+                message: "must be at least 1".into(),
+            });
+        }
         Ok(Settings {
+            task_timeout_ms: task_timeout as i64 * 1000,
+            max_action_retries,
             body_limit: limit("body_limit", self.body_limit, 1 << 20)?,
             resource_body_limit: limit("resource_body_limit", self.resource_body_limit, 100 << 20)?,
             data_dir,

@@ -12,6 +12,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod resources;
 pub mod routes;
@@ -148,6 +149,23 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ApiKeyCreated,
         routes::metrics::QueueMetrics,
         routes::metrics::UsageReport,
+        weft_model::ClusterCreateRequest,
+        weft_model::ClusterSummary,
+        weft_model::ClusterDetails,
+        weft_model::ClusterStatusView,
+        weft_model::PlanView,
+        weft_model::PlanTask,
+        weft_model::Progress,
+        weft_model::EntityRef,
+        weft_model::Account,
+        weft_model::Node,
+        weft_model::NodeProperties,
+        weft_model::NodeAction,
+        weft_model::NodeActionStatus,
+        weft_model::ClusterStatus,
+        weft_model::JobStatus,
+        weft_model::TakeTaskRequest,
+        weft_model::FinishTaskRequest,
     ))
 )]
 struct Components;

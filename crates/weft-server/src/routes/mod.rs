@@ -3,11 +3,13 @@
 
 pub mod apikeys;
 pub mod catalog;
+pub mod clusters;
 pub mod entities;
 pub mod metrics;
 pub mod plugins;
 pub mod profile;
 pub mod provisioners;
+pub mod tasks;
 pub mod tenants;
 
 use axum::body::Bytes;
@@ -22,6 +24,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = Api::new("");
     let api = entities::routes(api);
     let api = catalog::routes(api);
+    let api = clusters::routes(api);
     let api = tenants::routes(api);
     let api = plugins::external_routes(api, resource_limit);
     let api = profile::routes(api);
@@ -34,6 +37,7 @@ pub fn external(resource_limit: usize) -> Api {
 pub fn internal() -> Api {
     let api = Api::new(" (internal port)");
     let api = plugins::internal_routes(api);
+    let api = tasks::routes(api);
     provisioners::internal_routes(api)
 }
 

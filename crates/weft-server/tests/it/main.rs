@@ -4,6 +4,7 @@
 mod apikeys;
 mod bad_input;
 mod catalog;
+mod clusters;
 mod common;
 mod entities;
 mod isolation;

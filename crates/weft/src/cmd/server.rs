@@ -43,6 +43,12 @@ pub struct ServerArgs {
     /// Largest plugin resource upload in bytes [default: 104857600].
     #[arg(long, env = "WEFT_RESOURCE_BODY_LIMIT")]
     resource_body_limit: Option<u64>,
+    /// Seconds a worker may hold a task before it is failed and retried [default: 1800].
+    #[arg(long, env = "WEFT_TASK_TIMEOUT")]
+    task_timeout: Option<u64>,
+    /// Executions per task before its job fails [default: 3].
+    #[arg(long, env = "WEFT_MAX_ACTION_RETRIES")]
+    max_action_retries: Option<u32>,
 }
 
 impl ServerArgs {
@@ -61,6 +67,8 @@ impl ServerArgs {
             auth: self.auth,
             body_limit: self.body_limit,
             resource_body_limit: self.resource_body_limit,
+            task_timeout: self.task_timeout,
+            max_action_retries: self.max_action_retries,
         };
         Ok(file.overlay(flags).resolve()?)
     }

@@ -1,0 +1,360 @@
+//! Clusters, nodes, jobs and tasks as the API shows them (contract §5.7 to §5.12), and the
+//! requests that create and change clusters or that provisioner workers send.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::{lenient, ClusterTemplate, Link, Provider, Service};
+
+/// `pending`, `active`, `incomplete`, `inconsistent`, `terminated`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterStatus {
+    Pending,
+    Active,
+    Incomplete,
+    Inconsistent,
+    Terminated,
+}
+
+impl ClusterStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterStatus::Pending => "pending",
+            ClusterStatus::Active => "active",
+            ClusterStatus::Incomplete => "incomplete",
+            ClusterStatus::Inconsistent => "inconsistent",
+            ClusterStatus::Terminated => "terminated",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "pending" => Some(ClusterStatus::Pending),
+            "active" => Some(ClusterStatus::Active),
+            "incomplete" => Some(ClusterStatus::Incomplete),
+            "inconsistent" => Some(ClusterStatus::Inconsistent),
+            "terminated" => Some(ClusterStatus::Terminated),
+            _ => None,
+        }
+    }
+}
+
+/// A job's status (`actionstatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    NotSubmitted,
+    Running,
+    Complete,
+    Failed,
+    Paused,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::NotSubmitted => "not_submitted",
+            JobStatus::Running => "running",
+            JobStatus::Complete => "complete",
+            JobStatus::Failed => "failed",
+            JobStatus::Paused => "paused",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            JobStatus::NotSubmitted,
+            JobStatus::Running,
+            JobStatus::Complete,
+            JobStatus::Failed,
+            JobStatus::Paused,
+        ]
+        .into_iter()
+        .find(|j| j.as_str() == s)
+    }
+}
+
+/// `POST /v2/clusters`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct ClusterCreateRequest {
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub name: String,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub description: Option<String>,
+    #[serde(
+        rename = "clusterTemplate",
+        default,
+        deserialize_with = "lenient::string"
+    )]
+    pub cluster_template: String,
+    #[serde(rename = "numMachines", default, deserialize_with = "lenient::opt_i64")]
+    pub num_machines: Option<i64>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub provider: Option<String>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub hardwaretype: Option<String>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub imagetype: Option<String>,
+    #[serde(default)]
+    pub services: Option<Vec<String>>,
+    /// -1 (or absent): the template's initial lease; 0: forever (only if the template allows).
+    #[serde(
+        rename = "initialLeaseDuration",
+        default,
+        deserialize_with = "lenient::opt_i64"
+    )]
+    pub initial_lease_duration: Option<i64>,
+    #[serde(
+        rename = "dnsSuffix",
+        default,
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub dns_suffix: Option<String>,
+    /// Replaces the template's default config when given.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<Map<String, Value>>,
+    #[serde(
+        rename = "providerFields",
+        default,
+        deserialize_with = "lenient::object"
+    )]
+    #[schema(value_type = Object)]
+    pub provider_fields: Map<String, Value>,
+}
+
+/// `{"action":"cluster_create","actionstatus":"running","stepstotal":81,"stepscompleted":49}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Progress {
+    pub action: String,
+    pub actionstatus: JobStatus,
+    pub stepstotal: u64,
+    pub stepscompleted: u64,
+}
+
+/// `{"name":..,"version":..}` (and `description` for providers) in cluster summaries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EntityRef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub version: u64,
+}
+
+/// An element of `GET /v2/clusters`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterSummary {
+    pub id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(rename = "ownerId")]
+    pub owner_id: String,
+    #[serde(rename = "createTime")]
+    pub create_time: i64,
+    #[serde(rename = "expireTime")]
+    pub expire_time: i64,
+    #[serde(rename = "numNodes")]
+    pub num_nodes: u64,
+    pub status: ClusterStatus,
+    pub provider: EntityRef,
+    #[serde(rename = "clusterTemplate")]
+    pub cluster_template: EntityRef,
+    pub services: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+}
+
+/// `{"userId":..,"tenantId":<internal tenant id>}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Account {
+    #[serde(rename = "userId")]
+    pub user_id: String,
+    #[serde(rename = "tenantId")]
+    pub tenant_id: String,
+}
+
+/// A node's properties (`properties` in a node, and the values of `nodes` in a task).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct NodeProperties {
+    #[serde(default)]
+    pub ipaddresses: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    pub nodenum: u64,
+    pub hardwaretype: String,
+    pub imagetype: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    pub sshuser: String,
+    #[serde(default)]
+    pub services: Vec<String>,
+    #[serde(default)]
+    pub automators: Vec<String>,
+}
+
+/// `in_progress`, `complete`, `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeActionStatus {
+    InProgress,
+    Complete,
+    Failed,
+}
+
+/// One entry of a node's action history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeAction {
+    #[serde(rename = "taskId")]
+    pub task_id: String,
+    pub service: String,
+    /// Upper-case action name (`CREATE`).
+    pub action: String,
+    #[serde(rename = "submitTime")]
+    pub submit_time: i64,
+    #[serde(rename = "statusTime")]
+    pub status_time: i64,
+    pub status: NodeActionStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+}
+
+/// A node as cluster details show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Node {
+    pub id: String,
+    #[serde(rename = "clusterId")]
+    pub cluster_id: String,
+    pub services: Vec<Service>,
+    pub properties: NodeProperties,
+    #[serde(default)]
+    pub actions: Vec<NodeAction>,
+    #[serde(rename = "provisionerResults", default)]
+    #[schema(value_type = Object)]
+    pub provisioner_results: Map<String, Value>,
+    #[serde(default)]
+    pub links: Vec<Link>,
+}
+
+/// `GET /v2/clusters/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterDetails {
+    pub id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub account: Account,
+    #[serde(rename = "createTime")]
+    pub create_time: i64,
+    #[serde(rename = "expireTime")]
+    pub expire_time: i64,
+    pub provider: Provider,
+    #[serde(rename = "clusterTemplate")]
+    pub cluster_template: ClusterTemplate,
+    pub nodes: Vec<Node>,
+    pub services: Vec<String>,
+    #[serde(
+        rename = "latestJobId",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latest_job_id: Option<String>,
+    pub status: ClusterStatus,
+    #[schema(value_type = Object)]
+    pub config: Map<String, Value>,
+    #[serde(default)]
+    pub links: Vec<Link>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `GET /v2/clusters/{id}/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterStatusView {
+    pub clusterid: String,
+    pub status: ClusterStatus,
+    pub action: String,
+    pub actionstatus: JobStatus,
+    pub stepstotal: u64,
+    pub stepscompleted: u64,
+}
+
+/// One task in a plan's stage view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PlanTask {
+    pub id: String,
+    #[serde(rename = "taskName")]
+    pub task_name: String,
+    #[serde(rename = "nodeId")]
+    pub node_id: String,
+    pub service: String,
+}
+
+/// `GET /v2/clusters/{id}/plans/{jobId}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PlanView {
+    pub id: String,
+    #[serde(rename = "clusterId")]
+    pub cluster_id: String,
+    /// Upper-case cluster action (`CLUSTER_CREATE`).
+    pub action: String,
+    #[serde(rename = "currentStage")]
+    pub current_stage: u64,
+    pub stages: Vec<Vec<PlanTask>>,
+}
+
+/// `POST /v2/tasks/take`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct TakeTaskRequest {
+    #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
+    pub worker_id: Option<String>,
+    #[serde(
+        rename = "provisionerId",
+        default,
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub provisioner_id: Option<String>,
+    #[serde(rename = "tenantId", default, deserialize_with = "lenient::opt_string")]
+    pub tenant_id: Option<String>,
+}
+
+/// `POST /v2/tasks/finish`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct FinishTaskRequest {
+    #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
+    pub worker_id: Option<String>,
+    #[serde(
+        rename = "provisionerId",
+        default,
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub provisioner_id: Option<String>,
+    #[serde(rename = "tenantId", default, deserialize_with = "lenient::opt_string")]
+    pub tenant_id: Option<String>,
+    #[serde(rename = "taskId", default, deserialize_with = "lenient::opt_string")]
+    pub task_id: Option<String>,
+    /// 0 is success; the Ruby provisioner sends it as a string.
+    #[serde(default, deserialize_with = "lenient::opt_i64")]
+    pub status: Option<i64>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub stdout: Option<String>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub stderr: Option<String>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub ipaddresses: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Map<String, Value>>,
+}

@@ -1,0 +1,66 @@
+//! What the engine keeps in the JSON `body` of cluster, job and task rows. (A node's body is the
+//! API's [`weft_model::Node`].)
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use weft_model::{ClusterTemplate, Provider};
+
+use crate::error::{ApiError, ApiResult};
+
+/// A cluster's body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterBody {
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The cluster's copy of its provider, with the user's non-sensitive fields merged in.
+    pub provider: Provider,
+    /// The resolved template as it was at creation (or at the last template change).
+    pub template: ClusterTemplate,
+    pub services: Vec<String>,
+    #[serde(default)]
+    pub config: Map<String, Value>,
+    pub dns_suffix: String,
+    /// The latest job's status message (failure output, "Aborted by user.").
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Sensitive provider fields: given to provisioners with each task, never shown.
+    #[serde(default)]
+    pub secrets: Map<String, Value>,
+}
+
+/// A job's body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobBody {
+    /// The stage view (task ids), for the plans API.
+    #[serde(default)]
+    pub stages: Vec<Vec<String>>,
+    /// How many real (non-gate) tasks the job has.
+    #[serde(default)]
+    pub total: u64,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A task's body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskBody {
+    /// For BOOTSTRAP: the automator types to bootstrap on the node.
+    #[serde(default)]
+    pub automators: Vec<String>,
+    #[serde(default)]
+    pub submit_time: i64,
+    #[serde(default)]
+    pub status_code: Option<i64>,
+    /// Why the last attempt failed.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+pub fn to_body<T: Serialize>(t: &T) -> ApiResult<Value> {
+    serde_json::to_value(t).map_err(|e| ApiError::Internal(format!("encoding a row body: {e}")))
+}
+
+pub fn from_body<T: serde::de::DeserializeOwned>(v: &Value) -> ApiResult<T> {
+    serde_json::from_value(v.clone())
+        .map_err(|e| ApiError::Internal(format!("decoding a row body: {e}")))
+}

@@ -1,0 +1,75 @@
+//! The engine: turns cluster operations into jobs of node tasks and runs them against provisioners.
+//!
+//! Every step reads rows from the store, decides the new states in memory, and commits all of its
+//! changes in one [`ChangeSet`](weft_store::ChangeSet) guarded by row revisions, so a crash between
+//! steps loses nothing and a step that raced another one is simply re-run ([`retry_stale`]).
+//!
+//! A job's DAG (from the planner) is stored as task rows: each holds the ids of its successors and
+//! how many predecessors are not done yet. Gates (the planner's no-work join points) are task rows
+//! with action `GATE` that complete the moment their predecessors do; every job ends in one gate,
+//! `<jobId>-end`, whose completion completes the job. A task whose predecessors are done goes into
+//! its tenant's queue (state `queued`); `take` leases it to a worker; `finish` records the result
+//! and releases its successors.
+//!
+//! Modules: `body` (what the engine keeps in each row's JSON), `create` (new clusters and jobs),
+//! `work` (take and finish), `view` (rows as the API shows them).
+
+pub mod body;
+pub mod create;
+pub mod view;
+pub mod work;
+
+use std::future::Future;
+
+use weft_store::StoreError;
+
+use crate::error::{ApiError, ApiResult};
+
+/// The action of gate rows.
+pub const GATE: &str = "GATE";
+
+/// Coopr's cluster id text: 8 digits, zero-padded.
+pub fn cluster_id_text(id: u64) -> String {
+    format!("{id:08}")
+}
+
+/// Parses a cluster id as Coopr did (`"1"` and `"00000001"` are the same cluster).
+pub fn parse_cluster_id(s: &str) -> Option<u64> {
+    s.trim().parse().ok()
+}
+
+/// Runs a read-decide-commit step again while it loses races (`StoreError::Stale`), a bounded number
+/// of times.
+pub async fn retry_stale<T, F, Fut>(mut step: F) -> ApiResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ApiResult<T>>,
+{
+    let mut last = None;
+    for attempt in 0..64u32 {
+        match step().await {
+            Err(ApiError::Internal(m)) if m.starts_with(STALE_PREFIX) => {
+                last = Some(m);
+                if attempt > 4 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            other => return other,
+        }
+    }
+    Err(ApiError::Internal(format!(
+        "gave up after repeated conflicts: {}",
+        last.unwrap_or_default()
+    )))
+}
+
+const STALE_PREFIX: &str = "stale:";
+
+/// Maps store errors for engine steps: a stale change set is marked so that [`retry_stale`] re-runs
+/// the step.
+pub fn store_err(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Stale(what) => ApiError::Internal(format!("{STALE_PREFIX} {what}")),
+        other => other.into(),
+    }
+}

@@ -1,0 +1,186 @@
+//! Rows as the API shows them: cluster summaries and details, status, plans.
+
+use weft_model::{
+    Account, ClusterDetails, ClusterStatus, ClusterStatusView, ClusterSummary, EntityRef,
+    JobStatus, Node, PlanTask, PlanView, Progress,
+};
+use weft_store::{ClusterRow, JobRow, TaskState};
+
+use super::body::{from_body, ClusterBody, JobBody};
+use super::{cluster_id_text, GATE};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+fn status_of(row: &ClusterRow) -> ApiResult<ClusterStatus> {
+    ClusterStatus::parse(&row.status)
+        .ok_or_else(|| ApiError::Internal(format!("cluster status {}", row.status)))
+}
+
+fn job_status(job: &JobRow) -> ApiResult<JobStatus> {
+    JobStatus::parse(&job.status)
+        .ok_or_else(|| ApiError::Internal(format!("job status {}", job.status)))
+}
+
+/// The progress of a job: its action (lower case), status and completed tasks (gates not counted).
+pub async fn progress(st: &AppState, job: &JobRow) -> ApiResult<Progress> {
+    let body: JobBody = from_body(&job.body)?;
+    let done = st
+        .store
+        .list_tasks(&job.tenant_id, &job.id)
+        .await?
+        .iter()
+        .filter(|t| t.action != GATE && t.state == TaskState::Complete)
+        .count() as u64;
+    Ok(Progress {
+        action: job.action.to_ascii_lowercase(),
+        actionstatus: job_status(job)?,
+        stepstotal: body.total,
+        stepscompleted: done.min(body.total),
+    })
+}
+
+async fn latest_job(st: &AppState, row: &ClusterRow) -> ApiResult<Option<JobRow>> {
+    match &row.latest_job {
+        Some(j) => Ok(st.store.get_job(&row.tenant_id, j).await?),
+        None => Ok(None),
+    }
+}
+
+pub async fn summary(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterSummary> {
+    let body: ClusterBody = from_body(&row.body)?;
+    let nodes = st.store.list_nodes(&row.tenant_id, row.id).await?.len() as u64;
+    let progress = match latest_job(st, row).await? {
+        Some(j) => Some(progress(st, &j).await?),
+        None => None,
+    };
+    Ok(ClusterSummary {
+        id: cluster_id_text(row.id),
+        name: row.name.clone(),
+        description: body.description.clone(),
+        owner_id: row.owner.clone(),
+        create_time: row.create_time,
+        expire_time: row.expire_time,
+        num_nodes: nodes,
+        status: status_of(row)?,
+        provider: EntityRef {
+            name: body.provider.name.clone(),
+            description: body.provider.description.clone(),
+            version: body.provider.version,
+        },
+        cluster_template: EntityRef {
+            name: body.template.name.clone(),
+            description: None,
+            version: body.template.version,
+        },
+        services: body.services,
+        progress,
+    })
+}
+
+pub async fn details(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterDetails> {
+    let body: ClusterBody = from_body(&row.body)?;
+    let nodes: Vec<Node> = st
+        .store
+        .list_nodes(&row.tenant_id, row.id)
+        .await?
+        .iter()
+        .map(|n| from_body(&n.body))
+        .collect::<ApiResult<_>>()?;
+    let progress = match latest_job(st, row).await? {
+        Some(j) => Some(progress(st, &j).await?),
+        None => None,
+    };
+    let layout = super::work::plan_nodes(&nodes);
+    let links = match weft_planner::MacroContext::new(&layout, &row.owner) {
+        Ok(ctx) => body
+            .template
+            .links
+            .iter()
+            .map(|l| weft_model::Link {
+                label: l.label.clone(),
+                url: ctx
+                    .expand_str(None, &l.url)
+                    .unwrap_or_else(|_| l.url.clone()),
+            })
+            .collect(),
+        Err(_) => body.template.links.clone(),
+    };
+    Ok(ClusterDetails {
+        id: cluster_id_text(row.id),
+        name: row.name.clone(),
+        description: body.description,
+        account: Account {
+            user_id: row.owner.clone(),
+            tenant_id: row.tenant_id.clone(),
+        },
+        create_time: row.create_time,
+        expire_time: row.expire_time,
+        provider: body.provider,
+        cluster_template: body.template,
+        nodes,
+        services: body.services,
+        latest_job_id: row.latest_job.clone(),
+        status: status_of(row)?,
+        config: body.config,
+        links,
+        progress,
+        message: body.message,
+    })
+}
+
+pub async fn status(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterStatusView> {
+    let job = latest_job(st, row).await?.ok_or_else(|| {
+        ApiError::NotFound(format!("cluster {} not found.", cluster_id_text(row.id)))
+    })?;
+    let p = progress(st, &job).await?;
+    Ok(ClusterStatusView {
+        clusterid: cluster_id_text(row.id),
+        status: status_of(row)?,
+        action: p.action,
+        actionstatus: p.actionstatus,
+        stepstotal: p.stepstotal,
+        stepscompleted: p.stepscompleted,
+    })
+}
+
+/// A job's plan in Coopr's format. The current stage is the first with a task not complete.
+pub async fn plan(st: &AppState, job: &JobRow) -> ApiResult<PlanView> {
+    let body: JobBody = from_body(&job.body)?;
+    let tasks = st.store.list_tasks(&job.tenant_id, &job.id).await?;
+    let by_id: std::collections::BTreeMap<&str, &weft_store::TaskRow> =
+        tasks.iter().map(|t| (t.id.as_str(), t)).collect();
+    let stages: Vec<Vec<PlanTask>> = body
+        .stages
+        .iter()
+        .map(|stage| {
+            stage
+                .iter()
+                .filter_map(|id| by_id.get(id.as_str()))
+                .map(|t| PlanTask {
+                    id: t.id.clone(),
+                    task_name: t.action.clone(),
+                    node_id: t.node_id.clone(),
+                    service: t.service.clone(),
+                })
+                .collect()
+        })
+        .collect();
+    let current = body
+        .stages
+        .iter()
+        .position(|s| {
+            s.iter().any(|id| {
+                by_id
+                    .get(id.as_str())
+                    .is_some_and(|t| t.state != TaskState::Complete)
+            })
+        })
+        .unwrap_or(body.stages.len());
+    Ok(PlanView {
+        id: job.id.clone(),
+        cluster_id: cluster_id_text(job.cluster_id),
+        action: job.action.clone(),
+        current_stage: current as u64,
+        stages,
+    })
+}

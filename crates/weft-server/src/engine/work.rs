@@ -1,0 +1,580 @@
+//! The provisioner side of a job: `take` leases the oldest queued task of a tenant to a worker and
+//! builds its payload (contract §5.11); `finish` records the result, updates the node, releases the
+//! task's successors, retries or fails, and completes the job and the cluster.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+use weft_model::{
+    ClusterStatus, FinishTaskRequest, JobStatus, Node, NodeAction, NodeActionStatus,
+    ProvisionerAction, TakeTaskRequest,
+};
+use weft_planner::{MacroContext, PlanNode};
+use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, TaskRow, TaskState, Write};
+
+use super::body::{from_body, to_body, ClusterBody, JobBody, TaskBody};
+use super::{cluster_id_text, retry_stale, store_err, GATE};
+use crate::error::{ApiError, ApiResult};
+use crate::state::{now_ms, AppState};
+
+/// At most this many actions are kept per node, the oldest dropped first.
+const MAX_NODE_ACTIONS: usize = 200;
+/// Task output kept per action, from the end.
+const MAX_LOG: usize = 2048;
+
+struct Worker {
+    provisioner_id: String,
+    tenant_id: String,
+    owner: String,
+}
+
+fn required(v: &Option<String>, field: &str) -> ApiResult<String> {
+    v.clone()
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| ApiError::BadRequest(format!("{field} must be specified")))
+}
+
+async fn worker(
+    st: &AppState,
+    w: &Option<String>,
+    p: &Option<String>,
+    t: &Option<String>,
+) -> ApiResult<Worker> {
+    let worker_id = required(w, "workerId")?;
+    let provisioner_id = required(p, "provisionerId")?;
+    let tenant_id = required(t, "tenantId")?;
+    if st.store.get_provisioner(&provisioner_id).await?.is_none() {
+        return Err(ApiError::Forbidden(format!(
+            "Provisioner {provisioner_id} is not registered."
+        )));
+    }
+    let owner = format!("{provisioner_id}.{worker_id}");
+    Ok(Worker {
+        provisioner_id,
+        tenant_id,
+        owner,
+    })
+}
+
+/// `POST /v2/tasks/take`: the next task's payload, or `None` when the tenant's queue is empty.
+pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<Value>> {
+    let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
+    let timeout = st.settings.task_timeout_ms;
+    loop {
+        let now = now_ms();
+        let Some(task) = st
+            .store
+            .take_task(&w.tenant_id, &w.owner, now, now + timeout)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let job = st.store.get_job(&w.tenant_id, &task.job_id).await?;
+        if job
+            .as_ref()
+            .is_none_or(|j| j.status != JobStatus::Running.as_str())
+        {
+            // Its job failed (or was aborted) after the task was queued: never run it.
+            let mut dropped = task.clone();
+            dropped.state = TaskState::Dropped;
+            let cs = ChangeSet {
+                expect: vec![Expect::task(&task)],
+                writes: vec![Write::Task(dropped)],
+            };
+            match st.store.commit(&cs).await {
+                Ok(()) | Err(weft_store::StoreError::Stale(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match payload(st, &task).await {
+            Ok(p) => {
+                record_node_action(st, &task, now).await?;
+                tracing::info!(task_id = %task.id, job_id = %task.job_id, cluster_id = task.cluster_id,
+                    provisioner = %w.provisioner_id, action = %task.action, "task taken");
+                return Ok(Some(p));
+            }
+            Err(message) => {
+                // The payload cannot be built (a macro that does not expand, say): the task fails
+                // as if the worker had reported it, and goes through the normal retries.
+                let fail = FinishTaskRequest {
+                    status: Some(-1),
+                    stderr: Some(message),
+                    ..Default::default()
+                };
+                retry_stale(|| finish_step(st, &w, &task.id, &fail)).await?;
+            }
+        }
+    }
+}
+
+/// Appends an in-progress action to the task's node.
+async fn record_node_action(st: &AppState, task: &TaskRow, now: i64) -> ApiResult<()> {
+    retry_stale(|| async {
+        let Some(row) = st.store.get_node(&task.tenant_id, &task.node_id).await? else {
+            return Ok(());
+        };
+        let mut node: Node = from_body(&row.body)?;
+        node.actions.push(NodeAction {
+            task_id: task.id.clone(),
+            service: task.service.clone(),
+            action: task.action.clone(),
+            submit_time: now,
+            status_time: now,
+            status: NodeActionStatus::InProgress,
+            stdout: None,
+            stderr: None,
+        });
+        let excess = node.actions.len().saturating_sub(MAX_NODE_ACTIONS);
+        node.actions.drain(..excess);
+        let mut new = row.clone();
+        new.body = to_body(&node)?;
+        let cs = ChangeSet {
+            expect: vec![Expect::node(&row)],
+            writes: vec![Write::Node(new)],
+        };
+        st.store.commit(&cs).await.map_err(store_err)
+    })
+    .await
+}
+
+/// The layout as the macro expander sees it.
+pub fn plan_nodes(nodes: &[Node]) -> Vec<PlanNode> {
+    nodes
+        .iter()
+        .map(|n| PlanNode {
+            id: n.id.clone(),
+            nodenum: n.properties.nodenum,
+            hostname: n.properties.hostname.clone().unwrap_or_default(),
+            ipaddresses: n.properties.ipaddresses.clone(),
+            hardwaretype: n.properties.hardwaretype.clone(),
+            imagetype: n.properties.imagetype.clone(),
+            services: n.properties.services.iter().cloned().collect(),
+        })
+        .collect()
+}
+
+/// The task JSON a worker receives (contract §5.11). `Err` carries a message for the task's failure.
+async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
+    let internal = |e: ApiError| e.to_string();
+    let cluster = st
+        .store
+        .get_cluster(&task.tenant_id, task.cluster_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the task's cluster no longer exists")?;
+    let body: ClusterBody = from_body(&cluster.body).map_err(internal)?;
+    let rows = st
+        .store
+        .list_nodes(&task.tenant_id, task.cluster_id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let nodes: Vec<Node> = rows
+        .iter()
+        .map(|r| from_body(&r.body))
+        .collect::<ApiResult<_>>()
+        .map_err(internal)?;
+    let me = nodes
+        .iter()
+        .find(|n| n.id == task.node_id)
+        .ok_or("the task's node no longer exists")?;
+    let action = ProvisionerAction::ALL
+        .into_iter()
+        .find(|a| a.upper() == task.action);
+    let mut config = Map::new();
+    let cluster_config = Value::Object(body.config.clone());
+    let is_service_task = !task.service.is_empty();
+    if is_service_task {
+        let layout = plan_nodes(&nodes);
+        let ctx = MacroContext::new(&layout, &cluster.owner).map_err(|e| e.to_string())?;
+        let expanded = ctx
+            .expand_value(Some(&me.id), &cluster_config)
+            .map_err(|e| format!("cluster config: {e}"))?;
+        config.insert("cluster".into(), expanded);
+        let svc = me
+            .services
+            .iter()
+            .find(|s| s.name == task.service)
+            .ok_or("the task's service is not on its node")?;
+        let spec = action
+            .and_then(|a| svc.provisioner.actions.get(&a))
+            .cloned()
+            .unwrap_or_default();
+        let fields = serde_json::to_value(&spec.fields).unwrap_or(Value::Null);
+        let fields = ctx
+            .expand_value(Some(&me.id), &fields)
+            .map_err(|e| format!("service {} fields: {e}", svc.name))?;
+        config.insert(
+            "service".into(),
+            json!({"name": svc.name, "action": {"type": spec.automator, "fields": fields}}),
+        );
+    } else {
+        config.insert("cluster".into(), cluster_config);
+    }
+    let props = serde_json::to_value(&me.properties).map_err(|e| e.to_string())?;
+    if let Value::Object(p) = props {
+        config.extend(p);
+    }
+    let task_body: TaskBody = from_body(&task.body).map_err(internal)?;
+    if !task_body.automators.is_empty() {
+        config.insert("automators".into(), json!(task_body.automators));
+    }
+    let mut provider = serde_json::to_value(&body.provider).map_err(|e| e.to_string())?;
+    if let Some(p) = provider
+        .get_mut("provisioner")
+        .and_then(Value::as_object_mut)
+    {
+        p.extend(body.secrets.clone());
+    }
+    config.insert("provider".into(), provider);
+    let all: Map<String, Value> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.id.clone(),
+                serde_json::to_value(&n.properties).unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    config.insert("nodes".into(), Value::Object(all));
+    for (k, v) in &me.provisioner_results {
+        config.insert(k.clone(), v.clone());
+    }
+    Ok(json!({
+        "taskId": task.id,
+        "jobId": task.job_id,
+        "clusterId": cluster_id_text(task.cluster_id),
+        "taskName": task.action,
+        "nodeId": task.node_id,
+        "config": config,
+    }))
+}
+
+/// `POST /v2/tasks/finish`.
+pub async fn finish(st: &AppState, req: FinishTaskRequest) -> ApiResult<()> {
+    let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
+    let task_id = required(&req.task_id, "taskId")?;
+    if req.status.is_none() {
+        return Err(ApiError::BadRequest("status must be specified".into()));
+    }
+    retry_stale(|| finish_step(st, &w, &task_id, &req)).await
+}
+
+fn not_owner() -> ApiError {
+    ApiError::ExpectationFailed("Worker is not the owner of the task".into())
+}
+
+/// Keeps the end of a log, as Coopr did.
+fn trim_log(s: &str) -> String {
+    if s.len() <= MAX_LOG {
+        return s.to_string();
+    }
+    let mut start = s.len() - MAX_LOG;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[snipped]{}", &s[start..])
+}
+
+/// The cluster status a failed job leaves behind.
+fn failure_status(action: &str) -> ClusterStatus {
+    match action {
+        "SOLVE_LAYOUT" => ClusterStatus::Terminated,
+        "CLUSTER_CREATE" | "CLUSTER_DELETE" => ClusterStatus::Incomplete,
+        _ => ClusterStatus::Inconsistent,
+    }
+}
+
+/// The cluster status a completed job leaves behind.
+fn success_status(action: &str) -> ClusterStatus {
+    if action == "CLUSTER_DELETE" {
+        ClusterStatus::Terminated
+    } else {
+        ClusterStatus::Active
+    }
+}
+
+async fn finish_step(
+    st: &AppState,
+    w: &Worker,
+    task_id: &str,
+    req: &FinishTaskRequest,
+) -> ApiResult<()> {
+    let now = now_ms();
+    let tenant = &w.tenant_id;
+    let task = st
+        .store
+        .get_task(tenant, task_id)
+        .await?
+        .ok_or_else(not_owner)?;
+    if task.lease_owner.as_deref() != Some(w.owner.as_str()) {
+        return Err(not_owner());
+    }
+    if task.state != TaskState::InProgress {
+        // A finish that arrives twice is applied once.
+        return match task.state {
+            TaskState::Complete | TaskState::Failed | TaskState::Queued | TaskState::Pending => {
+                Ok(())
+            }
+            _ => Err(not_owner()),
+        };
+    }
+    let job = st
+        .store
+        .get_job(tenant, &task.job_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal("task without job".into()))?;
+    let cluster = st
+        .store
+        .get_cluster(tenant, task.cluster_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal("task without cluster".into()))?;
+    let ok = req.status == Some(0);
+    let mut cs = ChangeSet::new();
+    cs.expect(Expect::task(&task));
+
+    // The node: the action's outcome, addresses, hostname and results.
+    if let Some(row) = st.store.get_node(tenant, &task.node_id).await? {
+        let mut node: Node = from_body(&row.body)?;
+        if let Some(a) = node.actions.iter_mut().rev().find(|a| a.task_id == task.id) {
+            a.status = if ok {
+                NodeActionStatus::Complete
+            } else {
+                NodeActionStatus::Failed
+            };
+            a.status_time = now;
+            a.stdout = req.stdout.as_deref().map(trim_log);
+            a.stderr = req.stderr.as_deref().map(trim_log);
+        }
+        if ok {
+            if let Some(ips) = &req.ipaddresses {
+                node.properties.ipaddresses.extend(ips.clone());
+            }
+            if let Some(h) = req.hostname.as_ref().filter(|h| !h.trim().is_empty()) {
+                node.properties.hostname = Some(h.clone());
+            }
+        }
+        if let Some(result) = &req.result {
+            for (k, v) in result {
+                node.provisioner_results.insert(k.clone(), v.clone());
+            }
+        }
+        let mut new = row.clone();
+        new.body = to_body(&node)?;
+        cs.expect(Expect::node(&row));
+        cs.write(Write::Node(new));
+    }
+
+    let mut done = task.clone();
+    let mut tbody: TaskBody = from_body(&task.body)?;
+    tbody.status_code = req.status;
+    let job_running = job.status == JobStatus::Running.as_str();
+    if ok {
+        done.state = TaskState::Complete;
+        done.body = to_body(&tbody)?;
+        cs.write(Write::Task(done));
+        if job_running {
+            let end = release(st, tenant, &mut cs, task.successors.clone(), now).await?;
+            if end {
+                finish_job(&mut cs, &job, &cluster, JobStatus::Complete, None)?;
+                tracing::info!(job_id = %job.id, cluster_id = cluster.id, "job complete");
+            }
+        } else {
+            settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
+        }
+    } else {
+        let message = format!(
+            "{} {}on node {} failed (status {}): {}",
+            task.action,
+            if task.service.is_empty() {
+                String::new()
+            } else {
+                format!("of {} ", task.service)
+            },
+            task.node_id,
+            req.status.unwrap_or(1),
+            req.stderr
+                .as_deref()
+                .map(trim_log)
+                .filter(|s| !s.trim().is_empty())
+                .or(req.stdout.as_deref().map(trim_log))
+                .unwrap_or_default()
+        );
+        tbody.message = Some(message.clone());
+        if job_running && task.attempts < st.settings.max_action_retries {
+            done.lease_owner = None;
+            if task.action == ProvisionerAction::Create.upper() {
+                // A retried CREATE first deletes whatever the failed try made.
+                let cleanup = TaskRow {
+                    id: format!("{}-r{}", task.id, task.attempts),
+                    action: ProvisionerAction::Delete.upper().into(),
+                    service: String::new(),
+                    state: TaskState::Queued,
+                    attempts: 0,
+                    deps_remaining: 0,
+                    successors: vec![task.id.clone()],
+                    lease_owner: None,
+                    lease_deadline: 0,
+                    queued_at: now,
+                    rev: 0,
+                    body: to_body(&TaskBody::default())?,
+                    ..task.clone()
+                };
+                cs.expect(Expect::TaskRev {
+                    tenant_id: tenant.clone(),
+                    id: cleanup.id.clone(),
+                    rev: 0,
+                });
+                cs.write(Write::Task(cleanup));
+                done.state = TaskState::Pending;
+                done.deps_remaining = 1;
+            } else {
+                done.state = TaskState::Queued;
+                done.queued_at = now;
+            }
+            done.body = to_body(&tbody)?;
+            cs.write(Write::Task(done));
+            tracing::warn!(task_id = %task.id, job_id = %job.id, attempt = task.attempts, "task failed; retrying");
+        } else {
+            done.state = TaskState::Failed;
+            done.body = to_body(&tbody)?;
+            cs.write(Write::Task(done));
+            if job_running {
+                let mut failed_job = job.clone();
+                let mut jbody: JobBody = from_body(&job.body)?;
+                jbody.message = Some(message.clone());
+                failed_job.status = JobStatus::Failed.as_str().into();
+                failed_job.body = to_body(&jbody)?;
+                tracing::warn!(task_id = %task.id, job_id = %job.id, "task failed for good; job failed");
+                settle_failed_job(st, &mut cs, &failed_job, &cluster, &task.id).await?;
+            } else {
+                settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
+            }
+        }
+    }
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+/// Writes a failed job and, once none of its tasks is still running, gives the cluster its failure
+/// status and the job's message.
+async fn settle_failed_job(
+    st: &AppState,
+    cs: &mut ChangeSet,
+    job: &JobRow,
+    cluster: &ClusterRow,
+    finishing: &str,
+) -> ApiResult<()> {
+    // `job` carries the revision it was read at: the write is a compare-and-swap on it.
+    cs.expect(Expect::job(job));
+    cs.write(Write::Job(job.clone()));
+    let running = st
+        .store
+        .list_tasks(&job.tenant_id, &job.id)
+        .await?
+        .iter()
+        .any(|t| t.state == TaskState::InProgress && t.id != finishing);
+    if !running
+        && cluster.status == ClusterStatus::Pending.as_str()
+        && cluster.latest_job.as_deref() == Some(&job.id)
+    {
+        let jbody: JobBody = from_body(&job.body)?;
+        let mut c = cluster.clone();
+        let mut body: ClusterBody = from_body(&c.body)?;
+        body.message = jbody.message;
+        c.status = failure_status(&job.action).as_str().into();
+        c.body = to_body(&body)?;
+        cs.expect(Expect::cluster(cluster));
+        cs.write(Write::Cluster(c));
+    }
+    Ok(())
+}
+
+/// Marks a job done and sets its cluster's status.
+fn finish_job(
+    cs: &mut ChangeSet,
+    job: &JobRow,
+    cluster: &ClusterRow,
+    status: JobStatus,
+    message: Option<String>,
+) -> ApiResult<()> {
+    let mut j = job.clone();
+    j.status = status.as_str().into();
+    if message.is_some() {
+        let mut b: JobBody = from_body(&j.body)?;
+        b.message = message;
+        j.body = to_body(&b)?;
+    }
+    cs.expect(Expect::job(job));
+    cs.write(Write::Job(j));
+    if cluster.latest_job.as_deref() == Some(&job.id) {
+        let mut c = cluster.clone();
+        c.status = match status {
+            JobStatus::Complete => success_status(&job.action),
+            _ => failure_status(&job.action),
+        }
+        .as_str()
+        .into();
+        let mut body: ClusterBody = from_body(&c.body)?;
+        body.message = None;
+        c.body = to_body(&body)?;
+        cs.expect(Expect::cluster(cluster));
+        cs.write(Write::Cluster(c));
+    }
+    Ok(())
+}
+
+/// Counts one predecessor done for each of `start`: tasks with none left are queued, gates complete
+/// at once (and release their own successors). Returns whether the job's end gate completed.
+async fn release(
+    st: &AppState,
+    tenant: &str,
+    cs: &mut ChangeSet,
+    start: Vec<String>,
+    now: i64,
+) -> ApiResult<bool> {
+    let mut touched: BTreeMap<String, TaskRow> = BTreeMap::new();
+    let mut todo = start;
+    let mut end = false;
+    while let Some(id) = todo.pop() {
+        if !touched.contains_key(&id) {
+            let row = st
+                .store
+                .get_task(tenant, &id)
+                .await?
+                .ok_or_else(|| ApiError::Internal(format!("successor {id} missing")))?;
+            cs.expect(Expect::task(&row));
+            touched.insert(id.clone(), row);
+        }
+        let row = touched.get_mut(&id).expect("inserted above");
+        row.deps_remaining = row.deps_remaining.saturating_sub(1);
+        if row.deps_remaining == 0 && row.state == TaskState::Pending {
+            if row.action == GATE {
+                row.state = TaskState::Complete;
+                if row.successors.is_empty() {
+                    end = true;
+                }
+                todo.extend(row.successors.clone());
+            } else {
+                row.state = TaskState::Queued;
+                row.queued_at = now;
+            }
+        }
+    }
+    for (_, row) in touched {
+        cs.write(Write::Task(row));
+    }
+    Ok(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_keep_their_end() {
+        assert_eq!(trim_log("short"), "short");
+        let long = "x".repeat(3000) + "END";
+        let t = trim_log(&long);
+        assert!(t.starts_with("[snipped]") && t.ends_with("END"));
+        assert_eq!(t.len(), "[snipped]".len() + MAX_LOG);
+    }
+}

@@ -1,0 +1,302 @@
+//! `/v2/clusters`: create, list, get and delete clusters, and read their status, plans, config and
+//! services. A user sees only the clusters it owns; the tenant admin sees all of the tenant's. A
+//! cluster the caller cannot see answers 404, as if absent.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::routing::MethodFilter;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use weft_model::{
+    ClusterCreateRequest, ClusterDetails, ClusterStatus, ClusterStatusView, ClusterSummary, Node,
+    PlanView, Service,
+};
+use weft_planner::{Operation, PlanInput};
+use weft_store::{ChangeSet, ClusterRow, Expect, Write};
+
+use super::parse_body;
+use crate::api::{op, Api, Body};
+use crate::auth::Identity;
+use crate::engine::body::{from_body, to_body, ClusterBody};
+use crate::engine::create::{create_cluster, job_id, job_rows};
+use crate::engine::work::plan_nodes;
+use crate::engine::{cluster_id_text, parse_cluster_id, store_err, view};
+use crate::error::{ApiError, ApiResult};
+use crate::state::{now_ms, AppState};
+
+pub fn routes(api: Api) -> Api {
+    let t = "clusters";
+    api.route(
+        MethodFilter::GET,
+        "/v2/clusters",
+        list,
+        op(t, "List the clusters the caller can see, newest first")
+            .query("status", "comma-separated statuses to keep (pending, active, incomplete, inconsistent, terminated)")
+            .ok(200, "cluster summaries", Body::Array("ClusterSummary")),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters",
+        create,
+        op(t, "Create a cluster: solve its layout and start its CLUSTER_CREATE job")
+            .body(Body::Json("ClusterCreateRequest"))
+            .ok(200, "{\"id\": \"00000001\"}", Body::AnyJson)
+            .status(400, "invalid request; or {\"missingFields\": [...]} (JSON)")
+            .status(404, "template, provider or provider type does not exist")
+            .status(409, "a tenant quota would be exceeded"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clusters/{id}",
+        get,
+        op(t, "Cluster details: nodes, services, status, progress").ok(200, "the cluster", Body::Json("ClusterDetails")).status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::DELETE,
+        "/v2/clusters/{id}",
+        delete,
+        op(t, "Delete a cluster (starts a CLUSTER_DELETE job; 200 if already terminated)")
+            .status(200, "delete started")
+            .status(404, "cluster not found")
+            .status(409, "a job is still underway"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clusters/{id}/status",
+        status,
+        op(t, "The cluster's status and its latest job's progress").ok(200, "status", Body::Json("ClusterStatusView")).status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clusters/{id}/plans",
+        plans,
+        op(t, "Every job's plan, newest first").ok(200, "plans", Body::Array("PlanView")).status(404, "Plans for cluster X not found."),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clusters/{id}/plans/{job_id}",
+        plan,
+        op(t, "One job's plan")
+            .ok(200, "the plan", Body::Json("PlanView"))
+            .status(400, "the job id is malformed or belongs to another cluster")
+            .status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clusters/{id}/config",
+        config,
+        op(t, "The cluster's config").ok(200, "config", Body::AnyJson).status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clusters/{id}/services",
+        services,
+        op(t, "The names of the cluster's services").ok(200, "service names", Body::AnyJson).status(404, "cluster not found"),
+    )
+}
+
+/// The cluster `id` if the caller may see it; 404 otherwise.
+pub async fn visible(st: &AppState, who: &Identity, id: &str) -> ApiResult<ClusterRow> {
+    let missing = || ApiError::NotFound(format!("cluster {id} not found."));
+    let n = parse_cluster_id(id).ok_or_else(missing)?;
+    let row = st
+        .store
+        .get_cluster(&who.tenant.id, n)
+        .await?
+        .ok_or_else(missing)?;
+    if !who.is_admin() && row.owner != who.user {
+        return Err(missing());
+    }
+    Ok(row)
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+}
+
+async fn list(
+    State(st): State<AppState>,
+    who: Identity,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Vec<ClusterSummary>>> {
+    let owner = if who.is_admin() {
+        None
+    } else {
+        Some(who.user.as_str())
+    };
+    let rows = st.store.list_clusters(&who.tenant.id, owner).await?;
+    // Unknown statuses are ignored; if none is known, there is no filter (as in Coopr).
+    let wanted: Vec<ClusterStatus> = q
+        .status
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|s| ClusterStatus::parse(s.trim()))
+        .collect();
+    let mut out = Vec::new();
+    for row in rows {
+        if wanted.is_empty()
+            || ClusterStatus::parse(&row.status).is_some_and(|s| wanted.contains(&s))
+        {
+            out.push(view::summary(&st, &row).await?);
+        }
+    }
+    Ok(Json(out))
+}
+
+async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiResult<Json<Value>> {
+    let req: ClusterCreateRequest = parse_body(&body, "a cluster create request")?;
+    let id = create_cluster(&st, &who, req).await?;
+    Ok(Json(json!({ "id": id })))
+}
+
+async fn get(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ClusterDetails>> {
+    let row = visible(&st, &who, &id).await?;
+    Ok(Json(view::details(&st, &row).await?))
+}
+
+async fn status(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ClusterStatusView>> {
+    let row = visible(&st, &who, &id).await?;
+    Ok(Json(view::status(&st, &row).await?))
+}
+
+async fn plans(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<PlanView>>> {
+    let none = || ApiError::NotFound(format!("Plans for cluster {id} not found."));
+    let row = visible(&st, &who, &id).await.map_err(|_| none())?;
+    let jobs = st.store.list_jobs(&who.tenant.id, row.id).await?;
+    if jobs.is_empty() {
+        return Err(none());
+    }
+    let mut out = Vec::new();
+    for j in &jobs {
+        out.push(view::plan(&st, j).await?);
+    }
+    Ok(Json(out))
+}
+
+async fn plan(
+    State(st): State<AppState>,
+    who: Identity,
+    Path((id, job_id)): Path<(String, String)>,
+) -> ApiResult<Json<PlanView>> {
+    let row = visible(&st, &who, &id).await?;
+    let prefix = format!("{}-", cluster_id_text(row.id));
+    let bad = || ApiError::BadRequest(format!("job {job_id} is not a job of cluster {id}"));
+    if !job_id.starts_with(&prefix) {
+        return Err(bad());
+    }
+    let job = st
+        .store
+        .get_job(&who.tenant.id, &job_id)
+        .await?
+        .filter(|j| j.cluster_id == row.id)
+        .ok_or_else(bad)?;
+    Ok(Json(view::plan(&st, &job).await?))
+}
+
+async fn config(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let row = visible(&st, &who, &id).await?;
+    let body: ClusterBody = from_body(&row.body)?;
+    Ok(Json(Value::Object(body.config)))
+}
+
+async fn services(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<String>>> {
+    let row = visible(&st, &who, &id).await?;
+    let body: ClusterBody = from_body(&row.body)?;
+    Ok(Json(body.services))
+}
+
+async fn delete(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<()> {
+    let row = visible(&st, &who, &id).await?;
+    match ClusterStatus::parse(&row.status) {
+        Some(ClusterStatus::Terminated) => return Ok(()),
+        Some(ClusterStatus::Pending) => {
+            return Err(ApiError::Conflict(format!(
+                "Job {} is still underway for cluster {}",
+                row.latest_job.clone().unwrap_or_default(),
+                cluster_id_text(row.id)
+            )))
+        }
+        _ => {}
+    }
+    let nodes: Vec<Node> = st
+        .store
+        .list_nodes(&row.tenant_id, row.id)
+        .await?
+        .iter()
+        .map(|n| from_body(&n.body))
+        .collect::<ApiResult<_>>()?;
+    let mut defs: BTreeMap<String, Service> = BTreeMap::new();
+    for n in &nodes {
+        for s in &n.services {
+            defs.entry(s.name.clone()).or_insert_with(|| s.clone());
+        }
+    }
+    let body: ClusterBody = from_body(&row.body)?;
+    let input = PlanInput {
+        before: plan_nodes(&nodes),
+        after: Vec::new(),
+        services: defs.into_values().collect(),
+        config: Value::Object(body.config.clone()),
+    };
+    let plan = weft_planner::plan(&Operation::Delete, &input)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let job_id = job_id(&st, row.id).await?;
+    let (job, tasks) = job_rows(&row.tenant_id, row.id, &job_id, &plan, now_ms())?;
+    let mut cluster = row.clone();
+    cluster.status = if job.status == "complete" {
+        ClusterStatus::Terminated
+    } else {
+        ClusterStatus::Pending
+    }
+    .as_str()
+    .into();
+    cluster.latest_job = Some(job_id.clone());
+    let mut cbody = body;
+    cbody.message = None;
+    cluster.body = to_body(&cbody)?;
+    let mut cs = ChangeSet::new();
+    cs.expect(Expect::cluster(&row));
+    cs.write(Write::Cluster(cluster));
+    cs.write(Write::Job(job));
+    for t in tasks {
+        cs.write(Write::Task(t));
+    }
+    st.store.commit(&cs).await.map_err(|e| match store_err(e) {
+        ApiError::Internal(m) if m.starts_with("stale") => ApiError::Conflict(format!(
+            "cluster {} changed while it was being deleted; try again",
+            cluster_id_text(row.id)
+        )),
+        other => other,
+    })?;
+    tracing::info!(cluster_id = row.id, job_id = %job_id, "cluster delete job started");
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! `/v2/tasks/take` and `/v2/tasks/finish` on the internal port: how provisioner workers get work
+//! and report results (contract §4.12).
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodFilter;
+use weft_model::{FinishTaskRequest, TakeTaskRequest};
+
+use super::parse_body;
+use crate::api::{op, Api, Body};
+use crate::engine::work;
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+pub fn routes(api: Api) -> Api {
+    api.route(
+        MethodFilter::POST,
+        "/v2/tasks/take",
+        take,
+        op("tasks", "Lease the tenant's next queued task to a worker")
+            .body(Body::Json("TakeTaskRequest"))
+            .ok(
+                200,
+                "the task (sent as text/plain, as Coopr did)",
+                Body::AnyJson,
+            )
+            .status(204, "nothing to do")
+            .status(400, "a field is missing")
+            .status(403, "Provisioner X is not registered."),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/tasks/finish",
+        finish,
+        op("tasks", "Report a task's result (status 0 is success)")
+            .body(Body::Json("FinishTaskRequest"))
+            .status(200, "recorded (a repeated finish is applied once)")
+            .status(400, "a field is missing")
+            .status(403, "Provisioner X is not registered.")
+            .status(417, "Worker is not the owner of the task"),
+    )
+}
+
+async fn take(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
+    let req: TakeTaskRequest = parse_body(&body, "{workerId, provisionerId, tenantId}")?;
+    Ok(match work::take(&st, req).await? {
+        Some(task) => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            task.to_string(),
+        )
+            .into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+async fn finish(State(st): State<AppState>, body: Bytes) -> ApiResult<()> {
+    let req: FinishTaskRequest = parse_body(&body, "a finish request")?;
+    work::finish(&st, req).await
+}
