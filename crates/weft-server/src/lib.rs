@@ -65,10 +65,12 @@ pub async fn build(settings: Settings) -> Result<App, ServerError> {
 /// Builds the app over an open store.
 pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let resources = Arc::new(LocalResourceStore::new(settings.data_dir.join("resources")));
+    let (events, _) = tokio::sync::broadcast::channel(1024);
     let state = AppState {
         store,
         resources,
         settings: Arc::new(settings),
+        events,
     };
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use weft_store::Store;
 
 use crate::config::Settings;
+use crate::engine::JobEvent;
 use crate::resources::ResourceStore;
 
 #[derive(Clone)]
@@ -12,6 +13,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub resources: Arc<dyn ResourceStore>,
     pub settings: Arc<Settings>,
+    /// Job notices (start, success, failure), after they are committed.
+    pub events: tokio::sync::broadcast::Sender<JobEvent>,
 }
 
 /// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.

@@ -16,7 +16,7 @@ use weft_store::{
 };
 
 use super::body::{to_body, ClusterBody, JobBody, TaskBody};
-use super::{cluster_id_text, store_err, GATE};
+use super::{cluster_id_text, notify, store_err, JobEventKind, GATE};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::catalog::resolve_in_tenant;
@@ -203,6 +203,7 @@ pub async fn create_cluster(
             // As in Coopr, a request that cannot be laid out ends as a terminated cluster whose
             // SOLVE_LAYOUT job failed, with the reason as its message.
             let job_id = job_id(st, cluster_id).await?;
+            let solve_job = job_id.clone();
             body.message = Some(e.to_string());
             cluster.status = ClusterStatus::Terminated.as_str().into();
             cluster.latest_job = Some(job_id.clone());
@@ -226,6 +227,13 @@ pub async fn create_cluster(
             };
             st.store.commit(&cs).await.map_err(store_err)?;
             tracing::info!(cluster_id, reason = %e, "cluster could not be laid out");
+            notify(
+                st,
+                JobEventKind::Failure,
+                &tenant.id,
+                cluster_id,
+                &solve_job,
+            );
             return Ok(cluster_id_text(cluster_id));
         }
     };
@@ -333,6 +341,7 @@ pub async fn create_cluster(
     };
     st.store.commit(&cs).await.map_err(store_err)?;
     tracing::info!(cluster_id, job_id = %job_id, nodes = size, "cluster create job started");
+    notify(st, JobEventKind::Start, &tenant.id, cluster_id, &job_id);
     Ok(cluster_id_text(cluster_id))
 }
 
@@ -505,10 +514,12 @@ fn lease_expiry(template: &ClusterTemplate, requested: Option<i64>, now: i64) ->
             )))
         }
         Some(r) if initial == 0 => r,
-        Some(0) => return Err(ApiError::BadRequest(format!(
+        Some(0) => {
+            return Err(ApiError::BadRequest(format!(
             "a lease without end is not allowed by template {}: its initial lease is {initial} ms",
             template.name
-        ))),
+        )))
+        }
         Some(r) if r > initial => {
             return Err(ApiError::BadRequest(format!(
                 "initialLeaseDuration {r} is more than template {}'s initial lease of {initial} ms",

@@ -25,6 +25,41 @@ use weft_store::StoreError;
 
 use crate::error::{ApiError, ApiResult};
 
+/// What happened to a job; sent on [`AppState::events`](crate::state::AppState) after the change
+/// is committed. Subscribers (callbacks, live views) must not block: a lagging subscriber loses
+/// notices, never the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEventKind {
+    Start,
+    Success,
+    Failure,
+}
+
+/// A job notice: which job of which cluster, and what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEvent {
+    pub kind: JobEventKind,
+    pub tenant_id: String,
+    pub cluster_id: u64,
+    pub job_id: String,
+}
+
+/// Sends a notice; nobody listening is fine.
+pub fn notify(
+    st: &crate::state::AppState,
+    kind: JobEventKind,
+    tenant_id: &str,
+    cluster_id: u64,
+    job_id: &str,
+) {
+    let _ = st.events.send(JobEvent {
+        kind,
+        tenant_id: tenant_id.into(),
+        cluster_id,
+        job_id: job_id.into(),
+    });
+}
+
 /// The action of gate rows.
 pub const GATE: &str = "GATE";
 

@@ -13,7 +13,7 @@ use weft_planner::{MacroContext, PlanNode};
 use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, TaskRow, TaskState, Write};
 
 use super::body::{from_body, to_body, ClusterBody, JobBody, TaskBody};
-use super::{cluster_id_text, retry_stale, store_err, GATE};
+use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind, GATE};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{now_ms, AppState};
 
@@ -329,6 +329,7 @@ async fn finish_step(
         .await?
         .ok_or_else(|| ApiError::Internal("task without cluster".into()))?;
     let ok = req.status == Some(0);
+    let mut outcome: Option<JobEventKind> = None;
     let mut cs = ChangeSet::new();
     cs.expect(Expect::task(&task));
 
@@ -376,6 +377,7 @@ async fn finish_step(
             let end = release(st, tenant, &mut cs, task.successors.clone(), now).await?;
             if end {
                 finish_job(&mut cs, &job, &cluster, JobStatus::Complete, None)?;
+                outcome = Some(JobEventKind::Success);
                 tracing::info!(job_id = %job.id, cluster_id = cluster.id, "job complete");
             }
         } else {
@@ -445,13 +447,18 @@ async fn finish_step(
                 failed_job.status = JobStatus::Failed.as_str().into();
                 failed_job.body = to_body(&jbody)?;
                 tracing::warn!(task_id = %task.id, job_id = %job.id, "task failed for good; job failed");
+                outcome = Some(JobEventKind::Failure);
                 settle_failed_job(st, &mut cs, &failed_job, &cluster, &task.id).await?;
             } else {
                 settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
             }
         }
     }
-    st.store.commit(&cs).await.map_err(store_err)
+    st.store.commit(&cs).await.map_err(store_err)?;
+    if let Some(kind) = outcome {
+        notify(st, kind, tenant, cluster.id, &job.id);
+    }
+    Ok(())
 }
 
 /// Writes a failed job and, once none of its tasks is still running, gives the cluster its failure

@@ -23,7 +23,7 @@ use crate::auth::Identity;
 use crate::engine::body::{from_body, to_body, ClusterBody};
 use crate::engine::create::{create_cluster, job_id, job_rows};
 use crate::engine::work::plan_nodes;
-use crate::engine::{cluster_id_text, parse_cluster_id, store_err, view};
+use crate::engine::{cluster_id_text, notify, parse_cluster_id, store_err, view, JobEventKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{now_ms, AppState};
 
@@ -298,5 +298,6 @@ async fn delete(
         other => other,
     })?;
     tracing::info!(cluster_id = row.id, job_id = %job_id, "cluster delete job started");
+    notify(&st, JobEventKind::Start, &row.tenant_id, row.id, &job_id);
     Ok(())
 }
