@@ -41,6 +41,18 @@ pub struct RawConfig {
     pub task_timeout: Option<u64>,
     /// Executions per task before its job fails (Coopr's `server.max.action.retries`). Default 3.
     pub max_action_retries: Option<u32>,
+    /// Seconds between janitor runs (expired task leases, expired cluster leases). Default 10.
+    pub janitor_interval: Option<u64>,
+    /// Seconds without a heartbeat after which a provisioner is dropped. Default 120.
+    pub provisioner_timeout: Option<u64>,
+    /// URL that gets an HTTP POST with the cluster and job JSON at the start, success and failure
+    /// of every job. Unset: none.
+    pub callback_url: Option<String>,
+    /// Local command run at the start, success and failure of every job, with the cluster and job
+    /// JSON on its standard input and WEFT_EVENT set. Unset: none.
+    pub callback_command: Option<String>,
+    /// Seconds a callback may take before it is abandoned. Default 10.
+    pub callback_timeout: Option<u64>,
 }
 
 /// The keys and their environment variables, for messages and `--help`.
@@ -55,6 +67,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("resource_body_limit", "WEFT_RESOURCE_BODY_LIMIT"),
     ("task_timeout", "WEFT_TASK_TIMEOUT"),
     ("max_action_retries", "WEFT_MAX_ACTION_RETRIES"),
+    ("janitor_interval", "WEFT_JANITOR_INTERVAL"),
+    ("provisioner_timeout", "WEFT_PROVISIONER_TIMEOUT"),
+    ("callback_url", "WEFT_CALLBACK_URL"),
+    ("callback_command", "WEFT_CALLBACK_COMMAND"),
+    ("callback_timeout", "WEFT_CALLBACK_TIMEOUT"),
 ];
 
 /// A configuration error, naming the key at fault.
@@ -79,6 +96,11 @@ pub struct Settings {
     pub resource_body_limit: usize,
     pub task_timeout_ms: i64,
     pub max_action_retries: u32,
+    pub janitor_interval_ms: u64,
+    pub provisioner_timeout_ms: i64,
+    pub callback_url: Option<String>,
+    pub callback_command: Option<String>,
+    pub callback_timeout_ms: u64,
 }
 
 impl RawConfig {
@@ -115,6 +137,11 @@ impl RawConfig {
             resource_body_limit: over.resource_body_limit.or(self.resource_body_limit),
             task_timeout: over.task_timeout.or(self.task_timeout),
             max_action_retries: over.max_action_retries.or(self.max_action_retries),
+            janitor_interval: over.janitor_interval.or(self.janitor_interval),
+            provisioner_timeout: over.provisioner_timeout.or(self.provisioner_timeout),
+            callback_url: over.callback_url.or(self.callback_url),
+            callback_command: over.callback_command.or(self.callback_command),
+            callback_timeout: over.callback_timeout.or(self.callback_timeout),
         }
     }
 
@@ -188,7 +215,38 @@ impl RawConfig {
                 message: "must be at least 1".into(),
             });
         }
+        let positive =
+            |key: &'static str, v: Option<u64>, default: u64| -> Result<u64, ConfigError> {
+                match v.unwrap_or(default) {
+                    0 => Err(ConfigError::Key {
+                        key,
+                        message: "must be greater than 0".into(),
+                    }),
+                    n if n > 7 * 24 * 3600 => Err(ConfigError::Key {
+                        key,
+                        message: "must be at most 604800 seconds".into(),
+                    }),
+                    n => Ok(n),
+                }
+            };
+        let janitor_interval = positive("janitor_interval", self.janitor_interval, 10)?;
+        let provisioner_timeout = positive("provisioner_timeout", self.provisioner_timeout, 120)?;
+        let callback_timeout = positive("callback_timeout", self.callback_timeout, 10)?;
+        if let Some(u) = &self.callback_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(ConfigError::Key {
+                    key: "callback_url",
+                    message: format!("\"{u}\" is not an http:// or https:// URL"),
+                });
+            }
+        }
+        let blank = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
         Ok(Settings {
+            janitor_interval_ms: janitor_interval * 1000,
+            provisioner_timeout_ms: provisioner_timeout as i64 * 1000,
+            callback_url: blank(self.callback_url),
+            callback_command: blank(self.callback_command),
+            callback_timeout_ms: callback_timeout * 1000,
             task_timeout_ms: task_timeout as i64 * 1000,
             max_action_retries,
             body_limit: limit("body_limit", self.body_limit, 1 << 20)?,

@@ -49,6 +49,21 @@ pub struct ServerArgs {
     /// Executions per task before its job fails [default: 3].
     #[arg(long, env = "WEFT_MAX_ACTION_RETRIES")]
     max_action_retries: Option<u32>,
+    /// Seconds between janitor runs [default: 10].
+    #[arg(long, env = "WEFT_JANITOR_INTERVAL")]
+    janitor_interval: Option<u64>,
+    /// Seconds without a heartbeat before a provisioner is dropped [default: 120].
+    #[arg(long, env = "WEFT_PROVISIONER_TIMEOUT")]
+    provisioner_timeout: Option<u64>,
+    /// URL to POST the cluster and job JSON to at the start, success and failure of every job.
+    #[arg(long, env = "WEFT_CALLBACK_URL")]
+    callback_url: Option<String>,
+    /// Command to run (JSON on stdin, WEFT_EVENT set) at the start, success and failure of every job.
+    #[arg(long, env = "WEFT_CALLBACK_COMMAND")]
+    callback_command: Option<String>,
+    /// Seconds a callback may take before it is abandoned [default: 10].
+    #[arg(long, env = "WEFT_CALLBACK_TIMEOUT")]
+    callback_timeout: Option<u64>,
 }
 
 impl ServerArgs {
@@ -69,6 +84,11 @@ impl ServerArgs {
             resource_body_limit: self.resource_body_limit,
             task_timeout: self.task_timeout,
             max_action_retries: self.max_action_retries,
+            janitor_interval: self.janitor_interval,
+            provisioner_timeout: self.provisioner_timeout,
+            callback_url: self.callback_url,
+            callback_command: self.callback_command,
+            callback_timeout: self.callback_timeout,
         };
         Ok(file.overlay(flags).resolve()?)
     }
