@@ -7,13 +7,16 @@
 //!
 //! Module map: `config` (settings), `error` (the one error-to-HTTP mapping), `auth` (identity and
 //! roles), `api` (route registration that also writes the OpenAPI document), `routes` (handlers per
-//! route group), `resources` (plugin resource bytes), `workers` (worker placement), `state`.
+//! route group), `resources` (plugin resource bytes), `workers` (worker placement), `outbound` (calls
+//! to provisioners), `state`. [`spawn_background`] starts the janitor and the job callbacks.
 
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod metrics;
+pub mod outbound;
 pub mod resources;
 pub mod routes;
 pub mod state;
@@ -71,6 +74,7 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         resources,
         settings: Arc::new(settings),
         events,
+        outbound: Arc::new(outbound::Outbound::default()),
     };
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
@@ -87,6 +91,7 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
 fn finish(router: Router<AppState>, limit: usize) -> Router<AppState> {
     router
         .route("/status", get(status))
+        .route("/metrics", get(metrics::metrics))
         .route("/v2/openapi.json", get(openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -198,6 +203,16 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
                 "This OpenAPI document (both ports, no headers needed)",
             )
             .ok(200, "the document", api::Body::AnyJson),
+        )
+        .route(
+            axum::routing::MethodFilter::GET,
+            "/metrics",
+            metrics::metrics,
+            api::op(
+                "health",
+                "Prometheus metrics: queue depth per tenant, tasks in flight, task durations, job outcomes, live provisioners (both ports, no headers needed)",
+            )
+            .ok(200, "Prometheus text format 0.0.4", api::Body::Text),
         );
     let mut paths = ext.paths;
     for (p, item) in int.paths.into_iter().chain(both.paths) {
@@ -273,9 +288,10 @@ impl Bound {
         self.internal.local_addr()
     }
 
-    /// Serves until ctrl-c or SIGTERM.
+    /// Starts the background work ([`spawn_background`]) and serves until ctrl-c or SIGTERM.
     pub async fn run(self) -> Result<(), ServerError> {
         tracing::info!(external = %self.external.local_addr()?, internal = %self.internal.local_addr()?, "weft server listening");
+        let background = spawn_background(&self.app.state);
         let stop = shutdown_signal();
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -289,9 +305,33 @@ impl Bound {
             axum::serve(self.external, self.app.external).with_graceful_shutdown(wait(rx.clone()));
         let b = axum::serve(self.internal, self.app.internal).with_graceful_shutdown(wait(rx));
         let (ra, rb) = tokio::join!(a, b);
+        background.stop();
         ra?;
         rb?;
         Ok(())
+    }
+}
+
+/// The server's background tasks; aborted by [`Background::stop`] (not on drop).
+pub struct Background {
+    pub janitor: tokio::task::JoinHandle<()>,
+    pub callbacks: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    pub fn stop(self) {
+        self.janitor.abort();
+        self.callbacks.abort();
+    }
+}
+
+/// Starts the background work: the janitor loop (runs only while this server holds the store's
+/// `janitor` leadership; see [`engine::janitor`]) and the job callbacks (see
+/// [`engine::callbacks`]; subscribed before this returns).
+pub fn spawn_background(state: &AppState) -> Background {
+    Background {
+        callbacks: engine::callbacks::spawn(state.clone()),
+        janitor: engine::janitor::spawn(state.clone()),
     }
 }
 

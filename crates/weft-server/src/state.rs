@@ -15,6 +15,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// Job notices (start, success, failure), after they are committed.
     pub events: tokio::sync::broadcast::Sender<JobEvent>,
+    /// Calls to provisioners (tenant worker counts and resources).
+    pub outbound: Arc<crate::outbound::Outbound>,
 }
 
 /// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.

@@ -2,13 +2,15 @@
 //!
 //! The superadmin sets each tenant's `workers`; [`place`] spreads them over the registered
 //! provisioners, most free capacity first, keeping existing assignments where it can. It is pure;
-//! [`rebalance`] reads and writes the store around it.
+//! [`reassign`] reads and writes the store around it, and [`rebalance`] also tells the provisioners
+//! whose counts changed (in the background, through [`crate::outbound`]).
 
 use std::collections::BTreeMap;
 
 use weft_store::{ProvisionerRecord, Store, Tenant};
 
 use crate::error::ApiResult;
+use crate::state::AppState;
 
 /// Total capacity of all provisioners minus the workers of every tenant except `except_tenant_id`.
 pub fn free_capacity(
@@ -97,19 +99,53 @@ fn free(p: &ProvisionerRecord) -> u32 {
         .saturating_sub(p.assignments.values().sum())
 }
 
-/// Re-places every tenant's workers and saves the provisioners that changed.
-pub async fn rebalance(store: &dyn Store) -> ApiResult<()> {
+/// A tenant's worker count on a provisioner changed (possibly to 0).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Moved {
+    pub provisioner_id: String,
+    pub tenant_id: String,
+}
+
+/// Re-places every tenant's workers, saves the provisioners that changed and tells those
+/// provisioners their new counts, in a spawned task (see [`crate::outbound`]).
+pub async fn rebalance(st: &AppState) -> ApiResult<()> {
+    let moved = reassign(st.store.as_ref()).await?;
+    if !moved.is_empty() {
+        crate::outbound::spawn_assignments(st, moved);
+    }
+    Ok(())
+}
+
+/// Re-places every tenant's workers and saves the provisioners that changed. Returns each
+/// (provisioner, tenant) whose count changed. Calls no provisioner.
+pub async fn reassign(store: &dyn Store) -> ApiResult<Vec<Moved>> {
     let tenants = store.list_tenants().await?;
     let wanted: BTreeMap<String, u32> = tenants
         .iter()
         .map(|t| (t.id.clone(), t.spec.workers))
         .collect();
     let mut provisioners = store.list_provisioners().await?;
+    let before: BTreeMap<String, BTreeMap<String, u32>> = provisioners
+        .iter()
+        .map(|p| (p.id.clone(), p.assignments.clone()))
+        .collect();
     let changed = place(&mut provisioners, &wanted);
+    let mut moved = Vec::new();
     for p in provisioners.iter().filter(|p| changed.contains(&p.id)) {
         store.upsert_provisioner(p).await?;
+        let old = &before[&p.id];
+        let tenants: std::collections::BTreeSet<&String> =
+            old.keys().chain(p.assignments.keys()).collect();
+        for t in tenants {
+            if old.get(t) != p.assignments.get(t) {
+                moved.push(Moved {
+                    provisioner_id: p.id.clone(),
+                    tenant_id: t.clone(),
+                });
+            }
+        }
     }
-    Ok(())
+    Ok(moved)
 }
 
 #[cfg(test)]

@@ -26,6 +26,12 @@ pub struct ClusterBody {
     /// Sensitive provider fields: given to provisioners with each task, never shown.
     #[serde(default)]
     pub secrets: Map<String, Value>,
+    /// Nodes the running job takes away (shrink): removed when it succeeds.
+    #[serde(default)]
+    pub retiring: Vec<String>,
+    /// Definitions of services the running job takes off nodes, for its STOP and REMOVE tasks.
+    #[serde(default)]
+    pub leaving: Vec<weft_model::Service>,
 }
 
 /// A job's body.

@@ -9,7 +9,7 @@ use weft_model::{
     MachineType, Node, NodeProperties, ParameterType, PluginType, Provider, Service,
     MAX_CLUSTER_SIZE,
 };
-use weft_planner::{Operation, Plan, PlanInput, PlanNode, Vertex};
+use weft_planner::{Operation, Plan, PlanInput, Vertex};
 use weft_solver::{Catalog, TypeOffer};
 use weft_store::{
     ChangeSet, ClusterRow, Expect, JobRow, NodeRow, TaskRow, TaskState, Write, SUPERADMIN,
@@ -165,6 +165,8 @@ pub async fn create_cluster(
         dns_suffix,
         message: None,
         secrets,
+        retiring: Vec::new(),
+        leaving: Vec::new(),
     };
     let mut cluster = ClusterRow {
         tenant_id: tenant.id.clone(),
@@ -242,61 +244,30 @@ pub async fn create_cluster(
         .iter()
         .map(|s| (s.name.as_str(), s))
         .collect();
+    let types = MachineTypes {
+        provider: &provider.name,
+        hardware: &hardware,
+        images: &images,
+        services: &catalog_services,
+    };
     let mut node_rows = Vec::new();
     let mut plan_nodes = Vec::new();
     for (i, ln) in layout.nodes.iter().enumerate() {
         let nodenum = 1000 + i as u64;
-        let id = uuid::Uuid::new_v4().to_string();
-        let hostname = hostname(&req.name, cluster_id, nodenum, &body.dns_suffix);
-        let svc_defs: Vec<Service> = ln
-            .services
-            .iter()
-            .filter_map(|s| by_name.get(s.as_str()).map(|d| (*d).clone()))
-            .collect();
-        let automators: BTreeSet<String> = svc_defs
-            .iter()
-            .flat_map(|s| s.provisioner.actions.values().map(|a| a.automator.clone()))
-            .collect();
-        let hw = hardware.iter().find(|h| h.name == ln.hardwaretype);
-        let img = images.iter().find(|h| h.name == ln.imagetype);
-        let pm = |t: Option<&MachineType>, key: &str| {
-            t.and_then(|t| t.providermap.get(&provider.name))
-                .and_then(|m| m.get(key))
-                .cloned()
-        };
-        let node = Node {
-            id: id.clone(),
-            cluster_id: cluster_id_text(cluster_id),
-            services: svc_defs,
-            properties: NodeProperties {
-                ipaddresses: BTreeMap::new(),
-                hostname: Some(hostname.clone()),
-                nodenum,
-                hardwaretype: ln.hardwaretype.clone(),
-                imagetype: ln.imagetype.clone(),
-                flavor: pm(hw, "flavor"),
-                image: pm(img, "image"),
-                sshuser: pm(img, "sshuser").unwrap_or_else(|| "root".into()),
-                services: ln.services.clone(),
-                automators: automators.into_iter().collect(),
-            },
-            actions: Vec::new(),
-            provisioner_results: Map::new(),
-            links: Vec::new(),
-        };
-        plan_nodes.push(PlanNode {
-            id: id.clone(),
+        let name = hostname(&req.name, cluster_id, nodenum, &body.dns_suffix);
+        let node = types.new_node(
+            cluster_id,
             nodenum,
-            hostname,
-            ipaddresses: BTreeMap::new(),
-            hardwaretype: ln.hardwaretype.clone(),
-            imagetype: ln.imagetype.clone(),
-            services: ln.services.iter().cloned().collect(),
-        });
+            name,
+            &ln.hardwaretype,
+            &ln.imagetype,
+            &ln.services,
+        );
+        plan_nodes.extend(super::work::plan_nodes(std::slice::from_ref(&node)));
         node_rows.push(NodeRow {
             tenant_id: tenant.id.clone(),
             cluster_id,
-            id,
+            id: node.id.clone(),
             nodenum,
             rev: 0,
             body: to_body(&node)?,
@@ -343,6 +314,65 @@ pub async fn create_cluster(
     tracing::info!(cluster_id, job_id = %job_id, nodes = size, "cluster create job started");
     notify(st, JobEventKind::Start, &tenant.id, cluster_id, &job_id);
     Ok(cluster_id_text(cluster_id))
+}
+
+/// What a new node is made from: the provider's hardware and image types and the service catalog.
+pub struct MachineTypes<'a> {
+    pub provider: &'a str,
+    pub hardware: &'a [MachineType],
+    pub images: &'a [MachineType],
+    pub services: &'a [Service],
+}
+
+impl MachineTypes<'_> {
+    /// A node with a fresh id: its services' definitions, flavor, image and ssh user from the
+    /// provider maps, and the automators its services use.
+    pub fn new_node(
+        &self,
+        cluster_id: u64,
+        nodenum: u64,
+        hostname: String,
+        hardwaretype: &str,
+        imagetype: &str,
+        services: &[String],
+    ) -> Node {
+        let defs: Vec<Service> = services
+            .iter()
+            .filter_map(|s| self.services.iter().find(|d| &d.name == s).cloned())
+            .collect();
+        let automators: BTreeSet<String> = defs
+            .iter()
+            .flat_map(|s| s.provisioner.actions.values().map(|a| a.automator.clone()))
+            .collect();
+        let pm = |types: &[MachineType], name: &str, key: &str| {
+            types
+                .iter()
+                .find(|t| t.name == name)
+                .and_then(|t| t.providermap.get(self.provider))
+                .and_then(|m| m.get(key))
+                .cloned()
+        };
+        Node {
+            id: uuid::Uuid::new_v4().to_string(),
+            cluster_id: cluster_id_text(cluster_id),
+            services: defs,
+            properties: NodeProperties {
+                ipaddresses: BTreeMap::new(),
+                hostname: Some(hostname),
+                nodenum,
+                hardwaretype: hardwaretype.into(),
+                imagetype: imagetype.into(),
+                flavor: pm(self.hardware, hardwaretype, "flavor"),
+                image: pm(self.images, imagetype, "image"),
+                sshuser: pm(self.images, imagetype, "sshuser").unwrap_or_else(|| "root".into()),
+                services: services.to_vec(),
+                automators: automators.into_iter().collect(),
+            },
+            actions: Vec::new(),
+            provisioner_results: Map::new(),
+            links: Vec::new(),
+        }
+    }
 }
 
 /// A new job id for a cluster: `<clusterId>-<NNN>` from the global job counter.

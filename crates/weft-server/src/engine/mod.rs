@@ -12,10 +12,16 @@
 //! and releases its successors.
 //!
 //! Modules: `body` (what the engine keeps in each row's JSON), `create` (new clusters and jobs),
-//! `work` (take and finish), `view` (rows as the API shows them).
+//! `work` (take and finish), `view` (rows as the API shows them), `delete` (a cluster's delete job, for
+//! the route and the janitor), `janitor` (expired leases, silent provisioners; one leader per
+//! database), `callbacks` (job notices to a URL or a command).
 
 pub mod body;
+pub mod callbacks;
 pub mod create;
+pub mod delete;
+pub mod janitor;
+pub mod ops;
 pub mod view;
 pub mod work;
 

@@ -26,6 +26,8 @@ struct Worker {
     provisioner_id: String,
     tenant_id: String,
     owner: String,
+    /// Set by the janitor: fail the task only if its lease ran out before this time.
+    expired_before: Option<i64>,
 }
 
 fn required(v: &Option<String>, field: &str) -> ApiResult<String> {
@@ -53,6 +55,7 @@ async fn worker(
         provisioner_id,
         tenant_id,
         owner,
+        expired_before: None,
     })
 }
 
@@ -70,6 +73,25 @@ pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<Value
             return Ok(None);
         };
         let job = st.store.get_job(&w.tenant_id, &task.job_id).await?;
+        if job
+            .as_ref()
+            .is_some_and(|j| j.status == JobStatus::Paused.as_str())
+        {
+            // Queued just before its job was paused: back to waiting, as if never taken.
+            let mut back = task.clone();
+            back.state = TaskState::Pending;
+            back.deps_remaining = 0;
+            back.attempts = back.attempts.saturating_sub(1);
+            back.lease_owner = None;
+            let cs = ChangeSet {
+                expect: vec![Expect::task(&task)],
+                writes: vec![Write::Task(back)],
+            };
+            match st.store.commit(&cs).await {
+                Ok(()) | Err(weft_store::StoreError::Stale(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
         if job
             .as_ref()
             .is_none_or(|j| j.status != JobStatus::Running.as_str())
@@ -193,6 +215,7 @@ async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
         let svc = me
             .services
             .iter()
+            .chain(body.leaving.iter())
             .find(|s| s.name == task.service)
             .ok_or("the task's service is not on its node")?;
         let spec = action
@@ -259,6 +282,37 @@ pub async fn finish(st: &AppState, req: FinishTaskRequest) -> ApiResult<()> {
     retry_stale(|| finish_step(st, &w, &task_id, &req)).await
 }
 
+/// Fails a task whose lease ran out before `now` (the janitor), through the same retry and failure
+/// logic as a worker's finish with status -1 and `message` as its stderr. The lease is taken from
+/// its holder, so that holder's late finish gets 417. Does nothing if the task has been finished or
+/// leased again since it was read.
+pub(crate) async fn fail_expired(
+    st: &AppState,
+    task: &TaskRow,
+    now: i64,
+    message: &str,
+) -> ApiResult<()> {
+    let Some(owner) = task.lease_owner.clone() else {
+        return Ok(());
+    };
+    let w = Worker {
+        provisioner_id: owner.split('.').next().unwrap_or_default().to_string(),
+        tenant_id: task.tenant_id.clone(),
+        owner,
+        expired_before: Some(now),
+    };
+    let fail = FinishTaskRequest {
+        status: Some(-1),
+        stderr: Some(message.to_string()),
+        ..Default::default()
+    };
+    match retry_stale(|| finish_step(st, &w, &task.id, &fail)).await {
+        // Finished or re-leased by someone else meanwhile: nothing to time out.
+        Err(ApiError::ExpectationFailed(_)) => Ok(()),
+        other => other,
+    }
+}
+
 fn not_owner() -> ApiError {
     ApiError::ExpectationFailed("Worker is not the owner of the task".into())
 }
@@ -308,6 +362,11 @@ async fn finish_step(
         .ok_or_else(not_owner)?;
     if task.lease_owner.as_deref() != Some(w.owner.as_str()) {
         return Err(not_owner());
+    }
+    if w.expired_before
+        .is_some_and(|t| task.state != TaskState::InProgress || task.lease_deadline >= t)
+    {
+        return Ok(());
     }
     if task.state != TaskState::InProgress {
         // A finish that arrives twice is applied once.
@@ -366,15 +425,28 @@ async fn finish_step(
     }
 
     let mut done = task.clone();
+    if w.expired_before.is_some() {
+        // Timed out: the worker that held the lease no longer owns the task.
+        done.lease_owner = None;
+    }
     let mut tbody: TaskBody = from_body(&task.body)?;
     tbody.status_code = req.status;
-    let job_running = job.status == JobStatus::Running.as_str();
+    let job_paused = job.status == JobStatus::Paused.as_str();
+    let job_running = job.status == JobStatus::Running.as_str() || job_paused;
     if ok {
         done.state = TaskState::Complete;
         done.body = to_body(&tbody)?;
         cs.write(Write::Task(done));
         if job_running {
-            let end = release(st, tenant, &mut cs, task.successors.clone(), now).await?;
+            let end = release(
+                st,
+                tenant,
+                &mut cs,
+                task.successors.clone(),
+                now,
+                !job_paused,
+            )
+            .await?;
             if end {
                 finish_job(&mut cs, &job, &cluster, JobStatus::Complete, None)?;
                 outcome = Some(JobEventKind::Success);
@@ -429,6 +501,9 @@ async fn finish_step(
                 cs.write(Write::Task(cleanup));
                 done.state = TaskState::Pending;
                 done.deps_remaining = 1;
+            } else if job_paused {
+                done.state = TaskState::Pending;
+                done.deps_remaining = 0;
             } else {
                 done.state = TaskState::Queued;
                 done.queued_at = now;
@@ -455,7 +530,9 @@ async fn finish_step(
         }
     }
     st.store.commit(&cs).await.map_err(store_err)?;
+    crate::metrics::task_finished(&task, st.settings.task_timeout_ms, now);
     if let Some(kind) = outcome {
+        crate::metrics::job_ended(&job.action, kind == JobEventKind::Success);
         notify(st, kind, tenant, cluster.id, &job.id);
     }
     Ok(())
@@ -522,6 +599,15 @@ fn finish_job(
         .into();
         let mut body: ClusterBody = from_body(&c.body)?;
         body.message = None;
+        if status == JobStatus::Complete {
+            // A shrink's removed nodes leave the cluster once their DELETEs are done.
+            for id in body.retiring.drain(..) {
+                cs.write(Write::DeleteNode {
+                    tenant_id: c.tenant_id.clone(),
+                    id,
+                });
+            }
+        }
         c.body = to_body(&body)?;
         cs.expect(Expect::cluster(cluster));
         cs.write(Write::Cluster(c));
@@ -529,14 +615,15 @@ fn finish_job(
     Ok(())
 }
 
-/// Counts one predecessor done for each of `start`: tasks with none left are queued, gates complete
-/// at once (and release their own successors). Returns whether the job's end gate completed.
+/// Counts one predecessor done for each of `start`: tasks with none left are queued (unless `queue`
+/// is false: a paused job), gates complete at once (and release their own successors). Returns whether the job's end gate completed.
 async fn release(
     st: &AppState,
     tenant: &str,
     cs: &mut ChangeSet,
     start: Vec<String>,
     now: i64,
+    queue: bool,
 ) -> ApiResult<bool> {
     let mut touched: BTreeMap<String, TaskRow> = BTreeMap::new();
     let mut todo = start;
@@ -560,10 +647,12 @@ async fn release(
                     end = true;
                 }
                 todo.extend(row.successors.clone());
-            } else {
+            } else if queue {
                 row.state = TaskState::Queued;
                 row.queued_at = now;
             }
+            // While the job is paused a ready task stays pending with no predecessors left;
+            // resuming queues it.
         }
     }
     for (_, row) in touched {

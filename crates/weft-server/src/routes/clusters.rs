@@ -2,8 +2,6 @@
 //! services. A user sees only the clusters it owns; the tenant admin sees all of the tenant's. A
 //! cluster the caller cannot see answers 404, as if absent.
 
-use std::collections::BTreeMap;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::routing::MethodFilter;
@@ -11,21 +9,20 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_model::{
-    ClusterCreateRequest, ClusterDetails, ClusterStatus, ClusterStatusView, ClusterSummary, Node,
-    PlanView, Service,
+    ClusterCreateRequest, ClusterDetails, ClusterStatus, ClusterStatusView, ClusterSummary,
+    PlanView,
 };
-use weft_planner::{Operation, PlanInput};
-use weft_store::{ChangeSet, ClusterRow, Expect, Write};
+use weft_store::ClusterRow;
 
 use super::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::body::{from_body, to_body, ClusterBody};
-use crate::engine::create::{create_cluster, job_id, job_rows};
-use crate::engine::work::plan_nodes;
-use crate::engine::{cluster_id_text, notify, parse_cluster_id, store_err, view, JobEventKind};
+use crate::engine::body::{from_body, ClusterBody};
+use crate::engine::create::create_cluster;
+use crate::engine::delete::start_delete;
+use crate::engine::{cluster_id_text, parse_cluster_id, view};
 use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 
 pub fn routes(api: Api) -> Api {
     let t = "clusters";
@@ -236,68 +233,5 @@ async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<()> {
     let row = visible(&st, &who, &id).await?;
-    match ClusterStatus::parse(&row.status) {
-        Some(ClusterStatus::Terminated) => return Ok(()),
-        Some(ClusterStatus::Pending) => {
-            return Err(ApiError::Conflict(format!(
-                "Job {} is still underway for cluster {}",
-                row.latest_job.clone().unwrap_or_default(),
-                cluster_id_text(row.id)
-            )))
-        }
-        _ => {}
-    }
-    let nodes: Vec<Node> = st
-        .store
-        .list_nodes(&row.tenant_id, row.id)
-        .await?
-        .iter()
-        .map(|n| from_body(&n.body))
-        .collect::<ApiResult<_>>()?;
-    let mut defs: BTreeMap<String, Service> = BTreeMap::new();
-    for n in &nodes {
-        for s in &n.services {
-            defs.entry(s.name.clone()).or_insert_with(|| s.clone());
-        }
-    }
-    let body: ClusterBody = from_body(&row.body)?;
-    let input = PlanInput {
-        before: plan_nodes(&nodes),
-        after: Vec::new(),
-        services: defs.into_values().collect(),
-        config: Value::Object(body.config.clone()),
-    };
-    let plan = weft_planner::plan(&Operation::Delete, &input)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let job_id = job_id(&st, row.id).await?;
-    let (job, tasks) = job_rows(&row.tenant_id, row.id, &job_id, &plan, now_ms())?;
-    let mut cluster = row.clone();
-    cluster.status = if job.status == "complete" {
-        ClusterStatus::Terminated
-    } else {
-        ClusterStatus::Pending
-    }
-    .as_str()
-    .into();
-    cluster.latest_job = Some(job_id.clone());
-    let mut cbody = body;
-    cbody.message = None;
-    cluster.body = to_body(&cbody)?;
-    let mut cs = ChangeSet::new();
-    cs.expect(Expect::cluster(&row));
-    cs.write(Write::Cluster(cluster));
-    cs.write(Write::Job(job));
-    for t in tasks {
-        cs.write(Write::Task(t));
-    }
-    st.store.commit(&cs).await.map_err(|e| match store_err(e) {
-        ApiError::Internal(m) if m.starts_with("stale") => ApiError::Conflict(format!(
-            "cluster {} changed while it was being deleted; try again",
-            cluster_id_text(row.id)
-        )),
-        other => other,
-    })?;
-    tracing::info!(cluster_id = row.id, job_id = %job_id, "cluster delete job started");
-    notify(&st, JobEventKind::Start, &row.tenant_id, row.id, &job_id);
-    Ok(())
+    start_delete(&st, &row).await.map(|_| ())
 }

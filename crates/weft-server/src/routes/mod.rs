@@ -3,9 +3,11 @@
 
 pub mod apikeys;
 pub mod catalog;
+pub mod cluster_ops;
 pub mod clusters;
 pub mod entities;
 pub mod metrics;
+pub mod nodes;
 pub mod plugins;
 pub mod profile;
 pub mod provisioners;
@@ -25,6 +27,8 @@ pub fn external(resource_limit: usize) -> Api {
     let api = entities::routes(api);
     let api = catalog::routes(api);
     let api = clusters::routes(api);
+    let api = cluster_ops::routes(api);
+    let api = nodes::routes(api);
     let api = tenants::routes(api);
     let api = plugins::external_routes(api, resource_limit);
     let api = profile::routes(api);

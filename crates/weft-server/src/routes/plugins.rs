@@ -440,6 +440,7 @@ async fn delete_resource_version(
 async fn sync(State(st): State<AppState>, id: Identity) -> ApiResult<()> {
     id.require_admin()?;
     st.store.sync_resources(&id.tenant.id).await?;
+    crate::outbound::spawn_resources(&st, &id.tenant.id);
     Ok(())
 }
 

@@ -165,12 +165,12 @@ async fn register(
         last_heartbeat_ms: now_ms(),
     };
     st.store.upsert_provisioner(&record).await?;
-    rebalance(st.store.as_ref()).await
+    rebalance(&st).await
 }
 
 async fn unregister(State(st): State<AppState>, Path(pid): Path<String>) -> ApiResult<()> {
     if st.store.delete_provisioner(&pid).await? {
-        rebalance(st.store.as_ref()).await?;
+        rebalance(&st).await?;
     }
     Ok(())
 }

@@ -153,7 +153,7 @@ async fn create(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
     if bootstrap {
         bootstrap_tenant(&st, &tenant.id).await?;
     }
-    rebalance(st.store.as_ref()).await
+    rebalance(&st).await
 }
 
 async fn put(
@@ -188,7 +188,7 @@ async fn put(
             }
         }
     }
-    rebalance(st.store.as_ref()).await
+    rebalance(&st).await
 }
 
 async fn delete(
@@ -210,7 +210,7 @@ async fn delete(
         )));
     }
     st.store.delete_tenant(&t.id).await?;
-    rebalance(st.store.as_ref()).await
+    rebalance(&st).await
 }
 
 /// Copies the superadmin's catalog (entities and plugin resources) into a new tenant.

@@ -8,11 +8,11 @@ use serde_json::{json, Value};
 
 use crate::common::{admin, user, Harness, Who};
 
-const T: &str = "acme";
+pub const T: &str = "acme";
 
 /// A tenant with a provisioner, the `local` provider type and `shell` automator, two hardware
 /// types, an image, services `a` and `b` (b requires a at runtime) and template `t`.
-async fn setup(h: &Harness) -> String {
+pub async fn setup(h: &Harness) -> String {
     h.tenant(T).await;
     h.provisioner("p1", 10).await;
     let local = json!({"name": "local", "parameters": {"user": {"fields": {
@@ -66,10 +66,10 @@ async fn setup(h: &Harness) -> String {
 fn service(name: &str, requires: &[&str]) -> Value {
     let action = |what: &str| json!({"type": "shell", "fields": {"script": format!("{what}-{name}.sh"), "me": "%host.self%"}});
     json!({"name": name, "dependencies": {"runtime": {"requires": requires}},
-           "provisioner": {"actions": {"install": action("install"), "configure": action("configure"), "start": action("start")}}})
+           "provisioner": {"actions": {"install": action("install"), "configure": action("configure"), "start": action("start"), "stop": action("stop")}}})
 }
 
-async fn create(h: &Harness, who: Who, size: u64) -> String {
+pub async fn create(h: &Harness, who: Who, size: u64) -> String {
     let body = json!({"name": "c1", "clusterTemplate": "t", "numMachines": size, "providerFields": {"token": "s3cret"}});
     let r = h
         .post(who, "/v2/clusters", body.to_string())
@@ -79,7 +79,7 @@ async fn create(h: &Harness, who: Who, size: u64) -> String {
     r["id"].as_str().unwrap().to_string()
 }
 
-async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
+pub async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
     let body = json!({"workerId": worker, "provisionerId": "p1", "tenantId": tenant_id});
     let r = h
         .internal(Method::POST, "/v2/tasks/take", body.to_string())
@@ -97,7 +97,7 @@ async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
     }
 }
 
-async fn finish(
+pub async fn finish(
     h: &Harness,
     tenant_id: &str,
     worker: &str,
@@ -120,7 +120,11 @@ async fn finish(
 
 /// Takes and finishes tasks until the queue is empty; `fail` says which tasks to fail. Returns every
 /// task taken, in order.
-async fn drain(h: &Harness, tenant_id: &str, mut fail: impl FnMut(&Value) -> bool) -> Vec<Value> {
+pub async fn drain(
+    h: &Harness,
+    tenant_id: &str,
+    mut fail: impl FnMut(&Value) -> bool,
+) -> Vec<Value> {
     let mut taken = Vec::new();
     while let Some(task) = take(h, tenant_id, "w1").await {
         let status = if fail(&task) { 1 } else { 0 };

@@ -117,6 +117,9 @@ impl Harness {
         let url = format!("sqlite://{}", dir.path().join("weft.db").display());
         let store = SqlStore::connect(&url).await.expect("store");
         let app = weft_server::app(Arc::new(store), settings);
+        // The provisioners tests register do not listen: no calls out, unless a test (outbound.rs)
+        // turns them on against a listener of its own.
+        app.state.outbound.set_enabled(false);
         Harness { app, _dir: dir }
     }
 

@@ -3,14 +3,19 @@
 
 mod apikeys;
 mod bad_input;
+mod callbacks;
 mod catalog;
+mod cluster_ops;
 mod clusters;
 mod common;
 mod entities;
 mod isolation;
+mod janitor;
 mod metrics_profile;
 mod openapi;
+mod outbound;
 mod plugins;
+mod prometheus;
 mod provisioners;
 mod secrets;
 mod status_identity;

@@ -216,8 +216,10 @@ async fn every_documented_operation_is_routed() {
                 !text.starts_with("Problem accessing"),
                 "{method} {path} is documented but not routed: {text}"
             );
+            // getClusterStatuses answers 501 on purpose (Coopr never answered it at all).
+            let unimplemented = path == "/v2/getClusterStatuses" && r.status.as_u16() == 501;
             assert!(
-                r.status.as_u16() < 500,
+                r.status.as_u16() < 500 || unimplemented,
                 "{method} {path}: {} {text}",
                 r.status
             );

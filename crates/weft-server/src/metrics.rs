@@ -1,0 +1,210 @@
+//! `GET /metrics`: the server's health in the Prometheus text format (version 0.0.4), no auth.
+//!
+//! Series:
+//! * `weft_queue_tasks{tenant,state}` (gauge): each tenant's tasks that are `queued` and
+//!   `in_progress`, read from the store at scrape time (`Store::queue_counts`; `tenant` is the
+//!   tenant's name). Tenants with neither are absent.
+//! * `weft_tasks_in_flight` (gauge): in-progress tasks of every tenant, from the same read.
+//! * `weft_provisioners_alive` (gauge): registered provisioners whose last heartbeat is younger than
+//!   `provisioner_timeout`.
+//! * `weft_task_duration_seconds{action}` (histogram): from take to finish of each finished task
+//!   (success or failure), observed when the finish commits. The take time is the task's
+//!   `lease_deadline - task_timeout`, because `take` sets the deadline to take time + timeout;
+//!   that is exact as long as nothing extends a lease and `task_timeout` did not change across a
+//!   restart while the task ran.
+//! * `weft_jobs_total{action,result}` (counter): jobs that ended, `result` = `success` or
+//!   `failure`, counted where the job's end is committed.
+//!
+//! Counters and histograms live in this process (they restart from zero with the server, as
+//! Prometheus expects of counters); the gauges read the store, so every server of a shared
+//! database reports the same queue.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{LazyLock, Mutex};
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use weft_store::TaskRow;
+
+use crate::error::ApiResult;
+use crate::state::{now_ms, AppState};
+
+/// Upper bounds of the task duration buckets, in seconds.
+const BUCKETS: [f64; 16] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    /// Count per bucket (not cumulative); the last slot is `+Inf`.
+    counts: [u64; BUCKETS.len() + 1],
+    sum: f64,
+}
+
+#[derive(Default)]
+struct Registry {
+    durations: BTreeMap<String, Histogram>,
+    jobs: BTreeMap<(String, &'static str), u64>,
+}
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    // A panic while holding the lock cannot leave the counters inconsistent: keep using them.
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Records a finished task (call after its finish committed): `now` is the finish time, and
+/// `task` the row as it was read, in progress, with the deadline `take` gave it.
+pub fn task_finished(task: &TaskRow, task_timeout_ms: i64, now: i64) {
+    let taken = task.lease_deadline - task_timeout_ms;
+    let secs = (now - taken).max(0) as f64 / 1000.0;
+    let mut r = registry();
+    let h = r.durations.entry(task.action.clone()).or_default();
+    let slot = BUCKETS
+        .iter()
+        .position(|b| secs <= *b)
+        .unwrap_or(BUCKETS.len());
+    h.counts[slot] += 1;
+    h.sum += secs;
+}
+
+/// Records a job that ended (call after its end committed).
+pub fn job_ended(action: &str, success: bool) {
+    let result = if success { "success" } else { "failure" };
+    *registry()
+        .jobs
+        .entry((action.to_string(), result))
+        .or_default() += 1;
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The exposition text.
+pub async fn render_text(st: &AppState) -> ApiResult<String> {
+    let counts = st.store.queue_counts().await?;
+    let names: BTreeMap<String, String> = st
+        .store
+        .list_tenants()
+        .await?
+        .into_iter()
+        .map(|t| (t.id, t.spec.name))
+        .collect();
+    let now = now_ms();
+    let alive = st
+        .store
+        .list_provisioners()
+        .await?
+        .iter()
+        .filter(|p| now - p.last_heartbeat_ms < st.settings.provisioner_timeout_ms)
+        .count();
+
+    let mut out = String::new();
+    let o = &mut out;
+    let _ = writeln!(
+        o,
+        "# HELP weft_queue_tasks Tasks in each tenant's queue, by state."
+    );
+    let _ = writeln!(o, "# TYPE weft_queue_tasks gauge");
+    let mut in_flight = 0u64;
+    for (tenant_id, (queued, in_progress)) in &counts {
+        let name = label(names.get(tenant_id).unwrap_or(tenant_id));
+        let _ = writeln!(
+            o,
+            "weft_queue_tasks{{tenant=\"{name}\",state=\"queued\"}} {queued}"
+        );
+        let _ = writeln!(
+            o,
+            "weft_queue_tasks{{tenant=\"{name}\",state=\"in_progress\"}} {in_progress}"
+        );
+        in_flight += in_progress;
+    }
+    let _ = writeln!(
+        o,
+        "# HELP weft_tasks_in_flight Tasks leased to workers and not finished, all tenants."
+    );
+    let _ = writeln!(o, "# TYPE weft_tasks_in_flight gauge");
+    let _ = writeln!(o, "weft_tasks_in_flight {in_flight}");
+    let _ = writeln!(
+        o,
+        "# HELP weft_provisioners_alive Registered provisioners with a recent heartbeat."
+    );
+    let _ = writeln!(o, "# TYPE weft_provisioners_alive gauge");
+    let _ = writeln!(o, "weft_provisioners_alive {alive}");
+
+    let r = registry();
+    let _ = writeln!(
+        o,
+        "# HELP weft_task_duration_seconds Time from take to finish of finished tasks, by action."
+    );
+    let _ = writeln!(o, "# TYPE weft_task_duration_seconds histogram");
+    for (action, h) in &r.durations {
+        let action = label(action);
+        let mut cumulative = 0u64;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cumulative += h.counts[i];
+            let _ = writeln!(
+                o,
+                "weft_task_duration_seconds_bucket{{action=\"{action}\",le=\"{b}\"}} {cumulative}"
+            );
+        }
+        cumulative += h.counts[BUCKETS.len()];
+        let _ = writeln!(
+            o,
+            "weft_task_duration_seconds_bucket{{action=\"{action}\",le=\"+Inf\"}} {cumulative}"
+        );
+        let _ = writeln!(
+            o,
+            "weft_task_duration_seconds_sum{{action=\"{action}\"}} {}",
+            h.sum
+        );
+        let _ = writeln!(
+            o,
+            "weft_task_duration_seconds_count{{action=\"{action}\"}} {cumulative}"
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP weft_jobs_total Jobs that ended, by action and result."
+    );
+    let _ = writeln!(o, "# TYPE weft_jobs_total counter");
+    for ((action, result), n) in &r.jobs {
+        let _ = writeln!(
+            o,
+            "weft_jobs_total{{action=\"{}\",result=\"{result}\"}} {n}",
+            label(action)
+        );
+    }
+    Ok(out)
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(st): State<AppState>) -> ApiResult<Response> {
+    let text = render_text(&st).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(label("x\ny"), "x\\ny");
+    }
+}

@@ -1,0 +1,334 @@
+//! Calls from the server to provisioners (contract §4.13): `PUT http://<host>:<port>/v2/tenants/<id>`
+//! with `{"workers": n, "resources": ResourceCollection}` when a tenant's worker count on a
+//! provisioner changes or its resources are synced, and `DELETE .../v2/tenants/<id>` when the count
+//! drops to 0.
+//!
+//! Each call is tried [`Policy::tries`] times, [`Policy::pause`] apart, with connect and socket
+//! timeouts; any 2xx is success. A provisioner that keeps failing is deleted and the workers are
+//! placed again (and those changes pushed in turn). Request handlers start pushes with the `spawn_*`
+//! functions so that a slow provisioner never holds up the API; the `push_*` functions are the same
+//! work, awaitable (tests, the janitor).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use weft_model::{EntityKind, PluginType};
+use weft_store::{ProvisionerRecord, Store, SUPERADMIN};
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::workers::{self, Moved};
+
+/// How calls to provisioners are made. The default is Coopr's: 2 tries, 500 ms apart, 10 s connect
+/// and socket timeouts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub tries: u32,
+    pub pause: Duration,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            tries: 2,
+            pause: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The HTTP client for provisioner calls, and whether calls are made at all (on by default; an
+/// in-process test whose provisioners do not listen turns them off).
+#[derive(Debug)]
+pub struct Outbound {
+    client: reqwest::Client,
+    policy: Policy,
+    enabled: AtomicBool,
+}
+
+impl Default for Outbound {
+    fn default() -> Outbound {
+        Outbound::new(Policy::default())
+    }
+}
+
+impl Outbound {
+    pub fn new(policy: Policy) -> Outbound {
+        let client = reqwest::Client::builder()
+            .connect_timeout(policy.connect_timeout)
+            .timeout(policy.timeout)
+            .build()
+            .unwrap_or_default();
+        Outbound {
+            client,
+            policy,
+            enabled: AtomicBool::new(true),
+        }
+    }
+
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::SeqCst);
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::SeqCst)
+    }
+
+    /// One call with the retry policy. `Err` holds the last failure.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<&Value>,
+    ) -> Result<(), String> {
+        let mut last = String::new();
+        for attempt in 0..self.policy.tries.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(self.policy.pause).await;
+            }
+            let mut req = self.client.request(method.clone(), url);
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            match req.send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                Ok(r) => last = format!("answered {}", r.status()),
+                Err(e) => last = e.to_string(),
+            }
+            tracing::debug!(%method, url, attempt, error = %last, "provisioner call failed");
+        }
+        Err(last)
+    }
+}
+
+/// One call made to a provisioner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub provisioner_id: String,
+    pub tenant_id: String,
+    /// `PUT` or `DELETE`.
+    pub method: &'static str,
+    pub ok: bool,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PushReport {
+    pub sent: Vec<Sent>,
+    /// Provisioners deleted because they kept failing.
+    pub dropped: Vec<String>,
+}
+
+/// The tenant's live resources as provisioners get them (§5.13):
+/// `{"automatortypes":{plugin:{resType:{"format", "permissions"?, "active":[{name, version}]}}},
+/// "providertypes":{..}}`. Format and permissions come from the plugin type's `resourceTypes`.
+pub async fn resource_collection(store: &dyn Store, tenant_id: &str) -> ApiResult<Value> {
+    let mut out: BTreeMap<&'static str, Map<String, Value>> = BTreeMap::new();
+    let mut types: BTreeMap<(String, String), Option<PluginType>> = BTreeMap::new();
+    let rows = store.live_resources(tenant_id).await?;
+    for (ptype, kind) in [
+        ("automatortypes", EntityKind::AutomatorType),
+        ("providertypes", EntityKind::ProviderType),
+    ] {
+        out.insert(ptype, Map::new());
+        for row in &rows {
+            if row.key.ptype != ptype {
+                continue;
+            }
+            let pkey = (ptype.to_string(), row.key.plugin.clone());
+            if !types.contains_key(&pkey) {
+                let pt = store
+                    .get_entity(SUPERADMIN, kind, &row.key.plugin, None)
+                    .await?
+                    .map(serde_json::from_value::<PluginType>)
+                    .transpose()
+                    .map_err(|e| {
+                        ApiError::Internal(format!("plugin type {}: {e}", row.key.plugin))
+                    })?;
+                types.insert(pkey.clone(), pt);
+            }
+            let spec = types[&pkey]
+                .as_ref()
+                .and_then(|pt| pt.resource_types.get(&row.key.rtype));
+            let plugin = out
+                .get_mut(ptype)
+                .expect("inserted above")
+                .entry(row.key.plugin.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            let entry = plugin
+                .as_object_mut()
+                .expect("an object")
+                .entry(row.key.rtype.clone())
+                .or_insert_with(|| {
+                    let mut m = Map::new();
+                    m.insert(
+                        "format".into(),
+                        spec.map(|s| json!(s.format)).unwrap_or(json!("file")),
+                    );
+                    if let Some(p) = spec.and_then(|s| s.permissions.clone()) {
+                        m.insert("permissions".into(), json!(p));
+                    }
+                    m.insert("active".into(), json!([]));
+                    Value::Object(m)
+                });
+            if let Some(Value::Array(a)) = entry.get_mut("active") {
+                a.push(json!({"name": row.key.name, "version": row.meta.version}));
+            }
+        }
+    }
+    Ok(json!(out))
+}
+
+fn tenant_url(p: &ProvisionerRecord, tenant_id: &str) -> String {
+    let host = if p.host.contains(':') && !p.host.starts_with('[') {
+        format!("[{}]", p.host)
+    } else {
+        p.host.clone()
+    };
+    format!("http://{host}:{}/v2/tenants/{tenant_id}", p.port)
+}
+
+/// Tells one provisioner a tenant's worker count there (PUT with the resources, or DELETE at 0).
+async fn tell(st: &AppState, p: &ProvisionerRecord, tenant_id: &str) -> ApiResult<Sent> {
+    let n = p.assignments.get(tenant_id).copied().unwrap_or(0);
+    let url = tenant_url(p, tenant_id);
+    let (method, result) = if n == 0 {
+        (
+            "DELETE",
+            st.outbound.call(reqwest::Method::DELETE, &url, None).await,
+        )
+    } else {
+        let body = json!({
+            "workers": n,
+            "resources": resource_collection(st.store.as_ref(), tenant_id).await?,
+        });
+        (
+            "PUT",
+            st.outbound
+                .call(reqwest::Method::PUT, &url, Some(&body))
+                .await,
+        )
+    };
+    match &result {
+        Ok(()) => {
+            tracing::info!(provisioner = %p.id, tenant_id, workers = n, method, "provisioner told")
+        }
+        Err(e) => tracing::warn!(provisioner = %p.id, tenant_id, workers = n, method, error = %e,
+            "provisioner call failed"),
+    }
+    Ok(Sent {
+        provisioner_id: p.id.clone(),
+        tenant_id: tenant_id.to_string(),
+        method,
+        ok: result.is_ok(),
+    })
+}
+
+/// Deletes provisioners that kept failing, places the workers again, and pushes those changes too.
+async fn drop_failed(st: &AppState, failed: Vec<String>, report: &mut PushReport) -> ApiResult<()> {
+    let mut failed = failed;
+    while !failed.is_empty() {
+        for id in &failed {
+            if st.store.delete_provisioner(id).await? {
+                tracing::warn!(provisioner = %id, "provisioner keeps failing; dropped");
+                report.dropped.push(id.clone());
+            }
+        }
+        let moved = workers::reassign(st.store.as_ref()).await?;
+        failed = tell_moved(st, &moved, report).await?;
+    }
+    Ok(())
+}
+
+/// Tells each provisioner in `moved` its current counts; returns the provisioners that failed.
+async fn tell_moved(
+    st: &AppState,
+    moved: &[Moved],
+    report: &mut PushReport,
+) -> ApiResult<Vec<String>> {
+    let mut by_provisioner: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for m in moved {
+        by_provisioner
+            .entry(m.provisioner_id.as_str())
+            .or_default()
+            .push(m.tenant_id.as_str());
+    }
+    let mut failed = Vec::new();
+    for (pid, tenants) in by_provisioner {
+        // The record as it is now: a later rebalance may have changed the counts again.
+        let Some(p) = st.store.get_provisioner(pid).await? else {
+            continue;
+        };
+        for t in tenants {
+            let sent = tell(st, &p, t).await?;
+            let ok = sent.ok;
+            report.sent.push(sent);
+            if !ok {
+                failed.push(pid.to_string());
+                break;
+            }
+        }
+    }
+    Ok(failed)
+}
+
+/// Pushes assignment changes (from [`workers::reassign`]) to the provisioners concerned.
+pub async fn push_assignments(st: &AppState, moved: Vec<Moved>) -> ApiResult<PushReport> {
+    let mut report = PushReport::default();
+    if !st.outbound.enabled() || moved.is_empty() {
+        return Ok(report);
+    }
+    let failed = tell_moved(st, &moved, &mut report).await?;
+    drop_failed(st, failed, &mut report).await?;
+    Ok(report)
+}
+
+/// Pushes the tenant's live resources (with its worker count) to every provisioner serving it.
+pub async fn push_resources(st: &AppState, tenant_id: &str) -> ApiResult<PushReport> {
+    let mut report = PushReport::default();
+    if !st.outbound.enabled() {
+        return Ok(report);
+    }
+    let serving: Vec<Moved> = st
+        .store
+        .list_provisioners()
+        .await?
+        .into_iter()
+        .filter(|p| p.assignments.get(tenant_id).is_some_and(|n| *n > 0))
+        .map(|p| Moved {
+            provisioner_id: p.id,
+            tenant_id: tenant_id.to_string(),
+        })
+        .collect();
+    let failed = tell_moved(st, &serving, &mut report).await?;
+    drop_failed(st, failed, &mut report).await?;
+    Ok(report)
+}
+
+fn log_outcome(what: &'static str, r: ApiResult<PushReport>) -> PushReport {
+    match r {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(what, error = %e, "provisioner push failed");
+            PushReport::default()
+        }
+    }
+}
+
+/// [`push_assignments`] in a task of its own.
+pub fn spawn_assignments(st: &AppState, moved: Vec<Moved>) -> tokio::task::JoinHandle<PushReport> {
+    let st = st.clone();
+    tokio::spawn(async move { log_outcome("assignments", push_assignments(&st, moved).await) })
+}
+
+/// [`push_resources`] in a task of its own.
+pub fn spawn_resources(st: &AppState, tenant_id: &str) -> tokio::task::JoinHandle<PushReport> {
+    let st = st.clone();
+    let tenant_id = tenant_id.to_string();
+    tokio::spawn(async move { log_outcome("resources", push_resources(&st, &tenant_id).await) })
+}

@@ -1,0 +1,728 @@
+//! Calls that change an existing cluster: lease, reconfigure, add / remove / start / stop /
+//! restart / upgrade services, expand and shrink, template sync, and job control (pause, resume,
+//! abort). Every call that starts a job takes `?dryrun=true`, which answers the plan that would run
+//! and changes nothing.
+
+use std::collections::BTreeSet;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodFilter;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use weft_model::{lenient, ClusterStatus, ClusterTemplate, EntityKind, JobStatus, Service};
+use weft_planner::Operation;
+use weft_solver::Change;
+use weft_store::{ChangeSet, Expect, TaskState, Write};
+
+use super::clusters::visible;
+use super::parse_body;
+use crate::api::{op, Api, Body};
+use crate::auth::Identity;
+use crate::engine::body::{from_body, to_body, JobBody};
+use crate::engine::create::typed_list;
+use crate::engine::ops::{load, nodes_after, require_status, solve_change, start_job, Loaded};
+use crate::engine::{cluster_id_text, store_err, JobEventKind};
+use crate::error::{ApiError, ApiResult};
+use crate::state::{now_ms, AppState};
+
+use ClusterStatus::{Active, Inconsistent};
+
+#[derive(Debug, Deserialize)]
+pub struct DryRun {
+    dryrun: Option<String>,
+}
+
+impl DryRun {
+    fn on(&self) -> bool {
+        self.dryrun
+            .as_deref()
+            .is_some_and(|d| d.eq_ignore_ascii_case("true") || d == "1")
+    }
+}
+
+fn changed(op: &'static str, summary: &'static str) -> crate::api::Op {
+    op_doc(op, summary)
+        .query(
+            "dryrun",
+            "true: answer the plan that would run and change nothing",
+        )
+        .status(
+            200,
+            "started (empty body); with dryrun=true, the plan (PlanView)",
+        )
+        .status(
+            400,
+            "invalid body, or the change breaks the template's constraints",
+        )
+        .status(404, "cluster not found")
+        .status(409, "the cluster's status does not allow it")
+}
+
+fn op_doc(tag: &'static str, summary: &'static str) -> crate::api::Op {
+    op(tag, summary)
+}
+
+pub fn routes(api: Api) -> Api {
+    let t = "clusters";
+    api.route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}",
+        lease,
+        op(t, "Change the cluster's lease: {\"expireTime\": ms}")
+            .status(200, "changed")
+            .status(
+                400,
+                "expire time not specified, or it breaks the template's lease rules",
+            )
+            .status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::PUT,
+        "/v2/clusters/{id}/config",
+        reconfigure,
+        changed(t, "Reconfigure: {\"config\": {...}, \"restart\": true}").body(Body::AnyJson),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/services",
+        add_services,
+        changed(t, "Add services: {\"services\": [...]}").body(Body::AnyJson),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/services/{svc}",
+        all_services,
+        changed(
+            t,
+            "start, stop or restart every service (the last segment is the action)",
+        ),
+    )
+    .route(
+        MethodFilter::DELETE,
+        "/v2/clusters/{id}/services/{svc}",
+        remove_service,
+        changed(t, "Remove a service from the cluster"),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/services/{svc}/{action}",
+        one_service,
+        changed(
+            t,
+            "start, stop, restart or upgrade one service ({\"batchSize\": n} for upgrade)",
+        ),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/nodes",
+        expand,
+        changed(t, "Expand: add {\"count\": k} nodes").body(Body::AnyJson),
+    )
+    .route(
+        MethodFilter::DELETE,
+        "/v2/clusters/{id}/nodes",
+        shrink,
+        changed(
+            t,
+            "Shrink: remove {\"count\": k} nodes (or ?count=k), newest first",
+        )
+        .body(Body::AnyJson),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/clustertemplate/sync",
+        sync_template,
+        op(
+            t,
+            "Swap in the current version of the cluster's template, if the cluster satisfies it",
+        )
+        .status(200, "synced")
+        .status(
+            400,
+            "the cluster would break the new template's constraints",
+        )
+        .status(404, "cluster or template not found")
+        .status(409, "the cluster is not active"),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/pause",
+        pause,
+        op(t, "Pause the running job")
+            .status(200, "paused (or nothing to pause)")
+            .status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/resume",
+        resume,
+        op(t, "Resume a paused job")
+            .status(200, "resumed (or nothing to resume)")
+            .status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/abort",
+        abort,
+        op(t, "Abort a running create")
+            .status(200, "aborted (or nothing to abort)")
+            .status(404, "cluster not found")
+            .status(409, "Cannot be aborted at this time."),
+    )
+}
+
+fn answer(plan: Option<weft_model::PlanView>) -> Response {
+    match plan {
+        Some(p) => Json(p).into_response(),
+        None => ().into_response(),
+    }
+}
+
+fn optional_body(body: &Bytes) -> ApiResult<Value> {
+    let v = lenient::parse(body)?;
+    Ok(if v.is_null() {
+        Value::Object(Map::new())
+    } else {
+        v
+    })
+}
+
+async fn lease(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<()> {
+    let row = visible(&st, &who, &id).await?;
+    let v = optional_body(&body)?;
+    let t = v
+        .get("expireTime")
+        .filter(|t| !t.is_null())
+        .ok_or_else(|| ApiError::BadRequest("expire time not specified".into()))?;
+    let t: i64 = lenient::from_value::<LeaseReq>(serde_json::json!({ "t": t }))?.t;
+    if matches!(
+        ClusterStatus::parse(&row.status),
+        Some(ClusterStatus::Terminated | ClusterStatus::Pending)
+    ) {
+        return Err(ApiError::BadRequest(format!(
+            "cluster {id} is {}: its lease cannot change now",
+            row.status
+        )));
+    }
+    let c = load(&st, row.clone()).await?;
+    let l = c.body.template.administration.leaseduration;
+    if t < row.create_time {
+        return Err(ApiError::BadRequest(
+            "expireTime may not be before the cluster's creation".into(),
+        ));
+    }
+    if l.max != 0 {
+        if l.step != 0 && t - row.expire_time > l.step as i64 {
+            return Err(ApiError::BadRequest(format!(
+                "the lease may grow by at most {} ms at a time",
+                l.step
+            )));
+        }
+        if t > row.create_time + l.max as i64 {
+            return Err(ApiError::BadRequest(format!(
+                "the lease may not end more than {} ms after creation",
+                l.max
+            )));
+        }
+    }
+    let mut new = row.clone();
+    new.expire_time = t;
+    let cs = ChangeSet {
+        expect: vec![Expect::cluster(&row)],
+        writes: vec![Write::Cluster(new)],
+    };
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+#[derive(Deserialize)]
+struct LeaseReq {
+    #[serde(deserialize_with = "lenient::i64")]
+    t: i64,
+}
+
+#[derive(Deserialize)]
+struct ConfigReq {
+    config: Option<Map<String, Value>>,
+    #[serde(default, deserialize_with = "lenient::opt_bool")]
+    restart: Option<bool>,
+}
+
+async fn reconfigure(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+    Query(d): Query<DryRun>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let row = visible(&st, &who, &id).await?;
+    let req: ConfigReq = lenient::from_value(optional_body(&body)?)
+        .map_err(|_| ApiError::BadRequest("Invalid request body.".into()))?;
+    let config = req
+        .config
+        .ok_or_else(|| ApiError::BadRequest("Invalid request body.".into()))?;
+    require_status(&row, &[Active, Inconsistent])?;
+    let c = load(&st, row).await?;
+    let mut body = c.body.clone();
+    body.config = config;
+    let nodes = c.nodes.clone();
+    let s = start_job(
+        &st,
+        &c,
+        Operation::Reconfigure {
+            restart: req.restart.unwrap_or(true),
+        },
+        &[],
+        nodes,
+        body,
+        vec![],
+        d.on(),
+    )
+    .await?;
+    Ok(answer(d.on().then_some(s.plan)))
+}
+
+#[derive(Deserialize)]
+struct ServicesReq {
+    #[serde(default, deserialize_with = "lenient::strings")]
+    services: Vec<String>,
+}
+
+async fn add_services(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+    Query(d): Query<DryRun>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let row = visible(&st, &who, &id).await?;
+    let req: ServicesReq = parse_body(&body, "{\"services\": [...]}")?;
+    if req.services.is_empty() {
+        return Err(ApiError::BadRequest(
+            "services must name at least one service".into(),
+        ));
+    }
+    require_status(&row, &[Active])?;
+    let c = load(&st, row).await?;
+    let (layout, services, hw, img) =
+        solve_change(&st, &c, &Change::AddServices(req.services.clone())).await?;
+    let after = nodes_after(&c, &layout, &services, &hw, &img);
+    let mut body = c.body.clone();
+    for s in req.services {
+        if !body.services.contains(&s) {
+            body.services.push(s);
+        }
+    }
+    let s = start_job(
+        &st,
+        &c,
+        Operation::AddServices,
+        &c.nodes,
+        after,
+        body,
+        vec![],
+        d.on(),
+    )
+    .await?;
+    Ok(answer(d.on().then_some(s.plan)))
+}
+
+fn runtime_op(action: &str, service: Option<String>) -> ApiResult<Operation> {
+    Ok(match action {
+        "start" => Operation::Start { service },
+        "stop" => Operation::Stop { service },
+        "restart" => Operation::Restart { service },
+        other => {
+            return Err(ApiError::NotFound(format!(
+                "unknown service action {other}: expected start, stop or restart"
+            )))
+        }
+    })
+}
+
+async fn all_services(
+    State(st): State<AppState>,
+    who: Identity,
+    Path((id, action)): Path<(String, String)>,
+    Query(d): Query<DryRun>,
+) -> ApiResult<Response> {
+    let row = visible(&st, &who, &id).await?;
+    let op = runtime_op(&action, None)?;
+    require_status(&row, &[Active])?;
+    let c = load(&st, row).await?;
+    let (nodes, body) = (c.nodes.clone(), c.body.clone());
+    let s = start_job(&st, &c, op, &[], nodes, body, vec![], d.on()).await?;
+    Ok(answer(d.on().then_some(s.plan)))
+}
+
+fn require_service(c: &Loaded, svc: &str) -> ApiResult<()> {
+    if c.body.services.iter().any(|s| s == svc) {
+        Ok(())
+    } else {
+        Err(ApiError::NotFound(format!(
+            "service {svc} is not on cluster {}",
+            cluster_id_text(c.row.id)
+        )))
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct UpgradeReq {
+    #[serde(rename = "batchSize", default, deserialize_with = "lenient::opt_u64")]
+    batch_size: Option<u64>,
+}
+
+async fn one_service(
+    State(st): State<AppState>,
+    who: Identity,
+    Path((id, svc, action)): Path<(String, String, String)>,
+    Query(d): Query<DryRun>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let row = visible(&st, &who, &id).await?;
+    let c = load(&st, row.clone()).await?;
+    require_service(&c, &svc)?;
+    if action == "upgrade" {
+        let req: UpgradeReq = lenient::from_value(optional_body(&body)?)?;
+        require_status(&row, &[Active])?;
+        let defs: Vec<Service> = typed_list(&st, &row.tenant_id, EntityKind::Service).await?;
+        let new_def = defs
+            .into_iter()
+            .find(|s| s.name == svc)
+            .ok_or_else(|| ApiError::NotFound(format!("service {svc} no longer exists")))?;
+        let after: Vec<_> = c
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut n = n.clone();
+                for s in n.services.iter_mut().filter(|s| s.name == svc) {
+                    *s = new_def.clone();
+                }
+                n
+            })
+            .collect();
+        let batch = req.batch_size.unwrap_or(1).max(1) as usize;
+        let op = Operation::Upgrade {
+            service: svc,
+            batch_size: batch,
+        };
+        let s = start_job(&st, &c, op, &c.nodes, after, c.body.clone(), vec![], d.on()).await?;
+        return Ok(answer(d.on().then_some(s.plan)));
+    }
+    let op = runtime_op(&action, Some(svc))?;
+    require_status(&row, &[Active])?;
+    let (nodes, body) = (c.nodes.clone(), c.body.clone());
+    let s = start_job(&st, &c, op, &[], nodes, body, vec![], d.on()).await?;
+    Ok(answer(d.on().then_some(s.plan)))
+}
+
+async fn remove_service(
+    State(st): State<AppState>,
+    who: Identity,
+    Path((id, svc)): Path<(String, String)>,
+    Query(d): Query<DryRun>,
+) -> ApiResult<Response> {
+    let row = visible(&st, &who, &id).await?;
+    let c = load(&st, row.clone()).await?;
+    require_service(&c, &svc)?;
+    require_status(&row, &[Active])?;
+    let (layout, services, hw, img) =
+        solve_change(&st, &c, &Change::RemoveService(svc.clone())).await?;
+    let after = nodes_after(&c, &layout, &services, &hw, &img);
+    let mut body = c.body.clone();
+    body.services.retain(|s| s != &svc);
+    let s = start_job(
+        &st,
+        &c,
+        Operation::RemoveService { service: svc },
+        &c.nodes,
+        after,
+        body,
+        vec![],
+        d.on(),
+    )
+    .await?;
+    Ok(answer(d.on().then_some(s.plan)))
+}
+
+#[derive(Deserialize, Default)]
+struct CountReq {
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    count: Option<u64>,
+}
+
+fn count(body: &Bytes, query: Option<u64>) -> ApiResult<u64> {
+    let req: CountReq = lenient::from_value(optional_body(body)?)?;
+    match req.count.or(query) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(ApiError::BadRequest(
+            "count must be a number of nodes greater than 0".into(),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct NodesQuery {
+    dryrun: Option<String>,
+    count: Option<u64>,
+}
+
+async fn expand(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+    Query(q): Query<NodesQuery>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let d = DryRun { dryrun: q.dryrun };
+    let row = visible(&st, &who, &id).await?;
+    let k = count(&body, q.count)?;
+    require_status(&row, &[Active])?;
+    let (_, nodes) = st.store.count_clusters(&who.tenant.id).await?;
+    if nodes + k > who.tenant.spec.max_nodes {
+        return Err(ApiError::Conflict(format!(
+            "tenant {} would exceed its quota maxNodes ({}): it has {nodes} nodes and asks for {k} more",
+            who.tenant.spec.name, who.tenant.spec.max_nodes
+        )));
+    }
+    let c = load(&st, row).await?;
+    let (layout, services, hw, img) = solve_change(&st, &c, &Change::Expand(k)).await?;
+    let after = nodes_after(&c, &layout, &services, &hw, &img);
+    let s = start_job(
+        &st,
+        &c,
+        Operation::Expand,
+        &c.nodes,
+        after,
+        c.body.clone(),
+        vec![],
+        d.on(),
+    )
+    .await?;
+    Ok(answer(d.on().then_some(s.plan)))
+}
+
+async fn shrink(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+    Query(q): Query<NodesQuery>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let d = DryRun { dryrun: q.dryrun };
+    let row = visible(&st, &who, &id).await?;
+    let k = count(&body, q.count)?;
+    require_status(&row, &[Active])?;
+    let c = load(&st, row).await?;
+    let (layout, services, hw, img) = solve_change(&st, &c, &Change::Shrink(k)).await?;
+    let after = nodes_after(&c, &layout, &services, &hw, &img);
+    let s = start_job(
+        &st,
+        &c,
+        Operation::Shrink,
+        &c.nodes,
+        after,
+        c.body.clone(),
+        layout.removed.clone(),
+        d.on(),
+    )
+    .await?;
+    Ok(answer(d.on().then_some(s.plan)))
+}
+
+async fn sync_template(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<()> {
+    let row = visible(&st, &who, &id).await?;
+    require_status(&row, &[Active])?;
+    let mut c = load(&st, row.clone()).await?;
+    let name = c.body.template.name.clone();
+    let doc = st
+        .store
+        .get_entity(&row.tenant_id, EntityKind::ClusterTemplate, &name, None)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("cluster template {name} does not exist.")))?;
+    let fresh = crate::routes::catalog::resolve_in_tenant(
+        &st,
+        &row.tenant_id,
+        lenient::from_value::<ClusterTemplate>(doc)?,
+    )
+    .await?;
+    let old = std::mem::replace(&mut c.body.template, fresh.clone());
+    let (layout, ..) = solve_change(&st, &c, &Change::Retemplate(c.body.services.clone()))
+        .await
+        .map_err(|e| {
+            ApiError::BadRequest(format!(
+                "cluster {id} does not satisfy the current version of template {name}: {e}"
+            ))
+        })?;
+    let same = layout.removed.is_empty()
+        && layout.nodes.len() == c.nodes.len()
+        && layout.nodes.iter().zip(&c.nodes).all(|(l, n)| {
+            l.id.as_deref() == Some(&n.id)
+                && l.services.iter().collect::<BTreeSet<_>>()
+                    == n.properties.services.iter().collect()
+        });
+    if !same {
+        return Err(ApiError::BadRequest(format!(
+            "cluster {id} does not satisfy the current version of template {name}: its layout would have to change"
+        )));
+    }
+    drop(old);
+    let mut new = row.clone();
+    new.body = to_body(&c.body)?;
+    let cs = ChangeSet {
+        expect: vec![Expect::cluster(&row)],
+        writes: vec![Write::Cluster(new)],
+    };
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+/// The cluster's latest job, when the cluster is pending (a job runs).
+async fn running_job(
+    st: &AppState,
+    who: &Identity,
+    id: &str,
+) -> ApiResult<Option<(weft_store::ClusterRow, weft_store::JobRow)>> {
+    let row = visible(st, who, id).await?;
+    if row.status != ClusterStatus::Pending.as_str() {
+        return Ok(None);
+    }
+    let Some(job_id) = row.latest_job.clone() else {
+        return Ok(None);
+    };
+    Ok(st
+        .store
+        .get_job(&row.tenant_id, &job_id)
+        .await?
+        .map(|j| (row, j)))
+}
+
+async fn set_job(
+    st: &AppState,
+    job: &weft_store::JobRow,
+    status: JobStatus,
+    message: &str,
+    tasks: Vec<weft_store::TaskRow>,
+) -> ApiResult<()> {
+    let mut j = job.clone();
+    j.status = status.as_str().into();
+    let mut b: JobBody = from_body(&j.body)?;
+    b.message = Some(message.into());
+    j.body = to_body(&b)?;
+    let mut cs = ChangeSet::new();
+    cs.expect(Expect::job(job));
+    cs.write(Write::Job(j));
+    for t in tasks {
+        cs.write(Write::Task(t));
+    }
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
+    let Some((_, job)) = running_job(&st, &who, &id).await? else {
+        return Ok(());
+    };
+    if job.status != JobStatus::Running.as_str() {
+        return Ok(());
+    }
+    // Queued tasks go back to waiting; resume queues them again.
+    let tasks: Vec<_> = st
+        .store
+        .list_tasks(&job.tenant_id, &job.id)
+        .await?
+        .into_iter()
+        .filter(|t| t.state == TaskState::Queued)
+        .map(|mut t| {
+            t.state = TaskState::Pending;
+            t.deps_remaining = 0;
+            t
+        })
+        .collect();
+    set_job(&st, &job, JobStatus::Paused, "Paused by user.", tasks).await
+}
+
+async fn resume(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<()> {
+    let Some((_, job)) = running_job(&st, &who, &id).await? else {
+        return Ok(());
+    };
+    if job.status != JobStatus::Paused.as_str() {
+        return Ok(());
+    }
+    let now = now_ms();
+    let tasks: Vec<_> = st
+        .store
+        .list_tasks(&job.tenant_id, &job.id)
+        .await?
+        .into_iter()
+        .filter(|t| {
+            t.state == TaskState::Pending
+                && t.deps_remaining == 0
+                && t.action != crate::engine::GATE
+        })
+        .map(|mut t| {
+            t.state = TaskState::Queued;
+            t.queued_at = now;
+            t
+        })
+        .collect();
+    set_job(&st, &job, JobStatus::Running, "Resumed by user.", tasks).await
+}
+
+async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
+    let Some((row, job)) = running_job(&st, &who, &id).await? else {
+        return Ok(());
+    };
+    if job.status == JobStatus::Failed.as_str() || job.status == JobStatus::Complete.as_str() {
+        return Ok(());
+    }
+    if job.action != "CLUSTER_CREATE" || job.status != JobStatus::Running.as_str() {
+        return Err(ApiError::Conflict("Cannot be aborted at this time.".into()));
+    }
+    let in_flight = st
+        .store
+        .list_tasks(&job.tenant_id, &job.id)
+        .await?
+        .iter()
+        .any(|t| t.state == TaskState::InProgress);
+    set_job(&st, &job, JobStatus::Failed, "Aborted by user.", vec![]).await?;
+    if !in_flight {
+        // Nothing is running: the cluster ends now. (Otherwise the last finish settles it.)
+        let row = st
+            .store
+            .get_cluster(&row.tenant_id, row.id)
+            .await?
+            .unwrap_or(row);
+        let mut c = row.clone();
+        let mut body: crate::engine::body::ClusterBody = from_body(&c.body)?;
+        body.message = Some("Aborted by user.".into());
+        c.status = ClusterStatus::Incomplete.as_str().into();
+        c.body = to_body(&body)?;
+        let cs = ChangeSet {
+            expect: vec![Expect::cluster(&row)],
+            writes: vec![Write::Cluster(c)],
+        };
+        st.store.commit(&cs).await.map_err(store_err)?;
+    }
+    crate::engine::notify(
+        &st,
+        JobEventKind::Failure,
+        &job.tenant_id,
+        job.cluster_id,
+        &job.id,
+    );
+    Ok(())
+}
