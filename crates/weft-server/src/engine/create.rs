@@ -22,6 +22,13 @@ use crate::error::{ApiError, ApiResult};
 use crate::routes::catalog::resolve_in_tenant;
 use crate::state::{now_ms, AppState};
 
+/// What a create request made: a cluster (its id), or for a dry run the plan it would run.
+#[derive(Debug)]
+pub enum Created {
+    Id(String),
+    Plan(weft_model::PlanView),
+}
+
 /// Creates a cluster and its CLUSTER_CREATE job. Returns the cluster id. A request that cannot be
 /// laid out still makes a cluster: it is `terminated`, with the solver's explanation as its message
 /// (Coopr solved asynchronously; clients poll the status).
@@ -29,7 +36,8 @@ pub async fn create_cluster(
     st: &AppState,
     who: &Identity,
     req: ClusterCreateRequest,
-) -> ApiResult<String> {
+    dry_run: bool,
+) -> ApiResult<Created> {
     let tenant = &who.tenant;
     if req.name.trim().is_empty() {
         return Err(ApiError::BadRequest(
@@ -155,7 +163,12 @@ pub async fn create_cluster(
     let images: Vec<MachineType> = typed_list(st, &tenant.id, EntityKind::ImageType).await?;
     let catalog_services: Vec<Service> = typed_list(st, &tenant.id, EntityKind::Service).await?;
 
-    let cluster_id = st.store.next_id("clusters").await?;
+    // A dry run takes no id: it must change nothing, not even a counter.
+    let cluster_id = if dry_run {
+        0
+    } else {
+        st.store.next_id("clusters").await?
+    };
     let mut body = ClusterBody {
         description: req.description.clone(),
         provider: provider.clone(),
@@ -201,6 +214,7 @@ pub async fn create_cluster(
     };
     let layout = match weft_solver::create(&cat, &services, size) {
         Ok(l) => l,
+        Err(e) if dry_run => return Err(ApiError::BadRequest(e.to_string())),
         Err(e) => {
             // As in Coopr, a request that cannot be laid out ends as a terminated cluster whose
             // SOLVE_LAYOUT job failed, with the reason as its message.
@@ -236,7 +250,7 @@ pub async fn create_cluster(
                 cluster_id,
                 &solve_job,
             );
-            return Ok(cluster_id_text(cluster_id));
+            return Ok(Created::Id(cluster_id_text(cluster_id)));
         }
     };
 
@@ -294,6 +308,18 @@ pub async fn create_cluster(
     };
     let plan = weft_planner::plan(&Operation::Create, &input)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if dry_run {
+        let stages = plan.stage_view(|i| format!("{:03}", i + 1));
+        let stages =
+            serde_json::from_value(stages).map_err(|e| ApiError::Internal(e.to_string()))?;
+        return Ok(Created::Plan(weft_model::PlanView {
+            id: String::new(),
+            cluster_id: String::new(),
+            action: plan.action.clone(),
+            current_stage: 0,
+            stages,
+        }));
+    }
     let job_id = job_id(st, cluster_id).await?;
     let (job, tasks) = job_rows(&tenant.id, cluster_id, &job_id, &plan, now)?;
     cluster.latest_job = Some(job_id.clone());
@@ -313,7 +339,7 @@ pub async fn create_cluster(
     st.store.commit(&cs).await.map_err(store_err)?;
     tracing::info!(cluster_id, job_id = %job_id, nodes = size, "cluster create job started");
     notify(st, JobEventKind::Start, &tenant.id, cluster_id, &job_id);
-    Ok(cluster_id_text(cluster_id))
+    Ok(Created::Id(cluster_id_text(cluster_id)))
 }
 
 /// What a new node is made from: the provider's hardware and image types and the service catalog.

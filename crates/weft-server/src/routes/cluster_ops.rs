@@ -36,7 +36,7 @@ pub struct DryRun {
 }
 
 impl DryRun {
-    fn on(&self) -> bool {
+    pub fn on(&self) -> bool {
         self.dryrun
             .as_deref()
             .is_some_and(|d| d.eq_ignore_ascii_case("true") || d == "1")

@@ -39,6 +39,7 @@ pub fn routes(api: Api) -> Api {
         "/v2/clusters",
         create,
         op(t, "Create a cluster: solve its layout and start its CLUSTER_CREATE job")
+                .query("dryrun", "true: answer the plan that would run and create nothing")
             .body(Body::Json("ClusterCreateRequest"))
             .ok(200, "{\"id\": \"00000001\"}", Body::AnyJson)
             .status(400, "invalid request; or {\"missingFields\": [...]} (JSON)")
@@ -145,10 +146,19 @@ async fn list(
     Ok(Json(out))
 }
 
-async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiResult<Json<Value>> {
+async fn create(
+    State(st): State<AppState>,
+    who: Identity,
+    Query(d): Query<super::cluster_ops::DryRun>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
     let req: ClusterCreateRequest = parse_body(&body, "a cluster create request")?;
-    let id = create_cluster(&st, &who, req).await?;
-    Ok(Json(json!({ "id": id })))
+    match create_cluster(&st, &who, req, d.on()).await? {
+        crate::engine::create::Created::Id(id) => Ok(Json(json!({ "id": id }))),
+        crate::engine::create::Created::Plan(plan) => Ok(Json(
+            serde_json::to_value(plan).map_err(|e| ApiError::Internal(e.to_string()))?,
+        )),
+    }
 }
 
 async fn get(

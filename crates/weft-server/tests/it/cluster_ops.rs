@@ -477,3 +477,34 @@ async fn nodes_and_rpc_routes() {
         .expect(204);
     h.get(a, &format!("/v2/nodes/{node_id}")).await.expect(404);
 }
+
+#[tokio::test]
+async fn a_create_dry_run_shows_the_plan_and_creates_nothing() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let a = admin(T);
+    let body = json!({"name": "c", "clusterTemplate": "t", "numMachines": 2, "providerFields": {"token": "x"}});
+    let plan = h
+        .post(a, "/v2/clusters?dryrun=true", body.to_string())
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(plan["action"], "CLUSTER_CREATE");
+    let first: Vec<&str> = plan["stages"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["taskName"].as_str().unwrap())
+        .collect();
+    assert_eq!(first, ["CREATE", "CREATE"]);
+    assert_eq!(h.get(a, "/v2/clusters").await.json(), json!([]));
+    let unsolvable = json!({"name": "c", "clusterTemplate": "t", "numMachines": 2, "services": ["a"], "providerFields": {"token": "x"}});
+    h.post(a, "/v2/clusters?dryrun=true", unsolvable.to_string())
+        .await
+        .expect(400);
+    assert_eq!(
+        create(&h, a, 1).await,
+        "00000001",
+        "a dry run takes no cluster id"
+    );
+}
