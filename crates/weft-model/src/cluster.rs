@@ -125,6 +125,14 @@ pub struct ClusterCreateRequest {
     )]
     #[schema(value_type = Object)]
     pub provider_fields: Map<String, Value>,
+    /// weft: delete the cluster automatically if its create fails (default: keep it, incomplete,
+    /// with the failing task's output, as Coopr did).
+    #[serde(
+        rename = "rollbackOnFailure",
+        default,
+        deserialize_with = "lenient::bool"
+    )]
+    pub rollback_on_failure: bool,
 }
 
 /// `{"action":"cluster_create","actionstatus":"running","stepstotal":81,"stepscompleted":49}`.

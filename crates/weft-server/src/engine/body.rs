@@ -32,6 +32,19 @@ pub struct ClusterBody {
     /// Definitions of services the running job takes off nodes, for its STOP and REMOVE tasks.
     #[serde(default)]
     pub leaving: Vec<weft_model::Service>,
+    /// The create request asked for the cluster to be deleted if its create fails.
+    #[serde(default)]
+    pub rollback_on_failure: bool,
+    /// While an upgrade runs: the service's definition before it, for the automatic rollback.
+    #[serde(default)]
+    pub upgrade_from: Option<UpgradeFrom>,
+}
+
+/// What an upgrade replaced, so that a failed upgrade can be rolled back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UpgradeFrom {
+    pub service: weft_model::Service,
+    pub batch_size: usize,
 }
 
 /// A job's body.

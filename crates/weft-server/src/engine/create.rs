@@ -180,6 +180,8 @@ pub async fn create_cluster(
         secrets,
         retiring: Vec::new(),
         leaving: Vec::new(),
+        rollback_on_failure: req.rollback_on_failure,
+        upgrade_from: None,
     };
     let mut cluster = ClusterRow {
         tenant_id: tenant.id.clone(),

@@ -204,6 +204,20 @@ pub async fn start_job(
     let mut cluster = c.row.clone();
     body.message = None;
     body.retiring = retire;
+    body.upgrade_from = match &op {
+        Operation::Upgrade {
+            service,
+            batch_size,
+        } => before
+            .iter()
+            .flat_map(|n| n.services.iter())
+            .find(|s| &s.name == service)
+            .map(|s| super::body::UpgradeFrom {
+                service: s.clone(),
+                batch_size: *batch_size,
+            }),
+        _ => None,
+    };
     let staying: std::collections::BTreeSet<(&str, &str)> = after
         .iter()
         .flat_map(|n| {
@@ -277,4 +291,62 @@ pub async fn start_job(
     Ok(Started {
         plan: view::plan(st, &job).await?,
     })
+}
+
+/// After a job failed and its cluster settled: a create that asked for it is deleted, and a failed
+/// upgrade is rolled back to the service's previous definition. Errors are logged: the failure
+/// itself is already recorded.
+pub async fn after_failed_job(st: &AppState, tenant_id: &str, cluster_id: u64) {
+    if let Err(e) = rollback(st, tenant_id, cluster_id).await {
+        tracing::warn!(cluster_id, error = %e, "automatic rollback did not start");
+    }
+}
+
+async fn rollback(st: &AppState, tenant_id: &str, cluster_id: u64) -> ApiResult<()> {
+    let Some(row) = st.store.get_cluster(tenant_id, cluster_id).await? else {
+        return Ok(());
+    };
+    if row.status == ClusterStatus::Pending.as_str() {
+        return Ok(()); // not settled yet: the job's last finish comes back here
+    }
+    let Some(job_id) = row.latest_job.clone() else {
+        return Ok(());
+    };
+    let Some(job) = st.store.get_job(tenant_id, &job_id).await? else {
+        return Ok(());
+    };
+    if job.status != weft_model::JobStatus::Failed.as_str() {
+        return Ok(());
+    }
+    let c = load(st, row).await?;
+    if job.action == "CLUSTER_CREATE" && c.body.rollback_on_failure {
+        tracing::info!(cluster_id, job_id = %job.id, "create failed: deleting the cluster, as asked");
+        super::delete::start_delete(st, &c.row).await?;
+    } else if job.action == "UPGRADE_SERVICE" {
+        let Some(from) = c.body.upgrade_from.clone() else {
+            return Ok(());
+        };
+        let name = from.service.name.clone();
+        let after: Vec<Node> = c
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut n = n.clone();
+                for s in n.services.iter_mut().filter(|s| s.name == name) {
+                    *s = from.service.clone();
+                }
+                n
+            })
+            .collect();
+        let op = Operation::RollbackUpgrade {
+            service: name,
+            batch_size: from.batch_size,
+            nodes: None,
+        };
+        let mut body = c.body.clone();
+        body.upgrade_from = None;
+        tracing::info!(cluster_id, job_id = %job.id, "upgrade failed: rolling back");
+        start_job(st, &c, op, &c.nodes, after, body, vec![], false).await?;
+    }
+    Ok(())
 }

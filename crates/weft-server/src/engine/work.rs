@@ -535,6 +535,10 @@ async fn finish_step(
         crate::metrics::job_ended(&job.action, kind == JobEventKind::Success);
         notify(st, kind, tenant, cluster.id, &job.id);
     }
+    if !ok || !job_running {
+        // A failed job may have just settled its cluster: roll back what asked to be.
+        super::ops::after_failed_job(st, tenant, cluster.id).await;
+    }
     Ok(())
 }
 

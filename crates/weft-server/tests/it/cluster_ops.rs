@@ -508,3 +508,72 @@ async fn a_create_dry_run_shows_the_plan_and_creates_nothing() {
         "a dry run takes no cluster id"
     );
 }
+
+#[tokio::test]
+async fn failed_creates_and_upgrades_roll_back_when_they_should() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    let body = json!({"name": "c", "clusterTemplate": "t", "numMachines": 1, "rollbackOnFailure": "true", "providerFields": {"token": "x"}});
+    let id = h
+        .post(a, "/v2/clusters", body.to_string())
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tasks = drain(&h, &tid, |t| t["taskName"] == "START").await;
+    assert_eq!(
+        tasks.last().unwrap()["taskName"],
+        "DELETE",
+        "{:?}",
+        actions(&tasks)
+    );
+    let plans = h.get(a, &format!("/v2/clusters/{id}/plans")).await.json();
+    assert_eq!(plans[0]["action"], "CLUSTER_DELETE");
+    assert_eq!(
+        h.get(a, &format!("/v2/clusters/{id}/status")).await.json()["status"],
+        "terminated"
+    );
+
+    // An upgrade whose new install keeps failing goes back to the previous definition.
+    let id = create(&h, a, 1).await;
+    drain(&h, &tid, |_| false).await;
+    let mut newer = h.get(a, "/v2/services/b").await.json();
+    newer["provisioner"]["actions"]["install"]["fields"]["script"] = json!("broken.sh");
+    h.put(a, "/v2/services/b", newer.to_string())
+        .await
+        .expect(200);
+    h.post(a, &format!("/v2/clusters/{id}/services/b/upgrade"), "")
+        .await
+        .expect(200);
+    let tasks = drain(&h, &tid, |t| {
+        t["config"]["service"]["action"]["fields"]["script"] == "broken.sh"
+    })
+    .await;
+    let last_install = tasks
+        .iter()
+        .rev()
+        .find(|t| t["taskName"] == "INSTALL")
+        .unwrap();
+    assert_eq!(
+        last_install["config"]["service"]["action"]["fields"]["script"],
+        "install-b.sh"
+    );
+    let plans = h.get(a, &format!("/v2/clusters/{id}/plans")).await.json();
+    assert_eq!(plans[0]["action"], "ROLLBACK_UPGRADE");
+    let d = h.get(a, &format!("/v2/clusters/{id}")).await.json();
+    assert_eq!(d["status"], "active");
+    let b = d["nodes"][0]["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "b")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        b["provisioner"]["actions"]["install"]["fields"]["script"],
+        "install-b.sh"
+    );
+}
