@@ -173,6 +173,13 @@ async fn put(
     match st.store.tenant_by_name(&name).await? {
         Some(existing) => {
             check_capacity(&st, &spec, Some(&existing.id)).await?;
+            let (clusters, nodes) = st.store.count_clusters(&existing.id).await?;
+            if spec.max_clusters < clusters || spec.max_nodes < nodes {
+                return Err(ApiError::Conflict(format!(
+                    "tenant {name} has {clusters} clusters and {nodes} nodes: maxClusters {} and maxNodes {} would be below its usage",
+                    spec.max_clusters, spec.max_nodes
+                )));
+            }
             st.store.update_tenant(&Tenant { spec, ..existing }).await?;
         }
         None => {

@@ -491,6 +491,15 @@ async fn quotas_are_checked_before_a_job_starts() {
     create(&h, a, 2).await;
     let r = h.post(a, "/v2/clusters", big.to_string()).await.expect(409);
     assert!(r.text().contains("maxClusters"), "{}", r.text());
+    // Quotas cannot go below what the tenant already uses.
+    let lower = json!({"tenant": {"name": T, "workers": 0, "maxClusters": 1, "maxNodes": 1}});
+    h.put(
+        crate::common::SA,
+        &format!("/v2/tenants/{T}"),
+        lower.to_string(),
+    )
+    .await
+    .expect(409);
     drop(tid);
 }
 
