@@ -32,6 +32,7 @@ pub enum Created {
 /// Creates a cluster and its CLUSTER_CREATE job. Returns the cluster id. A request that cannot be
 /// laid out still makes a cluster: it is `terminated`, with the solver's explanation as its message
 /// (Coopr solved asynchronously; clients poll the status).
+#[tracing::instrument(skip_all, fields(tenant = %who.tenant.spec.name, cluster = %req.name))]
 pub async fn create_cluster(
     st: &AppState,
     who: &Identity,

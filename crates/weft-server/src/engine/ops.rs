@@ -161,6 +161,7 @@ pub struct Started {
 /// pending with `body`, changed and new nodes are written, and the nodes in `retire` are removed
 /// when the job succeeds. One commit, guarded by the cluster's revision.
 #[allow(clippy::too_many_arguments)]
+#[tracing::instrument(skip_all, fields(cluster_id = c.row.id))]
 pub async fn start_job(
     st: &AppState,
     c: &Loaded,

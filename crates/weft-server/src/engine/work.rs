@@ -347,6 +347,7 @@ fn success_status(action: &str) -> ClusterStatus {
     }
 }
 
+#[tracing::instrument(skip_all, fields(task_id = %task_id, job_id = tracing::field::Empty, cluster_id = tracing::field::Empty))]
 async fn finish_step(
     st: &AppState,
     w: &Worker,
@@ -360,6 +361,9 @@ async fn finish_step(
         .get_task(tenant, task_id)
         .await?
         .ok_or_else(not_owner)?;
+    let span = tracing::Span::current();
+    span.record("job_id", task.job_id.as_str());
+    span.record("cluster_id", task.cluster_id);
     if task.lease_owner.as_deref() != Some(w.owner.as_str()) {
         return Err(not_owner());
     }
