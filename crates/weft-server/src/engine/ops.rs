@@ -351,3 +351,42 @@ async fn rollback(st: &AppState, tenant_id: &str, cluster_id: u64) -> ApiResult<
     }
     Ok(())
 }
+
+/// Starts (or, for a dry run, plans) an operation that keeps the layout: reconfigure, start, stop,
+/// restart. Returns the plan only for a dry run.
+pub async fn in_place(
+    st: &AppState,
+    c: &Loaded,
+    op: Operation,
+    body: ClusterBody,
+    dry_run: bool,
+) -> ApiResult<Option<PlanView>> {
+    let s = start_job(st, c, op, &[], c.nodes.clone(), body, vec![], dry_run).await?;
+    Ok(dry_run.then_some(s.plan))
+}
+
+/// Solves `change`, then starts (or plans) `op` from the current layout to the solved one; nodes
+/// the solver takes away leave when the job succeeds. Returns the plan only for a dry run.
+pub async fn relayout(
+    st: &AppState,
+    c: &Loaded,
+    change: &Change,
+    op: Operation,
+    body: ClusterBody,
+    dry_run: bool,
+) -> ApiResult<Option<PlanView>> {
+    let (layout, services, hw, img) = solve_change(st, c, change).await?;
+    let after = nodes_after(c, &layout, &services, &hw, &img);
+    let s = start_job(
+        st,
+        c,
+        op,
+        &c.nodes,
+        after,
+        body,
+        layout.removed.clone(),
+        dry_run,
+    )
+    .await?;
+    Ok(dry_run.then_some(s.plan))
+}

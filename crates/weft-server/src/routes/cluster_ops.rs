@@ -23,7 +23,9 @@ use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::engine::body::{from_body, to_body, JobBody};
 use crate::engine::create::typed_list;
-use crate::engine::ops::{load, nodes_after, require_status, solve_change, start_job, Loaded};
+use crate::engine::ops::{
+    in_place, load, relayout, require_status, solve_change, start_job, Loaded,
+};
 use crate::engine::{cluster_id_text, store_err, JobEventKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{now_ms, AppState};
@@ -272,21 +274,10 @@ async fn reconfigure(
     let c = load(&st, row).await?;
     let mut body = c.body.clone();
     body.config = config;
-    let nodes = c.nodes.clone();
-    let s = start_job(
-        &st,
-        &c,
-        Operation::Reconfigure {
-            restart: req.restart.unwrap_or(true),
-        },
-        &[],
-        nodes,
-        body,
-        vec![],
-        d.on(),
-    )
-    .await?;
-    Ok(answer(d.on().then_some(s.plan)))
+    let op = Operation::Reconfigure {
+        restart: req.restart.unwrap_or(true),
+    };
+    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
 }
 
 #[derive(Deserialize)]
@@ -311,27 +302,16 @@ async fn add_services(
     }
     require_status(&row, &[Active])?;
     let c = load(&st, row).await?;
-    let (layout, services, hw, img) =
-        solve_change(&st, &c, &Change::AddServices(req.services.clone())).await?;
-    let after = nodes_after(&c, &layout, &services, &hw, &img);
     let mut body = c.body.clone();
-    for s in req.services {
-        if !body.services.contains(&s) {
-            body.services.push(s);
+    for s in &req.services {
+        if !body.services.contains(s) {
+            body.services.push(s.clone());
         }
     }
-    let s = start_job(
-        &st,
-        &c,
-        Operation::AddServices,
-        &c.nodes,
-        after,
-        body,
-        vec![],
-        d.on(),
-    )
-    .await?;
-    Ok(answer(d.on().then_some(s.plan)))
+    let change = Change::AddServices(req.services);
+    Ok(answer(
+        relayout(&st, &c, &change, Operation::AddServices, body, d.on()).await?,
+    ))
 }
 
 fn runtime_op(action: &str, service: Option<String>) -> ApiResult<Operation> {
@@ -357,9 +337,8 @@ async fn all_services(
     let op = runtime_op(&action, None)?;
     require_status(&row, &[Active])?;
     let c = load(&st, row).await?;
-    let (nodes, body) = (c.nodes.clone(), c.body.clone());
-    let s = start_job(&st, &c, op, &[], nodes, body, vec![], d.on()).await?;
-    Ok(answer(d.on().then_some(s.plan)))
+    let body = c.body.clone();
+    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
 }
 
 fn require_service(c: &Loaded, svc: &str) -> ApiResult<()> {
@@ -418,9 +397,8 @@ async fn one_service(
     }
     let op = runtime_op(&action, Some(svc))?;
     require_status(&row, &[Active])?;
-    let (nodes, body) = (c.nodes.clone(), c.body.clone());
-    let s = start_job(&st, &c, op, &[], nodes, body, vec![], d.on()).await?;
-    Ok(answer(d.on().then_some(s.plan)))
+    let body = c.body.clone();
+    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
 }
 
 async fn remove_service(
@@ -433,23 +411,11 @@ async fn remove_service(
     let c = load(&st, row.clone()).await?;
     require_service(&c, &svc)?;
     require_status(&row, &[Active])?;
-    let (layout, services, hw, img) =
-        solve_change(&st, &c, &Change::RemoveService(svc.clone())).await?;
-    let after = nodes_after(&c, &layout, &services, &hw, &img);
     let mut body = c.body.clone();
     body.services.retain(|s| s != &svc);
-    let s = start_job(
-        &st,
-        &c,
-        Operation::RemoveService { service: svc },
-        &c.nodes,
-        after,
-        body,
-        vec![],
-        d.on(),
-    )
-    .await?;
-    Ok(answer(d.on().then_some(s.plan)))
+    let change = Change::RemoveService(svc.clone());
+    let op = Operation::RemoveService { service: svc };
+    Ok(answer(relayout(&st, &c, &change, op, body, d.on()).await?))
 }
 
 #[derive(Deserialize, Default)]
@@ -493,20 +459,10 @@ async fn expand(
         )));
     }
     let c = load(&st, row).await?;
-    let (layout, services, hw, img) = solve_change(&st, &c, &Change::Expand(k)).await?;
-    let after = nodes_after(&c, &layout, &services, &hw, &img);
-    let s = start_job(
-        &st,
-        &c,
-        Operation::Expand,
-        &c.nodes,
-        after,
-        c.body.clone(),
-        vec![],
-        d.on(),
-    )
-    .await?;
-    Ok(answer(d.on().then_some(s.plan)))
+    let body = c.body.clone();
+    Ok(answer(
+        relayout(&st, &c, &Change::Expand(k), Operation::Expand, body, d.on()).await?,
+    ))
 }
 
 async fn shrink(
@@ -521,20 +477,10 @@ async fn shrink(
     let k = count(&body, q.count)?;
     require_status(&row, &[Active])?;
     let c = load(&st, row).await?;
-    let (layout, services, hw, img) = solve_change(&st, &c, &Change::Shrink(k)).await?;
-    let after = nodes_after(&c, &layout, &services, &hw, &img);
-    let s = start_job(
-        &st,
-        &c,
-        Operation::Shrink,
-        &c.nodes,
-        after,
-        c.body.clone(),
-        layout.removed.clone(),
-        d.on(),
-    )
-    .await?;
-    Ok(answer(d.on().then_some(s.plan)))
+    let body = c.body.clone();
+    Ok(answer(
+        relayout(&st, &c, &Change::Shrink(k), Operation::Shrink, body, d.on()).await?,
+    ))
 }
 
 async fn sync_template(
