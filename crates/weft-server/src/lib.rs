@@ -20,6 +20,7 @@ pub mod outbound;
 pub mod resources;
 pub mod routes;
 pub mod state;
+pub mod ui;
 pub mod workers;
 
 use std::sync::Arc;
@@ -79,7 +80,8 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
     let internal = routes::internal();
-    let external = finish(external.router, limit).with_state(state.clone());
+    let external =
+        finish(external.router.merge(ui::router(&state)), limit).with_state(state.clone());
     let internal = finish(internal.router, limit).with_state(state.clone());
     App {
         external,
@@ -96,7 +98,24 @@ fn finish(router: Router<AppState>, limit: usize) -> Router<AppState> {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(run_to_completion))
         .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// Runs every request's handler on its own task, so that a client that goes away mid-request
+/// cannot cancel it halfway: a store transaction always commits or rolls back, and a leased task is
+/// never half-handed out.
+async fn run_to_completion(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match tokio::spawn(next.run(req)).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::error!(error = %e, "request handler panicked");
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error; the server log has the cause".into(),
+            )
+        }
+    }
 }
 
 async fn status() -> Response {

@@ -29,6 +29,10 @@ enum Command {
     Solve(cmd::solve::Args),
     /// Preview the task plan of a cluster operation offline.
     Plan(cmd::plan::Args),
+    /// Run a provisioner: takes tasks from the server and runs them with its plugins.
+    Provisioner(cmd::provisioner::Args),
+    /// Load drivers: `weft bench queue` (take/finish throughput, 1,000-node create time).
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,8 @@ fn main() -> ExitCode {
         Command::Admin(args) => cmd::admin::run(args),
         Command::Solve(args) => cmd::solve::run(args),
         Command::Plan(args) => cmd::plan::run(args),
+        Command::Provisioner(args) => cmd::provisioner::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
     };
     match result {
         Ok(code) => code,

@@ -4,6 +4,7 @@
 mod apikeys;
 mod bad_input;
 mod callbacks;
+mod cancel;
 mod catalog;
 mod cluster_ops;
 mod clusters;
@@ -20,3 +21,4 @@ mod provisioners;
 mod secrets;
 mod status_identity;
 mod tenants;
+mod ui;

@@ -1,7 +1,9 @@
 //! The subcommands of the `weft` binary, one module each.
 
 pub mod admin;
+pub mod bench;
 pub mod plan;
+pub mod provisioner;
 pub mod server;
 pub mod solve;
 

@@ -13,6 +13,9 @@ pub const EXAMPLE_CATALOG: &str = include_str!("../../../../examples/catalog/cat
 /// The tenant `weft up` creates for people to work in.
 pub const DEFAULT_TENANT: &str = "default";
 
+/// Workers of the provisioner `weft up` runs in-process, all for the default tenant.
+pub const UP_WORKERS: u32 = 8;
+
 /// Arguments of `weft server`. Each flag is also a TOML key in --config and a WEFT_* variable.
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
@@ -156,7 +159,21 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         println!("  provisioners http://{}", bound.internal_addr()?);
         println!("  web UI       {api}/   (not built yet: the UI issue adds it)");
         println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' {api}/v2/clustertemplates");
-        bound.run().await.context("serving")?;
+        // The in-process provisioner: the default tenant gets its workers.
+        let internal = bound.internal_addr()?;
+        let serving = tokio::spawn(bound.run());
+        let mut tenant = store.tenant_by_name(DEFAULT_TENANT).await?;
+        if let Some(t) = tenant.as_mut().filter(|t| t.spec.workers == 0) {
+            t.spec.workers = UP_WORKERS;
+            store.update_tenant(t).await?;
+        }
+        let agent = super::provisioner::start_in_process(&settings.data_dir, internal, UP_WORKERS).await?;
+        if let Some(t) = &tenant {
+            agent.set_workers(&t.id, t.spec.workers.min(UP_WORKERS))?;
+        }
+        println!("  provisioner  http://{} ({UP_WORKERS} workers, local provider, shell automator)", agent.addr());
+        serving.await?.context("serving")?;
+        agent.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
 }

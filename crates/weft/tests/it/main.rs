@@ -1,5 +1,7 @@
 //! End-to-end tests of the `weft` binary: real processes, real ports, a real SQLite file.
 
+mod crash;
 mod offline;
 mod server;
 mod support;
+mod worker;

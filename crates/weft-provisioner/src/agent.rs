@@ -1,0 +1,477 @@
+//! The agent: registers with the server (and its plugin types), heartbeats, serves its own API,
+//! and runs a pool of workers per tenant. A worker takes a task, runs it with its plugin, and
+//! reports the result; it never dies of a bad task (a panicking plugin is a failed task). On
+//! shutdown workers stop taking, finish what they hold, and the agent unregisters.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use weft_client::{Client, ClientError, Finish, PluginKind, Registration};
+
+use crate::plugin::Plugins;
+use crate::task::{PluginError, Task};
+use crate::transport::tail_text;
+
+/// What the agent needs to know.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The server's internal (provisioner) API, e.g. `http://127.0.0.1:55055`.
+    pub server: String,
+    pub id: String,
+    /// Workers over all tenants.
+    pub capacity: u32,
+    pub data_dir: PathBuf,
+    /// Where the agent's own API listens (port 0 picks one).
+    pub bind: SocketAddr,
+    /// The host the server should call back; the bind address when not set.
+    pub advertise_host: Option<String>,
+    pub heartbeat_interval: Duration,
+    /// Wait after an empty queue (204).
+    pub poll_interval: Duration,
+    /// Wait after an error talking to the server.
+    pub error_interval: Duration,
+    /// How long a task may run.
+    pub task_timeout: Duration,
+    /// Characters of stdout and stderr sent with a result (the end is kept).
+    pub max_output: usize,
+}
+
+impl AgentConfig {
+    pub fn new(server: &str, data_dir: PathBuf) -> AgentConfig {
+        AgentConfig {
+            server: server.to_string(),
+            id: default_id(),
+            capacity: 10,
+            data_dir,
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise_host: None,
+            heartbeat_interval: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(500),
+            error_interval: Duration::from_secs(5),
+            task_timeout: Duration::from_secs(1800),
+            max_output: 8 * 1024,
+        }
+    }
+}
+
+/// `provisioner-<host>-<pid>`.
+pub fn default_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("provisioner-{host}-{}", std::process::id())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("binding the provisioner API on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Capacity(String),
+}
+
+struct WorkerSlot {
+    stop: watch::Sender<bool>,
+    handle: JoinHandle<()>,
+}
+
+/// The worker pools, per tenant id.
+#[derive(Default)]
+struct Pools {
+    tenants: BTreeMap<String, Vec<WorkerSlot>>,
+    /// Workers asked to stop, still finishing a task.
+    retiring: Vec<JoinHandle<()>>,
+    /// The last resources the server sent per tenant.
+    resources: BTreeMap<String, Value>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: AgentConfig,
+    client: Client,
+    plugins: Arc<Plugins>,
+    pools: Mutex<Pools>,
+    next_worker: AtomicU64,
+    stopping: watch::Sender<bool>,
+    syncing: tokio::sync::Mutex<()>,
+}
+
+/// A running agent.
+pub struct Agent {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    heartbeat: JoinHandle<()>,
+    api: JoinHandle<()>,
+}
+
+impl Agent {
+    /// Binds the agent's API, registers the provisioner and its plugin types, and starts the
+    /// heartbeat. No worker runs until the server (or [`Agent::set_workers`]) assigns some.
+    pub async fn start(cfg: AgentConfig, plugins: Plugins) -> Result<Agent, AgentError> {
+        let client = Client::new(&cfg.server)?;
+        let listener = tokio::net::TcpListener::bind(cfg.bind)
+            .await
+            .map_err(|source| AgentError::Bind {
+                addr: cfg.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| AgentError::Bind {
+            addr: cfg.bind,
+            source,
+        })?;
+        let (stopping, _) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            cfg,
+            client,
+            plugins: Arc::new(plugins),
+            pools: Mutex::new(Pools::default()),
+            next_worker: AtomicU64::new(1),
+            stopping,
+            syncing: tokio::sync::Mutex::new(()),
+        });
+        let router = crate::api::router(inner.clone());
+        let mut stop_rx = inner.stopping.subscribe();
+        let api = tokio::spawn(async move {
+            let stop = async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                tracing::error!(error = %e, "provisioner API stopped");
+            }
+        });
+        inner.register(addr).await?;
+        let heartbeat = tokio::spawn(heartbeat_loop(inner.clone(), addr));
+        tracing::info!(id = %inner.cfg.id, api = %addr, server = %inner.cfg.server, "provisioner registered");
+        Ok(Agent {
+            inner,
+            addr,
+            heartbeat,
+            api,
+        })
+    }
+
+    /// The agent's own API address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn id(&self) -> &str {
+        &self.inner.cfg.id
+    }
+
+    /// Sets how many workers run for a tenant (what the server's `PUT /v2/tenants/{id}` does).
+    pub fn set_workers(&self, tenant_id: &str, workers: u32) -> Result<(), AgentError> {
+        self.inner.set_workers(tenant_id, workers)
+    }
+
+    /// Live workers per tenant id.
+    pub fn usage(&self) -> BTreeMap<String, u32> {
+        self.inner.usage()
+    }
+
+    /// Stops taking tasks, waits for the workers to finish what they hold, unregisters.
+    pub async fn shutdown(self) {
+        let _ = self.inner.stopping.send(true);
+        let handles = {
+            let mut pools = self.inner.pools.lock().expect("pools lock");
+            let mut hs: Vec<JoinHandle<()>> = std::mem::take(&mut pools.retiring);
+            for (_, slots) in std::mem::take(&mut pools.tenants) {
+                for s in slots {
+                    let _ = s.stop.send(true);
+                    hs.push(s.handle);
+                }
+            }
+            hs
+        };
+        for h in handles {
+            let _ = h.await;
+        }
+        self.heartbeat.abort();
+        if let Err(e) = self.inner.client.unregister(&self.inner.cfg.id).await {
+            tracing::warn!(error = %e, "could not unregister");
+        }
+        let _ = self.api.await;
+        tracing::info!(id = %self.inner.cfg.id, "provisioner stopped");
+    }
+}
+
+impl Inner {
+    async fn register(&self, addr: SocketAddr) -> Result<(), AgentError> {
+        let host = self
+            .cfg
+            .advertise_host
+            .clone()
+            .unwrap_or_else(|| match addr.ip() {
+                ip if ip.is_unspecified() => "127.0.0.1".to_string(),
+                ip => ip.to_string(),
+            });
+        self.client
+            .register(&Registration {
+                id: self.cfg.id.clone(),
+                host,
+                port: addr.port(),
+                capacity_total: self.cfg.capacity,
+            })
+            .await?;
+        for t in self.plugins.provider_types() {
+            self.client
+                .register_plugin_type(PluginKind::Provider, &t)
+                .await?;
+        }
+        for t in self.plugins.automator_types() {
+            self.client
+                .register_plugin_type(PluginKind::Automator, &t)
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn usage(&self) -> BTreeMap<String, u32> {
+        let pools = self.pools.lock().expect("pools lock");
+        pools
+            .tenants
+            .iter()
+            .map(|(t, slots)| {
+                let live = slots.iter().filter(|s| !s.handle.is_finished()).count();
+                (t.clone(), u32::try_from(live).unwrap_or(u32::MAX))
+            })
+            .collect()
+    }
+
+    /// Records a tenant's live resources and syncs them in the background (one sync at a time).
+    pub(crate) fn set_resources(self: &Arc<Self>, tenant_id: &str, resources: Value) {
+        {
+            let mut pools = self.pools.lock().expect("pools lock");
+            pools
+                .resources
+                .insert(tenant_id.to_string(), resources.clone());
+        }
+        let inner = self.clone();
+        let tenant = tenant_id.to_string();
+        tokio::spawn(async move {
+            let _one = inner.syncing.lock().await;
+            let root = inner.cfg.data_dir.join("resources");
+            match crate::resources::sync(&inner.client, &root, &tenant, &resources).await {
+                Ok(n) => tracing::info!(tenant_id = %tenant, live = n, "resources synced"),
+                Err(e) => tracing::warn!(tenant_id = %tenant, error = %e, "resource sync failed"),
+            }
+        });
+    }
+
+    pub(crate) fn set_workers(
+        self: &Arc<Self>,
+        tenant_id: &str,
+        workers: u32,
+    ) -> Result<(), AgentError> {
+        if *self.stopping.borrow() {
+            return Err(AgentError::Capacity(
+                "the provisioner is shutting down".into(),
+            ));
+        }
+        let mut pools = self.pools.lock().expect("pools lock");
+        let others: u32 = pools
+            .tenants
+            .iter()
+            .filter(|(t, _)| t.as_str() != tenant_id)
+            .map(|(_, s)| u32::try_from(s.len()).unwrap_or(u32::MAX))
+            .sum();
+        if others.saturating_add(workers) > self.cfg.capacity {
+            return Err(AgentError::Capacity(format!(
+                "{workers} workers for tenant {tenant_id} exceed the capacity of {} ({others} in use)",
+                self.cfg.capacity
+            )));
+        }
+        pools.retiring.retain(|h| !h.is_finished());
+        let slots = pools.tenants.entry(tenant_id.to_string()).or_default();
+        slots.retain(|s| !s.handle.is_finished());
+        let mut retired = Vec::new();
+        while slots.len() > workers as usize {
+            let s = slots.pop().expect("non-empty");
+            let _ = s.stop.send(true);
+            retired.push(s.handle);
+        }
+        while slots.len() < workers as usize {
+            let n = self.next_worker.fetch_add(1, Ordering::Relaxed);
+            let worker_id = format!("worker-{n}");
+            let (stop, rx) = watch::channel(false);
+            let handle = tokio::spawn(worker_loop(
+                self.clone(),
+                tenant_id.to_string(),
+                worker_id,
+                rx,
+            ));
+            slots.push(WorkerSlot { stop, handle });
+        }
+        if workers == 0 {
+            pools.tenants.remove(tenant_id);
+        }
+        pools.retiring.extend(retired);
+        tracing::info!(tenant_id, workers, "tenant workers set");
+        Ok(())
+    }
+}
+
+async fn heartbeat_loop(inner: Arc<Inner>, addr: SocketAddr) {
+    let mut tick = tokio::time::interval(inner.cfg.heartbeat_interval);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match inner.client.heartbeat(&inner.cfg.id, &inner.usage()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!("the server does not know this provisioner: registering again");
+                if let Err(e) = inner.register(addr).await {
+                    tracing::warn!(error = %e, "registering again failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+/// Waits `d`, or less if the worker is told to stop. Returns true when it should stop.
+async fn pause(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    stopped || *stop.borrow()
+}
+
+async fn worker_loop(
+    inner: Arc<Inner>,
+    tenant_id: String,
+    worker_id: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    let global = inner.stopping.subscribe();
+    tracing::debug!(%tenant_id, %worker_id, "worker started");
+    loop {
+        if *stop.borrow() || *global.borrow() {
+            break;
+        }
+        // A take in flight is never cancelled: the server may already have leased a task to this
+        // worker, and a dropped answer would strand it until its lease expires.
+        let taken = inner
+            .client
+            .take(&inner.cfg.id, &worker_id, &tenant_id)
+            .await;
+        match taken {
+            Ok(Some(task)) => run_and_finish(&inner, &tenant_id, &worker_id, task).await,
+            Ok(None) => {
+                if pause(inner.cfg.poll_interval, &mut stop).await || *global.borrow() {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%tenant_id, %worker_id, error = %e, "take failed");
+                if pause(inner.cfg.error_interval, &mut stop).await || *global.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::debug!(%tenant_id, %worker_id, "worker stopped");
+}
+
+/// Runs one task and reports it. Never panics: a plugin that panics fails its task.
+async fn run_and_finish(inner: &Arc<Inner>, tenant_id: &str, worker_id: &str, raw: Value) {
+    let task_id = raw
+        .get("taskId")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let timeout = inner.cfg.task_timeout;
+    let outcome = match Task::from_json(raw, timeout) {
+        Err(e) => Err(e),
+        Ok(mut task) => {
+            task.tenant_id = tenant_id.to_string();
+            tracing::info!(task_id = %task.id, job_id = %task.job_id, cluster_id = %task.cluster_id,
+                action = task.action.lower(), "running task");
+            let plugins = inner.plugins.clone();
+            // Plugins kill what they start at the time-out; this is the backstop for one that hangs
+            // anyway (with a margin so the plugin's own report wins).
+            let run = tokio::spawn(async move { plugins.run(&task).await });
+            let abort = run.abort_handle();
+            match tokio::time::timeout(timeout + Duration::from_secs(5), run).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => Err(PluginError::fatal(format!("the plugin crashed: {e}"))),
+                Err(_) => {
+                    abort.abort();
+                    Err(PluginError::retryable(format!(
+                        "the task did not end within {}s",
+                        timeout.as_secs()
+                    )))
+                }
+            }
+        }
+    };
+    let max = inner.cfg.max_output;
+    let mut finish = Finish {
+        worker_id: worker_id.to_string(),
+        provisioner_id: inner.cfg.id.clone(),
+        tenant_id: tenant_id.to_string(),
+        task_id: task_id.clone(),
+        ..Default::default()
+    };
+    match outcome {
+        Ok(out) => {
+            finish.status = 0;
+            finish.stdout = Some(tail_text(&out.stdout, max));
+            finish.stderr = Some(tail_text(&out.stderr, max));
+            finish.hostname = out.hostname;
+            finish.ipaddresses = out.ipaddresses;
+            finish.result = Some(out.result);
+        }
+        Err(e) => {
+            tracing::warn!(%task_id, retryable = e.retryable, error = %e, "task failed");
+            finish.status = 1;
+            finish.stdout = Some(tail_text(&e.stdout, max));
+            let stderr = if e.stderr.is_empty() {
+                e.message.clone()
+            } else {
+                format!("{}\n{}", e.stderr, e.message)
+            };
+            finish.stderr = Some(tail_text(&stderr, max));
+        }
+    }
+    if task_id.is_empty() {
+        return;
+    }
+    // The result matters: try a few times before giving the task up to the server's time-out.
+    for attempt in 0..5u32 {
+        match inner.client.finish(&finish).await {
+            Ok(()) => return,
+            Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => {
+                tracing::warn!(%task_id, error = %e, "finish refused");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(%task_id, attempt, error = %e, "finish failed");
+                tokio::time::sleep(
+                    inner.cfg.error_interval.min(Duration::from_secs(2)) * (attempt + 1),
+                )
+                .await;
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The provisioner's own HTTP API, called by the server (contract §4.13): `PUT /v2/tenants/{id}`
+//! `{"workers":n,"resources":{..}}` sets a tenant's workers and live resources, `POST /v2/tenants`
+//! does the same with the id in the body, `PUT /v2/tenants/{id}/workers` and `.../resources` set
+//! one of them, `DELETE /v2/tenants/{id}` stops the tenant's workers; `GET /status` and
+//! `GET /heartbeat` answer health and usage. Errors are plain text.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::agent::Inner;
+
+pub(crate) fn router(inner: Arc<Inner>) -> Router {
+    Router::new()
+        .route("/status", get(|| async { "OK\n" }))
+        .route("/heartbeat", get(heartbeat))
+        .route("/v2/tenants", post(post_tenant))
+        .route("/v2/tenants/{id}", put(put_tenant).delete(delete_tenant))
+        .route("/v2/tenants/{id}/workers", put(put_tenant))
+        .route("/v2/tenants/{id}/resources", put(put_resources))
+        .with_state(inner)
+}
+
+fn bad(msg: impl Into<String>) -> Response {
+    (StatusCode::BAD_REQUEST, msg.into()).into_response()
+}
+
+/// The body as a JSON object; `Err` is the 400 message.
+fn parse(body: &Bytes) -> Result<Value, String> {
+    let v = weft_model::lenient::parse(body).map_err(|e| e.to_string())?;
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err("the body must be a JSON object".into())
+    }
+}
+
+fn workers(v: &Value) -> Result<Option<u32>, String> {
+    match v.get("workers") {
+        None | Some(Value::Null) => Ok(None),
+        Some(w) => w
+            .as_u64()
+            .or_else(|| w.as_str().and_then(|s| s.trim().parse().ok()))
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| format!("workers must be a non-negative number, not {w}")),
+    }
+}
+
+fn apply(inner: &Arc<Inner>, id: &str, v: &Value) -> Response {
+    if id.trim().is_empty() {
+        return bad("tenant id must be specified");
+    }
+    let n = match workers(v) {
+        Ok(n) => n,
+        Err(m) => return bad(m),
+    };
+    if let Some(res) = v.get("resources").filter(|r| !r.is_null()) {
+        inner.set_resources(id, res.clone());
+    }
+    if let Some(n) = n {
+        if let Err(e) = inner.set_workers(id, n) {
+            return (StatusCode::CONFLICT, e.to_string()).into_response();
+        }
+    }
+    StatusCode::OK.into_response()
+}
+
+async fn put_tenant(
+    State(inner): State<Arc<Inner>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    match parse(&body) {
+        Ok(v) => apply(&inner, &id, &v),
+        Err(m) => bad(m),
+    }
+}
+
+async fn put_resources(
+    State(inner): State<Arc<Inner>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    match parse(&body) {
+        Ok(v) => {
+            let only = json!({"resources": v.get("resources").cloned().unwrap_or(Value::Null)});
+            apply(&inner, &id, &only)
+        }
+        Err(m) => bad(m),
+    }
+}
+
+async fn post_tenant(State(inner): State<Arc<Inner>>, body: Bytes) -> Response {
+    match parse(&body) {
+        Ok(v) => {
+            let id = v
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            apply(&inner, &id, &v)
+        }
+        Err(m) => bad(m),
+    }
+}
+
+async fn delete_tenant(State(inner): State<Arc<Inner>>, Path(id): Path<String>) -> Response {
+    match inner.set_workers(&id, 0) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => (StatusCode::CONFLICT, e.to_string()).into_response(),
+    }
+}
+
+async fn heartbeat(State(inner): State<Arc<Inner>>) -> Json<Value> {
+    Json(json!({"id": inner.cfg.id, "capacityTotal": inner.cfg.capacity, "usage": inner.usage()}))
+}

@@ -1,0 +1,236 @@
+//! The contract test suite every plugin passes: [`provider_contract`] for providers and
+//! [`automator_contract`] for automators. They run a real plugin through its lifecycle and assert
+//! the rules the agent and the server rely on: a valid plugin type; CREATE and DELETE idempotent;
+//! DELETE of nothing is success; CONFIRM answers both addresses; bad input is a non-retryable
+//! error, never a panic; a failing action reports its output; a hanging one ends at the time-out.
+//! They panic on a broken rule, so call them from tests.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+use weft_model::{PluginType, Validate};
+
+use crate::plugin::{run_automator, Automator, Provider};
+use crate::task::{Action, PluginError, Task, TaskOutput};
+
+/// A task for `action` on `node_id` with `config`.
+pub fn task(action: Action, node_id: &str, config: Map<String, Value>, timeout: Duration) -> Task {
+    let raw = json!({"taskId": format!("contract-{}-{}", node_id, action.lower()),
+        "jobId": "contract-job", "clusterId": "contract", "taskName": action.lower().to_uppercase(),
+        "nodeId": node_id, "config": config});
+    Task::from_json(raw, timeout).expect("a well-formed task")
+}
+
+/// The plugin type is valid and its `required` sets name declared fields.
+pub fn check_plugin_type(t: &PluginType) {
+    assert!(!t.name.is_empty(), "a plugin type has a name");
+    t.validate()
+        .unwrap_or_else(|e| panic!("plugin type {} is invalid: {e}", t.name));
+    for (who, spec) in &t.parameters {
+        for set in &spec.required {
+            for f in set {
+                assert!(
+                    spec.fields.contains_key(f),
+                    "{}: required field {f} ({who:?}) is not declared",
+                    t.name
+                );
+            }
+        }
+    }
+}
+
+fn ok(r: Result<TaskOutput, PluginError>, what: &str) -> TaskOutput {
+    r.unwrap_or_else(|e| {
+        panic!(
+            "{what} failed: {e} (stdout {:?}, stderr {:?})",
+            e.stdout, e.stderr
+        )
+    })
+}
+
+/// Runs a provider through create, confirm and delete on a fresh node, with `fields` as the
+/// provider's fields. Returns the addresses CONFIRM answered.
+pub async fn provider_contract(p: &dyn Provider, fields: Map<String, Value>, node_id: &str) {
+    let t = p.plugin_type();
+    check_plugin_type(&t);
+    let timeout = Duration::from_secs(60);
+    let mut config = Map::new();
+    config.insert(
+        "provider".into(),
+        json!({"name": "contract", "providertype": t.name, "provisioner": fields}),
+    );
+    config.insert("hostname".into(), json!(format!("{node_id}.contract")));
+
+    let created = ok(
+        p.create(&task(Action::Create, node_id, config.clone(), timeout))
+            .await,
+        "create",
+    );
+    let id = created
+        .result
+        .get("providerid")
+        .and_then(Value::as_str)
+        .expect("create answers result.providerid")
+        .to_string();
+    assert!(!id.is_empty());
+    let again = ok(
+        p.create(&task(Action::Create, node_id, config.clone(), timeout))
+            .await,
+        "create again",
+    );
+    assert_eq!(
+        again.result.get("providerid"),
+        created.result.get("providerid"),
+        "create is idempotent"
+    );
+
+    let mut made = config.clone();
+    made.extend(created.result.clone());
+    let confirmed = ok(
+        p.confirm(&task(Action::Confirm, node_id, made.clone(), timeout))
+            .await,
+        "confirm",
+    );
+    let ips = confirmed
+        .ipaddresses
+        .clone()
+        .expect("confirm answers ipaddresses");
+    assert!(
+        ips.contains_key("access_v4") && ips.contains_key("bind_v4"),
+        "{ips:?}"
+    );
+    let again = ok(
+        p.confirm(&task(Action::Confirm, node_id, made.clone(), timeout))
+            .await,
+        "confirm again",
+    );
+    assert_eq!(
+        again.ipaddresses, confirmed.ipaddresses,
+        "confirm is stable"
+    );
+
+    ok(
+        p.delete(&task(Action::Delete, node_id, made.clone(), timeout))
+            .await,
+        "delete",
+    );
+    ok(
+        p.delete(&task(Action::Delete, node_id, made.clone(), timeout))
+            .await,
+        "delete again",
+    );
+    assert!(
+        p.confirm(&task(Action::Confirm, node_id, made, timeout))
+            .await
+            .is_err(),
+        "a deleted node cannot be confirmed"
+    );
+    ok(
+        p.delete(&task(Action::Delete, node_id, config.clone(), timeout))
+            .await,
+        "delete of nothing",
+    );
+    let e = p
+        .confirm(&task(Action::Confirm, node_id, config, timeout))
+        .await
+        .expect_err("confirm without a providerid fails");
+    assert!(
+        !e.retryable,
+        "confirm without a providerid is not retryable"
+    );
+}
+
+/// What an automator's contract run needs.
+pub struct AutomatorFixture {
+    /// The config keys of a ready node (addresses and provider results).
+    pub node: Map<String, Value>,
+    /// Action fields that succeed for every action.
+    pub ok_fields: Map<String, Value>,
+    /// Action fields that fail, and a text the failure's output must contain.
+    pub failing_fields: (Map<String, Value>, String),
+    /// Action fields that hang past a one-second task time-out.
+    pub hanging_fields: Option<Map<String, Value>>,
+}
+
+fn with_service(
+    node: &Map<String, Value>,
+    automator: &str,
+    fields: &Map<String, Value>,
+) -> Map<String, Value> {
+    let mut c = node.clone();
+    c.insert("automators".into(), json!([automator]));
+    c.insert(
+        "service".into(),
+        json!({"name": "contract-svc", "action": {"type": automator, "fields": fields}}),
+    );
+    c.insert("cluster".into(), json!({"contract": {"key": "value"}}));
+    c
+}
+
+/// Runs an automator through bootstrap and every service action on a ready node.
+pub async fn automator_contract(a: &dyn Automator, fx: AutomatorFixture, node_id: &str) {
+    let t = a.plugin_type();
+    check_plugin_type(&t);
+    let timeout = Duration::from_secs(60);
+    let good = with_service(&fx.node, &t.name, &fx.ok_fields);
+    ok(
+        a.bootstrap(&task(Action::Bootstrap, node_id, good.clone(), timeout))
+            .await,
+        "bootstrap",
+    );
+    ok(
+        a.bootstrap(&task(Action::Bootstrap, node_id, good.clone(), timeout))
+            .await,
+        "bootstrap again",
+    );
+    for action in Action::SERVICE {
+        ok(
+            run_automator(a, action, &task(action, node_id, good.clone(), timeout)).await,
+            action.lower(),
+        );
+    }
+    let requires_something = t
+        .parameters
+        .values()
+        .any(|s| s.required.iter().any(|set| !set.is_empty()));
+    if requires_something {
+        let empty = with_service(&fx.node, &t.name, &Map::new());
+        let e = a
+            .install(&task(Action::Install, node_id, empty, timeout))
+            .await
+            .expect_err("an action without its required fields fails");
+        assert!(!e.retryable, "a missing field is not retryable: {e}");
+    }
+    let (fields, marker) = &fx.failing_fields;
+    let e = a
+        .configure(&task(
+            Action::Configure,
+            node_id,
+            with_service(&fx.node, &t.name, fields),
+            timeout,
+        ))
+        .await
+        .expect_err("the failing fields fail");
+    let all = format!("{}\n{}\n{}", e.message, e.stdout, e.stderr);
+    assert!(
+        all.contains(marker.as_str()),
+        "a failure reports its output; got {all:?}"
+    );
+    if let Some(fields) = &fx.hanging_fields {
+        let start = Instant::now();
+        let e = a
+            .start(&task(
+                Action::Start,
+                node_id,
+                with_service(&fx.node, &t.name, fields),
+                Duration::from_secs(1),
+            ))
+            .await
+            .expect_err("a hanging action fails at the time-out");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the time-out was not kept"
+        );
+        assert!(e.message.contains("timed out"), "{e}");
+    }
+}

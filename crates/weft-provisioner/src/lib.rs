@@ -1,0 +1,28 @@
+//! weft-provisioner: the agent that runs cluster tasks for the weft server.
+//!
+//! Module map:
+//! - `task`: the task JSON a worker takes (contract §5.11), what a plugin returns, plugin errors.
+//! - `plugin`: the `Provider` and `Automator` traits and `Plugins`, which dispatches a task to the
+//!   right plugin (contract §4.5).
+//! - `transport`: the `Transport` trait (run a command with a time-out and bounded output, write a
+//!   file) and `LocalTransport`, which runs on this machine in a process group per command.
+//! - `local`: the `local` provider: a node is a directory plus its own loopback address.
+//! - `shell`: the `shell` automator: runs admin scripts with the task as environment and JSON.
+//! - `agent`: registration, heartbeat, the worker pool per tenant and the take/run/finish loop.
+//! - `resources`: plugin resources downloaded from the server and activated per tenant.
+//! - `api`: the provisioner's own HTTP API, which the server calls (contract §4.13).
+//! - `contract`: the contract test suite that every provider and automator passes.
+
+pub mod agent;
+pub mod api;
+pub mod contract;
+pub mod local;
+pub mod plugin;
+pub mod resources;
+pub mod shell;
+pub mod task;
+pub mod transport;
+
+pub use agent::{Agent, AgentConfig, AgentError};
+pub use plugin::{Automator, Plugins, Provider};
+pub use task::{PluginError, Task, TaskOutput};

@@ -1,0 +1,309 @@
+//! The `local` provider: machines on this machine. A node is a directory under
+//! `<data dir>/local/nodes/<providerid>` plus its own loopback address (127.77.y.z, unique per node
+//! among the nodes of the data dir), so services on different nodes can use the same port. CONFIRM
+//! answers that address as both `access_v4` and `bind_v4`. DELETE kills every process started for
+//! the node (its recorded process groups, and any process marked with the node's id) and removes
+//! the directory and the address.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde_json::{json, Map, Value};
+use weft_model::{ParamSpec, PluginType};
+
+use crate::plugin::Provider;
+use crate::task::{PluginError, PluginResult, Task, TaskOutput};
+use crate::transport::{kill_group, NODE_MARK, PGID_FILE};
+
+/// The provider type name.
+pub const NAME: &str = "local";
+
+/// The `local` provider over one data directory.
+#[derive(Debug, Clone)]
+pub struct LocalProvider {
+    root: PathBuf,
+}
+
+impl LocalProvider {
+    /// Nodes and addresses live under `<data_dir>/local`.
+    pub fn new(data_dir: &Path) -> LocalProvider {
+        LocalProvider {
+            root: data_dir.join("local"),
+        }
+    }
+
+    pub fn nodes_dir(&self) -> PathBuf {
+        self.root.join("nodes")
+    }
+
+    fn addresses_dir(&self) -> PathBuf {
+        self.root.join("addresses")
+    }
+
+    /// The directory of a node.
+    pub fn node_dir(&self, providerid: &str) -> PathBuf {
+        self.nodes_dir().join(providerid)
+    }
+
+    /// Reserves the first free loopback address for `providerid` (a file per address, created
+    /// exclusively, so two workers never get the same one).
+    async fn allocate(&self, providerid: &str) -> Result<Ipv4Addr, PluginError> {
+        let dir = self.addresses_dir();
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
+        for y in 0..=255u8 {
+            for z in 1..=254u8 {
+                let ip = Ipv4Addr::new(127, 77, y, z);
+                let path = dir.join(ip.to_string());
+                match tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .await
+                {
+                    Ok(_) => {
+                        tokio::fs::write(&path, providerid).await.map_err(|e| {
+                            PluginError::retryable(format!("writing {}: {e}", path.display()))
+                        })?;
+                        return Ok(ip);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(PluginError::retryable(format!("reserving {ip}: {e}"))),
+                }
+            }
+        }
+        Err(PluginError::retryable("no free loopback address left"))
+    }
+
+    async fn read_node(&self, providerid: &str) -> Option<Map<String, Value>> {
+        let bytes = tokio::fs::read(self.node_dir(providerid).join("node.json"))
+            .await
+            .ok()?;
+        serde_json::from_slice::<Value>(&bytes)
+            .ok()?
+            .as_object()
+            .cloned()
+    }
+}
+
+/// A provider id must name a directory and nothing else.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && id != "."
+        && id != ".."
+}
+
+fn providerid(task: &Task) -> Option<String> {
+    task.config_str("providerid").map(str::to_string)
+}
+
+/// Processes whose environment carries `NODE_MARK=id` (Linux /proc; none elsewhere).
+async fn marked_processes(id: &str) -> Vec<u32> {
+    let needle = format!("{NODE_MARK}={id}");
+    let mut found = Vec::new();
+    let Ok(mut rd) = tokio::fs::read_dir("/proc").await else {
+        return found;
+    };
+    while let Ok(Some(e)) = rd.next_entry().await {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(env) = tokio::fs::read(e.path().join("environ")).await {
+            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// The process group of a process (field 5 of /proc/PID/stat).
+async fn process_group(pid: u32) -> Option<u32> {
+    let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .await
+        .ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+#[async_trait]
+impl Provider for LocalProvider {
+    fn plugin_type(&self) -> PluginType {
+        PluginType {
+            name: NAME.into(),
+            label: Some("Local".into()),
+            description: Some(
+                "nodes on the provisioner's machine: a directory and a loopback address each"
+                    .into(),
+            ),
+            icon: None,
+            version: 1,
+            classname: None,
+            parameters: [
+                (weft_model::ParameterType::Admin, ParamSpec::default()),
+                (weft_model::ParameterType::User, ParamSpec::default()),
+            ]
+            .into(),
+            resource_types: Default::default(),
+        }
+    }
+
+    async fn create(&self, task: &Task) -> PluginResult {
+        // The node id is the provider id: a retried CREATE finds what the first one made.
+        let id = if task.node_id.is_empty() {
+            format!("task-{}", task.id)
+        } else {
+            task.node_id.clone()
+        };
+        if !valid_id(&id) {
+            return Err(PluginError::fatal(format!(
+                "node id {id} cannot name a directory"
+            )));
+        }
+        let dir = self.node_dir(&id);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
+        if self.read_node(&id).await.is_none() {
+            let ip = self.allocate(&id).await?;
+            let node = json!({"providerid": id, "ip": ip.to_string()});
+            tokio::fs::write(dir.join("node.json"), node.to_string())
+                .await
+                .map_err(|e| PluginError::retryable(format!("writing node.json: {e}")))?;
+        }
+        let mut out = TaskOutput::default();
+        out.result.insert("providerid".into(), json!(id));
+        out.result.insert("transport".into(), json!("local"));
+        out.result
+            .insert("nodedir".into(), json!(dir.to_string_lossy()));
+        out.stdout = format!("node {id} in {}\n", dir.display());
+        Ok(out)
+    }
+
+    async fn confirm(&self, task: &Task) -> PluginResult {
+        let id = providerid(task)
+            .ok_or_else(|| PluginError::fatal("confirm: no providerid (was CREATE run?)"))?;
+        if !valid_id(&id) {
+            return Err(PluginError::fatal(format!(
+                "providerid {id} is not a local node"
+            )));
+        }
+        let node = self
+            .read_node(&id)
+            .await
+            .ok_or_else(|| PluginError::fatal(format!("local node {id} does not exist")))?;
+        let ip = node
+            .get("ip")
+            .and_then(Value::as_str)
+            .ok_or_else(|| PluginError::fatal(format!("local node {id} has no address")))?
+            .to_string();
+        // The address must be usable: bind it once.
+        let probe = tokio::net::TcpListener::bind((ip.as_str(), 0))
+            .await
+            .map_err(|e| PluginError::retryable(format!("address {ip} is not usable: {e}")))?;
+        drop(probe);
+        Ok(TaskOutput {
+            ipaddresses: Some(
+                [
+                    ("access_v4".to_string(), ip.clone()),
+                    ("bind_v4".to_string(), ip.clone()),
+                ]
+                .into(),
+            ),
+            stdout: format!("node {id} at {ip}\n"),
+            ..Default::default()
+        })
+    }
+
+    async fn delete(&self, task: &Task) -> PluginResult {
+        let Some(id) = providerid(task) else {
+            return Ok(TaskOutput {
+                stdout: "no providerid: nothing was made\n".into(),
+                ..Default::default()
+            });
+        };
+        if !valid_id(&id) {
+            return Ok(TaskOutput {
+                stdout: format!("providerid {id} is not a local node: nothing to delete\n"),
+                ..Default::default()
+            });
+        }
+        let dir = self.node_dir(&id);
+        // Kill the node's process groups, and whatever left them (setsid) but still carries the
+        // node's mark. A recorded group is killed only while a marked process is in it, so a group
+        // id reused by an unrelated process is never touched.
+        let recorded: std::collections::BTreeSet<u32> =
+            tokio::fs::read_to_string(dir.join(PGID_FILE))
+                .await
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+        let marked = marked_processes(&id).await;
+        let mut groups = std::collections::BTreeSet::new();
+        for pid in &marked {
+            if let Some(g) = process_group(*pid).await.filter(|g| recorded.contains(g)) {
+                groups.insert(g);
+            }
+        }
+        for g in &groups {
+            kill_group(*g).await;
+        }
+        for pid in &marked {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .await;
+        }
+        let killed = marked.len();
+        let ip = self
+            .read_node(&id)
+            .await
+            .and_then(|n| n.get("ip").and_then(Value::as_str).map(str::to_string));
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(PluginError::retryable(format!(
+                    "removing {}: {e}",
+                    dir.display()
+                )))
+            }
+        }
+        if let Some(ip) = ip {
+            let _ = tokio::fs::remove_file(self.addresses_dir().join(ip)).await;
+        }
+        Ok(TaskOutput {
+            stdout: format!("node {id} deleted ({killed} processes killed)\n"),
+            ..Default::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_id;
+
+    #[test]
+    fn provider_ids_cannot_escape_the_nodes_dir() {
+        assert!(valid_id("6f1c-11ee_x.1"));
+        for bad in ["", ".", "..", "a/b", "../x", "a b"] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The task a worker takes (contract §5.11), what a plugin answers, and how a plugin fails.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+/// A failed task: a message, whatever output was captured, and whether running it again may help.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PluginError {
+    pub message: String,
+    /// True when the same task may succeed if run again (a flaky network, a busy machine).
+    pub retryable: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl PluginError {
+    /// A failure that will fail again: bad input, a missing field, an unknown plugin.
+    pub fn fatal(message: impl Into<String>) -> PluginError {
+        PluginError {
+            message: message.into(),
+            retryable: false,
+            stdout: String::new(),
+            stderr: String::new(),
+        }
+    }
+
+    /// A failure that may pass on another try.
+    pub fn retryable(message: impl Into<String>) -> PluginError {
+        PluginError {
+            retryable: true,
+            ..PluginError::fatal(message)
+        }
+    }
+
+    pub fn with_output(mut self, stdout: String, stderr: String) -> PluginError {
+        self.stdout = stdout;
+        self.stderr = stderr;
+        self
+    }
+}
+
+pub type PluginResult = Result<TaskOutput, PluginError>;
+
+/// What a successful task reports back (contract §4.4).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskOutput {
+    /// Replaces the node's hostname (CONFIRM).
+    pub hostname: Option<String>,
+    /// `{access_v4, bind_v4}` (CONFIRM).
+    pub ipaddresses: Option<BTreeMap<String, String>>,
+    /// Merged into the node's provisioner results and handed to every later task of the node.
+    pub result: Map<String, Value>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl TaskOutput {
+    /// Folds `other` into `self` (BOOTSTRAP runs several automators and merges what they say).
+    pub fn merge(&mut self, other: TaskOutput) {
+        if other.hostname.is_some() {
+            self.hostname = other.hostname;
+        }
+        if other.ipaddresses.is_some() {
+            self.ipaddresses = other.ipaddresses;
+        }
+        self.result.extend(other.result);
+        self.stdout.push_str(&other.stdout);
+        self.stderr.push_str(&other.stderr);
+    }
+}
+
+/// The provisioner actions (contract §6), as `taskName` spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    Create,
+    Confirm,
+    Delete,
+    Bootstrap,
+    Install,
+    Configure,
+    Initialize,
+    Start,
+    Stop,
+    Remove,
+}
+
+impl Action {
+    pub const ALL: [Action; 10] = [
+        Action::Create,
+        Action::Confirm,
+        Action::Delete,
+        Action::Bootstrap,
+        Action::Install,
+        Action::Configure,
+        Action::Initialize,
+        Action::Start,
+        Action::Stop,
+        Action::Remove,
+    ];
+
+    /// The service actions an automator runs for a service (besides BOOTSTRAP, which is per node).
+    pub const SERVICE: [Action; 6] = [
+        Action::Install,
+        Action::Configure,
+        Action::Initialize,
+        Action::Start,
+        Action::Stop,
+        Action::Remove,
+    ];
+
+    pub fn lower(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Confirm => "confirm",
+            Action::Delete => "delete",
+            Action::Bootstrap => "bootstrap",
+            Action::Install => "install",
+            Action::Configure => "configure",
+            Action::Initialize => "initialize",
+            Action::Start => "start",
+            Action::Stop => "stop",
+            Action::Remove => "remove",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        Action::ALL
+            .into_iter()
+            .find(|a| a.lower().eq_ignore_ascii_case(s))
+    }
+}
+
+/// One task as taken from the server.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub id: String,
+    pub job_id: String,
+    pub cluster_id: String,
+    pub action: Action,
+    pub node_id: String,
+    /// `config` of the task JSON: cluster config, service, node properties, provider, nodes, and the
+    /// node's provisioner results flattened in.
+    pub config: Map<String, Value>,
+    /// The whole task JSON, as received (the shell automator hands it to scripts).
+    pub raw: Value,
+    /// How long the task may run; plugins kill what they started when it is over.
+    pub timeout: Duration,
+    /// The tenant (internal id) whose worker took the task; empty when unknown.
+    pub tenant_id: String,
+}
+
+fn text(v: &Value, key: &str) -> Option<String> {
+    match v.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+impl Task {
+    /// Reads a task JSON. A task without an id, a known `taskName` or a `config` object is refused.
+    pub fn from_json(raw: Value, timeout: Duration) -> Result<Task, PluginError> {
+        let id = text(&raw, "taskId").ok_or_else(|| PluginError::fatal("task has no taskId"))?;
+        let name = text(&raw, "taskName")
+            .ok_or_else(|| PluginError::fatal(format!("task {id} has no taskName")))?;
+        let action = Action::parse(&name)
+            .ok_or_else(|| PluginError::fatal(format!("task {id}: unknown taskName {name}")))?;
+        let config = raw
+            .get("config")
+            .and_then(Value::as_object)
+            .cloned()
+            .ok_or_else(|| PluginError::fatal(format!("task {id} has no config object")))?;
+        Ok(Task {
+            job_id: text(&raw, "jobId").unwrap_or_default(),
+            cluster_id: text(&raw, "clusterId").unwrap_or_default(),
+            node_id: text(&raw, "nodeId").unwrap_or_default(),
+            id,
+            action,
+            config,
+            raw,
+            timeout,
+            tenant_id: String::new(),
+        })
+    }
+
+    /// A string value of `config`.
+    pub fn config_str(&self, key: &str) -> Option<&str> {
+        self.config.get(key).and_then(Value::as_str)
+    }
+
+    /// `config.provider.providertype`.
+    pub fn provider_type(&self) -> Option<&str> {
+        self.config.get("provider")?.get("providertype")?.as_str()
+    }
+
+    /// `config.provider.provisioner`: admin, user and sensitive provider fields.
+    pub fn provider_fields(&self) -> Map<String, Value> {
+        self.config
+            .get("provider")
+            .and_then(|p| p.get("provisioner"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// `config.service.name`.
+    pub fn service_name(&self) -> Option<&str> {
+        self.config.get("service")?.get("name")?.as_str()
+    }
+
+    /// `config.service.action.type`: the automator of a service task.
+    pub fn automator_type(&self) -> Option<&str> {
+        self.config
+            .get("service")?
+            .get("action")?
+            .get("type")?
+            .as_str()
+    }
+
+    /// `config.service.action.fields`, values as strings.
+    pub fn action_fields(&self) -> BTreeMap<String, String> {
+        self.config
+            .get("service")
+            .and_then(|s| s.get("action"))
+            .and_then(|a| a.get("fields"))
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| match v {
+                        Value::String(s) => Some((k.clone(), s.clone())),
+                        Value::Null => None,
+                        other => Some((k.clone(), other.to_string())),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `config.automators`: the automators BOOTSTRAP runs, in order.
+    pub fn automators(&self) -> Vec<String> {
+        self.config
+            .get("automators")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// One of the node's IP addresses (`access_v4`, `bind_v4`).
+    pub fn ip(&self, kind: &str) -> Option<&str> {
+        self.config.get("ipaddresses")?.get(kind)?.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_a_task_and_refuses_what_is_not_one() {
+        let raw = json!({"taskId": "1-1-1", "jobId": "1-1", "clusterId": "1", "taskName": "INSTALL",
+            "nodeId": "n", "config": {"service": {"name": "web", "action": {"type": "shell",
+            "fields": {"script": "web.sh", "n": 3}}}, "provider": {"providertype": "local",
+            "provisioner": {"k": "v"}}, "automators": ["shell"], "ipaddresses": {"bind_v4": "127.0.0.2"}}});
+        let t = Task::from_json(raw, Duration::from_secs(1)).unwrap();
+        assert_eq!(t.action, Action::Install);
+        assert_eq!(t.automator_type(), Some("shell"));
+        assert_eq!(t.provider_type(), Some("local"));
+        assert_eq!(t.service_name(), Some("web"));
+        assert_eq!(t.action_fields()["n"], "3");
+        assert_eq!(t.provider_fields()["k"], "v");
+        assert_eq!(t.automators(), vec!["shell".to_string()]);
+        assert_eq!(t.ip("bind_v4"), Some("127.0.0.2"));
+        for bad in [
+            json!({}),
+            json!({"taskId": "x", "taskName": "FLY", "config": {}}),
+            json!({"taskId": "x", "taskName": "CREATE"}),
+            json!([1, 2]),
+        ] {
+            let e = Task::from_json(bad, Duration::from_secs(1)).unwrap_err();
+            assert!(!e.retryable, "{e}");
+        }
+    }
+
+    #[test]
+    fn merge_keeps_the_latest_addresses_and_all_results() {
+        let mut a = TaskOutput {
+            result: Map::from_iter([("x".to_string(), json!(1))]),
+            stdout: "a".into(),
+            ..Default::default()
+        };
+        a.merge(TaskOutput {
+            hostname: Some("h".into()),
+            result: Map::from_iter([("y".to_string(), json!(2))]),
+            stdout: "b".into(),
+            ..Default::default()
+        });
+        assert_eq!(a.hostname.as_deref(), Some("h"));
+        assert_eq!(a.result.len(), 2);
+        assert_eq!(a.stdout, "ab");
+    }
+}

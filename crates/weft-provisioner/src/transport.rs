@@ -1,0 +1,279 @@
+//! How plugins reach a node: the [`Transport`] trait (run a command with a time-out and bounded,
+//! streamed output; write a file) and [`LocalTransport`], which runs on this machine. An SSH
+//! transport implements the same trait; plugins never spawn processes or touch remote files
+//! themselves.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// The environment variable that marks every process started for a local node with the node's id,
+/// so that deleting the node finds them all.
+pub const NODE_MARK: &str = "WEFT_LOCAL_NODE";
+/// The file in a local node's directory listing the process groups started there, one per line.
+pub const PGID_FILE: &str = ".weft-pgids";
+
+/// A command to run on a node.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// Program and arguments (an SSH transport quotes them into one line).
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Working directory on the node.
+    pub cwd: Option<String>,
+    /// The command (and everything it started in its process group) is killed after this.
+    pub timeout: Duration,
+    /// Bytes kept of each of stdout and stderr: the last ones.
+    pub max_output: usize,
+}
+
+impl CommandSpec {
+    pub fn new(argv: Vec<String>) -> CommandSpec {
+        CommandSpec {
+            argv,
+            env: BTreeMap::new(),
+            cwd: None,
+            timeout: Duration::from_secs(600),
+            max_output: 64 * 1024,
+        }
+    }
+}
+
+/// What a command did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// The exit code; `None` when it was killed (time-out or signal).
+    pub exit: Option<i32>,
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn success(&self) -> bool {
+        self.exit == Some(0)
+    }
+}
+
+/// A transport failure: the command could not be started or the file not written.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TransportError(pub String);
+
+/// Runs commands and writes files on one node.
+#[async_trait]
+pub trait Transport: Send + Sync {
+    async fn run(&self, cmd: &CommandSpec) -> Result<CommandOutput, TransportError>;
+    /// Writes `contents` to `path` on the node (parents created), with unix `mode`.
+    async fn write_file(
+        &self,
+        path: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), TransportError>;
+}
+
+/// Keeps the last `max` bytes written to it.
+#[derive(Debug, Default)]
+struct Tail {
+    buf: Vec<u8>,
+    dropped: usize,
+    max: usize,
+}
+
+impl Tail {
+    fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() > self.max {
+            let cut = self.buf.len() - self.max;
+            self.buf.drain(..cut);
+            self.dropped += cut;
+        }
+    }
+
+    fn text(&self) -> String {
+        let s = String::from_utf8_lossy(&self.buf);
+        if self.dropped > 0 {
+            format!("[{} bytes snipped]{s}", self.dropped)
+        } else {
+            s.into_owned()
+        }
+    }
+}
+
+/// Keeps the last `max` characters of `s`, marking the cut.
+pub fn tail_text(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let rest: String = s.chars().skip(n - max).collect();
+    format!("[snipped]{rest}")
+}
+
+async fn pump(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => tail.lock().expect("tail lock").push(&chunk[..n]),
+        }
+    }
+}
+
+/// Sends SIGKILL to a process group.
+pub async fn kill_group(pgid: u32) {
+    let _ = tokio::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+}
+
+/// Runs commands on this machine, for one local node: each command in its own process group,
+/// marked with [`NODE_MARK`]=`node_id`, the group recorded in `<root>/.weft-pgids` so that the
+/// node's deletion can kill whatever the command left running.
+#[derive(Debug, Clone)]
+pub struct LocalTransport {
+    root: PathBuf,
+    node_id: String,
+}
+
+/// After a command exits, how long its output pipes may stay open (held by a daemon it started)
+/// before the reading stops.
+const DRAIN_GRACE: Duration = Duration::from_millis(300);
+
+impl LocalTransport {
+    pub fn new(root: impl Into<PathBuf>, node_id: impl Into<String>) -> LocalTransport {
+        LocalTransport {
+            root: root.into(),
+            node_id: node_id.into(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    async fn record_group(&self, pgid: u32) {
+        let path = self.root.join(PGID_FILE);
+        if let Ok(mut f) = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .await
+        {
+            let _ = f.write_all(format!("{pgid}\n").as_bytes()).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for LocalTransport {
+    async fn run(&self, spec: &CommandSpec) -> Result<CommandOutput, TransportError> {
+        let (program, args) = spec
+            .argv
+            .split_first()
+            .ok_or_else(|| TransportError("empty command".into()))?;
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .envs(&spec.env)
+            .env(NODE_MARK, &self.node_id)
+            .current_dir(spec.cwd.as_deref().map(Path::new).unwrap_or(&self.root))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| TransportError(format!("cannot start {program}: {e}")))?;
+        let pgid = child.id();
+        if let Some(pgid) = pgid {
+            self.record_group(pgid).await;
+        }
+        let out = Arc::new(Mutex::new(Tail {
+            max: spec.max_output,
+            ..Default::default()
+        }));
+        let err = Arc::new(Mutex::new(Tail {
+            max: spec.max_output,
+            ..Default::default()
+        }));
+        let mut readers = Vec::new();
+        if let Some(s) = child.stdout.take() {
+            readers.push(tokio::spawn(pump(s, out.clone())));
+        }
+        if let Some(s) = child.stderr.take() {
+            readers.push(tokio::spawn(pump(s, err.clone())));
+        }
+        let (exit, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
+            Ok(Ok(status)) => (status.code(), false),
+            Ok(Err(e)) => return Err(TransportError(format!("waiting for {program}: {e}"))),
+            Err(_) => {
+                if let Some(pgid) = pgid {
+                    kill_group(pgid).await;
+                }
+                let _ = child.kill().await;
+                (None, true)
+            }
+        };
+        // A daemon the command started may hold the pipes open: read what is there, then stop.
+        for r in readers {
+            let abort = r.abort_handle();
+            if tokio::time::timeout(DRAIN_GRACE, r).await.is_err() {
+                abort.abort();
+            }
+        }
+        let stdout = out.lock().expect("tail lock").text();
+        let stderr = err.lock().expect("tail lock").text();
+        Ok(CommandOutput {
+            exit,
+            timed_out,
+            stdout,
+            stderr,
+        })
+    }
+
+    async fn write_file(
+        &self,
+        path: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), TransportError> {
+        use std::os::unix::fs::PermissionsExt;
+        let p = Path::new(path);
+        let fail = |e: std::io::Error| TransportError(format!("writing {path}: {e}"));
+        if let Some(dir) = p.parent() {
+            tokio::fs::create_dir_all(dir).await.map_err(fail)?;
+        }
+        tokio::fs::write(p, contents).await.map_err(fail)?;
+        tokio::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            .await
+            .map_err(fail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_keep_the_end() {
+        let mut t = Tail {
+            max: 4,
+            ..Default::default()
+        };
+        t.push(b"abcdef");
+        t.push(b"gh");
+        assert_eq!(t.text(), "[4 bytes snipped]efgh");
+        assert_eq!(tail_text("abcdef", 3), "[snipped]def");
+        assert_eq!(tail_text("ab", 3), "ab");
+    }
+}

@@ -1,0 +1,7 @@
+//! The provisioner's integration tests: the agent against a real in-process weft server, the
+//! plugin contract suite run for every plugin, and the example catalog end to end.
+
+mod agent;
+mod common;
+mod e2e;
+mod plugins;

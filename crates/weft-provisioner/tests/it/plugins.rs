@@ -1,0 +1,201 @@
+//! The plugin contract suite, run for every plugin weft ships, plus the local provider's and the
+//! shell automator's own promises (addresses unique per node, hanging scripts killed).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use weft_provisioner::contract::{self, AutomatorFixture};
+use weft_provisioner::local::LocalProvider;
+use weft_provisioner::shell::ShellAutomator;
+use weft_provisioner::task::Action;
+use weft_provisioner::{Automator, Provider};
+
+use crate::common::scripts_dir;
+
+fn providers(dir: &std::path::Path) -> Vec<Arc<dyn Provider>> {
+    vec![Arc::new(LocalProvider::new(dir))]
+}
+
+fn automators() -> Vec<Arc<dyn Automator>> {
+    vec![Arc::new(ShellAutomator::new(vec![scripts_dir()]))]
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap()
+}
+
+#[tokio::test]
+async fn every_provider_passes_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    for p in providers(dir.path()) {
+        contract::provider_contract(p.as_ref(), Map::new(), "node-a").await;
+    }
+}
+
+/// A ready local node: what CREATE and CONFIRM answered, as later tasks see it.
+async fn local_node(p: &LocalProvider, node_id: &str) -> Map<String, Value> {
+    let t = |a, c| contract::task(a, node_id, c, Duration::from_secs(10));
+    let base =
+        obj(json!({"provider": {"providertype": "local", "provisioner": {}}, "hostname": "h"}));
+    let created = p.create(&t(Action::Create, base.clone())).await.unwrap();
+    let mut node = base;
+    node.extend(created.result);
+    let confirmed = p.confirm(&t(Action::Confirm, node.clone())).await.unwrap();
+    node.insert("ipaddresses".into(), json!(confirmed.ipaddresses.unwrap()));
+    node
+}
+
+#[tokio::test]
+async fn every_automator_passes_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalProvider::new(dir.path());
+    for a in automators() {
+        let node = local_node(&local, "node-b").await;
+        let fx = AutomatorFixture {
+            node: node.clone(),
+            ok_fields: obj(
+                json!({"script": "#!/bin/bash\necho \"$WEFT_ACTION $WEFT_CONFIG_CONTRACT_KEY\"\n"}),
+            ),
+            failing_fields: (
+                obj(json!({"script": "#!/bin/bash\necho contract-marker >&2\nexit 3\n"})),
+                "contract-marker".into(),
+            ),
+            hanging_fields: Some(obj(json!({"script": "#!/bin/bash\nsleep 600\n"}))),
+        };
+        contract::automator_contract(a.as_ref(), fx, "node-b").await;
+        let t = contract::task(Action::Delete, "node-b", node, Duration::from_secs(10));
+        local.delete(&t).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn local_nodes_get_their_own_address_and_delete_kills_what_they_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalProvider::new(dir.path());
+    let a = local_node(&local, "n1").await;
+    let b = local_node(&local, "n2").await;
+    assert_ne!(a["ipaddresses"]["bind_v4"], b["ipaddresses"]["bind_v4"]);
+    // Two nodes listen on the same port, each on its own address.
+    let shell = ShellAutomator::new(vec![]);
+    for node in [&a, &b] {
+        let mut c = node.clone();
+        c.insert("service".into(), json!({"name": "s", "action": {"type": "shell", "fields": {"script":
+            "#!/bin/bash\nnohup python3 -m http.server 9999 --bind \"$WEFT_IP\" >srv.log 2>&1 &\necho $! > srv.pid\nsetsid sleep 600 >/dev/null 2>&1 &\necho $! > escaped.pid\n"}}}));
+        shell
+            .start(&contract::task(
+                Action::Start,
+                "x",
+                c,
+                Duration::from_secs(10),
+            ))
+            .await
+            .unwrap();
+    }
+    let dir_a = std::path::PathBuf::from(a["nodedir"].as_str().unwrap());
+    let pids: Vec<u32> = ["srv.pid", "escaped.pid"]
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(dir_a.join(f))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    for pid in &pids {
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+    local
+        .delete(&contract::task(
+            Action::Delete,
+            "n1",
+            a,
+            Duration::from_secs(10),
+        ))
+        .await
+        .unwrap();
+    for pid in &pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next();
+        assert!(
+            matches!(state, None | Some('Z')),
+            "process {pid} survived its node: {stat}"
+        );
+    }
+    assert!(!dir_a.exists());
+    // Node b is untouched.
+    let dir_b = std::path::PathBuf::from(b["nodedir"].as_str().unwrap());
+    let pid_b: u32 = std::fs::read_to_string(dir_b.join("srv.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{pid_b}/stat")).exists());
+    local
+        .delete(&contract::task(
+            Action::Delete,
+            "n2",
+            b,
+            Duration::from_secs(10),
+        ))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_hanging_script_is_killed_with_everything_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalProvider::new(dir.path());
+    let mut node = local_node(&local, "n3").await;
+    node.insert("service".into(), json!({"name": "s", "action": {"type": "shell", "fields": {
+        "script": "#!/bin/bash\necho started\nsleep 600 &\necho $! > child.pid\nwait\n", "timeout": "1"}}}));
+    let shell = ShellAutomator::new(vec![]);
+    let e = shell
+        .start(&contract::task(
+            Action::Start,
+            "n3",
+            node.clone(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("timed out after 1s"), "{e}");
+    assert!(
+        e.stdout.contains("started"),
+        "the output so far is reported: {e:?}"
+    );
+    let dir_n = std::path::PathBuf::from(node["nodedir"].as_str().unwrap());
+    let child: u32 = std::fs::read_to_string(dir_n.join("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .chars()
+        .next();
+    assert!(
+        matches!(state, None | Some('Z')),
+        "the script's child survived: {stat}"
+    );
+    local
+        .delete(&contract::task(
+            Action::Delete,
+            "n3",
+            node,
+            Duration::from_secs(10),
+        ))
+        .await
+        .unwrap();
+}

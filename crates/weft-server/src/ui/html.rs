@@ -1,0 +1,191 @@
+//! Templates, static files and small helpers of the web UI (time formatting, URL encoding, mapping
+//! an API message to the form field it names).
+
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use serde_json::Value;
+
+const TEMPLATES: &[(&str, &str)] = &[
+    ("base.html", include_str!("templates/base.html")),
+    ("macros.html", include_str!("templates/macros.html")),
+    ("login.html", include_str!("templates/login.html")),
+    ("error.html", include_str!("templates/error.html")),
+    ("catalog.html", include_str!("templates/catalog.html")),
+    ("clusters.html", include_str!("templates/clusters.html")),
+    (
+        "cluster_new.html",
+        include_str!("templates/cluster_new.html"),
+    ),
+    ("cluster.html", include_str!("templates/cluster.html")),
+    ("entities.html", include_str!("templates/entities.html")),
+    (
+        "entity_form.html",
+        include_str!("templates/entity_form.html"),
+    ),
+    ("plugins.html", include_str!("templates/plugins.html")),
+    (
+        "import_export.html",
+        include_str!("templates/import_export.html"),
+    ),
+    ("tenants.html", include_str!("templates/tenants.html")),
+    (
+        "provisioners.html",
+        include_str!("templates/provisioners.html"),
+    ),
+    ("metrics.html", include_str!("templates/metrics.html")),
+];
+
+const CSS: &str = include_str!("static/style.css");
+const JS: &str = include_str!("static/app.js");
+
+/// The template environment, with every template loaded (a broken template panics here, at
+/// startup and in every test).
+pub fn environment() -> minijinja::Environment<'static> {
+    let mut env = minijinja::Environment::new();
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+    env.add_filter("time", |ms: i64| fmt_time(ms));
+    for (name, src) in TEMPLATES {
+        if let Err(e) = env.add_template(name, src) {
+            panic!("ui template {name}: {e:#}");
+        }
+    }
+    env
+}
+
+/// Renders a template into an HTML response.
+pub fn render(
+    env: &minijinja::Environment<'static>,
+    status: StatusCode,
+    name: &str,
+    ctx: Value,
+) -> Response {
+    match env
+        .get_template(name)
+        .and_then(|t| t.render(minijinja::Value::from(minijinja::value::Serde(&ctx))))
+    {
+        Ok(body) => (status, Html(body)).into_response(),
+        Err(e) => {
+            tracing::error!(template = name, error = %format!("{e:#}"), "ui template failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the page could not be rendered; the server log has the cause",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// A plain error page for callers with no session.
+pub fn render_error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        Html(format!(
+            "<!doctype html><title>{0}</title><h1>{0}</h1><p>{1}</p>",
+            status,
+            escape(message)
+        )),
+    )
+        .into_response()
+}
+
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+pub async fn static_file(Path(file): Path<String>) -> Response {
+    let (ct, body) = match file.as_str() {
+        "style.css" => ("text/css; charset=utf-8", CSS),
+        "app.js" => ("text/javascript; charset=utf-8", JS),
+        _ => return StatusCode::NOT_FOUND.into_response(),
+    };
+    (
+        [
+            (header::CONTENT_TYPE, ct),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM UTC`; 0 or less as `never`.
+pub fn fmt_time(ms: i64) -> String {
+    if ms <= 0 {
+        return "never".into();
+    }
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
+}
+
+/// Percent-encodes a query or path value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The form field an API message is about: the API's messages start with the field path
+/// (`constraints.size.min must be ...`), so the first of `fields` that the message starts with (as a
+/// whole path segment) wins; otherwise `None` and the message belongs to the whole form.
+pub fn field_of<'a>(message: &str, fields: &[&'a str]) -> Option<&'a str> {
+    let m = message.trim_start_matches('"');
+    fields.iter().copied().find(|f| {
+        m.strip_prefix(f)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', ' ', '[', ':', '"', ',']))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_format_as_utc() {
+        assert_eq!(fmt_time(0), "never");
+        assert_eq!(fmt_time(1_700_000_000_000), "2023-11-14 22:13 UTC");
+        assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00 UTC");
+    }
+
+    #[test]
+    fn messages_map_to_fields() {
+        let f = ["name", "constraints", "defaults"];
+        assert_eq!(
+            field_of("constraints.size.min must be at least 0", &f),
+            Some("constraints")
+        );
+        assert_eq!(field_of("name must be specified", &f), Some("name"));
+        assert_eq!(field_of("namespace is odd", &f), None);
+        assert_eq!(field_of("something else", &f), None);
+    }
+
+    #[test]
+    fn encoding() {
+        assert_eq!(enc("a b/c?"), "a%20b%2Fc%3F");
+    }
+}

@@ -1,0 +1,175 @@
+//! The superadmin's pages: tenants (workers and quotas), provisioners (capacity, usage, last
+//! heartbeat) and queue metrics.
+
+use axum::extract::{Path, Query};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::html::enc;
+use super::Ctx;
+use crate::auth::Role;
+use crate::state::{now_ms, AppState};
+
+type Page = Result<Response, Response>;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/ui/super/tenants", get(tenants).post(save_tenant))
+        .route("/ui/super/tenants/{name}/delete", post(delete_tenant))
+        .route("/ui/super/provisioners", get(provisioners))
+        .route("/ui/super/metrics", get(metrics))
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct Notice {
+    notice: Option<String>,
+    error: Option<String>,
+    edit: Option<String>,
+}
+
+async fn tenants_page(ctx: &Ctx, status: StatusCode, n: Notice, form: Value) -> Page {
+    let tenants: Vec<Value> = ctx.get_json("/v2/tenants").await?;
+    let form = match (&n.edit, form.is_null()) {
+        (Some(name), true) => tenants
+            .iter()
+            .find(|t| t["name"].as_str() == Some(name))
+            .map(|t| json!({"name": t["name"], "description": t["description"], "workers": t["workers"],
+                            "maxClusters": t["maxClusters"], "maxNodes": t["maxNodes"], "editing": true}))
+            .unwrap_or(Value::Null),
+        _ => form,
+    };
+    Ok(ctx.page_status(
+        status,
+        "tenants.html",
+        "Tenants",
+        "tenants",
+        json!({"tenants": tenants, "notice": n.notice, "error": n.error, "form": form}),
+    ))
+}
+
+async fn tenants(ctx: Ctx, Query(n): Query<Notice>) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    tenants_page(&ctx, StatusCode::OK, n, Value::Null).await
+}
+
+#[derive(Debug, Deserialize, serde::Serialize)]
+struct TenantForm {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    workers: String,
+    #[serde(default, rename = "maxClusters")]
+    max_clusters: String,
+    #[serde(default, rename = "maxNodes")]
+    max_nodes: String,
+    #[serde(default)]
+    editing: Option<String>,
+}
+
+async fn save_tenant(ctx: Ctx, Form(f): Form<TenantForm>) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    let mut spec = json!({"name": f.name.trim(), "workers": f.workers.trim()});
+    if !f.description.trim().is_empty() {
+        spec["description"] = json!(f.description.trim());
+    }
+    for (k, v) in [("maxClusters", &f.max_clusters), ("maxNodes", &f.max_nodes)] {
+        if !v.trim().is_empty() {
+            spec[k] = json!(v.trim());
+        }
+    }
+    let body = json!({"tenant": spec}).to_string();
+    let r = if f.editing.is_some() {
+        ctx.api(
+            Method::PUT,
+            &format!("/v2/tenants/{}", enc(f.name.trim())),
+            Some(body),
+        )
+        .await
+    } else {
+        ctx.api(Method::POST, "/v2/tenants", Some(body)).await
+    };
+    if r.ok() {
+        let m = format!("tenant {} saved", f.name.trim());
+        return Ok(Redirect::to(&format!("/ui/super/tenants?notice={}", enc(&m))).into_response());
+    }
+    let n = Notice {
+        error: Some(r.message()),
+        ..Default::default()
+    };
+    tenants_page(
+        &ctx,
+        StatusCode::BAD_REQUEST,
+        n,
+        serde_json::to_value(&f).unwrap_or_default(),
+    )
+    .await
+}
+
+async fn delete_tenant(ctx: Ctx, Path(name): Path<String>) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    let r = ctx
+        .api(Method::DELETE, &format!("/v2/tenants/{}", enc(&name)), None)
+        .await;
+    let (k, m) = if r.ok() {
+        ("notice", format!("tenant {name} deleted"))
+    } else {
+        ("error", r.message())
+    };
+    Ok(Redirect::to(&format!("/ui/super/tenants?{k}={}", enc(&m))).into_response())
+}
+
+async fn provisioners(ctx: Ctx) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    let mut list: Vec<Value> = ctx.get_json("/v2/provisioners").await?;
+    // The last heartbeat is not part of the API's view: read it from the store's records.
+    let beats: std::collections::BTreeMap<String, i64> = ctx
+        .state
+        .store
+        .list_provisioners()
+        .await
+        .map(|ps| {
+            ps.into_iter()
+                .map(|p| (p.id, p.last_heartbeat_ms))
+                .collect()
+        })
+        .unwrap_or_default();
+    let now = now_ms();
+    for p in &mut list {
+        let id = p["id"].as_str().unwrap_or_default().to_string();
+        if let Some(ms) = beats.get(&id) {
+            p["lastHeartbeat"] = json!(ms);
+            p["secondsAgo"] = json!((now - ms).max(0) / 1000);
+        }
+    }
+    let tenants: Vec<Value> = ctx.get_json("/v2/tenants").await.unwrap_or_default();
+    let names: std::collections::BTreeMap<String, Value> = ctx
+        .state
+        .store
+        .list_tenants()
+        .await
+        .map(|ts| ts.into_iter().map(|t| (t.id, json!(t.spec.name))).collect())
+        .unwrap_or_default();
+    Ok(ctx.page(
+        "provisioners.html",
+        "Provisioners",
+        "provisioners",
+        json!({"provisioners": list, "tenant_names": names, "tenants": tenants}),
+    ))
+}
+
+async fn metrics(ctx: Ctx) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    let queues: Value = ctx.get_json("/v2/metrics/queues").await?;
+    Ok(ctx.page(
+        "metrics.html",
+        "Queue metrics",
+        "metrics",
+        json!({"queues": queues}),
+    ))
+}

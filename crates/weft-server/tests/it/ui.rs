@@ -1,0 +1,557 @@
+//! The web UI in-process: login and sessions, pages by role (403 page for what a role may not
+//! open), form validation messages next to their fields, creating a cluster through the plan
+//! preview, the detail page and its live event stream while a job is driven over the provisioner
+//! API, and the superadmin's pages.
+
+use axum::body::Body;
+use axum::http::{Method, Request};
+use http_body_util::BodyExt;
+use serde_json::json;
+use tower::ServiceExt;
+
+use crate::clusters::{drain, setup, T};
+use crate::common::{Harness, Port, Resp};
+
+/// Logs in through the form; returns the session cookie (`name=value`).
+async fn login(h: &Harness, tenant: &str, user: &str, key: &str) -> String {
+    let r = form(
+        h,
+        None,
+        "/ui/login",
+        &[("tenant", tenant), ("user", user), ("apikey", key)],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 303, "login failed: {}", r.text());
+    assert_eq!(r.headers["location"], "/ui/clusters");
+    let c = r.headers["set-cookie"].to_str().unwrap();
+    assert!(
+        c.contains("HttpOnly") && c.contains("SameSite=Strict"),
+        "{c}"
+    );
+    c.split(';').next().unwrap().to_string()
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+async fn form(h: &Harness, cookie: Option<&str>, path: &str, fields: &[(&str, &str)]) -> Resp {
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect();
+    let mut b = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header("content-type", "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        b = b.header("cookie", c);
+    }
+    h.send(Port::External, b.body(Body::from(body.join("&"))).unwrap())
+        .await
+}
+
+async fn page(h: &Harness, cookie: &str, path: &str) -> Resp {
+    let req = Request::builder()
+        .uri(path)
+        .header("cookie", cookie)
+        .body(Body::empty())
+        .unwrap();
+    h.send(Port::External, req).await
+}
+
+#[tokio::test]
+async fn login_page_and_redirects() {
+    let h = Harness::new().await;
+    let r = h.call(None, Method::GET, "/", Body::empty()).await;
+    assert_eq!(r.status.as_u16(), 303);
+    let r = h
+        .call(None, Method::GET, "/ui/clusters", Body::empty())
+        .await;
+    assert_eq!(r.status.as_u16(), 303);
+    assert_eq!(r.headers["location"], "/ui/login");
+    let r = h
+        .call(None, Method::GET, "/ui/login", Body::empty())
+        .await
+        .expect(200);
+    let t = r.text();
+    assert!(r.content_type().starts_with("text/html"));
+    for id in ["tenant", "user", "apikey"] {
+        assert!(
+            t.contains(&format!("<label for=\"{id}\"")),
+            "label for {id}"
+        );
+        assert!(t.contains(&format!("id=\"{id}\"")), "input {id}");
+    }
+    assert!(t.contains("name=\"viewport\""));
+    let css = h
+        .call(None, Method::GET, "/ui/static/style.css", Body::empty())
+        .await
+        .expect(200);
+    assert!(css.text().contains("@media (max-width: 640px)"));
+    // An unknown tenant: the API's message, on the login page, 401.
+    let r = form(
+        &h,
+        None,
+        "/ui/login",
+        &[("tenant", "nope"), ("user", "bob")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 401);
+    assert!(r.text().contains("Tenant does not exist."), "{}", r.text());
+    let r = form(&h, None, "/ui/login", &[("tenant", ""), ("user", "")]).await;
+    assert_eq!(r.status.as_u16(), 401);
+    assert!(r.text().contains("tenant and user are required"));
+}
+
+#[tokio::test]
+async fn roles_decide_navigation_and_pages() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let user = login(&h, T, "bob", "").await;
+    let r = page(&h, &user, "/ui/catalog").await.expect(200);
+    let t = r.text();
+    assert!(t.contains("id=\"template-t\""), "{t}");
+    assert!(t.contains("/ui/clusters/new?template=t"));
+    assert!(t.contains("bob @ acme"));
+    assert!(
+        !t.contains("/ui/admin/providers"),
+        "a user sees no admin navigation"
+    );
+    assert!(!t.contains("/ui/super/tenants"));
+    for p in [
+        "/ui/admin/providers",
+        "/ui/admin/clustertemplates/new",
+        "/ui/admin/plugins",
+        "/ui/admin/catalog",
+        "/ui/super/tenants",
+        "/ui/super/provisioners",
+        "/ui/super/metrics",
+    ] {
+        let r = page(&h, &user, p).await;
+        assert_eq!(r.status.as_u16(), 403, "{p}");
+        assert!(r
+            .text()
+            .contains("user bob of tenant acme may not open this page"));
+    }
+    // Posting to an admin form as a user is refused too.
+    let r = form(&h, Some(&user), "/ui/admin/services/new", &[("name", "x")]).await;
+    assert_eq!(r.status.as_u16(), 403);
+
+    let admin = login(&h, T, "admin", "").await;
+    let t = page(&h, &admin, "/ui/clusters").await.expect(200).text();
+    assert!(t.contains("/ui/admin/providers") && !t.contains("/ui/super/tenants"));
+    for p in [
+        "/ui/admin/providers",
+        "/ui/admin/hardwaretypes",
+        "/ui/admin/imagetypes",
+        "/ui/admin/services",
+        "/ui/admin/clustertemplates",
+        "/ui/admin/partialtemplates",
+        "/ui/admin/plugins",
+        "/ui/admin/catalog",
+        "/ui/admin/services/a",
+        "/ui/admin/clustertemplates/new",
+    ] {
+        page(&h, &admin, p).await.expect(200);
+    }
+    assert_eq!(
+        page(&h, &admin, "/ui/super/tenants").await.status.as_u16(),
+        403
+    );
+    let plugins = page(&h, &admin, "/ui/admin/plugins").await.text();
+    assert!(plugins.contains("local") && plugins.contains("shell"));
+    let export = page(&h, &admin, "/ui/admin/catalog/export")
+        .await
+        .expect(200);
+    assert!(export.json()["clusterTemplates"].is_array() || export.json().is_object());
+
+    let sa = login(&h, "superadmin", "admin", "").await;
+    let t = page(&h, &sa, "/ui/super/tenants").await.expect(200).text();
+    assert!(t.contains("<td>acme</td>"), "{t}");
+    let t = page(&h, &sa, "/ui/super/provisioners")
+        .await
+        .expect(200)
+        .text();
+    assert!(t.contains("<td>p1</td>") && t.contains("s ago"), "{t}");
+    let t = page(&h, &sa, "/ui/super/metrics").await.expect(200).text();
+    assert!(t.contains("<td>acme</td>"), "{t}");
+
+    // Logging out ends the session.
+    let r = form(&h, Some(&user), "/ui/logout", &[]).await;
+    assert_eq!(r.status.as_u16(), 303);
+    let r = page(&h, &user, "/ui/clusters").await;
+    assert_eq!(r.status.as_u16(), 303);
+    assert_eq!(r.headers["location"], "/ui/login");
+}
+
+#[tokio::test]
+async fn admin_forms_show_the_api_message_next_to_the_field() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let admin = login(&h, T, "admin", "").await;
+    // Not JSON: caught by the form, at the field.
+    let r = form(
+        &h,
+        Some(&admin),
+        "/ui/admin/clustertemplates/new",
+        &[("name", "t2"), ("defaults", "{oops")],
+    )
+    .await
+    .expect(400);
+    let t = r.text();
+    assert!(t.contains("id=\"defaults-error\""), "{t}");
+    assert!(t.contains("defaults is not valid JSON"));
+    assert!(
+        t.contains("name=\"name\" value=\"t2\""),
+        "the form keeps what was typed"
+    );
+    // The API's own validation message, mapped to the field it names.
+    let r = form(
+        &h,
+        Some(&admin),
+        "/ui/admin/clustertemplates/new",
+        &[
+            ("name", "t2"),
+            ("defaults", r#"{"services": ["a"], "provider": "local"}"#),
+            ("constraints", r#"{"size": {"min": 5, "max": 2}}"#),
+        ],
+    )
+    .await
+    .expect(400);
+    let t = r.text();
+    assert!(t.contains("id=\"constraints-error\""), "{t}");
+    assert!(t.contains("aria-invalid=\"true\" aria-describedby=\"constraints-error\""));
+    let r = form(
+        &h,
+        Some(&admin),
+        "/ui/admin/services/new",
+        &[("name", "bad name")],
+    )
+    .await
+    .expect(400);
+    assert!(r.text().contains("id=\"name-error\""), "{}", r.text());
+    // A valid template is saved and listed; editing writes version 2.
+    let ok = [
+        ("name", "t2"),
+        ("description", "two"),
+        ("defaults", r#"{"services": ["a"], "provider": "local"}"#),
+        ("constraints", r#"{"size": {"min": 1, "max": 3}}"#),
+        (
+            "administration",
+            r#"{"leaseduration": {"initial": 3600000, "max": 7200000, "step": 0}}"#,
+        ),
+    ];
+    let r = form(&h, Some(&admin), "/ui/admin/clustertemplates/new", &ok).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let t = page(&h, &admin, "/ui/admin/clustertemplates")
+        .await
+        .expect(200)
+        .text();
+    assert!(t.contains(">t2</a>") && t.contains("two"));
+    let r = form(&h, Some(&admin), "/ui/admin/clustertemplates/t2", &ok).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let v = h
+        .get(crate::common::admin(T), "/v2/clustertemplates/t2")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(v["version"], 2);
+    assert_eq!(v["administration"]["leaseduration"]["initial"], 3600000);
+    let r = form(
+        &h,
+        Some(&admin),
+        "/ui/admin/clustertemplates/t2/delete",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 303);
+    h.get(crate::common::admin(T), "/v2/clustertemplates/t2")
+        .await
+        .expect(404);
+}
+
+/// Reads the next server-sent event's data from a streaming body.
+async fn next_event(body: &mut Body) -> serde_json::Value {
+    let mut buf = String::new();
+    loop {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream goes on")
+            .expect("a frame");
+        if let Ok(data) = frame.into_data() {
+            buf.push_str(&String::from_utf8_lossy(&data));
+        }
+        if let Some(end) = buf.find("\n\n") {
+            let ev = &buf[..end];
+            if let Some(line) = ev.lines().find_map(|l| l.strip_prefix("data: ")) {
+                assert!(ev.contains("event: state"), "{ev}");
+                return serde_json::from_str(line).unwrap();
+            }
+            buf = buf[end + 2..].to_string();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_user_creates_a_cluster_through_the_preview_and_watches_it() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let user = login(&h, T, "bob", "").await;
+    let t = page(&h, &user, "/ui/clusters/new?template=t")
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        t.contains("<label for=\"name\">") && t.contains("value=\"a, b\""),
+        "{t}"
+    );
+    // Bad size: the API's message next to the size field.
+    let r = form(
+        &h,
+        Some(&user),
+        "/ui/clusters/new",
+        &[
+            ("name", "c1"),
+            ("template", "t"),
+            ("size", "50"),
+            ("step", "preview"),
+        ],
+    )
+    .await
+    .expect(400);
+    assert!(r.text().contains("id=\"size-error\""), "{}", r.text());
+    let r = form(
+        &h,
+        Some(&user),
+        "/ui/clusters/new",
+        &[
+            ("name", "c1"),
+            ("template", "t"),
+            ("size", "2"),
+            ("config", "[1"),
+            ("step", "preview"),
+        ],
+    )
+    .await
+    .expect(400);
+    assert!(r.text().contains("id=\"config-error\""));
+    // The preview: the plan, nothing created.
+    let fields = [
+        ("name", "c1"),
+        ("template", "t"),
+        ("size", "2"),
+        ("services", "a, b"),
+    ];
+    let mut preview = fields.to_vec();
+    preview.push(("step", "preview"));
+    let t = form(&h, Some(&user), "/ui/clusters/new", &preview)
+        .await
+        .expect(200)
+        .text();
+    assert!(t.contains("Plan preview: CLUSTER_CREATE"), "{t}");
+    assert!(t.contains("id=\"confirm\""));
+    assert!(t.contains("CREATE") && t.contains("INSTALL"));
+    let list = h
+        .get(crate::common::user("bob", T), "/v2/clusters")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(list, json!([]));
+    // Confirm: created, and the detail page shows the job.
+    let mut confirm = fields.to_vec();
+    confirm.push(("step", "create"));
+    let r = form(&h, Some(&user), "/ui/clusters/new", &confirm).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let loc = r.headers["location"].to_str().unwrap().to_string();
+    let id = loc.rsplit('/').next().unwrap().to_string();
+    let t = page(&h, &user, &loc).await.expect(200).text();
+    assert!(
+        t.contains("id=\"cluster-status\" class=\"status status-pending\""),
+        "{t}"
+    );
+    assert!(t.contains("class=\"task state-queued\""), "{t}");
+    let list = page(&h, &user, "/ui/clusters").await.expect(200).text();
+    assert!(list.contains(&format!("href=\"/ui/clusters/{id}\">c1</a>")));
+
+    // The event stream: a first snapshot, then one after the job ends.
+    let req = Request::builder()
+        .uri(format!("/ui/clusters/{id}/events"))
+        .header("cookie", &user)
+        .body(Body::empty())
+        .unwrap();
+    let resp = h.app.external.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut body = resp.into_body();
+    let first = next_event(&mut body).await;
+    assert_eq!(first["status"], "pending");
+    assert!(first["tasks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .any(|s| s == "queued"));
+    drain(&h, &tid, |_| false).await;
+    let mut last = next_event(&mut body).await;
+    while last["status"] != "active" {
+        last = next_event(&mut body).await;
+    }
+    assert_eq!(last["progress"]["actionstatus"], "complete");
+    assert!(last["tasks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .all(|s| s == "complete"));
+
+    let t = page(&h, &user, &loc).await.expect(200).text();
+    assert!(t.contains("status-active"));
+    assert!(t.contains("access_v4: 10.1.0."), "addresses shown: {t}");
+    // Actions go through the API; a bad one shows its message.
+    let r = form(
+        &h,
+        Some(&user),
+        &format!("/ui/clusters/{id}/action"),
+        &[("op", "expand"), ("count", "x")],
+    )
+    .await;
+    assert!(r.headers["location"].to_str().unwrap().contains("error="));
+    let r = form(
+        &h,
+        Some(&user),
+        &format!("/ui/clusters/{id}/action"),
+        &[("op", "extend"), ("hours", "1")],
+    )
+    .await;
+    let to = r.headers["location"].to_str().unwrap().to_string();
+    assert!(to.contains("notice=extend"), "{to}");
+    // Another user cannot see it.
+    let eve = login(&h, T, "eve", "").await;
+    assert_eq!(page(&h, &eve, &loc).await.status.as_u16(), 404);
+    // Delete.
+    let r = form(
+        &h,
+        Some(&user),
+        &format!("/ui/clusters/{id}/action"),
+        &[("op", "delete")],
+    )
+    .await;
+    assert!(r.headers["location"]
+        .to_str()
+        .unwrap()
+        .starts_with("/ui/clusters?notice="));
+    drain(&h, &tid, |_| false).await;
+    let t = page(&h, &user, &loc).await.expect(200).text();
+    assert!(t.contains("status-terminated"), "{t}");
+}
+
+#[tokio::test]
+async fn failed_tasks_show_their_output() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let user = login(&h, T, "bob", "").await;
+    let fields = [
+        ("name", "c1"),
+        ("template", "t"),
+        ("size", "1"),
+        ("step", "create"),
+    ];
+    let r = form(&h, Some(&user), "/ui/clusters/new", &fields).await;
+    let loc = r.headers["location"].to_str().unwrap().to_string();
+    drain(&h, &tid, |t| t["taskName"] == "INSTALL").await;
+    let t = page(&h, &user, &loc).await.expect(200).text();
+    assert!(t.contains("Failed tasks"), "{t}");
+    assert!(t.contains("<pre class=\"stderr\">it broke</pre>"), "{t}");
+    assert!(t.contains("class=\"task state-failed\""));
+}
+
+#[tokio::test]
+async fn superadmin_manages_tenants_and_api_key_logins_work() {
+    let h = Harness::with(|c| c.auth = Some("apikey".into())).await;
+    let req = weft_model::ApiKeyRequest {
+        tenant: "superadmin".into(),
+        user: "admin".into(),
+        admin: true,
+    };
+    let sa = weft_server::routes::apikeys::make_key(h.app.state.store.as_ref(), &req)
+        .await
+        .expect("key");
+    let r = form(&h, None, "/ui/login", &[("apikey", "wrong")]).await;
+    assert_eq!(r.status.as_u16(), 401);
+    assert!(r.text().contains("invalid API key"));
+    let cookie = login(&h, "", "", &sa.key).await;
+    let t = page(&h, &cookie, "/ui/super/tenants")
+        .await
+        .expect(200)
+        .text();
+    assert!(t.contains("admin @ superadmin"));
+    let r = form(
+        &h,
+        Some(&cookie),
+        "/ui/super/tenants",
+        &[("name", "acme"), ("workers", "0"), ("maxClusters", "3")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let t = page(&h, &cookie, "/ui/super/tenants?edit=acme")
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        t.contains("Edit tenant acme") && t.contains("value=\"3\""),
+        "{t}"
+    );
+    let r = form(
+        &h,
+        Some(&cookie),
+        "/ui/super/tenants",
+        &[("name", "acme"), ("workers", "-4"), ("editing", "1")],
+    )
+    .await
+    .expect(400);
+    assert!(r.text().contains("id=\"page-error\""));
+    let r = form(&h, Some(&cookie), "/ui/super/tenants/acme/delete", &[]).await;
+    assert!(r.headers["location"].to_str().unwrap().contains("notice="));
+}
+
+#[tokio::test]
+async fn the_browser_reaches_the_api_through_the_session() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let admin = login(&h, T, "admin", "").await;
+    let r = page(&h, &admin, "/ui/api/v2/clustertemplates/t")
+        .await
+        .expect(200);
+    assert_eq!(r.json()["name"], "t");
+    // Writes need the X-Weft-UI header (a cross-site form cannot send it).
+    let req = |with: bool| {
+        let mut b = Request::builder()
+            .method(Method::DELETE)
+            .uri("/ui/api/v2/services/b")
+            .header("cookie", &admin);
+        if with {
+            b = b.header("x-weft-ui", "1");
+        }
+        b.body(Body::empty()).unwrap()
+    };
+    assert_eq!(
+        h.send(Port::External, req(false)).await.status.as_u16(),
+        403
+    );
+    assert_eq!(h.send(Port::External, req(true)).await.status.as_u16(), 200);
+    let r = h
+        .call(None, Method::GET, "/ui/api/v2/services", Body::empty())
+        .await;
+    assert_eq!(r.status.as_u16(), 303, "no session: to the login page");
+}

@@ -1,0 +1,400 @@
+//! `weft bench queue`: a load driver for the engine's task queue. Simulated workers take and finish
+//! no-op tasks over HTTP (the provisioner API, as real workers do) against a real server, either
+//! one started in this process (SQLite in a temp dir, or PostgreSQL at `--database-url`) or a
+//! running one (`--server`). Reports tasks per second for each worker count, and the time of a
+//! 1,000-node create run by instant workers.
+//!
+//! The work is real cluster jobs: a catalog of three independent services, so each node has 12
+//! tasks (CREATE, CONFIRM, BOOTSTRAP, then INSTALL, CONFIGURE, START of each service), chained per
+//! node. At most one task per node is ready at a time, so a run uses at least as many nodes as
+//! workers. Figures go to BENCHMARKS.md.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::{json, Value};
+use weft_server::config::RawConfig;
+
+/// Tasks each node runs: CREATE, CONFIRM, BOOTSTRAP and three actions of three services.
+const TASKS_PER_NODE: u64 = 12;
+const TENANT: &str = "bench";
+const PROVISIONER: &str = "bench";
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// Tasks per second through take and finish, and the time of a 1,000-node create.
+    Queue(QueueArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct QueueArgs {
+    /// External API of a running server (http://HOST:PORT). Without it a server runs in-process.
+    #[arg(long, requires_all = ["internal", "database_url"])]
+    server: Option<String>,
+    /// Provisioner API of the running server (http://HOST:PORT), with --server.
+    #[arg(long)]
+    internal: Option<String>,
+    /// Concurrent workers, one run per value.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+    workers: Vec<usize>,
+    /// Tasks per run (rounded up to whole nodes of 12 tasks; at least 12 per worker).
+    #[arg(long, default_value_t = 20_000)]
+    tasks: u64,
+    /// In-process server's database: sqlite (temp dir) or postgres (needs --database-url).
+    #[arg(long, default_value = "sqlite")]
+    database: String,
+    /// PostgreSQL URL for the in-process server; with --server, the running server's database
+    /// (read once, for the tenant id, which the API does not show).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Nodes of the create-time run (0 skips it).
+    #[arg(long, default_value_t = 1000)]
+    create_nodes: u64,
+    /// Workers of the create-time run.
+    #[arg(long, default_value_t = 100)]
+    create_workers: usize,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let What::Queue(q) = args.what;
+    super::server::runtime()?.block_on(queue(q))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the server is.
+struct Server {
+    api: String,
+    internal: String,
+    database_url: String,
+    /// Keeps the in-process server's data directory.
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn start_in_process(q: &QueueArgs) -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let database_url = match q.database.as_str() {
+        "sqlite" => format!("sqlite://{}", dir.path().join("weft.db").display()),
+        "postgres" => q
+            .database_url
+            .clone()
+            .ok_or_else(|| anyhow!("--database postgres needs --database-url"))?,
+        other => bail!("--database {other}: expected sqlite or postgres"),
+    };
+    let settings = RawConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        database: Some(database_url.clone()),
+        port: Some(0),
+        internal_port: Some(0),
+        ..Default::default()
+    }
+    .resolve()?;
+    let app = weft_server::build(settings).await?;
+    let bound = weft_server::bind(app).await?;
+    let api = format!("http://{}", bound.external_addr()?);
+    let internal = format!("http://{}", bound.internal_addr()?);
+    tokio::spawn(async move {
+        if let Err(e) = bound.run().await {
+            eprintln!("server: {e}");
+        }
+    });
+    Ok(Server {
+        api,
+        internal,
+        database_url,
+        _dir: Some(dir),
+    })
+}
+
+async fn queue(q: QueueArgs) -> anyhow::Result<()> {
+    let server = match &q.server {
+        Some(api) => Server {
+            api: api.trim_end_matches('/').to_string(),
+            internal: q.internal.clone().expect("clap requires it"),
+            database_url: q.database_url.clone().expect("clap requires it"),
+            _dir: None,
+        },
+        None => start_in_process(&q).await?,
+    };
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(2000)
+        .build()?;
+    let tenant_id = setup(&http, &server).await?;
+    // Keep the provisioner registered: the janitor drops one that stops heartbeating.
+    let (hb_http, hb_url) = (
+        http.clone(),
+        format!(
+            "{}/v2/provisioners/{PROVISIONER}/heartbeat",
+            server.internal
+        ),
+    );
+    tokio::spawn(async move {
+        loop {
+            let _ = hb_http.post(&hb_url).body(r#"{"usage":{}}"#).send().await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+    let backend = if server.database_url.starts_with("sqlite") {
+        "sqlite"
+    } else {
+        "postgres"
+    };
+    println!(
+        "weft bench queue: {backend}, server {}, {} cores",
+        if q.server.is_some() {
+            "external"
+        } else {
+            "in-process"
+        },
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("| backend | workers | nodes | tasks | seconds | tasks/s | finishes answered 500 |");
+    println!("|---|---|---|---|---|---|---|");
+    for (i, &workers) in q.workers.iter().enumerate() {
+        let nodes = q.tasks.div_ceil(TASKS_PER_NODE).max(workers as u64).max(1);
+        let cluster = create(&http, &server, &format!("q{i}"), nodes).await?;
+        let total = plan_size(&http, &server, &cluster).await?;
+        let t0 = Instant::now();
+        let (done, errors) = drive(&http, &server, &tenant_id, workers, total).await?;
+        let secs = t0.elapsed().as_secs_f64();
+        check_active(&http, &server, &cluster).await?;
+        println!(
+            "| {backend} | {workers} | {nodes} | {done} | {secs:.2} | {:.0} | {errors} |",
+            done as f64 / secs
+        );
+    }
+    if q.create_nodes > 0 {
+        let t0 = Instant::now();
+        let cluster = create(&http, &server, "big", q.create_nodes).await?;
+        let posted = t0.elapsed().as_secs_f64();
+        let total = plan_size(&http, &server, &cluster).await?;
+        let (done, errors) = drive(&http, &server, &tenant_id, q.create_workers, total).await?;
+        check_active(&http, &server, &cluster).await?;
+        let secs = t0.elapsed().as_secs_f64();
+        println!(
+            "\ncreate of {} nodes ({done} tasks) with {} instant workers on {backend}: \
+             POST answered in {posted:.2} s, cluster active after {secs:.2} s \
+             ({errors} finishes answered 500)",
+            q.create_nodes, q.create_workers
+        );
+    }
+    Ok(())
+}
+
+async fn send(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    who: Option<(&str, &str)>,
+    body: Option<Value>,
+) -> anyhow::Result<String> {
+    let mut b = http.request(method.clone(), url);
+    if let Some((user, tenant)) = who {
+        b = b
+            .header("Coopr-UserID", user)
+            .header("Coopr-TenantID", tenant);
+    }
+    if let Some(v) = body {
+        b = b.body(v.to_string());
+    }
+    let r = b.send().await.with_context(|| format!("{method} {url}"))?;
+    let status = r.status();
+    let text = r.text().await?;
+    if !status.is_success() {
+        bail!("{method} {url}: {status}: {text}");
+    }
+    Ok(text)
+}
+
+const SA: Option<(&str, &str)> = Some(("admin", "superadmin"));
+const ADMIN: Option<(&str, &str)> = Some(("admin", TENANT));
+
+/// Tenant, provisioner, plugin types and a catalog of three independent services. Returns the
+/// tenant id.
+async fn setup(http: &reqwest::Client, s: &Server) -> anyhow::Result<String> {
+    use reqwest::Method;
+    let (api, int) = (&s.api, &s.internal);
+    let store = weft_store::open(&s.database_url).await?;
+    if store.tenant_by_name(TENANT).await?.is_none() {
+        let t = json!({"tenant": {"name": TENANT, "workers": 0}});
+        send(
+            http,
+            Method::POST,
+            &format!("{api}/v2/tenants"),
+            SA,
+            Some(t),
+        )
+        .await?;
+    }
+    let p = json!({"id": PROVISIONER, "host": "127.0.0.1", "port": 1, "capacityTotal": 10000});
+    let url = format!("{int}/v2/provisioners/{PROVISIONER}");
+    send(http, Method::PUT, &url, None, Some(p)).await?;
+    for (kind, name) in [("providertypes", "local"), ("automatortypes", "shell")] {
+        let url = format!("{int}/v2/plugins/{kind}/{name}");
+        send(http, Method::PUT, &url, None, Some(json!({"name": name}))).await?;
+    }
+    let action = |a: &str| json!({"type": "shell", "fields": {"script": format!("{a}.sh")}});
+    let service = |n: &str| {
+        json!({"name": n, "provisioner": {"actions": {
+        "install": action("install"), "configure": action("configure"), "start": action("start")}}})
+    };
+    let entities = [
+        (
+            "providers",
+            json!({"name": "local", "providertype": "local"}),
+        ),
+        (
+            "hardwaretypes",
+            json!({"name": "small", "providermap": {"local": {"flavor": "s1"}}}),
+        ),
+        (
+            "imagetypes",
+            json!({"name": "host", "providermap": {"local": {"image": "img", "sshuser": "weft"}}}),
+        ),
+        ("services", service("s1")),
+        ("services", service("s2")),
+        ("services", service("s3")),
+        (
+            "clustertemplates",
+            json!({"name": "bench",
+                   "defaults": {"services": ["s1", "s2", "s3"], "provider": "local"},
+                   "constraints": {"size": {"min": 1, "max": 10000}}}),
+        ),
+    ];
+    for (kind, body) in entities {
+        let name = body["name"].as_str().unwrap_or_default().to_string();
+        let url = format!("{api}/v2/{kind}/{name}");
+        send(http, Method::PUT, &url, ADMIN, Some(body)).await?;
+    }
+    let id = store
+        .tenant_by_name(TENANT)
+        .await?
+        .ok_or_else(|| anyhow!("tenant {TENANT} missing"))?
+        .id;
+    Ok(id)
+}
+
+async fn create(
+    http: &reqwest::Client,
+    s: &Server,
+    name: &str,
+    nodes: u64,
+) -> anyhow::Result<String> {
+    let name = format!("{name}-{}", uuid::Uuid::new_v4().simple());
+    let body = json!({"name": name, "clusterTemplate": "bench", "numMachines": nodes});
+    let url = format!("{}/v2/clusters", s.api);
+    let text = send(http, reqwest::Method::POST, &url, ADMIN, Some(body)).await?;
+    let v: Value = serde_json::from_str(&text)?;
+    v["id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no id in {text}"))
+}
+
+/// Tasks in the cluster's plan.
+async fn plan_size(http: &reqwest::Client, s: &Server, cluster: &str) -> anyhow::Result<u64> {
+    let url = format!("{}/v2/clusters/{cluster}/plans", s.api);
+    let text = send(http, reqwest::Method::GET, &url, ADMIN, None).await?;
+    let plans: Vec<Value> = serde_json::from_str(&text)?;
+    let plan = plans.first().ok_or_else(|| anyhow!("no plan"))?;
+    Ok(plan["stages"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(Value::as_array)
+                .map(Vec::len)
+                .sum::<usize>()
+        })
+        .unwrap_or(0) as u64)
+}
+
+async fn check_active(http: &reqwest::Client, s: &Server, cluster: &str) -> anyhow::Result<()> {
+    let url = format!("{}/v2/clusters/{cluster}/status", s.api);
+    let text = send(http, reqwest::Method::GET, &url, ADMIN, None).await?;
+    let v: Value = serde_json::from_str(&text)?;
+    if v["status"] != "active" {
+        bail!("cluster {cluster} is not active: {text}");
+    }
+    Ok(())
+}
+
+/// Runs `workers` workers until `total` tasks have been finished; returns how many were and how
+/// many finishes were answered 500 (and retried).
+async fn drive(
+    http: &reqwest::Client,
+    s: &Server,
+    tenant_id: &str,
+    workers: usize,
+    total: u64,
+) -> anyhow::Result<(u64, u64)> {
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let take_url: Arc<str> = format!("{}/v2/tasks/take", s.internal).into();
+    let finish_url: Arc<str> = format!("{}/v2/tasks/finish", s.internal).into();
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let (http, done, stop) = (http.clone(), done.clone(), stop.clone());
+        let errors = errors.clone();
+        let (take_url, finish_url) = (take_url.clone(), finish_url.clone());
+        let ids = json!({"workerId": format!("w{w}"), "provisionerId": PROVISIONER, "tenantId": tenant_id});
+        handles.push(tokio::spawn(async move {
+            let take_body = ids.to_string();
+            while !stop.load(Ordering::Relaxed) {
+                let r = http.post(&*take_url).body(take_body.clone()).send().await?;
+                let status = r.status().as_u16();
+                let text = r.text().await?;
+                if status == 204 {
+                    // Nothing ready: this node's next task waits on another worker.
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                if status != 200 {
+                    bail!("take: {status}: {text}");
+                }
+                let task: Value = serde_json::from_str(&text)?;
+                let mut body = ids.clone();
+                body["taskId"] = task["taskId"].clone();
+                body["status"] = json!(0);
+                if task["taskName"] == "CONFIRM" {
+                    let n = task["config"]["nodenum"].as_u64().unwrap_or(0);
+                    let ip = format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255);
+                    body["ipaddresses"] = json!({"access_v4": ip, "bind_v4": ip});
+                }
+                let body = body.to_string();
+                let mut tries = 0;
+                loop {
+                    let r = http.post(&*finish_url).body(body.clone()).send().await?;
+                    let status = r.status().as_u16();
+                    let text = r.text().await?;
+                    match status {
+                        200 => break,
+                        // A real worker retries a finish the server could not apply.
+                        500 if tries < 20 => {
+                            tries += 1;
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => bail!("finish: {status}: {text}"),
+                    }
+                }
+                if done.fetch_add(1, Ordering::Relaxed) + 1 >= total {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok((done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed)))
+}

@@ -1,0 +1,161 @@
+//! `weft provisioner`: the provisioner agent (local provider, shell automator), and the in-process
+//! provisioner that `weft up` starts.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use weft_provisioner::local::LocalProvider;
+use weft_provisioner::shell::ShellAutomator;
+use weft_provisioner::{Agent, AgentConfig, Plugins};
+
+/// The example catalog's scripts, written to `<data dir>/scripts` so the shell automator finds them.
+pub const EXAMPLE_SCRIPTS: [(&str, &str); 7] = [
+    (
+        "lib.sh",
+        include_str!("../../../../examples/catalog/scripts/lib.sh"),
+    ),
+    (
+        "kv.sh",
+        include_str!("../../../../examples/catalog/scripts/kv.sh"),
+    ),
+    (
+        "kv.py",
+        include_str!("../../../../examples/catalog/scripts/kv.py"),
+    ),
+    (
+        "web.sh",
+        include_str!("../../../../examples/catalog/scripts/web.sh"),
+    ),
+    (
+        "web.py",
+        include_str!("../../../../examples/catalog/scripts/web.py"),
+    ),
+    (
+        "lb.sh",
+        include_str!("../../../../examples/catalog/scripts/lb.sh"),
+    ),
+    (
+        "lb.py",
+        include_str!("../../../../examples/catalog/scripts/lb.py"),
+    ),
+];
+
+/// Arguments of `weft provisioner`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The server's provisioner API (its internal port).
+    #[arg(long, env = "WEFT_SERVER", default_value = "http://127.0.0.1:55055")]
+    server: String,
+    /// Provisioner id [default: provisioner-<host>-<pid>].
+    #[arg(long, env = "WEFT_PROVISIONER_ID")]
+    id: Option<String>,
+    /// Workers this provisioner runs over all tenants.
+    #[arg(long, env = "WEFT_CAPACITY", default_value_t = 10)]
+    capacity: u32,
+    /// Where local nodes and scripts live.
+    #[arg(
+        long,
+        env = "WEFT_PROVISIONER_DATA_DIR",
+        default_value = "./.weft-provisioner"
+    )]
+    data_dir: PathBuf,
+    /// Address of the provisioner's own API, which the server calls.
+    #[arg(long, env = "WEFT_PROVISIONER_BIND", default_value = "127.0.0.1:55056")]
+    bind: SocketAddr,
+    /// Host the server should call back [default: the bind address].
+    #[arg(long, env = "WEFT_PROVISIONER_HOST")]
+    advertise_host: Option<String>,
+    /// More directories of shell automator scripts (searched before the example scripts).
+    #[arg(long = "scripts")]
+    scripts: Vec<PathBuf>,
+    /// Seconds a task may run before it is killed.
+    #[arg(long, default_value_t = 1800)]
+    task_timeout: u64,
+    /// Start this many workers for --tenant without waiting for the server to assign them.
+    #[arg(long, requires = "tenant")]
+    workers: Option<u32>,
+    /// Tenant id (internal id) for --workers.
+    #[arg(long)]
+    tenant: Option<String>,
+}
+
+/// The plugins weft ships: the `local` provider and the `shell` automator. Writes the example
+/// scripts into `<data_dir>/scripts`, searched after `extra_scripts`.
+pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<Plugins> {
+    let dir = data_dir.join("scripts");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, text) in EXAMPLE_SCRIPTS {
+        std::fs::write(dir.join(name), text).with_context(|| format!("writing {name}"))?;
+    }
+    let mut dirs = extra_scripts;
+    dirs.push(dir);
+    Ok(Plugins::new()
+        .provider(Arc::new(LocalProvider::new(data_dir)))
+        .automator(Arc::new(
+            ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
+        )))
+}
+
+/// Starts a provisioner for `weft up`: data under `<data_dir>/provisioner`, API on a free port.
+pub async fn start_in_process(
+    data_dir: &Path,
+    server: SocketAddr,
+    capacity: u32,
+) -> anyhow::Result<Agent> {
+    let data = data_dir.join("provisioner");
+    let mut cfg = AgentConfig::new(&format!("http://{server}"), data.clone());
+    cfg.id = "weft-up".into();
+    cfg.capacity = capacity;
+    Agent::start(cfg, plugins(&data, Vec::new())?)
+        .await
+        .context("starting the provisioner")
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    super::server::runtime()?.block_on(async {
+        let mut cfg = AgentConfig::new(&args.server, args.data_dir.clone());
+        if let Some(id) = args.id {
+            cfg.id = id;
+        }
+        cfg.capacity = args.capacity;
+        cfg.bind = args.bind;
+        cfg.advertise_host = args.advertise_host;
+        cfg.task_timeout = Duration::from_secs(args.task_timeout);
+        let agent = Agent::start(cfg, plugins(&args.data_dir, args.scripts)?)
+            .await
+            .context("starting the provisioner")?;
+        if let (Some(n), Some(t)) = (args.workers, args.tenant.as_deref()) {
+            agent.set_workers(t, n)?;
+        }
+        println!(
+            "weft provisioner {} (API http://{}, server {})",
+            agent.id(),
+            agent.addr(),
+            args.server
+        );
+        shutdown_signal().await;
+        println!("stopping: finishing running tasks");
+        agent.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

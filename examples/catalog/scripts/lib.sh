@@ -1,0 +1,44 @@
+# Helpers for the example services, sourced by kv.sh, web.sh and lb.sh.
+# The shell automator runs each script in the node's directory with WEFT_* variables set.
+set -eu
+
+# daemon NAME CMD...: start CMD in the background, its pid in NAME.pid, output in NAME.log.
+daemon() {
+  name=$1; shift
+  if [ -f "$name.pid" ] && kill -0 "$(cat "$name.pid")" 2>/dev/null; then
+    echo "$name already running (pid $(cat "$name.pid"))"; return 0
+  fi
+  nohup "$@" >"$name.log" 2>&1 </dev/null &
+  echo $! >"$name.pid"
+  echo "$name started (pid $!)"
+}
+
+# stop_daemon NAME: stop the process in NAME.pid, if any.
+stop_daemon() {
+  name=$1
+  if [ -f "$name.pid" ]; then
+    kill "$(cat "$name.pid")" 2>/dev/null || true
+    rm -f "$name.pid"
+    echo "$name stopped"
+  fi
+}
+
+# wait_http URL [SECONDS]: wait until URL answers 200.
+wait_http() {
+  python3 - "$1" "${2:-15}" <<'PY'
+import sys, time, urllib.request
+url, limit = sys.argv[1], float(sys.argv[2])
+end = time.time() + limit
+while True:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            if r.status == 200:
+                sys.exit(0)
+    except Exception as e:
+        err = e
+    if time.time() > end:
+        print("no answer from %s: %s" % (url, err), file=sys.stderr)
+        sys.exit(1)
+    time.sleep(0.1)
+PY
+}
