@@ -166,6 +166,12 @@ async fn a_cluster_is_created_run_by_workers_and_deleted() {
         "two tasks of one node were ready at once"
     );
     assert!(held.iter().all(|t| t["taskName"] == "CREATE"));
+    let q = h.get(a, "/v2/metrics/queues").await.expect(200).json();
+    assert_eq!(
+        q[T],
+        json!({"queued": 0, "inProgress": 3, "total": 3}),
+        "queue metrics count the tenant's tasks"
+    );
     for (i, t) in held.iter().enumerate() {
         assert_eq!(finish(&h, &tid, &format!("w{i}"), t, 0, "").await, 200);
     }
