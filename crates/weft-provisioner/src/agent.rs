@@ -45,6 +45,8 @@ pub struct AgentConfig {
 
 impl AgentConfig {
     pub fn new(server: &str, data_dir: PathBuf) -> AgentConfig {
+        // Scripts run with a node's directory as their working directory: paths must be absolute.
+        let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
         AgentConfig {
             server: server.to_string(),
             id: default_id(),

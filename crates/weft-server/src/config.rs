@@ -148,6 +148,11 @@ impl RawConfig {
     /// Validates and fills in defaults.
     pub fn resolve(self) -> Result<Settings, ConfigError> {
         let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from(".weft"));
+        // Absolute, so that nothing below depends on the working directory of whoever uses it.
+        let data_dir = std::path::absolute(&data_dir).map_err(|e| ConfigError::Key {
+            key: "data_dir",
+            message: format!("{}: {e}", data_dir.display()),
+        })?;
         let bind_text = self.bind.unwrap_or_else(|| "127.0.0.1".into());
         let bind: IpAddr = bind_text.trim().parse().map_err(|_| ConfigError::Key {
             key: "bind",

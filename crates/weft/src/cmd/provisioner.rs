@@ -86,6 +86,9 @@ pub struct Args {
 /// The plugins weft ships: the `local` provider and the `shell` automator. Writes the example
 /// scripts into `<data_dir>/scripts`, searched after `extra_scripts`.
 pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<Plugins> {
+    // Scripts run with a node's directory as their working directory: paths must be absolute.
+    let data_dir =
+        &std::path::absolute(data_dir).with_context(|| format!("{}", data_dir.display()))?;
     let dir = data_dir.join("scripts");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     for (name, text) in EXAMPLE_SCRIPTS {

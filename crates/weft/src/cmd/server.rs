@@ -157,7 +157,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
         println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
         println!("  provisioners http://{}", bound.internal_addr()?);
-        println!("  web UI       {api}/   (not built yet: the UI issue adds it)");
+        println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
         println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' {api}/v2/clustertemplates");
         // The in-process provisioner: the default tenant gets its workers.
         let internal = bound.internal_addr()?;

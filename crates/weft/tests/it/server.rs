@@ -176,3 +176,60 @@ fn server_with_apikey_auth_accepts_only_valid_keys() {
         }
     }
 }
+
+/// Polls `path` until `done` says yes, at most `secs` seconds; returns the last body.
+fn wait_for(
+    api: &str,
+    path: &str,
+    secs: u64,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let (_, body) = http("GET", &format!("{api}{path}"), &ADMIN, "");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if done(&v) || std::time::Instant::now() > end {
+            return v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn up_runs_the_example_cluster_with_its_default_relative_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = weft();
+    cmd.current_dir(dir.path())
+        .args(["up", "--port", "0", "--internal-port", "0"]);
+    let up = start(cmd);
+    let body = r#"{"name":"demo","clusterTemplate":"kv-web","numMachines":3}"#;
+    let (code, created) = http("POST", &format!("{}/v2/clusters", up.api), &ADMIN, body);
+    assert_eq!(code, 200, "{created}");
+    let id = serde_json::from_str::<serde_json::Value>(&created).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let status = wait_for(&up.api, &format!("/v2/clusters/{id}/status"), 120, |s| {
+        s["status"] != "pending"
+    });
+    let details = wait_for(&up.api, &format!("/v2/clusters/{id}"), 1, |_| true);
+    assert_eq!(status["status"], "active", "{}", details["message"]);
+    let lb = details["links"][0]["url"].as_str().unwrap().to_string();
+    let (code, page) = http("GET", &lb, &[], "");
+    assert_eq!(code, 200);
+    assert!(page.contains("hello from weft"), "{page}");
+
+    http(
+        "DELETE",
+        &format!("{}/v2/clusters/{id}", up.api),
+        &ADMIN,
+        "",
+    );
+    let status = wait_for(&up.api, &format!("/v2/clusters/{id}/status"), 60, |s| {
+        s["status"] != "pending"
+    });
+    assert_eq!(status["status"], "terminated");
+    let nodes = dir.path().join(".weft/provisioner/local/nodes");
+    let left = std::fs::read_dir(&nodes).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "delete leaves no node directory behind");
+}
