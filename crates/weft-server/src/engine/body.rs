@@ -80,6 +80,6 @@ pub fn to_body<T: Serialize>(t: &T) -> ApiResult<Value> {
 }
 
 pub fn from_body<T: serde::de::DeserializeOwned>(v: &Value) -> ApiResult<T> {
-    serde_json::from_value(v.clone())
-        .map_err(|e| ApiError::Internal(format!("decoding a row body: {e}")))
+    // Deserializing from a reference avoids copying the whole document first.
+    T::deserialize(v).map_err(|e| ApiError::Internal(format!("decoding a row body: {e}")))
 }

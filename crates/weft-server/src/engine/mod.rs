@@ -87,12 +87,20 @@ where
     Fut: Future<Output = ApiResult<T>>,
 {
     let mut last = None;
-    for attempt in 0..64u32 {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for attempt in 0u32.. {
         match step().await {
             Err(ApiError::Internal(m)) if m.starts_with(STALE_PREFIX) => {
                 last = Some(m);
-                if attempt > 4 {
-                    tokio::task::yield_now().await;
+                if std::time::Instant::now() > give_up {
+                    break;
+                }
+                if attempt > 2 {
+                    // Back off with jitter so that racing steps stop colliding.
+                    use rand::Rng;
+                    let cap = 1u64 << attempt.min(6);
+                    let ms = rand::thread_rng().gen_range(1..=cap);
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                 }
             }
             other => return other,

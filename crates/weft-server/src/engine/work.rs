@@ -159,20 +159,32 @@ async fn record_node_action(st: &AppState, task: &TaskRow, now: i64) -> ApiResul
     .await
 }
 
-/// The layout as the macro expander sees it.
+/// The layout as the macro expander and the planner see it.
 pub fn plan_nodes(nodes: &[Node]) -> Vec<PlanNode> {
     nodes
         .iter()
-        .map(|n| PlanNode {
-            id: n.id.clone(),
-            nodenum: n.properties.nodenum,
-            hostname: n.properties.hostname.clone().unwrap_or_default(),
-            ipaddresses: n.properties.ipaddresses.clone(),
-            hardwaretype: n.properties.hardwaretype.clone(),
-            imagetype: n.properties.imagetype.clone(),
-            services: n.properties.services.iter().cloned().collect(),
-        })
+        .map(|n| plan_node(&n.id, &n.properties))
         .collect()
+}
+
+/// One node as the macro expander and the planner see it.
+pub fn plan_node(id: &str, p: &weft_model::NodeProperties) -> PlanNode {
+    PlanNode {
+        id: id.to_string(),
+        nodenum: p.nodenum,
+        hostname: p.hostname.clone().unwrap_or_default(),
+        ipaddresses: p.ipaddresses.clone(),
+        hardwaretype: p.hardwaretype.clone(),
+        imagetype: p.imagetype.clone(),
+        services: p.services.iter().cloned().collect(),
+    }
+}
+
+/// The part of a node's body a task payload needs from every node.
+#[derive(serde::Deserialize)]
+struct NodeProps {
+    id: String,
+    properties: weft_model::NodeProperties,
 }
 
 /// The task JSON a worker receives (contract §5.11). `Err` carries a message for the task's failure.
@@ -190,15 +202,18 @@ async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
         .list_nodes(&task.tenant_id, task.cluster_id)
         .await
         .map_err(|e| e.to_string())?;
-    let nodes: Vec<Node> = rows
+    // Every node's properties (for the `nodes` map and macros), but the task's own node in full.
+    let nodes: Vec<NodeProps> = rows
         .iter()
         .map(|r| from_body(&r.body))
         .collect::<ApiResult<_>>()
         .map_err(internal)?;
-    let me = nodes
+    let me_row = rows
         .iter()
-        .find(|n| n.id == task.node_id)
+        .find(|r| r.id == task.node_id)
         .ok_or("the task's node no longer exists")?;
+    let me: Node = from_body(&me_row.body).map_err(internal)?;
+    let me = &me;
     let action = ProvisionerAction::ALL
         .into_iter()
         .find(|a| a.upper() == task.action);
@@ -206,7 +221,10 @@ async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
     let cluster_config = Value::Object(body.config.clone());
     let is_service_task = !task.service.is_empty();
     if is_service_task {
-        let layout = plan_nodes(&nodes);
+        let layout: Vec<PlanNode> = nodes
+            .iter()
+            .map(|n| plan_node(&n.id, &n.properties))
+            .collect();
         let ctx = MacroContext::new(&layout, &cluster.owner).map_err(|e| e.to_string())?;
         let expanded = ctx
             .expand_value(Some(&me.id), &cluster_config)
