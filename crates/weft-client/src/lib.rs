@@ -2,12 +2,16 @@
 //! contract §4.11-§4.12): register, heartbeat and unregister a provisioner, register plugin types,
 //! take and finish tasks, and download plugin resources. Requests and answers are the weft-model
 //! wire types, so the server, this client and the provisioner agree on one shape.
+//!
+//! [`api::ApiClient`] is the client of the external REST API (the port users and the `weft` CLI talk to).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
+
+pub mod api;
 
 /// What can go wrong talking to the server.
 #[derive(Debug, thiserror::Error)]
@@ -27,11 +31,22 @@ pub enum ClientError {
         body: String,
     },
     /// The answer was not the JSON the call expects.
-    #[error("{url} answered something that is not a task: {message}")]
+    #[error("{url} answered something the client cannot read: {message}")]
     Decode { url: String, message: String },
 }
 
 impl ClientError {
+    /// The server's own message for a refused call (its plain-text body), else the error's text.
+    pub fn server_message(&self) -> String {
+        match self {
+            ClientError::Status { body, .. } if !body.trim().is_empty() => {
+                body.trim_end().to_string()
+            }
+            ClientError::Status { status, url, .. } => format!("{url} answered {status}"),
+            other => other.to_string(),
+        }
+    }
+
     /// The HTTP status, when the server answered at all.
     pub fn status(&self) -> Option<u16> {
         match self {

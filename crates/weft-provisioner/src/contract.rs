@@ -234,3 +234,97 @@ pub async fn automator_contract(a: &dyn Automator, fx: AutomatorFixture, node_id
         assert!(e.message.contains("timed out"), "{e}");
     }
 }
+
+/// The contract of a [`crate::transport::Transport`], run against a real one: output and exit
+/// status, stderr of a failure, environment and working directory, bounded output, a command that
+/// hangs killed (with what it started) at the time-out, files written with parents and mode and
+/// read back, an empty command refused for good. `dir` is a scratch directory on the node that the
+/// transport may write to (it is created).
+pub async fn transport_contract(t: &dyn crate::transport::Transport, dir: &str) {
+    use crate::transport::CommandSpec;
+    let sh = |line: &str| CommandSpec::new(vec!["sh".into(), "-c".into(), line.into()]);
+
+    let out = t
+        .run(&sh("echo hello; echo oops >&2"))
+        .await
+        .expect("a command runs");
+    assert_eq!(out.exit, Some(0), "{out:?}");
+    assert!(!out.timed_out);
+    assert_eq!(out.stdout, "hello\n");
+    assert_eq!(out.stderr, "oops\n");
+
+    let out = t
+        .run(&sh("echo failing >&2; exit 7"))
+        .await
+        .expect("a failing command runs");
+    assert_eq!(out.exit, Some(7), "{out:?}");
+    assert!(!out.success());
+    assert_eq!(out.stderr, "failing\n");
+
+    t.write_file(
+        &format!("{dir}/sub/deeper/file.txt"),
+        b"it's \"quoted\"\n$HOME\n",
+        0o640,
+    )
+    .await
+    .expect("a file is written, parents created");
+    let mut cat = sh("cat sub/deeper/file.txt; stat -c %a sub/deeper/file.txt; echo \"$WEFT_X\"");
+    cat.cwd = Some(dir.to_string());
+    cat.env.insert("WEFT_X".into(), "a b 'c' $d".into());
+    let out = t.run(&cat).await.expect("cat runs");
+    assert_eq!(
+        out.stdout, "it's \"quoted\"\n$HOME\n640\na b 'c' $d\n",
+        "file, mode, working directory and environment: {out:?}"
+    );
+    t.write_file(&format!("{dir}/sub/deeper/file.txt"), b"new", 0o600)
+        .await
+        .expect("a file is replaced");
+    let out = t
+        .run(&sh(&format!("cat {dir}/sub/deeper/file.txt")))
+        .await
+        .expect("cat runs");
+    assert_eq!(out.stdout, "new");
+
+    let mut big = sh("i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; echo end");
+    big.max_output = 100;
+    let out = t.run(&big).await.expect("a chatty command runs");
+    assert!(out.stdout.ends_with("line-1999\nend\n"), "{:?}", out.stdout);
+    assert!(
+        out.stdout.len() < 200 && out.stdout.contains("snipped"),
+        "output is bounded and the cut is marked: {:?}",
+        out.stdout
+    );
+
+    let marker = format!("weft-contract-{}", std::process::id());
+    let mut hang = sh(&format!(
+        "sleep 7207 & echo started; exec sh -c 'sleep 7208; echo {marker}'"
+    ));
+    hang.timeout = Duration::from_secs(1);
+    let start = Instant::now();
+    let out = t.run(&hang).await.expect("a hanging command runs");
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.exit, None);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the time-out was not kept"
+    );
+    assert_eq!(
+        out.stdout, "started\n",
+        "output before the time-out is kept"
+    );
+    let left = t
+        .run(&sh("ps -eo args | grep -c '^sleep 720[78]$' || true"))
+        .await
+        .expect("ps runs");
+    assert_eq!(
+        left.stdout.trim(),
+        "0",
+        "what the command started is killed with it"
+    );
+
+    let e = t
+        .run(&CommandSpec::new(Vec::new()))
+        .await
+        .expect_err("an empty command is refused");
+    assert!(!e.retryable, "{e}");
+}

@@ -7,6 +7,8 @@
 //! - `transport`: the `Transport` trait (run a command with a time-out and bounded output, write a
 //!   file) and `LocalTransport`, which runs on this machine in a process group per command.
 //! - `local`: the `local` provider: a node is a directory plus its own loopback address.
+//! - `ssh`: `SshTransport`, the `Transport` over SSH (russh): key auth, host keys recorded at
+//!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
 //! - `shell`: the `shell` automator: runs admin scripts with the task as environment and JSON.
 //! - `agent`: registration, heartbeat, the worker pool per tenant and the take/run/finish loop.
 //! - `resources`: plugin resources downloaded from the server and activated per tenant.
@@ -20,6 +22,7 @@ pub mod local;
 pub mod plugin;
 pub mod resources;
 pub mod shell;
+pub mod ssh;
 pub mod task;
 pub mod transport;
 

@@ -37,8 +37,13 @@ impl LocalProvider {
         self.root.join("nodes")
     }
 
+    /// The machine-wide address registry: one file per reserved address, shared by every local
+    /// provisioner on the machine (`WEFT_LOCAL_ADDRESSES`, default `<temp dir>/weft-local-addresses`),
+    /// so two provisioners (two `weft up`s, parallel tests) never hand out the same address.
     fn addresses_dir(&self) -> PathBuf {
-        self.root.join("addresses")
+        std::env::var_os("WEFT_LOCAL_ADDRESSES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("weft-local-addresses"))
     }
 
     /// The directory of a node.
@@ -46,31 +51,54 @@ impl LocalProvider {
         self.nodes_dir().join(providerid)
     }
 
-    /// Reserves the first free loopback address for `providerid` (a file per address, created
-    /// exclusively, so two workers never get the same one).
+    /// Reserves the first free loopback address for `providerid`: a file per address in the
+    /// machine-wide registry, created exclusively and holding the node's directory. A reservation
+    /// whose node directory is gone (a provisioner's data removed without DELETE) is taken over;
+    /// the takeover renames the stale file first, so only one allocator can win it.
     async fn allocate(&self, providerid: &str) -> Result<Ipv4Addr, PluginError> {
         let dir = self.addresses_dir();
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
+        let owner = self.node_dir(providerid);
         for y in 0..=255u8 {
             for z in 1..=254u8 {
                 let ip = Ipv4Addr::new(127, 77, y, z);
                 let path = dir.join(ip.to_string());
-                match tokio::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)
-                    .await
-                {
-                    Ok(_) => {
-                        tokio::fs::write(&path, providerid).await.map_err(|e| {
-                            PluginError::retryable(format!("writing {}: {e}", path.display()))
-                        })?;
-                        return Ok(ip);
+                for _ in 0..2 {
+                    match tokio::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                        .await
+                    {
+                        Ok(_) => {
+                            tokio::fs::write(&path, owner.to_string_lossy().as_bytes())
+                                .await
+                                .map_err(|e| {
+                                    PluginError::retryable(format!(
+                                        "writing {}: {e}",
+                                        path.display()
+                                    ))
+                                })?;
+                            return Ok(ip);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                            let holder = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+                            let stale = !holder.is_empty() && !Path::new(holder.trim()).exists();
+                            if !stale {
+                                break;
+                            }
+                            let tomb = dir.join(format!(".stale-{ip}-{providerid}"));
+                            if tokio::fs::rename(&path, &tomb).await.is_err() {
+                                break; // someone else took it over first
+                            }
+                            let _ = tokio::fs::remove_file(&tomb).await;
+                        }
+                        Err(e) => {
+                            return Err(PluginError::retryable(format!("reserving {ip}: {e}")))
+                        }
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(PluginError::retryable(format!("reserving {ip}: {e}"))),
                 }
             }
         }

@@ -18,7 +18,9 @@
 //! A non-zero exit fails the task with its output; a script still running at the time-out is killed
 //! with its whole process group and reported. BOOTSTRAP copies every script of the script
 //! directories to the node. The node is reached through the transport the provider named in its
-//! results (`transport: local`); SSH is not built yet.
+//! results (`transport: local`), or over SSH (`transport: ssh`, or none and `ssh-auth`: see
+//! [`crate::ssh`]), where the node directory is `nodedir` or `/var/lib/weft` and commands run
+//! with `sudo -E` unless the user is root.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,8 +34,9 @@ use weft_model::{
 };
 
 use crate::plugin::Automator;
+use crate::ssh::{self, SshTransport};
 use crate::task::{Action, PluginError, PluginResult, Task, TaskOutput};
-use crate::transport::{CommandSpec, LocalTransport, Transport};
+use crate::transport::{CommandSpec, LocalTransport, Transport, TransportError};
 
 /// The automator type name.
 pub const NAME: &str = "shell";
@@ -43,7 +46,9 @@ pub trait TransportFactory: Send + Sync {
     fn transport(&self, task: &Task) -> Result<(Arc<dyn Transport>, String), PluginError>;
 }
 
-/// Reaches nodes of the `local` provider (result keys `transport: local`, `nodedir`, `providerid`).
+/// Reaches nodes of the `local` provider (result keys `transport: local`, `nodedir`, `providerid`)
+/// with a [`LocalTransport`], and nodes with `ssh-auth` (and `transport: ssh` or none) with an
+/// [`SshTransport`] to `ipaddresses.access_v4`, checking the host key recorded in `ssh_host_keys`.
 #[derive(Debug, Clone, Default)]
 pub struct DefaultTransports;
 
@@ -57,13 +62,29 @@ impl TransportFactory for DefaultTransports {
                 let id = task.config_str("providerid").unwrap_or_default();
                 Ok((Arc::new(LocalTransport::new(dir, id)), dir.to_string()))
             }
+            // Coopr's providers name no transport: a node with `ssh-auth` is reached over SSH.
+            Some("ssh") | None if task.config.contains_key("ssh-auth") => {
+                let t = SshTransport::from_task(task).map_err(transport_error)?;
+                let dir = task.config_str("nodedir").unwrap_or(ssh::NODE_DIR);
+                Ok((Arc::new(t), dir.to_string()))
+            }
+            Some("ssh") => Err(PluginError::fatal("ssh node without ssh-auth")),
             Some(other) => Err(PluginError::fatal(format!(
                 "transport {other} is not supported"
             ))),
             None => Err(PluginError::fatal(
-                "the node names no transport (SSH is not supported yet)",
+                "the node names no transport and has no ssh-auth",
             )),
         }
+    }
+}
+
+/// A transport failure as a plugin error, keeping whether it is worth retrying.
+fn transport_error(e: TransportError) -> PluginError {
+    if e.retryable {
+        PluginError::retryable(e.message)
+    } else {
+        PluginError::fatal(e.message)
     }
 }
 
@@ -335,7 +356,7 @@ impl Automator for ShellAutomator {
                 transport
                     .write_file(&format!("{scripts}/{name}"), &bytes, 0o755)
                     .await
-                    .map_err(|err| PluginError::retryable(err.to_string()))?;
+                    .map_err(transport_error)?;
                 copied += 1;
             }
         }
@@ -357,7 +378,7 @@ impl Automator for ShellAutomator {
         let scripts = format!("{weft}/scripts");
         let script_path = format!("{scripts}/{name}");
         let task_json = format!("{weft}/tasks/{}.json", task.id);
-        let io = |e: crate::transport::TransportError| PluginError::retryable(e.to_string());
+        let io = transport_error;
         transport
             .write_file(&script_path, text.as_bytes(), 0o755)
             .await

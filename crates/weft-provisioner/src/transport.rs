@@ -60,10 +60,33 @@ impl CommandOutput {
     }
 }
 
-/// A transport failure: the command could not be started or the file not written.
+/// A transport failure: the command could not be started or the file not written. Most are
+/// worth retrying (a network blip, a node still booting); some are not (a changed host key,
+/// refused credentials), and say so.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TransportError(pub String);
+#[error("{message}")]
+pub struct TransportError {
+    pub message: String,
+    /// Whether running the task again may help.
+    pub retryable: bool,
+}
+
+impl TransportError {
+    pub fn retryable(message: impl Into<String>) -> TransportError {
+        TransportError {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
+    /// A failure that running the task again will not fix.
+    pub fn fatal(message: impl Into<String>) -> TransportError {
+        TransportError {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
 
 /// Runs commands and writes files on one node.
 #[async_trait]
@@ -80,14 +103,21 @@ pub trait Transport: Send + Sync {
 
 /// Keeps the last `max` bytes written to it.
 #[derive(Debug, Default)]
-struct Tail {
+pub(crate) struct Tail {
     buf: Vec<u8>,
     dropped: usize,
     max: usize,
 }
 
 impl Tail {
-    fn push(&mut self, data: &[u8]) {
+    pub(crate) fn new(max: usize) -> Tail {
+        Tail {
+            max,
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
         if self.buf.len() > self.max {
             let cut = self.buf.len() - self.max;
@@ -96,7 +126,7 @@ impl Tail {
         }
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let s = String::from_utf8_lossy(&self.buf);
         if self.dropped > 0 {
             format!("[{} bytes snipped]{s}", self.dropped)
@@ -180,7 +210,7 @@ impl Transport for LocalTransport {
         let (program, args) = spec
             .argv
             .split_first()
-            .ok_or_else(|| TransportError("empty command".into()))?;
+            .ok_or_else(|| TransportError::fatal("empty command"))?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .envs(&spec.env)
@@ -193,7 +223,7 @@ impl Transport for LocalTransport {
             .kill_on_drop(true);
         let mut child = cmd
             .spawn()
-            .map_err(|e| TransportError(format!("cannot start {program}: {e}")))?;
+            .map_err(|e| TransportError::retryable(format!("cannot start {program}: {e}")))?;
         let pgid = child.id();
         if let Some(pgid) = pgid {
             self.record_group(pgid).await;
@@ -215,7 +245,11 @@ impl Transport for LocalTransport {
         }
         let (exit, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
             Ok(Ok(status)) => (status.code(), false),
-            Ok(Err(e)) => return Err(TransportError(format!("waiting for {program}: {e}"))),
+            Ok(Err(e)) => {
+                return Err(TransportError::retryable(format!(
+                    "waiting for {program}: {e}"
+                )))
+            }
             Err(_) => {
                 if let Some(pgid) = pgid {
                     kill_group(pgid).await;
@@ -249,7 +283,7 @@ impl Transport for LocalTransport {
     ) -> Result<(), TransportError> {
         use std::os::unix::fs::PermissionsExt;
         let p = Path::new(path);
-        let fail = |e: std::io::Error| TransportError(format!("writing {path}: {e}"));
+        let fail = |e: std::io::Error| TransportError::retryable(format!("writing {path}: {e}"));
         if let Some(dir) = p.parent() {
             tokio::fs::create_dir_all(dir).await.map_err(fail)?;
         }

@@ -10,7 +10,8 @@ mod cmd;
 #[command(
     name = "weft",
     version,
-    about = "weft: whole clusters, not single machines"
+    about = "weft: whole clusters, not single machines",
+    after_help = cmd::cli::EXIT_CODES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,10 +34,16 @@ enum Command {
     Provisioner(cmd::provisioner::Args),
     /// Load drivers: `weft bench queue` (take/finish throughput, 1,000-node create time).
     Bench(cmd::bench::Args),
+    #[command(flatten)]
+    Client(cmd::cli::ClientCommand),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors exit 1 (documented exit codes); --help and --version exit 0.
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        let _ = e.print();
+        std::process::exit(if e.use_stderr() { 1 } else { 0 })
+    });
     init_tracing();
     let result = match cli.command {
         Command::Up(args) => cmd::server::up(args),
@@ -46,6 +53,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => cmd::plan::run(args),
         Command::Provisioner(args) => cmd::provisioner::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Client(c) => cmd::cli::run(c, <Cli as clap::CommandFactory>::command()),
     };
     match result {
         Ok(code) => code,

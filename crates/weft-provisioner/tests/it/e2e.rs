@@ -190,9 +190,16 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
         .map(|e| e.path())
         .collect();
     assert!(left.is_empty(), "node directories left: {left:?}");
-    let addrs: Vec<_> = std::fs::read_dir(s.provisioner_data().join("local/addresses"))
-        .unwrap()
+    // The address registry is machine-wide; none of its reservations may still point at this test's nodes.
+    let registry = std::env::var_os("WEFT_LOCAL_ADDRESSES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("weft-local-addresses"));
+    let mine = s.provisioner_data().to_string_lossy().to_string();
+    let addrs: Vec<_> = std::fs::read_dir(&registry)
+        .into_iter()
         .flatten()
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|h| h.starts_with(&mine)))
         .map(|e| e.path())
         .collect();
     assert!(addrs.is_empty(), "addresses left reserved: {addrs:?}");

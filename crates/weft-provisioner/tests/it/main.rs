@@ -5,3 +5,4 @@ mod agent;
 mod common;
 mod e2e;
 mod plugins;
+mod ssh;

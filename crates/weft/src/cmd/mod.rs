@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod cli;
 pub mod plan;
 pub mod provisioner;
 pub mod server;

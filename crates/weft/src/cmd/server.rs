@@ -154,11 +154,6 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         }
         let bound = weft_server::bind(app).await.context("binding the API ports")?;
         let api = format!("http://{}", bound.external_addr()?);
-        println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
-        println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
-        println!("  provisioners http://{}", bound.internal_addr()?);
-        println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
-        println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' {api}/v2/clustertemplates");
         // The in-process provisioner: the default tenant gets its workers.
         let internal = bound.internal_addr()?;
         let serving = tokio::spawn(bound.run());
@@ -171,7 +166,13 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         if let Some(t) = &tenant {
             agent.set_workers(&t.id, t.spec.workers.min(UP_WORKERS))?;
         }
+        // Only now is everything ready (the provisioner has registered its plugin types): say so.
+        println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
+        println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
+        println!("  provisioners http://{internal}");
         println!("  provisioner  http://{} ({UP_WORKERS} workers, local provider, shell automator)", agent.addr());
+        println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
+        println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' {api}/v2/clustertemplates");
         serving.await?.context("serving")?;
         agent.shutdown().await;
         Ok(ExitCode::SUCCESS)

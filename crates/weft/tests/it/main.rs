@@ -1,5 +1,6 @@
 //! End-to-end tests of the `weft` binary: real processes, real ports, a real SQLite file.
 
+mod cli;
 mod crash;
 mod offline;
 mod server;

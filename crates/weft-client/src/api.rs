@@ -1,0 +1,680 @@
+//! A typed client of the external REST API v2 (the port users, scripts and the `weft` CLI talk to).
+//!
+//! Answers are the weft-model wire types the server's handlers return. The few request bodies that
+//! weft-model only reads (`ClusterCreateRequest`, `TenantWriteRequest`, `ApiKeyRequest`) have a
+//! serializable twin here whose JSON the server reads back as that model type (tested below).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use weft_model::{
+    ApiKeyCreated, ApiKeyInfo, CatalogExport, ClusterDetails, ClusterStatusView, ClusterSummary,
+    PlanView, PluginType, Provisioner, ResourceMeta, TenantSpecification,
+};
+
+use crate::{ClientError, ClientResult, PluginKind};
+
+/// Who calls: the `Coopr-TenantID`, `Coopr-UserID` and (with `auth = "apikey"`) `Coopr-ApiKey` headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub tenant: String,
+    pub user: String,
+    pub api_key: Option<String>,
+}
+
+/// The body of `POST /v2/clusters` (read by the server as [`weft_model::ClusterCreateRequest`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreateCluster {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(rename = "clusterTemplate")]
+    pub cluster_template: String,
+    #[serde(rename = "numMachines")]
+    pub num_machines: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardwaretype: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imagetype: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub services: Option<Vec<String>>,
+    #[serde(
+        rename = "initialLeaseDuration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub initial_lease_duration: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+    #[serde(
+        rename = "rollbackOnFailure",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub rollback_on_failure: bool,
+}
+
+/// The body of `POST /v2/tenants` and `PUT /v2/tenants/{name}` (read as
+/// [`weft_model::TenantWriteRequest`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantWrite<'a> {
+    pub tenant: &'a TenantSpecification,
+    pub bootstrap: bool,
+}
+
+/// The body of `POST /v2/apikeys` (read as [`weft_model::ApiKeyRequest`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct NewApiKey {
+    pub tenant: String,
+    pub user: String,
+    pub admin: bool,
+}
+
+/// What a call that may start a job answers: nothing (started), or with `dryrun` the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    Started,
+    Plan(PlanView),
+}
+
+#[derive(Deserialize)]
+struct CreatedId {
+    id: String,
+}
+
+/// The catalog's entity kinds, by their URL segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Provider,
+    HardwareType,
+    ImageType,
+    Service,
+    ClusterTemplate,
+    PartialTemplate,
+}
+
+impl Kind {
+    pub fn path(self) -> &'static str {
+        match self {
+            Kind::Provider => "providers",
+            Kind::HardwareType => "hardwaretypes",
+            Kind::ImageType => "imagetypes",
+            Kind::Service => "services",
+            Kind::ClusterTemplate => "clustertemplates",
+            Kind::PartialTemplate => "partialtemplates",
+        }
+    }
+}
+
+/// A plugin resource's address: `{ptype}/{plugin}/{rtype}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceType {
+    pub kind: PluginKind,
+    pub plugin: String,
+    pub rtype: String,
+}
+
+impl ResourceType {
+    fn path(&self) -> String {
+        format!(
+            "/v2/plugins/{}/{}/{}",
+            self.kind.path(),
+            seg(&self.plugin),
+            seg(&self.rtype)
+        )
+    }
+}
+
+/// Percent-encodes one path segment.
+fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A client of one server's external API, as one identity.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    base: String,
+    who: Identity,
+    http: reqwest::Client,
+}
+
+impl ApiClient {
+    /// `base` is the external API's URL, e.g. `http://127.0.0.1:55054` (a trailing `/v2` is fine).
+    pub fn new(base: &str, who: Identity) -> ClientResult<ApiClient> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .map_err(|source| ClientError::Transport {
+                url: base.to_string(),
+                source,
+            })?;
+        let base = base.trim_end_matches('/');
+        let base = base.strip_suffix("/v2").unwrap_or(base);
+        Ok(ApiClient {
+            base: base.to_string(),
+            who,
+            http,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.who
+    }
+
+    /// Sends one call; `Ok(bytes)` of a 2xx answer, else [`ClientError::Status`] with the server's
+    /// message.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+    ) -> ClientResult<bytes::Bytes> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .header("Coopr-TenantID", &self.who.tenant)
+            .header("Coopr-UserID", &self.who.user);
+        if let Some(k) = &self.who.api_key {
+            req = req.header("Coopr-ApiKey", k);
+        }
+        if let Some(b) = body {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(b);
+        }
+        let resp = req.send().await.map_err(|source| ClientError::Transport {
+            url: url.clone(),
+            source,
+        })?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|source| ClientError::Transport {
+                url: url.clone(),
+                source,
+            })?;
+        if !status.is_success() {
+            return Err(ClientError::Status {
+                url,
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&bytes).into_owned(),
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn decode<T: DeserializeOwned>(&self, path: &str, bytes: &[u8]) -> ClientResult<T> {
+        serde_json::from_slice(bytes).map_err(|e| ClientError::Decode {
+            url: format!("{}{path}", self.base),
+            message: e.to_string(),
+        })
+    }
+
+    /// `GET path` as JSON of type `T`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> ClientResult<T> {
+        let bytes = self.call(Method::GET, path, None, "").await?;
+        self.decode(path, &bytes)
+    }
+
+    /// A call with a JSON body (or none); the raw answer.
+    pub async fn send_json<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> ClientResult<bytes::Bytes> {
+        let body = match body {
+            Some(b) => Some(serde_json::to_vec(b).map_err(|e| ClientError::Decode {
+                url: format!("{}{path}", self.base),
+                message: format!("encoding the request: {e}"),
+            })?),
+            None => None,
+        };
+        self.call(method, path, body, "application/json").await
+    }
+
+    async fn started<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        dry_run: bool,
+    ) -> ClientResult<Started> {
+        let full = if dry_run {
+            let sep = if path.contains('?') { '&' } else { '?' };
+            format!("{path}{sep}dryrun=true")
+        } else {
+            path.to_string()
+        };
+        let bytes = self.send_json(method, &full, body).await?;
+        if dry_run {
+            Ok(Started::Plan(self.decode(&full, &bytes)?))
+        } else {
+            Ok(Started::Started)
+        }
+    }
+
+    // ---- clusters ----
+
+    /// `GET /v2/clusters` (`status`: a comma-separated filter, or `None` for every live cluster).
+    pub async fn clusters(&self, status: Option<&str>) -> ClientResult<Vec<ClusterSummary>> {
+        match status {
+            Some(s) => self.get(&format!("/v2/clusters?status={}", seg(s))).await,
+            None => self.get("/v2/clusters").await,
+        }
+    }
+
+    pub async fn cluster(&self, id: &str) -> ClientResult<ClusterDetails> {
+        self.get(&format!("/v2/clusters/{}", seg(id))).await
+    }
+
+    pub async fn cluster_status(&self, id: &str) -> ClientResult<ClusterStatusView> {
+        self.get(&format!("/v2/clusters/{}/status", seg(id))).await
+    }
+
+    /// `POST /v2/clusters`: the new cluster's id.
+    pub async fn create_cluster(&self, req: &CreateCluster) -> ClientResult<String> {
+        let bytes = self
+            .send_json(Method::POST, "/v2/clusters", Some(req))
+            .await?;
+        Ok(self.decode::<CreatedId>("/v2/clusters", &bytes)?.id)
+    }
+
+    /// `POST /v2/clusters?dryrun=true`: the plan the create would run.
+    pub async fn plan_cluster(&self, req: &CreateCluster) -> ClientResult<PlanView> {
+        let path = "/v2/clusters?dryrun=true";
+        let bytes = self.send_json(Method::POST, path, Some(req)).await?;
+        self.decode(path, &bytes)
+    }
+
+    pub async fn delete_cluster(&self, id: &str) -> ClientResult<()> {
+        let path = format!("/v2/clusters/{}", seg(id));
+        self.call(Method::DELETE, &path, None, "").await.map(drop)
+    }
+
+    /// `POST /v2/clusters/{id}/nodes` `{"count": k}`.
+    pub async fn expand(&self, id: &str, count: u64, dry_run: bool) -> ClientResult<Started> {
+        let body = serde_json::json!({ "count": count });
+        let path = format!("/v2/clusters/{}/nodes", seg(id));
+        self.started(Method::POST, &path, Some(&body), dry_run)
+            .await
+    }
+
+    /// `DELETE /v2/clusters/{id}/nodes` `{"count": k}`.
+    pub async fn shrink(&self, id: &str, count: u64, dry_run: bool) -> ClientResult<Started> {
+        let body = serde_json::json!({ "count": count });
+        let path = format!("/v2/clusters/{}/nodes", seg(id));
+        self.started(Method::DELETE, &path, Some(&body), dry_run)
+            .await
+    }
+
+    /// `POST /v2/clusters/{id}/services` `{"services": [...]}`.
+    pub async fn add_services(
+        &self,
+        id: &str,
+        services: &[String],
+        dry_run: bool,
+    ) -> ClientResult<Started> {
+        let body = serde_json::json!({ "services": services });
+        let path = format!("/v2/clusters/{}/services", seg(id));
+        self.started(Method::POST, &path, Some(&body), dry_run)
+            .await
+    }
+
+    /// `DELETE /v2/clusters/{id}/services/{svc}`.
+    pub async fn remove_service(
+        &self,
+        id: &str,
+        service: &str,
+        dry_run: bool,
+    ) -> ClientResult<Started> {
+        let path = format!("/v2/clusters/{}/services/{}", seg(id), seg(service));
+        self.started::<Value>(Method::DELETE, &path, None, dry_run)
+            .await
+    }
+
+    /// `PUT /v2/clusters/{id}/config` `{"config": {...}, "restart": bool}`.
+    pub async fn reconfigure(
+        &self,
+        id: &str,
+        config: &Map<String, Value>,
+        restart: bool,
+        dry_run: bool,
+    ) -> ClientResult<Started> {
+        let body = serde_json::json!({ "config": config, "restart": restart });
+        let path = format!("/v2/clusters/{}/config", seg(id));
+        self.started(Method::PUT, &path, Some(&body), dry_run).await
+    }
+
+    /// `GET /v2/clusters/{id}/config`.
+    pub async fn cluster_config(&self, id: &str) -> ClientResult<Map<String, Value>> {
+        self.get(&format!("/v2/clusters/{}/config", seg(id))).await
+    }
+
+    /// `start`, `stop` or `restart` every service (`service: None`) or one.
+    pub async fn service_action(
+        &self,
+        id: &str,
+        service: Option<&str>,
+        action: &str,
+        dry_run: bool,
+    ) -> ClientResult<Started> {
+        let path = match service {
+            Some(s) => format!(
+                "/v2/clusters/{}/services/{}/{}",
+                seg(id),
+                seg(s),
+                seg(action)
+            ),
+            None => format!("/v2/clusters/{}/services/{}", seg(id), seg(action)),
+        };
+        self.started::<Value>(Method::POST, &path, None, dry_run)
+            .await
+    }
+
+    /// `POST /v2/clusters/{id}/services/{svc}/upgrade` `{"batchSize": n}`.
+    pub async fn upgrade(
+        &self,
+        id: &str,
+        service: &str,
+        batch_size: Option<u64>,
+        dry_run: bool,
+    ) -> ClientResult<Started> {
+        let body = match batch_size {
+            Some(n) => serde_json::json!({ "batchSize": n }),
+            None => serde_json::json!({}),
+        };
+        let path = format!("/v2/clusters/{}/services/{}/upgrade", seg(id), seg(service));
+        self.started(Method::POST, &path, Some(&body), dry_run)
+            .await
+    }
+
+    /// `POST /v2/clusters/{id}` `{"expireTime": ms}`.
+    pub async fn set_expire_time(&self, id: &str, expire_time: i64) -> ClientResult<()> {
+        let body = serde_json::json!({ "expireTime": expire_time });
+        let path = format!("/v2/clusters/{}", seg(id));
+        self.send_json(Method::POST, &path, Some(&body))
+            .await
+            .map(drop)
+    }
+
+    /// `POST /v2/clusters/{id}/{pause|resume|abort}`.
+    pub async fn job_control(&self, id: &str, what: &str) -> ClientResult<()> {
+        let path = format!("/v2/clusters/{}/{}", seg(id), seg(what));
+        self.call(Method::POST, &path, None, "").await.map(drop)
+    }
+
+    pub async fn plans(&self, id: &str) -> ClientResult<Vec<PlanView>> {
+        self.get(&format!("/v2/clusters/{}/plans", seg(id))).await
+    }
+
+    pub async fn plan(&self, id: &str, job: &str) -> ClientResult<PlanView> {
+        self.get(&format!("/v2/clusters/{}/plans/{}", seg(id), seg(job)))
+            .await
+    }
+
+    // ---- catalog ----
+
+    /// `GET /v2/{kind}` as JSON values (the CLI shows and edits them as they are).
+    pub async fn entities<T: DeserializeOwned>(&self, kind: Kind) -> ClientResult<Vec<T>> {
+        self.get(&format!("/v2/{}", kind.path())).await
+    }
+
+    pub async fn entity<T: DeserializeOwned>(&self, kind: Kind, name: &str) -> ClientResult<T> {
+        self.get(&format!("/v2/{}/{}", kind.path(), seg(name)))
+            .await
+    }
+
+    /// `POST /v2/{kind}`: create (409 if it exists).
+    pub async fn create_entity<B: Serialize + ?Sized>(
+        &self,
+        kind: Kind,
+        body: &B,
+    ) -> ClientResult<()> {
+        let path = format!("/v2/{}", kind.path());
+        self.send_json(Method::POST, &path, Some(body))
+            .await
+            .map(drop)
+    }
+
+    /// `PUT /v2/{kind}/{name}`: write a new version.
+    pub async fn put_entity<B: Serialize + ?Sized>(
+        &self,
+        kind: Kind,
+        name: &str,
+        body: &B,
+    ) -> ClientResult<()> {
+        let path = format!("/v2/{}/{}", kind.path(), seg(name));
+        self.send_json(Method::PUT, &path, Some(body))
+            .await
+            .map(drop)
+    }
+
+    pub async fn delete_entity(&self, kind: Kind, name: &str) -> ClientResult<()> {
+        let path = format!("/v2/{}/{}", kind.path(), seg(name));
+        self.call(Method::DELETE, &path, None, "").await.map(drop)
+    }
+
+    pub async fn export(&self) -> ClientResult<CatalogExport> {
+        self.get("/v2/export").await
+    }
+
+    pub async fn import(&self, catalog: &CatalogExport) -> ClientResult<()> {
+        self.send_json(Method::POST, "/v2/import", Some(catalog))
+            .await
+            .map(drop)
+    }
+
+    // ---- administration ----
+
+    pub async fn tenants(&self) -> ClientResult<Vec<TenantSpecification>> {
+        self.get("/v2/tenants").await
+    }
+
+    pub async fn tenant(&self, name: &str) -> ClientResult<TenantSpecification> {
+        self.get(&format!("/v2/tenants/{}", seg(name))).await
+    }
+
+    pub async fn create_tenant(
+        &self,
+        spec: &TenantSpecification,
+        bootstrap: bool,
+    ) -> ClientResult<()> {
+        let body = TenantWrite {
+            tenant: spec,
+            bootstrap,
+        };
+        self.send_json(Method::POST, "/v2/tenants", Some(&body))
+            .await
+            .map(drop)
+    }
+
+    pub async fn update_tenant(&self, spec: &TenantSpecification) -> ClientResult<()> {
+        let body = TenantWrite {
+            tenant: spec,
+            bootstrap: false,
+        };
+        let path = format!("/v2/tenants/{}", seg(&spec.name));
+        self.send_json(Method::PUT, &path, Some(&body))
+            .await
+            .map(drop)
+    }
+
+    pub async fn delete_tenant(&self, name: &str) -> ClientResult<()> {
+        let path = format!("/v2/tenants/{}", seg(name));
+        self.call(Method::DELETE, &path, None, "").await.map(drop)
+    }
+
+    pub async fn provisioners(&self) -> ClientResult<Vec<Provisioner>> {
+        self.get("/v2/provisioners").await
+    }
+
+    pub async fn provisioner(&self, id: &str) -> ClientResult<Provisioner> {
+        self.get(&format!("/v2/provisioners/{}", seg(id))).await
+    }
+
+    pub async fn plugin_types(&self, kind: PluginKind) -> ClientResult<Vec<PluginType>> {
+        self.get(&format!("/v2/plugins/{}", kind.path())).await
+    }
+
+    /// `GET /v2/plugins/{ptype}/{plugin}/{rtype}`: every version of every resource, by name.
+    pub async fn resources(
+        &self,
+        at: &ResourceType,
+    ) -> ClientResult<BTreeMap<String, Vec<ResourceMeta>>> {
+        self.get(&at.path()).await
+    }
+
+    /// `POST /v2/plugins/{ptype}/{plugin}/{rtype}/{name}`: a new (inactive) version.
+    pub async fn upload_resource(
+        &self,
+        at: &ResourceType,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> ClientResult<ResourceMeta> {
+        let path = format!("{}/{}", at.path(), seg(name));
+        let answer = self
+            .call(Method::POST, &path, Some(bytes), "application/octet-stream")
+            .await?;
+        self.decode(&path, &answer)
+    }
+
+    /// `stage` or `recall` one version.
+    pub async fn resource_transition(
+        &self,
+        at: &ResourceType,
+        name: &str,
+        version: u64,
+        what: &str,
+    ) -> ClientResult<()> {
+        let path = format!(
+            "{}/{}/versions/{version}/{}",
+            at.path(),
+            seg(name),
+            seg(what)
+        );
+        self.call(Method::POST, &path, None, "").await.map(drop)
+    }
+
+    /// Delete one version, or (`None`) every version of a resource.
+    pub async fn delete_resource(
+        &self,
+        at: &ResourceType,
+        name: &str,
+        version: Option<u64>,
+    ) -> ClientResult<()> {
+        let path = match version {
+            Some(v) => format!("{}/{}/versions/{v}", at.path(), seg(name)),
+            None => format!("{}/{}", at.path(), seg(name)),
+        };
+        self.call(Method::DELETE, &path, None, "").await.map(drop)
+    }
+
+    /// `POST /v2/plugins/sync`: push staged resources live, recalled ones off.
+    pub async fn sync_resources(&self) -> ClientResult<()> {
+        self.call(Method::POST, "/v2/plugins/sync", None, "")
+            .await
+            .map(drop)
+    }
+
+    pub async fn api_keys(&self) -> ClientResult<Vec<ApiKeyInfo>> {
+        self.get("/v2/apikeys").await
+    }
+
+    pub async fn create_api_key(&self, req: &NewApiKey) -> ClientResult<ApiKeyCreated> {
+        let bytes = self
+            .send_json(Method::POST, "/v2/apikeys", Some(req))
+            .await?;
+        self.decode("/v2/apikeys", &bytes)
+    }
+
+    pub async fn delete_api_key(&self, id: &str) -> ClientResult<()> {
+        let path = format!("/v2/apikeys/{}", seg(id));
+        self.call(Method::DELETE, &path, None, "").await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_twins_read_back_as_the_model_types() {
+        let req = CreateCluster {
+            name: "c".into(),
+            cluster_template: "t".into(),
+            num_machines: 3,
+            services: Some(vec!["a".into()]),
+            config: Some(serde_json::from_str(r#"{"k":"v"}"#).unwrap()),
+            rollback_on_failure: true,
+            ..Default::default()
+        };
+        let m: weft_model::ClusterCreateRequest =
+            serde_json::from_value(serde_json::to_value(&req).unwrap()).unwrap();
+        assert_eq!((m.name.as_str(), m.cluster_template.as_str()), ("c", "t"));
+        assert_eq!(m.num_machines, Some(3));
+        assert_eq!(m.services, Some(vec!["a".to_string()]));
+        assert_eq!(m.config.unwrap()["k"], "v");
+        assert!(m.rollback_on_failure);
+
+        let spec = TenantSpecification {
+            name: "t1".into(),
+            description: None,
+            workers: 4,
+            max_clusters: 2,
+            max_nodes: 9,
+        };
+        let w = TenantWrite {
+            tenant: &spec,
+            bootstrap: true,
+        };
+        let m: weft_model::TenantWriteRequest =
+            serde_json::from_value(serde_json::to_value(&w).unwrap()).unwrap();
+        assert_eq!(m.tenant.as_ref(), Some(&spec));
+        assert!(m.bootstrap);
+
+        let k = NewApiKey {
+            tenant: "t1".into(),
+            user: "u".into(),
+            admin: true,
+        };
+        let m: weft_model::ApiKeyRequest =
+            serde_json::from_value(serde_json::to_value(&k).unwrap()).unwrap();
+        assert_eq!(
+            (m.tenant.as_str(), m.user.as_str(), m.admin),
+            ("t1", "u", true)
+        );
+    }
+
+    #[test]
+    fn path_segments_are_escaped() {
+        assert_eq!(seg("a b/c"), "a%20b%2Fc");
+        assert_eq!(seg("kv-web_1.0"), "kv-web_1.0");
+    }
+
+    #[test]
+    fn base_drops_a_trailing_v2() {
+        let c = ApiClient::new("http://h:1/v2/", Identity::default()).unwrap();
+        assert_eq!(c.base(), "http://h:1");
+    }
+}

@@ -1,0 +1,292 @@
+//! `weft provider|hardwaretype|imagetype|service|template|partialtemplate ...` and
+//! `weft catalog export|import`.
+//!
+//! Entities are shown and edited as the API's JSON, as it is (the server validates them).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::Value;
+use weft_client::api::Kind;
+use weft_model::CatalogExport;
+
+use super::{confirm, parse_json, print_json, read_input, table, Conn, Ctx, UsageError};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    conn: Conn,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// List them.
+    List,
+    /// Show one (its JSON).
+    Show { name: String },
+    /// Create from a JSON file (`-` for stdin); a JSON array creates each element.
+    Create {
+        #[arg(short = 'f', long = "file")]
+        file: String,
+    },
+    /// Open the JSON in $VISUAL or $EDITOR and write back what you save (a new version).
+    Edit { name: String },
+    /// Delete one.
+    Delete { name: String },
+}
+
+pub fn run(kind: Kind, a: Args) -> anyhow::Result<()> {
+    let ctx = Ctx::new(&a.conn)?;
+    let c = &ctx.client;
+    match a.cmd {
+        Cmd::List => {
+            let list: Vec<Value> = ctx.block(c.entities(kind))?;
+            if ctx.json() {
+                return print_json(&list);
+            }
+            let mut t = table(&["NAME", "VERSION", "DESCRIPTION"]);
+            for e in &list {
+                t.add_row(vec![
+                    text(&e["name"]),
+                    text(&e["version"]),
+                    text(&e["description"]),
+                ]);
+            }
+            println!("{t}");
+            Ok(())
+        }
+        Cmd::Show { name } => {
+            let e: Value = ctx.block(c.entity(kind, &name))?;
+            print_json(&e)
+        }
+        Cmd::Create { file } => {
+            let body: Value = parse_json(&read_input(&file)?, &file)?;
+            let items = match body {
+                Value::Array(items) => items,
+                one => vec![one],
+            };
+            for item in &items {
+                ctx.block(c.create_entity(kind, item))?;
+                if !ctx.json() {
+                    println!("created {} {}", singular(kind), text(&item["name"]));
+                }
+            }
+            if ctx.json() {
+                print_json(&items)?;
+            }
+            Ok(())
+        }
+        Cmd::Edit { name } => {
+            let before: Value = ctx.block(c.entity(kind, &name))?;
+            let Some(after) = edit(&before, &format!("{}-{name}", singular(kind)))? else {
+                if !ctx.json() {
+                    println!("no change to {} {name}", singular(kind));
+                }
+                return Ok(());
+            };
+            ctx.block(c.put_entity(kind, &name, &after))?;
+            if ctx.json() {
+                let now: Value = ctx.block(c.entity(kind, &name))?;
+                print_json(&now)
+            } else {
+                println!("updated {} {name}", singular(kind));
+                Ok(())
+            }
+        }
+        Cmd::Delete { name } => {
+            ctx.block(c.delete_entity(kind, &name))?;
+            if !ctx.json() {
+                println!("deleted {} {name}", singular(kind));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn singular(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Provider => "provider",
+        Kind::HardwareType => "hardware type",
+        Kind::ImageType => "image type",
+        Kind::Service => "service",
+        Kind::ClusterTemplate => "template",
+        Kind::PartialTemplate => "partial template",
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Writes `v` to a temp file, runs the editor on it, and reads it back; `None` if unchanged.
+fn edit(v: &Value, stem: &str) -> anyhow::Result<Option<Value>> {
+    let editor = std::env::var("VISUAL")
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .or_else(|| {
+            std::env::var("EDITOR")
+                .ok()
+                .filter(|e| !e.trim().is_empty())
+        })
+        .unwrap_or_else(|| "vi".into());
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join(format!("{stem}.json"));
+    let original = serde_json::to_string_pretty(v)? + "\n";
+    std::fs::write(&path, &original)?;
+    loop {
+        // The editor setting may carry arguments (`code --wait`), as git allows.
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{editor} \"$1\""))
+            .arg("sh")
+            .arg(&path)
+            .status()
+            .with_context(|| format!("running the editor `{editor}`"))?;
+        if !status.success() {
+            return Err(UsageError(format!("the editor `{editor}` exited with {status}")).into());
+        }
+        let text = std::fs::read_to_string(&path)?;
+        if text == original {
+            return Ok(None);
+        }
+        match serde_json::from_str::<Value>(&text) {
+            Ok(after) if &after == v => return Ok(None),
+            Ok(after) => return Ok(Some(after)),
+            Err(e) => {
+                if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                    return Err(UsageError(format!("the edited file is not JSON: {e}")).into());
+                }
+                eprintln!("the edited file is not JSON: {e}");
+                if !confirm("edit again?")? {
+                    return Err(UsageError("edit abandoned".into()).into());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CatalogArgs {
+    #[command(flatten)]
+    conn: Conn,
+    #[command(subcommand)]
+    cmd: CatalogCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogCmd {
+    /// Print the tenant's whole catalog as JSON: `weft catalog export > catalog.json`.
+    Export,
+    /// Replace the tenant's catalog with a file's: shows what changes, then asks.
+    Import {
+        file: String,
+        /// Do not ask.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+/// What an import would change, per kind: (added, changed, removed) names.
+pub type Diff = BTreeMap<&'static str, (Vec<String>, Vec<String>, Vec<String>)>;
+
+pub fn diff(current: &CatalogExport, new: &CatalogExport) -> anyhow::Result<Diff> {
+    let cur = serde_json::to_value(current)?;
+    let new = serde_json::to_value(new)?;
+    let mut out = Diff::new();
+    for kind in [
+        "providers",
+        "hardwaretypes",
+        "imagetypes",
+        "services",
+        "clustertemplates",
+        "partialtemplates",
+    ] {
+        let by_name = |v: &Value| -> BTreeMap<String, Value> {
+            v[kind]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    let mut e = e.clone();
+                    if let Some(o) = e.as_object_mut() {
+                        o.remove("version");
+                    }
+                    (text(&e["name"]), e)
+                })
+                .collect()
+        };
+        let (a, b) = (by_name(&cur), by_name(&new));
+        let added = b.keys().filter(|k| !a.contains_key(*k)).cloned().collect();
+        let removed = a.keys().filter(|k| !b.contains_key(*k)).cloned().collect();
+        let changed = b
+            .iter()
+            .filter(|(k, v)| a.get(*k).is_some_and(|old| old != *v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.insert(kind, (added, changed, removed));
+    }
+    Ok(out)
+}
+
+pub fn run_catalog(a: CatalogArgs) -> anyhow::Result<()> {
+    let ctx = Ctx::new(&a.conn)?;
+    let c = &ctx.client;
+    match a.cmd {
+        CatalogCmd::Export => print_json(&ctx.block(c.export())?),
+        CatalogCmd::Import { file, yes } => {
+            let new: CatalogExport = parse_json(&read_input(&file)?, &file)?;
+            let current = ctx.block(c.export())?;
+            let d = diff(&current, &new)?;
+            let nothing = d
+                .values()
+                .all(|(a, c, r)| a.is_empty() && c.is_empty() && r.is_empty());
+            if ctx.json() {
+                let v: BTreeMap<_, _> = d
+                    .iter()
+                    .map(|(k, (a, c, r))| {
+                        (
+                            *k,
+                            serde_json::json!({"added": a, "changed": c, "removed": r}),
+                        )
+                    })
+                    .collect();
+                // The summary goes to stderr so that stdout stays one JSON document.
+                eprintln!("{}", serde_json::to_string(&v)?);
+            } else {
+                let mut t = table(&["KIND", "ADDED", "CHANGED", "REMOVED"]);
+                for (k, (a, c, r)) in &d {
+                    t.add_row(vec![
+                        k.to_string(),
+                        a.join(", "),
+                        c.join(", "),
+                        r.join(", "),
+                    ]);
+                }
+                println!("{t}");
+            }
+            if nothing {
+                if !ctx.json() {
+                    println!("the catalog already matches {file}: nothing to import");
+                }
+                return Ok(());
+            }
+            if !yes && !confirm("replace the tenant's catalog with this?")? {
+                return Err(UsageError("import cancelled".into()).into());
+            }
+            ctx.block(c.import(&new))?;
+            if ctx.json() {
+                print_json(&ctx.block(c.export())?)
+            } else {
+                println!("imported {file}");
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,808 @@
+//! `weft cluster ...`: create, inspect, change and delete clusters.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::{Map, Value};
+use weft_client::api::{CreateCluster, Kind, Started};
+use weft_model::{
+    ClusterDetails, ClusterStatus, ClusterTemplate, JobStatus, Node, NodeActionStatus, PlanView,
+};
+
+use super::{print_json, table, time, Conn, Ctx, JobFailed, UsageError};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    conn: Conn,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Flags of every call that starts a job.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobFlags {
+    /// Show only the plan that would run; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Follow the job with a progress bar until it ends (exit 4 if it fails).
+    #[arg(long)]
+    wait: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Create a cluster from a template: shows the plan, then creates.
+    Create {
+        /// The cluster template.
+        #[arg(long)]
+        template: String,
+        /// Number of nodes.
+        #[arg(long)]
+        size: i64,
+        /// Cluster name [default: <template>-<random>].
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+        /// A service to run (repeat; default: the template's services).
+        #[arg(long = "service")]
+        services: Vec<String>,
+        /// key=value over the template's default config (dotted keys nest; JSON values allowed).
+        #[arg(long = "config")]
+        config: Vec<String>,
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long)]
+        hardwaretype: Option<String>,
+        #[arg(long)]
+        imagetype: Option<String>,
+        /// Initial lease in ms (0: forever, when the template allows it).
+        #[arg(long)]
+        lease: Option<i64>,
+        /// Delete what was made if the create fails.
+        #[arg(long)]
+        rollback_on_failure: bool,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// List live clusters.
+    List {
+        /// Filter by status (comma-separated: pending,active,incomplete,inconsistent,terminated).
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Show a cluster: nodes, services, addresses, lease, last job.
+    Show { id: String },
+    /// The status of a cluster's latest job.
+    Status { id: String },
+    /// Delete a cluster (all its nodes).
+    Delete {
+        id: String,
+        /// Follow the delete until the cluster is terminated.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Add nodes.
+    Expand {
+        id: String,
+        #[arg(long)]
+        count: u64,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Remove nodes (newest first).
+    Shrink {
+        id: String,
+        #[arg(long)]
+        count: u64,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Add services.
+    AddService {
+        id: String,
+        #[arg(required = true)]
+        services: Vec<String>,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Remove a service.
+    RemoveService {
+        id: String,
+        service: String,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Change the cluster's config (key=value over the current config) and restart services.
+    Reconfigure {
+        id: String,
+        #[arg(long = "config", required = true)]
+        config: Vec<String>,
+        /// Do not restart services after configuring them.
+        #[arg(long)]
+        no_restart: bool,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Start every service, or one.
+    Start {
+        id: String,
+        service: Option<String>,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Stop every service, or one.
+    Stop {
+        id: String,
+        service: Option<String>,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Restart every service, or one.
+    Restart {
+        id: String,
+        service: Option<String>,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Upgrade a service to its latest definition.
+    Upgrade {
+        id: String,
+        service: String,
+        /// Nodes upgraded at a time.
+        #[arg(long)]
+        batch_size: Option<u64>,
+        #[command(flatten)]
+        job: JobFlags,
+    },
+    /// Move the end of the cluster's lease: `--until <ms since epoch>` or `--until +48h`.
+    ExtendLease {
+        id: String,
+        #[arg(long)]
+        until: String,
+    },
+    /// The plan of a job (default: the latest).
+    Plan { id: String, job: Option<String> },
+    /// Output of the cluster's finished and failed tasks, from the nodes' action history.
+    Logs {
+        id: String,
+        /// Only failed tasks.
+        #[arg(long)]
+        failed: bool,
+    },
+    /// The ssh command for a node (id, hostname or node number); `--exec` runs it.
+    Ssh {
+        id: String,
+        node: String,
+        #[arg(long)]
+        exec: bool,
+    },
+    /// Follow the cluster's running job until it ends.
+    Wait { id: String },
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let ctx = Ctx::new(&a.conn)?;
+    let c = &ctx.client;
+    match a.cmd {
+        Cmd::Create {
+            template,
+            size,
+            name,
+            description,
+            services,
+            config,
+            provider,
+            hardwaretype,
+            imagetype,
+            lease,
+            rollback_on_failure,
+            job,
+        } => {
+            let config = if config.is_empty() {
+                None
+            } else {
+                let t: ClusterTemplate = ctx.block(c.entity(Kind::ClusterTemplate, &template))?;
+                let mut base = t.defaults.config.clone();
+                apply_kv(&mut base, &config)?;
+                Some(base)
+            };
+            let name = name.unwrap_or_else(|| {
+                let r = uuid::Uuid::new_v4().simple().to_string();
+                format!("{template}-{}", &r[..6])
+            });
+            let req = CreateCluster {
+                name,
+                description,
+                cluster_template: template,
+                num_machines: size,
+                provider,
+                hardwaretype,
+                imagetype,
+                services: (!services.is_empty()).then_some(services),
+                initial_lease_duration: lease,
+                config,
+                rollback_on_failure,
+            };
+            let plan = ctx.block(c.plan_cluster(&req))?;
+            if job.dry_run {
+                return show_plan(&ctx, &plan);
+            }
+            if !ctx.json() {
+                show_plan(&ctx, &plan)?;
+            }
+            let id = ctx.block(c.create_cluster(&req))?;
+            if !ctx.json() {
+                println!("created cluster {id} ({})", req.name);
+            }
+            if job.wait {
+                let details = wait(&ctx, &id, false)?;
+                if ctx.json() {
+                    print_json(&details)?;
+                }
+            } else if ctx.json() {
+                print_json(&serde_json::json!({ "id": id }))?;
+            }
+            Ok(())
+        }
+        Cmd::List { status } => {
+            let list = ctx.block(c.clusters(status.as_deref()))?;
+            if ctx.json() {
+                return print_json(&list);
+            }
+            let mut t = table(&[
+                "ID", "NAME", "STATUS", "TEMPLATE", "NODES", "OWNER", "JOB", "EXPIRES",
+            ]);
+            for s in &list {
+                let job = s
+                    .progress
+                    .as_ref()
+                    .map(|p| {
+                        format!(
+                            "{} {} {}/{}",
+                            p.action,
+                            p.actionstatus.as_str(),
+                            p.stepscompleted,
+                            p.stepstotal
+                        )
+                    })
+                    .unwrap_or_default();
+                t.add_row(vec![
+                    s.id.clone(),
+                    s.name.clone(),
+                    s.status.as_str().to_string(),
+                    s.cluster_template.name.clone(),
+                    s.num_nodes.to_string(),
+                    s.owner_id.clone(),
+                    job,
+                    time(s.expire_time),
+                ]);
+            }
+            println!("{t}");
+            Ok(())
+        }
+        Cmd::Show { id } => {
+            let d = ctx.block(c.cluster(&id))?;
+            if ctx.json() {
+                return print_json(&d);
+            }
+            show_cluster(&d);
+            Ok(())
+        }
+        Cmd::Status { id } => {
+            let s = ctx.block(c.cluster_status(&id))?;
+            if ctx.json() {
+                return print_json(&s);
+            }
+            println!(
+                "cluster {} is {}; {} {} ({}/{} steps)",
+                s.clusterid,
+                s.status.as_str(),
+                s.action,
+                s.actionstatus.as_str(),
+                s.stepscompleted,
+                s.stepstotal
+            );
+            Ok(())
+        }
+        Cmd::Delete { id, wait: w } => {
+            ctx.block(c.delete_cluster(&id))?;
+            if !ctx.json() {
+                println!("deleting cluster {id}");
+            }
+            if w {
+                let d = wait(&ctx, &id, true)?;
+                if ctx.json() {
+                    print_json(&d)?;
+                }
+            }
+            Ok(())
+        }
+        Cmd::Expand { id, count, job } => {
+            let r = ctx.block(c.expand(&id, count, job.dry_run))?;
+            started(
+                &ctx,
+                &id,
+                r,
+                &job,
+                &format!("expanding cluster {id} by {count}"),
+            )
+        }
+        Cmd::Shrink { id, count, job } => {
+            let r = ctx.block(c.shrink(&id, count, job.dry_run))?;
+            started(
+                &ctx,
+                &id,
+                r,
+                &job,
+                &format!("shrinking cluster {id} by {count}"),
+            )
+        }
+        Cmd::AddService { id, services, job } => {
+            let r = ctx.block(c.add_services(&id, &services, job.dry_run))?;
+            let what = format!("adding {} to cluster {id}", services.join(", "));
+            started(&ctx, &id, r, &job, &what)
+        }
+        Cmd::RemoveService { id, service, job } => {
+            let r = ctx.block(c.remove_service(&id, &service, job.dry_run))?;
+            let what = format!("removing {service} from cluster {id}");
+            started(&ctx, &id, r, &job, &what)
+        }
+        Cmd::Reconfigure {
+            id,
+            config,
+            no_restart,
+            job,
+        } => {
+            let mut current = ctx.block(c.cluster_config(&id))?;
+            apply_kv(&mut current, &config)?;
+            let r = ctx.block(c.reconfigure(&id, &current, !no_restart, job.dry_run))?;
+            started(&ctx, &id, r, &job, &format!("reconfiguring cluster {id}"))
+        }
+        Cmd::Start { id, service, job } => service_action(&ctx, &id, service, "start", &job),
+        Cmd::Stop { id, service, job } => service_action(&ctx, &id, service, "stop", &job),
+        Cmd::Restart { id, service, job } => service_action(&ctx, &id, service, "restart", &job),
+        Cmd::Upgrade {
+            id,
+            service,
+            batch_size,
+            job,
+        } => {
+            let r = ctx.block(c.upgrade(&id, &service, batch_size, job.dry_run))?;
+            started(
+                &ctx,
+                &id,
+                r,
+                &job,
+                &format!("upgrading {service} on cluster {id}"),
+            )
+        }
+        Cmd::ExtendLease { id, until } => {
+            let at = parse_until(&until, now_ms())?;
+            ctx.block(c.set_expire_time(&id, at))?;
+            if ctx.json() {
+                print_json(&serde_json::json!({ "expireTime": at }))
+            } else {
+                println!("cluster {id} now expires {}", time(at));
+                Ok(())
+            }
+        }
+        Cmd::Plan { id, job } => {
+            let job = match job {
+                Some(j) => j,
+                None => ctx
+                    .block(c.cluster(&id))?
+                    .latest_job_id
+                    .ok_or_else(|| UsageError(format!("cluster {id} has no job yet")))?,
+            };
+            let plan = ctx.block(c.plan(&id, &job))?;
+            show_plan(&ctx, &plan)
+        }
+        Cmd::Logs { id, failed } => {
+            let d = ctx.block(c.cluster(&id))?;
+            logs(&ctx, &d, failed)
+        }
+        Cmd::Ssh { id, node, exec } => {
+            let d = ctx.block(c.cluster(&id))?;
+            let n = find_node(&d, &node)?;
+            let ip = access_ip(n)
+                .ok_or_else(|| UsageError(format!("node {} has no address yet", n.id)))?;
+            let target = format!("{}@{ip}", n.properties.sshuser);
+            if exec {
+                let status = std::process::Command::new("ssh")
+                    .arg(&target)
+                    .status()
+                    .context("running ssh")?;
+                if !status.success() {
+                    return Err(UsageError(format!("ssh exited with {status}")).into());
+                }
+                Ok(())
+            } else if ctx.json() {
+                print_json(
+                    &serde_json::json!({ "node": n.id, "user": n.properties.sshuser, "address": ip, "command": format!("ssh {target}") }),
+                )
+            } else {
+                println!("ssh {target}");
+                Ok(())
+            }
+        }
+        Cmd::Wait { id } => {
+            let d = wait(&ctx, &id, false)?;
+            if ctx.json() {
+                print_json(&d)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn service_action(
+    ctx: &Ctx,
+    id: &str,
+    service: Option<String>,
+    action: &str,
+    job: &JobFlags,
+) -> anyhow::Result<()> {
+    let r = ctx.block(
+        ctx.client
+            .service_action(id, service.as_deref(), action, job.dry_run),
+    )?;
+    let what = match &service {
+        Some(s) => format!("{action} {s} on cluster {id}"),
+        None => format!("{action} every service on cluster {id}"),
+    };
+    started(ctx, id, r, job, &what)
+}
+
+/// After a call that starts a job: the plan (dry run), or "started" and optionally the wait.
+fn started(ctx: &Ctx, id: &str, r: Started, job: &JobFlags, what: &str) -> anyhow::Result<()> {
+    match r {
+        Started::Plan(p) => show_plan(ctx, &p),
+        Started::Started => {
+            if !ctx.json() {
+                println!("{what}");
+            }
+            if job.wait {
+                let d = wait(ctx, id, false)?;
+                if ctx.json() {
+                    print_json(&d)?;
+                }
+            } else if ctx.json() {
+                print_json(&ctx.block(ctx.client.cluster_status(id))?)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Follows the cluster's latest job with a progress bar until it ends. `deleting`: success is
+/// `terminated`.
+fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} tasks {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    loop {
+        let d = ctx.block(ctx.client.cluster(id))?;
+        let (running, failures) = task_counts(&d);
+        if let Some(p) = &d.progress {
+            bar.set_length(p.stepstotal);
+            bar.set_position(p.stepscompleted);
+            bar.set_message(format!(
+                "{} {}, {running} running, {failures} failed",
+                p.action,
+                p.actionstatus.as_str()
+            ));
+        }
+        bar.tick();
+        let status = d.progress.as_ref().map(|p| p.actionstatus);
+        let done = match status {
+            Some(JobStatus::Complete) => true,
+            Some(JobStatus::Failed) => {
+                bar.finish_and_clear();
+                let mut msg = format!(
+                    "the {} job of cluster {id} failed; the cluster is {}",
+                    d.progress
+                        .as_ref()
+                        .map(|p| p.action.as_str())
+                        .unwrap_or("latest"),
+                    d.status.as_str()
+                );
+                if let Some(m) = &d.message {
+                    msg.push_str(&format!(": {m}"));
+                }
+                if !ctx.json() {
+                    logs(ctx, &d, true)?;
+                }
+                return Err(JobFailed(msg).into());
+            }
+            _ => false,
+        } || (deleting && d.status == ClusterStatus::Terminated);
+        if done {
+            bar.finish_and_clear();
+            if !ctx.json() {
+                eprintln!(
+                    "cluster {id} is {} ({} nodes)",
+                    d.status.as_str(),
+                    d.nodes.len()
+                );
+            }
+            return Ok(d);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Tasks of the latest job now running, and failed attempts of it.
+fn task_counts(d: &ClusterDetails) -> (usize, usize) {
+    let prefix = d.latest_job_id.as_ref().map(|j| format!("{j}-"));
+    let mut running = 0;
+    let mut failed = 0;
+    for a in d.nodes.iter().flat_map(|n| &n.actions) {
+        if prefix
+            .as_ref()
+            .is_some_and(|p| !a.task_id.starts_with(p.as_str()))
+        {
+            continue;
+        }
+        match a.status {
+            NodeActionStatus::InProgress => running += 1,
+            NodeActionStatus::Failed => failed += 1,
+            NodeActionStatus::Complete => {}
+        }
+    }
+    (running, failed)
+}
+
+fn show_plan(ctx: &Ctx, p: &PlanView) -> anyhow::Result<()> {
+    if ctx.json() {
+        return print_json(p);
+    }
+    let tasks: usize = p.stages.iter().map(Vec::len).sum();
+    println!(
+        "plan {}: {} in {} stages, {tasks} tasks",
+        if p.id.is_empty() { "(dry run)" } else { &p.id },
+        p.action,
+        p.stages.len()
+    );
+    let mut t = table(&["STAGE", "TASK", "SERVICE", "NODE"]);
+    for (i, stage) in p.stages.iter().enumerate() {
+        for task in stage {
+            t.add_row(vec![
+                (i + 1).to_string(),
+                task.task_name.clone(),
+                task.service.clone(),
+                task.node_id.clone(),
+            ]);
+        }
+    }
+    println!("{t}");
+    Ok(())
+}
+
+fn access_ip(n: &Node) -> Option<&str> {
+    let ips = &n.properties.ipaddresses;
+    ips.get("access_v4")
+        .or_else(|| ips.get("bind_v4"))
+        .or_else(|| ips.values().next())
+        .map(String::as_str)
+}
+
+fn show_cluster(d: &ClusterDetails) {
+    let mut t = table(&["FIELD", "VALUE"]);
+    let job = match (&d.latest_job_id, &d.progress) {
+        (Some(j), Some(p)) => format!(
+            "{j}: {} {} ({}/{})",
+            p.action,
+            p.actionstatus.as_str(),
+            p.stepscompleted,
+            p.stepstotal
+        ),
+        (Some(j), None) => j.clone(),
+        _ => String::new(),
+    };
+    let rows: Vec<(&str, String)> = vec![
+        ("id", d.id.clone()),
+        ("name", d.name.clone()),
+        ("status", d.status.as_str().into()),
+        ("template", d.cluster_template.name.clone()),
+        ("provider", d.provider.name.clone()),
+        ("owner", d.account.user_id.clone()),
+        ("services", d.services.join(", ")),
+        ("created", time(d.create_time)),
+        ("lease ends", time(d.expire_time)),
+        ("last job", job),
+        ("message", d.message.clone().unwrap_or_default()),
+    ];
+    for (k, v) in rows {
+        t.add_row(vec![k.to_string(), v]);
+    }
+    println!("{t}");
+    let mut n = table(&[
+        "NODE",
+        "#",
+        "HOSTNAME",
+        "ADDRESS",
+        "SSH USER",
+        "SERVICES",
+        "LAST ACTION",
+    ]);
+    for node in &d.nodes {
+        let last = node
+            .actions
+            .last()
+            .map(|a| format!("{} {} {:?}", a.action, a.service, a.status).to_lowercase())
+            .unwrap_or_default();
+        n.add_row(vec![
+            node.id.clone(),
+            node.properties.nodenum.to_string(),
+            node.properties.hostname.clone().unwrap_or_default(),
+            access_ip(node).unwrap_or("").to_string(),
+            node.properties.sshuser.clone(),
+            node.properties.services.join(", "),
+            last,
+        ]);
+    }
+    println!("{n}");
+    for l in &d.links {
+        println!("link {}: {}", l.label, l.url);
+    }
+}
+
+fn logs(ctx: &Ctx, d: &ClusterDetails, only_failed: bool) -> anyhow::Result<()> {
+    let mut out = Vec::new();
+    for n in &d.nodes {
+        for a in &n.actions {
+            if a.status == NodeActionStatus::InProgress
+                || (only_failed && a.status != NodeActionStatus::Failed)
+            {
+                continue;
+            }
+            out.push((n, a));
+        }
+    }
+    out.sort_by_key(|(_, a)| (a.status_time, a.task_id.clone()));
+    if ctx.json() {
+        let v: Vec<Value> = out
+            .iter()
+            .map(|(n, a)| {
+                let mut v = serde_json::to_value(a).unwrap_or_default();
+                v["nodeId"] = Value::String(n.id.clone());
+                v
+            })
+            .collect();
+        return print_json(&v);
+    }
+    for (n, a) in out {
+        let host = n.properties.hostname.as_deref().unwrap_or(&n.id);
+        let status = serde_json::to_value(a.status).unwrap_or_default();
+        println!(
+            "== {host} {} {} {} ({}, {}) ==",
+            a.action,
+            a.service,
+            status.as_str().unwrap_or(""),
+            a.task_id,
+            time(a.status_time)
+        );
+        for (name, text) in [("stdout", &a.stdout), ("stderr", &a.stderr)] {
+            if let Some(t) = text.as_deref().filter(|t| !t.trim().is_empty()) {
+                println!("-- {name}:");
+                println!("{}", t.trim_end());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn find_node<'a>(d: &'a ClusterDetails, which: &str) -> anyhow::Result<&'a Node> {
+    d.nodes
+        .iter()
+        .find(|n| n.id == which)
+        .or_else(|| {
+            d.nodes
+                .iter()
+                .find(|n| n.properties.hostname.as_deref() == Some(which))
+        })
+        .or_else(|| {
+            d.nodes
+                .iter()
+                .find(|n| n.properties.nodenum.to_string() == which)
+        })
+        .ok_or_else(|| {
+            UsageError(format!(
+                "cluster {} has no node `{which}` (give a node id, hostname or number)",
+                d.id
+            ))
+            .into()
+        })
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// `1700000000000` (ms since the epoch) or `+48h` / `+30m` / `+2d` / `+90s` from `now`.
+pub fn parse_until(s: &str, now: i64) -> anyhow::Result<i64> {
+    let bad = || {
+        UsageError(format!(
+            "--until {s}: give ms since the epoch or +<n>(s|m|h|d)"
+        ))
+    };
+    if let Some(rel) = s.strip_prefix('+') {
+        let (num, unit) =
+            rel.split_at(rel.find(|c: char| !c.is_ascii_digit()).unwrap_or(rel.len()));
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        let ms = match unit {
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" | "" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad().into()),
+        };
+        return Ok(now + n * ms);
+    }
+    s.parse().map_err(|_| bad().into())
+}
+
+/// Applies `a.b=v` pairs to a config object; `v` is JSON when it parses, else a string.
+pub fn apply_kv(config: &mut Map<String, Value>, pairs: &[String]) -> anyhow::Result<()> {
+    for pair in pairs {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| UsageError(format!("--config {pair}: expected key=value")))?;
+        let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
+        let mut parts: Vec<&str> = k.split('.').collect();
+        let last = parts
+            .pop()
+            .filter(|l| !l.is_empty())
+            .ok_or_else(|| UsageError(format!("--config {pair}: empty key")))?;
+        let mut obj = &mut *config;
+        for p in parts {
+            let entry = obj
+                .entry(p.to_string())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !entry.is_object() {
+                *entry = Value::Object(Map::new());
+            }
+            obj = entry.as_object_mut().expect("just made an object");
+        }
+        obj.insert(last.to_string(), value);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn until_reads_absolute_and_relative_times() {
+        assert_eq!(parse_until("+48h", 1000).unwrap(), 1000 + 48 * 3_600_000);
+        assert_eq!(parse_until("+2d", 0).unwrap(), 2 * 86_400_000);
+        assert_eq!(parse_until("12345", 0).unwrap(), 12345);
+        assert!(parse_until("+3w", 0).is_err());
+        assert!(parse_until("soon", 0).is_err());
+    }
+
+    #[test]
+    fn config_pairs_nest_and_read_json() {
+        let mut c = Map::new();
+        apply_kv(
+            &mut c,
+            &["kv.port=7000".into(), "kv.name=x".into(), "on=true".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(c),
+            serde_json::json!({"kv": {"port": 7000, "name": "x"}, "on": true})
+        );
+        assert!(apply_kv(&mut Map::new(), &["novalue".into()]).is_err());
+    }
+}

@@ -1,0 +1,397 @@
+//! The client commands: everything a user or an admin does against a running server, through the
+//! typed client of the external API ([`weft_client::api::ApiClient`]).
+//!
+//! Exit codes: 0 ok; 1 usage or client-side error; 2 the server refused the call (4xx); 3 server
+//! error (5xx) or unreachable; 4 a job waited for (`--wait`) failed.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
+use weft_client::api::{ApiClient, Identity};
+use weft_client::ClientError;
+
+mod admin;
+mod catalog;
+mod cluster;
+pub mod config;
+
+/// Text for `weft --help`: the exit codes of the client commands.
+pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
+2 the server refused the call (4xx), 3 server error (5xx) or server unreachable, 4 a job waited for \
+(--wait) failed.";
+
+/// Where and as whom: flags beat `WEFT_*` variables, which beat the profile in the config file.
+#[derive(Debug, Clone, Args)]
+pub struct Conn {
+    /// The server's external API URL [default: the profile's, else http://127.0.0.1:55054].
+    #[arg(long, env = "WEFT_URL", global = true)]
+    server: Option<String>,
+    /// Tenant [default: the profile's, else `default`].
+    #[arg(long, env = "WEFT_TENANT", global = true)]
+    tenant: Option<String>,
+    /// User [default: the profile's, else `admin`].
+    #[arg(long, env = "WEFT_USER", global = true)]
+    user: Option<String>,
+    /// API key (servers run with `--auth apikey`).
+    #[arg(long, env = "WEFT_API_KEY", global = true, hide_env_values = true)]
+    api_key: Option<String>,
+    /// Profile in the config file [default: `default`].
+    #[arg(long, env = "WEFT_PROFILE", global = true)]
+    profile: Option<String>,
+    /// `table` for people, `json` for scripts (the API's JSON).
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
+    output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Save a server, tenant, user (and API key) as a profile in ~/.config/weft/config.toml.
+    Login(LoginArgs),
+    /// Create, inspect, change and delete clusters.
+    Cluster(cluster::Args),
+    /// Providers in the catalog (admin).
+    Provider(catalog::Args),
+    /// Hardware types in the catalog (admin).
+    Hardwaretype(catalog::Args),
+    /// Image types in the catalog (admin).
+    Imagetype(catalog::Args),
+    /// Services in the catalog (admin).
+    Service(catalog::Args),
+    /// Cluster templates in the catalog (admin).
+    Template(catalog::Args),
+    /// Partial templates in the catalog (admin).
+    Partialtemplate(catalog::Args),
+    /// Export or import the tenant's whole catalog (admin).
+    Catalog(catalog::CatalogArgs),
+    /// Tenants (superadmin).
+    Tenant(admin::TenantArgs),
+    /// Provisioners registered with the server (superadmin).
+    Provisioners(admin::ProvisionersArgs),
+    /// Plugin resources: upload, stage, recall, delete, sync (admin).
+    Resource(admin::ResourceArgs),
+    /// API keys (superadmin).
+    Apikey(admin::ApiKeyArgs),
+    /// Print a shell completion script: `weft completions bash > /etc/bash_completion.d/weft`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LoginArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Save without checking that the server answers.
+    #[arg(long)]
+    no_verify: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    shell: clap_complete::Shell,
+}
+
+/// A client command with its connection settings resolved.
+pub struct Ctx {
+    pub client: ApiClient,
+    pub output: Output,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Ctx {
+    pub fn new(conn: &Conn) -> anyhow::Result<Ctx> {
+        let (server, who) = resolve(conn)?;
+        let client = ApiClient::new(&server, who)?;
+        Ok(Ctx {
+            client,
+            output: conn.output,
+            rt: super::server::runtime()?,
+        })
+    }
+
+    pub fn block<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    pub fn json(&self) -> bool {
+        self.output == Output::Json
+    }
+}
+
+/// The effective server and identity: flag or variable, else profile, else default.
+fn resolve(conn: &Conn) -> anyhow::Result<(String, Identity)> {
+    let file = config::load()?;
+    let name = conn.profile.as_deref().unwrap_or(config::DEFAULT_PROFILE);
+    let profile = match file.profiles.get(name) {
+        Some(p) => p.clone(),
+        None if conn.profile.is_some() => {
+            return Err(UsageError(format!(
+                "no profile `{name}` in {}: run `weft login --profile {name} ...` first",
+                config::path()?.display()
+            ))
+            .into())
+        }
+        None => config::Profile::default(),
+    };
+    let server = conn
+        .server
+        .clone()
+        .or(profile.server)
+        .unwrap_or_else(|| config::DEFAULT_SERVER.into());
+    let who = Identity {
+        tenant: conn
+            .tenant
+            .clone()
+            .or(profile.tenant)
+            .unwrap_or_else(|| "default".into()),
+        user: conn
+            .user
+            .clone()
+            .or(profile.user)
+            .unwrap_or_else(|| "admin".into()),
+        api_key: conn.api_key.clone().or(profile.api_key),
+    };
+    Ok((server, who))
+}
+
+/// A mistake on the command line or in an input file (exit 1).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A job that `--wait` watched failed (exit 4).
+#[derive(Debug)]
+pub struct JobFailed(pub String);
+
+impl std::fmt::Display for JobFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for JobFailed {}
+
+/// Runs a client command; prints the error and maps it to the documented exit code.
+pub fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
+    match dispatch(cmd, bin) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            let code = exit_code(&e);
+            match e.downcast_ref::<ClientError>() {
+                // The server's message, as it is.
+                Some(c @ ClientError::Status { status, .. }) => {
+                    eprintln!("error: {} (HTTP {status})", c.server_message())
+                }
+                _ => eprintln!("error: {e:#}"),
+            }
+            Ok(ExitCode::from(code))
+        }
+    }
+}
+
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<JobFailed>().is_some() {
+        return 4;
+    }
+    match e.downcast_ref::<ClientError>() {
+        Some(ClientError::Status { status, .. }) if (400..500).contains(status) => 2,
+        Some(_) => 3,
+        None => 1,
+    }
+}
+
+fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
+    use weft_client::api::Kind;
+    match cmd {
+        ClientCommand::Login(a) => login(a),
+        ClientCommand::Cluster(a) => cluster::run(a),
+        ClientCommand::Provider(a) => catalog::run(Kind::Provider, a),
+        ClientCommand::Hardwaretype(a) => catalog::run(Kind::HardwareType, a),
+        ClientCommand::Imagetype(a) => catalog::run(Kind::ImageType, a),
+        ClientCommand::Service(a) => catalog::run(Kind::Service, a),
+        ClientCommand::Template(a) => catalog::run(Kind::ClusterTemplate, a),
+        ClientCommand::Partialtemplate(a) => catalog::run(Kind::PartialTemplate, a),
+        ClientCommand::Catalog(a) => catalog::run_catalog(a),
+        ClientCommand::Tenant(a) => admin::tenant(a),
+        ClientCommand::Provisioners(a) => admin::provisioners(a),
+        ClientCommand::Resource(a) => admin::resource(a),
+        ClientCommand::Apikey(a) => admin::apikey(a),
+        ClientCommand::Completions(a) => {
+            let mut bin = bin;
+            clap_complete::generate(a.shell, &mut bin, "weft", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
+
+fn login(a: LoginArgs) -> anyhow::Result<()> {
+    let mut file = config::load()?;
+    let name = a
+        .conn
+        .profile
+        .clone()
+        .unwrap_or_else(|| config::DEFAULT_PROFILE.into());
+    let mut p = file.profiles.get(&name).cloned().unwrap_or_default();
+    if a.conn.server.is_some() {
+        p.server = a.conn.server.clone();
+    }
+    if a.conn.tenant.is_some() {
+        p.tenant = a.conn.tenant.clone();
+    }
+    if a.conn.user.is_some() {
+        p.user = a.conn.user.clone();
+    }
+    if a.conn.api_key.is_some() {
+        p.api_key = a.conn.api_key.clone();
+    }
+    if !a.no_verify {
+        let conn = Conn {
+            profile: None,
+            server: Some(
+                p.server
+                    .clone()
+                    .unwrap_or_else(|| config::DEFAULT_SERVER.into()),
+            ),
+            tenant: Some(p.tenant.clone().unwrap_or_else(|| "default".into())),
+            user: Some(p.user.clone().unwrap_or_else(|| "admin".into())),
+            api_key: p.api_key.clone(),
+            output: a.conn.output,
+        };
+        let ctx = Ctx::new(&conn)?;
+        ctx.block(ctx.client.clusters(None))
+            .context("checking the profile against the server (--no-verify skips this)")?;
+    }
+    file.profiles.insert(name.clone(), p.clone());
+    let path = config::save(&file)?;
+    if a.conn.output == Output::Json {
+        print_json(&p)?;
+    } else {
+        println!(
+            "profile `{name}` saved in {}: {} as {} in tenant {}",
+            path.display(),
+            p.server.as_deref().unwrap_or(config::DEFAULT_SERVER),
+            p.user.as_deref().unwrap_or("admin"),
+            p.tenant.as_deref().unwrap_or("default"),
+        );
+    }
+    Ok(())
+}
+
+// ---- output helpers ----
+
+pub fn print_json<T: Serialize + ?Sized>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+pub fn table(header: &[&str]) -> comfy_table::Table {
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY)
+        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
+        .set_header(header.iter().copied());
+    if !std::io::stdout().is_terminal() {
+        t.force_no_tty();
+    }
+    t
+}
+
+/// `1700000000000` as `2023-11-14 22:13 UTC`; 0 as `never`.
+pub fn time(ms: i64) -> String {
+    if ms <= 0 {
+        return "never".into();
+    }
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
+}
+
+/// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Asks a yes/no question on the terminal; refuses when stdin is not a terminal.
+pub fn confirm(question: &str) -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        return Err(UsageError(
+            "stdin is not a terminal: pass --yes to go ahead without asking".into(),
+        )
+        .into());
+    }
+    eprint!("{question} [y/N] ");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// Reads a file, or stdin for `-`.
+pub fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
+    if path == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
+        Ok(buf)
+    } else {
+        std::fs::read(path).map_err(|e| UsageError(format!("reading {path}: {e}")).into())
+    }
+}
+
+/// Parses JSON input, naming the file on error (exit 1).
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> anyhow::Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| UsageError(format!("{what}: {e}")).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_as_utc_dates() {
+        assert_eq!(time(0), "never");
+        assert_eq!(time(1_700_000_000_000), "2023-11-14 22:13 UTC");
+        assert_eq!(time(951_782_400_000), "2000-02-29 00:00 UTC");
+    }
+
+    #[test]
+    fn errors_map_to_documented_exit_codes() {
+        let status = |s| {
+            anyhow::Error::from(ClientError::Status {
+                url: "u".into(),
+                status: s,
+                body: "b".into(),
+            })
+        };
+        assert_eq!(exit_code(&status(404)), 2);
+        assert_eq!(exit_code(&status(500)), 3);
+        assert_eq!(exit_code(&JobFailed("x".into()).into()), 4);
+        assert_eq!(exit_code(&UsageError("x".into()).into()), 1);
+    }
+}

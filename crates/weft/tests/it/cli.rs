@@ -1,0 +1,706 @@
+//! The client commands (`weft login`, `weft cluster ...`, the catalog and admin commands) run as a
+//! user runs them: the `weft` binary against a real server (in-process, on 127.0.0.1:0), with a
+//! temporary config file. A scripted worker takes and finishes tasks over the internal port, so jobs
+//! really run and end.
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use weft_client::api::{ApiClient, Identity};
+use weft_client::{Client, Finish, PluginKind, Registration};
+use weft_model::{
+    ApiKeyCreated, ApiKeyInfo, CatalogExport, ClusterDetails, ClusterStatus, ClusterStatusView,
+    ClusterSummary, ClusterTemplate, PlanView, PluginType, Provider, Provisioner, ResourceMeta,
+    Service, TenantSpecification,
+};
+use weft_server::config::RawConfig;
+
+use crate::support::weft;
+
+const TENANT: &str = "default";
+
+/// A server with tenant `default`, plugin types `local` and `shell`, and a scripted worker.
+struct Server {
+    api: String,
+    /// When set, the worker fails every task it takes.
+    fail: Arc<AtomicBool>,
+    store: Arc<dyn weft_store::Store>,
+    dir: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let fail = Arc::new(AtomicBool::new(false));
+        let data = dir.path().join("data");
+        let (api, internal, store) = rt.block_on(async {
+            let settings = RawConfig {
+                data_dir: Some(data),
+                port: Some(0),
+                internal_port: Some(0),
+                bind: Some("127.0.0.1".into()),
+                auth: Some("none".into()),
+                ..Default::default()
+            }
+            .resolve()
+            .unwrap();
+            let app = weft_server::build(settings).await.unwrap();
+            // The provisioner registered below does not listen: no calls out to it.
+            app.state.outbound.set_enabled(false);
+            let store = app.state.store.clone();
+            let bound = weft_server::bind(app).await.unwrap();
+            let api = format!("http://{}", bound.external_addr().unwrap());
+            let internal = format!("http://{}", bound.internal_addr().unwrap());
+            tokio::spawn(bound.run());
+            (api, internal, store)
+        });
+        let s = Server {
+            api,
+            fail: fail.clone(),
+            store,
+            dir,
+            rt,
+        };
+        let tenant_id = s.rt.block_on(s.setup(&internal));
+        s.rt.spawn(worker(internal, tenant_id, fail));
+        s
+    }
+
+    async fn setup(&self, internal: &str) -> String {
+        let sa = ApiClient::new(
+            &self.api,
+            Identity {
+                tenant: "superadmin".into(),
+                user: "admin".into(),
+                api_key: None,
+            },
+        )
+        .unwrap();
+        let spec = TenantSpecification {
+            name: TENANT.into(),
+            description: None,
+            workers: 1,
+            max_clusters: weft_model::UNBOUNDED,
+            max_nodes: weft_model::UNBOUNDED,
+        };
+        let c = Client::new(internal).unwrap();
+        c.register(&Registration {
+            id: "p1".into(),
+            host: "127.0.0.1".into(),
+            port: 9,
+            capacity_total: 10,
+        })
+        .await
+        .unwrap();
+        let local: PluginType = serde_json::from_value(json!({"name": "local"})).unwrap();
+        c.register_plugin_type(PluginKind::Provider, &local)
+            .await
+            .unwrap();
+        let shell: PluginType = serde_json::from_value(json!({"name": "shell",
+            "parameters": {"admin": {"fields": {"script": {"label": "script", "type": "text"}}}},
+            "resourceTypes": {"scripts": {"format": "file"}}}))
+        .unwrap();
+        c.register_plugin_type(PluginKind::Automator, &shell)
+            .await
+            .unwrap();
+        sa.create_tenant(&spec, false).await.unwrap();
+        self.store
+            .tenant_by_name(TENANT)
+            .await
+            .unwrap()
+            .expect("tenant default")
+            .id
+    }
+
+    /// Runs `weft` with this test's config file; returns its output.
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_env(args, &[])
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = weft();
+        c.env("WEFT_CLI_CONFIG", self.config())
+            .env("HOME", self.dir.path())
+            .env("NO_COLOR", "1")
+            .args(args)
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("weft-cli.toml")
+    }
+
+    /// Runs and asserts exit 0; returns stdout.
+    #[track_caller]
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "weft {args:?} exited {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs with `-o json` and parses stdout as `T`.
+    #[track_caller]
+    fn json<T: DeserializeOwned>(&self, args: &[&str]) -> T {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.ok(&all);
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("weft {args:?} -o json is not the API type ({e}): {out}"))
+    }
+
+    /// Runs, expecting exit `code`; returns stderr.
+    #[track_caller]
+    fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "weft {args:?}\nstdout: {}\nstderr: {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        stderr
+    }
+
+    fn login(&self) {
+        self.ok(&[
+            "login", "--server", &self.api, "--tenant", TENANT, "--user", "admin",
+        ]);
+    }
+
+    /// A small catalog, made with the CLI: services `a`, `b` (requires a), `c`, template `t`.
+    fn catalog(&self) {
+        let dir = self.dir.path();
+        let action = |what: &str, name: &str| json!({"type": "shell", "fields": {"script": format!("{what}-{name}.sh")}});
+        let service = |name: &str, requires: &[&str]| {
+            json!({"name": name, "dependencies": {"runtime": {"requires": requires}},
+                "provisioner": {"actions": {"install": action("install", name), "configure": action("configure", name),
+                "start": action("start", name), "stop": action("stop", name)}}})
+        };
+        let files = [
+            (
+                "provider",
+                json!({"name": "local", "description": "this machine", "providertype": "local"}),
+            ),
+            (
+                "hardwaretype",
+                json!({"name": "small", "providermap": {"local": {"flavor": "s1"}}}),
+            ),
+            (
+                "imagetype",
+                json!({"name": "host", "providermap": {"local": {"image": "img", "sshuser": "weft"}}}),
+            ),
+            (
+                "service",
+                json!([service("a", &[]), service("b", &["a"]), service("c", &[])]),
+            ),
+            (
+                "template",
+                json!({"name": "t", "description": "a and b",
+                "defaults": {"services": ["a", "b"], "provider": "local", "config": {"port": 7000}},
+                "compatibility": {"services": ["a", "b", "c"]},
+                "constraints": {"size": {"min": 1, "max": 10}, "services": {"a": {"quantities": {"min": 1, "max": 1}}}}}),
+            ),
+        ];
+        for (kind, body) in files {
+            let f = dir.join(format!("{kind}.json"));
+            std::fs::write(&f, body.to_string()).unwrap();
+            self.ok(&[kind, "create", "-f", f.to_str().unwrap()]);
+        }
+    }
+}
+
+/// Takes tasks of the tenant and finishes them (successfully unless `fail` is set).
+async fn worker(internal: String, tenant_id: String, fail: Arc<AtomicBool>) {
+    let c = Client::new(&internal).unwrap();
+    loop {
+        let task = match c.take("p1", "w1", &tenant_id).await {
+            Ok(Some(t)) => t,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let failing = fail.load(Ordering::SeqCst);
+        let mut f = Finish {
+            worker_id: "w1".into(),
+            provisioner_id: "p1".into(),
+            tenant_id: tenant_id.clone(),
+            task_id: task["taskId"].as_str().unwrap_or_default().into(),
+            status: if failing { 1 } else { 0 },
+            stdout: Some(format!("ran {}", task["taskName"].as_str().unwrap_or(""))),
+            stderr: failing.then(|| "disk full".to_string()),
+            ..Default::default()
+        };
+        if task["taskName"] == "CONFIRM" && !failing {
+            let n = task["config"]["nodenum"].as_u64().unwrap_or(1000) % 250;
+            let ip = format!("10.1.0.{n}");
+            f.ipaddresses = Some(
+                [
+                    ("access_v4".to_string(), ip.clone()),
+                    ("bind_v4".into(), ip),
+                ]
+                .into_iter()
+                .collect(),
+            );
+        }
+        let _ = c.finish(&f).await;
+    }
+}
+
+#[test]
+fn a_new_user_follows_the_readme() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    // login wrote the profile; every later command reads it.
+    let cfg = std::fs::read_to_string(s.config()).unwrap();
+    assert!(
+        cfg.contains(&s.api) && cfg.contains("tenant = \"default\""),
+        "{cfg}"
+    );
+
+    let templates = s.ok(&["template", "list"]);
+    assert!(
+        templates.contains("t") && templates.contains("a and b"),
+        "{templates}"
+    );
+
+    let out = s.ok(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "2",
+        "--name",
+        "demo",
+        "--wait",
+    ]);
+    assert!(
+        out.contains("CLUSTER_CREATE"),
+        "the plan is shown first: {out}"
+    );
+    assert!(out.contains("created cluster 00000001"), "{out}");
+
+    let show = s.ok(&["cluster", "show", "00000001"]);
+    for needle in ["demo", "active", "10.1.0.", "weft", "a, b"] {
+        assert!(show.contains(needle), "show names {needle}: {show}");
+    }
+    let d: ClusterDetails = s.json(&["cluster", "show", "00000001"]);
+    assert_eq!((d.status, d.nodes.len()), (ClusterStatus::Active, 2));
+
+    let d: ClusterDetails = s.json(&["cluster", "expand", "00000001", "--count", "1", "--wait"]);
+    assert_eq!((d.status, d.nodes.len()), (ClusterStatus::Active, 3));
+
+    let d: ClusterDetails = s.json(&["cluster", "delete", "00000001", "--wait"]);
+    assert_eq!(d.status, ClusterStatus::Terminated);
+    let all: Vec<ClusterSummary> = s.json(&["cluster", "list"]);
+    assert!(
+        all.iter().all(|c| c.status == ClusterStatus::Terminated),
+        "{all:?}"
+    );
+}
+
+#[test]
+fn cluster_commands_change_a_running_cluster() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    let plan: PlanView = s.json(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "3",
+        "--dry-run",
+    ]);
+    assert_eq!(plan.action, "CLUSTER_CREATE");
+    assert!(
+        s.json::<Vec<ClusterSummary>>(&["cluster", "list"])
+            .is_empty(),
+        "a dry run creates nothing"
+    );
+
+    let d: ClusterDetails = s.json(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "3",
+        "--name",
+        "c1",
+        "--config",
+        "kv.mode=fast",
+        "--wait",
+    ]);
+    let id = d.id.clone();
+    assert_eq!(d.config["port"], 7000, "the template's config is kept");
+    assert_eq!(d.config["kv"]["mode"], "fast");
+
+    let list: Vec<ClusterSummary> = s.json(&["cluster", "list"]);
+    assert_eq!(list.len(), 1);
+    assert!(s.ok(&["cluster", "list"]).contains("c1"));
+    let st: ClusterStatusView = s.json(&["cluster", "status", &id]);
+    assert_eq!(st.status, ClusterStatus::Active);
+
+    let d: ClusterDetails = s.json(&["cluster", "shrink", &id, "--count", "1", "--wait"]);
+    assert_eq!(d.nodes.len(), 2);
+
+    let plan: PlanView = s.json(&["cluster", "add-service", &id, "c", "--dry-run"]);
+    assert!(!plan.stages.is_empty());
+    let d: ClusterDetails = s.json(&["cluster", "add-service", &id, "c", "--wait"]);
+    assert!(d.services.contains(&"c".to_string()), "{:?}", d.services);
+    let d: ClusterDetails = s.json(&["cluster", "remove-service", &id, "c", "--wait"]);
+    assert!(!d.services.contains(&"c".to_string()), "{:?}", d.services);
+
+    let d: ClusterDetails = s.json(&[
+        "cluster",
+        "reconfigure",
+        &id,
+        "--config",
+        "port=8000",
+        "--no-restart",
+        "--wait",
+    ]);
+    assert_eq!(d.config["port"], 8000);
+    assert_eq!(
+        d.config["kv"]["mode"], "fast",
+        "reconfigure changes only the keys given"
+    );
+
+    for action in ["stop", "start", "restart"] {
+        let d: ClusterDetails = s.json(&["cluster", action, &id, "--wait"]);
+        assert_eq!(d.status, ClusterStatus::Active, "{action}");
+    }
+    let d: ClusterDetails = s.json(&["cluster", "restart", &id, "b", "--wait"]);
+    assert_eq!(d.status, ClusterStatus::Active);
+    let d: ClusterDetails = s.json(&[
+        "cluster",
+        "upgrade",
+        &id,
+        "a",
+        "--batch-size",
+        "1",
+        "--wait",
+    ]);
+    assert_eq!(d.status, ClusterStatus::Active);
+
+    let before = d.expire_time;
+    let out: Value = s.json(&["cluster", "extend-lease", &id, "--until", "+48h"]);
+    let d: ClusterDetails = s.json(&["cluster", "show", &id]);
+    assert_eq!(Some(d.expire_time), out["expireTime"].as_i64());
+    assert!(d.expire_time > before);
+
+    let plan: PlanView = s.json(&["cluster", "plan", &id]);
+    assert_eq!(Some(&plan.id), d.latest_job_id.as_ref());
+    let first: PlanView = s.json(&["cluster", "plan", &id, &format!("{id}-001")]);
+    assert_eq!(first.action, "CLUSTER_CREATE");
+    assert!(s.ok(&["cluster", "plan", &id]).contains("stages"));
+
+    let logs = s.ok(&["cluster", "logs", &id]);
+    assert!(
+        logs.contains("ran INSTALL") && logs.contains("INSTALL a"),
+        "{logs}"
+    );
+    let ssh = s.ok(&["cluster", "ssh", &id, "1000"]);
+    assert!(ssh.starts_with("ssh weft@10.1.0."), "{ssh}");
+    let node = &d.nodes[0].id;
+    assert!(s
+        .ok(&["cluster", "ssh", &id, node])
+        .starts_with("ssh weft@"));
+    s.fails(&["cluster", "ssh", &id, "nope"], 1);
+}
+
+#[test]
+fn a_failed_job_exits_4_and_shows_the_task_output() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    s.fail.store(true, Ordering::SeqCst);
+    let err = s.fails(
+        &[
+            "cluster",
+            "create",
+            "--template",
+            "t",
+            "--size",
+            "1",
+            "--wait",
+        ],
+        4,
+    );
+    assert!(err.contains("failed"), "{err}");
+    let logs = s.ok(&["cluster", "logs", "00000001", "--failed"]);
+    assert!(logs.contains("disk full"), "{logs}");
+}
+
+#[test]
+fn errors_exit_with_the_documented_codes_and_the_server_message() {
+    let s = Server::start();
+    s.login();
+    let err = s.fails(&["cluster", "show", "00000042"], 2);
+    assert!(err.contains("404"), "{err}");
+    let err = s.fails(&["template", "show", "nothing"], 2);
+    assert!(
+        err.contains("cluster template nothing  not found."),
+        "the server's message, as it is: {err}"
+    );
+    s.fails(&["cluster", "bogus"], 1);
+    s.fails(&["cluster", "list", "--server", "http://127.0.0.1:9"], 3);
+    s.fails(&["cluster", "list", "--profile", "nosuch"], 1);
+    // A plain user may not write the catalog: 403.
+    let f = s.dir.path().join("p.json");
+    std::fs::write(&f, r#"{"name":"x","providertype":"local"}"#).unwrap();
+    s.fails(
+        &[
+            "provider",
+            "create",
+            "-f",
+            f.to_str().unwrap(),
+            "--user",
+            "bob",
+        ],
+        2,
+    );
+    std::fs::write(&f, "{not json").unwrap();
+    s.fails(&["provider", "create", "-f", f.to_str().unwrap()], 1);
+    let help = s.ok(&["--help"]);
+    assert!(help.contains("Exit codes"), "{help}");
+}
+
+#[test]
+fn profiles_flags_and_variables_pick_the_server_and_identity() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    // A second profile for another user; WEFT_PROFILE or --profile chooses it.
+    s.ok(&[
+        "login",
+        "--profile",
+        "bob",
+        "--server",
+        &s.api,
+        "--tenant",
+        TENANT,
+        "--user",
+        "bob",
+    ]);
+    s.ok(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "1",
+        "--profile",
+        "bob",
+        "--wait",
+    ]);
+    let mine: Vec<ClusterSummary> = s.json(&["cluster", "list", "--profile", "bob"]);
+    assert_eq!(mine[0].owner_id, "bob");
+    let out = s.run_env(
+        &["cluster", "list", "-o", "json"],
+        &[("WEFT_PROFILE", "bob"), ("WEFT_USER", "carol")],
+    );
+    let carol: Vec<ClusterSummary> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        carol.is_empty(),
+        "WEFT_USER beats the profile: carol owns nothing"
+    );
+    let out = s.run_env(
+        &["cluster", "list", "-o", "json", "--user", "bob"],
+        &[("WEFT_USER", "carol")],
+    );
+    let bob: Vec<ClusterSummary> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(bob.len(), 1, "a flag beats its variable");
+    // The server from the environment, no profile at all.
+    std::fs::remove_file(s.config()).unwrap();
+    let out = s.run_env(&["template", "list", "-o", "json"], &[("WEFT_URL", &s.api)]);
+    let t: Vec<ClusterTemplate> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t[0].name, "t");
+    for shell in ["bash", "zsh", "fish"] {
+        assert!(s.ok(&["completions", shell]).contains("cluster"), "{shell}");
+    }
+}
+
+#[test]
+fn catalog_commands_show_edit_export_and_import() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    let providers: Vec<Provider> = s.json(&["provider", "list"]);
+    assert_eq!(providers[0].name, "local");
+    let p: Provider = s.json(&["provider", "show", "local"]);
+    assert_eq!(p.description.as_deref(), Some("this machine"));
+    let services: Vec<Service> = s.json(&["service", "list"]);
+    assert_eq!(services.len(), 3);
+    let t: ClusterTemplate = s.json(&["template", "show", "t"]);
+    assert_eq!(t.defaults.services, vec!["a", "b"]);
+    assert!(s.ok(&["hardwaretype", "list"]).contains("small"));
+    assert!(s.ok(&["imagetype", "show", "host"]).contains("sshuser"));
+
+    // edit: the editor changes the JSON; the change is written back as a new version.
+    let out = s.run_env(
+        &["provider", "edit", "local"],
+        &[("EDITOR", "sed -i s/this.machine/here/")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p: Provider = s.json(&["provider", "show", "local"]);
+    assert_eq!(p.description.as_deref(), Some("here"));
+    let out = s.run_env(&["provider", "edit", "local"], &[("EDITOR", "true")]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no change"));
+
+    // export, change the file, import: the diff, the refusal without a terminal, then --yes.
+    let export = s.ok(&["catalog", "export"]);
+    let mut cat: CatalogExport = serde_json::from_str(&export).unwrap();
+    assert_eq!(cat.services.len(), 3);
+    cat.services.retain(|s| s.name != "c");
+    cat.providers[0].description = Some("changed".into());
+    let f = s.dir.path().join("catalog.json");
+    std::fs::write(&f, serde_json::to_string(&cat).unwrap()).unwrap();
+    let f = f.to_str().unwrap();
+    let err = s.fails(&["catalog", "import", f], 1);
+    assert!(err.contains("--yes"), "{err}");
+    let out = s.ok(&["catalog", "import", f, "--yes"]);
+    assert!(
+        out.contains("services") && out.contains("c") && out.contains("imported"),
+        "{out}"
+    );
+    let services: Vec<Service> = s.json(&["service", "list"]);
+    assert_eq!(services.len(), 2);
+    assert!(s
+        .ok(&["catalog", "import", f])
+        .contains("nothing to import"));
+
+    s.ok(&["service", "delete", "b"]);
+    assert_eq!(s.json::<Vec<Service>>(&["service", "list"]).len(), 1);
+}
+
+#[test]
+fn admin_commands_manage_tenants_provisioners_resources_and_keys() {
+    let s = Server::start();
+    let sa = ["--tenant", "superadmin", "--user", "admin"];
+    let with = |args: &[&str]| -> Vec<String> {
+        args.iter()
+            .chain(sa.iter())
+            .map(|a| a.to_string())
+            .collect()
+    };
+    let run = |args: &[&str]| s.ok(&with(args).iter().map(String::as_str).collect::<Vec<_>>());
+    let json = |args: &[&str]| -> Value {
+        let mut a = with(args);
+        a.extend(["-o".into(), "json".into()]);
+        serde_json::from_str(&s.ok(&a.iter().map(String::as_str).collect::<Vec<_>>())).unwrap()
+    };
+    s.ok(&["login", "--server", &s.api]);
+
+    run(&[
+        "tenant",
+        "create",
+        "acme",
+        "--workers",
+        "2",
+        "--max-clusters",
+        "5",
+    ]);
+    let t: TenantSpecification = serde_json::from_value(json(&["tenant", "show", "acme"])).unwrap();
+    assert_eq!((t.workers, t.max_clusters), (2, 5));
+    run(&["tenant", "update", "acme", "--max-nodes", "20"]);
+    let t: TenantSpecification = serde_json::from_value(json(&["tenant", "show", "acme"])).unwrap();
+    assert_eq!((t.workers, t.max_clusters, t.max_nodes), (2, 5, 20));
+    let all: Vec<TenantSpecification> = serde_json::from_value(json(&["tenant", "list"])).unwrap();
+    assert!(all.iter().any(|t| t.name == "acme"));
+    assert!(run(&["tenant", "list"]).contains("acme"));
+    run(&["tenant", "update", "acme", "--workers", "0"]);
+    run(&["tenant", "delete", "acme"]);
+    s.fails(&["tenant", "show", "acme", "--tenant", "superadmin"], 2);
+    s.fails(&["tenant", "list"], 2); // tenant default's admin is not the superadmin
+
+    let ps: Vec<Provisioner> = serde_json::from_value(json(&["provisioners", "list"])).unwrap();
+    assert_eq!(ps[0].id, "p1");
+    let p: Provisioner = serde_json::from_value(json(&["provisioners", "show", "p1"])).unwrap();
+    assert_eq!(p.capacity_total, 10);
+
+    let k: ApiKeyCreated = serde_json::from_value(json(&[
+        "apikey",
+        "create",
+        "--for-tenant",
+        "default",
+        "--for-user",
+        "admin",
+        "--admin",
+    ]))
+    .unwrap();
+    let keys: Vec<ApiKeyInfo> = serde_json::from_value(json(&["apikey", "list"])).unwrap();
+    assert!(keys.iter().any(|i| i.id == k.id));
+    run(&["apikey", "delete", &k.id]);
+    let keys: Vec<ApiKeyInfo> = serde_json::from_value(json(&["apikey", "list"])).unwrap();
+    assert!(keys.iter().all(|i| i.id != k.id));
+
+    // Plugin resources, as tenant default's admin.
+    let f = s.dir.path().join("setup.sh");
+    std::fs::write(&f, "echo hi\n").unwrap();
+    let at = ["automator", "shell", "scripts"];
+    let up = |args: &[&str]| s.ok(args);
+    let meta: ResourceMeta = serde_json::from_str(&up(&[
+        "resource",
+        "upload",
+        at[0],
+        at[1],
+        at[2],
+        "setup",
+        "-f",
+        f.to_str().unwrap(),
+        "--tenant",
+        TENANT,
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(meta.version, 1);
+    up(&[
+        "resource", "stage", at[0], at[1], at[2], "setup", "1", "--tenant", TENANT,
+    ]);
+    up(&["resource", "sync", "--tenant", TENANT]);
+    let list: std::collections::BTreeMap<String, Vec<ResourceMeta>> = serde_json::from_str(&up(&[
+        "resource", "list", at[0], at[1], at[2], "--tenant", TENANT, "-o", "json",
+    ]))
+    .unwrap();
+    assert_eq!(format!("{:?}", list["setup"][0].status), "Active");
+    up(&[
+        "resource", "recall", at[0], at[1], at[2], "setup", "1", "--tenant", TENANT,
+    ]);
+    up(&["resource", "sync", "--tenant", TENANT]);
+    up(&[
+        "resource", "delete", at[0], at[1], at[2], "setup", "--tenant", TENANT,
+    ]);
+    assert!(!up(&["resource", "list", at[0], at[1], at[2], "--tenant", TENANT]).contains("setup"));
+}
