@@ -1,25 +1,47 @@
 #!/usr/bin/env python3
 """A round-robin HTTP load balancer for GET: each request goes to the next backend (host:port)."""
-import argparse, itertools, threading, urllib.request
+import argparse, os, threading, urllib.request
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
 p = argparse.ArgumentParser()
 p.add_argument("--bind", required=True)
 p.add_argument("--port", type=int, required=True)
-p.add_argument("--backends", required=True)
+p.add_argument("--backends", default="")
+p.add_argument("--conf", help="a file with a line backends=h:p,h:p; re-read when it changes")
 a = p.parse_args()
-backends = [b for b in a.backends.split(",") if b]
-ring = itertools.cycle(backends)
 lock = threading.Lock()
+state = {"mtime": None, "backends": [b for b in a.backends.split(",") if b], "next": 0}
+
+
+def next_backend():
+    """The next backend, round robin; the conf file is re-read when it changes (expand, shrink)."""
+    with lock:
+        if a.conf:
+            try:
+                m = os.stat(a.conf).st_mtime_ns
+                if m != state["mtime"]:
+                    for line in open(a.conf):
+                        if line.startswith("backends="):
+                            state["backends"] = [b for b in line.strip()[len("backends="):].split(",") if b]
+                    state["mtime"] = m
+            except OSError:
+                pass
+        bs = state["backends"]
+        if not bs:
+            return None
+        b = bs[state["next"] % len(bs)]
+        state["next"] += 1
+        return b
 
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             code, body, ctype = 200, b"ok", "text/plain"
         else:
-            with lock:
-                b = next(ring)
+            b = next_backend()
             try:
+                if b is None:
+                    raise RuntimeError("no backends")
                 with urllib.request.urlopen("http://%s%s" % (b, self.path), timeout=5) as r:
                     code, body, ctype = r.status, r.read(), r.headers.get("Content-Type", "text/plain")
             except Exception as e:

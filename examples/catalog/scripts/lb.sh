@@ -9,7 +9,7 @@ case "$action" in
   configure) printf 'backends=%s\n' "$WEFT_CONFIG_LB_BACKENDS" >"$dir/lb.conf"; cat "$dir/lb.conf" ;;
   start)
     cd "$dir"; . ./lb.conf
-    daemon lb python3 lb.py --bind "$WEFT_IP" --port "$port" --backends "$backends"
+    daemon lb python3 lb.py --bind "$WEFT_IP" --port "$port" --backends "$backends" --conf "$dir/lb.conf"
     wait_http "http://$WEFT_IP:$port/health" ;;
   stop) cd "$dir" 2>/dev/null && stop_daemon lb || true ;;
   remove) rm -rf "$dir"; echo "removed $dir" ;;

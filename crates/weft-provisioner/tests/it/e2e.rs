@@ -70,6 +70,15 @@ async fn wait_status(s: &Server, id: &str, want: &str) -> Value {
     .await
 }
 
+/// Calls a cluster route that starts a job and waits until the cluster is active again.
+async fn run_job(s: &Server, id: &str, method: Method, path: &str, body: Option<Value>) {
+    let (code, answer) = s
+        .ext(method, T, &format!("/v2/clusters/{id}/{path}"), body)
+        .await;
+    assert_eq!(code, 200, "{path}: {answer}");
+    wait_status(s, id, "active").await;
+}
+
 async fn get(http: &reqwest::Client, url: &str) -> Option<String> {
     let r = http.get(url).send().await.ok()?;
     if !r.status().is_success() {
@@ -169,6 +178,73 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
     )
     .await;
     assert_eq!(seen, web);
+
+    // Stop, start and restart through the API.
+    let lb_url = format!("http://{lb}:8000/");
+    run_job(&s, &id, Method::POST, "services/stop", None).await;
+    assert!(
+        get(&s.http, &lb_url).await.is_none(),
+        "stopped services do not answer"
+    );
+    run_job(&s, &id, Method::POST, "services/start", None).await;
+    assert!(
+        get(&s.http, &lb_url).await.is_some(),
+        "started services answer"
+    );
+    run_job(&s, &id, Method::POST, "services/web/restart", None).await;
+    assert!(
+        get(&s.http, &lb_url).await.is_some(),
+        "restarted services answer"
+    );
+
+    // Reconfigure: a new greeting, and the web nodes show it after their restart.
+    let mut config = s
+        .ext(Method::GET, T, &format!("/v2/clusters/{id}/config"), None)
+        .await
+        .1;
+    config["web"]["greeting"] = json!("reconfigured by weft");
+    run_job(
+        &s,
+        &id,
+        Method::PUT,
+        "config",
+        Some(json!({"config": config})),
+    )
+    .await;
+    let body = get(&s.http, &lb_url).await.expect("the balancer answers");
+    assert!(body.contains("reconfigured by weft"), "{body}");
+
+    // Expand by one node: a new web node, which the balancer then uses.
+    run_job(&s, &id, Method::POST, "nodes", Some(json!({"count": 1}))).await;
+    let c = status(&s, &id).await;
+    let web_now: BTreeSet<String> = c["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| {
+            n["properties"]["services"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("web"))
+        })
+        .map(|n| n["properties"]["hostname"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(web_now.len(), web.len() + 1, "expand adds a web node");
+    let seen = until(
+        Duration::from_secs(20),
+        "the new web node behind the balancer",
+        || async {
+            let mut seen = BTreeSet::new();
+            for _ in 0..(2 * web_now.len() + 2) {
+                let body = get(&s.http, &lb_url).await?;
+                let v: Value = serde_json::from_str(&body).ok()?;
+                seen.insert(v["node"].as_str()?.to_string());
+            }
+            (seen == web_now).then_some(seen)
+        },
+    )
+    .await;
+    assert_eq!(seen, web_now);
 
     // Delete: no process and no file left.
     let nodes_dir = s.provisioner_data().join("local/nodes");
