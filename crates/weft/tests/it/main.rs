@@ -2,6 +2,7 @@
 
 mod cli;
 mod crash;
+mod lost_provisioner;
 mod offline;
 mod server;
 mod support;
