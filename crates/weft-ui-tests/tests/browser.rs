@@ -1,7 +1,7 @@
 //! The web UI in real headless Chromium, driven over WebDriver (Debian's `chromium-driver`): an
 //! admin creates a template through the form (after seeing a validation message at its field), a
 //! user creates a cluster on the `local` provider through the plan preview, watches it reach
-//! `active` live (the test plays the provisioner over the internal port with take/finish), and
+//! `active` live (a real in-process provisioner with the local provider runs the cluster), and
 //! deletes it. Screenshots of the main pages go to `target/ui-screenshots/`.
 //!
 //! Needs `chromium` and `chromedriver` on PATH: skipped (with a note) without them, a failure in CI.
@@ -131,28 +131,37 @@ async fn setup(s: &Server) {
     }
 }
 
-/// Plays the provisioner: takes and finishes every queued task of `tenant_id` (all succeed).
-async fn drain(s: &Server, tenant_id: &str) -> usize {
-    let mut n = 0;
-    loop {
-        let take = json!({"workerId": "w1", "provisionerId": "p1", "tenantId": tenant_id});
-        let (status, text) = api(s, None, "POST", "/v2/tasks/take", take).await;
-        if status == 204 {
-            return n;
-        }
-        assert_eq!(status, 200, "take: {text}");
-        let task: Value = serde_json::from_str(&text).unwrap();
-        let mut fin = json!({"workerId": "w1", "provisionerId": "p1", "tenantId": tenant_id,
-            "taskId": task["taskId"], "status": "0", "stdout": "ok", "stderr": ""});
-        if task["taskName"] == "CONFIRM" {
-            let nn = task["config"]["nodenum"].as_u64().unwrap_or(1) % 200;
-            fin["ipaddresses"] =
-                json!({"access_v4": format!("10.9.0.{nn}"), "bind_v4": format!("10.9.0.{nn}")});
-        }
-        ok(s, None, "POST", "/v2/tasks/finish", fin).await;
-        n += 1;
-        assert!(n < 500, "the job does not end");
+/// A real provisioner (the `local` provider and the `shell` automator) serving tenant `tenant_id`
+/// with two workers, registered as `p1`. Its scripts (install.sh, start.sh, stop.sh) only say so.
+async fn provisioner(
+    s: &Server,
+    tenant_id: &str,
+    dir: &std::path::Path,
+) -> weft_provisioner::Agent {
+    use weft_provisioner::local::LocalProvider;
+    use weft_provisioner::shell::ShellAutomator;
+    use weft_provisioner::{Agent, AgentConfig, Plugins};
+    let scripts = dir.join("scripts");
+    std::fs::create_dir_all(&scripts).unwrap();
+    for name in ["install.sh", "start.sh", "stop.sh"] {
+        std::fs::write(
+            scripts.join(name),
+            "#!/bin/sh\necho \"$0 ran on $WEFT_HOSTNAME\"\n",
+        )
+        .unwrap();
     }
+    let data = dir.join("data");
+    let mut cfg = AgentConfig::new(&format!("http://{}", s.internal), data.clone());
+    cfg.id = "p1".into();
+    cfg.capacity = 2;
+    let plugins = Plugins::new()
+        .provider(Arc::new(LocalProvider::new(&data)))
+        .automator(Arc::new(ShellAutomator::new(vec![scripts])));
+    let agent = Agent::start(cfg, plugins)
+        .await
+        .expect("the provisioner starts");
+    agent.set_workers(tenant_id, 2).expect("workers");
+    agent
 }
 
 fn shots_dir() -> PathBuf {
@@ -340,7 +349,8 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         .await
         .unwrap();
     assert_eq!(marker, json!(1));
-    assert!(drain(s, &tenant_id).await > 0);
+    let pdir = tempfile::tempdir().unwrap();
+    let agent = provisioner(s, &tenant_id, pdir.path()).await;
     c.wait()
         .at_most(WAIT)
         .for_element(Locator::Css("#cluster-status.status-active"))
@@ -372,7 +382,10 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     shot(c, "07-cluster-active").await;
     c.refresh().await.unwrap();
     let nodes = text(c, "#nodes").await;
-    assert!(nodes.contains("10.9.0."), "{nodes}");
+    assert!(
+        nodes.contains("127.77."),
+        "the local provider's addresses: {nodes}"
+    );
     shot(c, "08-cluster-detail").await;
     c.set_window_size(390, 844).await.unwrap();
     shot(c, "09-cluster-phone").await;
@@ -383,9 +396,16 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     c.accept_alert().await.unwrap();
     let notice = text(c, ".notice").await;
     assert_eq!(notice, "delete started");
-    drain(s, &tenant_id).await;
-    c.goto(&format!("{base}/ui/clusters")).await.unwrap();
-    let table = text(c, "#clusters").await;
+    // The provisioner deletes the nodes; the list shows the cluster terminated.
+    let end = std::time::Instant::now() + WAIT;
+    let table = loop {
+        c.goto(&format!("{base}/ui/clusters")).await.unwrap();
+        let table = text(c, "#clusters").await;
+        if table.contains("terminated") || std::time::Instant::now() > end {
+            break table;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(table.contains("terminated"), "{table}");
     shot(c, "10-clusters").await;
 
@@ -400,6 +420,7 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     c.goto(&format!("{base}/ui/super/tenants")).await.unwrap();
     assert!(text(c, "#tenants").await.contains("acme"));
     shot(c, "12-tenants").await;
+    agent.shutdown().await;
 }
 
 /// The internal id of tenant `acme` (what a provisioner's take names), from the superadmin's
