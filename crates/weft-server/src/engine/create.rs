@@ -253,6 +253,7 @@ pub async fn create_cluster(
                 cluster_id,
                 &solve_job,
             );
+            crate::metrics::job_ended("SOLVE_LAYOUT", false);
             return Ok(Created::Id(cluster_id_text(cluster_id)));
         }
     };

@@ -670,6 +670,7 @@ async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>
         job.cluster_id,
         &job.id,
     );
+    crate::metrics::job_ended(&job.action, false);
     crate::engine::ops::after_failed_job(&st, &job.tenant_id, job.cluster_id).await;
     Ok(())
 }

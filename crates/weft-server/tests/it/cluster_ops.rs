@@ -347,6 +347,19 @@ async fn pause_resume_and_abort_control_a_running_create() {
     h.post(a, &format!("/v2/clusters/{id}/abort"), "")
         .await
         .expect(200);
+    let metrics = h
+        .call(
+            None,
+            axum::http::Method::GET,
+            "/metrics",
+            axum::body::Body::empty(),
+        )
+        .await
+        .text();
+    assert!(
+        metrics.contains(r#"weft_jobs_total{action="CLUSTER_CREATE",result="failure"}"#),
+        "an aborted job counts as a failure: {metrics}"
+    );
     let d = h.get(a, &format!("/v2/clusters/{id}")).await.json();
     assert_eq!(d["progress"]["actionstatus"], "failed");
     assert_eq!(d["status"], "pending", "a task is still in flight");

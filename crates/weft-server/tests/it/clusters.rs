@@ -476,6 +476,14 @@ async fn create_requests_are_checked() {
         "{}",
         d["message"]
     );
+    let metrics = h
+        .call(None, Method::GET, "/metrics", axum::body::Body::empty())
+        .await
+        .text();
+    assert!(
+        metrics.contains(r#"weft_jobs_total{action="SOLVE_LAYOUT",result="failure"}"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
