@@ -262,19 +262,8 @@ pub async fn seed_catalog(
     }
     let v = weft_model::lenient::parse(json.as_bytes())
         .map_err(|e| ServerError::Catalog(e.to_string()))?;
-    let mut entities = Vec::new();
-    for kind in EntityKind::ADMIN {
-        let items = v
-            .get(kind.as_str())
-            .and_then(|a| a.as_array())
-            .cloned()
-            .unwrap_or_default();
-        for item in items {
-            let (name, doc) = routes::entities::normalize(kind, item, None)
-                .map_err(|e| ServerError::Catalog(format!("{}: {e}", kind.as_str())))?;
-            entities.push((kind, name, doc));
-        }
-    }
+    let entities =
+        routes::catalog::catalog_entities(v).map_err(|e| ServerError::Catalog(e.to_string()))?;
     store.replace_entities(tenant_id, &entities).await?;
     Ok(true)
 }

@@ -313,16 +313,7 @@ pub async fn create_cluster(
     let plan = weft_planner::plan(&Operation::Create, &input)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     if dry_run {
-        let stages = plan.stage_view(|i| format!("{:03}", i + 1));
-        let stages =
-            serde_json::from_value(stages).map_err(|e| ApiError::Internal(e.to_string()))?;
-        return Ok(Created::Plan(weft_model::PlanView {
-            id: String::new(),
-            cluster_id: String::new(),
-            action: plan.action.clone(),
-            current_stage: 0,
-            stages,
-        }));
+        return Ok(Created::Plan(super::ops::preview(&plan, String::new())?));
     }
     let job_id = job_id(st, cluster_id).await?;
     let (job, tasks) = job_rows(&tenant.id, cluster_id, &job_id, &plan, now)?;

@@ -152,6 +152,19 @@ pub fn nodes_after(
     out
 }
 
+/// The plan a dry run answers: Coopr's stage view, with task ids numbered from 001 and no job id.
+pub fn preview(plan: &weft_planner::Plan, cluster_id: String) -> ApiResult<PlanView> {
+    let stages = plan.stage_view(|i| format!("{:03}", i + 1));
+    let stages = serde_json::from_value(stages).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(PlanView {
+        id: String::new(),
+        cluster_id,
+        action: plan.action.clone(),
+        current_stage: 0,
+        stages,
+    })
+}
+
 /// What a call that changes a cluster answers: the job's plan (for a dry run, the plan that would run).
 pub struct Started {
     pub plan: PlanView,
@@ -187,17 +200,8 @@ pub async fn start_job(
     let plan = weft_planner::plan(&op, &input).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let cid = cluster_id_text(c.row.id);
     if dry_run {
-        let stages = plan.stage_view(|i| format!("{:03}", i + 1));
-        let stages =
-            serde_json::from_value(stages).map_err(|e| ApiError::Internal(e.to_string()))?;
         return Ok(Started {
-            plan: PlanView {
-                id: String::new(),
-                cluster_id: cid,
-                action: plan.action.clone(),
-                current_stage: 0,
-                stages,
-            },
+            plan: preview(&plan, cid)?,
         });
     }
     let job_id = job_id(st, c.row.id).await?;
@@ -238,7 +242,7 @@ pub async fn start_job(
         }
     }
     cluster.status = if job.status == "complete" {
-        ClusterStatus::Active
+        super::work::success_status(&job.action)
     } else {
         ClusterStatus::Pending
     }

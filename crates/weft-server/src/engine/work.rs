@@ -357,7 +357,7 @@ fn failure_status(action: &str) -> ClusterStatus {
 }
 
 /// The cluster status a completed job leaves behind.
-fn success_status(action: &str) -> ClusterStatus {
+pub(crate) fn success_status(action: &str) -> ClusterStatus {
     if action == "CLUSTER_DELETE" {
         ClusterStatus::Terminated
     } else {

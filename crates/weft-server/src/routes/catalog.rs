@@ -76,6 +76,19 @@ async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
     id.require_admin()?;
     let v = lenient::parse(&body)
         .map_err(|e| ApiError::BadRequest(format!("Json syntax error: {e}")))?;
+    let mut entities = catalog_entities(v)?;
+    for (kind, _, doc) in entities.iter_mut() {
+        if *kind == EntityKind::Provider {
+            unmask_provider(st.store.as_ref(), &id.tenant.id, doc).await?;
+        }
+    }
+    st.store.replace_entities(&id.tenant.id, &entities).await?;
+    Ok(())
+}
+
+/// The entities of a catalog document (the shape of `GET /v2/export`), each read leniently,
+/// validated and in canonical form. A kind left out contributes nothing.
+pub fn catalog_entities(v: Value) -> ApiResult<Vec<(EntityKind, String, Value)>> {
     let Value::Object(mut obj) = v else {
         return Err(ApiError::BadRequest(
             "Json syntax error: expected an object with the six entity lists".into(),
@@ -94,16 +107,12 @@ async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
             }
         };
         for (i, item) in items.into_iter().enumerate() {
-            let (name, mut doc) = normalize(kind, item, None)
+            let (name, doc) = normalize(kind, item, None)
                 .map_err(|e| ApiError::BadRequest(format!("{}[{i}]: {e}", kind.as_str())))?;
-            if kind == EntityKind::Provider {
-                unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
-            }
             entities.push((kind, name, doc));
         }
     }
-    st.store.replace_entities(&id.tenant.id, &entities).await?;
-    Ok(())
+    Ok(entities)
 }
 
 async fn resolve(
