@@ -223,18 +223,4 @@ impl Api {
             }
         }
     }
-
-    /// Adds another API's routes and documentation (for routes on the same port).
-    pub fn merge(mut self, other: Api) -> Self {
-        self.router = self.router.merge(other.router);
-        for (path, item) in other.paths {
-            match self.paths.get_mut(&path) {
-                Some(mine) => mine.merge_operations(item),
-                None => {
-                    self.paths.insert(path, item);
-                }
-            }
-        }
-        self
-    }
 }

@@ -45,8 +45,8 @@ impl DryRun {
     }
 }
 
-fn changed(op: &'static str, summary: &'static str) -> crate::api::Op {
-    op_doc(op, summary)
+fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
+    op(tag, summary)
         .query(
             "dryrun",
             "true: answer the plan that would run and change nothing",
@@ -61,10 +61,6 @@ fn changed(op: &'static str, summary: &'static str) -> crate::api::Op {
         )
         .status(404, "cluster not found")
         .status(409, "the cluster's status does not allow it")
-}
-
-fn op_doc(tag: &'static str, summary: &'static str) -> crate::api::Op {
-    op(tag, summary)
 }
 
 pub fn routes(api: Api) -> Api {
