@@ -43,12 +43,15 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
 AcceptEnv WEFT_*
+HostKey /etc/ssh/ssh_host_ed25519_key
 CONF
-# The entry point: keys for this container, an authorized key from $AUTHORIZED_KEY, then sshd.
+# The entry point: a host key for this container (ed25519 only: an RSA key takes most of a second
+# to make, and every node starts with this), an authorized key from $AUTHORIZED_KEY, then sshd.
 cat >"$dir/usr/local/sbin/weft-sshd" <<'SH'
 #!/bin/sh
 set -e
-ssh-keygen -A >/dev/null
+[ -f /etc/ssh/ssh_host_ed25519_key ] ||
+  ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
 mkdir -p /run/sshd /root/.ssh
 if [ -n "$AUTHORIZED_KEY" ]; then
   printf '%s\n' "$AUTHORIZED_KEY" >> /root/.ssh/authorized_keys

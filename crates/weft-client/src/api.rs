@@ -18,6 +18,8 @@ use weft_model::{
 
 use crate::{ClientError, ClientResult, PluginKind};
 
+mod hostpool; // the host-pool calls (api/hostpool.rs)
+
 /// Who calls: the `Coopr-TenantID`, `Coopr-UserID` and (with `auth = "apikey"`) `Coopr-ApiKey` headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod entity;
 pub mod error;
+pub mod hostpool;
 pub mod lenient;
 pub mod plugin;
 pub mod resolve;
@@ -16,6 +17,7 @@ pub mod validate;
 pub use cluster::*;
 pub use entity::*;
 pub use error::ModelError;
+pub use hostpool::{HostSpec, HostState, LabelSelector, PoolHost, PoolHostRequest};
 pub use plugin::*;
 pub use tenant::*;
 pub use validate::{validate_name, Validate};

@@ -51,10 +51,22 @@ fn ok(r: Result<TaskOutput, PluginError>, what: &str) -> TaskOutput {
 /// Runs a provider through create, confirm and delete on a fresh node, with `fields` as the
 /// provider's fields. Returns the addresses CONFIRM answered.
 pub async fn provider_contract(p: &dyn Provider, fields: Map<String, Value>, node_id: &str) {
+    provider_contract_on(p, fields, Map::new(), node_id).await
+}
+
+/// [`provider_contract`] for a node whose tasks also carry `node` in their config: what the
+/// server gives a node before its CREATE (a pool host's address and credentials, for the
+/// `hostpool` provider).
+pub async fn provider_contract_on(
+    p: &dyn Provider,
+    fields: Map<String, Value>,
+    node: Map<String, Value>,
+    node_id: &str,
+) {
     let t = p.plugin_type();
     check_plugin_type(&t);
     let timeout = Duration::from_secs(60);
-    let mut config = Map::new();
+    let mut config = node;
     config.insert(
         "provider".into(),
         json!({"name": "contract", "providertype": t.name, "provisioner": fields}),

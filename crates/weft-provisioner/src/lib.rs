@@ -6,6 +6,10 @@
 //!   right plugin (contract §4.5).
 //! - `transport`: the `Transport` trait (run a command with a time-out and bounded output, write a
 //!   file) and `LocalTransport`, which runs on this machine in a process group per command.
+//! - `docker`: the `docker` provider: a node is a container on a Docker Engine (bollard), on a
+//!   bridge network per cluster, with a per-cluster SSH key; reached over SSH.
+//! - `hostpool`: the `hostpool` provider: machines that already exist, lent from a pool by the
+//!   server; claimed over SSH at CREATE, wiped (`wipe_command`) at DELETE.
 //! - `local`: the `local` provider: a node is a directory plus its own loopback address.
 //! - `ssh`: `SshTransport`, the `Transport` over SSH (russh): key auth, host keys recorded at
 //!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
@@ -18,6 +22,8 @@
 pub mod agent;
 pub mod api;
 pub mod contract;
+pub mod docker;
+pub mod hostpool;
 pub mod local;
 pub mod plugin;
 pub mod resources;

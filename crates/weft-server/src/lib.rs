@@ -15,6 +15,7 @@ pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod hostpool; // host pools: lending hosts to nodes, giving them back
 pub mod metrics;
 pub mod outbound;
 pub mod resources;
@@ -76,6 +77,8 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         settings: Arc::new(settings),
         events,
         outbound: Arc::new(outbound::Outbound::default()),
+        payloads: Arc::default(),
+        provisioners: Arc::default(),
     };
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
@@ -173,6 +176,9 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ApiKeyInfo,
         weft_model::ApiKeyRequest,
         weft_model::ApiKeyCreated,
+        weft_model::PoolHost,        // host pools
+        weft_model::PoolHostRequest, // host pools
+        weft_model::HostState,       // host pools
         routes::metrics::QueueMetrics,
         routes::metrics::UsageReport,
         weft_model::ClusterCreateRequest,
@@ -324,12 +330,15 @@ impl Bound {
 pub struct Background {
     pub janitor: tokio::task::JoinHandle<()>,
     pub callbacks: tokio::task::JoinHandle<()>,
+    /// Gives pool hosts back when their clusters' jobs succeed (see [`hostpool`]).
+    pub hostpool: tokio::task::JoinHandle<()>,
 }
 
 impl Background {
     pub fn stop(self) {
         self.janitor.abort();
         self.callbacks.abort();
+        self.hostpool.abort();
     }
 }
 
@@ -339,6 +348,7 @@ impl Background {
 pub fn spawn_background(state: &AppState) -> Background {
     Background {
         callbacks: engine::callbacks::spawn(state.clone()),
+        hostpool: hostpool::spawn(state.clone()),
         janitor: engine::janitor::spawn(state.clone()),
     }
 }

@@ -234,7 +234,9 @@ async fn drop_failed(st: &AppState, failed: Vec<String>, report: &mut PushReport
     let mut failed = failed;
     while !failed.is_empty() {
         for id in &failed {
-            if st.store.delete_provisioner(id).await? {
+            let deleted = st.store.delete_provisioner(id).await?;
+            st.provisioners.forget(id);
+            if deleted {
                 tracing::warn!(provisioner = %id, "provisioner keeps failing; dropped");
                 report.dropped.push(id.clone());
             }

@@ -17,6 +17,10 @@ pub struct AppState {
     pub events: tokio::sync::broadcast::Sender<JobEvent>,
     /// Calls to provisioners (tenant worker counts and resources).
     pub outbound: Arc<crate::outbound::Outbound>,
+    /// What task payloads derive from clusters (see `engine::cache`).
+    pub payloads: Arc<crate::engine::cache::PayloadCache>,
+    /// Provisioners recently seen registered (see `engine::cache`).
+    pub provisioners: Arc<crate::engine::cache::ProvisionerCache>,
 }
 
 /// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.

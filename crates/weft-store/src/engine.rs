@@ -153,6 +153,9 @@ pub struct TaskRow {
     pub lease_deadline: i64,
     /// When it was (last) queued, milliseconds since the epoch: the queue's FIFO order.
     pub queued_at: i64,
+    /// When it was last taken (milliseconds since the epoch); 0 if never.
+    /// [`Store::take_task`](crate::Store::take_task) sets it.
+    pub started_at: i64,
     /// Ignored when writing.
     pub rev: i64,
     pub body: Value,
@@ -171,6 +174,40 @@ pub enum Write {
     },
     Job(JobRow),
     Task(TaskRow),
+    /// Counts one finished predecessor for each task in `ids`, atomically (no expectation needed,
+    /// so many finishes release one join point without conflicting). A task whose count reaches 0
+    /// while [`TaskState::Pending`] is queued at `now`, unless `queue` is false (a paused job: it
+    /// stays pending with no predecessors left); a [`GATE`] task completes instead and releases
+    /// its own successors in turn. [`Store::commit_released`](crate::Store::commit_released) answers
+    /// the gates without successors (a job's end) that this completed.
+    Release {
+        tenant_id: String,
+        ids: Vec<String>,
+        queue: bool,
+        now: i64,
+    },
+}
+
+/// A task just taken, with what the engine checks next, read in the same statement: its job's
+/// status and revision, and its cluster's [`ClusterStamp`] (`None` for a missing row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken {
+    pub task: TaskRow,
+    pub job: Option<(String, i64)>,
+    pub cluster: Option<ClusterStamp>,
+}
+
+/// The action of gate tasks: join points of a job's DAG that have no work and complete the moment
+/// their predecessors do.
+pub const GATE: &str = "GATE";
+
+/// What changes a cluster's nodes only: the cluster row's revision and its nodes' revision, which
+/// every write or delete of one of its nodes bumps. A reader that derives data from the nodes can
+/// cache it under `nodes_rev`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterStamp {
+    pub rev: i64,
+    pub nodes_rev: i64,
 }
 
 /// A condition a [`ChangeSet`] is applied under: the row's stored revision is `rev`, where
@@ -349,6 +386,7 @@ mod tests {
             lease_owner: None,
             lease_deadline: 0,
             queued_at: 0,
+            started_at: 0,
             rev: 7,
             body: Value::Null,
         };

@@ -21,12 +21,18 @@ use serde_json::Value;
 use weft_model::{EntityKind, ResourceMeta, TenantSpecification};
 
 pub mod engine;
+pub mod hostpool; // host pools (issue 7): see hostpool.rs
 mod leader;
 mod migrate;
 mod sql;
 
 pub use engine::{
-    ChangeSet, ClusterRow, Expect, JobRow, LeaderGuard, NodeRow, TaskRow, TaskState, Write,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, LeaderGuard, NodeRow, Taken, TaskRow,
+    TaskState, Write, GATE,
+};
+pub use hostpool::{
+    HostDelete, HostLease, HostPoolStore, HostRequest, PoolHostRow, Reservation, ShortGroup,
+    Shortfall,
 };
 pub use migrate::{Migration, MIGRATIONS, SCHEMA_VERSION};
 pub use sql::SqlStore;
@@ -128,9 +134,10 @@ pub struct ApiKeyRecord {
 }
 
 /// Everything weft keeps. Implemented by [`SqlStore`] for SQLite and PostgreSQL; every
-/// implementation passes the contract suite in `tests/it/contract.rs`.
+/// implementation passes the contract suite in `tests/it/contract.rs`. The host pools' methods
+/// are in the supertrait [`HostPoolStore`] (hostpool.rs).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: HostPoolStore + Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// The schema version recorded by the last migration.
@@ -267,10 +274,17 @@ pub trait Store: Send + Sync + 'static {
     /// the writes apply in order. Each row write is an upsert that sets `rev` to the stored
     /// rev + 1, or 1 for a new row (the row's own `rev` is ignored); writing one row twice in a
     /// change set bumps it twice. If any expectation fails, nothing is written and the error is
-    /// [`StoreError::Stale`] naming the row. Atomic under concurrent committers, in this process
+    /// [`StoreError::Stale`] naming the row. (On PostgreSQL an expected row that the change set
+    /// does not write is locked for share, so change sets that only read one row, e.g. a job's
+    /// status, do not wait for each other.) Atomic under concurrent committers, in this process
     /// and across processes: of several change sets expecting the same revision of a row, exactly
     /// one commits (if it writes that row) and the others are stale.
-    async fn commit(&self, cs: &ChangeSet) -> Result<()>;
+    async fn commit(&self, cs: &ChangeSet) -> Result<()> {
+        self.commit_released(cs).await.map(|_| ())
+    }
+    /// [`commit`](Store::commit), answering the ids of the successor-less gates (job ends) that
+    /// the change set's [`Write::Release`]s completed.
+    async fn commit_released(&self, cs: &ChangeSet) -> Result<Vec<String>>;
     /// The next value of a global counter (`clusters`, `jobs`, `tasks`, ...): 1 the first time,
     /// then +1 per call. Atomic: concurrent callers, also in other processes, never get the same
     /// value, and a value is never handed out twice (committed before it is returned).
@@ -291,6 +305,15 @@ pub trait Store: Send + Sync + 'static {
     /// A job's tasks, by id (compared by length first, so the zero-padded counter of Coopr's task
     /// ids sorts numerically past its padding).
     async fn list_tasks(&self, tenant_id: &str, job_id: &str) -> Result<Vec<TaskRow>>;
+    /// A cluster's revision and its nodes' revision; `None` if the cluster does not exist.
+    async fn cluster_stamp(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterStamp>>;
+    /// `(id, rev)` of each of a cluster's nodes, by id: what a cache of the nodes compares.
+    async fn node_revs(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<(String, i64)>>;
+    /// How many of a job's tasks are in each state, gates not counted.
+    async fn task_counts(&self, tenant_id: &str, job_id: &str) -> Result<BTreeMap<TaskState, u64>>;
+    /// The last `limit` tasks taken on a node (`started_at > 0`), gates not counted, oldest first:
+    /// the node's action history.
+    async fn node_tasks(&self, tenant_id: &str, node_id: &str, limit: u32) -> Result<Vec<TaskRow>>;
 
     // ---- the task queue and the janitor --------------------------------------------------------
 
@@ -307,13 +330,37 @@ pub trait Store: Send + Sync + 'static {
         owner: &str,
         now: i64,
         deadline: i64,
-    ) -> Result<Option<TaskRow>>;
+    ) -> Result<Option<TaskRow>> {
+        Ok(self
+            .take_next(tenant_id, owner, now, deadline)
+            .await?
+            .map(|t| t.task))
+    }
+    /// [`take_task`](Store::take_task), answering with the task its job's status and its
+    /// cluster's stamp, read by the same statement.
+    async fn take_next(
+        &self,
+        tenant_id: &str,
+        owner: &str,
+        now: i64,
+        deadline: i64,
+    ) -> Result<Option<Taken>>;
+    /// A task and its job's status and revision, read by one statement.
+    async fn task_with_job(
+        &self,
+        tenant_id: &str,
+        task_id: &str,
+    ) -> Result<Option<(TaskRow, Option<(String, i64)>)>>;
     /// In-progress tasks of every tenant whose lease has run out (`lease_deadline < now`), by
     /// deadline. The janitor fails or retries them through [`commit`](Store::commit).
     async fn expired_tasks(&self, now: i64) -> Result<Vec<TaskRow>>;
     /// Clusters of every tenant whose lease has run out: status `active` or `incomplete` and
     /// `0 < expire_time < now`, by expiry time.
     async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>>;
+    /// Jobs of every tenant that are `running` or `paused` although their end gate
+    /// (`<jobId>-end`) is complete: a server stopped between completing the gate and the job. The
+    /// janitor completes them.
+    async fn ended_jobs(&self) -> Result<Vec<JobRow>>;
     /// Per tenant id: (queued tasks, in-progress tasks). Tenants with neither are absent.
     async fn queue_counts(&self) -> Result<BTreeMap<String, (u64, u64)>>;
     /// For quota checks: (the tenant's clusters that are not `terminated`, the nodes of those

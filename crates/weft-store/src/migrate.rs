@@ -287,6 +287,71 @@ CREATE TABLE counters (
 );
 "#,
     },
+    // Host pools (weft-store/src/hostpool.rs): machines that already exist, lent to clusters of a
+    // `hostpool` provider. A host is free while `cluster_id` and `node_id` are NULL.
+    Migration {
+        version: 3,
+        description: "host pools: pool_hosts",
+        sqlite: r#"
+CREATE TABLE pool_hosts (
+    tenant_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    id TEXT NOT NULL,
+    address TEXT NOT NULL,
+    port BIGINT NOT NULL,
+    user_name TEXT NOT NULL,
+    ssh_key TEXT NOT NULL,
+    labels TEXT NOT NULL,
+    state TEXT,
+    cluster_id BIGINT,
+    node_id TEXT,
+    reserve_time BIGINT,
+    create_time BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, provider, id)
+);
+CREATE UNIQUE INDEX pool_hosts_address ON pool_hosts (tenant_id, address, port);
+CREATE UNIQUE INDEX pool_hosts_node ON pool_hosts (tenant_id, node_id);
+CREATE INDEX pool_hosts_cluster ON pool_hosts (tenant_id, cluster_id);
+"#,
+        postgres: r#"
+CREATE TABLE pool_hosts (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    provider TEXT COLLATE "C" NOT NULL,
+    id TEXT COLLATE "C" NOT NULL,
+    address TEXT COLLATE "C" NOT NULL,
+    port BIGINT NOT NULL,
+    user_name TEXT NOT NULL,
+    ssh_key TEXT NOT NULL,
+    labels TEXT NOT NULL,
+    state TEXT,
+    cluster_id BIGINT,
+    node_id TEXT COLLATE "C",
+    reserve_time BIGINT,
+    create_time BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, provider, id)
+);
+CREATE UNIQUE INDEX pool_hosts_address ON pool_hosts (tenant_id, address, port);
+CREATE UNIQUE INDEX pool_hosts_node ON pool_hosts (tenant_id, node_id);
+CREATE INDEX pool_hosts_cluster ON pool_hosts (tenant_id, cluster_id);
+"#,
+    },
+    // The engine's hot path: a node's action history is read from its tasks (`started_at`, an
+    // index by node) instead of being rewritten into the node's body at every take; `nodes_rev`
+    // counts every write of a cluster's nodes, so readers can cache what they derive from them.
+    Migration {
+        version: 4,
+        description: "engine: tasks.started_at, tasks by node, clusters.nodes_rev",
+        sqlite: r#"
+ALTER TABLE tasks ADD COLUMN started_at BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX tasks_node ON tasks (tenant_id, node_id, started_at);
+ALTER TABLE clusters ADD COLUMN nodes_rev BIGINT NOT NULL DEFAULT 0;
+"#,
+        postgres: r#"
+ALTER TABLE tasks ADD COLUMN started_at BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX tasks_node ON tasks (tenant_id, node_id, started_at);
+ALTER TABLE clusters ADD COLUMN nodes_rev BIGINT NOT NULL DEFAULT 0;
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

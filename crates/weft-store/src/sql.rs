@@ -30,7 +30,9 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
 
-use crate::engine::{ChangeSet, ClusterRow, JobRow, NodeRow, TaskRow};
+use crate::engine::{
+    ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskRow, TaskState,
+};
 use crate::migrate;
 use crate::{
     ApiKeyRecord, Backend, LeaderGuard, ProvisionerRecord, ResourceDelete, ResourceKey,
@@ -38,6 +40,7 @@ use crate::{
 };
 
 mod engine;
+mod hostpool; // HostPoolStore for SqlStore (host pools)
 
 /// How many times a write that lost a version race is retried before giving up.
 const MAX_VERSION_RETRIES: usize = 64;
@@ -213,6 +216,8 @@ fn sqlite_pool(max: u32) -> AnyPoolOptions {
     AnyPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(30))
+        // A connection to a local file does not go stale: no ping before every statement.
+        .test_before_acquire(false)
         .after_connect(|conn, _meta| {
             Box::pin(async move {
                 conn.execute("PRAGMA journal_mode = WAL").await?;
@@ -506,6 +511,7 @@ impl Store for SqlStore {
             "jobs",
             "nodes",
             "clusters",
+            "pool_hosts", // host pools
         ] {
             sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1"))
                 .bind(id)
@@ -956,7 +962,7 @@ impl Store for SqlStore {
 
     // ---- engine rows -------------------------------------------------------------------------
 
-    async fn commit(&self, cs: &ChangeSet) -> Result<()> {
+    async fn commit_released(&self, cs: &ChangeSet) -> Result<Vec<String>> {
         self.commit_changes(cs).await
     }
 
@@ -1000,16 +1006,40 @@ impl Store for SqlStore {
         self.list_tasks_impl(tenant_id, job_id).await
     }
 
+    async fn cluster_stamp(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterStamp>> {
+        self.cluster_stamp_impl(tenant_id, id).await
+    }
+
+    async fn node_revs(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<(String, i64)>> {
+        self.node_revs_impl(tenant_id, cluster_id).await
+    }
+
+    async fn task_counts(&self, tenant_id: &str, job_id: &str) -> Result<BTreeMap<TaskState, u64>> {
+        self.task_counts_impl(tenant_id, job_id).await
+    }
+
+    async fn node_tasks(&self, tenant_id: &str, node_id: &str, limit: u32) -> Result<Vec<TaskRow>> {
+        self.node_tasks_impl(tenant_id, node_id, limit).await
+    }
+
     // ---- the task queue and the janitor ------------------------------------------------------
 
-    async fn take_task(
+    async fn take_next(
         &self,
         tenant_id: &str,
         owner: &str,
         now: i64,
         deadline: i64,
-    ) -> Result<Option<TaskRow>> {
+    ) -> Result<Option<Taken>> {
         self.take_task_impl(tenant_id, owner, now, deadline).await
+    }
+
+    async fn task_with_job(
+        &self,
+        tenant_id: &str,
+        task_id: &str,
+    ) -> Result<Option<(TaskRow, Option<(String, i64)>)>> {
+        self.task_with_job_impl(tenant_id, task_id).await
     }
 
     async fn expired_tasks(&self, now: i64) -> Result<Vec<TaskRow>> {
@@ -1018,6 +1048,10 @@ impl Store for SqlStore {
 
     async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>> {
         self.expired_clusters_impl(now).await
+    }
+
+    async fn ended_jobs(&self) -> Result<Vec<JobRow>> {
+        self.ended_jobs_impl().await
     }
 
     async fn queue_counts(&self) -> Result<BTreeMap<String, (u64, u64)>> {

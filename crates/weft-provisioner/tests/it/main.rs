@@ -3,6 +3,8 @@
 
 mod agent;
 mod common;
+mod docker;
 mod e2e;
+mod hostpool;
 mod plugins;
 mod ssh;

@@ -35,14 +35,15 @@ fn docker(args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// A running node container; removed on drop (also when a test panics).
-struct Node {
-    id: String,
-    port: u16,
+/// A running node container; removed on drop (also when a test panics). Also used by the
+/// `hostpool` tests (a pool made of such containers).
+pub(crate) struct Node {
+    pub(crate) id: String,
+    pub(crate) port: u16,
     /// An ed25519 key authorized for root.
-    root_key: String,
+    pub(crate) root_key: String,
     /// An RSA key authorized for `weft`, a user with password-less sudo.
-    user_key: String,
+    pub(crate) user_key: String,
     /// An ed25519 key nobody authorized.
     stranger_key: String,
 }
@@ -70,7 +71,7 @@ echo 'weft ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/weft
 impl Node {
     /// Starts a node and waits (bounded) until its sshd answers; `None` when docker or the image
     /// is missing outside CI.
-    async fn start() -> Option<Node> {
+    pub(crate) async fn start() -> Option<Node> {
         if !weft_testkit::require("docker") {
             return None;
         }
@@ -107,7 +108,7 @@ impl Node {
         Some(node)
     }
 
-    fn exec(&self, script: &str) -> String {
+    pub(crate) fn exec(&self, script: &str) -> String {
         docker(&["exec", &self.id, "sh", "-c", script]).expect("docker exec")
     }
 

@@ -67,12 +67,35 @@ pub struct TaskBody {
     #[serde(default)]
     pub automators: Vec<String>,
     #[serde(default)]
-    pub submit_time: i64,
-    #[serde(default)]
     pub status_code: Option<i64>,
     /// Why the last attempt failed.
     #[serde(default)]
     pub message: Option<String>,
+    /// When the last attempt finished (milliseconds since the epoch); 0 while none has.
+    #[serde(default)]
+    pub finish_time: i64,
+    /// The end of the last attempt's output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Earlier attempts that failed and were retried, oldest first (at most [`MAX_RETRIED`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retried: Vec<Attempt>,
+}
+
+/// How many failed attempts a task keeps for its node's history.
+pub const MAX_RETRIED: usize = 10;
+
+/// One finished attempt of a task.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Attempt {
+    pub start_time: i64,
+    pub finish_time: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
 }
 
 pub fn to_body<T: Serialize>(t: &T) -> ApiResult<Value> {

@@ -319,6 +319,10 @@ pub async fn create_cluster(
     let (job, tasks) = job_rows(&tenant.id, cluster_id, &job_id, &plan, now)?;
     cluster.latest_job = Some(job_id.clone());
     cluster.body = to_body(&body)?;
+    // Host pools: a host for each node, taken before anything is recorded (409 if the pool is short).
+    let hosts =
+        crate::hostpool::take_for_rows(st, &tenant.id, &provider, cluster_id, &mut node_rows)
+            .await?;
     let mut writes = vec![Write::Cluster(cluster)];
     writes.extend(node_rows.into_iter().map(Write::Node));
     writes.push(Write::Job(job));
@@ -331,7 +335,9 @@ pub async fn create_cluster(
         }],
         writes,
     };
-    st.store.commit(&cs).await.map_err(store_err)?;
+    let committed = st.store.commit(&cs).await;
+    hosts.settle(st, committed.is_ok()).await; // host pools: in use, or back in the pool
+    committed.map_err(store_err)?;
     tracing::info!(cluster_id, job_id = %job_id, nodes = size, "cluster create job started");
     notify(st, JobEventKind::Start, &tenant.id, cluster_id, &job_id);
     Ok(Created::Id(cluster_id_text(cluster_id)))
@@ -414,7 +420,7 @@ pub fn job_rows(
     let n_tasks = plan.tasks.len();
     let gate_id = |g: usize| format!("{job_id}-g{g}");
     let task_id = |i: usize| format!("{job_id}-{:03}", i + 1);
-    let end = format!("{job_id}-end");
+    let end = super::work::end_gate(job_id);
     let index = |v: &Vertex| match v {
         Vertex::Task(i) => *i,
         Vertex::Gate(g) => n_tasks + *g,
@@ -497,6 +503,7 @@ pub fn job_rows(
             } else {
                 0
             },
+            started_at: 0,
             rev: 0,
             body: to_body(&TaskBody {
                 automators,
@@ -523,6 +530,7 @@ pub fn job_rows(
         lease_owner: None,
         lease_deadline: 0,
         queued_at: 0,
+        started_at: 0,
         rev: 0,
         body: json!({}),
     });

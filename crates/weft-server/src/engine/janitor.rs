@@ -1,7 +1,8 @@
 //! The janitor: the background work no request triggers (Coopr's `ClusterCleanup`).
 //!
 //! [`run_once`] is one round at a given time: tasks whose lease ran out fail (status -1, through the
-//! same retry and failure logic as a worker's finish), clusters whose lease ran out get their
+//! same retry and failure logic as a worker's finish), jobs whose end gate completed without the
+//! job (a server stopped in between) complete, clusters whose lease ran out get their
 //! CLUSTER_DELETE job, and provisioners silent for longer than `provisioner_timeout` are dropped and
 //! their tenants' workers placed elsewhere. Tests call it with a chosen `now`.
 //!
@@ -15,7 +16,7 @@ use std::time::Duration;
 use weft_store::LeaderGuard;
 
 use super::delete::start_delete;
-use super::work::fail_expired;
+use super::work::{complete_job, fail_expired};
 use crate::error::ApiResult;
 use crate::state::{now_ms, AppState};
 use crate::workers;
@@ -32,6 +33,8 @@ pub struct JanitorReport {
     pub expired_clusters: Vec<(u64, String)>,
     /// Ids of the provisioners dropped for missing heartbeats.
     pub dropped_provisioners: Vec<String>,
+    /// Ids of the jobs completed because their end gate was complete (a server stopped between).
+    pub completed_jobs: Vec<String>,
 }
 
 /// One janitor round at time `now` (milliseconds since the epoch). A failure on one task or
@@ -54,6 +57,19 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
             }
         }
     }
+    for job in st.store.ended_jobs().await? {
+        // A server stopped between completing a job's end gate and the job.
+        match complete_job(st, &job.tenant_id, &job.id).await {
+            Ok(()) => {
+                tracing::info!(job_id = %job.id, cluster_id = job.cluster_id, "ended job completed");
+                report.completed_jobs.push(job.id.clone());
+            }
+            Err(e) => {
+                tracing::error!(job_id = %job.id, cluster_id = job.cluster_id, error = %e,
+                    "could not complete ended job");
+            }
+        }
+    }
     for cluster in st.store.expired_clusters(now).await? {
         match start_delete(st, &cluster).await {
             Ok(Some(job_id)) => {
@@ -66,9 +82,14 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
             }
         }
     }
+    // Host pools: hosts whose node is gone or whose cluster is terminated go back to their pool.
+    if let Err(e) = crate::hostpool::sweep(st, now).await {
+        tracing::warn!(error = %e, "giving pool hosts back");
+    }
     let silent_since = now - st.settings.provisioner_timeout_ms;
     for p in st.store.list_provisioners().await? {
         if p.last_heartbeat_ms < silent_since && st.store.delete_provisioner(&p.id).await? {
+            st.provisioners.forget(&p.id);
             tracing::warn!(provisioner = %p.id, last_heartbeat_ms = p.last_heartbeat_ms,
                 "provisioner missed its heartbeats; dropped");
             report.dropped_provisioners.push(p.id);

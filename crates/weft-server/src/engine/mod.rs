@@ -11,12 +11,14 @@
 //! its tenant's queue (state `queued`); `take` leases it to a worker; `finish` records the result
 //! and releases its successors.
 //!
-//! Modules: `body` (what the engine keeps in each row's JSON), `create` (new clusters and jobs),
+//! Modules: `body` (what the engine keeps in each row's JSON), `cache` (what payloads derive from
+//! a cluster, per process), `create` (new clusters and jobs),
 //! `work` (take and finish), `view` (rows as the API shows them), `delete` (a cluster's delete job, for
 //! the route and the janitor), `janitor` (expired leases, silent provisioners; one leader per
 //! database), `callbacks` (job notices to a URL or a command).
 
 pub mod body;
+pub mod cache;
 pub mod callbacks;
 pub mod create;
 pub mod delete;
@@ -67,7 +69,7 @@ pub fn notify(
 }
 
 /// The action of gate rows.
-pub const GATE: &str = "GATE";
+pub use weft_store::GATE;
 
 /// Coopr's cluster id text: 8 digits, zero-padded.
 pub fn cluster_id_text(id: u64) -> String {

@@ -180,7 +180,7 @@ pub async fn start_job(
     c: &Loaded,
     op: Operation,
     before: &[Node],
-    after: Vec<Node>,
+    mut after: Vec<Node>,
     mut body: ClusterBody,
     retire: Vec<String>,
     dry_run: bool,
@@ -250,6 +250,11 @@ pub async fn start_job(
     .into();
     cluster.latest_job = Some(job_id.clone());
     cluster.body = to_body(&body)?;
+    // Host pools: a host for each new node, taken before anything is recorded (409 if short).
+    let (tenant_id, provider) = (&c.row.tenant_id, &c.body.provider);
+    let hosts =
+        crate::hostpool::take_for_new(st, tenant_id, provider, c.row.id, &c.nodes, &mut after)
+            .await?;
     let mut cs = ChangeSet::new();
     cs.expect(Expect::cluster(&c.row));
     cs.write(Write::Cluster(cluster));
@@ -285,7 +290,9 @@ pub async fn start_job(
     for t in tasks {
         cs.write(Write::Task(t));
     }
-    st.store.commit(&cs).await.map_err(|e| match store_err(e) {
+    let committed = st.store.commit(&cs).await;
+    hosts.settle(st, committed.is_ok()).await; // host pools: in use, or back in the pool
+    committed.map_err(|e| match store_err(e) {
         ApiError::Internal(m) if m.starts_with("stale") => {
             ApiError::Conflict(format!("cluster {cid} changed meanwhile; try again"))
         }

@@ -2,12 +2,12 @@
 
 use weft_model::{
     Account, ClusterDetails, ClusterStatus, ClusterStatusView, ClusterSummary, EntityRef,
-    JobStatus, Node, PlanTask, PlanView, Progress,
+    JobStatus, Node, NodeAction, NodeActionStatus, PlanTask, PlanView, Progress,
 };
-use weft_store::{ClusterRow, JobRow, TaskState};
+use weft_store::{ClusterRow, JobRow, NodeRow, TaskRow, TaskState};
 
-use super::body::{from_body, ClusterBody, JobBody};
-use super::{cluster_id_text, GATE};
+use super::body::{from_body, ClusterBody, JobBody, TaskBody};
+use super::cluster_id_text;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -26,17 +26,125 @@ pub async fn progress(st: &AppState, job: &JobRow) -> ApiResult<Progress> {
     let body: JobBody = from_body(&job.body)?;
     let done = st
         .store
-        .list_tasks(&job.tenant_id, &job.id)
+        .task_counts(&job.tenant_id, &job.id)
         .await?
-        .iter()
-        .filter(|t| t.action != GATE && t.state == TaskState::Complete)
-        .count() as u64;
+        .get(&TaskState::Complete)
+        .copied()
+        .unwrap_or(0);
     Ok(Progress {
         action: job.action.to_ascii_lowercase(),
         actionstatus: job_status(job)?,
         stepstotal: body.total,
         stepscompleted: done.min(body.total),
     })
+}
+
+/// At most this many actions are shown per node, the newest.
+const MAX_NODE_ACTIONS: u32 = 200;
+
+/// Secret parts of the results a node keeps from its provider (`ssh-auth`'s key or password):
+/// given to provisioners with each task, never shown.
+const SECRET_RESULTS: [(&str, &str); 2] = [("ssh-auth", "key"), ("ssh-auth", "password")];
+
+/// A node as the API shows it: its record, its action history (read from its tasks), and its
+/// secrets masked.
+pub async fn node(st: &AppState, row: &NodeRow) -> ApiResult<Node> {
+    let mut node: Node = from_body(&row.body)?;
+    let tasks = st
+        .store
+        .node_tasks(&row.tenant_id, &row.id, MAX_NODE_ACTIONS)
+        .await?;
+    for t in &tasks {
+        node.actions.extend(actions(t)?);
+    }
+    let excess = node.actions.len().saturating_sub(MAX_NODE_ACTIONS as usize);
+    node.actions.drain(..excess);
+    mask_results(&mut node.provisioner_results);
+    Ok(node)
+}
+
+/// Replaces the secret parts of node results with the mask.
+pub fn mask_results(results: &mut serde_json::Map<String, serde_json::Value>) {
+    for (outer, inner) in SECRET_RESULTS {
+        if let Some(v) = results
+            .get_mut(outer)
+            .and_then(|o| o.as_object_mut())
+            .and_then(|o| o.get_mut(inner))
+        {
+            *v = serde_json::Value::String(crate::routes::entities::MASK.into());
+        }
+    }
+}
+
+/// Puts back the secret parts of `old` results where `new` carries the mask (a record read, edited
+/// and written back keeps its secrets).
+pub fn unmask_results(
+    new: &mut serde_json::Map<String, serde_json::Value>,
+    old: &serde_json::Map<String, serde_json::Value>,
+) {
+    for (outer, inner) in SECRET_RESULTS {
+        let masked = new
+            .get(outer)
+            .and_then(|o| o.get(inner))
+            .is_some_and(|v| v == crate::routes::entities::MASK);
+        if !masked {
+            continue;
+        }
+        let kept = old.get(outer).and_then(|o| o.get(inner)).cloned();
+        if let (Some(kept), Some(o)) = (kept, new.get_mut(outer).and_then(|o| o.as_object_mut())) {
+            o.insert(inner.to_string(), kept);
+        }
+    }
+}
+
+/// A task's entries in its node's history: one per attempt, failed retried ones first.
+fn actions(t: &TaskRow) -> ApiResult<Vec<NodeAction>> {
+    let body: TaskBody = from_body(&t.body)?;
+    let entry = |submit_time, status_time, status, stdout, stderr| NodeAction {
+        task_id: t.id.clone(),
+        service: t.service.clone(),
+        action: t.action.clone(),
+        submit_time,
+        status_time,
+        status,
+        stdout,
+        stderr,
+    };
+    let mut out: Vec<NodeAction> = body
+        .retried
+        .iter()
+        .map(|a| {
+            entry(
+                a.start_time,
+                a.finish_time,
+                NodeActionStatus::Failed,
+                a.stdout.clone(),
+                a.stderr.clone(),
+            )
+        })
+        .collect();
+    let current = match t.state {
+        TaskState::InProgress => Some(NodeActionStatus::InProgress),
+        TaskState::Complete => Some(NodeActionStatus::Complete),
+        TaskState::Failed => Some(NodeActionStatus::Failed),
+        // Waiting for a retry: its failed attempt is in `retried` already.
+        _ => None,
+    };
+    if let Some(status) = current {
+        let status_time = if status == NodeActionStatus::InProgress {
+            t.started_at
+        } else {
+            body.finish_time.max(t.started_at)
+        };
+        out.push(entry(
+            t.started_at,
+            status_time,
+            status,
+            body.stdout,
+            body.stderr,
+        ));
+    }
+    Ok(out)
 }
 
 async fn latest_job(st: &AppState, row: &ClusterRow) -> ApiResult<Option<JobRow>> {
@@ -79,13 +187,10 @@ pub async fn summary(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterSummar
 
 pub async fn details(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterDetails> {
     let body: ClusterBody = from_body(&row.body)?;
-    let nodes: Vec<Node> = st
-        .store
-        .list_nodes(&row.tenant_id, row.id)
-        .await?
-        .iter()
-        .map(|n| from_body(&n.body))
-        .collect::<ApiResult<_>>()?;
+    let mut nodes: Vec<Node> = Vec::new();
+    for n in st.store.list_nodes(&row.tenant_id, row.id).await? {
+        nodes.push(node(st, &n).await?);
+    }
     let progress = match latest_job(st, row).await? {
         Some(j) => Some(progress(st, &j).await?),
         None => None,

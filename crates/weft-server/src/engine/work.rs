@@ -2,23 +2,18 @@
 //! builds its payload (contract §5.11); `finish` records the result, updates the node, releases the
 //! task's successors, retries or fails, and completes the job and the cluster.
 
-use std::collections::BTreeMap;
-
 use serde_json::{json, Map, Value};
 use weft_model::{
-    ClusterStatus, FinishTaskRequest, JobStatus, Node, NodeAction, NodeActionStatus,
-    ProvisionerAction, TakeTaskRequest,
+    ClusterStatus, FinishTaskRequest, JobStatus, Node, ProvisionerAction, TakeTaskRequest,
 };
 use weft_planner::{MacroContext, PlanNode};
-use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, TaskRow, TaskState, Write};
+use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, TaskState, Write};
 
 use super::body::{from_body, to_body, ClusterBody, JobBody, TaskBody};
-use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind, GATE};
+use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{now_ms, AppState};
 
-/// At most this many actions are kept per node, the oldest dropped first.
-const MAX_NODE_ACTIONS: usize = 200;
 /// Task output kept per action, from the end.
 const MAX_LOG: usize = 2048;
 
@@ -45,7 +40,11 @@ async fn worker(
     let worker_id = required(w, "workerId")?;
     let provisioner_id = required(p, "provisionerId")?;
     let tenant_id = required(t, "tenantId")?;
-    if st.store.get_provisioner(&provisioner_id).await?.is_none() {
+    if !st
+        .provisioners
+        .is_registered(st.store.as_ref(), &provisioner_id)
+        .await?
+    {
         return Err(ApiError::Forbidden(format!(
             "Provisioner {provisioner_id} is not registered."
         )));
@@ -59,30 +58,30 @@ async fn worker(
     })
 }
 
-/// `POST /v2/tasks/take`: the next task's payload, or `None` when the tenant's queue is empty.
-pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<Value>> {
+/// `POST /v2/tasks/take`: the next task's payload (JSON text), or `None` when the tenant's queue
+/// is empty.
+pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<String>> {
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
     let timeout = st.settings.task_timeout_ms;
     loop {
         let now = now_ms();
-        let Some(task) = st
+        let Some(taken) = st
             .store
-            .take_task(&w.tenant_id, &w.owner, now, now + timeout)
+            .take_next(&w.tenant_id, &w.owner, now, now + timeout)
             .await?
         else {
             return Ok(None);
         };
-        let job = st.store.get_job(&w.tenant_id, &task.job_id).await?;
-        if job
-            .as_ref()
-            .is_some_and(|j| j.status == JobStatus::Paused.as_str())
-        {
+        let task = taken.task;
+        let status = taken.job.as_ref().map(|(s, _)| s.as_str());
+        if status == Some(JobStatus::Paused.as_str()) {
             // Queued just before its job was paused: back to waiting, as if never taken.
             let mut back = task.clone();
             back.state = TaskState::Pending;
             back.deps_remaining = 0;
             back.attempts = back.attempts.saturating_sub(1);
             back.lease_owner = None;
+            back.started_at = previous_start(&task);
             let cs = ChangeSet {
                 expect: vec![Expect::task(&task)],
                 writes: vec![Write::Task(back)],
@@ -92,25 +91,13 @@ pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<Value
                 Err(e) => return Err(e.into()),
             }
         }
-        if job
-            .as_ref()
-            .is_none_or(|j| j.status != JobStatus::Running.as_str())
-        {
+        if status != Some(JobStatus::Running.as_str()) {
             // Its job failed (or was aborted) after the task was queued: never run it.
-            let mut dropped = task.clone();
-            dropped.state = TaskState::Dropped;
-            let cs = ChangeSet {
-                expect: vec![Expect::task(&task)],
-                writes: vec![Write::Task(dropped)],
-            };
-            match st.store.commit(&cs).await {
-                Ok(()) | Err(weft_store::StoreError::Stale(_)) => continue,
-                Err(e) => return Err(e.into()),
-            }
+            drop_task(st, &task).await?;
+            continue;
         }
-        match payload(st, &task).await {
+        match payload(st, &task, taken.cluster).await {
             Ok(p) => {
-                record_node_action(st, &task, now).await?;
                 tracing::info!(task_id = %task.id, job_id = %task.job_id, cluster_id = task.cluster_id,
                     provisioner = %w.provisioner_id, action = %task.action, "task taken");
                 return Ok(Some(p));
@@ -129,34 +116,49 @@ pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<Value
     }
 }
 
-/// Appends an in-progress action to the task's node.
-async fn record_node_action(st: &AppState, task: &TaskRow, now: i64) -> ApiResult<()> {
-    retry_stale(|| async {
-        let Some(row) = st.store.get_node(&task.tenant_id, &task.node_id).await? else {
-            return Ok(());
+/// When the attempt before the one `take` just started began (0 if none): what a task given back
+/// untried keeps, so that its node's history still shows its earlier attempts.
+fn previous_start(task: &TaskRow) -> i64 {
+    from_body::<TaskBody>(&task.body)
+        .ok()
+        .and_then(|b| b.retried.last().map(|a| a.start_time))
+        .unwrap_or(0)
+}
+
+/// Drops a task just taken whose job no longer runs. Like a finish of a failed job's task, it gives
+/// the cluster its failure status if no task of the job is still running: the last task to stop
+/// may be this one, which never ran.
+async fn drop_task(st: &AppState, task: &TaskRow) -> ApiResult<()> {
+    let settled = retry_stale(|| async {
+        let Some(now) = st.store.get_task(&task.tenant_id, &task.id).await? else {
+            return Ok(false);
         };
-        let mut node: Node = from_body(&row.body)?;
-        node.actions.push(NodeAction {
-            task_id: task.id.clone(),
-            service: task.service.clone(),
-            action: task.action.clone(),
-            submit_time: now,
-            status_time: now,
-            status: NodeActionStatus::InProgress,
-            stdout: None,
-            stderr: None,
-        });
-        let excess = node.actions.len().saturating_sub(MAX_NODE_ACTIONS);
-        node.actions.drain(..excess);
-        let mut new = row.clone();
-        new.body = to_body(&node)?;
-        let cs = ChangeSet {
-            expect: vec![Expect::node(&row)],
-            writes: vec![Write::Node(new)],
-        };
-        st.store.commit(&cs).await.map_err(store_err)
+        if now.state != TaskState::InProgress || now.lease_owner != task.lease_owner {
+            return Ok(false);
+        }
+        let mut dropped = now.clone();
+        dropped.state = TaskState::Dropped;
+        dropped.lease_owner = None;
+        dropped.started_at = previous_start(task);
+        let mut cs = ChangeSet::new();
+        cs.expect(Expect::task(&now));
+        cs.write(Write::Task(dropped));
+        let job = st.store.get_job(&task.tenant_id, &task.job_id).await?;
+        let cluster = st
+            .store
+            .get_cluster(&task.tenant_id, task.cluster_id)
+            .await?;
+        if let (Some(job), Some(cluster)) = (&job, &cluster) {
+            settle_failed_job(st, &mut cs, job, cluster, &task.id).await?;
+        }
+        st.store.commit(&cs).await.map_err(store_err)?;
+        Ok(true)
     })
-    .await
+    .await?;
+    if settled {
+        super::ops::after_failed_job(st, &task.tenant_id, task.cluster_id).await;
+    }
+    Ok(())
 }
 
 /// The layout as the macro expander and the planner see it.
@@ -180,40 +182,51 @@ pub fn plan_node(id: &str, p: &weft_model::NodeProperties) -> PlanNode {
     }
 }
 
-/// The part of a node's body a task payload needs from every node.
-#[derive(serde::Deserialize)]
-struct NodeProps {
-    id: String,
-    properties: weft_model::NodeProperties,
+/// Whether a value holds a string with a `%`: only then can macros change it.
+fn has_macros(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('%'),
+        Value::Array(a) => a.iter().any(has_macros),
+        Value::Object(o) => o.values().any(has_macros),
+        _ => false,
+    }
+}
+
+/// A payload's `config`, with the `nodes` map spliced in already serialized.
+struct Config<'a> {
+    fields: &'a Map<String, Value>,
+    nodes: Option<&'a serde_json::value::RawValue>,
+}
+
+impl serde::Serialize for Config<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in self.fields {
+            m.serialize_entry(k, v)?;
+        }
+        if let Some(n) = self.nodes {
+            m.serialize_entry("nodes", n)?;
+        }
+        m.end()
+    }
 }
 
 /// The task JSON a worker receives (contract §5.11). `Err` carries a message for the task's failure.
-async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
+async fn payload(
+    st: &AppState,
+    task: &TaskRow,
+    stamp: Option<ClusterStamp>,
+) -> Result<String, String> {
     let internal = |e: ApiError| e.to_string();
-    let cluster = st
-        .store
-        .get_cluster(&task.tenant_id, task.cluster_id)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or("the task's cluster no longer exists")?;
-    let body: ClusterBody = from_body(&cluster.body).map_err(internal)?;
-    let rows = st
-        .store
-        .list_nodes(&task.tenant_id, task.cluster_id)
-        .await
-        .map_err(|e| e.to_string())?;
-    // Every node's properties (for the `nodes` map and macros), but the task's own node in full.
-    let nodes: Vec<NodeProps> = rows
-        .iter()
-        .map(|r| from_body(&r.body))
-        .collect::<ApiResult<_>>()
-        .map_err(internal)?;
-    let me_row = rows
-        .iter()
-        .find(|r| r.id == task.node_id)
+    let snap = st
+        .payloads
+        .snapshot(st.store.as_ref(), &task.tenant_id, task.cluster_id, stamp)
+        .await?;
+    let body = &snap.body;
+    let me = snap
+        .node(&task.node_id)
         .ok_or("the task's node no longer exists")?;
-    let me: Node = from_body(&me_row.body).map_err(internal)?;
-    let me = &me;
     let action = ProvisionerAction::ALL
         .into_iter()
         .find(|a| a.upper() == task.action);
@@ -221,15 +234,6 @@ async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
     let cluster_config = Value::Object(body.config.clone());
     let is_service_task = !task.service.is_empty();
     if is_service_task {
-        let layout: Vec<PlanNode> = nodes
-            .iter()
-            .map(|n| plan_node(&n.id, &n.properties))
-            .collect();
-        let ctx = MacroContext::new(&layout, &cluster.owner).map_err(|e| e.to_string())?;
-        let expanded = ctx
-            .expand_value(Some(&me.id), &cluster_config)
-            .map_err(|e| format!("cluster config: {e}"))?;
-        config.insert("cluster".into(), expanded);
         let svc = me
             .services
             .iter()
@@ -241,9 +245,19 @@ async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
             .cloned()
             .unwrap_or_default();
         let fields = serde_json::to_value(&spec.fields).unwrap_or(Value::Null);
-        let fields = ctx
-            .expand_value(Some(&me.id), &fields)
-            .map_err(|e| format!("service {} fields: {e}", svc.name))?;
+        let (cluster_config, fields) = if has_macros(&cluster_config) || has_macros(&fields) {
+            let ctx = MacroContext::new(&snap.layout, &snap.owner).map_err(|e| e.to_string())?;
+            let c = ctx
+                .expand_value(Some(&me.id), &cluster_config)
+                .map_err(|e| format!("cluster config: {e}"))?;
+            let f = ctx
+                .expand_value(Some(&me.id), &fields)
+                .map_err(|e| format!("service {} fields: {e}", svc.name))?;
+            (c, f)
+        } else {
+            (cluster_config, fields)
+        };
+        config.insert("cluster".into(), cluster_config);
         config.insert(
             "service".into(),
             json!({"name": svc.name, "action": {"type": spec.automator, "fields": fields}}),
@@ -267,27 +281,33 @@ async fn payload(st: &AppState, task: &TaskRow) -> Result<Value, String> {
         p.extend(body.secrets.clone());
     }
     config.insert("provider".into(), provider);
-    let all: Map<String, Value> = nodes
-        .iter()
-        .map(|n| {
-            (
-                n.id.clone(),
-                serde_json::to_value(&n.properties).unwrap_or(Value::Null),
-            )
-        })
-        .collect();
-    config.insert("nodes".into(), Value::Object(all));
     for (k, v) in &me.provisioner_results {
         config.insert(k.clone(), v.clone());
     }
-    Ok(json!({
-        "taskId": task.id,
-        "jobId": task.job_id,
-        "clusterId": cluster_id_text(task.cluster_id),
-        "taskName": task.action,
-        "nodeId": task.node_id,
-        "config": config,
-    }))
+    // Results are written last and may shadow anything, `nodes` included.
+    let nodes = (!config.contains_key("nodes")).then_some(&*snap.nodes_json);
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Payload<'a> {
+        task_id: &'a str,
+        job_id: &'a str,
+        cluster_id: String,
+        task_name: &'a str,
+        node_id: &'a str,
+        config: Config<'a>,
+    }
+    serde_json::to_string(&Payload {
+        task_id: &task.id,
+        job_id: &task.job_id,
+        cluster_id: cluster_id_text(task.cluster_id),
+        task_name: &task.action,
+        node_id: &task.node_id,
+        config: Config {
+            fields: &config,
+            nodes,
+        },
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// `POST /v2/tasks/finish`.
@@ -374,9 +394,9 @@ async fn finish_step(
 ) -> ApiResult<()> {
     let now = now_ms();
     let tenant = &w.tenant_id;
-    let task = st
+    let (task, job) = st
         .store
-        .get_task(tenant, task_id)
+        .task_with_job(tenant, task_id)
         .await?
         .ok_or_else(not_owner)?;
     let span = tracing::Span::current();
@@ -399,6 +419,73 @@ async fn finish_step(
             _ => Err(not_owner()),
         };
     }
+    let (job_status, job_rev) = job.ok_or_else(|| ApiError::Internal("task without job".into()))?;
+    let ok = req.status == Some(0);
+    let mut cs = ChangeSet::new();
+    cs.expect(Expect::task(&task));
+
+    // The node: addresses, hostname and results, if the worker sent any.
+    let addresses = req.ipaddresses.as_ref().is_some_and(|m| !m.is_empty());
+    let hostname = req.hostname.as_ref().filter(|h| !h.trim().is_empty());
+    let results = req.result.as_ref().is_some_and(|m| !m.is_empty());
+    if (ok && (addresses || hostname.is_some())) || results {
+        if let Some(row) = st.store.get_node(tenant, &task.node_id).await? {
+            let mut node: Node = from_body(&row.body)?;
+            if ok {
+                if let Some(ips) = &req.ipaddresses {
+                    node.properties.ipaddresses.extend(ips.clone());
+                }
+                if let Some(h) = hostname {
+                    node.properties.hostname = Some(h.clone());
+                }
+            }
+            if let Some(result) = &req.result {
+                for (k, v) in result {
+                    node.provisioner_results.insert(k.clone(), v.clone());
+                }
+            }
+            let mut new = row.clone();
+            new.body = to_body(&node)?;
+            cs.expect(Expect::node(&row));
+            cs.write(Write::Node(new));
+        }
+    }
+
+    let mut done = task.clone();
+    if w.expired_before.is_some() {
+        // Timed out: the worker that held the lease no longer owns the task.
+        done.lease_owner = None;
+    }
+    let mut tbody: TaskBody = from_body(&task.body)?;
+    tbody.status_code = req.status;
+    tbody.finish_time = now;
+    tbody.stdout = req.stdout.as_deref().map(trim_log);
+    tbody.stderr = req.stderr.as_deref().map(trim_log);
+    let job_paused = job_status == JobStatus::Paused.as_str();
+    let job_running = job_status == JobStatus::Running.as_str() || job_paused;
+    if ok && job_running {
+        done.state = TaskState::Complete;
+        done.body = to_body(&tbody)?;
+        cs.write(Write::Task(done));
+        // Unchanged while this commits: a job paused, failed or aborted meanwhile re-runs the step.
+        cs.expect(Expect::JobRev {
+            tenant_id: tenant.clone(),
+            id: task.job_id.clone(),
+            rev: job_rev,
+        });
+        cs.write(Write::Release {
+            tenant_id: tenant.clone(),
+            ids: task.successors.clone(),
+            queue: !job_paused,
+            now,
+        });
+        let ended = st.store.commit_released(&cs).await.map_err(store_err)?;
+        crate::metrics::task_finished(&task, st.settings.task_timeout_ms, now);
+        if ended.iter().any(|g| *g == end_gate(&task.job_id)) {
+            complete_job(st, tenant, &task.job_id).await?;
+        }
+        return Ok(());
+    }
     let job = st
         .store
         .get_job(tenant, &task.job_id)
@@ -409,74 +496,13 @@ async fn finish_step(
         .get_cluster(tenant, task.cluster_id)
         .await?
         .ok_or_else(|| ApiError::Internal("task without cluster".into()))?;
-    let ok = req.status == Some(0);
     let mut outcome: Option<JobEventKind> = None;
-    let mut cs = ChangeSet::new();
-    cs.expect(Expect::task(&task));
-
-    // The node: the action's outcome, addresses, hostname and results.
-    if let Some(row) = st.store.get_node(tenant, &task.node_id).await? {
-        let mut node: Node = from_body(&row.body)?;
-        if let Some(a) = node.actions.iter_mut().rev().find(|a| a.task_id == task.id) {
-            a.status = if ok {
-                NodeActionStatus::Complete
-            } else {
-                NodeActionStatus::Failed
-            };
-            a.status_time = now;
-            a.stdout = req.stdout.as_deref().map(trim_log);
-            a.stderr = req.stderr.as_deref().map(trim_log);
-        }
-        if ok {
-            if let Some(ips) = &req.ipaddresses {
-                node.properties.ipaddresses.extend(ips.clone());
-            }
-            if let Some(h) = req.hostname.as_ref().filter(|h| !h.trim().is_empty()) {
-                node.properties.hostname = Some(h.clone());
-            }
-        }
-        if let Some(result) = &req.result {
-            for (k, v) in result {
-                node.provisioner_results.insert(k.clone(), v.clone());
-            }
-        }
-        let mut new = row.clone();
-        new.body = to_body(&node)?;
-        cs.expect(Expect::node(&row));
-        cs.write(Write::Node(new));
-    }
-
-    let mut done = task.clone();
-    if w.expired_before.is_some() {
-        // Timed out: the worker that held the lease no longer owns the task.
-        done.lease_owner = None;
-    }
-    let mut tbody: TaskBody = from_body(&task.body)?;
-    tbody.status_code = req.status;
-    let job_paused = job.status == JobStatus::Paused.as_str();
-    let job_running = job.status == JobStatus::Running.as_str() || job_paused;
     if ok {
+        // Its job failed or was aborted while the task ran.
         done.state = TaskState::Complete;
         done.body = to_body(&tbody)?;
         cs.write(Write::Task(done));
-        if job_running {
-            let end = release(
-                st,
-                tenant,
-                &mut cs,
-                task.successors.clone(),
-                now,
-                !job_paused,
-            )
-            .await?;
-            if end {
-                finish_job(&mut cs, &job, &cluster, JobStatus::Complete, None)?;
-                outcome = Some(JobEventKind::Success);
-                tracing::info!(job_id = %job.id, cluster_id = cluster.id, "job complete");
-            }
-        } else {
-            settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
-        }
+        settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
     } else {
         let message = format!(
             "{} {}on node {} failed (status {}): {}",
@@ -498,6 +524,15 @@ async fn finish_step(
         tbody.message = Some(message.clone());
         if job_running && task.attempts < st.settings.max_action_retries {
             done.lease_owner = None;
+            // The node's history keeps the failed attempt.
+            tbody.retried.push(super::body::Attempt {
+                start_time: task.started_at,
+                finish_time: now,
+                stdout: tbody.stdout.take(),
+                stderr: tbody.stderr.take(),
+            });
+            let excess = tbody.retried.len().saturating_sub(super::body::MAX_RETRIED);
+            tbody.retried.drain(..excess);
             if task.action == ProvisionerAction::Create.upper() {
                 // A retried CREATE first deletes whatever the failed try made.
                 let cleanup = TaskRow {
@@ -511,6 +546,7 @@ async fn finish_step(
                     lease_owner: None,
                     lease_deadline: 0,
                     queued_at: now,
+                    started_at: 0,
                     rev: 0,
                     body: to_body(&TaskBody::default())?,
                     ..task.clone()
@@ -532,6 +568,8 @@ async fn finish_step(
             }
             done.body = to_body(&tbody)?;
             cs.write(Write::Task(done));
+            // Retried only while the job still runs.
+            cs.expect(Expect::job(&job));
             tracing::warn!(task_id = %task.id, job_id = %job.id, attempt = task.attempts, "task failed; retrying");
         } else {
             done.state = TaskState::Failed;
@@ -557,11 +595,41 @@ async fn finish_step(
         crate::metrics::job_ended(&job.action, kind == JobEventKind::Success);
         notify(st, kind, tenant, cluster.id, &job.id);
     }
-    if !ok || !job_running {
-        // A failed job may have just settled its cluster: roll back what asked to be.
-        super::ops::after_failed_job(st, tenant, cluster.id).await;
-    }
+    // A failed job may have just settled its cluster: roll back what asked to be.
+    super::ops::after_failed_job(st, tenant, cluster.id).await;
     Ok(())
+}
+
+/// The id of a job's end gate.
+pub(crate) fn end_gate(job_id: &str) -> String {
+    format!("{job_id}-end")
+}
+
+/// Completes a job whose end gate has completed, and sets its cluster's status. Called by the
+/// finish that completed the gate, and by the janitor for a job a server stopped in between. Does
+/// nothing if the job is no longer running or paused.
+pub(crate) async fn complete_job(st: &AppState, tenant: &str, job_id: &str) -> ApiResult<()> {
+    retry_stale(|| async {
+        let Some(job) = st.store.get_job(tenant, job_id).await? else {
+            return Ok(());
+        };
+        if job.status != JobStatus::Running.as_str() && job.status != JobStatus::Paused.as_str() {
+            return Ok(());
+        }
+        let cluster = st
+            .store
+            .get_cluster(tenant, job.cluster_id)
+            .await?
+            .ok_or_else(|| ApiError::Internal("job without cluster".into()))?;
+        let mut cs = ChangeSet::new();
+        finish_job(&mut cs, &job, &cluster, JobStatus::Complete, None)?;
+        st.store.commit(&cs).await.map_err(store_err)?;
+        tracing::info!(job_id = %job.id, cluster_id = cluster.id, "job complete");
+        crate::metrics::job_ended(&job.action, true);
+        notify(st, JobEventKind::Success, tenant, cluster.id, &job.id);
+        Ok(())
+    })
+    .await
 }
 
 /// Writes a failed job and, once none of its tasks is still running, gives the cluster its failure
@@ -639,52 +707,6 @@ fn finish_job(
         cs.write(Write::Cluster(c));
     }
     Ok(())
-}
-
-/// Counts one predecessor done for each of `start`: tasks with none left are queued (unless `queue`
-/// is false: a paused job), gates complete at once (and release their own successors). Returns whether the job's end gate completed.
-async fn release(
-    st: &AppState,
-    tenant: &str,
-    cs: &mut ChangeSet,
-    start: Vec<String>,
-    now: i64,
-    queue: bool,
-) -> ApiResult<bool> {
-    let mut touched: BTreeMap<String, TaskRow> = BTreeMap::new();
-    let mut todo = start;
-    let mut end = false;
-    while let Some(id) = todo.pop() {
-        if !touched.contains_key(&id) {
-            let row = st
-                .store
-                .get_task(tenant, &id)
-                .await?
-                .ok_or_else(|| ApiError::Internal(format!("successor {id} missing")))?;
-            cs.expect(Expect::task(&row));
-            touched.insert(id.clone(), row);
-        }
-        let row = touched.get_mut(&id).expect("inserted above");
-        row.deps_remaining = row.deps_remaining.saturating_sub(1);
-        if row.deps_remaining == 0 && row.state == TaskState::Pending {
-            if row.action == GATE {
-                row.state = TaskState::Complete;
-                if row.successors.is_empty() {
-                    end = true;
-                }
-                todo.extend(row.successors.clone());
-            } else if queue {
-                row.state = TaskState::Queued;
-                row.queued_at = now;
-            }
-            // While the job is paused a ready task stays pending with no predecessors left;
-            // resuming queues it.
-        }
-    }
-    for (_, row) in touched {
-        cs.write(Write::Task(row));
-    }
-    Ok(end)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod cluster_ops;
 pub mod clusters;
 pub mod entities;
+pub mod hostpools; // host pools (weft addition)
 pub mod metrics;
 pub mod nodes;
 pub mod plugins;
@@ -29,6 +30,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = clusters::routes(api);
     let api = cluster_ops::routes(api);
     let api = nodes::routes(api);
+    let api = hostpools::routes(api); // host pools
     let api = tenants::routes(api);
     let api = plugins::external_routes(api, resource_limit);
     let api = profile::routes(api);

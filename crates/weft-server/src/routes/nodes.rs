@@ -17,7 +17,7 @@ use super::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::engine::body::{from_body, to_body};
-use crate::engine::{parse_cluster_id, store_err};
+use crate::engine::{parse_cluster_id, store_err, view};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -117,9 +117,12 @@ async fn visible_nodes(st: &AppState, who: &Identity) -> ApiResult<Vec<NodeRow>>
         .collect())
 }
 
-async fn list(State(st): State<AppState>, who: Identity) -> ApiResult<Json<Vec<Value>>> {
-    let rows = visible_nodes(&st, &who).await?;
-    Ok(Json(rows.into_iter().map(|r| r.body).collect()))
+async fn list(State(st): State<AppState>, who: Identity) -> ApiResult<Json<Vec<Node>>> {
+    let mut nodes = Vec::new();
+    for r in visible_nodes(&st, &who).await? {
+        nodes.push(view::node(&st, &r).await?);
+    }
+    Ok(Json(nodes))
 }
 
 async fn find(st: &AppState, who: &Identity, id: &str) -> ApiResult<NodeRow> {
@@ -134,11 +137,23 @@ async fn get(
     State(st): State<AppState>,
     who: Identity,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(find(&st, &who, &id).await?.body))
+) -> ApiResult<Json<Node>> {
+    let row = find(&st, &who, &id).await?;
+    Ok(Json(view::node(&st, &row).await?))
 }
 
-async fn write(st: &AppState, who: &Identity, node: Node, expect_absent: bool) -> ApiResult<()> {
+async fn write(
+    st: &AppState,
+    who: &Identity,
+    mut node: Node,
+    expect_absent: bool,
+) -> ApiResult<()> {
+    // The history is read from tasks, and masked secrets written back keep their values.
+    node.actions.clear();
+    if let Some(old) = st.store.get_node(&who.tenant.id, &node.id).await? {
+        let old: Node = from_body(&old.body)?;
+        view::unmask_results(&mut node.provisioner_results, &old.provisioner_results);
+    }
     let cluster_id = parse_cluster_id(&node.cluster_id).ok_or_else(|| {
         ApiError::BadRequest(format!("clusterId {} is not a cluster id", node.cluster_id))
     })?;

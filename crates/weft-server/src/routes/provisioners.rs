@@ -169,7 +169,9 @@ async fn register(
 }
 
 async fn unregister(State(st): State<AppState>, Path(pid): Path<String>) -> ApiResult<()> {
-    if st.store.delete_provisioner(&pid).await? {
+    let deleted = st.store.delete_provisioner(&pid).await?;
+    st.provisioners.forget(&pid);
+    if deleted {
         rebalance(&st).await?;
     }
     Ok(())

@@ -46,11 +46,7 @@ pub fn routes(api: Api) -> Api {
 async fn take(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let req: TakeTaskRequest = parse_body(&body, "{workerId, provisionerId, tenantId}")?;
     Ok(match work::take(&st, req).await? {
-        Some(task) => (
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            task.to_string(),
-        )
-            .into_response(),
+        Some(task) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], task).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
 }

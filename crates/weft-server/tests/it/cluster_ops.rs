@@ -590,3 +590,42 @@ async fn failed_creates_and_upgrades_roll_back_when_they_should() {
         "install-b.sh"
     );
 }
+
+#[tokio::test]
+async fn node_secrets_are_masked_in_answers_and_kept_when_written_back() {
+    let h = Harness::new().await;
+    let (_, id) = active_cluster(&h, 1).await;
+    let a = admin(T);
+    let mut node = h.get(a, "/v2/nodes").await.expect(200).json()[0].clone();
+    let node_id = node["id"].as_str().unwrap().to_string();
+    node["provisionerResults"]["ssh-auth"] = json!({"user": "root", "key": "k3y-s3cret"});
+    h.put(a, &format!("/v2/nodes/{node_id}"), node.to_string())
+        .await
+        .expect(204);
+    let shown = h.get(a, &format!("/v2/nodes/{node_id}")).await.expect(200);
+    assert!(!shown.text().contains("k3y-s3cret"), "{}", shown.text());
+    let mut shown = shown.json();
+    assert_eq!(shown["provisionerResults"]["ssh-auth"]["key"], "********");
+    for path in ["/v2/nodes".to_string(), format!("/v2/clusters/{id}")] {
+        let body = h.get(a, &path).await.expect(200).text();
+        assert!(!body.contains("k3y-s3cret"), "{path}: {body}");
+    }
+    // Read, edit, write back: the mask does not replace the secret.
+    shown["properties"]["hostname"] = json!("edited.local");
+    h.put(a, &format!("/v2/nodes/{node_id}"), shown.to_string())
+        .await
+        .expect(204);
+    let stored = h
+        .app
+        .state
+        .store
+        .get_node(&h.tenant_id(T).await, &node_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.body["provisionerResults"]["ssh-auth"]["key"],
+        "k3y-s3cret"
+    );
+    assert_eq!(stored.body["properties"]["hostname"], "edited.local");
+}

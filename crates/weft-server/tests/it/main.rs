@@ -10,6 +10,7 @@ mod cluster_ops;
 mod clusters;
 mod common;
 mod entities;
+mod hostpools;
 mod isolation;
 mod janitor;
 mod metrics_profile;

@@ -28,7 +28,10 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
 use super::{parse_json, to_i64, to_u32, to_u64, SqlStore};
-use crate::engine::{ChangeSet, ClusterRow, Expect, JobRow, NodeRow, TaskRow, TaskState, Write};
+use crate::engine::{
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Taken, TaskRow, TaskState, Write,
+    GATE,
+};
 use crate::leader::{fnv1a64, Held};
 use crate::{Backend, LeaderGuard, Result, StoreError};
 
@@ -43,7 +46,24 @@ const CLUSTER_COLUMNS: &str =
 const NODE_COLUMNS: &str = "tenant_id, cluster_id, id, nodenum, rev, body";
 const JOB_COLUMNS: &str = "tenant_id, cluster_id, id, action, status, create_time, rev, body";
 const TASK_COLUMNS: &str = "tenant_id, cluster_id, job_id, id, node_id, action, service, state, \
-     attempts, deps_remaining, successors, lease_owner, lease_deadline, queued_at, rev, body";
+     attempts, deps_remaining, successors, lease_owner, lease_deadline, queued_at, started_at, rev, body";
+
+/// The status and revision of a task row's job, as columns `job_status` and `job_rev`.
+const JOB_OF_TASK: &str = "(SELECT status FROM jobs j WHERE j.tenant_id = tasks.tenant_id \
+     AND j.id = tasks.job_id) AS job_status, (SELECT rev FROM jobs j WHERE \
+     j.tenant_id = tasks.tenant_id AND j.id = tasks.job_id) AS job_rev";
+
+fn job_of_task(row: &AnyRow) -> Result<Option<(String, i64)>> {
+    Ok(
+        match (
+            row.try_get::<Option<String>, _>("job_status")?,
+            row.try_get::<Option<i64>, _>("job_rev")?,
+        ) {
+            (Some(s), Some(r)) => Some((s, r)),
+            _ => None,
+        },
+    )
+}
 
 /// Orders ids made of a common prefix and a zero-padded counter numerically, also once the counter
 /// outgrows its padding (`...-999` before `...-1000`).
@@ -106,6 +126,7 @@ fn task_from_row(row: &AnyRow) -> Result<TaskRow> {
         lease_owner: row.try_get("lease_owner")?,
         lease_deadline: row.try_get("lease_deadline")?,
         queued_at: row.try_get("queued_at")?,
+        started_at: row.try_get("started_at")?,
         rev: row.try_get("rev")?,
         body: parse_json(&row.try_get::<String, _>("body")?, "task body")?,
     })
@@ -118,6 +139,25 @@ struct Target<'a> {
     tenant_id: &'a str,
     id: Id<'a>,
     rev: i64,
+    /// The change set writes this row (PostgreSQL locks it for update, else for share).
+    written: bool,
+}
+
+/// Whether `w` writes the row `t` names.
+fn writes_row(w: &Write, t: &Target<'_>) -> bool {
+    let (table, tenant, id) = match w {
+        Write::Cluster(c) => ("clusters", c.tenant_id.as_str(), Id::Num(c.id)),
+        Write::Node(n) => ("nodes", n.tenant_id.as_str(), Id::Text(&n.id)),
+        Write::DeleteNode { tenant_id, id } => ("nodes", tenant_id.as_str(), Id::Text(id)),
+        Write::Job(j) => ("jobs", j.tenant_id.as_str(), Id::Text(&j.id)),
+        Write::Task(k) => ("tasks", k.tenant_id.as_str(), Id::Text(&k.id)),
+        Write::Release { tenant_id, ids, .. } => {
+            return t.table == "tasks"
+                && t.tenant_id == tenant_id
+                && ids.iter().any(|i| t.id == Id::Text(i));
+        }
+    };
+    table == t.table && tenant == t.tenant_id && id == t.id
 }
 
 /// A row id: clusters have numbers, everything else text.
@@ -144,6 +184,7 @@ fn target(e: &Expect) -> Target<'_> {
             tenant_id,
             id: Id::Num(*id),
             rev: *rev,
+            written: true,
         },
         Expect::NodeRev { tenant_id, id, rev } => Target {
             table: "nodes",
@@ -151,6 +192,7 @@ fn target(e: &Expect) -> Target<'_> {
             tenant_id,
             id: Id::Text(id),
             rev: *rev,
+            written: true,
         },
         Expect::JobRev { tenant_id, id, rev } => Target {
             table: "jobs",
@@ -158,6 +200,7 @@ fn target(e: &Expect) -> Target<'_> {
             tenant_id,
             id: Id::Text(id),
             rev: *rev,
+            written: true,
         },
         Expect::TaskRev { tenant_id, id, rev } => Target {
             table: "tasks",
@@ -165,6 +208,7 @@ fn target(e: &Expect) -> Target<'_> {
             tenant_id,
             id: Id::Text(id),
             rev: *rev,
+            written: true,
         },
     }
 }
@@ -190,7 +234,11 @@ async fn check(tx: &mut Transaction<'static, Any>, backend: Backend, t: &Target<
     let sql = format!(
         "SELECT rev FROM {} WHERE tenant_id = $1 AND id = $2{}",
         t.table,
-        if pg { " FOR UPDATE" } else { "" }
+        match (pg, t.written) {
+            (false, _) => "",
+            (true, true) => " FOR UPDATE",
+            (true, false) => " FOR SHARE",
+        }
     );
     let q = sqlx::query_scalar::<_, i64>(&sql).bind(t.tenant_id);
     let q = match t.id {
@@ -217,8 +265,13 @@ async fn check(tx: &mut Transaction<'static, Any>, backend: Backend, t: &Target<
     )))
 }
 
-/// Applies one write inside `tx`.
-async fn apply(tx: &mut Transaction<'static, Any>, w: &Write) -> Result<()> {
+/// Applies one write inside `tx`; a [`Write::Release`] adds the job-end gates it completed to
+/// `ended`.
+async fn apply(
+    tx: &mut Transaction<'static, Any>,
+    w: &Write,
+    ended: &mut Vec<String>,
+) -> Result<()> {
     match w {
         Write::Cluster(c) => {
             sqlx::query(
@@ -255,8 +308,23 @@ async fn apply(tx: &mut Transaction<'static, Any>, w: &Write) -> Result<()> {
             .bind(n.body.to_string())
             .execute(&mut **tx)
             .await?;
+            sqlx::query(
+                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = $2",
+            )
+            .bind(n.tenant_id.as_str())
+            .bind(to_i64(n.cluster_id))
+            .execute(&mut **tx)
+            .await?;
         }
         Write::DeleteNode { tenant_id, id } => {
+            sqlx::query(
+                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = \
+                 (SELECT cluster_id FROM nodes WHERE tenant_id = $1 AND id = $2)",
+            )
+            .bind(tenant_id.as_str())
+            .bind(id.as_str())
+            .execute(&mut **tx)
+            .await?;
             sqlx::query("DELETE FROM nodes WHERE tenant_id = $1 AND id = $2")
                 .bind(tenant_id.as_str())
                 .bind(id.as_str())
@@ -287,15 +355,15 @@ async fn apply(tx: &mut Transaction<'static, Any>, w: &Write) -> Result<()> {
             sqlx::query(
                 "INSERT INTO tasks (tenant_id, id, cluster_id, job_id, node_id, action, service, \
                  state, attempts, deps_remaining, successors, lease_owner, lease_deadline, \
-                 queued_at, rev, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 1, $15) \
+                 queued_at, started_at, rev, body) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $16, 1, $15) \
                  ON CONFLICT (tenant_id, id) DO UPDATE SET cluster_id = excluded.cluster_id, \
                  job_id = excluded.job_id, node_id = excluded.node_id, action = excluded.action, \
                  service = excluded.service, state = excluded.state, \
                  attempts = excluded.attempts, deps_remaining = excluded.deps_remaining, \
                  successors = excluded.successors, lease_owner = excluded.lease_owner, \
                  lease_deadline = excluded.lease_deadline, queued_at = excluded.queued_at, \
-                 rev = tasks.rev + 1, body = excluded.body",
+                 started_at = excluded.started_at, rev = tasks.rev + 1, body = excluded.body",
             )
             .bind(t.tenant_id.as_str())
             .bind(t.id.as_str())
@@ -312,17 +380,75 @@ async fn apply(tx: &mut Transaction<'static, Any>, w: &Write) -> Result<()> {
             .bind(t.lease_deadline)
             .bind(t.queued_at)
             .bind(t.body.to_string())
+            .bind(t.started_at)
             .execute(&mut **tx)
             .await?;
+        }
+        Write::Release {
+            tenant_id,
+            ids,
+            queue,
+            now,
+        } => release(tx, tenant_id, ids.clone(), *queue, *now, ended).await?,
+    }
+    Ok(())
+}
+
+/// [`Write::Release`]: one atomic decrement per successor, cascading through gates. Each statement
+/// reads the row's old values on the right-hand side, so "this decrement reached zero on a
+/// pending task" is `deps_remaining = 1 AND state = 'pending'` there.
+async fn release(
+    tx: &mut Transaction<'static, Any>,
+    tenant_id: &str,
+    mut todo: Vec<String>,
+    queue: bool,
+    now: i64,
+    ended: &mut Vec<String>,
+) -> Result<()> {
+    const READY: &str = "deps_remaining = 1 AND state = 'pending'";
+    let sql = format!(
+        "UPDATE tasks SET deps_remaining = deps_remaining - 1, \
+         state = CASE WHEN {READY} AND action = '{GATE}' THEN 'complete' \
+                      WHEN {READY} AND $3 = 1 THEN 'queued' ELSE state END, \
+         queued_at = CASE WHEN {READY} AND action <> '{GATE}' AND $3 = 1 THEN $4 \
+                          ELSE queued_at END, \
+         rev = rev + 1 \
+         WHERE tenant_id = $1 AND id = $2 AND deps_remaining > 0 \
+         RETURNING deps_remaining, state, action, successors"
+    );
+    while let Some(id) = todo.pop() {
+        let row = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(id.as_str())
+            .bind(i64::from(queue))
+            .bind(now)
+            .fetch_optional(&mut **tx)
+            .await?;
+        // Absent, or already released by as many predecessors as it has: nothing to count.
+        let Some(row) = row else { continue };
+        let deps: i64 = row.try_get("deps_remaining")?;
+        let state: String = row.try_get("state")?;
+        let action: String = row.try_get("action")?;
+        if deps == 0 && action == GATE && state == TaskState::Complete.as_str() {
+            let successors: String = row.try_get("successors")?;
+            let successors: Vec<String> = serde_json::from_str(&successors)
+                .map_err(|e| StoreError::Corrupt(format!("task successors: {e}")))?;
+            if successors.is_empty() {
+                ended.push(id);
+            }
+            todo.extend(successors);
         }
     }
     Ok(())
 }
 
 impl SqlStore {
-    pub(crate) async fn commit_changes(&self, cs: &ChangeSet) -> Result<()> {
+    pub(crate) async fn commit_changes(&self, cs: &ChangeSet) -> Result<Vec<String>> {
         // One canonical locking order: by table, tenant, id.
         let mut targets: Vec<Target<'_>> = cs.expect.iter().map(target).collect();
+        for t in &mut targets {
+            t.written = cs.writes.iter().any(|w| writes_row(w, t));
+        }
         targets.sort_by(|a, b| (a.table, a.tenant_id, a.id).cmp(&(b.table, b.tenant_id, b.id)));
         let mut tries = 0;
         loop {
@@ -336,16 +462,17 @@ impl SqlStore {
         }
     }
 
-    async fn try_commit(&self, targets: &[Target<'_>], writes: &[Write]) -> Result<()> {
+    async fn try_commit(&self, targets: &[Target<'_>], writes: &[Write]) -> Result<Vec<String>> {
         let mut tx = self.write_tx().await?;
         for t in targets {
             check(&mut tx, self.backend, t).await?;
         }
+        let mut ended = Vec::new();
         for w in writes {
-            apply(&mut tx, w).await?;
+            apply(&mut tx, w, &mut ended).await?;
         }
         tx.commit().await?;
-        Ok(())
+        Ok(ended)
     }
 
     pub(crate) async fn next_id_impl(&self, counter: &str) -> Result<u64> {
@@ -502,29 +629,151 @@ impl SqlStore {
         owner: &str,
         now: i64,
         deadline: i64,
-    ) -> Result<Option<TaskRow>> {
+    ) -> Result<Option<Taken>> {
         let lock = match self.backend {
             Backend::Postgres => " FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
         let sql = format!(
             "UPDATE tasks SET state = 'in_progress', lease_owner = $2, lease_deadline = $3, \
-             attempts = attempts + 1, rev = rev + 1 \
+             attempts = attempts + 1, started_at = $4, rev = rev + 1 \
              WHERE tenant_id = $1 AND state = 'queued' AND id = ( \
                  SELECT id FROM tasks WHERE tenant_id = $1 AND state = 'queued' AND queued_at <= $4 \
                  ORDER BY queued_at, id LIMIT 1{lock}) \
-             RETURNING {TASK_COLUMNS}"
+             RETURNING {TASK_COLUMNS}, {JOB_OF_TASK}, \
+             (SELECT rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id \
+              AND c.id = tasks.cluster_id) AS cluster_rev, \
+             (SELECT nodes_rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id \
+              AND c.id = tasks.cluster_id) AS nodes_rev"
         );
-        let mut tx = self.write_tx().await?;
-        let row = sqlx::query(&sql)
+        // One statement is its own transaction: no BEGIN and COMMIT round trips. On SQLite it runs
+        // on the writer connection, which serializes it with every other write.
+        let q = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(owner)
             .bind(deadline)
-            .bind(now)
-            .fetch_optional(&mut *tx)
+            .bind(now);
+        let Some(row) = q.fetch_optional(&self.writer).await? else {
+            return Ok(None);
+        };
+        let cluster = match (
+            row.try_get::<Option<i64>, _>("cluster_rev")?,
+            row.try_get::<Option<i64>, _>("nodes_rev")?,
+        ) {
+            (Some(rev), Some(nodes_rev)) => Some(ClusterStamp { rev, nodes_rev }),
+            _ => None,
+        };
+        Ok(Some(Taken {
+            task: task_from_row(&row)?,
+            job: job_of_task(&row)?,
+            cluster,
+        }))
+    }
+
+    pub(crate) async fn task_with_job_impl(
+        &self,
+        tenant_id: &str,
+        task_id: &str,
+    ) -> Result<Option<(TaskRow, Option<(String, i64)>)>> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS}, {JOB_OF_TASK} FROM tasks WHERE tenant_id = $1 AND id = $2"
+        );
+        let row = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(task_id)
+            .fetch_optional(&self.reader)
             .await?;
-        tx.commit().await?;
-        row.as_ref().map(task_from_row).transpose()
+        row.map(|r| Ok((task_from_row(&r)?, job_of_task(&r)?)))
+            .transpose()
+    }
+
+    pub(crate) async fn cluster_stamp_impl(
+        &self,
+        tenant_id: &str,
+        id: u64,
+    ) -> Result<Option<ClusterStamp>> {
+        let row =
+            sqlx::query("SELECT rev, nodes_rev FROM clusters WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant_id)
+                .bind(to_i64(id))
+                .fetch_optional(&self.reader)
+                .await?;
+        row.map(|r| {
+            Ok(ClusterStamp {
+                rev: r.try_get("rev")?,
+                nodes_rev: r.try_get("nodes_rev")?,
+            })
+        })
+        .transpose()
+    }
+
+    pub(crate) async fn node_revs_impl(
+        &self,
+        tenant_id: &str,
+        cluster_id: u64,
+    ) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, rev FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 ORDER BY id",
+        )
+        .bind(tenant_id)
+        .bind(to_i64(cluster_id))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("rev")?)))
+            .collect()
+    }
+
+    pub(crate) async fn task_counts_impl(
+        &self,
+        tenant_id: &str,
+        job_id: &str,
+    ) -> Result<BTreeMap<TaskState, u64>> {
+        let rows = sqlx::query(&format!(
+            "SELECT state, COUNT(*) AS n FROM tasks WHERE tenant_id = $1 AND job_id = $2 \
+             AND action <> '{GATE}' GROUP BY state"
+        ))
+        .bind(tenant_id)
+        .bind(job_id)
+        .fetch_all(&self.reader)
+        .await?;
+        let mut counts = BTreeMap::new();
+        for row in &rows {
+            let state: TaskState = row.try_get::<String, _>("state")?.parse()?;
+            counts.insert(state, to_u64(row.try_get("n")?, "task count")?);
+        }
+        Ok(counts)
+    }
+
+    pub(crate) async fn node_tasks_impl(
+        &self,
+        tenant_id: &str,
+        node_id: &str,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE tenant_id = $1 AND node_id = $2 \
+             AND started_at > 0 AND action <> '{GATE}' ORDER BY started_at DESC, id DESC LIMIT $3"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(node_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+        tasks.reverse();
+        Ok(tasks)
+    }
+
+    pub(crate) async fn ended_jobs_impl(&self) -> Result<Vec<JobRow>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs j WHERE j.status IN ('running', 'paused') AND EXISTS \
+             (SELECT 1 FROM tasks t WHERE t.tenant_id = j.tenant_id AND t.id = j.id || '-end' \
+              AND t.state = 'complete') ORDER BY j.tenant_id, j.id"
+        );
+        let rows = sqlx::query(&sql).fetch_all(&self.reader).await?;
+        rows.iter().map(job_from_row).collect()
     }
 
     pub(crate) async fn expired_tasks_impl(&self, now: i64) -> Result<Vec<TaskRow>> {

@@ -9,8 +9,8 @@ use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use sqlx::Connection;
 use weft_store::{
-    Backend, ChangeSet, ClusterRow, Expect, JobRow, NodeRow, SqlStore, Store, StoreError, TaskRow,
-    TaskState, Write,
+    Backend, ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, SqlStore, Store,
+    StoreError, TaskRow, TaskState, Write, GATE,
 };
 
 use crate::harness::{contract_tests, Ctx};
@@ -73,6 +73,7 @@ fn task(tenant: &str, job_id: &str, id: &str, state: TaskState, queued_at: i64) 
         lease_owner: None,
         lease_deadline: 0,
         queued_at,
+        started_at: 0,
         rev: 0,
         body: json!({"taskName": "install"}),
     }
@@ -452,6 +453,244 @@ async fn next_id_is_monotonic_and_unique_under_concurrency(ctx: &Ctx) -> Result<
     Ok(())
 }
 
+// ---- releasing successors ----------------------------------------------------------------------
+
+/// A task with `deps` predecessors left and the given successors.
+fn waiting(id: &str, action: &str, deps: u32, successors: &[&str]) -> TaskRow {
+    TaskRow {
+        action: action.into(),
+        deps_remaining: deps,
+        successors: successors.iter().map(|s| s.to_string()).collect(),
+        ..task(A, "j", id, TaskState::Pending, 0)
+    }
+}
+
+fn release(ids: &[&str], queue: bool, now: i64) -> Write {
+    Write::Release {
+        tenant_id: A.into(),
+        ids: ids.iter().map(|s| s.to_string()).collect(),
+        queue,
+        now,
+    }
+}
+
+async fn release_counts_down_queues_and_cascades_through_gates(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    // a and b feed gate g; g feeds c and the end gate; c feeds the end gate too.
+    s.commit(&writes([
+        Write::Task(waiting("g", GATE, 2, &["c", "j-end"])),
+        Write::Task(waiting("c", "install", 1, &["j-end"])),
+        Write::Task(waiting("j-end", GATE, 2, &[])),
+    ]))
+    .await?;
+    let ended = s
+        .commit_released(&writes([release(&["g"], true, 50)]))
+        .await?;
+    assert!(ended.is_empty());
+    let g = s.get_task(A, "g").await?.context("g")?;
+    assert_eq!((g.deps_remaining, g.state), (1, TaskState::Pending));
+    assert_eq!(g.rev, 2, "a release is a write");
+
+    let ended = s
+        .commit_released(&writes([release(&["g"], true, 60)]))
+        .await?;
+    assert!(ended.is_empty(), "the end gate still waits on c");
+    assert_eq!(
+        s.get_task(A, "g").await?.map(|t| t.state),
+        Some(TaskState::Complete)
+    );
+    let c = s.get_task(A, "c").await?.context("c")?;
+    assert_eq!(
+        (c.deps_remaining, c.state, c.queued_at),
+        (0, TaskState::Queued, 60)
+    );
+    let end = s.get_task(A, "j-end").await?.context("end")?;
+    assert_eq!((end.deps_remaining, end.state), (1, TaskState::Pending));
+
+    let ended = s
+        .commit_released(&writes([release(&["j-end"], true, 70)]))
+        .await?;
+    assert_eq!(ended, ["j-end"]);
+    // Releasing past zero counts nothing and completes nothing twice.
+    let ended = s
+        .commit_released(&writes([release(&["j-end", "missing"], true, 80)]))
+        .await?;
+    assert!(ended.is_empty());
+    let end = s.get_task(A, "j-end").await?.context("end")?;
+    assert_eq!((end.deps_remaining, end.state), (0, TaskState::Complete));
+    Ok(())
+}
+
+async fn release_without_queueing_leaves_ready_tasks_pending(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    s.commit(&writes([
+        Write::Task(waiting("g", GATE, 1, &["t"])),
+        Write::Task(waiting("t", "start", 1, &[])),
+    ]))
+    .await?;
+    s.commit(&writes([release(&["g"], false, 5)])).await?;
+    let t = s.get_task(A, "t").await?.context("t")?;
+    assert_eq!(
+        (t.deps_remaining, t.state, t.queued_at),
+        (0, TaskState::Pending, 0),
+        "a paused job's ready task waits; gates still complete"
+    );
+    // A stale expectation in the same change set undoes the release too.
+    let mut cs = writes([release(&["t"], true, 9)]);
+    cs.expect(Expect::TaskRev {
+        tenant_id: A.into(),
+        id: "g".into(),
+        rev: 1,
+    });
+    assert!(matches!(s.commit(&cs).await, Err(StoreError::Stale(_))));
+    assert_eq!(s.get_task(A, "g").await?.map(|t| t.rev), Some(2));
+    Ok(())
+}
+
+async fn concurrent_releases_of_one_join_count_every_predecessor(ctx: &Ctx) -> Result<()> {
+    const PREDECESSORS: u32 = 64;
+    ctx.store
+        .commit(&writes([Write::Task(waiting(
+            "j-end",
+            GATE,
+            PREDECESSORS,
+            &[],
+        ))]))
+        .await?;
+    let mut handles = Vec::new();
+    for _ in 0..PREDECESSORS {
+        let s: Arc<dyn Store> = ctx.store.clone();
+        handles.push(tokio::spawn(async move {
+            s.commit_released(&writes([release(&["j-end"], true, 1)]))
+                .await
+        }));
+    }
+    let mut ended = Vec::new();
+    for h in handles {
+        ended.extend(h.await??);
+    }
+    assert_eq!(
+        ended,
+        ["j-end"],
+        "exactly one release completes the end gate"
+    );
+    let end = ctx.store.get_task(A, "j-end").await?.context("end")?;
+    assert_eq!((end.deps_remaining, end.state), (0, TaskState::Complete));
+    Ok(())
+}
+
+async fn node_writes_bump_the_cluster_nodes_revision(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    assert_eq!(s.cluster_stamp(A, 3).await?, None);
+    s.commit(&writes([Write::Cluster(cluster(
+        A, 3, "alice", "pending", 0,
+    ))]))
+    .await?;
+    assert_eq!(
+        s.cluster_stamp(A, 3).await?,
+        Some(ClusterStamp {
+            rev: 1,
+            nodes_rev: 0
+        })
+    );
+    s.commit(&writes([
+        Write::Node(node(A, 3, "n-2", 2)),
+        Write::Node(node(A, 3, "n-1", 1)),
+        Write::Node(node(B, 3, "n-1", 1)),
+    ]))
+    .await?;
+    assert_eq!(
+        s.cluster_stamp(A, 3).await?,
+        Some(ClusterStamp {
+            rev: 1,
+            nodes_rev: 2
+        }),
+        "the cluster row's own revision does not move"
+    );
+    assert_eq!(
+        s.node_revs(A, 3).await?,
+        [("n-1".to_string(), 1), ("n-2".to_string(), 1)]
+    );
+    s.commit(&writes([Write::DeleteNode {
+        tenant_id: A.into(),
+        id: "n-2".into(),
+    }]))
+    .await?;
+    assert_eq!(s.cluster_stamp(A, 3).await?.map(|c| c.nodes_rev), Some(3));
+    assert_eq!(s.node_revs(A, 3).await?, [("n-1".to_string(), 1)]);
+    Ok(())
+}
+
+async fn light_reads_of_jobs_and_tasks(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let mut j2 = job(A, 1, "j2", 10);
+    j2.status = "complete".into();
+    let on = |id: &str, node: &str, state: TaskState, started_at: i64| TaskRow {
+        node_id: node.into(),
+        started_at,
+        ..task(A, "j", id, state, 0)
+    };
+    s.commit(&writes([
+        Write::Job(job(A, 1, "j", 5)),
+        Write::Job(j2.clone()),
+        Write::Task(on("j-001", "n1", TaskState::Complete, 30)),
+        Write::Task(on("j-002", "n1", TaskState::InProgress, 40)),
+        Write::Task(on("j-003", "n1", TaskState::Queued, 0)),
+        Write::Task(on("j-004", "n2", TaskState::Complete, 10)),
+        Write::Task(TaskRow {
+            action: GATE.into(),
+            ..on("j-end", "", TaskState::Complete, 0)
+        }),
+        Write::Task(TaskRow {
+            tenant_id: B.into(),
+            ..on("j-001", "n1", TaskState::Complete, 30)
+        }),
+        Write::Task(TaskRow {
+            job_id: "j2".into(),
+            ..on("j2-001", "n3", TaskState::Complete, 0)
+        }),
+    ]))
+    .await?;
+    let job_of = |tenant: &'static str, id: &'static str| async move {
+        s.task_with_job(tenant, id)
+            .await
+            .map(|t| t.and_then(|(_, j)| j))
+    };
+    assert_eq!(job_of(A, "j-001").await?, Some(("running".to_string(), 1)));
+    assert_eq!(
+        job_of(A, "j2-001").await?.map(|j| j.0),
+        Some("complete".to_string())
+    );
+    assert_eq!(job_of(B, "j-001").await?, None);
+    assert_eq!(
+        s.task_counts(A, "j").await?,
+        BTreeMap::from([
+            (TaskState::Queued, 1),
+            (TaskState::InProgress, 1),
+            (TaskState::Complete, 2)
+        ]),
+        "gates are not counted"
+    );
+    let hist: Vec<String> = s
+        .node_tasks(A, "n1", 10)
+        .await?
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(hist, ["j-001", "j-002"], "taken tasks, oldest first");
+    let last: Vec<String> = s
+        .node_tasks(A, "n1", 1)
+        .await?
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(last, ["j-002"], "the limit keeps the newest");
+    // The janitor's sweep: a running job whose end gate is complete.
+    let ended: Vec<String> = s.ended_jobs().await?.into_iter().map(|j| j.id).collect();
+    assert_eq!(ended, ["j"]);
+    Ok(())
+}
+
 // ---- the queue ---------------------------------------------------------------------------------
 
 async fn take_task_is_fifo_per_tenant(ctx: &Ctx) -> Result<()> {
@@ -487,6 +726,7 @@ async fn take_task_is_fifo_per_tenant(ctx: &Ctx) -> Result<()> {
             r.lease_owner = Some("p1.w1".into());
             r.lease_deadline = 2_000;
             r.attempts = before.attempts + 1;
+            r.started_at = 1_000;
             r.rev = before.rev + 1;
         })
     );
@@ -508,6 +748,46 @@ async fn take_task_is_fifo_per_tenant(ctx: &Ctx) -> Result<()> {
         Some("b-1".into())
     );
     assert_eq!(s.take_task("tenant-c", "p3.w1", 1_000, 2_000).await?, None);
+    Ok(())
+}
+
+async fn take_next_reads_the_job_and_cluster_with_the_task(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    s.commit(&writes([
+        Write::Cluster(cluster(A, 1, "alice", "pending", 0)),
+        Write::Node(node(A, 1, "n-1", 1)),
+        Write::Job(job(A, 1, "j", 5)),
+        Write::Task(task(A, "j", "j-001", TaskState::Queued, 1)),
+        Write::Task(TaskRow {
+            cluster_id: 9,
+            ..task(A, "nojob", "x-001", TaskState::Queued, 2)
+        }),
+    ]))
+    .await?;
+    let t = s.take_next(A, "p.w", 10, 20).await?.context("first")?;
+    assert_eq!(t.task.id, "j-001");
+    assert_eq!(t.job, Some(("running".to_string(), 1)));
+    assert_eq!(
+        t.cluster,
+        Some(ClusterStamp {
+            rev: 1,
+            nodes_rev: 1
+        })
+    );
+    let (again, job) = s.task_with_job(A, "j-001").await?.context("read")?;
+    assert_eq!(again, t.task);
+    assert_eq!(job, t.job);
+    let orphan = s.take_next(A, "p.w", 10, 20).await?.context("second")?;
+    assert_eq!(
+        (orphan.job, orphan.cluster),
+        (None, None),
+        "missing rows read as None"
+    );
+    assert_eq!(
+        s.task_with_job(A, "x-001").await?.map(|(_, j)| j),
+        Some(None)
+    );
+    assert_eq!(s.task_with_job(A, "nope").await?, None);
     Ok(())
 }
 
@@ -820,6 +1100,12 @@ contract_tests!(
     next_id_is_monotonic_and_unique_under_concurrency,
     take_task_is_fifo_per_tenant,
     take_task_hands_each_task_out_exactly_once,
+    take_next_reads_the_job_and_cluster_with_the_task,
+    release_counts_down_queues_and_cascades_through_gates,
+    release_without_queueing_leaves_ready_tasks_pending,
+    concurrent_releases_of_one_join_count_every_predecessor,
+    node_writes_bump_the_cluster_nodes_revision,
+    light_reads_of_jobs_and_tasks,
     expired_leases_are_found_across_tenants,
     queue_and_quota_counts,
     one_store_leads_at_a_time,

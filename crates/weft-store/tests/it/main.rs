@@ -8,4 +8,5 @@
 mod contract;
 mod engine;
 mod harness;
+mod hostpool;
 mod open;

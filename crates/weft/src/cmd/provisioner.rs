@@ -1,5 +1,5 @@
-//! `weft provisioner`: the provisioner agent (local provider, shell automator), and the in-process
-//! provisioner that `weft up` starts.
+//! `weft provisioner`: the provisioner agent (local and docker providers, shell automator), and the
+//! in-process provisioner that `weft up` starts.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use weft_provisioner::docker::DockerProvider;
+use weft_provisioner::hostpool::HostPoolProvider;
 use weft_provisioner::local::LocalProvider;
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::{Agent, AgentConfig, Plugins};
@@ -83,8 +85,8 @@ pub struct Args {
     tenant: Option<String>,
 }
 
-/// The plugins weft ships: the `local` provider and the `shell` automator. Writes the example
-/// scripts into `<data_dir>/scripts`, searched after `extra_scripts`.
+/// The plugins weft ships: the `local` and `docker` providers and the `shell` automator. Writes the
+/// example scripts into `<data_dir>/scripts`, searched after `extra_scripts`.
 pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<Plugins> {
     // Scripts run with a node's directory as their working directory: paths must be absolute.
     let data_dir =
@@ -98,6 +100,8 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
     dirs.push(dir);
     Ok(Plugins::new()
         .provider(Arc::new(LocalProvider::new(data_dir)))
+        .provider(Arc::new(DockerProvider::new(data_dir)))
+        .provider(Arc::new(HostPoolProvider::new())) // host pools
         .automator(Arc::new(
             ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
         )))

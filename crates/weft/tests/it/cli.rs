@@ -24,25 +24,28 @@ use crate::support::weft;
 
 const TENANT: &str = "default";
 
-/// A server with tenant `default`, plugin types `local` and `shell`, and a scripted worker.
-struct Server {
-    api: String,
-    /// When set, the worker fails every task it takes.
-    fail: Arc<AtomicBool>,
-    store: Arc<dyn weft_store::Store>,
-    dir: tempfile::TempDir,
-    rt: tokio::runtime::Runtime,
+/// A weft server in this process (SQLite in a temp dir, calls out to provisioners off) and the
+/// `weft` binary pointed at it with a temporary config file. Shared by the CLI test modules.
+pub(crate) struct Cli {
+    pub api: String,
+    pub internal: String,
+    pub store: Arc<dyn weft_store::Store>,
+    pub dir: tempfile::TempDir,
+    pub rt: tokio::runtime::Runtime,
+    /// Added to every command line.
+    args: Vec<String>,
+    /// Texts no command may print (secrets).
+    secrets: Vec<String>,
 }
 
-impl Server {
-    fn start() -> Server {
+impl Cli {
+    pub fn start() -> Cli {
         let dir = tempfile::tempdir().unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let fail = Arc::new(AtomicBool::new(false));
         let data = dir.path().join("data");
         let (api, internal, store) = rt.block_on(async {
             let settings = RawConfig {
@@ -56,7 +59,7 @@ impl Server {
             .resolve()
             .unwrap();
             let app = weft_server::build(settings).await.unwrap();
-            // The provisioner registered below does not listen: no calls out to it.
+            // The provisioners the tests register do not listen: no calls out to them.
             app.state.outbound.set_enabled(false);
             let store = app.state.store.clone();
             let bound = weft_server::bind(app).await.unwrap();
@@ -65,19 +68,136 @@ impl Server {
             tokio::spawn(bound.run());
             (api, internal, store)
         });
-        let s = Server {
+        Cli {
             api,
-            fail: fail.clone(),
+            internal,
             store,
             dir,
             rt,
+            args: Vec::new(),
+            secrets: Vec::new(),
+        }
+    }
+
+    /// Adds `args` to every command line.
+    pub fn with_args(mut self, args: &[&str]) -> Cli {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// Fails any command that prints `secret`.
+    pub fn never_printing(mut self, secret: &str) -> Cli {
+        self.secrets.push(secret.to_string());
+        self
+    }
+
+    /// Runs `weft` with this test's config file; returns its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.run_env(args, &[])
+    }
+
+    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = weft();
+        c.env("WEFT_CLI_CONFIG", self.config())
+            .env("HOME", self.dir.path())
+            .env("NO_COLOR", "1")
+            .args(args)
+            .args(&self.args)
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        for secret in &self.secrets {
+            for stream in [&out.stdout, &out.stderr] {
+                let text = String::from_utf8_lossy(stream);
+                assert!(
+                    !text.contains(secret.as_str()),
+                    "a secret was printed: {text}"
+                );
+            }
+        }
+        out
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("weft-cli.toml")
+    }
+
+    /// Runs and asserts exit 0; returns stdout.
+    #[track_caller]
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "weft {args:?} exited {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs with `-o json` and parses stdout as `T`.
+    #[track_caller]
+    pub fn json<T: DeserializeOwned>(&self, args: &[&str]) -> T {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.ok(&all);
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("weft {args:?} -o json is not the API type ({e}): {out}"))
+    }
+
+    /// Runs, expecting exit `code`; returns stderr.
+    #[track_caller]
+    pub fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "weft {args:?}\nstdout: {}\nstderr: {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        stderr
+    }
+
+    /// Writes `text` to a file of the test's directory.
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+/// A [`Cli`] with tenant `default`, plugin types `local` and `shell`, and a scripted worker.
+struct Server {
+    cli: Cli,
+    /// When set, the worker fails every task it takes.
+    fail: Arc<AtomicBool>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Cli;
+    fn deref(&self) -> &Cli {
+        &self.cli
+    }
+}
+
+impl Server {
+    fn start() -> Server {
+        let fail = Arc::new(AtomicBool::new(false));
+        let s = Server {
+            cli: Cli::start(),
+            fail: fail.clone(),
         };
-        let tenant_id = s.rt.block_on(s.setup(&internal));
-        s.rt.spawn(worker(internal, tenant_id, fail));
+        let tenant_id = s.rt.block_on(s.setup());
+        s.rt.spawn(worker(s.internal.clone(), tenant_id, fail));
         s
     }
 
-    async fn setup(&self, internal: &str) -> String {
+    async fn setup(&self) -> String {
+        let internal = &self.internal;
         let sa = ApiClient::new(
             &self.api,
             Identity {
@@ -121,66 +241,6 @@ impl Server {
             .unwrap()
             .expect("tenant default")
             .id
-    }
-
-    /// Runs `weft` with this test's config file; returns its output.
-    fn run(&self, args: &[&str]) -> Output {
-        self.run_env(args, &[])
-    }
-
-    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut c = weft();
-        c.env("WEFT_CLI_CONFIG", self.config())
-            .env("HOME", self.dir.path())
-            .env("NO_COLOR", "1")
-            .args(args)
-            .stdin(Stdio::null());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().unwrap()
-    }
-
-    fn config(&self) -> PathBuf {
-        self.dir.path().join("weft-cli.toml")
-    }
-
-    /// Runs and asserts exit 0; returns stdout.
-    #[track_caller]
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "weft {args:?} exited {:?}\nstdout: {}\nstderr: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Runs with `-o json` and parses stdout as `T`.
-    #[track_caller]
-    fn json<T: DeserializeOwned>(&self, args: &[&str]) -> T {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        let out = self.ok(&all);
-        serde_json::from_str(&out)
-            .unwrap_or_else(|e| panic!("weft {args:?} -o json is not the API type ({e}): {out}"))
-    }
-
-    /// Runs, expecting exit `code`; returns stderr.
-    #[track_caller]
-    fn fails(&self, args: &[&str], code: i32) -> String {
-        let out = self.run(args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "weft {args:?}\nstdout: {}\nstderr: {stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        stderr
     }
 
     fn login(&self) {

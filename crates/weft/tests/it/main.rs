@@ -1,6 +1,7 @@
 //! End-to-end tests of the `weft` binary: real processes, real ports, a real SQLite file.
 
 mod cli;
+mod cli_hostpool;
 mod crash;
 mod lost_provisioner;
 mod offline;

@@ -30,6 +30,7 @@ fn up_answers_status_and_lists_the_example_templates() {
         .filter_map(|t| t["name"].as_str())
         .collect();
     assert!(names.contains(&"kv-web"), "{names:?}");
+    assert!(names.contains(&"kv-web-docker"), "{names:?}");
     assert!(
         dir.path().join(".weft/weft.db").exists(),
         "data goes to ./.weft by default"
@@ -48,13 +49,15 @@ fn up_keeps_data_across_restarts_and_loads_the_catalog_once() {
     };
     {
         let up = run();
-        let (code, _) = http(
-            "DELETE",
-            &format!("{}/v2/clustertemplates/kv-web", up.api),
-            &ADMIN,
-            "",
-        );
-        assert_eq!(code, 200);
+        for t in ["kv-web", "kv-web-docker"] {
+            let (code, _) = http(
+                "DELETE",
+                &format!("{}/v2/clustertemplates/{t}", up.api),
+                &ADMIN,
+                "",
+            );
+            assert_eq!(code, 200, "{t}");
+        }
     }
     let up = run();
     let (_, body) = http(

@@ -17,6 +17,7 @@ mod admin;
 mod catalog;
 mod cluster;
 pub mod config;
+mod hostpool; // `weft hostpool`
 
 /// Text for `weft --help`: the exit codes of the client commands.
 pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
@@ -80,6 +81,8 @@ pub enum ClientCommand {
     Resource(admin::ResourceArgs),
     /// API keys (superadmin).
     Apikey(admin::ApiKeyArgs),
+    /// Hosts in the pools of hostpool providers: list, show, add, edit, remove (admin).
+    Hostpool(hostpool::Args),
     /// Print a shell completion script: `weft completions bash > /etc/bash_completion.d/weft`.
     Completions(CompletionsArgs),
 }
@@ -230,6 +233,7 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
         ClientCommand::Provisioners(a) => admin::provisioners(a),
         ClientCommand::Resource(a) => admin::resource(a),
         ClientCommand::Apikey(a) => admin::apikey(a),
+        ClientCommand::Hostpool(a) => hostpool::run(a),
         ClientCommand::Completions(a) => {
             let mut bin = bin;
             clap_complete::generate(a.shell, &mut bin, "weft", &mut std::io::stdout());

@@ -1,0 +1,309 @@
+//! What task payloads derive from a cluster, cached per process: the parsed cluster body (valid
+//! for one revision of the cluster row), each parsed node (valid for one revision of its row), the
+//! layout the macros see, and the `nodes` map of every payload already serialized.
+//!
+//! Every payload of a cluster carries every node's properties (contract §5.11), so without this a
+//! take reads and parses the whole cluster: a 1,000-node create would parse nodes a million times.
+//! With it, a take reads the cluster's [`ClusterStamp`] (two integers) and, when a node changed
+//! since, the `(id, rev)` list of the nodes and only the rows that moved.
+//!
+//! The cache never answers older data than the stamp read at the start of a lookup: the stamp is
+//! bumped in the same transaction as every write of a cluster or its nodes. Several servers on one
+//! database each keep their own cache; nothing needs invalidating across them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde_json::value::RawValue;
+use weft_model::Node;
+use weft_planner::PlanNode;
+use weft_store::{ClusterStamp, Store};
+
+use super::body::{from_body, ClusterBody};
+use super::work::plan_node;
+
+/// Clusters kept; the least recently used goes first.
+const CAPACITY: usize = 256;
+
+/// One node as payloads use it.
+pub struct CachedNode {
+    pub rev: i64,
+    pub node: Node,
+    /// `node.properties` as JSON.
+    props_json: String,
+}
+
+/// A cluster as payloads use it, at one [`ClusterStamp`].
+pub struct Snapshot {
+    pub stamp: ClusterStamp,
+    pub owner: String,
+    pub body: Arc<ClusterBody>,
+    nodes: BTreeMap<String, Arc<CachedNode>>,
+    /// By nodenum, as the macro expander wants them.
+    pub layout: Vec<PlanNode>,
+    /// `{nodeId: properties, ...}` of every node.
+    pub nodes_json: Box<RawValue>,
+}
+
+impl Snapshot {
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.nodes.get(id).map(|n| &n.node)
+    }
+}
+
+#[derive(Default)]
+pub struct PayloadCache {
+    inner: Mutex<Inner>,
+    /// One rebuild per cluster at a time: concurrent takes of a cluster whose nodes just changed
+    /// wait for the first one's rebuild instead of each reading the nodes again.
+    building: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A cluster: tenant id and cluster id.
+type Key = (String, u64);
+
+/// Above this many changed nodes, a rebuild reads the whole cluster in one query.
+const BULK: usize = 16;
+
+#[derive(Default)]
+struct Inner {
+    clock: u64,
+    entries: HashMap<Key, (u64, Arc<Snapshot>)>,
+}
+
+impl PayloadCache {
+    fn get(&self, key: &Key) -> Option<Arc<Snapshot>> {
+        let mut g = self.inner.lock().expect("cache lock");
+        g.clock += 1;
+        let now = g.clock;
+        g.entries.get_mut(key).map(|(used, s)| {
+            *used = now;
+            s.clone()
+        })
+    }
+
+    fn put(&self, key: Key, snap: Arc<Snapshot>) {
+        let mut g = self.inner.lock().expect("cache lock");
+        g.clock += 1;
+        let now = g.clock;
+        // Never replace a newer snapshot with an older one built concurrently.
+        if let Some((_, old)) = g.entries.get(&key) {
+            if (old.stamp.rev, old.stamp.nodes_rev) > (snap.stamp.rev, snap.stamp.nodes_rev) {
+                return;
+            }
+        }
+        g.entries.insert(key, (now, snap));
+        if g.entries.len() > CAPACITY {
+            if let Some(oldest) = g
+                .entries
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(k, _)| k.clone())
+            {
+                g.entries.remove(&oldest);
+                self.building.lock().expect("cache lock").remove(&oldest);
+            }
+        }
+    }
+
+    /// The cluster as of `stamp` (the caller has just read it; `None` if it found no cluster row,
+    /// which is read again here). `Err` carries a message for the task's failure.
+    pub async fn snapshot(
+        &self,
+        store: &dyn Store,
+        tenant_id: &str,
+        cluster_id: u64,
+        stamp: Option<ClusterStamp>,
+    ) -> Result<Arc<Snapshot>, String> {
+        let key = (tenant_id.to_string(), cluster_id);
+        let stamp = match stamp {
+            Some(s) => s,
+            None => store
+                .cluster_stamp(tenant_id, cluster_id)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("the task's cluster no longer exists")?,
+        };
+        if let Some(s) = self.get(&key).filter(|s| fresh(s, stamp)) {
+            return Ok(s);
+        }
+        let gate = self
+            .building
+            .lock()
+            .expect("cache lock")
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let _building = gate.lock().await;
+        // Someone else may have rebuilt it while this one waited. What is read from here on is at
+        // least as new as `stamp`, so a snapshot labelled with it never claims too much.
+        let old = self.get(&key);
+        if let Some(s) = old.as_ref().filter(|s| fresh(s, stamp)) {
+            return Ok(s.clone());
+        }
+        let (owner, body) = match old.as_ref().filter(|s| s.stamp.rev == stamp.rev) {
+            Some(s) => (s.owner.clone(), s.body.clone()),
+            None => {
+                let row = store
+                    .get_cluster(tenant_id, cluster_id)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or("the task's cluster no longer exists")?;
+                let body: ClusterBody = from_body(&row.body).map_err(|e| e.to_string())?;
+                (row.owner, Arc::new(body))
+            }
+        };
+        let nodes = match old
+            .as_ref()
+            .filter(|s| s.stamp.nodes_rev == stamp.nodes_rev)
+        {
+            Some(s) => s.nodes.clone(),
+            None => {
+                let revs = store
+                    .node_revs(tenant_id, cluster_id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let changed = revs
+                    .iter()
+                    .filter(|(id, rev)| {
+                        old.as_ref()
+                            .and_then(|s| s.nodes.get(id))
+                            .is_none_or(|n| n.rev != *rev)
+                    })
+                    .count();
+                let mut nodes = BTreeMap::new();
+                if changed > BULK {
+                    let rows = store
+                        .list_nodes(tenant_id, cluster_id)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for row in rows {
+                        let n = cached(row.rev, &row.body)?;
+                        nodes.insert(row.id, n);
+                    }
+                    return self.finish(key, stamp, owner, body, nodes);
+                }
+                for (id, rev) in revs {
+                    let known = old
+                        .as_ref()
+                        .and_then(|s| s.nodes.get(&id))
+                        .filter(|n| n.rev == rev);
+                    if let Some(n) = known {
+                        nodes.insert(id, n.clone());
+                        continue;
+                    }
+                    let Some(row) = store
+                        .get_node(tenant_id, &id)
+                        .await
+                        .map_err(|e| e.to_string())?
+                    else {
+                        continue; // deleted since the list was read
+                    };
+                    nodes.insert(id, cached(row.rev, &row.body)?);
+                }
+                nodes
+            }
+        };
+        self.finish(key, stamp, owner, body, nodes)
+    }
+
+    fn finish(
+        &self,
+        key: Key,
+        stamp: ClusterStamp,
+        owner: String,
+        body: Arc<ClusterBody>,
+        nodes: BTreeMap<String, Arc<CachedNode>>,
+    ) -> Result<Arc<Snapshot>, String> {
+        let snap = Arc::new(build(stamp, owner, body, nodes)?);
+        self.put(key, snap.clone());
+        Ok(snap)
+    }
+}
+
+/// Whether a snapshot is as new as `stamp` (a newer one, built by a concurrent rebuild, is fine).
+fn fresh(s: &Snapshot, stamp: ClusterStamp) -> bool {
+    s.stamp.rev >= stamp.rev && s.stamp.nodes_rev >= stamp.nodes_rev
+}
+
+fn cached(rev: i64, body: &serde_json::Value) -> Result<Arc<CachedNode>, String> {
+    let node: Node = from_body(body).map_err(|e| e.to_string())?;
+    let props_json = serde_json::to_string(&node.properties).map_err(|e| e.to_string())?;
+    Ok(Arc::new(CachedNode {
+        rev,
+        node,
+        props_json,
+    }))
+}
+
+fn build(
+    stamp: ClusterStamp,
+    owner: String,
+    body: Arc<ClusterBody>,
+    nodes: BTreeMap<String, Arc<CachedNode>>,
+) -> Result<Snapshot, String> {
+    let mut layout: Vec<PlanNode> = nodes
+        .values()
+        .map(|n| plan_node(&n.node.id, &n.node.properties))
+        .collect();
+    layout.sort_by(|a, b| (a.nodenum, &a.id).cmp(&(b.nodenum, &b.id)));
+    let mut json = String::with_capacity(nodes.values().map(|n| n.props_json.len() + 40).sum());
+    json.push('{');
+    for (i, (id, n)) in nodes.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        json.push_str(&serde_json::to_string(id).map_err(|e| e.to_string())?);
+        json.push(':');
+        json.push_str(&n.props_json);
+    }
+    json.push('}');
+    let nodes_json = RawValue::from_string(json).map_err(|e| e.to_string())?;
+    Ok(Snapshot {
+        stamp,
+        owner,
+        body,
+        nodes,
+        layout,
+        nodes_json,
+    })
+}
+
+/// How long a provisioner seen registered is trusted without reading the store again. Deletes in
+/// this process forget it at once; another server's delete is noticed within this time.
+const PROVISIONER_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Provisioners recently seen registered: `take` and `finish` check the worker's provisioner on
+/// every call, which would otherwise be a read per request.
+#[derive(Default)]
+pub struct ProvisionerCache {
+    seen: Mutex<HashMap<String, std::time::Instant>>,
+}
+
+impl ProvisionerCache {
+    /// Whether `id` is registered.
+    pub async fn is_registered(&self, store: &dyn Store, id: &str) -> weft_store::Result<bool> {
+        let fresh = self
+            .seen
+            .lock()
+            .expect("cache lock")
+            .get(id)
+            .is_some_and(|t| t.elapsed() < PROVISIONER_TTL);
+        if fresh {
+            return Ok(true);
+        }
+        let known = store.get_provisioner(id).await?.is_some();
+        let mut seen = self.seen.lock().expect("cache lock");
+        if known {
+            seen.insert(id.to_string(), std::time::Instant::now());
+        } else {
+            seen.remove(id);
+        }
+        Ok(known)
+    }
+
+    /// Forgets `id` (it was just deleted).
+    pub fn forget(&self, id: &str) {
+        self.seen.lock().expect("cache lock").remove(id);
+    }
+}
