@@ -7,6 +7,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
@@ -154,6 +155,22 @@ async fn marked_processes(id: &str) -> Vec<u32> {
     found
 }
 
+/// Whether a process exists and is not a zombie (field 3 of /proc/PID/stat).
+async fn running(pid: u32) -> bool {
+    let Ok(stat) = tokio::fs::read_to_string(format!("/proc/{pid}/stat")).await else {
+        return false;
+    };
+    !matches!(
+        stat.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next(),
+        None | Some('Z') | Some('X')
+    )
+}
+
 /// The process group of a process (field 5 of /proc/PID/stat).
 async fn process_group(pid: u32) -> Option<u32> {
     let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -299,10 +316,36 @@ impl Provider for LocalProvider {
                 .await;
         }
         let killed = marked.len();
+        // A signal is only queued by kill(2): wait until the processes are really gone, so that
+        // their ports and files are free once DELETE reports success.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut alive = Vec::new();
+            for pid in &marked {
+                if running(*pid).await {
+                    alive.push(*pid);
+                }
+            }
+            if alive.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(PluginError::retryable(format!(
+                    "processes {alive:?} of node {id} survived SIGKILL"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let ip = self
             .read_node(&id)
             .await
             .and_then(|n| n.get("ip").and_then(Value::as_str).map(str::to_string));
+        // Give the address back while the node's directory still exists: an allocator takes over
+        // an address only when the directory its file names is gone, so releasing it afterwards
+        // could remove a reservation another node had just taken over.
+        if let Some(ip) = ip {
+            let _ = tokio::fs::remove_file(self.addresses_dir().join(ip)).await;
+        }
         match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -312,9 +355,6 @@ impl Provider for LocalProvider {
                     dir.display()
                 )))
             }
-        }
-        if let Some(ip) = ip {
-            let _ = tokio::fs::remove_file(self.addresses_dir().join(ip)).await;
         }
         Ok(TaskOutput {
             stdout: format!("node {id} deleted ({killed} processes killed)\n"),
