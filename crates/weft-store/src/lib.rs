@@ -46,6 +46,9 @@ pub enum StoreError {
     /// The database could not be reached or a statement failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// A statement on the SQLite writer thread failed.
+    #[error("database error: {0}")]
+    Sqlite(String),
     /// The schema could not be brought to the current version.
     #[error("migration failed: {0}")]
     Migration(String),
@@ -62,6 +65,12 @@ pub enum StoreError {
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite(e.to_string())
+    }
+}
 
 /// Which database is underneath.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,7 +40,8 @@ use crate::{
 };
 
 mod engine;
-mod hostpool; // HostPoolStore for SqlStore (host pools)
+mod hostpool;
+mod writer; // HostPoolStore for SqlStore (host pools)
 
 /// How many times a write that lost a version race is retried before giving up.
 const MAX_VERSION_RETRIES: usize = 64;
@@ -53,6 +54,9 @@ pub struct SqlStore {
     writer: AnyPool,
     /// Read-only statements. On PostgreSQL the same pool as `writer`.
     reader: AnyPool,
+    /// SQLite (a file): the thread that runs the engine's hot operations. `None` on PostgreSQL and
+    /// for an in-memory database, which another connection could not see.
+    sqlite_writer: Option<writer::SqliteWriter>,
     /// What SQLite leader locks are exclusive within: the database file (or a unique name for an
     /// in-memory database). Unused on PostgreSQL.
     scope: Arc<str>,
@@ -74,6 +78,7 @@ impl SqlStore {
                     backend,
                     reader: writer.clone(),
                     writer,
+                    sqlite_writer: None,
                     scope: sqlite_scope(&url).into(),
                 };
                 store.prepare().await?;
@@ -82,7 +87,12 @@ impl SqlStore {
                     store
                 } else {
                     let reader = sqlite_pool(4).connect_with(opts).await?;
-                    SqlStore { reader, ..store }
+                    let sqlite_writer = writer::SqliteWriter::start(sqlite_path(&url).as_ref())?;
+                    SqlStore {
+                        reader,
+                        sqlite_writer: Some(sqlite_writer),
+                        ..store
+                    }
                 }
             }
             Backend::Postgres => {
@@ -96,6 +106,7 @@ impl SqlStore {
                     backend,
                     reader: pool.clone(),
                     writer: pool,
+                    sqlite_writer: None,
                     scope: "".into(),
                 };
                 store.prepare().await?;
@@ -204,12 +215,17 @@ fn sqlite_scope(url: &str) -> String {
     if url.contains(":memory:") || url.contains("mode=memory") {
         return format!("memory#{}", MEMORY.fetch_add(1, Ordering::Relaxed));
     }
+    let path = sqlite_path(url);
+    std::fs::canonicalize(path).map_or_else(|_| path.to_string(), |p| p.display().to_string())
+}
+
+/// The file of a `sqlite:` URL.
+fn sqlite_path(url: &str) -> &str {
     let path = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
         .unwrap_or(url);
-    let path = path.split('?').next().unwrap_or(path);
-    std::fs::canonicalize(path).map_or_else(|_| path.to_string(), |p| p.display().to_string())
+    path.split('?').next().unwrap_or(path)
 }
 
 fn sqlite_pool(max: u32) -> AnyPoolOptions {

@@ -23,6 +23,7 @@
 //! each lock a different queued task instead of waiting for (or sharing) the first.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
@@ -53,11 +54,11 @@ const JOB_OF_TASK: &str = "(SELECT status FROM jobs j WHERE j.tenant_id = tasks.
      AND j.id = tasks.job_id) AS job_status, (SELECT rev FROM jobs j WHERE \
      j.tenant_id = tasks.tenant_id AND j.id = tasks.job_id) AS job_rev";
 
-fn job_of_task(row: &AnyRow) -> Result<Option<(String, i64)>> {
+pub(super) fn job_of_task(row: &impl Cols) -> Result<Option<(String, i64)>> {
     Ok(
         match (
-            row.try_get::<Option<String>, _>("job_status")?,
-            row.try_get::<Option<i64>, _>("job_rev")?,
+            row.get::<Option<String>>("job_status")?,
+            row.get::<Option<i64>>("job_rev")?,
         ) {
             (Some(s), Some(r)) => Some((s, r)),
             _ => None,
@@ -65,82 +66,123 @@ fn job_of_task(row: &AnyRow) -> Result<Option<(String, i64)>> {
     )
 }
 
+/// The cluster stamp of a take's row (columns `cluster_rev` and `nodes_rev`).
+fn stamp_of_task(row: &impl Cols) -> Result<Option<ClusterStamp>> {
+    Ok(
+        match (
+            row.get::<Option<i64>>("cluster_rev")?,
+            row.get::<Option<i64>>("nodes_rev")?,
+        ) {
+            (Some(rev), Some(nodes_rev)) => Some(ClusterStamp { rev, nodes_rev }),
+            _ => None,
+        },
+    )
+}
+
+/// Reading a column by name, from a sqlx row or a rusqlite row (the SQLite writer thread), so one
+/// mapping serves both.
+pub(super) trait Cols {
+    fn get<T: ColType>(&self, name: &str) -> Result<T>;
+}
+
+/// The column types the rows are made of.
+pub(super) trait ColType:
+    for<'r> sqlx::Decode<'r, Any> + sqlx::Type<Any> + rusqlite::types::FromSql
+{
+}
+impl ColType for i64 {}
+impl ColType for String {}
+impl ColType for Option<i64> {}
+impl ColType for Option<String> {}
+
+impl Cols for AnyRow {
+    fn get<T: ColType>(&self, name: &str) -> Result<T> {
+        Ok(self.try_get(name)?)
+    }
+}
+
+impl Cols for rusqlite::Row<'_> {
+    fn get<T: ColType>(&self, name: &str) -> Result<T> {
+        Ok(rusqlite::Row::get(self, name)?)
+    }
+}
+
 /// Orders ids made of a common prefix and a zero-padded counter numerically, also once the counter
 /// outgrows its padding (`...-999` before `...-1000`).
 const BY_ID: &str = "LENGTH(id), id";
 
-fn cluster_from_row(row: &AnyRow) -> Result<ClusterRow> {
+fn cluster_from_row(row: &impl Cols) -> Result<ClusterRow> {
     Ok(ClusterRow {
-        tenant_id: row.try_get("tenant_id")?,
-        id: to_u64(row.try_get("id")?, "cluster id")?,
-        owner: row.try_get("owner")?,
-        name: row.try_get("name")?,
-        status: row.try_get("status")?,
-        create_time: row.try_get("create_time")?,
-        expire_time: row.try_get("expire_time")?,
-        latest_job: row.try_get("latest_job")?,
-        rev: row.try_get("rev")?,
-        body: parse_json(&row.try_get::<String, _>("body")?, "cluster body")?,
+        tenant_id: row.get("tenant_id")?,
+        id: to_u64(row.get("id")?, "cluster id")?,
+        owner: row.get("owner")?,
+        name: row.get("name")?,
+        status: row.get("status")?,
+        create_time: row.get("create_time")?,
+        expire_time: row.get("expire_time")?,
+        latest_job: row.get("latest_job")?,
+        rev: row.get("rev")?,
+        body: parse_json(&row.get::<String>("body")?, "cluster body")?,
     })
 }
 
-fn node_from_row(row: &AnyRow) -> Result<NodeRow> {
+fn node_from_row(row: &impl Cols) -> Result<NodeRow> {
     Ok(NodeRow {
-        tenant_id: row.try_get("tenant_id")?,
-        cluster_id: to_u64(row.try_get("cluster_id")?, "node cluster id")?,
-        id: row.try_get("id")?,
-        nodenum: to_u64(row.try_get("nodenum")?, "nodenum")?,
-        rev: row.try_get("rev")?,
-        body: parse_json(&row.try_get::<String, _>("body")?, "node body")?,
+        tenant_id: row.get("tenant_id")?,
+        cluster_id: to_u64(row.get("cluster_id")?, "node cluster id")?,
+        id: row.get("id")?,
+        nodenum: to_u64(row.get("nodenum")?, "nodenum")?,
+        rev: row.get("rev")?,
+        body: parse_json(&row.get::<String>("body")?, "node body")?,
     })
 }
 
-fn job_from_row(row: &AnyRow) -> Result<JobRow> {
+fn job_from_row(row: &impl Cols) -> Result<JobRow> {
     Ok(JobRow {
-        tenant_id: row.try_get("tenant_id")?,
-        cluster_id: to_u64(row.try_get("cluster_id")?, "job cluster id")?,
-        id: row.try_get("id")?,
-        action: row.try_get("action")?,
-        status: row.try_get("status")?,
-        create_time: row.try_get("create_time")?,
-        rev: row.try_get("rev")?,
-        body: parse_json(&row.try_get::<String, _>("body")?, "job body")?,
+        tenant_id: row.get("tenant_id")?,
+        cluster_id: to_u64(row.get("cluster_id")?, "job cluster id")?,
+        id: row.get("id")?,
+        action: row.get("action")?,
+        status: row.get("status")?,
+        create_time: row.get("create_time")?,
+        rev: row.get("rev")?,
+        body: parse_json(&row.get::<String>("body")?, "job body")?,
     })
 }
 
-fn task_from_row(row: &AnyRow) -> Result<TaskRow> {
-    let successors: String = row.try_get("successors")?;
+pub(super) fn task_from_row(row: &impl Cols) -> Result<TaskRow> {
+    let successors: String = row.get("successors")?;
     Ok(TaskRow {
-        tenant_id: row.try_get("tenant_id")?,
-        cluster_id: to_u64(row.try_get("cluster_id")?, "task cluster id")?,
-        job_id: row.try_get("job_id")?,
-        id: row.try_get("id")?,
-        node_id: row.try_get("node_id")?,
-        action: row.try_get("action")?,
-        service: row.try_get("service")?,
-        state: row.try_get::<String, _>("state")?.parse()?,
-        attempts: to_u32(row.try_get("attempts")?, "task attempts")?,
-        deps_remaining: to_u32(row.try_get("deps_remaining")?, "task deps_remaining")?,
+        tenant_id: row.get("tenant_id")?,
+        cluster_id: to_u64(row.get("cluster_id")?, "task cluster id")?,
+        job_id: row.get("job_id")?,
+        id: row.get("id")?,
+        node_id: row.get("node_id")?,
+        action: row.get("action")?,
+        service: row.get("service")?,
+        state: row.get::<String>("state")?.parse()?,
+        attempts: to_u32(row.get("attempts")?, "task attempts")?,
+        deps_remaining: to_u32(row.get("deps_remaining")?, "task deps_remaining")?,
         successors: serde_json::from_str(&successors)
             .map_err(|e| StoreError::Corrupt(format!("task successors: {e}")))?,
-        lease_owner: row.try_get("lease_owner")?,
-        lease_deadline: row.try_get("lease_deadline")?,
-        queued_at: row.try_get("queued_at")?,
-        started_at: row.try_get("started_at")?,
-        rev: row.try_get("rev")?,
-        body: parse_json(&row.try_get::<String, _>("body")?, "task body")?,
+        lease_owner: row.get("lease_owner")?,
+        lease_deadline: row.get("lease_deadline")?,
+        queued_at: row.get("queued_at")?,
+        started_at: row.get("started_at")?,
+        rev: row.get("rev")?,
+        body: parse_json(&row.get::<String>("body")?, "task body")?,
     })
 }
 
 /// The table, tenant, printable id and expected revision of an expectation.
-struct Target<'a> {
-    table: &'static str,
-    what: &'static str,
-    tenant_id: &'a str,
-    id: Id<'a>,
-    rev: i64,
+pub(super) struct Target<'a> {
+    pub(super) table: &'static str,
+    pub(super) what: &'static str,
+    pub(super) tenant_id: &'a str,
+    pub(super) id: Id<'a>,
+    pub(super) rev: i64,
     /// The change set writes this row (PostgreSQL locks it for update, else for share).
-    written: bool,
+    pub(super) written: bool,
 }
 
 /// Whether `w` writes the row `t` names.
@@ -162,7 +204,7 @@ fn writes_row(w: &Write, t: &Target<'_>) -> bool {
 
 /// A row id: clusters have numbers, everything else text.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Id<'a> {
+pub(super) enum Id<'a> {
     Num(u64),
     Text(&'a str),
 }
@@ -213,6 +255,16 @@ fn target(e: &Expect) -> Target<'_> {
     }
 }
 
+/// A change set's expectations in one canonical locking order: by table, tenant, id.
+pub(super) fn targets(cs: &ChangeSet) -> Vec<Target<'_>> {
+    let mut targets: Vec<Target<'_>> = cs.expect.iter().map(target).collect();
+    for t in &mut targets {
+        t.written = cs.writes.iter().any(|w| writes_row(w, t));
+    }
+    targets.sort_by(|a, b| (a.table, a.tenant_id, a.id).cmp(&(b.table, b.tenant_id, b.id)));
+    targets
+}
+
 fn is_deadlock(e: &StoreError) -> bool {
     matches!(e, StoreError::Database(sqlx::Error::Database(d))
         if matches!(d.code().as_deref(), Some("40P01" | "40001")))
@@ -231,21 +283,30 @@ async fn check(tx: &mut Transaction<'static, Any>, backend: Backend, t: &Target<
             .execute(&mut **tx)
             .await?;
     }
-    let sql = format!(
-        "SELECT rev FROM {} WHERE tenant_id = $1 AND id = $2{}",
-        t.table,
-        match (pg, t.written) {
-            (false, _) => "",
-            (true, true) => " FOR UPDATE",
-            (true, false) => " FOR SHARE",
-        }
-    );
+    let sql = check_sql(t, backend);
     let q = sqlx::query_scalar::<_, i64>(&sql).bind(t.tenant_id);
     let q = match t.id {
         Id::Num(n) => q.bind(to_i64(n)),
         Id::Text(s) => q.bind(s),
     };
-    let found = q.fetch_optional(&mut **tx).await?;
+    check_found(t, q.fetch_optional(&mut **tx).await?)
+}
+
+/// The statement that reads an expected row's revision (`$1` tenant, `$2` id).
+pub(super) fn check_sql(t: &Target<'_>, backend: Backend) -> String {
+    format!(
+        "SELECT rev FROM {} WHERE tenant_id = $1 AND id = $2{}",
+        t.table,
+        match (backend == Backend::Postgres, t.written) {
+            (false, _) => "",
+            (true, true) => " FOR UPDATE",
+            (true, false) => " FOR SHARE",
+        }
+    )
+}
+
+/// Whether the revision `found` (`None`: no row) meets the expectation.
+pub(super) fn check_found(t: &Target<'_>, found: Option<i64>) -> Result<()> {
     let ok = match found {
         None => t.rev == 0,
         Some(rev) => rev == t.rev && t.rev != 0,
@@ -265,6 +326,139 @@ async fn check(tx: &mut Transaction<'static, Any>, backend: Backend, t: &Target<
     )))
 }
 
+/// A statement parameter, bound alike by sqlx and by the SQLite writer thread.
+#[derive(Debug, Clone)]
+pub(super) enum Param {
+    Int(i64),
+    Text(String),
+    Null,
+}
+
+impl From<&str> for Param {
+    fn from(s: &str) -> Param {
+        Param::Text(s.to_string())
+    }
+}
+
+impl From<i64> for Param {
+    fn from(i: i64) -> Param {
+        Param::Int(i)
+    }
+}
+
+impl From<Option<&str>> for Param {
+    fn from(s: Option<&str>) -> Param {
+        s.map_or(Param::Null, Param::from)
+    }
+}
+
+/// The statements of one write other than [`Write::Release`], with their parameters (`$n` is the
+/// n-th).
+pub(super) fn statements(w: &Write) -> Vec<(&'static str, Vec<Param>)> {
+    match w {
+        Write::Cluster(c) => vec![(
+            "INSERT INTO clusters (tenant_id, id, owner, name, status, create_time, expire_time, \
+             latest_job, rev, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9) \
+             ON CONFLICT (tenant_id, id) DO UPDATE SET owner = excluded.owner, \
+             name = excluded.name, status = excluded.status, create_time = excluded.create_time, \
+             expire_time = excluded.expire_time, latest_job = excluded.latest_job, \
+             rev = clusters.rev + 1, body = excluded.body",
+            vec![
+                c.tenant_id.as_str().into(),
+                to_i64(c.id).into(),
+                c.owner.as_str().into(),
+                c.name.as_str().into(),
+                c.status.as_str().into(),
+                c.create_time.into(),
+                c.expire_time.into(),
+                c.latest_job.as_deref().into(),
+                Param::Text(c.body.to_string()),
+            ],
+        )],
+        Write::Node(n) => vec![
+            (
+                "INSERT INTO nodes (tenant_id, id, cluster_id, nodenum, rev, body) \
+                 VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (tenant_id, id) DO UPDATE SET \
+                 cluster_id = excluded.cluster_id, nodenum = excluded.nodenum, \
+                 rev = nodes.rev + 1, body = excluded.body",
+                vec![
+                    n.tenant_id.as_str().into(),
+                    n.id.as_str().into(),
+                    to_i64(n.cluster_id).into(),
+                    to_i64(n.nodenum).into(),
+                    Param::Text(n.body.to_string()),
+                ],
+            ),
+            (
+                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = $2",
+                vec![n.tenant_id.as_str().into(), to_i64(n.cluster_id).into()],
+            ),
+        ],
+        Write::DeleteNode { tenant_id, id } => vec![
+            (
+                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = \
+                 (SELECT cluster_id FROM nodes WHERE tenant_id = $1 AND id = $2)",
+                vec![tenant_id.as_str().into(), id.as_str().into()],
+            ),
+            (
+                "DELETE FROM nodes WHERE tenant_id = $1 AND id = $2",
+                vec![tenant_id.as_str().into(), id.as_str().into()],
+            ),
+        ],
+        Write::Job(j) => vec![(
+            "INSERT INTO jobs (tenant_id, id, cluster_id, action, status, create_time, rev, body) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7) ON CONFLICT (tenant_id, id) DO UPDATE SET \
+             cluster_id = excluded.cluster_id, action = excluded.action, \
+             status = excluded.status, create_time = excluded.create_time, \
+             rev = jobs.rev + 1, body = excluded.body",
+            vec![
+                j.tenant_id.as_str().into(),
+                j.id.as_str().into(),
+                to_i64(j.cluster_id).into(),
+                j.action.as_str().into(),
+                j.status.as_str().into(),
+                j.create_time.into(),
+                Param::Text(j.body.to_string()),
+            ],
+        )],
+        Write::Task(t) => vec![(
+            "INSERT INTO tasks (tenant_id, id, cluster_id, job_id, node_id, action, service, \
+             state, attempts, deps_remaining, successors, lease_owner, lease_deadline, \
+             queued_at, started_at, rev, body) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16) \
+             ON CONFLICT (tenant_id, id) DO UPDATE SET cluster_id = excluded.cluster_id, \
+             job_id = excluded.job_id, node_id = excluded.node_id, action = excluded.action, \
+             service = excluded.service, state = excluded.state, \
+             attempts = excluded.attempts, deps_remaining = excluded.deps_remaining, \
+             successors = excluded.successors, lease_owner = excluded.lease_owner, \
+             lease_deadline = excluded.lease_deadline, queued_at = excluded.queued_at, \
+             started_at = excluded.started_at, rev = tasks.rev + 1, body = excluded.body",
+            vec![
+                t.tenant_id.as_str().into(),
+                t.id.as_str().into(),
+                to_i64(t.cluster_id).into(),
+                t.job_id.as_str().into(),
+                t.node_id.as_str().into(),
+                t.action.as_str().into(),
+                t.service.as_str().into(),
+                t.state.as_str().into(),
+                i64::from(t.attempts).into(),
+                i64::from(t.deps_remaining).into(),
+                Param::Text(
+                    serde_json::to_string(&t.successors)
+                        .expect("a list of strings always serializes"),
+                ),
+                t.lease_owner.as_deref().into(),
+                t.lease_deadline.into(),
+                t.queued_at.into(),
+                t.started_at.into(),
+                Param::Text(t.body.to_string()),
+            ],
+        )],
+        Write::Release { .. } => Vec::new(),
+    }
+}
+
 /// Applies one write inside `tx`; a [`Write::Release`] adds the job-end gates it completed to
 /// `ended`.
 async fn apply(
@@ -272,124 +466,25 @@ async fn apply(
     w: &Write,
     ended: &mut Vec<String>,
 ) -> Result<()> {
-    match w {
-        Write::Cluster(c) => {
-            sqlx::query(
-                "INSERT INTO clusters (tenant_id, id, owner, name, status, create_time, expire_time, \
-                 latest_job, rev, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9) \
-                 ON CONFLICT (tenant_id, id) DO UPDATE SET owner = excluded.owner, \
-                 name = excluded.name, status = excluded.status, create_time = excluded.create_time, \
-                 expire_time = excluded.expire_time, latest_job = excluded.latest_job, \
-                 rev = clusters.rev + 1, body = excluded.body",
-            )
-            .bind(c.tenant_id.as_str())
-            .bind(to_i64(c.id))
-            .bind(c.owner.as_str())
-            .bind(c.name.as_str())
-            .bind(c.status.as_str())
-            .bind(c.create_time)
-            .bind(c.expire_time)
-            .bind(c.latest_job.as_deref())
-            .bind(c.body.to_string())
-            .execute(&mut **tx)
-            .await?;
+    if let Write::Release {
+        tenant_id,
+        ids,
+        queue,
+        now,
+    } = w
+    {
+        return release(tx, tenant_id, ids.clone(), *queue, *now, ended).await;
+    }
+    for (sql, params) in statements(w) {
+        let mut q = sqlx::query(sql);
+        for p in params {
+            q = match p {
+                Param::Int(i) => q.bind(i),
+                Param::Text(s) => q.bind(s),
+                Param::Null => q.bind(None::<String>),
+            };
         }
-        Write::Node(n) => {
-            sqlx::query(
-                "INSERT INTO nodes (tenant_id, id, cluster_id, nodenum, rev, body) \
-                 VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (tenant_id, id) DO UPDATE SET \
-                 cluster_id = excluded.cluster_id, nodenum = excluded.nodenum, \
-                 rev = nodes.rev + 1, body = excluded.body",
-            )
-            .bind(n.tenant_id.as_str())
-            .bind(n.id.as_str())
-            .bind(to_i64(n.cluster_id))
-            .bind(to_i64(n.nodenum))
-            .bind(n.body.to_string())
-            .execute(&mut **tx)
-            .await?;
-            sqlx::query(
-                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = $2",
-            )
-            .bind(n.tenant_id.as_str())
-            .bind(to_i64(n.cluster_id))
-            .execute(&mut **tx)
-            .await?;
-        }
-        Write::DeleteNode { tenant_id, id } => {
-            sqlx::query(
-                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = \
-                 (SELECT cluster_id FROM nodes WHERE tenant_id = $1 AND id = $2)",
-            )
-            .bind(tenant_id.as_str())
-            .bind(id.as_str())
-            .execute(&mut **tx)
-            .await?;
-            sqlx::query("DELETE FROM nodes WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant_id.as_str())
-                .bind(id.as_str())
-                .execute(&mut **tx)
-                .await?;
-        }
-        Write::Job(j) => {
-            sqlx::query(
-                "INSERT INTO jobs (tenant_id, id, cluster_id, action, status, create_time, rev, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 1, $7) ON CONFLICT (tenant_id, id) DO UPDATE SET \
-                 cluster_id = excluded.cluster_id, action = excluded.action, \
-                 status = excluded.status, create_time = excluded.create_time, \
-                 rev = jobs.rev + 1, body = excluded.body",
-            )
-            .bind(j.tenant_id.as_str())
-            .bind(j.id.as_str())
-            .bind(to_i64(j.cluster_id))
-            .bind(j.action.as_str())
-            .bind(j.status.as_str())
-            .bind(j.create_time)
-            .bind(j.body.to_string())
-            .execute(&mut **tx)
-            .await?;
-        }
-        Write::Task(t) => {
-            let successors =
-                serde_json::to_string(&t.successors).expect("a list of strings always serializes");
-            sqlx::query(
-                "INSERT INTO tasks (tenant_id, id, cluster_id, job_id, node_id, action, service, \
-                 state, attempts, deps_remaining, successors, lease_owner, lease_deadline, \
-                 queued_at, started_at, rev, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $16, 1, $15) \
-                 ON CONFLICT (tenant_id, id) DO UPDATE SET cluster_id = excluded.cluster_id, \
-                 job_id = excluded.job_id, node_id = excluded.node_id, action = excluded.action, \
-                 service = excluded.service, state = excluded.state, \
-                 attempts = excluded.attempts, deps_remaining = excluded.deps_remaining, \
-                 successors = excluded.successors, lease_owner = excluded.lease_owner, \
-                 lease_deadline = excluded.lease_deadline, queued_at = excluded.queued_at, \
-                 started_at = excluded.started_at, rev = tasks.rev + 1, body = excluded.body",
-            )
-            .bind(t.tenant_id.as_str())
-            .bind(t.id.as_str())
-            .bind(to_i64(t.cluster_id))
-            .bind(t.job_id.as_str())
-            .bind(t.node_id.as_str())
-            .bind(t.action.as_str())
-            .bind(t.service.as_str())
-            .bind(t.state.as_str())
-            .bind(i64::from(t.attempts))
-            .bind(i64::from(t.deps_remaining))
-            .bind(successors)
-            .bind(t.lease_owner.as_deref())
-            .bind(t.lease_deadline)
-            .bind(t.queued_at)
-            .bind(t.body.to_string())
-            .bind(t.started_at)
-            .execute(&mut **tx)
-            .await?;
-        }
-        Write::Release {
-            tenant_id,
-            ids,
-            queue,
-            now,
-        } => release(tx, tenant_id, ids.clone(), *queue, *now, ended).await?,
+        q.execute(&mut **tx).await?;
     }
     Ok(())
 }
@@ -405,8 +500,27 @@ async fn release(
     now: i64,
     ended: &mut Vec<String>,
 ) -> Result<()> {
+    while let Some(id) = todo.pop() {
+        let row = sqlx::query(&RELEASE_SQL)
+            .bind(tenant_id)
+            .bind(id.as_str())
+            .bind(i64::from(queue))
+            .bind(now)
+            .fetch_optional(&mut **tx)
+            .await?;
+        // Absent, or already released by as many predecessors as it has: nothing to count.
+        if let Some(row) = row {
+            released(id, &row, &mut todo, ended)?;
+        }
+    }
+    Ok(())
+}
+
+/// One successor's decrement: reads the row's old values on the right-hand side, so "this
+/// decrement reached zero on a pending task" is `deps_remaining = 1 AND state = 'pending'` there.
+pub(super) static RELEASE_SQL: LazyLock<String> = LazyLock::new(|| {
     const READY: &str = "deps_remaining = 1 AND state = 'pending'";
-    let sql = format!(
+    format!(
         "UPDATE tasks SET deps_remaining = deps_remaining - 1, \
          state = CASE WHEN {READY} AND action = '{GATE}' THEN 'complete' \
                       WHEN {READY} AND $3 = 1 THEN 'queued' ELSE state END, \
@@ -415,41 +529,73 @@ async fn release(
          rev = rev + 1 \
          WHERE tenant_id = $1 AND id = $2 AND deps_remaining > 0 \
          RETURNING deps_remaining, state, action, successors"
-    );
-    while let Some(id) = todo.pop() {
-        let row = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(id.as_str())
-            .bind(i64::from(queue))
-            .bind(now)
-            .fetch_optional(&mut **tx)
-            .await?;
-        // Absent, or already released by as many predecessors as it has: nothing to count.
-        let Some(row) = row else { continue };
-        let deps: i64 = row.try_get("deps_remaining")?;
-        let state: String = row.try_get("state")?;
-        let action: String = row.try_get("action")?;
-        if deps == 0 && action == GATE && state == TaskState::Complete.as_str() {
-            let successors: String = row.try_get("successors")?;
-            let successors: Vec<String> = serde_json::from_str(&successors)
-                .map_err(|e| StoreError::Corrupt(format!("task successors: {e}")))?;
-            if successors.is_empty() {
-                ended.push(id);
-            }
-            todo.extend(successors);
+    )
+});
+
+/// After [`RELEASE_SQL`] decremented task `id` (`row` is what it returned): a gate that completed
+/// releases its successors in turn (added to `todo`), or, having none, is a job's end (`ended`).
+pub(super) fn released(
+    id: String,
+    row: &impl Cols,
+    todo: &mut Vec<String>,
+    ended: &mut Vec<String>,
+) -> Result<()> {
+    let deps: i64 = row.get("deps_remaining")?;
+    let state: String = row.get("state")?;
+    let action: String = row.get("action")?;
+    if deps == 0 && action == GATE && state == TaskState::Complete.as_str() {
+        let successors: String = row.get("successors")?;
+        let successors: Vec<String> = serde_json::from_str(&successors)
+            .map_err(|e| StoreError::Corrupt(format!("task successors: {e}")))?;
+        if successors.is_empty() {
+            ended.push(id);
         }
+        todo.extend(successors);
     }
     Ok(())
 }
 
+/// Leases the tenant's next queued task (`$1` tenant, `$2` owner, `$3` deadline, `$4` now) and
+/// returns it with its job's status and its cluster's stamp. On PostgreSQL the inner select skips
+/// rows other takers have locked.
+pub(super) fn take_sql(backend: Backend) -> String {
+    let lock = match backend {
+        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        Backend::Sqlite => "",
+    };
+    format!(
+        "UPDATE tasks SET state = 'in_progress', lease_owner = $2, lease_deadline = $3, \
+         attempts = attempts + 1, started_at = $4, rev = rev + 1 \
+         WHERE tenant_id = $1 AND state = 'queued' AND id = ( \
+             SELECT id FROM tasks WHERE tenant_id = $1 AND state = 'queued' AND queued_at <= $4 \
+             ORDER BY queued_at, id LIMIT 1{lock}) \
+         RETURNING {TASK_COLUMNS}, {JOB_OF_TASK}, \
+         (SELECT rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id \
+          AND c.id = tasks.cluster_id) AS cluster_rev, \
+         (SELECT nodes_rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id \
+          AND c.id = tasks.cluster_id) AS nodes_rev"
+    )
+}
+
+pub(super) fn taken_from_row(row: &impl Cols) -> Result<Taken> {
+    Ok(Taken {
+        task: task_from_row(row)?,
+        job: job_of_task(row)?,
+        cluster: stamp_of_task(row)?,
+    })
+}
+
+/// A task with its job's status and revision (`$1` tenant, `$2` task id).
+pub(super) static TASK_WITH_JOB_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT {TASK_COLUMNS}, {JOB_OF_TASK} FROM tasks WHERE tenant_id = $1 AND id = $2")
+});
+
 impl SqlStore {
     pub(crate) async fn commit_changes(&self, cs: &ChangeSet) -> Result<Vec<String>> {
-        // One canonical locking order: by table, tenant, id.
-        let mut targets: Vec<Target<'_>> = cs.expect.iter().map(target).collect();
-        for t in &mut targets {
-            t.written = cs.writes.iter().any(|w| writes_row(w, t));
+        if let Some(w) = &self.sqlite_writer {
+            return w.commit(cs).await;
         }
-        targets.sort_by(|a, b| (a.table, a.tenant_id, a.id).cmp(&(b.table, b.tenant_id, b.id)));
+        let targets = targets(cs);
         let mut tries = 0;
         loop {
             match self.try_commit(&targets, &cs.writes).await {
@@ -630,44 +776,18 @@ impl SqlStore {
         now: i64,
         deadline: i64,
     ) -> Result<Option<Taken>> {
-        let lock = match self.backend {
-            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
-        };
-        let sql = format!(
-            "UPDATE tasks SET state = 'in_progress', lease_owner = $2, lease_deadline = $3, \
-             attempts = attempts + 1, started_at = $4, rev = rev + 1 \
-             WHERE tenant_id = $1 AND state = 'queued' AND id = ( \
-                 SELECT id FROM tasks WHERE tenant_id = $1 AND state = 'queued' AND queued_at <= $4 \
-                 ORDER BY queued_at, id LIMIT 1{lock}) \
-             RETURNING {TASK_COLUMNS}, {JOB_OF_TASK}, \
-             (SELECT rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id \
-              AND c.id = tasks.cluster_id) AS cluster_rev, \
-             (SELECT nodes_rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id \
-              AND c.id = tasks.cluster_id) AS nodes_rev"
-        );
-        // One statement is its own transaction: no BEGIN and COMMIT round trips. On SQLite it runs
-        // on the writer connection, which serializes it with every other write.
+        if let Some(w) = &self.sqlite_writer {
+            return w.take(tenant_id, owner, now, deadline).await;
+        }
+        // One statement is its own transaction: no BEGIN and COMMIT round trips.
+        let sql = take_sql(self.backend);
         let q = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(owner)
             .bind(deadline)
             .bind(now);
-        let Some(row) = q.fetch_optional(&self.writer).await? else {
-            return Ok(None);
-        };
-        let cluster = match (
-            row.try_get::<Option<i64>, _>("cluster_rev")?,
-            row.try_get::<Option<i64>, _>("nodes_rev")?,
-        ) {
-            (Some(rev), Some(nodes_rev)) => Some(ClusterStamp { rev, nodes_rev }),
-            _ => None,
-        };
-        Ok(Some(Taken {
-            task: task_from_row(&row)?,
-            job: job_of_task(&row)?,
-            cluster,
-        }))
+        let row = q.fetch_optional(&self.writer).await?;
+        row.as_ref().map(taken_from_row).transpose()
     }
 
     pub(crate) async fn task_with_job_impl(
@@ -675,10 +795,10 @@ impl SqlStore {
         tenant_id: &str,
         task_id: &str,
     ) -> Result<Option<(TaskRow, Option<(String, i64)>)>> {
-        let sql = format!(
-            "SELECT {TASK_COLUMNS}, {JOB_OF_TASK} FROM tasks WHERE tenant_id = $1 AND id = $2"
-        );
-        let row = sqlx::query(&sql)
+        if let Some(w) = &self.sqlite_writer {
+            return w.task_with_job(tenant_id, task_id).await;
+        }
+        let row = sqlx::query(&TASK_WITH_JOB_SQL)
             .bind(tenant_id)
             .bind(task_id)
             .fetch_optional(&self.reader)

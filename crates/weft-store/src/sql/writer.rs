@@ -1,0 +1,425 @@
+//! SQLite: the engine's hot operations on a connection thread of their own, with group commit.
+//!
+//! SQLite runs one writer at a time anyway. sqlx runs each connection on a worker thread of its
+//! own and hands every statement to it and back, so a task's take and finish (about eight
+//! statements) cost sixteen thread switches, which was most of the server's time under load. Here
+//! the engine's hot operations (committing a change set, leasing the next task, reading a task
+//! with its job) are each **one message** to a dedicated thread that owns a rusqlite connection to
+//! the same database file.
+//!
+//! The thread runs every message waiting in its queue in **one transaction** (`BEGIN IMMEDIATE`
+//! ... `COMMIT`, one WAL commit for the lot), each change set inside a savepoint so that a stale
+//! or failing one rolls back alone, and answers nobody before the `COMMIT` has succeeded: a caller
+//! that got `Ok` has its write committed, and a failed `COMMIT` fails the whole batch. Operations
+//! run in the order they arrived, so each sees the writes of those before it, exactly as if they
+//! had committed one by one.
+//!
+//! Every other write (catalog, tenants, host pools, ...) stays on sqlx's writer connection. The two
+//! connections serialize through SQLite's write lock; whichever waits does so on the busy timeout.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rusqlite::{CachedStatement, Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use super::engine::{
+    check_found, check_sql, job_of_task, released, statements, take_sql, taken_from_row, targets,
+    task_from_row, Id, Param, Target, RELEASE_SQL, TASK_WITH_JOB_SQL,
+};
+use crate::engine::{ChangeSet, Taken, TaskRow, Write};
+use crate::{Backend, Result, StoreError};
+
+/// At most this many operations share one transaction.
+const MAX_BATCH: usize = 256;
+
+/// The `$n` placeholder names, so that binding allocates nothing.
+const PLACEHOLDERS: [&str; 16] = [
+    "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12", "$13", "$14", "$15",
+    "$16",
+];
+
+/// The handle to the writer thread. Cheap to clone; the thread ends (closing its connection) when
+/// the last handle is dropped.
+#[derive(Debug, Clone)]
+pub(crate) struct SqliteWriter {
+    ops: mpsc::Sender<Op>,
+}
+
+type TaskWithJob = Option<(TaskRow, Option<(String, i64)>)>;
+
+enum Op {
+    Commit {
+        steps: Vec<Step>,
+        reply: oneshot::Sender<Result<Vec<String>>>,
+    },
+    Take {
+        tenant_id: String,
+        owner: String,
+        now: i64,
+        deadline: i64,
+        reply: oneshot::Sender<Result<Option<Taken>>>,
+    },
+    TaskWithJob {
+        tenant_id: String,
+        id: String,
+        reply: oneshot::Sender<Result<TaskWithJob>>,
+    },
+}
+
+/// A change set turned into what the thread runs, in order: its expectations, then its writes'
+/// statements. Everything is serialized by the caller, off the writer thread.
+enum Step {
+    Check {
+        table: &'static str,
+        what: &'static str,
+        tenant_id: String,
+        id: OwnedId,
+        rev: i64,
+    },
+    Exec {
+        sql: &'static str,
+        params: Vec<Param>,
+    },
+    Release {
+        tenant_id: String,
+        ids: Vec<String>,
+        queue: bool,
+        now: i64,
+    },
+}
+
+enum OwnedId {
+    Num(u64),
+    Text(String),
+}
+
+fn steps(cs: &ChangeSet) -> Vec<Step> {
+    let mut steps: Vec<Step> = targets(cs)
+        .iter()
+        .map(|t| Step::Check {
+            table: t.table,
+            what: t.what,
+            tenant_id: t.tenant_id.to_string(),
+            id: match t.id {
+                Id::Num(n) => OwnedId::Num(n),
+                Id::Text(s) => OwnedId::Text(s.to_string()),
+            },
+            rev: t.rev,
+        })
+        .collect();
+    for w in &cs.writes {
+        match w {
+            Write::Release {
+                tenant_id,
+                ids,
+                queue,
+                now,
+            } => steps.push(Step::Release {
+                tenant_id: tenant_id.clone(),
+                ids: ids.clone(),
+                queue: *queue,
+                now: *now,
+            }),
+            other => steps.extend(
+                statements(other)
+                    .into_iter()
+                    .map(|(sql, params)| Step::Exec { sql, params }),
+            ),
+        }
+    }
+    steps
+}
+
+impl SqliteWriter {
+    /// Opens `path` (already created and migrated) and starts the thread.
+    pub(crate) fn start(path: &Path) -> Result<SqliteWriter> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;",
+        )?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let (ops, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("weft-sqlite-writer".into())
+            .spawn(move || run(conn, rx))
+            .map_err(|e| StoreError::Sqlite(format!("starting the writer thread: {e}")))?;
+        Ok(SqliteWriter { ops })
+    }
+
+    async fn call<T>(&self, op: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Result<T> {
+        let (reply, answer) = oneshot::channel();
+        self.ops
+            .send(op(reply))
+            .map_err(|_| StoreError::Sqlite("the SQLite writer thread has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Sqlite("the SQLite writer thread has stopped".into()))?
+    }
+
+    pub(crate) async fn commit(&self, cs: &ChangeSet) -> Result<Vec<String>> {
+        let steps = steps(cs);
+        self.call(|reply| Op::Commit { steps, reply }).await
+    }
+
+    pub(crate) async fn take(
+        &self,
+        tenant_id: &str,
+        owner: &str,
+        now: i64,
+        deadline: i64,
+    ) -> Result<Option<Taken>> {
+        self.call(|reply| Op::Take {
+            tenant_id: tenant_id.to_string(),
+            owner: owner.to_string(),
+            now,
+            deadline,
+            reply,
+        })
+        .await
+    }
+
+    pub(crate) async fn task_with_job(&self, tenant_id: &str, id: &str) -> Result<TaskWithJob> {
+        self.call(|reply| Op::TaskWithJob {
+            tenant_id: tenant_id.to_string(),
+            id: id.to_string(),
+            reply,
+        })
+        .await
+    }
+}
+
+/// An answer held back until the batch's `COMMIT`.
+enum Answer {
+    Commit(oneshot::Sender<Result<Vec<String>>>, Result<Vec<String>>),
+    Take(
+        oneshot::Sender<Result<Option<Taken>>>,
+        Result<Option<Taken>>,
+    ),
+    TaskWithJob(oneshot::Sender<Result<TaskWithJob>>, Result<TaskWithJob>),
+}
+
+impl Answer {
+    /// Sends the answer, or `failed` instead when the batch did not commit. A caller that has
+    /// gone away (its request was cancelled) is not an error.
+    fn send(self, failed: Option<&str>) {
+        fn or<T>(r: Result<T>, failed: Option<&str>) -> Result<T> {
+            match failed {
+                Some(e) => Err(StoreError::Sqlite(e.to_string())),
+                None => r,
+            }
+        }
+        match self {
+            Answer::Commit(tx, r) => drop(tx.send(or(r, failed))),
+            Answer::Take(tx, r) => drop(tx.send(or(r, failed))),
+            Answer::TaskWithJob(tx, r) => drop(tx.send(or(r, failed))),
+        }
+    }
+}
+
+fn run(conn: Connection, ops: mpsc::Receiver<Op>) {
+    while let Ok(first) = ops.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match ops.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        run_batch(&conn, batch);
+    }
+}
+
+fn run_batch(conn: &Connection, batch: Vec<Op>) {
+    let mut answers = Vec::with_capacity(batch.len());
+    let begun = exec(conn, "BEGIN IMMEDIATE");
+    for op in batch {
+        answers.push(match op {
+            Op::Commit { steps, reply } => {
+                let r = match &begun {
+                    Ok(()) => in_savepoint(conn, &steps),
+                    Err(e) => Err(StoreError::Sqlite(e.clone())),
+                };
+                Answer::Commit(reply, r)
+            }
+            Op::Take {
+                tenant_id,
+                owner,
+                now,
+                deadline,
+                reply,
+            } => {
+                let r = match &begun {
+                    Ok(()) => take(conn, &tenant_id, &owner, now, deadline),
+                    Err(e) => Err(StoreError::Sqlite(e.clone())),
+                };
+                Answer::Take(reply, r)
+            }
+            Op::TaskWithJob {
+                tenant_id,
+                id,
+                reply,
+            } => {
+                let r = match &begun {
+                    Ok(()) => task_with_job(conn, &tenant_id, &id),
+                    Err(e) => Err(StoreError::Sqlite(e.clone())),
+                };
+                Answer::TaskWithJob(reply, r)
+            }
+        });
+    }
+    let failed = match begun {
+        Err(_) => None, // every answer already carries the error
+        Ok(()) => exec(conn, "COMMIT").err().map(|e| {
+            tracing::error!(error = %e, "SQLite writer: COMMIT failed; the batch is rolled back");
+            let _ = exec(conn, "ROLLBACK");
+            e
+        }),
+    };
+    for a in answers {
+        a.send(failed.as_deref());
+    }
+}
+
+fn exec(conn: &Connection, sql: &str) -> std::result::Result<(), String> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.raw_execute())
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs a change set's steps inside a savepoint: all of them, or none when one fails.
+fn in_savepoint(conn: &Connection, steps: &[Step]) -> Result<Vec<String>> {
+    exec(conn, "SAVEPOINT change_set").map_err(StoreError::Sqlite)?;
+    let r = run_steps(conn, steps);
+    if r.is_err() {
+        exec(conn, "ROLLBACK TO change_set").map_err(StoreError::Sqlite)?;
+    }
+    exec(conn, "RELEASE change_set").map_err(StoreError::Sqlite)?;
+    r
+}
+
+fn run_steps(conn: &Connection, steps: &[Step]) -> Result<Vec<String>> {
+    let mut ended = Vec::new();
+    for step in steps {
+        match step {
+            Step::Check {
+                table,
+                what,
+                tenant_id,
+                id,
+                rev,
+            } => {
+                let t = Target {
+                    table,
+                    what,
+                    tenant_id,
+                    id: match id {
+                        OwnedId::Num(n) => Id::Num(*n),
+                        OwnedId::Text(s) => Id::Text(s),
+                    },
+                    rev: *rev,
+                    written: true,
+                };
+                let id = match id {
+                    OwnedId::Num(n) => Param::Int(i64::try_from(*n).unwrap_or(i64::MAX)),
+                    OwnedId::Text(s) => Param::Text(s.clone()),
+                };
+                let mut stmt = conn.prepare_cached(&check_sql(&t, Backend::Sqlite))?;
+                bind(&mut stmt, &[Param::Text(tenant_id.clone()), id])?;
+                let mut rows = stmt.raw_query();
+                let found = match rows.next()? {
+                    Some(row) => Some(row.get::<_, i64>(0)?),
+                    None => None,
+                };
+                check_found(&t, found)?;
+            }
+            Step::Exec { sql, params } => {
+                let mut stmt = conn.prepare_cached(sql)?;
+                bind(&mut stmt, params)?;
+                stmt.raw_execute()?;
+            }
+            Step::Release {
+                tenant_id,
+                ids,
+                queue,
+                now,
+            } => {
+                let mut todo = ids.clone();
+                let mut stmt = conn.prepare_cached(&RELEASE_SQL)?;
+                while let Some(id) = todo.pop() {
+                    bind(
+                        &mut stmt,
+                        &[
+                            Param::Text(tenant_id.clone()),
+                            Param::Text(id.clone()),
+                            Param::Int(i64::from(*queue)),
+                            Param::Int(*now),
+                        ],
+                    )?;
+                    let mut rows = stmt.raw_query();
+                    if let Some(row) = rows.next()? {
+                        released(id, row, &mut todo, &mut ended)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(ended)
+}
+
+fn take(
+    conn: &Connection,
+    tenant_id: &str,
+    owner: &str,
+    now: i64,
+    deadline: i64,
+) -> Result<Option<Taken>> {
+    let mut stmt = conn.prepare_cached(&take_sql(Backend::Sqlite))?;
+    bind(
+        &mut stmt,
+        &[
+            tenant_id.into(),
+            owner.into(),
+            Param::Int(deadline),
+            Param::Int(now),
+        ],
+    )?;
+    let mut rows = stmt.raw_query();
+    let taken = match rows.next()? {
+        Some(row) => Some(taken_from_row(row)?),
+        None => None,
+    };
+    Ok(taken)
+}
+
+fn task_with_job(conn: &Connection, tenant_id: &str, id: &str) -> Result<TaskWithJob> {
+    let mut stmt = conn.prepare_cached(&TASK_WITH_JOB_SQL)?;
+    bind(&mut stmt, &[tenant_id.into(), id.into()])?;
+    let mut rows = stmt.raw_query();
+    let found = match rows.next()? {
+        Some(row) => Some((task_from_row(row)?, job_of_task(row)?)),
+        None => None,
+    };
+    Ok(found)
+}
+
+/// Binds `params` to `$1`, `$2`, ... (a statement may use a name twice, or out of order).
+fn bind(stmt: &mut CachedStatement<'_>, params: &[Param]) -> Result<()> {
+    for (name, p) in PLACEHOLDERS.iter().zip(params) {
+        let Some(i) = stmt.parameter_index(name)? else {
+            continue;
+        };
+        match p {
+            Param::Int(v) => stmt.raw_bind_parameter(i, v)?,
+            Param::Text(s) => stmt.raw_bind_parameter(i, s)?,
+            Param::Null => stmt.raw_bind_parameter(i, rusqlite::types::Null)?,
+        }
+    }
+    Ok(())
+}
