@@ -79,6 +79,7 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         outbound: Arc::new(outbound::Outbound::default()),
         payloads: Arc::default(),
         provisioners: Arc::default(),
+        leases: Arc::default(),
     };
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);

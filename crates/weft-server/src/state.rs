@@ -21,6 +21,8 @@ pub struct AppState {
     pub payloads: Arc<crate::engine::cache::PayloadCache>,
     /// Provisioners recently seen registered (see `engine::cache`).
     pub provisioners: Arc<crate::engine::cache::ProvisionerCache>,
+    /// Tasks this server leased and that have not finished yet (see `engine::cache`).
+    pub leases: Arc<crate::engine::cache::LeaseCache>,
 }
 
 /// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.

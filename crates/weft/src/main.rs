@@ -6,6 +6,11 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 
+/// The server allocates and frees a task payload (tens to hundreds of KB) per take; mimalloc
+/// keeps that off glibc's consolidation paths (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "weft",

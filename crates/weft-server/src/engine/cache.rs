@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::value::RawValue;
 use weft_model::Node;
 use weft_planner::PlanNode;
-use weft_store::{ClusterStamp, Store};
+use weft_store::{ClusterStamp, Store, TaskRow};
 
 use super::body::{from_body, ClusterBody};
 use super::work::plan_node;
@@ -305,5 +305,39 @@ impl ProvisionerCache {
     /// Forgets `id` (it was just deleted).
     pub fn forget(&self, id: &str) {
         self.seen.lock().expect("cache lock").remove(id);
+    }
+}
+
+/// At most this many leases are remembered (a lease that never finishes stays until the janitor
+/// times it out).
+const LEASES_MAX: usize = 100_000;
+
+/// A task and its job's status and revision, as [`Store::task_with_job`] answers.
+pub type LeasedTask = (TaskRow, Option<(String, i64)>);
+
+/// Tasks this server just leased, as `take` read them. The finish of the lease, which almost
+/// always comes back to the same server, starts from this copy instead of reading the task and
+/// its job again. A copy is used once, and only when it agrees with the finish (same worker, still
+/// in progress); the finish's change set still expects both revisions, so a copy gone stale (the
+/// janitor re-leased the task, the job was paused) fails that check and the finish reads the store.
+#[derive(Default)]
+pub struct LeaseCache {
+    leased: Mutex<HashMap<(String, String), LeasedTask>>,
+}
+
+impl LeaseCache {
+    pub fn remember(&self, task: TaskRow, job: Option<(String, i64)>) {
+        let mut leased = self.leased.lock().expect("cache lock");
+        if leased.len() < LEASES_MAX {
+            leased.insert((task.tenant_id.clone(), task.id.clone()), (task, job));
+        }
+    }
+
+    /// The copy of task `id` of `tenant`, removed.
+    pub fn take(&self, tenant: &str, id: &str) -> Option<LeasedTask> {
+        self.leased
+            .lock()
+            .expect("cache lock")
+            .remove(&(tenant.to_string(), id.to_string()))
     }
 }

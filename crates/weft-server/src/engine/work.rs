@@ -100,6 +100,7 @@ pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<Strin
             Ok(p) => {
                 tracing::info!(task_id = %task.id, job_id = %task.job_id, cluster_id = task.cluster_id,
                     provisioner = %w.provisioner_id, action = %task.action, "task taken");
+                st.leases.remember(task, taken.job);
                 return Ok(Some(p));
             }
             Err(message) => {
@@ -394,11 +395,21 @@ async fn finish_step(
 ) -> ApiResult<()> {
     let now = now_ms();
     let tenant = &w.tenant_id;
-    let (task, job) = st
-        .store
-        .task_with_job(tenant, task_id)
-        .await?
-        .ok_or_else(not_owner)?;
+    // The copy `take` kept, if it agrees with this finish; the change set below expects the
+    // revisions it has, so a stale copy only costs a retry that reads the store.
+    let leased = st.leases.take(tenant, task_id).filter(|(t, _)| {
+        w.expired_before.is_none()
+            && t.state == TaskState::InProgress
+            && t.lease_owner.as_deref() == Some(w.owner.as_str())
+    });
+    let (task, job) = match leased {
+        Some(copy) => copy,
+        None => st
+            .store
+            .task_with_job(tenant, task_id)
+            .await?
+            .ok_or_else(not_owner)?,
+    };
     let span = tracing::Span::current();
     span.record("job_id", task.job_id.as_str());
     span.record("cluster_id", task.cluster_id);

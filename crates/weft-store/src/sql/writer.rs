@@ -141,13 +141,26 @@ impl SqliteWriter {
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;",
+            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; \
+             PRAGMA wal_autocheckpoint = 0;",
         )?;
         conn.set_prepared_statement_cache_capacity(64);
+        // Checkpoints run on a thread of their own, so that the writer thread, which every
+        // engine write waits for, never copies the WAL back into the database itself.
+        let checkpointer = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        checkpointer.busy_timeout(Duration::from_secs(5))?;
+        let (stop, stopped) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("weft-sqlite-checkpoint".into())
+            .spawn(move || checkpoints(checkpointer, stopped))
+            .map_err(|e| StoreError::Sqlite(format!("starting the checkpoint thread: {e}")))?;
         let (ops, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("weft-sqlite-writer".into())
-            .spawn(move || run(conn, rx))
+            .spawn(move || run(conn, rx, stop))
             .map_err(|e| StoreError::Sqlite(format!("starting the writer thread: {e}")))?;
         Ok(SqliteWriter { ops })
     }
@@ -222,7 +235,23 @@ impl Answer {
     }
 }
 
-fn run(conn: Connection, ops: mpsc::Receiver<Op>) {
+/// How often the checkpoint thread copies the WAL into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+
+/// The checkpoint thread: a passive checkpoint (it waits for no reader or writer) every
+/// [`CHECKPOINT_EVERY`], until the writer thread ends. The next write then reuses the WAL from
+/// its start. sqlx's connections keep SQLite's automatic checkpoint as a backstop.
+fn checkpoints(conn: Connection, stop: mpsc::Receiver<()>) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "SQLite checkpoint failed");
+        }
+    }
+}
+
+/// The writer thread: runs batches until every handle is gone, then stops the checkpoint thread
+/// (`_stop` is dropped with it).
+fn run(conn: Connection, ops: mpsc::Receiver<Op>, _stop: mpsc::Sender<()>) {
     while let Ok(first) = ops.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
