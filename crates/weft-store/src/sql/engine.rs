@@ -916,8 +916,11 @@ impl SqlStore {
 
     pub(crate) async fn queue_counts_impl(&self) -> Result<BTreeMap<String, (u64, u64)>> {
         let rows = sqlx::query(
-            "SELECT tenant_id, state, COUNT(*) AS n FROM tasks \
-             WHERE state IN ('queued', 'in_progress') GROUP BY tenant_id, state",
+            // One branch per state, so that each counts from its partial index.
+            "SELECT tenant_id, state, COUNT(*) AS n FROM tasks WHERE state = 'queued' \
+             GROUP BY tenant_id, state UNION ALL \
+             SELECT tenant_id, state, COUNT(*) AS n FROM tasks WHERE state = 'in_progress' \
+             GROUP BY tenant_id, state",
         )
         .fetch_all(&self.reader)
         .await?;
