@@ -57,6 +57,9 @@ pub struct SqlStore {
     /// SQLite (a file): the thread that runs the engine's hot operations. `None` on PostgreSQL and
     /// for an in-memory database, which another connection could not see.
     sqlite_writer: Option<writer::SqliteWriter>,
+    /// SQLite (a file): the thread that runs the engine's frequent reads. `None` where
+    /// `sqlite_writer` is.
+    sqlite_reader: Option<writer::SqliteReader>,
     /// What SQLite leader locks are exclusive within: the database file (or a unique name for an
     /// in-memory database). Unused on PostgreSQL.
     scope: Arc<str>,
@@ -79,6 +82,7 @@ impl SqlStore {
                     reader: writer.clone(),
                     writer,
                     sqlite_writer: None,
+                    sqlite_reader: None,
                     scope: sqlite_scope(&url).into(),
                 };
                 store.prepare().await?;
@@ -87,10 +91,11 @@ impl SqlStore {
                     store
                 } else {
                     let reader = sqlite_pool(4).connect_with(opts).await?;
-                    let sqlite_writer = writer::SqliteWriter::start(sqlite_path(&url).as_ref())?;
+                    let path = sqlite_path(&url).as_ref();
                     SqlStore {
                         reader,
-                        sqlite_writer: Some(sqlite_writer),
+                        sqlite_writer: Some(writer::SqliteWriter::start(path)?),
+                        sqlite_reader: Some(writer::SqliteReader::start(path)?),
                         ..store
                     }
                 }
@@ -107,6 +112,7 @@ impl SqlStore {
                     reader: pool.clone(),
                     writer: pool,
                     sqlite_writer: None,
+                    sqlite_reader: None,
                     scope: "".into(),
                 };
                 store.prepare().await?;

@@ -641,6 +641,13 @@ impl SqlStore {
     ) -> Result<Option<ClusterRow>> {
         let sql =
             format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE tenant_id = $1 AND id = $2");
+        if let Some(r) = &self.sqlite_reader {
+            let params = vec![tenant_id.into(), to_i64(id).into()];
+            return Ok(r
+                .query(sql, params, |row| cluster_from_row(row))
+                .await?
+                .pop());
+        }
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(to_i64(id))
@@ -675,6 +682,10 @@ impl SqlStore {
             "SELECT {NODE_COLUMNS} FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 \
              ORDER BY nodenum, id"
         );
+        if let Some(r) = &self.sqlite_reader {
+            let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
+            return r.query(sql, params, |row| node_from_row(row)).await;
+        }
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(to_i64(cluster_id))
@@ -689,6 +700,10 @@ impl SqlStore {
         node_id: &str,
     ) -> Result<Option<NodeRow>> {
         let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE tenant_id = $1 AND id = $2");
+        if let Some(r) = &self.sqlite_reader {
+            let params = vec![tenant_id.into(), node_id.into()];
+            return Ok(r.query(sql, params, |row| node_from_row(row)).await?.pop());
+        }
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(node_id)
@@ -812,12 +827,22 @@ impl SqlStore {
         tenant_id: &str,
         id: u64,
     ) -> Result<Option<ClusterStamp>> {
-        let row =
-            sqlx::query("SELECT rev, nodes_rev FROM clusters WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant_id)
-                .bind(to_i64(id))
-                .fetch_optional(&self.reader)
-                .await?;
+        const SQL: &str = "SELECT rev, nodes_rev FROM clusters WHERE tenant_id = $1 AND id = $2";
+        if let Some(r) = &self.sqlite_reader {
+            let params = vec![tenant_id.into(), to_i64(id).into()];
+            let stamp = |row: &rusqlite::Row<'_>| {
+                Ok(ClusterStamp {
+                    rev: Cols::get(row, "rev")?,
+                    nodes_rev: Cols::get(row, "nodes_rev")?,
+                })
+            };
+            return Ok(r.query(SQL.into(), params, stamp).await?.pop());
+        }
+        let row = sqlx::query(SQL)
+            .bind(tenant_id)
+            .bind(to_i64(id))
+            .fetch_optional(&self.reader)
+            .await?;
         row.map(|r| {
             Ok(ClusterStamp {
                 rev: r.try_get("rev")?,
@@ -832,13 +857,18 @@ impl SqlStore {
         tenant_id: &str,
         cluster_id: u64,
     ) -> Result<Vec<(String, i64)>> {
-        let rows = sqlx::query(
-            "SELECT id, rev FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 ORDER BY id",
-        )
-        .bind(tenant_id)
-        .bind(to_i64(cluster_id))
-        .fetch_all(&self.reader)
-        .await?;
+        const SQL: &str =
+            "SELECT id, rev FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 ORDER BY id";
+        if let Some(r) = &self.sqlite_reader {
+            let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
+            let rev = |row: &rusqlite::Row<'_>| Ok((Cols::get(row, "id")?, Cols::get(row, "rev")?));
+            return r.query(SQL.into(), params, rev).await;
+        }
+        let rows = sqlx::query(SQL)
+            .bind(tenant_id)
+            .bind(to_i64(cluster_id))
+            .fetch_all(&self.reader)
+            .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("id")?, r.try_get("rev")?)))
             .collect()

@@ -452,3 +452,67 @@ fn bind(stmt: &mut CachedStatement<'_>, params: &[Param]) -> Result<()> {
     }
     Ok(())
 }
+
+/// A read on the reader thread.
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+/// SQLite (a file): a connection on a thread of its own for the engine's frequent reads (the
+/// payload cache's refresh, a finishing task's node), one message per read. It runs no
+/// transaction, so each read sees what has been committed, and nothing else.
+#[derive(Debug, Clone)]
+pub(crate) struct SqliteReader {
+    jobs: mpsc::Sender<ReadJob>,
+}
+
+impl SqliteReader {
+    pub(crate) fn start(path: &Path) -> Result<SqliteReader> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let (jobs, rx) = mpsc::channel::<ReadJob>();
+        std::thread::Builder::new()
+            .name("weft-sqlite-reader".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job(&conn);
+                }
+            })
+            .map_err(|e| StoreError::Sqlite(format!("starting the reader thread: {e}")))?;
+        Ok(SqliteReader { jobs })
+    }
+
+    /// Runs `sql` with `params` and maps every row with `f`.
+    pub(crate) async fn query<T: Send + 'static>(
+        &self,
+        sql: String,
+        params: Vec<Param>,
+        f: impl Fn(&rusqlite::Row<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<Vec<T>> {
+        let (reply, answer) = oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            let _ = reply.send(query(conn, &sql, &params, f));
+        });
+        let stopped = || StoreError::Sqlite("the SQLite reader thread has stopped".into());
+        self.jobs.send(job).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+fn query<T>(
+    conn: &Connection,
+    sql: &str,
+    params: &[Param],
+    f: impl Fn(&rusqlite::Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    bind(&mut stmt, params)?;
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(f(row)?);
+    }
+    Ok(out)
+}
