@@ -345,6 +345,9 @@ async fn check_active(http: &reqwest::Client, s: &Server, cluster: &str) -> anyh
     Ok(())
 }
 
+/// How much of a payload's head holds the ids a no-op worker needs.
+const HEAD: usize = 512;
+
 /// The fields of a task payload a no-op worker reads.
 #[derive(serde::Deserialize)]
 struct Taken {
@@ -356,11 +359,29 @@ struct Taken {
 
 impl Taken {
     /// The server writes `taskId`, `jobId`, `clusterId`, `taskName` and `nodeId` first and the
-    /// (large) `config` last: a load driver reads the two it needs from the head of the text rather than
-    /// scanning the whole payload, which on this machine would take CPU from the server it
-    /// measures. Falls back to parsing everything if the head does not hold them.
-    fn read(text: &[u8]) -> anyhow::Result<Taken> {
-        let head = &text[..text.len().min(512)];
+    /// (large) `config` last: a load driver reads the two it needs from the head of the text rather
+    /// than keeping and scanning the whole payload, which on this machine would take CPU from the
+    /// server it measures. Falls back to parsing everything if the head does not hold them.
+    async fn receive(mut r: reqwest::Response) -> anyhow::Result<Taken> {
+        let mut text = Vec::new();
+        while let Some(chunk) = r.chunk().await? {
+            text.extend_from_slice(&chunk);
+            if text.len() >= HEAD {
+                if let Some(task) = Taken::from_head(&text) {
+                    // The rest is read (the connection is reused) but not kept.
+                    while r.chunk().await?.is_some() {}
+                    return Ok(task);
+                }
+            }
+        }
+        match Taken::from_head(&text) {
+            Some(task) => Ok(task),
+            None => Ok(serde_json::from_slice(&text)?),
+        }
+    }
+
+    fn from_head(text: &[u8]) -> Option<Taken> {
+        let head = &text[..text.len().min(HEAD)];
         let field = |key: &str| -> Option<String> {
             let pat = format!("\"{key}\":\"");
             let at = head.windows(pat.len()).position(|w| w == pat.as_bytes())? + pat.len();
@@ -368,10 +389,10 @@ impl Taken {
             (head[at + len] == b'"')
                 .then(|| String::from_utf8_lossy(&head[at..at + len]).into_owned())
         };
-        match (field("taskId"), field("taskName")) {
-            (Some(task_id), Some(task_name)) => Ok(Taken { task_id, task_name }),
-            _ => Ok(serde_json::from_slice(text)?),
-        }
+        Some(Taken {
+            task_id: field("taskId")?,
+            task_name: field("taskName")?,
+        })
     }
 }
 
@@ -401,16 +422,15 @@ async fn drive(
             while !stop.load(Ordering::Relaxed) {
                 let r = http.post(&*take_url).body(take_body.clone()).send().await?;
                 let status = r.status().as_u16();
-                let text = r.bytes().await?;
                 if status == 204 {
                     // Nothing ready: this node's next task waits on another worker.
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     continue;
                 }
                 if status != 200 {
-                    bail!("take: {status}: {}", String::from_utf8_lossy(&text));
+                    bail!("take: {status}: {}", r.text().await?);
                 }
-                let task = Taken::read(&text)?;
+                let task = Taken::receive(r).await?;
                 let mut body = ids.clone();
                 body["taskId"] = json!(task.task_id);
                 body["status"] = json!(0);
