@@ -12,7 +12,9 @@
 //!   `BEGIN IMMEDIATE`, so writers in this process queue in the pool instead of failing with
 //!   `SQLITE_BUSY`, and a writer in another process waits on the busy timeout instead of deadlocking
 //!   on a read-to-write lock upgrade. Reads use a separate pool of several connections: WAL lets
-//!   them run beside the writer.
+//!   them run beside the writer. On a file, the engine's hot operations skip sqlx: they run on a
+//!   writer thread and a reader thread of their own (`writer.rs`), and the writer thread's
+//!   transactions serialize with sqlx's through SQLite's write lock and the busy timeout.
 //! * **PostgreSQL** uses one pool for both. Writes that compute `max(version) + 1` can race under
 //!   READ COMMITTED; the loser hits the primary key and the whole transaction is retried, so
 //!   concurrent writers neither fail nor lose a write.
