@@ -53,57 +53,58 @@ impl LocalProvider {
     }
 
     /// Reserves the first free loopback address for `providerid`: a file per address in the
-    /// machine-wide registry, created exclusively and holding the node's directory. A reservation
-    /// whose node directory is gone (a provisioner's data removed without DELETE) is taken over;
-    /// the takeover renames the stale file first, so only one allocator can win it.
-    async fn allocate(&self, providerid: &str) -> Result<Ipv4Addr, PluginError> {
+    /// machine-wide registry, holding the node's directory. A reservation whose node directory is
+    /// gone (a provisioner's data removed without DELETE) is taken over. Every allocation and
+    /// release holds an exclusive lock on the registry (`.lock`, flock), also across processes, so
+    /// a reservation is never taken over twice or released by anyone but its node. Answers the
+    /// directory of the node whose stale reservation was taken over, if one was.
+    async fn allocate(&self, providerid: &str) -> Result<(Ipv4Addr, Option<PathBuf>), PluginError> {
         let dir = self.addresses_dir();
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
-        let owner = self.node_dir(providerid);
-        for y in 0..=255u8 {
-            for z in 1..=254u8 {
-                let ip = Ipv4Addr::new(127, 77, y, z);
-                let path = dir.join(ip.to_string());
-                for _ in 0..2 {
-                    match tokio::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(&path)
-                        .await
-                    {
-                        Ok(_) => {
-                            tokio::fs::write(&path, owner.to_string_lossy().as_bytes())
-                                .await
-                                .map_err(|e| {
-                                    PluginError::retryable(format!(
-                                        "writing {}: {e}",
-                                        path.display()
-                                    ))
-                                })?;
-                            return Ok(ip);
+        let owner = self.node_dir(providerid).to_string_lossy().into_owned();
+        tokio::task::spawn_blocking(move || {
+            let _lock = lock_registry(&dir)?;
+            for y in 0..=255u8 {
+                for z in 1..=254u8 {
+                    let ip = Ipv4Addr::new(127, 77, y, z);
+                    let path = dir.join(ip.to_string());
+                    let (free, stale) = match std::fs::read_to_string(&path) {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (true, None),
+                        Err(e) => return Err(PluginError::retryable(format!("reading {ip}: {e}"))),
+                        // Held by a node whose directory is gone: stale.
+                        Ok(holder) => {
+                            let holder = PathBuf::from(holder.trim());
+                            let stale = !holder.as_os_str().is_empty() && !holder.exists();
+                            (stale, stale.then_some(holder))
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                            let holder = tokio::fs::read_to_string(&path).await.unwrap_or_default();
-                            let stale = !holder.is_empty() && !Path::new(holder.trim()).exists();
-                            if !stale {
-                                break;
-                            }
-                            let tomb = dir.join(format!(".stale-{ip}-{providerid}"));
-                            if tokio::fs::rename(&path, &tomb).await.is_err() {
-                                break; // someone else took it over first
-                            }
-                            let _ = tokio::fs::remove_file(&tomb).await;
-                        }
-                        Err(e) => {
-                            return Err(PluginError::retryable(format!("reserving {ip}: {e}")))
-                        }
+                    };
+                    if free {
+                        std::fs::write(&path, owner.as_bytes()).map_err(|e| {
+                            PluginError::retryable(format!("writing {}: {e}", path.display()))
+                        })?;
+                        return Ok((ip, stale));
                     }
                 }
             }
-        }
-        Err(PluginError::retryable("no free loopback address left"))
+            Err(PluginError::retryable("no free loopback address left"))
+        })
+        .await
+        .map_err(|e| PluginError::retryable(format!("allocating an address: {e}")))?
+    }
+
+    /// Gives `ip` back, if `providerid`'s node still holds it.
+    async fn release(&self, providerid: &str, ip: String) -> Result<(), PluginError> {
+        let dir = self.addresses_dir();
+        let owner = self.node_dir(providerid).to_string_lossy().into_owned();
+        tokio::task::spawn_blocking(move || {
+            let _lock = lock_registry(&dir)?;
+            let path = dir.join(ip);
+            if std::fs::read_to_string(&path).is_ok_and(|h| h.trim() == owner) {
+                let _ = std::fs::remove_file(&path);
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| PluginError::retryable(format!("releasing an address: {e}")))?
     }
 
     async fn read_node(&self, providerid: &str) -> Option<Map<String, Value>> {
@@ -132,9 +133,12 @@ fn providerid(task: &Task) -> Option<String> {
     task.config_str("providerid").map(str::to_string)
 }
 
-/// Processes whose environment carries `NODE_MARK=id` (Linux /proc; none elsewhere).
-async fn marked_processes(id: &str) -> Vec<u32> {
-    let needle = format!("{NODE_MARK}={id}");
+/// Processes whose environment carries `NODE_MARK=<dir>`, a local node's directory (Linux /proc;
+/// none elsewhere).
+async fn marked_processes(dir: &Path) -> Vec<u32> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut needle = format!("{NODE_MARK}=").into_bytes();
+    needle.extend_from_slice(dir.as_os_str().as_bytes());
     let mut found = Vec::new();
     let Ok(mut rd) = tokio::fs::read_dir("/proc").await else {
         return found;
@@ -147,12 +151,67 @@ async fn marked_processes(id: &str) -> Vec<u32> {
             continue;
         }
         if let Ok(env) = tokio::fs::read(e.path().join("environ")).await {
-            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            if env.split(|b| *b == 0).any(|kv| kv == needle.as_slice()) {
                 found.push(pid);
             }
         }
     }
     found
+}
+
+/// Kills every process of the local node in `dir` (its recorded process groups, and whatever left
+/// them with `setsid` but still carries the node's mark) and waits until they are gone. Answers
+/// how many marked processes there were.
+async fn kill_node(dir: &Path) -> Result<usize, PluginError> {
+    // Kill the node's process groups, and whatever left them (setsid) but still carries the
+    // node's mark. A recorded group is killed only while a marked process is in it, so a group
+    // id reused by an unrelated process is never touched.
+    let recorded: std::collections::BTreeSet<u32> = tokio::fs::read_to_string(dir.join(PGID_FILE))
+        .await
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let marked = marked_processes(dir).await;
+    let mut groups = std::collections::BTreeSet::new();
+    for pid in &marked {
+        if let Some(g) = process_group(*pid).await.filter(|g| recorded.contains(g)) {
+            groups.insert(g);
+        }
+    }
+    for g in &groups {
+        kill_group(*g).await;
+    }
+    for pid in &marked {
+        let _ = tokio::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+    }
+    // A signal is only queued by kill(2): wait until the processes are really gone, so that
+    // their ports and files are free once DELETE reports success.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut alive = Vec::new();
+        for pid in &marked {
+            if running(*pid).await {
+                alive.push(*pid);
+            }
+        }
+        if alive.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(PluginError::retryable(format!(
+                "processes {alive:?} of node {} survived SIGKILL",
+                dir.display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(marked.len())
 }
 
 /// Whether a process exists and is not a zombie (field 3 of /proc/PID/stat).
@@ -169,6 +228,21 @@ async fn running(pid: u32) -> bool {
             .next(),
         None | Some('Z') | Some('X')
     )
+}
+
+/// Holds the address registry's lock (created if missing) until dropped.
+fn lock_registry(dir: &Path) -> Result<std::fs::File, PluginError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(".lock"))
+        .map_err(|e| PluginError::retryable(format!("opening the address lock: {e}")))?;
+    f.lock()
+        .map_err(|e| PluginError::retryable(format!("locking the address registry: {e}")))?;
+    Ok(f)
 }
 
 /// The process group of a process (field 5 of /proc/PID/stat).
@@ -223,7 +297,12 @@ impl Provider for LocalProvider {
             .await
             .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
         if self.read_node(&id).await.is_none() {
-            let ip = self.allocate(&id).await?;
+            let (ip, stale) = self.allocate(&id).await?;
+            if let Some(gone) = stale {
+                // Its data was removed without DELETE; what it left running may still hold
+                // ports on the address.
+                kill_node(&gone).await?;
+            }
             let node = json!({"providerid": id, "ip": ip.to_string()});
             tokio::fs::write(dir.join("node.json"), node.to_string())
                 .await
@@ -287,64 +366,15 @@ impl Provider for LocalProvider {
             });
         }
         let dir = self.node_dir(&id);
-        // Kill the node's process groups, and whatever left them (setsid) but still carries the
-        // node's mark. A recorded group is killed only while a marked process is in it, so a group
-        // id reused by an unrelated process is never touched.
-        let recorded: std::collections::BTreeSet<u32> =
-            tokio::fs::read_to_string(dir.join(PGID_FILE))
-                .await
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-        let marked = marked_processes(&id).await;
-        let mut groups = std::collections::BTreeSet::new();
-        for pid in &marked {
-            if let Some(g) = process_group(*pid).await.filter(|g| recorded.contains(g)) {
-                groups.insert(g);
-            }
-        }
-        for g in &groups {
-            kill_group(*g).await;
-        }
-        for pid in &marked {
-            let _ = tokio::process::Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .await;
-        }
-        let killed = marked.len();
-        // A signal is only queued by kill(2): wait until the processes are really gone, so that
-        // their ports and files are free once DELETE reports success.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut alive = Vec::new();
-            for pid in &marked {
-                if running(*pid).await {
-                    alive.push(*pid);
-                }
-            }
-            if alive.is_empty() {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(PluginError::retryable(format!(
-                    "processes {alive:?} of node {id} survived SIGKILL"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let killed = kill_node(&dir).await?;
         let ip = self
             .read_node(&id)
             .await
             .and_then(|n| n.get("ip").and_then(Value::as_str).map(str::to_string));
-        // Give the address back while the node's directory still exists: an allocator takes over
-        // an address only when the directory its file names is gone, so releasing it afterwards
-        // could remove a reservation another node had just taken over.
+        // Give the address back (if this node still holds it) before the directory goes, so the
+        // reservation never looks stale while it is being released.
         if let Some(ip) = ip {
-            let _ = tokio::fs::remove_file(self.addresses_dir().join(ip)).await;
+            self.release(&id, ip).await?;
         }
         match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => {}

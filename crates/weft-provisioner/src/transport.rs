@@ -12,8 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-/// The environment variable that marks every process started for a local node with the node's id,
-/// so that deleting the node finds them all.
+/// The environment variable that marks every process started for a local node with the node's
+/// directory (unique across providers and data dirs), so that deleting the node, or taking over
+/// the address of a node whose directory is gone, finds them all.
 pub const NODE_MARK: &str = "WEFT_LOCAL_NODE";
 /// The file in a local node's directory listing the process groups started there, one per line.
 pub const PGID_FILE: &str = ".weft-pgids";
@@ -167,12 +168,11 @@ pub async fn kill_group(pgid: u32) {
 }
 
 /// Runs commands on this machine, for one local node: each command in its own process group,
-/// marked with [`NODE_MARK`]=`node_id`, the group recorded in `<root>/.weft-pgids` so that the
+/// marked with [`NODE_MARK`]=`root`, the group recorded in `<root>/.weft-pgids` so that the
 /// node's deletion can kill whatever the command left running.
 #[derive(Debug, Clone)]
 pub struct LocalTransport {
     root: PathBuf,
-    node_id: String,
 }
 
 /// After a command exits, how long its output pipes may stay open (held by a daemon it started)
@@ -180,11 +180,8 @@ pub struct LocalTransport {
 const DRAIN_GRACE: Duration = Duration::from_millis(300);
 
 impl LocalTransport {
-    pub fn new(root: impl Into<PathBuf>, node_id: impl Into<String>) -> LocalTransport {
-        LocalTransport {
-            root: root.into(),
-            node_id: node_id.into(),
-        }
+    pub fn new(root: impl Into<PathBuf>) -> LocalTransport {
+        LocalTransport { root: root.into() }
     }
 
     pub fn root(&self) -> &Path {
@@ -214,7 +211,7 @@ impl Transport for LocalTransport {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .envs(&spec.env)
-            .env(NODE_MARK, &self.node_id)
+            .env(NODE_MARK, &self.root)
             .current_dir(spec.cwd.as_deref().map(Path::new).unwrap_or(&self.root))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

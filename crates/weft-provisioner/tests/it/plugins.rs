@@ -199,3 +199,41 @@ async fn a_hanging_script_is_killed_with_everything_it_started() {
         .await
         .unwrap();
 }
+
+/// Many local providers creating nodes at once, over a registry holding reservations of nodes
+/// whose directories are gone (a provisioner's data removed without DELETE): every node gets an
+/// address of its own, and a DELETE gives back only its own.
+#[tokio::test]
+async fn concurrent_creates_take_over_stale_addresses_without_sharing_one() {
+    // Stale reservations: nodes whose provider's directory is removed.
+    for i in 0..8 {
+        let gone = tempfile::tempdir().unwrap();
+        local_node(&LocalProvider::new(gone.path()), &format!("stale-{i}")).await;
+    }
+    let dirs: Vec<_> = (0..8).map(|_| tempfile::tempdir().unwrap()).collect();
+    let providers: Vec<_> = dirs
+        .iter()
+        .map(|d| Arc::new(LocalProvider::new(d.path())))
+        .collect();
+    let mut creates = tokio::task::JoinSet::new();
+    for (p, local) in providers.iter().enumerate() {
+        for n in 0..3 {
+            let local = local.clone();
+            creates.spawn(async move { (p, local_node(&local, &format!("n{p}-{n}")).await) });
+        }
+    }
+    let made: Vec<_> = creates.join_all().await;
+    let addresses: std::collections::BTreeSet<String> = made
+        .iter()
+        .map(|(_, n)| n["ipaddresses"]["bind_v4"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        addresses.len(),
+        made.len(),
+        "every node has its own address"
+    );
+    for (p, node) in made {
+        let t = contract::task(Action::Delete, "x", node, Duration::from_secs(10));
+        providers[p].delete(&t).await.unwrap();
+    }
+}

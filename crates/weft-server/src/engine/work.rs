@@ -297,18 +297,25 @@ async fn payload(
         node_id: &'a str,
         config: Config<'a>,
     }
-    serde_json::to_string(&Payload {
-        task_id: &task.id,
-        job_id: &task.job_id,
-        cluster_id: cluster_id_text(task.cluster_id),
-        task_name: &task.action,
-        node_id: &task.node_id,
-        config: Config {
-            fields: &config,
-            nodes,
+    // Sized for the nodes map up front: growing a buffer of hundreds of KB by doubling copies it
+    // several times.
+    let mut out = Vec::with_capacity(nodes.map_or(0, |n| n.get().len()) + 4096);
+    serde_json::to_writer(
+        &mut out,
+        &Payload {
+            task_id: &task.id,
+            job_id: &task.job_id,
+            cluster_id: cluster_id_text(task.cluster_id),
+            task_name: &task.action,
+            node_id: &task.node_id,
+            config: Config {
+                fields: &config,
+                nodes,
+            },
         },
-    })
-    .map_err(|e| e.to_string())
+    )
+    .map_err(|e| e.to_string())?;
+    String::from_utf8(out).map_err(|e| e.to_string())
 }
 
 /// `POST /v2/tasks/finish`.
