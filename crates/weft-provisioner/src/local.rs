@@ -56,9 +56,8 @@ impl LocalProvider {
     /// machine-wide registry, holding the node's directory. A reservation whose node directory is
     /// gone (a provisioner's data removed without DELETE) is taken over. Every allocation and
     /// release holds an exclusive lock on the registry (`.lock`, flock), also across processes, so
-    /// a reservation is never taken over twice or released by anyone but its node. Answers the
-    /// directory of the node whose stale reservation was taken over, if one was.
-    async fn allocate(&self, providerid: &str) -> Result<(Ipv4Addr, Option<PathBuf>), PluginError> {
+    /// a reservation is never taken over twice or released by anyone but its node.
+    async fn allocate(&self, providerid: &str) -> Result<Ipv4Addr, PluginError> {
         let dir = self.addresses_dir();
         let owner = self.node_dir(providerid).to_string_lossy().into_owned();
         tokio::task::spawn_blocking(move || {
@@ -67,21 +66,17 @@ impl LocalProvider {
                 for z in 1..=254u8 {
                     let ip = Ipv4Addr::new(127, 77, y, z);
                     let path = dir.join(ip.to_string());
-                    let (free, stale) = match std::fs::read_to_string(&path) {
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (true, None),
+                    let free = match std::fs::read_to_string(&path) {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                         Err(e) => return Err(PluginError::retryable(format!("reading {ip}: {e}"))),
                         // Held by a node whose directory is gone: stale.
-                        Ok(holder) => {
-                            let holder = PathBuf::from(holder.trim());
-                            let stale = !holder.as_os_str().is_empty() && !holder.exists();
-                            (stale, stale.then_some(holder))
-                        }
+                        Ok(holder) => !holder.is_empty() && !Path::new(holder.trim()).exists(),
                     };
                     if free {
                         std::fs::write(&path, owner.as_bytes()).map_err(|e| {
                             PluginError::retryable(format!("writing {}: {e}", path.display()))
                         })?;
-                        return Ok((ip, stale));
+                        return Ok(ip);
                     }
                 }
             }
@@ -133,12 +128,9 @@ fn providerid(task: &Task) -> Option<String> {
     task.config_str("providerid").map(str::to_string)
 }
 
-/// Processes whose environment carries `NODE_MARK=<dir>`, a local node's directory (Linux /proc;
-/// none elsewhere).
-async fn marked_processes(dir: &Path) -> Vec<u32> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut needle = format!("{NODE_MARK}=").into_bytes();
-    needle.extend_from_slice(dir.as_os_str().as_bytes());
+/// Processes whose environment carries `NODE_MARK=id` (Linux /proc; none elsewhere).
+async fn marked_processes(id: &str) -> Vec<u32> {
+    let needle = format!("{NODE_MARK}={id}");
     let mut found = Vec::new();
     let Ok(mut rd) = tokio::fs::read_dir("/proc").await else {
         return found;
@@ -151,7 +143,7 @@ async fn marked_processes(dir: &Path) -> Vec<u32> {
             continue;
         }
         if let Ok(env) = tokio::fs::read(e.path().join("environ")).await {
-            if env.split(|b| *b == 0).any(|kv| kv == needle.as_slice()) {
+            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
                 found.push(pid);
             }
         }
@@ -159,10 +151,25 @@ async fn marked_processes(dir: &Path) -> Vec<u32> {
     found
 }
 
-/// Kills every process of the local node in `dir` (its recorded process groups, and whatever left
-/// them with `setsid` but still carries the node's mark) and waits until they are gone. Answers
-/// how many marked processes there were.
-async fn kill_node(dir: &Path) -> Result<usize, PluginError> {
+/// Kills every process of local node `id` in `dir` (its recorded process groups, and whatever
+/// left them with `setsid` but still carries the node's mark) and waits until they are gone.
+/// Answers how many marked processes there were.
+async fn kill_node(id: &str, dir: &Path) -> Result<usize, PluginError> {
+    // A process whose environment could not be read during a scan (it was between fork and
+    // exec, say) is found by the next one: scan again until a scan finds nothing.
+    let mut killed = 0;
+    for _ in 0..5 {
+        let n = kill_marked(id, dir).await?;
+        if n == 0 {
+            break;
+        }
+        killed += n;
+    }
+    Ok(killed)
+}
+
+/// One round of [`kill_node`]: kills what one scan finds and waits until it is gone.
+async fn kill_marked(id: &str, dir: &Path) -> Result<usize, PluginError> {
     // Kill the node's process groups, and whatever left them (setsid) but still carries the
     // node's mark. A recorded group is killed only while a marked process is in it, so a group
     // id reused by an unrelated process is never touched.
@@ -172,7 +179,7 @@ async fn kill_node(dir: &Path) -> Result<usize, PluginError> {
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect();
-    let marked = marked_processes(dir).await;
+    let marked = marked_processes(id).await;
     let mut groups = std::collections::BTreeSet::new();
     for pid in &marked {
         if let Some(g) = process_group(*pid).await.filter(|g| recorded.contains(g)) {
@@ -205,8 +212,7 @@ async fn kill_node(dir: &Path) -> Result<usize, PluginError> {
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(PluginError::retryable(format!(
-                "processes {alive:?} of node {} survived SIGKILL",
-                dir.display()
+                "processes {alive:?} of node {id} survived SIGKILL"
             )));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -297,12 +303,7 @@ impl Provider for LocalProvider {
             .await
             .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
         if self.read_node(&id).await.is_none() {
-            let (ip, stale) = self.allocate(&id).await?;
-            if let Some(gone) = stale {
-                // Its data was removed without DELETE; what it left running may still hold
-                // ports on the address.
-                kill_node(&gone).await?;
-            }
+            let ip = self.allocate(&id).await?;
             let node = json!({"providerid": id, "ip": ip.to_string()});
             tokio::fs::write(dir.join("node.json"), node.to_string())
                 .await
@@ -366,7 +367,7 @@ impl Provider for LocalProvider {
             });
         }
         let dir = self.node_dir(&id);
-        let killed = kill_node(&dir).await?;
+        let killed = kill_node(&id, &dir).await?;
         let ip = self
             .read_node(&id)
             .await

@@ -59,7 +59,8 @@ impl TransportFactory for DefaultTransports {
                 let dir = task
                     .config_str("nodedir")
                     .ok_or_else(|| PluginError::fatal("local node without nodedir"))?;
-                Ok((Arc::new(LocalTransport::new(dir)), dir.to_string()))
+                let id = task.config_str("providerid").unwrap_or_default();
+                Ok((Arc::new(LocalTransport::new(dir, id)), dir.to_string()))
             }
             // Coopr's providers name no transport: a node with `ssh-auth` is reached over SSH.
             Some("ssh") | None if task.config.contains_key("ssh-auth") => {

@@ -12,9 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-/// The environment variable that marks every process started for a local node with the node's
-/// directory (unique across providers and data dirs), so that deleting the node, or taking over
-/// the address of a node whose directory is gone, finds them all.
+/// The environment variable that marks every process started for a local node with the node's id,
+/// so that deleting the node finds them all.
 pub const NODE_MARK: &str = "WEFT_LOCAL_NODE";
 /// The file in a local node's directory listing the process groups started there, one per line.
 pub const PGID_FILE: &str = ".weft-pgids";
@@ -157,7 +156,8 @@ async fn pump(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
     }
 }
 
-/// Sends SIGKILL to a process group.
+/// Sends SIGKILL to a process group and waits (at most 5 s) until its members are gone: kill(2)
+/// only queues the signal, and what the group held (ports, files) must be free when this returns.
 pub async fn kill_group(pgid: u32) {
     let _ = tokio::process::Command::new("kill")
         .args(["-KILL", "--", &format!("-{pgid}")])
@@ -165,14 +165,46 @@ pub async fn kill_group(pgid: u32) {
         .stderr(Stdio::null())
         .status()
         .await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while group_alive(pgid).await && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether a process of group `pgid` is still running (not a zombie), from /proc/PID/stat
+/// (fields 3 and 5). Always false where there is no /proc.
+async fn group_alive(pgid: u32) -> bool {
+    let Ok(mut rd) = tokio::fs::read_dir("/proc").await else {
+        return false;
+    };
+    while let Ok(Some(e)) = rd.next_entry().await {
+        if e.file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_none()
+        {
+            continue;
+        }
+        let Ok(stat) = tokio::fs::read_to_string(e.path().join("stat")).await else {
+            continue;
+        };
+        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+        let state = fields.next().unwrap_or("");
+        let group = fields.nth(1).and_then(|g| g.parse::<u32>().ok());
+        if group == Some(pgid) && !matches!(state, "Z" | "X") {
+            return true;
+        }
+    }
+    false
 }
 
 /// Runs commands on this machine, for one local node: each command in its own process group,
-/// marked with [`NODE_MARK`]=`root`, the group recorded in `<root>/.weft-pgids` so that the
+/// marked with [`NODE_MARK`]=`node_id`, the group recorded in `<root>/.weft-pgids` so that the
 /// node's deletion can kill whatever the command left running.
 #[derive(Debug, Clone)]
 pub struct LocalTransport {
     root: PathBuf,
+    node_id: String,
 }
 
 /// After a command exits, how long its output pipes may stay open (held by a daemon it started)
@@ -180,8 +212,11 @@ pub struct LocalTransport {
 const DRAIN_GRACE: Duration = Duration::from_millis(300);
 
 impl LocalTransport {
-    pub fn new(root: impl Into<PathBuf>) -> LocalTransport {
-        LocalTransport { root: root.into() }
+    pub fn new(root: impl Into<PathBuf>, node_id: impl Into<String>) -> LocalTransport {
+        LocalTransport {
+            root: root.into(),
+            node_id: node_id.into(),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -211,7 +246,7 @@ impl Transport for LocalTransport {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .envs(&spec.env)
-            .env(NODE_MARK, &self.root)
+            .env(NODE_MARK, &self.node_id)
             .current_dir(spec.cwd.as_deref().map(Path::new).unwrap_or(&self.root))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -151,7 +151,7 @@ fn sh(line: &str) -> CommandSpec {
 #[tokio::test]
 async fn local_transport_passes_the_transport_contract() {
     let dir = tempfile::tempdir().unwrap();
-    let t = LocalTransport::new(dir.path());
+    let t = LocalTransport::new(dir.path(), "contract-node");
     transport_contract(&t, &dir.path().join("scratch").display().to_string()).await;
 }
 
