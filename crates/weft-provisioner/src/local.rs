@@ -15,7 +15,7 @@ use weft_model::{ParamSpec, PluginType};
 
 use crate::plugin::Provider;
 use crate::task::{PluginError, PluginResult, Task, TaskOutput};
-use crate::transport::{kill_group, NODE_MARK, PGID_FILE};
+use crate::transport::{kill_group, proc_stat, NODE_MARK, PGID_FILE};
 
 /// The provider type name.
 pub const NAME: &str = "local";
@@ -182,7 +182,11 @@ async fn kill_marked(id: &str, dir: &Path) -> Result<usize, PluginError> {
     let marked = marked_processes(id).await;
     let mut groups = std::collections::BTreeSet::new();
     for pid in &marked {
-        if let Some(g) = process_group(*pid).await.filter(|g| recorded.contains(g)) {
+        if let Some(g) = proc_stat(*pid)
+            .await
+            .map(|(_, g)| g)
+            .filter(|g| recorded.contains(g))
+        {
             groups.insert(g);
         }
     }
@@ -220,20 +224,11 @@ async fn kill_marked(id: &str, dir: &Path) -> Result<usize, PluginError> {
     Ok(marked.len())
 }
 
-/// Whether a process exists and is not a zombie (field 3 of /proc/PID/stat).
+/// Whether a process exists and is not a zombie.
 async fn running(pid: u32) -> bool {
-    let Ok(stat) = tokio::fs::read_to_string(format!("/proc/{pid}/stat")).await else {
-        return false;
-    };
-    !matches!(
-        stat.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .chars()
-            .next(),
-        None | Some('Z') | Some('X')
-    )
+    proc_stat(pid)
+        .await
+        .is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
 }
 
 /// Holds the address registry's lock (created if missing) until dropped.
@@ -249,19 +244,6 @@ fn lock_registry(dir: &Path) -> Result<std::fs::File, PluginError> {
     f.lock()
         .map_err(|e| PluginError::retryable(format!("locking the address registry: {e}")))?;
     Ok(f)
-}
-
-/// The process group of a process (field 5 of /proc/PID/stat).
-async fn process_group(pid: u32) -> Option<u32> {
-    let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .await
-        .ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
 }
 
 #[async_trait]

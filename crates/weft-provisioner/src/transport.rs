@@ -171,31 +171,35 @@ pub async fn kill_group(pgid: u32) {
     }
 }
 
-/// Whether a process of group `pgid` is still running (not a zombie), from /proc/PID/stat
-/// (fields 3 and 5). Always false where there is no /proc.
+/// Whether a process of group `pgid` is still running (not a zombie). Always false where there
+/// is no /proc.
 async fn group_alive(pgid: u32) -> bool {
     let Ok(mut rd) = tokio::fs::read_dir("/proc").await else {
         return false;
     };
     while let Ok(Some(e)) = rd.next_entry().await {
-        if e.file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-            .is_none()
-        {
-            continue;
-        }
-        let Ok(stat) = tokio::fs::read_to_string(e.path().join("stat")).await else {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
-        let state = fields.next().unwrap_or("");
-        let group = fields.nth(1).and_then(|g| g.parse::<u32>().ok());
-        if group == Some(pgid) && !matches!(state, "Z" | "X") {
+        if proc_stat(pid)
+            .await
+            .is_some_and(|(state, group)| group == pgid && !matches!(state, 'Z' | 'X'))
+        {
             return true;
         }
     }
     false
+}
+
+/// A process's state and process group (fields 3 and 5 of /proc/PID/stat); `None` if it is gone.
+pub(crate) async fn proc_stat(pid: u32) -> Option<(char, u32)> {
+    let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .await
+        .ok()?;
+    let mut fields = stat.rsplit(')').next()?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let group = fields.nth(1)?.parse().ok()?;
+    Some((state, group))
 }
 
 /// Runs commands on this machine, for one local node: each command in its own process group,

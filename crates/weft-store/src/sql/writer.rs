@@ -49,24 +49,11 @@ pub(crate) struct SqliteWriter {
 
 type TaskWithJob = Option<(TaskRow, Option<(String, i64)>)>;
 
-enum Op {
-    Commit {
-        steps: Vec<Step>,
-        reply: oneshot::Sender<Result<Vec<String>>>,
-    },
-    Take {
-        tenant_id: String,
-        owner: String,
-        now: i64,
-        deadline: i64,
-        reply: oneshot::Sender<Result<Option<Taken>>>,
-    },
-    TaskWithJob {
-        tenant_id: String,
-        id: String,
-        reply: oneshot::Sender<Result<TaskWithJob>>,
-    },
-}
+/// One operation: run on the connection inside the batch's transaction (`Err` when `BEGIN`
+/// failed: then it answers that error), it returns how to answer once the batch has committed
+/// (`Some(error)` when `COMMIT` failed).
+type Op = Box<dyn FnOnce(std::result::Result<&Connection, &str>) -> Answer + Send>;
+type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 
 /// A change set turned into what the thread runs, in order: its expectations, then its writes'
 /// statements. Everything is serialized by the caller, off the writer thread.
@@ -165,19 +152,33 @@ impl SqliteWriter {
         Ok(SqliteWriter { ops })
     }
 
-    async fn call<T>(&self, op: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Result<T> {
+    /// Runs `f` on the writer thread and answers its result once its batch has committed.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let stopped = || StoreError::Sqlite("the SQLite writer thread has stopped".into());
         let (reply, answer) = oneshot::channel();
-        self.ops
-            .send(op(reply))
-            .map_err(|_| StoreError::Sqlite("the SQLite writer thread has stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Sqlite("the SQLite writer thread has stopped".into()))?
+        let op: Op = Box::new(move |conn| {
+            let r = conn
+                .map_err(|e| StoreError::Sqlite(e.to_string()))
+                .and_then(f);
+            Box::new(move |failed: Option<&str>| {
+                let r = match failed {
+                    Some(e) => Err(StoreError::Sqlite(e.to_string())),
+                    None => r,
+                };
+                // A caller that has gone away (its request was cancelled) is not an error.
+                let _ = reply.send(r);
+            })
+        });
+        self.ops.send(op).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 
     pub(crate) async fn commit(&self, cs: &ChangeSet) -> Result<Vec<String>> {
         let steps = steps(cs);
-        self.call(|reply| Op::Commit { steps, reply }).await
+        self.call(move |conn| in_savepoint(conn, &steps)).await
     }
 
     pub(crate) async fn take(
@@ -187,51 +188,15 @@ impl SqliteWriter {
         now: i64,
         deadline: i64,
     ) -> Result<Option<Taken>> {
-        self.call(|reply| Op::Take {
-            tenant_id: tenant_id.to_string(),
-            owner: owner.to_string(),
-            now,
-            deadline,
-            reply,
-        })
-        .await
+        let (tenant_id, owner) = (tenant_id.to_string(), owner.to_string());
+        self.call(move |conn| take(conn, &tenant_id, &owner, now, deadline))
+            .await
     }
 
     pub(crate) async fn task_with_job(&self, tenant_id: &str, id: &str) -> Result<TaskWithJob> {
-        self.call(|reply| Op::TaskWithJob {
-            tenant_id: tenant_id.to_string(),
-            id: id.to_string(),
-            reply,
-        })
-        .await
-    }
-}
-
-/// An answer held back until the batch's `COMMIT`.
-enum Answer {
-    Commit(oneshot::Sender<Result<Vec<String>>>, Result<Vec<String>>),
-    Take(
-        oneshot::Sender<Result<Option<Taken>>>,
-        Result<Option<Taken>>,
-    ),
-    TaskWithJob(oneshot::Sender<Result<TaskWithJob>>, Result<TaskWithJob>),
-}
-
-impl Answer {
-    /// Sends the answer, or `failed` instead when the batch did not commit. A caller that has
-    /// gone away (its request was cancelled) is not an error.
-    fn send(self, failed: Option<&str>) {
-        fn or<T>(r: Result<T>, failed: Option<&str>) -> Result<T> {
-            match failed {
-                Some(e) => Err(StoreError::Sqlite(e.to_string())),
-                None => r,
-            }
-        }
-        match self {
-            Answer::Commit(tx, r) => drop(tx.send(or(r, failed))),
-            Answer::Take(tx, r) => drop(tx.send(or(r, failed))),
-            Answer::TaskWithJob(tx, r) => drop(tx.send(or(r, failed))),
-        }
+        let (tenant_id, id) = (tenant_id.to_string(), id.to_string());
+        self.call(move |conn| task_with_job(conn, &tenant_id, &id))
+            .await
     }
 }
 
@@ -265,43 +230,11 @@ fn run(conn: Connection, ops: mpsc::Receiver<Op>, _stop: mpsc::Sender<()>) {
 }
 
 fn run_batch(conn: &Connection, batch: Vec<Op>) {
-    let mut answers = Vec::with_capacity(batch.len());
     let begun = exec(conn, "BEGIN IMMEDIATE");
-    for op in batch {
-        answers.push(match op {
-            Op::Commit { steps, reply } => {
-                let r = match &begun {
-                    Ok(()) => in_savepoint(conn, &steps),
-                    Err(e) => Err(StoreError::Sqlite(e.clone())),
-                };
-                Answer::Commit(reply, r)
-            }
-            Op::Take {
-                tenant_id,
-                owner,
-                now,
-                deadline,
-                reply,
-            } => {
-                let r = match &begun {
-                    Ok(()) => take(conn, &tenant_id, &owner, now, deadline),
-                    Err(e) => Err(StoreError::Sqlite(e.clone())),
-                };
-                Answer::Take(reply, r)
-            }
-            Op::TaskWithJob {
-                tenant_id,
-                id,
-                reply,
-            } => {
-                let r = match &begun {
-                    Ok(()) => task_with_job(conn, &tenant_id, &id),
-                    Err(e) => Err(StoreError::Sqlite(e.clone())),
-                };
-                Answer::TaskWithJob(reply, r)
-            }
-        });
-    }
+    let answers: Vec<Answer> = batch
+        .into_iter()
+        .map(|op| op(begun.as_ref().map(|()| conn).map_err(String::as_str)))
+        .collect();
     let failed = match begun {
         Err(_) => None, // every answer already carries the error
         Ok(()) => exec(conn, "COMMIT").err().map(|e| {
@@ -311,7 +244,7 @@ fn run_batch(conn: &Connection, batch: Vec<Op>) {
         }),
     };
     for a in answers {
-        a.send(failed.as_deref());
+        a(failed.as_deref());
     }
 }
 
