@@ -147,17 +147,31 @@ fn actions(t: &TaskRow) -> ApiResult<Vec<NodeAction>> {
     Ok(out)
 }
 
-async fn latest_job(st: &AppState, row: &ClusterRow) -> ApiResult<Option<JobRow>> {
-    match &row.latest_job {
-        Some(j) => Ok(st.store.get_job(&row.tenant_id, j).await?),
-        None => Ok(None),
+/// The cluster's latest job, and the cluster row no older than it. A job that ends and the
+/// cluster status it sets are committed together, but `row` was read before the job: if the job
+/// has ended while the row still shows the cluster pending, the row is read again.
+async fn latest_job(st: &AppState, row: &ClusterRow) -> ApiResult<(ClusterRow, Option<JobRow>)> {
+    let Some(id) = &row.latest_job else {
+        return Ok((row.clone(), None));
+    };
+    let job = st.store.get_job(&row.tenant_id, id).await?;
+    let ended = job.as_ref().is_some_and(|j| {
+        j.status != JobStatus::Running.as_str() && j.status != JobStatus::Paused.as_str()
+    });
+    if ended && row.status == ClusterStatus::Pending.as_str() {
+        if let Some(now) = st.store.get_cluster(&row.tenant_id, row.id).await? {
+            return Ok((now, job));
+        }
     }
+    Ok((row.clone(), job))
 }
 
 pub async fn summary(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterSummary> {
+    let (row, job) = latest_job(st, row).await?;
+    let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
     let nodes = st.store.list_nodes(&row.tenant_id, row.id).await?.len() as u64;
-    let progress = match latest_job(st, row).await? {
+    let progress = match job {
         Some(j) => Some(progress(st, &j).await?),
         None => None,
     };
@@ -186,12 +200,14 @@ pub async fn summary(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterSummar
 }
 
 pub async fn details(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterDetails> {
+    let (row, job) = latest_job(st, row).await?;
+    let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
     let mut nodes: Vec<Node> = Vec::new();
     for n in st.store.list_nodes(&row.tenant_id, row.id).await? {
         nodes.push(node(st, &n).await?);
     }
-    let progress = match latest_job(st, row).await? {
+    let progress = match job {
         Some(j) => Some(progress(st, &j).await?),
         None => None,
     };
@@ -234,7 +250,9 @@ pub async fn details(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterDetail
 }
 
 pub async fn status(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterStatusView> {
-    let job = latest_job(st, row).await?.ok_or_else(|| {
+    let (row, job) = latest_job(st, row).await?;
+    let row = &row;
+    let job = job.ok_or_else(|| {
         ApiError::NotFound(format!("cluster {} not found.", cluster_id_text(row.id)))
     })?;
     let p = progress(st, &job).await?;
