@@ -363,6 +363,10 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     /// In-progress tasks of every tenant whose lease has run out (`lease_deadline < now`), by
     /// deadline. The janitor fails or retries them through [`commit`](Store::commit).
     async fn expired_tasks(&self, now: i64) -> Result<Vec<TaskRow>>;
+    /// In-progress tasks of every tenant leased by a worker of `provisioner_id` (lease owner
+    /// `<provisioner_id>.<worker>`), oldest lease first. When a provisioner registers again (a new
+    /// incarnation) or is dropped, the janitor and the registration fail these over at once.
+    async fn tasks_leased_by(&self, provisioner_id: &str) -> Result<Vec<TaskRow>>;
     /// Clusters of every tenant whose lease has run out: status `active` or `incomplete` and
     /// `0 < expire_time < now`, by expiry time.
     async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>>;

@@ -1070,6 +1070,10 @@ impl Store for SqlStore {
         self.expired_tasks_impl(now).await
     }
 
+    async fn tasks_leased_by(&self, provisioner_id: &str) -> Result<Vec<TaskRow>> {
+        self.tasks_leased_by_impl(provisioner_id).await
+    }
+
     async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>> {
         self.expired_clusters_impl(now).await
     }

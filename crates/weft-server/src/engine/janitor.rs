@@ -16,7 +16,7 @@ use std::time::Duration;
 use weft_store::LeaderGuard;
 
 use super::delete::start_delete;
-use super::work::{complete_job, fail_expired};
+use super::work::{complete_job, fail_expired, fail_over_leases};
 use crate::error::ApiResult;
 use crate::state::{now_ms, AppState};
 use crate::workers;
@@ -33,6 +33,8 @@ pub struct JanitorReport {
     pub expired_clusters: Vec<(u64, String)>,
     /// Ids of the provisioners dropped for missing heartbeats.
     pub dropped_provisioners: Vec<String>,
+    /// Ids of the tasks a dropped provisioner held, failed over before their lease ran out.
+    pub failed_over_tasks: Vec<String>,
     /// Ids of the jobs completed because their end gate was complete (a server stopped between).
     pub completed_jobs: Vec<String>,
 }
@@ -92,6 +94,10 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
             st.provisioners.forget(&p.id);
             tracing::warn!(provisioner = %p.id, last_heartbeat_ms = p.last_heartbeat_ms,
                 "provisioner missed its heartbeats; dropped");
+            let why = format!("provisioner {} missed its heartbeats", p.id);
+            report
+                .failed_over_tasks
+                .extend(fail_over_leases(st, &p.id, &why).await?);
             report.dropped_provisioners.push(p.id);
         }
     }

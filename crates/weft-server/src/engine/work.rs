@@ -359,6 +359,31 @@ pub(crate) async fn fail_expired(
     }
 }
 
+/// Fails over every task leased by a worker of `provisioner_id`, whatever its deadline: the
+/// provisioner registered again (a new incarnation, which knows nothing of its predecessor's
+/// leases) or was dropped for missing its heartbeats. Each task goes through the same retry logic
+/// as a failed finish, so it is queued again at once (a CREATE first gets a DELETE of what it may
+/// have made). A late finish from the old incarnation then gets 417. Returns the ids failed over.
+pub(crate) async fn fail_over_leases(
+    st: &AppState,
+    provisioner_id: &str,
+    why: &str,
+) -> ApiResult<Vec<String>> {
+    let mut failed = Vec::new();
+    for task in st.store.tasks_leased_by(provisioner_id).await? {
+        match fail_expired(st, &task, i64::MAX, why).await {
+            Ok(()) => {
+                tracing::warn!(task_id = %task.id, job_id = %task.job_id, cluster_id = task.cluster_id,
+                    provisioner = provisioner_id, "lease of a gone provisioner failed over");
+                failed.push(task.id);
+            }
+            Err(e) => tracing::error!(task_id = %task.id, job_id = %task.job_id,
+                cluster_id = task.cluster_id, error = %e, "could not fail over task"),
+        }
+    }
+    Ok(failed)
+}
+
 fn not_owner() -> ApiError {
     ApiError::ExpectationFailed("Worker is not the owner of the task".into())
 }

@@ -13,9 +13,11 @@ use weft_store::ProvisionerRecord;
 use super::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
+use crate::engine::work::fail_over_leases;
 use crate::error::{ApiError, ApiResult};
+use crate::outbound::spawn_assignments;
 use crate::state::{now_ms, AppState};
-use crate::workers::rebalance;
+use crate::workers::{reassign, rebalance, Moved};
 
 pub fn external_routes(api: Api) -> Api {
     api.route(
@@ -153,7 +155,7 @@ async fn register(
         .map_err(|_| ApiError::BadRequest("capacityTotal is too large".into()))?;
     let existing = st.store.get_provisioner(&pid).await?;
     let record = ProvisionerRecord {
-        id: pid,
+        id: pid.clone(),
         host,
         port,
         capacity_total: capacity,
@@ -165,12 +167,32 @@ async fn register(
         last_heartbeat_ms: now_ms(),
     };
     st.store.upsert_provisioner(&record).await?;
-    rebalance(&st).await
+    // Every registration is a new incarnation: it holds no lease and runs no worker yet. The
+    // leases of its predecessor are failed over now (not when they time out), and it is told
+    // every worker count it holds, changed or not.
+    let why = format!("provisioner {pid} registered again; its earlier run's lease was released");
+    fail_over_leases(&st, &pid, &why).await?;
+    let mut moved = reassign(st.store.as_ref()).await?;
+    if let Some(p) = st.store.get_provisioner(&pid).await? {
+        moved.extend(p.assignments.into_keys().map(|tenant_id| Moved {
+            provisioner_id: pid.clone(),
+            tenant_id,
+        }));
+    }
+    moved.sort();
+    moved.dedup();
+    if !moved.is_empty() {
+        spawn_assignments(&st, moved);
+    }
+    Ok(())
 }
 
 async fn unregister(State(st): State<AppState>, Path(pid): Path<String>) -> ApiResult<()> {
     let deleted = st.store.delete_provisioner(&pid).await?;
     st.provisioners.forget(&pid);
+    // A provisioner unregisters after its workers finished what they held; anything still leased
+    // to it will never be finished.
+    fail_over_leases(&st, &pid, &format!("provisioner {pid} unregistered")).await?;
     if deleted {
         rebalance(&st).await?;
     }

@@ -935,6 +935,21 @@ impl SqlStore {
         rows.iter().map(task_from_row).collect()
     }
 
+    pub(crate) async fn tasks_leased_by_impl(&self, provisioner_id: &str) -> Result<Vec<TaskRow>> {
+        // A prefix compare, not LIKE: a provisioner id may hold `%` or `_`.
+        let prefix = format!("{provisioner_id}.");
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE state = 'in_progress' \
+             AND substr(lease_owner, 1, CAST($1 AS INTEGER)) = $2 ORDER BY lease_deadline, tenant_id, id"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i32::try_from(prefix.chars().count()).unwrap_or(i32::MAX))
+            .bind(&prefix)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
     pub(crate) async fn expired_clusters_impl(&self, now: i64) -> Result<Vec<ClusterRow>> {
         let sql = format!(
             "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE status IN ('active', 'incomplete') \

@@ -898,6 +898,23 @@ async fn expired_leases_are_found_across_tenants(ctx: &Ctx) -> Result<()> {
     assert_eq!(clusters, [(B.to_string(), 2), (A.to_string(), 1)]);
     assert_eq!(s.expired_tasks(0).await?, vec![]);
     assert_eq!(s.expired_clusters(0).await?, vec![]);
+
+    // A provisioner's leases, by the owner's prefix (`<provisioner>.<worker>`), never by pattern.
+    s.commit(&writes([Write::Task(at(
+        &task(A, "j", "other", TaskState::InProgress, 0),
+        |t| {
+            t.lease_owner = Some("p_.w".into());
+            t.lease_deadline = 10;
+        },
+    ))]))
+    .await?;
+    let by = |p: &'static str| async move {
+        let tasks = s.tasks_leased_by(p).await?;
+        Ok::<_, weft_store::StoreError>(tasks.into_iter().map(|t| t.id).collect::<Vec<_>>())
+    };
+    assert_eq!(by("p").await?, ["b-late", "a-late", "a-edge", "a-fine"]);
+    assert_eq!(by("p_").await?, ["other"]);
+    assert!(by("%").await?.is_empty() && by("p.w").await?.is_empty());
     Ok(())
 }
 

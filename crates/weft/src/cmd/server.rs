@@ -109,6 +109,10 @@ pub struct UpArgs {
     /// Provisioner API port [default: 55055].
     #[arg(long, env = "WEFT_INTERNAL_PORT")]
     internal_port: Option<u16>,
+    /// Seconds a task may hold its lease before it is retried [default: 1800]. A provisioner
+    /// that restarts or goes silent has its tasks retried at once, whatever this says.
+    #[arg(long, env = "WEFT_TASK_TIMEOUT")]
+    task_timeout: Option<u64>,
 }
 
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -131,6 +135,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         data_dir: args.data_dir,
         port: args.port,
         internal_port: args.internal_port,
+        task_timeout: args.task_timeout,
         bind: Some("127.0.0.1".into()),
         auth: Some("none".into()),
         ..Default::default()

@@ -88,39 +88,37 @@ fn provisioner(internal: &str, id: &str, data: &Path) -> Proc {
     spawn(cmd, "weft provisioner").0
 }
 
-#[test]
-fn a_task_of_a_killed_provisioner_is_finished_by_another() {
-    let dir = tempfile::tempdir().unwrap();
-    let marks = dir.path().join("marks");
+/// A server (with its janitor every second), the tenant `acme` with one worker, and a one-node
+/// cluster whose install script hangs on its first run (writing its pid to `marks/started`) and
+/// finishes at once on a retry. Returns the server, its API and internal URLs and the cluster id.
+struct Scene {
+    _server: Proc,
+    api: String,
+    internal: String,
+    cluster: String,
+    started: std::path::PathBuf,
+}
+
+fn scene(dir: &Path, task_timeout: &str, provisioner_timeout: &str, first: &str) -> (Scene, Proc) {
+    let marks = dir.join("marks");
     std::fs::create_dir_all(&marks).unwrap();
     let mut cmd = weft();
-    cmd.args([
-        "server",
-        "--port",
-        "0",
-        "--internal-port",
-        "0",
-        "--task-timeout",
-        "3",
-        "--janitor-interval",
-        "1",
-    ])
-    .args(["--provisioner-timeout", "2", "--data-dir"])
-    .arg(dir.path().join("server"));
-    let (_server, lines) = spawn(cmd, "provisioners");
+    cmd.args(["server", "--port", "0", "--internal-port", "0"])
+        .args(["--task-timeout", task_timeout, "--janitor-interval", "1"])
+        .args(["--provisioner-timeout", provisioner_timeout, "--data-dir"])
+        .arg(dir.join("server"));
+    let (server, lines) = spawn(cmd, "provisioners");
     let (api, internal) = (
         url_after(&lines, "REST API"),
         url_after(&lines, "provisioners"),
     );
-
-    let mut first = provisioner(&internal, "p-first", &dir.path().join("p1"));
+    let provisioner = provisioner(&internal, first, &dir.join(first));
     ok(
         "POST",
         &format!("{api}/v2/tenants"),
         &SA,
         json!({"tenant": {"name": "acme", "workers": 1}}),
     );
-    // The first run of the install script hangs (and says so); a retry finishes at once.
     let m = marks.display();
     let script = format!("#!/bin/sh\nif [ ! -e {m}/started ]; then echo $$ > {m}/started; sleep 600; fi\necho installed\n");
     let catalog = [
@@ -148,7 +146,7 @@ fn a_task_of_a_killed_provisioner_is_finished_by_another() {
     for (kind, body) in catalog {
         ok("POST", &format!("{api}/v2/{kind}"), &ADMIN, body);
     }
-    let id = ok(
+    let cluster = ok(
         "POST",
         &format!("{api}/v2/clusters"),
         &ADMIN,
@@ -157,51 +155,102 @@ fn a_task_of_a_killed_provisioner_is_finished_by_another() {
         .as_str()
         .unwrap()
         .to_string();
-
-    // Wait for the first provisioner to be inside the script, then kill it.
     let started = marks.join("started");
-    let end = Instant::now() + Duration::from_secs(60);
-    while !started.exists() {
-        assert!(Instant::now() < end, "the install never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    first.0.kill().unwrap();
-    first.0.wait().unwrap();
-    let _second = provisioner(&internal, "p-second", &dir.path().join("p2"));
+    let scene = Scene {
+        _server: server,
+        api,
+        internal,
+        cluster,
+        started,
+    };
+    (scene, provisioner)
+}
 
-    let end = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        let s = ok(
+impl Scene {
+    /// Waits until the first run of the install script is inside its sleep.
+    fn wait_until_started(&self) {
+        let end = Instant::now() + Duration::from_secs(60);
+        while !self.started.exists() {
+            assert!(Instant::now() < end, "the install never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Polls the cluster's status until it is no longer pending, for at most `within`; returns
+    /// the status and how long it took.
+    fn wait_settled(&self, within: Duration) -> (Value, Duration) {
+        let t0 = Instant::now();
+        loop {
+            let s = ok(
+                "GET",
+                &format!("{}/v2/clusters/{}/status", self.api, self.cluster),
+                &ADMIN,
+                Value::Null,
+            );
+            if s["status"] != "pending" || t0.elapsed() > within {
+                return (s, t0.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The cluster's INSTALL attempts, oldest first, after ending the orphaned script of the
+    /// killed provisioner (it is not ours to leave behind).
+    fn installs(&self) -> (Value, Vec<Value>) {
+        if let Ok(pid) = std::fs::read_to_string(&self.started) {
+            // Each script runs in a process group of its own: end the group, its sleep included.
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{}", pid.trim())])
+                .status();
+        }
+        let details = ok(
             "GET",
-            &format!("{api}/v2/clusters/{id}/status"),
+            &format!("{}/v2/clusters/{}", self.api, self.cluster),
             &ADMIN,
             Value::Null,
         );
-        if s["status"] != "pending" || Instant::now() > end {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    // The orphaned script of the killed provisioner is not ours to leave behind.
-    if let Ok(pid) = std::fs::read_to_string(&started) {
-        // Each script runs in a process group of its own: end the group, its sleep included.
-        let _ = Command::new("kill")
-            .args(["-TERM", "--", &format!("-{}", pid.trim())])
-            .status();
+        let installs = details["nodes"][0]["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["action"] == "INSTALL")
+            .cloned()
+            .collect();
+        (details, installs)
     }
-    let details = ok(
-        "GET",
-        &format!("{api}/v2/clusters/{id}"),
-        &ADMIN,
-        Value::Null,
-    );
+
+    fn provisioner_ids(&self) -> Vec<String> {
+        let provisioners = ok(
+            "GET",
+            &format!("{}/v2/provisioners", self.api),
+            &SA,
+            Value::Null,
+        );
+        provisioners
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["id"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+fn kill(mut p: Proc) {
+    p.0.kill().unwrap();
+    p.0.wait().unwrap();
+}
+
+#[test]
+fn a_task_of_a_killed_provisioner_is_finished_by_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (scene, first) = scene(dir.path(), "3", "2", "p-first");
+    scene.wait_until_started();
+    kill(first);
+    let _second = provisioner(&scene.internal, "p-second", &dir.path().join("p2"));
+
+    let (status, _) = scene.wait_settled(Duration::from_secs(90));
+    let (details, installs) = scene.installs();
     assert_eq!(status["status"], "active", "{}", details["message"]);
-    let installs: Vec<&Value> = details["nodes"][0]["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["action"] == "INSTALL")
-        .collect();
     assert_eq!(
         installs.first().map(|a| &a["status"]),
         Some(&json!("failed")),
@@ -212,12 +261,33 @@ fn a_task_of_a_killed_provisioner_is_finished_by_another() {
         Some(&json!("complete")),
         "and a retry finished it: {installs:?}"
     );
-    let provisioners = ok("GET", &format!("{api}/v2/provisioners"), &SA, Value::Null);
-    let ids: Vec<&str> = provisioners
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["id"].as_str())
-        .collect();
-    assert_eq!(ids, ["p-second"], "the silent provisioner was dropped");
+    assert_eq!(
+        scene.provisioner_ids(),
+        ["p-second"],
+        "the silent provisioner was dropped"
+    );
+}
+
+/// Issue 14: a provisioner restarted with the same id (as `weft up`'s is) gets its workers back,
+/// and the lease its killed run held is failed over when it registers again, not when the lease
+/// times out (30 minutes here) nor when the janitor finds it silent (an hour here).
+#[test]
+fn a_provisioner_restarted_with_its_id_gets_its_workers_back_and_its_lease_retried_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (scene, first) = scene(dir.path(), "1800", "3600", "p1");
+    scene.wait_until_started();
+    kill(first);
+    let _again = provisioner(&scene.internal, "p1", &dir.path().join("p1"));
+
+    let (status, took) = scene.wait_settled(Duration::from_secs(60));
+    let (details, installs) = scene.installs();
+    assert_eq!(status["status"], "active", "{}", details["message"]);
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    let states: Vec<&Value> = installs.iter().map(|a| &a["status"]).collect();
+    assert_eq!(
+        states,
+        [&json!("failed"), &json!("complete")],
+        "the killed run's attempt failed over, the new run finished it: {installs:?}"
+    );
+    assert_eq!(scene.provisioner_ids(), ["p1"]);
 }
