@@ -24,7 +24,7 @@ const JOB_DEADLINE: Duration = Duration::from_secs(180);
 
 /// Two distinct free TCP ports on the loopback (bound together and released, so the server and its
 /// restarts can take them).
-fn free_ports() -> (u16, u16) {
+pub(crate) fn free_ports() -> (u16, u16) {
     let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
     let (a, b) = (bind(), bind());
     let port = |l: &std::net::TcpListener| l.local_addr().expect("local addr").port();

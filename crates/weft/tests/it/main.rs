@@ -3,6 +3,7 @@
 mod cli;
 mod cli_hostpool;
 mod crash;
+mod crash_up;
 mod lost_provisioner;
 mod offline;
 mod server;
