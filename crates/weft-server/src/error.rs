@@ -67,6 +67,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Conflict(what) => ApiError::Conflict(format!("{what} already exists")),
+            e @ StoreError::QuotaExceeded(_) => ApiError::Conflict(e.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -234,6 +234,42 @@ pub enum Expect {
         id: String,
         rev: i64,
     },
+    /// The tenant stays within its quotas once the change set is written: its clusters that are
+    /// not `terminated`, plus `add_clusters`, at most `max_clusters`; their nodes, plus
+    /// `add_nodes`, at most `max_nodes`. Counted inside the commit's own transaction, which on
+    /// PostgreSQL first takes a per-tenant lock, so concurrent creates (from several servers too)
+    /// cannot pass it together. A failure is [`StoreError::QuotaExceeded`](crate::StoreError).
+    Quota(Quota),
+}
+
+/// The limits an [`Expect::Quota`] checks and what the change set adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    pub tenant_id: String,
+    pub max_clusters: u64,
+    pub max_nodes: u64,
+    pub add_clusters: u64,
+    pub add_nodes: u64,
+}
+
+impl Quota {
+    /// Checks the counts read in the transaction; the error names the quota, its limit and
+    /// what the tenant has.
+    pub fn check(&self, clusters: u64, nodes: u64) -> Result<(), crate::StoreError> {
+        if clusters + self.add_clusters > self.max_clusters {
+            return Err(crate::StoreError::QuotaExceeded(format!(
+                "maxClusters ({}): it has {clusters} clusters",
+                self.max_clusters
+            )));
+        }
+        if nodes + self.add_nodes > self.max_nodes {
+            return Err(crate::StoreError::QuotaExceeded(format!(
+                "maxNodes ({}): it has {nodes} nodes and asks for {} more",
+                self.max_nodes, self.add_nodes
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Expect {

@@ -27,8 +27,8 @@ mod migrate;
 mod sql;
 
 pub use engine::{
-    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, LeaderGuard, NodeRow, Taken, TaskRow,
-    TaskState, Write, GATE,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, LeaderGuard, NodeRow, Quota, Taken,
+    TaskRow, TaskState, Write, GATE,
 };
 pub use hostpool::{
     HostDelete, HostLease, HostPoolStore, HostRequest, PoolHostRow, Reservation, ShortGroup,
@@ -59,6 +59,10 @@ pub enum StoreError {
     /// got there first. Nothing of the change set was written; read again and redo the step.
     #[error("stale write: {0}")]
     Stale(String),
+    /// A change set would take its tenant over a quota ([`Expect::Quota`]); the text names the
+    /// quota, its limit and what the tenant has. Nothing of the change set was written.
+    #[error("tenant would exceed its quota {0}")]
+    QuotaExceeded(String),
     /// The URL names no supported backend.
     #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://...")]
     BadUrl(String),

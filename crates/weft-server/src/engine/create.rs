@@ -12,7 +12,7 @@ use weft_model::{
 use weft_planner::{Operation, Plan, PlanInput, Vertex};
 use weft_solver::{Catalog, TypeOffer};
 use weft_store::{
-    ChangeSet, ClusterRow, Expect, JobRow, NodeRow, TaskRow, TaskState, Write, SUPERADMIN,
+    ChangeSet, ClusterRow, Expect, JobRow, NodeRow, Quota, TaskRow, TaskState, Write, SUPERADMIN,
 };
 
 use super::body::{to_body, ClusterBody, JobBody, TaskBody};
@@ -328,11 +328,21 @@ pub async fn create_cluster(
     writes.push(Write::Job(job));
     writes.extend(tasks.into_iter().map(Write::Task));
     let cs = ChangeSet {
-        expect: vec![Expect::ClusterRev {
-            tenant_id: tenant.id.clone(),
-            id: cluster_id,
-            rev: 0,
-        }],
+        expect: vec![
+            // Checked again in the commit: concurrent creates cannot pass the check above together.
+            Expect::Quota(Quota {
+                tenant_id: tenant.id.clone(),
+                max_clusters: tenant.spec.max_clusters,
+                max_nodes: tenant.spec.max_nodes,
+                add_clusters: 1,
+                add_nodes: size,
+            }),
+            Expect::ClusterRev {
+                tenant_id: tenant.id.clone(),
+                id: cluster_id,
+                rev: 0,
+            },
+        ],
         writes,
     };
     let committed = st.store.commit(&cs).await;

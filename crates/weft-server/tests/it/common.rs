@@ -123,6 +123,22 @@ impl Harness {
         Harness { app, _dir: dir }
     }
 
+    /// A server over the store at `url` (several harnesses over one URL are several servers on
+    /// one database), with a data dir of its own.
+    pub async fn over(url: &str) -> Harness {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let settings = RawConfig {
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        }
+        .resolve()
+        .expect("settings");
+        let store = weft_store::open(url).await.expect("store");
+        let app = weft_server::app(store, settings);
+        app.state.outbound.set_enabled(false);
+        Harness { app, _dir: dir }
+    }
+
     /// Sends a prepared request.
     pub async fn send(&self, port: Port, req: Request<Body>) -> Resp {
         let router = match port {

@@ -19,6 +19,7 @@ mod outbound;
 mod plugins;
 mod prometheus;
 mod provisioners;
+mod quotas;
 mod secrets;
 mod status_identity;
 mod tenants;

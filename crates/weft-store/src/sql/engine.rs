@@ -30,8 +30,8 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{parse_json, to_i64, to_u32, to_u64, SqlStore};
 use crate::engine::{
-    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Taken, TaskRow, TaskState, Write,
-    GATE,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskRow, TaskState,
+    Write, GATE,
 };
 use crate::leader::{fnv1a64, Held};
 use crate::{Backend, LeaderGuard, Result, StoreError};
@@ -218,8 +218,8 @@ impl std::fmt::Display for Id<'_> {
     }
 }
 
-fn target(e: &Expect) -> Target<'_> {
-    match e {
+fn target(e: &Expect) -> Option<Target<'_>> {
+    Some(match e {
         Expect::ClusterRev { tenant_id, id, rev } => Target {
             table: "clusters",
             what: "cluster",
@@ -252,12 +252,57 @@ fn target(e: &Expect) -> Target<'_> {
             rev: *rev,
             written: true,
         },
+        Expect::Quota(_) => return None,
+    })
+}
+
+/// A change set's quota expectations.
+pub(super) fn quotas(cs: &ChangeSet) -> impl Iterator<Item = &Quota> {
+    cs.expect.iter().filter_map(|e| match e {
+        Expect::Quota(q) => Some(q),
+        _ => None,
+    })
+}
+
+/// The lock class of the per-tenant quota locks (PostgreSQL advisory locks, two-key form).
+const QUOTA_LOCK_CLASS: i32 = 0x7175_6f74;
+
+/// Counts a tenant's clusters that are not `terminated` and their nodes (`$1` tenant), in one
+/// statement so that both come from one snapshot.
+pub(super) const QUOTA_COUNTS: &str = "SELECT \
+     (SELECT COUNT(*) FROM clusters WHERE tenant_id = $1 AND status <> 'terminated') AS c, \
+     (SELECT COUNT(*) FROM nodes n JOIN clusters k \
+      ON k.tenant_id = n.tenant_id AND k.id = n.cluster_id \
+      WHERE n.tenant_id = $1 AND k.status <> 'terminated') AS n";
+
+/// Checks a quota inside `tx`; on PostgreSQL it first waits for the tenant's quota lock, held
+/// until the transaction ends, so the next check counts what this one commits.
+async fn check_quota(
+    tx: &mut Transaction<'static, Any>,
+    backend: Backend,
+    q: &Quota,
+) -> Result<()> {
+    if backend == Backend::Postgres {
+        let objid = fnv1a64(q.tenant_id.as_bytes()) as u32 as i32;
+        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1, $2)) AS l")
+            .bind(QUOTA_LOCK_CLASS)
+            .bind(objid)
+            .execute(&mut **tx)
+            .await?;
     }
+    let row = sqlx::query(QUOTA_COUNTS)
+        .bind(&q.tenant_id)
+        .fetch_one(&mut **tx)
+        .await?;
+    q.check(
+        to_u64(row.try_get("c")?, "cluster count")?,
+        to_u64(row.try_get("n")?, "node count")?,
+    )
 }
 
 /// A change set's expectations in one canonical locking order: by table, tenant, id.
 pub(super) fn targets(cs: &ChangeSet) -> Vec<Target<'_>> {
-    let mut targets: Vec<Target<'_>> = cs.expect.iter().map(target).collect();
+    let mut targets: Vec<Target<'_>> = cs.expect.iter().filter_map(target).collect();
     for t in &mut targets {
         t.written = cs.writes.iter().any(|w| writes_row(w, t));
     }
@@ -596,9 +641,10 @@ impl SqlStore {
             return w.commit(cs).await;
         }
         let targets = targets(cs);
+        let quotas: Vec<&Quota> = quotas(cs).collect();
         let mut tries = 0;
         loop {
-            match self.try_commit(&targets, &cs.writes).await {
+            match self.try_commit(&quotas, &targets, &cs.writes).await {
                 Err(e) if is_deadlock(&e) && tries < MAX_DEADLOCK_RETRIES => {
                     tries += 1;
                     tracing::debug!(tries, "change set lost a deadlock, retrying");
@@ -608,8 +654,17 @@ impl SqlStore {
         }
     }
 
-    async fn try_commit(&self, targets: &[Target<'_>], writes: &[Write]) -> Result<Vec<String>> {
+    async fn try_commit(
+        &self,
+        quotas: &[&Quota],
+        targets: &[Target<'_>],
+        writes: &[Write],
+    ) -> Result<Vec<String>> {
         let mut tx = self.write_tx().await?;
+        // Quota locks first, row locks after, in every transaction: no lock-order deadlock.
+        for q in quotas {
+            check_quota(&mut tx, self.backend, q).await?;
+        }
         for t in targets {
             check(&mut tx, self.backend, t).await?;
         }
@@ -985,16 +1040,10 @@ impl SqlStore {
 
     pub(crate) async fn count_clusters_impl(&self, tenant_id: &str) -> Result<(u64, u64)> {
         // One statement, so both counts come from one snapshot.
-        let row = sqlx::query(
-            "SELECT \
-             (SELECT COUNT(*) FROM clusters WHERE tenant_id = $1 AND status <> 'terminated') AS c, \
-             (SELECT COUNT(*) FROM nodes n JOIN clusters k \
-              ON k.tenant_id = n.tenant_id AND k.id = n.cluster_id \
-              WHERE n.tenant_id = $1 AND k.status <> 'terminated') AS n",
-        )
-        .bind(tenant_id)
-        .fetch_one(&self.reader)
-        .await?;
+        let row = sqlx::query(QUOTA_COUNTS)
+            .bind(tenant_id)
+            .fetch_one(&self.reader)
+            .await?;
         Ok((
             to_u64(row.try_get("c")?, "cluster count")?,
             to_u64(row.try_get("n")?, "node count")?,

@@ -25,10 +25,10 @@ use rusqlite::{CachedStatement, Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use super::engine::{
-    check_found, check_sql, job_of_task, released, statements, take_sql, taken_from_row, targets,
-    task_from_row, Id, Param, Target, RELEASE_SQL, TASK_WITH_JOB_SQL,
+    check_found, check_sql, job_of_task, quotas, released, statements, take_sql, taken_from_row,
+    targets, task_from_row, Id, Param, Target, QUOTA_COUNTS, RELEASE_SQL, TASK_WITH_JOB_SQL,
 };
-use crate::engine::{ChangeSet, Taken, TaskRow, Write};
+use crate::engine::{ChangeSet, Quota, Taken, TaskRow, Write};
 use crate::{Backend, Result, StoreError};
 
 /// At most this many operations share one transaction.
@@ -58,6 +58,7 @@ type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 /// A change set turned into what the thread runs, in order: its expectations, then its writes'
 /// statements. Everything is serialized by the caller, off the writer thread.
 enum Step {
+    Quota(Quota),
     Check {
         table: &'static str,
         what: &'static str,
@@ -83,19 +84,17 @@ enum OwnedId {
 }
 
 fn steps(cs: &ChangeSet) -> Vec<Step> {
-    let mut steps: Vec<Step> = targets(cs)
-        .iter()
-        .map(|t| Step::Check {
-            table: t.table,
-            what: t.what,
-            tenant_id: t.tenant_id.to_string(),
-            id: match t.id {
-                Id::Num(n) => OwnedId::Num(n),
-                Id::Text(s) => OwnedId::Text(s.to_string()),
-            },
-            rev: t.rev,
-        })
-        .collect();
+    let mut steps: Vec<Step> = quotas(cs).cloned().map(Step::Quota).collect();
+    steps.extend(targets(cs).iter().map(|t| Step::Check {
+        table: t.table,
+        what: t.what,
+        tenant_id: t.tenant_id.to_string(),
+        id: match t.id {
+            Id::Num(n) => OwnedId::Num(n),
+            Id::Text(s) => OwnedId::Text(s.to_string()),
+        },
+        rev: t.rev,
+    }));
     for w in &cs.writes {
         match w {
             Write::Release {
@@ -270,6 +269,13 @@ fn run_steps(conn: &Connection, steps: &[Step]) -> Result<Vec<String>> {
     let mut ended = Vec::new();
     for step in steps {
         match step {
+            Step::Quota(q) => {
+                let mut stmt = conn.prepare_cached(QUOTA_COUNTS)?;
+                let (c, n) = stmt.query_row([&q.tenant_id], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                })?;
+                q.check(u64::try_from(c).unwrap_or(0), u64::try_from(n).unwrap_or(0))?;
+            }
             Step::Check {
                 table,
                 what,
