@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 pub mod api;
+pub mod tokens;
 
 /// What can go wrong talking to the server.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +115,7 @@ impl PluginKind {
 pub struct Client {
     base: String,
     http: reqwest::Client,
+    tokens: Option<std::sync::Arc<tokens::Tokens>>,
 }
 
 impl Client {
@@ -130,7 +132,15 @@ impl Client {
         Ok(Client {
             base: base.trim_end_matches('/').to_string(),
             http,
+            tokens: None,
         })
+    }
+
+    /// Presents the first token of `tokens` on every call (a server with `auth = apikey`
+    /// requires one).
+    pub fn with_tokens(mut self, tokens: std::sync::Arc<tokens::Tokens>) -> Client {
+        self.tokens = Some(tokens);
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -146,6 +156,10 @@ impl Client {
         req: reqwest::RequestBuilder,
         url: &str,
     ) -> ClientResult<reqwest::Response> {
+        let req = match self.tokens.as_ref().and_then(|t| t.header_value()) {
+            Some(v) => req.header(tokens::HEADER, v),
+            None => req,
+        };
         req.send().await.map_err(|source| ClientError::Transport {
             url: url.to_string(),
             source,

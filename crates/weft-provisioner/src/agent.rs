@@ -41,6 +41,10 @@ pub struct AgentConfig {
     pub task_timeout: Duration,
     /// Characters of stdout and stderr sent with a result (the end is kept).
     pub max_output: usize,
+    /// The provisioner token file ([`weft_client::tokens`]): its first token is presented to the
+    /// server, and the server's calls to this agent must present one of its tokens. Required
+    /// by a server with `auth = apikey`; unset, nothing is presented or checked.
+    pub token_file: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -59,6 +63,7 @@ impl AgentConfig {
             error_interval: Duration::from_secs(5),
             task_timeout: Duration::from_secs(1800),
             max_output: 8 * 1024,
+            token_file: None,
         }
     }
 }
@@ -109,6 +114,7 @@ pub(crate) struct Inner {
     next_worker: AtomicU64,
     stopping: watch::Sender<bool>,
     syncing: tokio::sync::Mutex<()>,
+    pub(crate) tokens: Option<Arc<weft_client::tokens::Tokens>>,
 }
 
 /// A running agent.
@@ -123,7 +129,14 @@ impl Agent {
     /// Binds the agent's API, registers the provisioner and its plugin types, and starts the
     /// heartbeat. No worker runs until the server (or [`Agent::set_workers`]) assigns some.
     pub async fn start(cfg: AgentConfig, plugins: Plugins) -> Result<Agent, AgentError> {
-        let client = Client::new(&cfg.server)?;
+        let tokens = cfg
+            .token_file
+            .as_ref()
+            .map(|p| Arc::new(weft_client::tokens::Tokens::new(p)));
+        let mut client = Client::new(&cfg.server)?;
+        if let Some(t) = &tokens {
+            client = client.with_tokens(t.clone());
+        }
         let listener = tokio::net::TcpListener::bind(cfg.bind)
             .await
             .map_err(|source| AgentError::Bind {
@@ -143,6 +156,7 @@ impl Agent {
             next_worker: AtomicU64::new(1),
             stopping,
             syncing: tokio::sync::Mutex::new(()),
+            tokens,
         });
         let router = crate::api::router(inner.clone());
         let mut stop_rx = inner.stopping.subscribe();

@@ -24,7 +24,32 @@ pub(crate) fn router(inner: Arc<Inner>) -> Router {
         .route("/v2/tenants/{id}", put(put_tenant).delete(delete_tenant))
         .route("/v2/tenants/{id}/workers", put(put_tenant))
         .route("/v2/tenants/{id}/resources", put(put_resources))
+        .layer(axum::middleware::from_fn_with_state(
+            inner.clone(),
+            require_token,
+        ))
         .with_state(inner)
+}
+
+/// With a token file, every call but `/status` must present one of its tokens: otherwise anyone
+/// who reaches this port could give the agent workers or resources of any tenant.
+async fn require_token(
+    State(inner): State<Arc<Inner>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let presented = req
+        .headers()
+        .get(weft_client::tokens::HEADER)
+        .and_then(|v| v.to_str().ok());
+    match &inner.tokens {
+        Some(t) if req.uri().path() != "/status" && !t.accepts(presented) => (
+            axum::http::StatusCode::UNAUTHORIZED,
+            "provisioner token missing or not accepted\n",
+        )
+            .into_response(),
+        _ => next.run(req).await,
+    }
 }
 
 fn bad(msg: impl Into<String>) -> Response {

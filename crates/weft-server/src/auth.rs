@@ -157,3 +157,25 @@ impl FromRequestParts<AppState> for Identity {
         }
     }
 }
+
+/// The internal port's guard: with a provisioner token file, every call but `/status` must
+/// present one of its tokens (`Authorization: Bearer TOKEN`); a 401 otherwise. Without one it
+/// checks nothing, as Coopr did (bind the internal port to a private network).
+pub async fn require_provisioner_token(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let presented = req
+        .headers()
+        .get(weft_client::tokens::HEADER)
+        .and_then(|v| v.to_str().ok());
+    match &st.tokens {
+        Some(t) if req.uri().path() != "/status" && !t.accepts(presented) => {
+            axum::response::IntoResponse::into_response(ApiError::Unauthorized(
+                "provisioner token missing or not accepted".into(),
+            ))
+        }
+        _ => next.run(req).await,
+    }
+}

@@ -53,6 +53,12 @@ pub struct RawConfig {
     pub callback_command: Option<String>,
     /// Seconds a callback may take before it is abandoned. Default 10.
     pub callback_timeout: Option<u64>,
+    /// The provisioner token file: one token per line; provisioners present one on the internal
+    /// port, and the server presents the first to provisioners. Read again when it changes, so
+    /// tokens rotate without a restart. Default with `auth = apikey`:
+    /// `<data_dir>/provisioner.token`, made with a random token when missing. Unset with
+    /// `auth = none`: the internal port checks nothing (bind it to a private network).
+    pub provisioner_token_file: Option<PathBuf>,
 }
 
 /// The keys and their environment variables, for messages and `--help`.
@@ -72,6 +78,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("callback_url", "WEFT_CALLBACK_URL"),
     ("callback_command", "WEFT_CALLBACK_COMMAND"),
     ("callback_timeout", "WEFT_CALLBACK_TIMEOUT"),
+    ("provisioner_token_file", "WEFT_PROVISIONER_TOKEN_FILE"),
 ];
 
 /// A configuration error, naming the key at fault.
@@ -101,6 +108,8 @@ pub struct Settings {
     pub callback_url: Option<String>,
     pub callback_command: Option<String>,
     pub callback_timeout_ms: u64,
+    /// Where provisioner tokens are read (`None`: the internal port checks no token).
+    pub provisioner_token_file: Option<PathBuf>,
 }
 
 impl RawConfig {
@@ -142,6 +151,7 @@ impl RawConfig {
             callback_url: over.callback_url.or(self.callback_url),
             callback_command: over.callback_command.or(self.callback_command),
             callback_timeout: over.callback_timeout.or(self.callback_timeout),
+            provisioner_token_file: over.provisioner_token_file.or(self.provisioner_token_file),
         }
     }
 
@@ -246,7 +256,13 @@ impl RawConfig {
             }
         }
         let blank = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+        let provisioner_token_file = match (self.provisioner_token_file, auth) {
+            (Some(p), _) => Some(p),
+            (None, AuthMode::ApiKey) => Some(data_dir.join("provisioner.token")),
+            (None, AuthMode::None) => None,
+        };
         Ok(Settings {
+            provisioner_token_file,
             janitor_interval_ms: janitor_interval * 1000,
             provisioner_timeout_ms: provisioner_timeout as i64 * 1000,
             callback_url: blank(self.callback_url),

@@ -63,6 +63,11 @@ pub async fn build(settings: Settings) -> Result<App, ServerError> {
     if settings.database_url.starts_with("sqlite:") {
         std::fs::create_dir_all(&settings.data_dir)?;
     }
+    if let Some(path) = &settings.provisioner_token_file {
+        if weft_client::tokens::create_if_missing(path, rand::random())? {
+            tracing::info!(path = %path.display(), "made a provisioner token file");
+        }
+    }
     let store = weft_store::open(&settings.database_url).await?;
     Ok(app(store, settings))
 }
@@ -71,12 +76,17 @@ pub async fn build(settings: Settings) -> Result<App, ServerError> {
 pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let resources = Arc::new(LocalResourceStore::new(settings.data_dir.join("resources")));
     let (events, _) = tokio::sync::broadcast::channel(1024);
+    let tokens = settings
+        .provisioner_token_file
+        .as_ref()
+        .map(|p| Arc::new(weft_client::tokens::Tokens::new(p)));
     let state = AppState {
         store,
         resources,
         settings: Arc::new(settings),
         events,
-        outbound: Arc::new(outbound::Outbound::default()),
+        outbound: Arc::new(outbound::Outbound::default().with_tokens(tokens.clone())),
+        tokens,
         payloads: Arc::default(),
         provisioners: Arc::default(),
         leases: Arc::default(),
@@ -84,9 +94,17 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
     let internal = routes::internal();
-    let external =
-        finish(external.router.merge(ui::router(&state)), limit).with_state(state.clone());
-    let internal = finish(internal.router, limit).with_state(state.clone());
+    let external = external
+        .router
+        .route("/metrics", get(metrics::external_metrics));
+    let external = finish(external.merge(ui::router(&state)), limit).with_state(state.clone());
+    let internal = internal.router.route("/metrics", get(metrics::metrics));
+    let internal = finish(internal, limit)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_provisioner_token,
+        ))
+        .with_state(state.clone());
     App {
         external,
         internal,
@@ -97,7 +115,6 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
 fn finish(router: Router<AppState>, limit: usize) -> Router<AppState> {
     router
         .route("/status", get(status))
-        .route("/metrics", get(metrics::metrics))
         .route("/v2/openapi.json", get(openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

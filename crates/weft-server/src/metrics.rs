@@ -186,6 +186,18 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
 }
 
 /// `GET /metrics`.
+/// `GET /metrics` on the external port: with `auth = apikey` only the superadmin reads it (it
+/// names tenants); the internal port serves it to provisioner-token holders ([`metrics`]).
+pub async fn external_metrics(
+    State(st): State<AppState>,
+    who: Result<crate::auth::Identity, crate::error::ApiError>,
+) -> ApiResult<Response> {
+    if st.settings.auth == crate::config::AuthMode::ApiKey {
+        who?.require_superadmin()?;
+    }
+    metrics(State(st)).await
+}
+
 pub async fn metrics(State(st): State<AppState>) -> ApiResult<Response> {
     let text = render_text(&st).await?;
     Ok((

@@ -49,6 +49,8 @@ pub struct Outbound {
     client: reqwest::Client,
     policy: Policy,
     enabled: AtomicBool,
+    /// Provisioner tokens: the first is presented on every call.
+    tokens: Option<std::sync::Arc<weft_client::tokens::Tokens>>,
 }
 
 impl Default for Outbound {
@@ -68,7 +70,17 @@ impl Outbound {
             client,
             policy,
             enabled: AtomicBool::new(true),
+            tokens: None,
         }
+    }
+
+    /// Presents the first token of `tokens` on every call.
+    pub fn with_tokens(
+        mut self,
+        tokens: Option<std::sync::Arc<weft_client::tokens::Tokens>>,
+    ) -> Outbound {
+        self.tokens = tokens;
+        self
     }
 
     pub fn set_enabled(&self, on: bool) {
@@ -92,6 +104,9 @@ impl Outbound {
                 tokio::time::sleep(self.policy.pause).await;
             }
             let mut req = self.client.request(method.clone(), url);
+            if let Some(v) = self.tokens.as_ref().and_then(|t| t.header_value()) {
+                req = req.header(weft_client::tokens::HEADER, v);
+            }
             if let Some(b) = body {
                 req = req.json(b);
             }

@@ -23,6 +23,8 @@ pub struct AppState {
     pub provisioners: Arc<crate::engine::cache::ProvisionerCache>,
     /// Tasks this server leased and that have not finished yet (see `engine::cache`).
     pub leases: Arc<crate::engine::cache::LeaseCache>,
+    /// Provisioner tokens, when the internal port requires one (`provisioner_token_file`).
+    pub tokens: Option<Arc<weft_client::tokens::Tokens>>,
 }
 
 /// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.

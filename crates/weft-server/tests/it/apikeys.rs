@@ -335,10 +335,47 @@ async fn apikeys_routes_are_superadmin_only_and_store_hashes() {
 }
 
 #[tokio::test]
-async fn internal_port_needs_no_key() {
+async fn internal_port_needs_a_provisioner_token_not_a_key() {
     let (h, _) = apikey_harness().await;
     let body = json!({"host": "h", "port": 1, "capacityTotal": 1}).to_string();
-    h.internal(Method::PUT, "/v2/provisioners/p1", body)
+    h.internal(Method::PUT, "/v2/provisioners/p1", body.clone())
+        .await
+        .expect(200);
+    // Without the token, or with a wrong one, nothing on the internal port answers but /status.
+    for auth in [None, Some("Bearer nope"), Some("weftp_no_bearer")] {
+        h.internal_as(auth, Method::PUT, "/v2/provisioners/p2", body.clone())
+            .await
+            .expect_text(401, "provisioner token missing or not accepted");
+        h.internal_as(auth, Method::GET, "/metrics", Body::empty())
+            .await
+            .expect(401);
+        h.internal_as(auth, Method::GET, "/status", Body::empty())
+            .await
+            .expect(200);
+    }
+    // Rotation without a restart: a second token is accepted once it is in the file, the old
+    // one no longer once it is removed.
+    let file = h.app.state.settings.provisioner_token_file.clone().unwrap();
+    let old = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    std::fs::write(
+        &file,
+        format!("{old}\nweftp_rotated_token_of_another_length\n"),
+    )
+    .unwrap();
+    let new = Some("Bearer weftp_rotated_token_of_another_length");
+    h.internal_as(new, Method::PUT, "/v2/provisioners/p3", body.clone())
+        .await
+        .expect(200);
+    std::fs::write(&file, "weftp_rotated_token_of_another_length\n").unwrap();
+    h.internal_as(
+        Some(&format!("Bearer {old}")),
+        Method::GET,
+        "/metrics",
+        Body::empty(),
+    )
+    .await
+    .expect(401);
+    h.internal_as(new, Method::GET, "/metrics", Body::empty())
         .await
         .expect(200);
     h.send(
@@ -347,4 +384,20 @@ async fn internal_port_needs_no_key() {
     )
     .await
     .expect(200);
+}
+
+#[tokio::test]
+async fn external_metrics_are_for_the_superadmin_when_keys_are_on() {
+    let (h, sa) = apikey_harness().await;
+    with_key(&h, None, None, Method::GET, "/metrics", "")
+        .await
+        .expect(401);
+    let admin = new_key(&h, &sa, "superadmin", "someone", false).await;
+    with_key(&h, Some(&admin), None, Method::GET, "/metrics", "")
+        .await
+        .expect(403);
+    let r = with_key(&h, Some(&sa), None, Method::GET, "/metrics", "")
+        .await
+        .expect(200);
+    assert!(r.text().contains("weft_"), "{}", r.text());
 }

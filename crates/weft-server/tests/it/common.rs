@@ -114,6 +114,9 @@ impl Harness {
         };
         f(&mut raw);
         let settings = raw.resolve().expect("settings");
+        if let Some(p) = &settings.provisioner_token_file {
+            weft_client::tokens::create_if_missing(p, [42; 32]).expect("token file");
+        }
         let url = format!("sqlite://{}", dir.path().join("weft.db").display());
         let store = SqlStore::connect(&url).await.expect("store");
         let app = weft_server::app(Arc::new(store), settings);
@@ -197,14 +200,32 @@ impl Harness {
             .await
     }
 
-    /// Sends to the internal port (no identity headers).
+    /// Sends to the internal port (no identity headers), presenting the provisioner token when
+    /// the server requires one.
     pub async fn internal(&self, method: Method, path: &str, body: impl Into<Body>) -> Resp {
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .body(body.into())
-            .unwrap();
-        self.send(Port::Internal, req).await
+        let token = self
+            .app
+            .state
+            .tokens
+            .as_ref()
+            .and_then(|t| t.header_value());
+        self.internal_as(token.as_deref(), method, path, body).await
+    }
+
+    /// Sends to the internal port with `authorization` as the `Authorization` header, if any.
+    pub async fn internal_as(
+        &self,
+        authorization: Option<&str>,
+        method: Method,
+        path: &str,
+        body: impl Into<Body>,
+    ) -> Resp {
+        let mut b = Request::builder().method(method).uri(path);
+        if let Some(a) = authorization {
+            b = b.header("authorization", a);
+        }
+        self.send(Port::Internal, b.body(body.into()).unwrap())
+            .await
     }
 
     /// Creates a tenant with no workers, as the superadmin.

@@ -77,6 +77,10 @@ pub struct Args {
     /// Seconds a task may run before it is killed.
     #[arg(long, default_value_t = 1800)]
     task_timeout: u64,
+    /// Provisioner token file (the server's `provisioner_token_file`): its first token is
+    /// presented to the server, and the server's calls here must present one of its tokens.
+    #[arg(long, env = "WEFT_PROVISIONER_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Start this many workers for --tenant without waiting for the server to assign them.
     #[arg(long, requires = "tenant")]
     workers: Option<u32>,
@@ -132,6 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cfg.bind = args.bind;
         cfg.advertise_host = args.advertise_host;
         cfg.task_timeout = Duration::from_secs(args.task_timeout);
+        cfg.token_file = args.token_file;
         let agent = Agent::start(cfg, plugins(&args.data_dir, args.scripts)?)
             .await
             .context("starting the provisioner")?;

@@ -67,6 +67,10 @@ pub struct ServerArgs {
     /// Seconds a callback may take before it is abandoned [default: 10].
     #[arg(long, env = "WEFT_CALLBACK_TIMEOUT")]
     callback_timeout: Option<u64>,
+    /// Provisioner token file, one token per line (first presented, all accepted; re-read when it
+    /// changes) [default with --auth apikey: <data dir>/provisioner.token, made when missing].
+    #[arg(long, env = "WEFT_PROVISIONER_TOKEN_FILE")]
+    provisioner_token_file: Option<PathBuf>,
 }
 
 impl ServerArgs {
@@ -92,6 +96,7 @@ impl ServerArgs {
             callback_url: self.callback_url,
             callback_command: self.callback_command,
             callback_timeout: self.callback_timeout,
+            provisioner_token_file: self.provisioner_token_file,
         };
         Ok(file.overlay(flags).resolve()?)
     }
@@ -117,6 +122,7 @@ pub struct UpArgs {
 
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
+    let settings_tokens = settings.provisioner_token_file.clone();
     runtime()?.block_on(async {
         let app = weft_server::build(settings).await?;
         let bound = weft_server::bind(app)
@@ -125,6 +131,12 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
         println!("weft server");
         println!("  REST API     http://{}/v2", bound.external_addr()?);
         println!("  provisioners http://{}", bound.internal_addr()?);
+        if let Some(p) = &settings_tokens {
+            println!(
+                "  provisioner token file {} (give it to provisioners: --token-file)",
+                p.display()
+            );
+        }
         bound.run().await.context("serving")?;
         Ok(ExitCode::SUCCESS)
     })

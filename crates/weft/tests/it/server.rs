@@ -236,3 +236,110 @@ fn up_runs_the_example_cluster_with_its_default_relative_data_dir() {
     let left = std::fs::read_dir(&nodes).map(|d| d.count()).unwrap_or(0);
     assert_eq!(left, 0, "delete leaves no node directory behind");
 }
+
+/// Issue 14: with `--auth apikey` the server makes a provisioner token file; a provisioner
+/// without it cannot register, one with it can, and the provisioner's own API refuses calls
+/// that do not present it.
+#[test]
+fn provisioners_need_the_token_when_keys_are_on() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    let mut cmd = weft();
+    cmd.args([
+        "server",
+        "--auth",
+        "apikey",
+        "--port",
+        "0",
+        "--internal-port",
+        "0",
+    ])
+    .arg("--data-dir")
+    .arg(&data);
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut banner = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.contains("provisioner token file");
+        banner.push(line);
+        if done {
+            break;
+        }
+    }
+    let _server = crate::support::Running {
+        child,
+        api: String::new(),
+    };
+    let internal = banner
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("provisioners"))
+        .map(|r| r.trim().to_string())
+        .unwrap_or_else(|| panic!("no internal URL in {banner:?}"));
+    let token_file = data.join("provisioner.token");
+    assert!(
+        banner
+            .iter()
+            .any(|l| l.contains(&*token_file.to_string_lossy())),
+        "{banner:?}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "only its owner may read the token file");
+    }
+
+    let provisioner = |token: Option<&std::path::Path>| {
+        let mut cmd = weft();
+        cmd.args(["provisioner", "--server", &internal, "--id", "p1"])
+            .args(["--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("p1"));
+        if let Some(t) = token {
+            cmd.arg("--token-file").arg(t);
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let refused = provisioner(None).wait_with_output().unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+
+    let mut accepted = provisioner(Some(&token_file));
+    let first = BufReader::new(accepted.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    let _accepted = crate::support::Running {
+        child: accepted,
+        api: String::new(),
+    };
+    assert!(first.starts_with("weft provisioner p1"), "{first}");
+    let api = first
+        .split("API ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap()
+        .to_string();
+    let (code, _) = http(
+        "PUT",
+        &format!("{api}/v2/tenants/t1"),
+        &[],
+        r#"{"workers":1}"#,
+    );
+    assert_eq!(code, 401, "the provisioner's API wants the token too");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let bearer = format!("Bearer {}", token.trim());
+    let (code, body) = http(
+        "PUT",
+        &format!("{api}/v2/tenants/t1"),
+        &[("Authorization", &bearer)],
+        r#"{"workers":0}"#,
+    );
+    assert!(code < 300, "{code} {body}");
+}
