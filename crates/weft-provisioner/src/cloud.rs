@@ -7,7 +7,9 @@
 //! message. Each cloud's client maps its answers to a [`CloudError`]; this module decides the rest.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::task::PluginError;
 
