@@ -5,6 +5,7 @@ mod agent;
 mod common;
 mod docker;
 mod e2e;
+mod google;
 mod hostpool;
 mod plugins;
 mod ssh;

@@ -1,0 +1,1 @@
+//! The `joyent` provider (Triton CloudAPI).
