@@ -7,5 +7,6 @@ mod docker;
 mod e2e;
 mod google;
 mod hostpool;
+mod joyent;
 mod plugins;
 mod ssh;
