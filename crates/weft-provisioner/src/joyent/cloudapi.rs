@@ -110,6 +110,30 @@ impl Account<'_> {
         }
     }
 
+    /// The UUID of the newest active image named `name` (by `published_at`), if any.
+    pub async fn image_named(&self, name: &str) -> Result<Option<String>, CloudError> {
+        let list = match self
+            .send(
+                Method::GET,
+                "/images",
+                &[("name", name), ("state", "active")],
+                None,
+            )
+            .await?
+        {
+            (_, Value::Array(list)) => list,
+            (s, body) => return Err(api_error(s, &body, None)),
+        };
+        let newest = list
+            .iter()
+            .filter(|i| i.get("name").and_then(Value::as_str) == Some(name))
+            .max_by_key(|i| i.get("published_at").and_then(Value::as_str).unwrap_or(""));
+        Ok(newest
+            .and_then(|i| i.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_string))
+    }
+
     /// Creates a machine; answers it (`Err` with status 409 when the name is taken).
     pub async fn create_machine(&self, body: &Value) -> Result<Value, CloudError> {
         match self

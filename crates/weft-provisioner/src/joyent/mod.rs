@@ -11,7 +11,8 @@
 //!   killed try made it) is followed by another look-up, so a retried CREATE never makes a second
 //!   machine. A machine of that name found `failed` is deleted and the CREATE fails retryably.
 //! - **Machine**: package from the hardware type's `flavor` (else the field `package`), image
-//!   UUID from the image type's `image` (else the field `image`), optional `networks` (comma
+//!   from the image type's `image` (else the field `image`): a UUID, or a name that stands for the
+//!   newest active image of that name (`GET /:login/images?name=`); optional `networks` (comma
 //!   separated UUIDs). The cluster's SSH key goes into the `root_authorized_keys` metadata; the
 //!   login user is the image type's `sshuser` (default `root`). The key is the per-cluster
 //!   ed25519 key of the docker provider, derived from the sensitive field `sshkeyseed`, else from
@@ -98,6 +99,15 @@ pub fn machine_name(node_id: &str) -> String {
 /// A machine id as CloudAPI gives them (a UUID).
 fn valid_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// A UUID (`8-4-4-4-12` hex digits), as image ids are.
+fn is_uuid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+        && parts
+            .iter()
+            .all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// The first private (RFC 1918) IPv4 address of a list.
@@ -370,7 +380,8 @@ impl Provider for JoyentProvider {
                     "how CloudAPI names the key (default: its MD5 fingerprint)", false)),
                 ("package", text_field("Package",
                     "the package when the hardware type has no joyent flavor", false)),
-                ("image", text_field("Image", "the image UUID when the image type has none", false)),
+                ("image", text_field("Image",
+                    "the image (UUID, or name for the newest active image of that name) when the image type has none", false)),
                 ("networks", text_field("Networks", "network UUIDs, comma separated (default: the package's)", false)),
                 ("sshkeyseed", text_field("SSH key seed",
                     "a secret from which each cluster's SSH key is derived (default: derived from the account key)", true)),
@@ -424,7 +435,16 @@ impl Provider for JoyentProvider {
         let private = key
             .to_openssh(LineEnding::LF)
             .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
-        let body = self.machine_body(task, &t, &name, &public)?;
+        let mut body = self.machine_body(task, &t, &name, &public)?;
+        let image = body["image"].as_str().unwrap_or_default().to_string();
+        if !is_uuid(&image) {
+            let id = with_retries(self.calls(task), || api.image_named(&image))
+                .await?
+                .ok_or_else(|| {
+                    PluginError::fatal(format!("no active image named {image} in {}", t.endpoint))
+                })?;
+            body["image"] = json!(id);
+        }
         let (machine, stdout) = self.make_or_take(task, &api, &name, &body).await?;
         let id = machine
             .get("id")
@@ -553,6 +573,8 @@ mod tests {
         assert_eq!(machine_name("n 1/x"), "weft-n-1-x");
         assert!(valid_id("55a366ce-6c30-4f88-a36b-53638bd0cb62"));
         assert!(!valid_id("../x") && !valid_id(""));
+        assert!(is_uuid("1b4bc8a4-5cb6-4a4b-8c59-b6a7c0d2f3e1"));
+        assert!(!is_uuid("debian-12") && !is_uuid("1b4bc8a4-5cb6-4a4b-8c59"));
         let m = json!({"primaryIp": "203.0.113.5", "ips": ["203.0.113.5", "10.88.0.5"]});
         assert_eq!(
             addresses(&m),

@@ -36,6 +36,8 @@ use crate::google::keys;
 
 const LOGIN: &str = "weft";
 const ED_SEED: [u8; 32] = [42; 32];
+const OLD_IMAGE: &str = "5a1b4bc8-0000-4a4b-8c59-b6a7c0d2f3e1";
+const NEW_IMAGE: &str = "9e2c7d10-aaaa-4b5c-9d6e-0f1a2b3c4d5e";
 
 /// A public key the fake knows, by kind.
 #[derive(Clone)]
@@ -218,6 +220,39 @@ async fn list_machines(
     Json(list).into_response()
 }
 
+/// ListImages by name and state: two versions of `debian-12` and another image.
+async fn list_images(
+    State(f): State<Shared>,
+    Path(login): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &login, &headers) {
+        return r;
+    }
+    let images = [
+        (OLD_IMAGE, "debian-12", "20240101", "2024-01-02T00:00:00Z"),
+        (NEW_IMAGE, "debian-12", "20250101", "2025-01-02T00:00:00Z"),
+        (
+            "0c1e0f1d-1111-4a4b-8c59-b6a7c0d2f3e1",
+            "base-64-lts",
+            "24.4.0",
+            "2025-03-01T00:00:00Z",
+        ),
+    ];
+    let list: Vec<Value> = images
+        .iter()
+        .filter(|(_, name, _, _)| q.get("name").is_none_or(|n| n == name))
+        .filter(|_| q.get("state").is_none_or(|s| s == "active"))
+        .map(|(id, name, version, published)| {
+            json!({"id": id, "name": name, "version": version, "state": "active",
+                "type": "zvol", "published_at": published})
+        })
+        .collect();
+    Json(list).into_response()
+}
+
 /// What CreateMachine requires and weft promises to send.
 fn check_create(body: &Value) -> Result<(), String> {
     for k in [
@@ -368,6 +403,7 @@ async fn fake(key_text: &str) -> (Shared, Map<String, Value>) {
     let state: Shared = Arc::new(Mutex::new(f));
     let app = Router::new()
         .route("/{login}/machines", get(list_machines).post(create_machine))
+        .route("/{login}/images", get(list_images))
         .route(
             "/{login}/machines/{id}",
             get(get_machine).delete(delete_machine),
@@ -375,7 +411,7 @@ async fn fake(key_text: &str) -> (Shared, Map<String, Value>) {
         .with_state(state.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let fields = json!({"endpoint": base, "login": LOGIN, "key": key_text,
-        "package": "g4-highcpu-1G", "image": "1b4bc8a4-5cb6-4a4b-8c59-b6a7c0d2f3e1"});
+        "package": "g4-highcpu-1G", "image": OLD_IMAGE});
     (state, fields.as_object().cloned().unwrap())
 }
 
@@ -399,6 +435,7 @@ fn config(fields: &Map<String, Value>) -> Map<String, Value> {
         json!({"name": "triton", "providertype": "joyent", "provisioner": fields}),
     );
     c.insert("flavor".into(), json!("g4-highcpu-2G"));
+    c.insert("image".into(), json!("debian-12"));
     c
 }
 
@@ -566,6 +603,10 @@ async fn joyent_retries_5xx_429_and_420_and_fails_a_quota_error_at_once() {
         "{e}"
     );
     let g = f.lock().unwrap();
-    assert_eq!(g.requests, before + 2, "one list, one create: not retried");
+    assert_eq!(
+        g.requests,
+        before + 3,
+        "one list, one image look-up, one create: not retried"
+    );
     assert_eq!(g.machines.len(), 1);
 }
