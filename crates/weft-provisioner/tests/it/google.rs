@@ -620,3 +620,16 @@ async fn google_gives_up_on_endless_5xx_with_a_retryable_error() {
     assert!(e.retryable, "{e}");
     assert!(e.message.contains("backendError"), "{e}");
 }
+
+#[test]
+fn google_credentials_are_sensitive_fields() {
+    let t = GoogleProvider::new().plugin_type();
+    let admin = &t.parameters[&weft_model::ParameterType::Admin];
+    for (name, f) in &admin.fields {
+        assert_eq!(
+            f.sensitive,
+            ["json_key", "sshkeyseed"].contains(&name.as_str()),
+            "{name}"
+        );
+    }
+}

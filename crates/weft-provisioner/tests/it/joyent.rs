@@ -610,3 +610,16 @@ async fn joyent_retries_5xx_429_and_420_and_fails_a_quota_error_at_once() {
     );
     assert_eq!(g.machines.len(), 1);
 }
+
+#[test]
+fn joyent_credentials_are_sensitive_fields() {
+    let t = JoyentProvider::new().plugin_type();
+    let admin = &t.parameters[&weft_model::ParameterType::Admin];
+    for (name, f) in &admin.fields {
+        assert_eq!(
+            f.sensitive,
+            ["key", "sshkeyseed"].contains(&name.as_str()),
+            "{name}"
+        );
+    }
+}
