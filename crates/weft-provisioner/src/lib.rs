@@ -10,6 +10,8 @@
 //!   bridge network per cluster, with a per-cluster SSH key; reached over SSH.
 //! - `hostpool`: the `hostpool` provider: machines that already exist, lent from a pool by the
 //!   server; claimed over SSH at CREATE, wiped (`wipe_command`) at DELETE.
+//! - `google`: the `google` provider: Compute Engine v1 instances, service-account JWT auth.
+//! - `joyent`: the `joyent` provider: Triton CloudAPI machines, HTTP Signature auth.
 //! - `local`: the `local` provider: a node is a directory plus its own loopback address.
 //! - `ssh`: `SshTransport`, the `Transport` over SSH (russh): key auth, host keys recorded at
 //!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
@@ -26,7 +28,9 @@ pub mod api;
 pub mod cloud;
 pub mod contract;
 pub mod docker;
+pub mod google;
 pub mod hostpool;
+pub mod joyent;
 pub mod local;
 pub mod plugin;
 pub mod resources;

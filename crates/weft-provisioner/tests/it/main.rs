@@ -5,6 +5,8 @@ mod agent;
 mod common;
 mod docker;
 mod e2e;
+mod google;
 mod hostpool;
+mod joyent;
 mod plugins;
 mod ssh;

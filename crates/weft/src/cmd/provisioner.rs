@@ -106,6 +106,8 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
         .provider(Arc::new(LocalProvider::new(data_dir)))
         .provider(Arc::new(DockerProvider::new(data_dir)))
         .provider(Arc::new(HostPoolProvider::new())) // host pools
+        .provider(Arc::new(weft_provisioner::google::GoogleProvider::new()))
+        .provider(Arc::new(weft_provisioner::joyent::JoyentProvider::new()))
         .automator(Arc::new(
             ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
         )))

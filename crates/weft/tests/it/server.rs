@@ -49,7 +49,21 @@ fn up_keeps_data_across_restarts_and_loads_the_catalog_once() {
     };
     {
         let up = run();
-        for t in ["kv-web", "kv-web-docker"] {
+        let (_, body) = http(
+            "GET",
+            &format!("{}/v2/clustertemplates", up.api),
+            &ADMIN,
+            "",
+        );
+        let templates: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let names: Vec<&str> = templates
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert!(names.contains(&"kv-web"), "{names:?}");
+        for t in names {
             let (code, _) = http(
                 "DELETE",
                 &format!("{}/v2/clustertemplates/{t}", up.api),

@@ -1,0 +1,635 @@
+//! The `google` provider against a fake of Compute Engine v1 and Google's OAuth token endpoint,
+//! served by the test on 127.0.0.1 and written from the published API reference (instances.get,
+//! instances.insert, instances.delete, zoneOperations.get, the JWT bearer grant). The fake checks
+//! authentication for real: the token endpoint verifies the assertion's RS256 signature with the
+//! test key's public half (a wrong key gets `invalid_grant`), and compute calls need a token it
+//! issued. Operations go PENDING, RUNNING, DONE and instances PROVISIONING, STAGING, RUNNING over
+//! several polls; a duplicate name is `409 alreadyExists`; a deleted instance is 404. Switches
+//! inject 5xx and 429 answers, quota errors and stale reads. Not tested against Google itself.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use rsa::pkcs1v15::{Signature, VerifyingKey};
+use rsa::pkcs8::{EncodePrivateKey, LineEnding};
+use rsa::signature::Verifier;
+use rsa::{RsaPrivateKey, RsaPublicKey};
+use serde_json::{json, Map, Value};
+use sha2::Sha256;
+use weft_provisioner::contract::{self, task};
+use weft_provisioner::google::{instance_name, GoogleProvider, Timing};
+use weft_provisioner::task::Action;
+use weft_provisioner::Provider;
+
+const EMAIL: &str = "weft-test@weft-test.iam.gserviceaccount.com";
+const ZONE: &str = "us-central1-a";
+
+/// Test-only RSA keys, made once per test binary: the account's key and a stranger's.
+pub fn keys() -> &'static (RsaPrivateKey, RsaPrivateKey) {
+    static KEYS: OnceLock<(RsaPrivateKey, RsaPrivateKey)> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut rng = rand::thread_rng();
+        (
+            RsaPrivateKey::new(&mut rng, 2048).expect("rsa key"),
+            RsaPrivateKey::new(&mut rng, 2048).expect("rsa key"),
+        )
+    })
+}
+
+/// What a compute call gets instead of its answer (consumed one per call).
+#[derive(Clone, Copy)]
+enum Fault {
+    Status(u16),
+    Throttle,
+}
+
+#[derive(Default)]
+struct Fake {
+    public: Option<RsaPublicKey>,
+    token_uri: String,
+    tokens: Vec<String>,
+    token_requests: usize,
+    /// name -> (instance, GETs seen)
+    instances: HashMap<String, (Value, u32)>,
+    /// name -> (operation, polls seen, instance it deletes when DONE)
+    operations: HashMap<String, (Value, u32, Option<String>)>,
+    next: u32,
+    inserts: usize,
+    faults: VecDeque<Fault>,
+    /// Inserts fail with 403 quotaExceeded.
+    quota: bool,
+    /// Insert operations end DONE with this error.
+    op_error: Option<(String, String)>,
+    /// Operations stay RUNNING.
+    hold_ops: bool,
+    /// This many instance GETs answer 404 whatever exists (a stale read).
+    stale_reads: u32,
+    /// Compute calls answer 401 to every token issued so far.
+    revoke: bool,
+    /// Wakes the test when an insert was accepted.
+    inserted: Arc<tokio::sync::Notify>,
+}
+
+type Shared = Arc<Mutex<Fake>>;
+
+fn google_error(status: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"error": {"code": status, "message": message,
+        "errors": [{"domain": "global", "reason": reason, "message": message}]}});
+    let mut r = (StatusCode::from_u16(status).unwrap(), Json(body)).into_response();
+    if status == 429 {
+        r.headers_mut().insert("retry-after", "0".parse().unwrap());
+    }
+    r
+}
+
+/// Verifies an RS256 JWT assertion with `key`; answers its claims.
+fn verify_assertion(jwt: &str, key: &RsaPublicKey) -> Result<Value, &'static str> {
+    let parts: Vec<&str> = jwt.split('.').collect();
+    let [h, c, s] = parts[..] else {
+        return Err("not a JWT");
+    };
+    let header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(h).map_err(|_| "header")?)
+        .map_err(|_| "header")?;
+    if header["alg"] != "RS256" {
+        return Err("alg is not RS256");
+    }
+    let sig = Signature::try_from(URL_SAFE_NO_PAD.decode(s).map_err(|_| "sig")?.as_slice())
+        .map_err(|_| "sig")?;
+    VerifyingKey::<Sha256>::new(key.clone())
+        .verify(format!("{h}.{c}").as_bytes(), &sig)
+        .map_err(|_| "Invalid JWT Signature.")?;
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(c).map_err(|_| "claims")?).map_err(|_| "claims")
+}
+
+async fn token(State(f): State<Shared>, Form(form): Form<HashMap<String, String>>) -> Response {
+    let mut f = f.lock().unwrap();
+    f.token_requests += 1;
+    if form.get("grant_type").map(String::as_str)
+        != Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "unsupported_grant_type"})),
+        )
+            .into_response();
+    }
+    let claims = match verify_assertion(
+        form.get("assertion").map(String::as_str).unwrap_or(""),
+        f.public.as_ref().unwrap(),
+    ) {
+        Ok(c) => c,
+        Err(why) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"error": "invalid_grant", "error_description": why})),
+            )
+                .into_response()
+        }
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let good = claims["iss"] == EMAIL
+        && claims["aud"] == f.token_uri.as_str()
+        && claims["scope"]
+            .as_str()
+            .is_some_and(|s| s.contains("auth/compute"))
+        && claims["exp"]
+            .as_u64()
+            .is_some_and(|e| e > now && e <= now + 3700)
+        && claims["iat"].as_u64().is_some_and(|i| i <= now + 60);
+    if !good {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "invalid_grant", "error_description": "Invalid JWT claims."})),
+        )
+            .into_response();
+    }
+    let t = format!("ya29.test-{}", f.tokens.len() + 1);
+    f.tokens.push(t.clone());
+    Json(json!({"access_token": t, "expires_in": 3599, "token_type": "Bearer"})).into_response()
+}
+
+/// The fault or auth failure a compute call gets, if any.
+fn gate(f: &mut Fake, headers: &HeaderMap) -> Option<Response> {
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !f.tokens.iter().any(|t| t == token) || f.revoke {
+        f.revoke = false;
+        f.tokens.clear();
+        return Some(google_error(
+            401,
+            "authError",
+            "Request had invalid authentication credentials.",
+        ));
+    }
+    match f.faults.pop_front()? {
+        Fault::Status(s) => Some(google_error(s, "backendError", "Internal error.")),
+        Fault::Throttle => Some(google_error(
+            429,
+            "rateLimitExceeded",
+            "Rate Limit Exceeded",
+        )),
+    }
+}
+
+fn new_operation(f: &mut Fake, kind: &str, target: &str, deletes: Option<String>) -> Value {
+    f.next += 1;
+    let name = format!("operation-{}-{kind}", f.next);
+    let op = json!({"kind": "compute#operation", "id": f.next.to_string(), "name": name,
+        "zone": ZONE, "operationType": kind, "targetLink": target, "status": "PENDING",
+        "progress": 0});
+    f.operations
+        .insert(name, (op.clone(), 0, deletes.map(|d| d.to_string())));
+    op
+}
+
+async fn get_instance(
+    State(f): State<Shared>,
+    Path((_p, _z, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &headers) {
+        return r;
+    }
+    let stale = f.stale_reads > 0;
+    f.stale_reads = f.stale_reads.saturating_sub(1);
+    match f.instances.get_mut(&name) {
+        Some((inst, gets)) if !stale => {
+            *gets += 1;
+            if inst["status"] != "STOPPING" {
+                inst["status"] = json!(match *gets {
+                    0..=1 => "PROVISIONING",
+                    2..=3 => "STAGING",
+                    _ => "RUNNING",
+                });
+            }
+            Json(inst.clone()).into_response()
+        }
+        _ => google_error(
+            404,
+            "notFound",
+            &format!(
+                "The resource 'projects/weft-test/zones/{ZONE}/instances/{name}' was not found"
+            ),
+        ),
+    }
+}
+
+/// Checks what instances.insert requires and what weft promises to send.
+fn check_insert(body: &Value) -> Result<(), String> {
+    let name = body["name"].as_str().ok_or("no name")?;
+    if !weft_provisioner::google::valid_name(name) {
+        return Err(format!("invalid name {name}"));
+    }
+    let mt = body["machineType"].as_str().ok_or("no machineType")?;
+    if !mt.starts_with(&format!("zones/{ZONE}/machineTypes/")) {
+        return Err(format!("machineType {mt}"));
+    }
+    body["disks"][0]["initializeParams"]["sourceImage"]
+        .as_str()
+        .ok_or("no sourceImage")?;
+    body["networkInterfaces"][0]["network"]
+        .as_str()
+        .ok_or("no network")?;
+    let ssh = body["metadata"]["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["key"] == "ssh-keys"))
+        .and_then(|i| i["value"].as_str())
+        .ok_or("no ssh-keys metadata")?;
+    if !ssh.contains(":ssh-ed25519 ") {
+        return Err(format!("ssh-keys {ssh}"));
+    }
+    body["labels"]["weft-node"]
+        .as_str()
+        .ok_or("no weft-node label")?;
+    body["labels"]["weft-cluster"]
+        .as_str()
+        .ok_or("no weft-cluster label")?;
+    Ok(())
+}
+
+async fn insert_instance(
+    State(f): State<Shared>,
+    Path((_p, _z)): Path<(String, String)>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &headers) {
+        return r;
+    }
+    if let Err(e) = check_insert(&body) {
+        return google_error(
+            400,
+            "invalid",
+            &format!("Invalid value for field 'resource': {e}"),
+        );
+    }
+    if f.quota {
+        return google_error(
+            403,
+            "quotaExceeded",
+            "Quota 'CPUS' exceeded.  Limit: 8.0 in region us-central1.",
+        );
+    }
+    let name = body["name"].as_str().unwrap().to_string();
+    if f.instances.contains_key(&name) {
+        return google_error(
+            409,
+            "alreadyExists",
+            &format!(
+                "The resource 'projects/weft-test/zones/{ZONE}/instances/{name}' already exists"
+            ),
+        );
+    }
+    f.inserts += 1;
+    let n = f.inserts;
+    let mut inst = body.clone();
+    inst["kind"] = json!("compute#instance");
+    inst["status"] = json!("PROVISIONING");
+    inst["networkInterfaces"][0]["networkIP"] = json!(format!("10.128.0.{n}"));
+    inst["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = json!(format!("203.0.113.{n}"));
+    let failing = f.op_error.is_some();
+    if !failing {
+        f.instances.insert(name.clone(), (inst, 0));
+    }
+    let op = new_operation(&mut f, "insert", &name, None);
+    f.inserted.notify_one();
+    Json(op).into_response()
+}
+
+async fn delete_instance(
+    State(f): State<Shared>,
+    Path((_p, _z, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &headers) {
+        return r;
+    }
+    let Some((inst, _)) = f.instances.get_mut(&name) else {
+        return google_error(
+            404,
+            "notFound",
+            &format!("The resource '{name}' was not found"),
+        );
+    };
+    inst["status"] = json!("STOPPING");
+    Json(new_operation(&mut f, "delete", &name, Some(name.clone()))).into_response()
+}
+
+async fn get_operation(
+    State(f): State<Shared>,
+    Path((_p, _z, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &headers) {
+        return r;
+    }
+    let (hold, op_error) = (f.hold_ops, f.op_error.clone());
+    let Some((op, polls, deletes)) = f.operations.get_mut(&name) else {
+        return google_error(
+            404,
+            "notFound",
+            &format!("The resource '{name}' was not found"),
+        );
+    };
+    *polls += 1;
+    let status = match (*polls, hold) {
+        (_, true) => "RUNNING",
+        (1, _) => "PENDING",
+        (2..=3, _) => "RUNNING",
+        _ => "DONE",
+    };
+    op["status"] = json!(status);
+    let mut gone = None;
+    if status == "DONE" {
+        op["progress"] = json!(100);
+        if op["operationType"] == "insert" {
+            if let Some((code, message)) = op_error {
+                op["httpErrorStatusCode"] = json!(403);
+                op["error"] = json!({"errors": [{"code": code, "message": message}]});
+            }
+        }
+        gone = deletes.take();
+    }
+    let answer = op.clone();
+    if let Some(g) = gone {
+        f.instances.remove(&g);
+    }
+    Json(answer).into_response()
+}
+
+/// A fake on a free loopback port; answers its state and the provider fields that point at it.
+async fn fake(account_key: &RsaPrivateKey) -> (Shared, Map<String, Value>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let state: Shared = Arc::new(Mutex::new(Fake {
+        public: Some(RsaPublicKey::from(&keys().0)),
+        token_uri: format!("{base}/token"),
+        ..Default::default()
+    }));
+    let zone = "/compute/v1/projects/{project}/zones/{zone}";
+    let app = Router::new()
+        .route("/token", post(token))
+        .route(&format!("{zone}/instances"), post(insert_instance))
+        .route(
+            &format!("{zone}/instances/{{name}}"),
+            get(get_instance).delete(delete_instance),
+        )
+        .route(&format!("{zone}/operations/{{name}}"), get(get_operation))
+        .with_state(state.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let pem = account_key.to_pkcs8_pem(LineEnding::LF).unwrap();
+    let json_key = json!({"type": "service_account", "project_id": "weft-test",
+        "private_key_id": "0123abcd", "private_key": pem.as_str(), "client_email": EMAIL,
+        "client_id": "1", "token_uri": format!("{base}/token")});
+    let fields = json!({"json_key": json_key.to_string(), "zone": ZONE,
+        "endpoint": format!("{base}/compute/v1"), "machine_type": "e2-small",
+        "image": "projects/debian-cloud/global/images/family/debian-12"});
+    (state, fields.as_object().cloned().unwrap())
+}
+
+fn provider() -> GoogleProvider {
+    GoogleProvider::new().with_timing(Timing {
+        first: Duration::from_millis(1),
+        max: Duration::from_millis(5),
+        calls: Duration::from_secs(10),
+        wait: Duration::from_secs(30),
+    })
+}
+
+fn config(fields: &Map<String, Value>) -> Map<String, Value> {
+    let mut c = Map::new();
+    c.insert(
+        "provider".into(),
+        json!({"name": "gce", "providertype": "google", "provisioner": fields}),
+    );
+    c.insert("flavor".into(), json!("e2-medium"));
+    c
+}
+
+#[tokio::test]
+async fn google_against_a_fake_from_the_api_reference_passes_the_provider_contract() {
+    let (f, fields) = fake(&keys().0).await;
+    contract::provider_contract(&provider(), fields, "node-g").await;
+    let f = f.lock().unwrap();
+    assert_eq!(f.inserts, 1, "one instance inserted");
+    assert!(f.instances.is_empty(), "nothing left");
+    assert_eq!(f.token_requests, 1, "the token is cached");
+}
+
+#[tokio::test]
+async fn google_confirm_waits_for_running_and_answers_the_nat_ip() {
+    let (f, fields) = fake(&keys().0).await;
+    let p = provider();
+    let timeout = Duration::from_secs(30);
+    let out = p
+        .create(&task(Action::Create, "n1", config(&fields), timeout))
+        .await
+        .unwrap();
+    assert_eq!(out.result["providerid"], json!(instance_name("n1")));
+    let inst = f.lock().unwrap().instances[&instance_name("n1")].0.clone();
+    assert_eq!(
+        inst["machineType"],
+        json!(format!("zones/{ZONE}/machineTypes/e2-medium"))
+    );
+    assert_eq!(inst["labels"]["weft-node"], "n1");
+    let mut c = config(&fields);
+    c.extend(out.result);
+    let out = p
+        .confirm(&task(Action::Confirm, "n1", c, timeout))
+        .await
+        .unwrap();
+    let ips = out.ipaddresses.unwrap();
+    assert_eq!(ips["access_v4"], "203.0.113.1");
+    assert_eq!(ips["bind_v4"], "10.128.0.1");
+    assert!(
+        f.lock().unwrap().instances[&instance_name("n1")].1 == 4,
+        "confirm polled through PROVISIONING, STAGING, STAGING to RUNNING"
+    );
+}
+
+#[tokio::test]
+async fn google_with_a_wrong_key_fails_at_once_and_never_shows_the_key() {
+    // The fake trusts the account's registered key; this JSON key holds a stranger's.
+    let (f, fields) = fake(&keys().1).await;
+    let e = provider()
+        .create(&task(
+            Action::Create,
+            "n1",
+            config(&fields),
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap_err();
+    assert!(!e.retryable, "{e}");
+    assert!(e.message.contains("invalid_grant"), "{e}");
+    assert!(!e.message.contains("PRIVATE KEY"), "{e}");
+    let f = f.lock().unwrap();
+    assert_eq!(f.token_requests, 1, "auth errors are not retried");
+    assert_eq!(f.inserts, 0);
+}
+
+#[tokio::test]
+async fn google_renews_a_revoked_token_once() {
+    let (f, fields) = fake(&keys().0).await;
+    let p = provider();
+    let t = task(
+        Action::Delete,
+        "n1",
+        config(&fields),
+        Duration::from_secs(30),
+    );
+    p.delete(&t).await.unwrap();
+    f.lock().unwrap().revoke = true;
+    p.delete(&t).await.unwrap();
+    assert_eq!(f.lock().unwrap().token_requests, 2);
+}
+
+#[tokio::test]
+async fn google_create_killed_after_the_insert_then_retried_makes_one_instance() {
+    for stale in [0, 1] {
+        let (f, fields) = fake(&keys().0).await;
+        let p = Arc::new(provider());
+        let inserted = {
+            let mut g = f.lock().unwrap();
+            g.hold_ops = true;
+            g.inserted.clone()
+        };
+        let t = task(
+            Action::Create,
+            "n1",
+            config(&fields),
+            Duration::from_secs(30),
+        );
+        let first = {
+            let (p, t) = (p.clone(), t.clone());
+            tokio::spawn(async move { p.create(&t).await })
+        };
+        inserted.notified().await;
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        {
+            let mut g = f.lock().unwrap();
+            g.hold_ops = false;
+            // With a stale read the retry does not see the instance and meets 409 on insert.
+            g.stale_reads = stale;
+        }
+        let out = p.create(&t).await.unwrap();
+        assert_eq!(out.result["providerid"], json!(instance_name("n1")));
+        if stale == 1 {
+            assert!(out.stdout.contains("already exists"), "{}", out.stdout);
+        } else {
+            assert!(out.stdout.contains("exists"), "{}", out.stdout);
+        }
+        let g = f.lock().unwrap();
+        assert_eq!(
+            (g.inserts, g.instances.len()),
+            (1, 1),
+            "one machine (stale reads {stale})"
+        );
+    }
+}
+
+#[tokio::test]
+async fn google_retries_5xx_and_429_and_fails_a_quota_error_at_once() {
+    let (f, fields) = fake(&keys().0).await;
+    let p = provider();
+    let t = |node: &str| {
+        task(
+            Action::Create,
+            node,
+            config(&fields),
+            Duration::from_secs(30),
+        )
+    };
+    f.lock().unwrap().faults = [
+        Fault::Status(503),
+        Fault::Throttle,
+        Fault::Status(500),
+        Fault::Throttle,
+    ]
+    .into();
+    p.create(&t("n1")).await.unwrap();
+    {
+        let g = f.lock().unwrap();
+        assert!(g.faults.is_empty());
+        assert_eq!(g.inserts, 1);
+    }
+
+    f.lock().unwrap().quota = true;
+    let e = p.create(&t("n2")).await.unwrap_err();
+    assert!(!e.retryable, "{e}");
+    assert!(
+        e.message.contains("quotaExceeded") && e.message.contains("CPUS"),
+        "{e}"
+    );
+
+    {
+        let mut g = f.lock().unwrap();
+        g.quota = false;
+        g.op_error = Some((
+            "QUOTA_EXCEEDED".into(),
+            "Quota 'SSD_TOTAL_GB' exceeded.".into(),
+        ));
+    }
+    let e = p.create(&t("n3")).await.unwrap_err();
+    assert!(!e.retryable, "{e}");
+    assert!(
+        e.message.contains("QUOTA_EXCEEDED: Quota 'SSD_TOTAL_GB'"),
+        "{e}"
+    );
+    assert_eq!(f.lock().unwrap().instances.len(), 1, "only n1 exists");
+}
+
+#[tokio::test]
+async fn google_gives_up_on_endless_5xx_with_a_retryable_error() {
+    let (f, fields) = fake(&keys().0).await;
+    let p = GoogleProvider::new().with_timing(Timing {
+        first: Duration::from_millis(1),
+        max: Duration::from_millis(2),
+        calls: Duration::from_millis(50),
+        wait: Duration::from_millis(50),
+    });
+    f.lock().unwrap().faults = std::iter::repeat_n(Fault::Status(503), 10_000).collect();
+    let e = p
+        .delete(&task(
+            Action::Delete,
+            "n1",
+            config(&fields),
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap_err();
+    assert!(e.retryable, "{e}");
+    assert!(e.message.contains("backendError"), "{e}");
+}
+
+#[test]
+fn google_credentials_are_sensitive_fields() {
+    let t = GoogleProvider::new().plugin_type();
+    let admin = &t.parameters[&weft_model::ParameterType::Admin];
+    for (name, f) in &admin.fields {
+        assert_eq!(
+            f.sensitive,
+            ["json_key", "sshkeyseed"].contains(&name.as_str()),
+            "{name}"
+        );
+    }
+}
