@@ -10,6 +10,8 @@
 //!   bridge network per cluster, with a per-cluster SSH key; reached over SSH.
 //! - `hostpool`: the `hostpool` provider: machines that already exist, lent from a pool by the
 //!   server; claimed over SSH at CREATE, wiped (`wipe_command`) at DELETE.
+//! - `openstack`: the `openstack` (Keystone v3) and `rackspace` (Rackspace Identity v2.0)
+//!   providers: a node is a Nova server, found by name and `weft-node` metadata before one is made.
 //! - `local`: the `local` provider: a node is a directory plus its own loopback address.
 //! - `ssh`: `SshTransport`, the `Transport` over SSH (russh): key auth, host keys recorded at
 //!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
@@ -28,6 +30,7 @@ pub mod contract;
 pub mod docker;
 pub mod hostpool;
 pub mod local;
+pub mod openstack;
 pub mod plugin;
 pub mod resources;
 pub mod shell;

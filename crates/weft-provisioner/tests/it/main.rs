@@ -6,5 +6,6 @@ mod common;
 mod docker;
 mod e2e;
 mod hostpool;
+mod openstack;
 mod plugins;
 mod ssh;

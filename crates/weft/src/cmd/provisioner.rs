@@ -102,6 +102,12 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
         .provider(Arc::new(LocalProvider::new(data_dir)))
         .provider(Arc::new(DockerProvider::new(data_dir)))
         .provider(Arc::new(HostPoolProvider::new())) // host pools
+        .provider(Arc::new(
+            weft_provisioner::openstack::NovaProvider::openstack(),
+        )) // openstack
+        .provider(Arc::new(
+            weft_provisioner::openstack::NovaProvider::rackspace(),
+        )) // rackspace
         .automator(Arc::new(
             ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
         )))

@@ -49,7 +49,22 @@ fn up_keeps_data_across_restarts_and_loads_the_catalog_once() {
     };
     {
         let up = run();
-        for t in ["kv-web", "kv-web-docker"] {
+        // Every template the example catalog holds (each provider adds its own).
+        let (_, body) = http(
+            "GET",
+            &format!("{}/v2/clustertemplates", up.api),
+            &ADMIN,
+            "",
+        );
+        let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let names: Vec<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect();
+        assert!(names.len() >= 2, "{names:?}");
+        for t in &names {
             let (code, _) = http(
                 "DELETE",
                 &format!("{}/v2/clustertemplates/{t}", up.api),
