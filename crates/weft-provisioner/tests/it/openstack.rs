@@ -1298,3 +1298,53 @@ fn the_fake_reads_names_as_nova_does_as_regular_expressions() {
     assert!(name_matches("^w.b$", "wxb"));
     assert!(!name_matches("^a\\.b$", "axb"));
 }
+
+#[tokio::test]
+async fn the_example_catalog_holds_valid_openstack_and_rackspace_templates() {
+    use weft_model::EntityKind;
+    use weft_store::{SqlStore, Store, SUPERADMIN};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqlStore::connect(&weft_testkit::temp_sqlite_url(&dir))
+        .await
+        .expect("store");
+    weft_server::seed_catalog(&store, SUPERADMIN, crate::common::CATALOG)
+        .await
+        .expect("the example catalog validates");
+    let names = |v: Vec<Value>| -> Vec<String> {
+        v.iter()
+            .filter_map(|e| e["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let providers = names(
+        store
+            .list_entities(SUPERADMIN, EntityKind::Provider)
+            .await
+            .unwrap(),
+    );
+    let templates = store
+        .list_entities(SUPERADMIN, EntityKind::ClusterTemplate)
+        .await
+        .unwrap();
+    let hardware = store
+        .list_entities(SUPERADMIN, EntityKind::HardwareType)
+        .await
+        .unwrap();
+    let images = store
+        .list_entities(SUPERADMIN, EntityKind::ImageType)
+        .await
+        .unwrap();
+    for kind in ["openstack", "rackspace"] {
+        let t = templates
+            .iter()
+            .find(|t| t["name"] == format!("kv-web-{kind}"))
+            .unwrap_or_else(|| panic!("kv-web-{kind} is in the catalog"));
+        assert_eq!(t["defaults"]["provider"], kind);
+        assert!(providers.contains(&kind.to_string()), "{providers:?}");
+        let hw = t["defaults"]["hardwaretype"].as_str().unwrap();
+        let h = hardware.iter().find(|h| h["name"] == hw).unwrap();
+        assert!(h["providermap"][kind]["flavor"].is_string(), "{h}");
+        let im = t["defaults"]["imagetype"].as_str().unwrap();
+        let i = images.iter().find(|i| i["name"] == im).unwrap();
+        assert!(i["providermap"][kind]["image"].is_string(), "{i}");
+    }
+}
