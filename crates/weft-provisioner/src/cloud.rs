@@ -7,7 +7,10 @@
 //! message. Each cloud's client maps its answers to a [`CloudError`]; this module decides the rest.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so that tests with paused time see the back-off's deadline pass.
+use tokio::time::Instant;
 
 use crate::task::PluginError;
 

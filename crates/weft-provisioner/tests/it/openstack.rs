@@ -1348,3 +1348,59 @@ async fn the_example_catalog_holds_valid_openstack_and_rackspace_templates() {
         assert!(i["providermap"][kind]["image"].is_string(), "{i}");
     }
 }
+
+#[tokio::test]
+async fn when_two_servers_were_made_for_a_node_create_keeps_the_oldest_and_deletes_the_other() {
+    let (identity, nova) = rackspace().await;
+    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let fields = obj(
+        json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
+        "region": "DFW"}),
+    );
+    let c = config(&fields, "rackspace", "rax-twin");
+    // Two workers raced: both POSTs went through (each answer lost).
+    nova.faults().hang_after_post = true;
+    let t = a_task(Action::Create, "rax-twin", &c);
+    for _ in 0..2 {
+        tokio::select! {
+            r = p.create(&t) => panic!("create cannot finish while its answer hangs: {r:?}"),
+            _ = nova.state.posted.notified() => {}
+        }
+        // The second worker did not find the first's server: make it look again from scratch.
+        if nova.servers() == 1 {
+            let mut s = nova.state.servers.lock().unwrap();
+            s[0].body["name"] = json!("hidden-for-a-moment");
+        }
+    }
+    {
+        let mut s = nova.state.servers.lock().unwrap();
+        s[0].body["name"] = json!("rax-twin.test.example");
+    }
+    nova.faults().hang_after_post = false;
+    assert_eq!(nova.servers(), 2);
+    let oldest = nova.state.servers.lock().unwrap()[0].id.clone();
+    let out = p.create(&t).await.expect("create");
+    assert_eq!(
+        out.result["providerid"],
+        json!(oldest),
+        "the oldest is kept"
+    );
+    assert!(
+        out.stdout.contains("deleted a second server"),
+        "{}",
+        out.stdout
+    );
+    let left: Vec<(String, bool)> = nova
+        .state
+        .servers
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| (s.id.clone(), s.deleting.is_some()))
+        .collect();
+    assert_eq!(
+        left.iter().filter(|(_, deleting)| !deleting).count(),
+        1,
+        "{left:?}"
+    );
+}
