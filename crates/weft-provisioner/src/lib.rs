@@ -12,6 +12,8 @@
 //!   server; claimed over SSH at CREATE, wiped (`wipe_command`) at DELETE.
 //! - `google`: the `google` provider: Compute Engine v1 instances, service-account JWT auth.
 //! - `joyent`: the `joyent` provider: Triton CloudAPI machines, HTTP Signature auth.
+//! - `openstack`: the `openstack` (Keystone v3) and `rackspace` (Rackspace Identity v2.0)
+//!   providers: a node is a Nova server, found by name and `weft-node` metadata before one is made.
 //! - `local`: the `local` provider: a node is a directory plus its own loopback address.
 //! - `ssh`: `SshTransport`, the `Transport` over SSH (russh): key auth, host keys recorded at
 //!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
@@ -32,6 +34,7 @@ pub mod google;
 pub mod hostpool;
 pub mod joyent;
 pub mod local;
+pub mod openstack;
 pub mod plugin;
 pub mod resources;
 pub mod shell;

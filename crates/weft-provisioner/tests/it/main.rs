@@ -8,5 +8,6 @@ mod e2e;
 mod google;
 mod hostpool;
 mod joyent;
+mod openstack;
 mod plugins;
 mod ssh;

@@ -108,6 +108,12 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
         .provider(Arc::new(HostPoolProvider::new())) // host pools
         .provider(Arc::new(weft_provisioner::google::GoogleProvider::new()))
         .provider(Arc::new(weft_provisioner::joyent::JoyentProvider::new()))
+        .provider(Arc::new(
+            weft_provisioner::openstack::NovaProvider::openstack(),
+        )) // openstack
+        .provider(Arc::new(
+            weft_provisioner::openstack::NovaProvider::rackspace(),
+        )) // rackspace
         .automator(Arc::new(
             ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
         )))

@@ -1,0 +1,557 @@
+//! Identity: how a token and its service catalog are obtained, and how the compute endpoint is
+//! chosen from the catalog.
+//!
+//! - Keystone v3 (`POST {auth_url}/v3/auth/tokens`): a password (user and project by id, or by
+//!   name within a domain) or an application credential (by id, or by name with its user). The
+//!   token is the `X-Subject-Token` header; the catalog is `token.catalog`, each endpoint with an
+//!   `interface` and a `region_id`.
+//! - Rackspace Identity v2.0 (`POST {auth_url}/v2.0/tokens` with `RAX-KSKEY:apiKeyCredentials`):
+//!   the token is `access.token.id`; the catalog is `access.serviceCatalog`, each endpoint with a
+//!   `region` and a `publicURL` / `internalURL`.
+//!
+//! A token's lifetime is read from the answer (expiry minus issue time when both are given, so a
+//! skewed clock does not matter), and the session renews it ahead of time.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::cloud::CloudError;
+
+/// The default Rackspace Identity endpoint.
+pub const RACKSPACE_IDENTITY: &str = "https://identity.api.rackspacecloud.com/v2.0";
+
+/// A user, project or domain named by id or by name (a name is looked up within `domain`).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Ref {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    /// The domain of a name: (id, name); Keystone's `default` domain when neither is given.
+    pub domain_id: Option<String>,
+    pub domain_name: Option<String>,
+}
+
+impl Ref {
+    /// The JSON Keystone expects for this reference (`{"id"}` or `{"name", "domain"}`).
+    fn to_json(&self) -> Value {
+        if let Some(id) = &self.id {
+            return json!({ "id": id });
+        }
+        let domain = match (&self.domain_id, &self.domain_name) {
+            (Some(id), _) => json!({ "id": id }),
+            (None, Some(name)) => json!({ "name": name }),
+            (None, None) => json!({ "id": "default" }),
+        };
+        json!({ "name": self.name.clone().unwrap_or_default(), "domain": domain })
+    }
+
+    fn is_given(&self) -> bool {
+        self.id.is_some() || self.name.is_some()
+    }
+}
+
+/// How to get a token. Never printed: it holds secrets (no `Debug`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Credentials {
+    /// Keystone v3 password, scoped to a project.
+    Password {
+        user: Ref,
+        password: String,
+        project: Ref,
+    },
+    /// Keystone v3 application credential (scoped by the credential itself).
+    ApplicationCredential {
+        id: Option<String>,
+        name: Option<String>,
+        user: Ref,
+        secret: String,
+    },
+    /// Rackspace Identity v2.0 API key.
+    ApiKey { username: String, api_key: String },
+}
+
+impl Credentials {
+    /// Checks that the credentials name what their kind needs; the error names the field.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Credentials::Password {
+                user,
+                password,
+                project,
+            } => {
+                if !user.is_given() {
+                    return Err("user_name or user_id is required with a password".into());
+                }
+                if password.is_empty() {
+                    return Err("password is empty".into());
+                }
+                if !project.is_given() {
+                    return Err("project_name or project_id is required with a password".into());
+                }
+                Ok(())
+            }
+            Credentials::ApplicationCredential { id, name, user, .. } => {
+                if id.is_none() && name.is_none() {
+                    return Err(
+                        "application_credential_id or application_credential_name is \
+                                required with application_credential_secret"
+                            .into(),
+                    );
+                }
+                if id.is_none() && !user.is_given() {
+                    return Err("application_credential_name needs user_name or user_id".into());
+                }
+                Ok(())
+            }
+            Credentials::ApiKey { username, api_key } => {
+                if username.is_empty() {
+                    return Err("username is required".into());
+                }
+                if api_key.is_empty() {
+                    return Err("api_key is required".into());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The URL a token is asked for, from the admin's `auth_url` (with or without the version).
+    pub fn token_url(&self, auth_url: &str) -> String {
+        let base = auth_url.trim().trim_end_matches('/');
+        match self {
+            Credentials::ApiKey { .. } => {
+                let base = if base.is_empty() {
+                    RACKSPACE_IDENTITY
+                } else {
+                    base
+                };
+                if base.ends_with("/v2.0") {
+                    format!("{base}/tokens")
+                } else {
+                    format!("{base}/v2.0/tokens")
+                }
+            }
+            _ if base.ends_with("/v3") => format!("{base}/auth/tokens"),
+            _ => format!("{base}/v3/auth/tokens"),
+        }
+    }
+
+    /// The request body that asks for a token.
+    pub fn body(&self) -> Value {
+        match self {
+            Credentials::Password {
+                user,
+                password,
+                project,
+            } => {
+                let mut u = user.to_json();
+                u["password"] = json!(password);
+                json!({"auth": {
+                    "identity": {"methods": ["password"], "password": {"user": u}},
+                    "scope": {"project": project.to_json()}
+                }})
+            }
+            Credentials::ApplicationCredential {
+                id,
+                name,
+                user,
+                secret,
+            } => {
+                let mut c = match (id, name) {
+                    (Some(id), _) => json!({ "id": id }),
+                    (None, name) => json!({ "name": name, "user": user.to_json() }),
+                };
+                c["secret"] = json!(secret);
+                json!({"auth": {"identity": {
+                    "methods": ["application_credential"],
+                    "application_credential": c
+                }}})
+            }
+            Credentials::ApiKey { username, api_key } => json!({"auth": {
+                "RAX-KSKEY:apiKeyCredentials": {"username": username, "apiKey": api_key}
+            }}),
+        }
+    }
+
+    /// Which API answers for these credentials (for error messages).
+    pub fn api(&self) -> &'static str {
+        match self {
+            Credentials::ApiKey { .. } => "rackspace identity",
+            _ => "keystone",
+        }
+    }
+}
+
+/// One endpoint of a catalog service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `public`, `internal` or `admin`.
+    pub interface: String,
+    /// The region, empty when the catalog names none.
+    pub region: String,
+    pub url: String,
+}
+
+/// One service of a catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    pub kind: String,
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// A token and what came with it.
+pub struct Token {
+    pub id: String,
+    /// How long it is valid from now, when the answer says.
+    pub lifetime: Option<Duration>,
+    pub catalog: Vec<Service>,
+}
+
+fn text(v: &Value, key: &str) -> String {
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Reads a Keystone v3 token answer (`X-Subject-Token` and the body).
+pub fn keystone_token(subject: Option<&str>, body: &Value) -> Result<Token, String> {
+    let id = subject
+        .filter(|s| !s.is_empty())
+        .ok_or("keystone answered without an X-Subject-Token header")?;
+    let token = body.get("token").ok_or("keystone answered without token")?;
+    let catalog = token
+        .get("catalog")
+        .and_then(Value::as_array)
+        .map(|services| {
+            services
+                .iter()
+                .map(|s| Service {
+                    kind: text(s, "type"),
+                    name: text(s, "name"),
+                    endpoints: s
+                        .get("endpoints")
+                        .and_then(Value::as_array)
+                        .map(|eps| {
+                            eps.iter()
+                                .map(|e| Endpoint {
+                                    interface: text(e, "interface"),
+                                    region: Some(text(e, "region_id"))
+                                        .filter(|r| !r.is_empty())
+                                        .unwrap_or_else(|| text(e, "region")),
+                                    url: text(e, "url"),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let expires = unix_seconds(&text(token, "expires_at"));
+    let issued = unix_seconds(&text(token, "issued_at"));
+    Ok(Token {
+        id: id.to_string(),
+        lifetime: lifetime(expires, issued),
+        catalog,
+    })
+}
+
+/// Reads a Rackspace Identity v2.0 token answer.
+pub fn rackspace_token(body: &Value) -> Result<Token, String> {
+    let access = body
+        .get("access")
+        .ok_or("rackspace identity answered without access")?;
+    let token = access.get("token").cloned().unwrap_or_default();
+    let id = text(&token, "id");
+    if id.is_empty() {
+        return Err("rackspace identity answered without access.token.id".into());
+    }
+    let interfaces = [("publicURL", "public"), ("internalURL", "internal")];
+    let catalog = access
+        .get("serviceCatalog")
+        .and_then(Value::as_array)
+        .map(|services| {
+            services
+                .iter()
+                .map(|s| Service {
+                    kind: text(s, "type"),
+                    name: text(s, "name"),
+                    endpoints: s
+                        .get("endpoints")
+                        .and_then(Value::as_array)
+                        .map(|eps| {
+                            eps.iter()
+                                .flat_map(|e| {
+                                    interfaces.iter().filter_map(move |(key, interface)| {
+                                        let url = text(e, key);
+                                        (!url.is_empty()).then(|| Endpoint {
+                                            interface: interface.to_string(),
+                                            region: text(e, "region"),
+                                            url,
+                                        })
+                                    })
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .ok();
+    Ok(Token {
+        id,
+        lifetime: lifetime(unix_seconds(&text(&token, "expires")), now),
+        catalog,
+    })
+}
+
+fn lifetime(expires: Option<i64>, from: Option<i64>) -> Option<Duration> {
+    let (e, f) = (expires?, from?);
+    Some(Duration::from_secs(e.saturating_sub(f).max(0) as u64))
+}
+
+/// The URL of the `kind` service's endpoint with `interface` in `region` (any region when `None`,
+/// as long as only one has such an endpoint).
+pub fn choose_endpoint(
+    catalog: &[Service],
+    kind: &str,
+    interface: &str,
+    region: Option<&str>,
+) -> Result<String, String> {
+    let candidates: Vec<&Endpoint> = catalog
+        .iter()
+        .filter(|s| s.kind == kind)
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| e.interface == interface)
+        .collect();
+    let regions = |eps: &[&Endpoint]| {
+        let mut r: Vec<&str> = eps.iter().map(|e| e.region.as_str()).collect();
+        r.sort();
+        r.dedup();
+        r.join(", ")
+    };
+    if candidates.is_empty() {
+        return Err(format!(
+            "the catalog has no {kind} endpoint with interface {interface}"
+        ));
+    }
+    let chosen: Vec<&Endpoint> = match region {
+        Some(r) => candidates
+            .iter()
+            .copied()
+            .filter(|e| e.region == r)
+            .collect(),
+        None => candidates.clone(),
+    };
+    match (chosen.as_slice(), region) {
+        ([], Some(r)) => Err(format!(
+            "region {r}: the catalog has no {interface} {kind} endpoint there (regions: {})",
+            regions(&candidates)
+        )),
+        ([one], _) => Ok(one.url.trim_end_matches('/').to_string()),
+        (many, None) if regions(many).contains(", ") => Err(format!(
+            "region is required: the catalog has {interface} {kind} endpoints in {}",
+            regions(many)
+        )),
+        (many, _) => Ok(many[0].url.trim_end_matches('/').to_string()),
+    }
+}
+
+/// Seconds since the epoch of an ISO 8601 / RFC 3339 time (`2026-11-24T21:59:33.000000Z`,
+/// `2014-01-15T14:40:32-06:00`); `None` when it is not one.
+pub fn unix_seconds(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (date, rest) = s.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    if rest.len() < 8 {
+        return None;
+    }
+    let (clock, zone) = rest.split_at(8);
+    let mut c = clock.split(':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (c.next()??, c.next()??, c.next()??);
+    let zone = zone.trim_start_matches(|ch: char| ch == '.' || ch.is_ascii_digit());
+    let offset = match zone {
+        "" | "Z" | "z" => 0,
+        z => {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            let (h, m) = z[1..].split_once(':').unwrap_or((&z[1..], "0"));
+            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60)
+        }
+    };
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    Some(days_from_civil(y, m, day) * 86400 + hh * 3600 + mm * 60 + ss - offset)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+/// A failed token request as a [`CloudError`]: Keystone's `{"error": {code, title, message}}` or
+/// Rackspace's `{"unauthorized": {code, message}}`.
+pub fn auth_error(api: &'static str, status: u16, body: &Value) -> CloudError {
+    let (code, message) = super::nova::error_parts(body);
+    CloudError::from_status(
+        api,
+        status,
+        code.unwrap_or(status.to_string()),
+        message,
+        None,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_with_fractions_and_offsets() {
+        assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            unix_seconds("2026-11-24T21:59:33.000000Z"),
+            Some(1_795_557_573)
+        );
+        assert_eq!(
+            unix_seconds("2026-11-24T15:59:33.5-06:00"),
+            unix_seconds("2026-11-24T21:59:33Z")
+        );
+        assert_eq!(unix_seconds("2000-02-29T00:00:00"), Some(951_782_400));
+        assert_eq!(unix_seconds("yesterday"), None);
+        assert_eq!(unix_seconds("2026-13-01T00:00:00Z"), None);
+    }
+
+    fn ks_catalog() -> Vec<Service> {
+        let body = json!({"token": {"expires_at": "2026-01-01T01:00:00.000000Z",
+            "issued_at": "2026-01-01T00:00:00.000000Z", "catalog": [
+            {"type": "identity", "name": "keystone", "endpoints": [
+                {"interface": "public", "region_id": "RegionOne", "url": "http://ks/v3/"}]},
+            {"type": "compute", "name": "nova", "endpoints": [
+                {"interface": "public", "region_id": "RegionOne", "url": "http://one/v2.1/"},
+                {"interface": "internal", "region_id": "RegionOne", "url": "http://one-int/v2.1"},
+                {"interface": "public", "region_id": "RegionTwo", "url": "http://two/v2.1"}]}]}});
+        let t = keystone_token(Some("tok"), &body).unwrap();
+        assert_eq!(t.lifetime, Some(Duration::from_secs(3600)));
+        t.catalog
+    }
+
+    #[test]
+    fn the_endpoint_is_chosen_by_interface_and_region() {
+        let c = ks_catalog();
+        let pick = |i, r| choose_endpoint(&c, "compute", i, r);
+        assert_eq!(
+            pick("public", Some("RegionOne")).unwrap(),
+            "http://one/v2.1"
+        );
+        assert_eq!(
+            pick("public", Some("RegionTwo")).unwrap(),
+            "http://two/v2.1"
+        );
+        assert_eq!(pick("internal", None).unwrap(), "http://one-int/v2.1");
+        let e = pick("public", None).unwrap_err();
+        assert!(
+            e.contains("region is required") && e.contains("RegionTwo"),
+            "{e}"
+        );
+        let e = pick("public", Some("RegionThree")).unwrap_err();
+        assert!(e.contains("RegionThree") && e.contains("RegionOne"), "{e}");
+        assert!(pick("admin", None).unwrap_err().contains("interface admin"));
+        assert!(keystone_token(None, &json!({"token": {}})).is_err());
+    }
+
+    #[test]
+    fn rackspace_catalogs_have_a_region_per_endpoint() {
+        let body = json!({"access": {"token": {"id": "abc", "expires": "2099-01-01T00:00:00.000-06:00"},
+            "serviceCatalog": [
+                {"name": "cloudServers", "type": "compute",
+                 "endpoints": [{"publicURL": "http://first-gen/v1.0/1"}]},
+                {"name": "cloudServersOpenStack", "type": "compute", "endpoints": [
+                    {"region": "DFW", "publicURL": "http://dfw/v2/1", "tenantId": "1"},
+                    {"region": "ORD", "publicURL": "http://ord/v2/1", "internalURL": "http://ord-snet/v2/1"}]}]}});
+        let t = rackspace_token(&body).unwrap();
+        assert_eq!(t.id, "abc");
+        assert!(t.lifetime.unwrap() > Duration::from_secs(86400));
+        assert_eq!(
+            choose_endpoint(&t.catalog, "compute", "public", Some("ORD")).unwrap(),
+            "http://ord/v2/1"
+        );
+        assert_eq!(
+            choose_endpoint(&t.catalog, "compute", "internal", None).unwrap(),
+            "http://ord-snet/v2/1"
+        );
+        assert!(rackspace_token(&json!({"access": {"token": {}}})).is_err());
+    }
+
+    #[test]
+    fn bodies_name_users_and_projects_by_id_or_by_name() {
+        let by_name = Credentials::Password {
+            user: Ref {
+                name: Some("u".into()),
+                domain_name: Some("D".into()),
+                ..Default::default()
+            },
+            password: "pw".into(),
+            project: Ref {
+                name: Some("p".into()),
+                ..Default::default()
+            },
+        };
+        assert!(by_name.check().is_ok());
+        let b = by_name.body();
+        let user = &b["auth"]["identity"]["password"]["user"];
+        assert_eq!(user["name"], "u");
+        assert_eq!(user["domain"]["name"], "D");
+        assert_eq!(b["auth"]["scope"]["project"]["domain"]["id"], "default");
+        assert_eq!(
+            by_name.token_url("http://k:5000/"),
+            "http://k:5000/v3/auth/tokens"
+        );
+        assert_eq!(
+            by_name.token_url("http://k:5000/v3/"),
+            "http://k:5000/v3/auth/tokens"
+        );
+        let app = Credentials::ApplicationCredential {
+            id: Some("ac".into()),
+            name: None,
+            user: Ref::default(),
+            secret: "s".into(),
+        };
+        let b = app.body();
+        assert_eq!(b["auth"]["identity"]["application_credential"]["id"], "ac");
+        assert!(b["auth"].get("scope").is_none());
+        let rax = Credentials::ApiKey {
+            username: "u".into(),
+            api_key: "k".into(),
+        };
+        assert_eq!(
+            rax.token_url(""),
+            "https://identity.api.rackspacecloud.com/v2.0/tokens"
+        );
+        assert_eq!(
+            rax.body()["auth"]["RAX-KSKEY:apiKeyCredentials"]["apiKey"],
+            "k"
+        );
+        let e = Credentials::Password {
+            user: Ref::default(),
+            password: "x".into(),
+            project: Ref::default(),
+        }
+        .check()
+        .unwrap_err();
+        assert!(e.contains("user_name"), "{e}");
+    }
+}

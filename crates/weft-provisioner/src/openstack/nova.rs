@@ -1,0 +1,474 @@
+//! The HTTP side: a [`Session`] holds a token (renewed ahead of its expiry, and once more when the
+//! compute API answers 401) and the compute endpoint chosen from its catalog; [`Nova`] is the
+//! few compute API v2.1 calls the provider makes (servers, key pairs), each retried with back-off
+//! while the answer is over-limit or a 5xx.
+
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::identity::{self, Credentials};
+use crate::cloud::{self, Backoff, CloudError};
+
+/// The token is renewed this long before it expires at most (a quarter of its lifetime for short
+/// tokens).
+const RENEW_AHEAD: Duration = Duration::from_secs(60);
+/// Assumed lifetime of a token whose answer names no expiry.
+const UNKNOWN_LIFETIME: Duration = Duration::from_secs(1800);
+
+/// A JSON answer (a body that is not JSON is kept as a string).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+    pub retry_after: Option<Duration>,
+    pub subject_token: Option<String>,
+}
+
+/// Sends one request and reads its answer; no answer is a retryable error of `api`.
+pub async fn send(api: &'static str, req: reqwest::RequestBuilder) -> Result<Answer, CloudError> {
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| CloudError::unreachable(api, format!("no answer: {}", without_url(&e))))?;
+    let status = resp.status().as_u16();
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let retry_after = cloud::retry_after(header("retry-after").as_deref());
+    let subject_token = header("x-subject-token");
+    let text = resp.text().await.map_err(|e| {
+        CloudError::unreachable(api, format!("reading the answer: {}", without_url(&e)))
+    })?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok(Answer {
+        status,
+        body,
+        retry_after,
+        subject_token,
+    })
+}
+
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(url) = e.url() {
+        s = s.replace(url.as_str(), "");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        s.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    s
+}
+
+/// The code and message of an error body: Nova's `{"itemNotFound": {"code", "message"}}`,
+/// Keystone's `{"error": {"code", "title", "message"}}`, or a text body.
+pub fn error_parts(body: &Value) -> (Option<String>, String) {
+    match body {
+        Value::Object(m) if m.len() == 1 => {
+            let (kind, inner) = m.iter().next().expect("one entry");
+            let message = inner
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| inner.to_string());
+            let code = if kind == "error" {
+                inner
+                    .get("title")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            } else {
+                Some(kind.clone())
+            };
+            (code, message)
+        }
+        Value::String(s) => (None, s.chars().take(500).collect()),
+        other => (None, other.to_string().chars().take(500).collect()),
+    }
+}
+
+/// A failed compute call as a [`CloudError`], with Nova's code, message and `Retry-After` (or the
+/// body's `retryAfter`).
+pub fn nova_error(a: &Answer) -> CloudError {
+    let (code, message) = error_parts(&a.body);
+    let body_retry = a
+        .body
+        .as_object()
+        .and_then(|m| m.values().next())
+        .and_then(|v| v.get("retryAfter"))
+        .map(|v| v.as_str().map(str::to_string).unwrap_or(v.to_string()));
+    let retry_after = a
+        .retry_after
+        .or_else(|| cloud::retry_after(body_retry.as_deref()));
+    CloudError::from_status(
+        "nova",
+        a.status,
+        code.unwrap_or(a.status.to_string()),
+        message,
+        retry_after,
+    )
+}
+
+struct Live {
+    token: String,
+    compute: String,
+    renew_at: Instant,
+}
+
+/// A token for one set of credentials and the compute endpoint of its catalog. Shared by every
+/// task that uses the same credentials, so one token serves them all until it is renewed.
+pub struct Session {
+    http: reqwest::Client,
+    creds: Credentials,
+    token_url: String,
+    interface: String,
+    region: Option<String>,
+    live: tokio::sync::Mutex<Option<Live>>,
+}
+
+impl Session {
+    pub fn new(
+        http: reqwest::Client,
+        creds: Credentials,
+        auth_url: &str,
+        interface: String,
+        region: Option<String>,
+    ) -> Session {
+        Session {
+            token_url: creds.token_url(auth_url),
+            http,
+            creds,
+            interface,
+            region,
+            live: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The current token and compute endpoint, asking for a new token when there is none or the
+    /// one held is close to its expiry.
+    async fn current(&self) -> Result<(String, String), CloudError> {
+        let mut live = self.live.lock().await;
+        if let Some(l) = live.as_ref().filter(|l| Instant::now() < l.renew_at) {
+            return Ok((l.token.clone(), l.compute.clone()));
+        }
+        let l = self.authenticate().await?;
+        let out = (l.token.clone(), l.compute.clone());
+        *live = Some(l);
+        Ok(out)
+    }
+
+    /// Drops `token` if it is still the one held (the compute API refused it).
+    async fn forget(&self, token: &str) {
+        let mut live = self.live.lock().await;
+        if live.as_ref().is_some_and(|l| l.token == token) {
+            *live = None;
+        }
+    }
+
+    async fn authenticate(&self) -> Result<Live, CloudError> {
+        let api = self.creds.api();
+        let a = send(
+            api,
+            self.http.post(&self.token_url).json(&self.creds.body()),
+        )
+        .await?;
+        if !(200..300).contains(&a.status) {
+            return Err(identity::auth_error(api, a.status, &a.body));
+        }
+        let token = match &self.creds {
+            Credentials::ApiKey { .. } => identity::rackspace_token(&a.body),
+            _ => identity::keystone_token(a.subject_token.as_deref(), &a.body),
+        }
+        .map_err(|m| CloudError::from_status(api, 502, "BadAnswer", m, None))?;
+        let compute = identity::choose_endpoint(
+            &token.catalog,
+            "compute",
+            &self.interface,
+            self.region.as_deref(),
+        )
+        .map_err(|m| CloudError::from_status(api, 400, "Catalog", m, None))?;
+        let lifetime = token.lifetime.unwrap_or(UNKNOWN_LIFETIME);
+        let ahead = RENEW_AHEAD.min(lifetime / 4);
+        tracing::debug!(api, compute = %compute, lifetime_s = lifetime.as_secs(), "token issued");
+        Ok(Live {
+            token: token.id,
+            compute,
+            renew_at: Instant::now() + lifetime.saturating_sub(ahead),
+        })
+    }
+
+    /// One compute API request with the current token; a 401 drops the token and tries once more
+    /// with a new one. `path` is relative to the compute endpoint.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Answer, CloudError> {
+        let mut refused = false;
+        loop {
+            let (token, base) = self.current().await?;
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{base}{path}"))
+                .header("X-Auth-Token", &token)
+                .header("Accept", "application/json");
+            if !query.is_empty() {
+                req = req.query(query);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let a = send("nova", req).await?;
+            if a.status == StatusCode::UNAUTHORIZED.as_u16() && !refused {
+                tracing::debug!("compute API refused the token; asking for a new one");
+                refused = true;
+                self.forget(&token).await;
+                continue;
+            }
+            return Ok(a);
+        }
+    }
+}
+
+/// The compute calls, each retried while the answer is retryable.
+pub struct Nova<'a> {
+    pub session: &'a Session,
+    /// Back-off of retried calls: first pause, longest pause, total budget.
+    pub retry: (Duration, Duration, Duration),
+}
+
+impl Nova<'_> {
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.retry.0, self.retry.1, self.retry.2)
+    }
+
+    /// One call, retried; any answer that is not 2xx is an error.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Answer, CloudError> {
+        cloud::with_retries(self.backoff(), || async {
+            let a = self
+                .session
+                .request(method.clone(), path, query, body)
+                .await?;
+            if (200..300).contains(&a.status) {
+                Ok(a)
+            } else {
+                Err(nova_error(&a))
+            }
+        })
+        .await
+    }
+
+    /// The servers named exactly `name` whose metadata `weft-node` is `node`, oldest first.
+    pub async fn find(&self, name: &str, node: &str) -> Result<Vec<Value>, CloudError> {
+        // Nova matches `name` as a regular expression: anchor it and escape what is special.
+        let pattern = format!("^{}$", regex_escape(name));
+        let a = self
+            .call(Method::GET, "/servers/detail", &[("name", &pattern)], None)
+            .await?;
+        let mut found: Vec<Value> = a
+            .body
+            .get("servers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| {
+                s.get("name").and_then(Value::as_str) == Some(name)
+                    && s.pointer("/metadata/weft-node").and_then(Value::as_str) == Some(node)
+                    && s.get("status").and_then(Value::as_str) != Some("DELETED")
+            })
+            .collect();
+        found.sort_by_key(|s| {
+            s.get("created")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        });
+        Ok(found)
+    }
+
+    /// Asks for a server (one try: a retried POST could make a second one); answers its id.
+    pub async fn create(&self, server: &Value) -> Result<String, CloudError> {
+        let a = self
+            .session
+            .request(
+                Method::POST,
+                "/servers",
+                &[],
+                Some(&json!({ "server": server })),
+            )
+            .await?;
+        if !(200..300).contains(&a.status) {
+            return Err(nova_error(&a));
+        }
+        a.body
+            .pointer("/server/id")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| {
+                CloudError::from_status(
+                    "nova",
+                    502,
+                    "BadAnswer",
+                    "server answered without an id",
+                    None,
+                )
+            })
+    }
+
+    /// The server `id`, or `None` when Nova does not know it.
+    pub async fn show(&self, id: &str) -> Result<Option<Value>, CloudError> {
+        match self
+            .call(
+                Method::GET,
+                &format!("/servers/{}", path_part(id)),
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(a) => Ok(a.body.get("server").cloned()),
+            Err(e) if e.status == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks Nova to delete the server `id`; false when it was already gone.
+    pub async fn delete(&self, id: &str) -> Result<bool, CloudError> {
+        match self
+            .call(
+                Method::DELETE,
+                &format!("/servers/{}", path_part(id)),
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.status == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes sure the key pair `name` holds `public_key` (imports it when missing).
+    pub async fn ensure_keypair(&self, name: &str, public_key: &str) -> Result<(), CloudError> {
+        let path = format!("/os-keypairs/{}", path_part(name));
+        match self.call(Method::GET, &path, &[], None).await {
+            Ok(a) => {
+                let held = a
+                    .body
+                    .pointer("/keypair/public_key")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if same_key(held, public_key) {
+                    return Ok(());
+                }
+                return Err(CloudError::from_status(
+                    "nova",
+                    409,
+                    "KeyPairMismatch",
+                    format!("key pair {name} exists with another public key"),
+                    None,
+                ));
+            }
+            Err(e) if e.status == 404 => {}
+            Err(e) => return Err(e),
+        }
+        let body = json!({"keypair": {"name": name, "public_key": public_key}});
+        match self
+            .call(Method::POST, "/os-keypairs", &[], Some(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Imported meanwhile by another worker.
+            Err(e) if e.status == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Compares two OpenSSH public keys by type and key data (comments differ).
+fn same_key(a: &str, b: &str) -> bool {
+    let parts = |k: &str| k.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    parts(a) == parts(b)
+}
+
+/// A path segment with what is not unreserved percent-encoded.
+fn path_part(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// `s` with the characters regular expressions treat specially escaped.
+pub fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$-#&~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_carry_the_api_code_message_and_retry_after() {
+        let a = Answer {
+            status: 413,
+            body: json!({"overLimit": {"code": 413, "message": "slow down", "retryAfter": "7"}}),
+            retry_after: None,
+            subject_token: None,
+        };
+        let e = nova_error(&a);
+        assert_eq!(e.code, "overLimit");
+        assert_eq!(e.message, "slow down");
+        assert_eq!(e.retry_after, Some(Duration::from_secs(7)));
+        assert!(e.retryable);
+        let (code, message) =
+            error_parts(&json!({"error": {"code": 401, "title": "Unauthorized", "message": "no"}}));
+        assert_eq!(
+            (code.as_deref(), message.as_str()),
+            (Some("Unauthorized"), "no")
+        );
+        assert_eq!(error_parts(&json!("plain text")).1, "plain text");
+        let e = nova_error(&Answer {
+            status: 409,
+            body: json!({"conflictingRequest": {"code": 409, "message": "busy"}}),
+            retry_after: None,
+            subject_token: None,
+        });
+        assert!(!e.retryable);
+    }
+
+    #[test]
+    fn names_are_escaped_for_nova_regular_expressions() {
+        assert_eq!(regex_escape("web-1.example"), "web\\-1\\.example");
+        assert_eq!(path_part("a b/c"), "a%20b%2Fc");
+        assert!(same_key("ssh-ed25519 AAAA x@y", "ssh-ed25519 AAAA"));
+        assert!(!same_key("ssh-ed25519 AAAA", "ssh-ed25519 BBBB"));
+    }
+}

@@ -1,0 +1,1406 @@
+//! The `openstack` and `rackspace` providers against a real Keystone v3 and a Nova served here.
+//!
+//! - **Keystone** is Debian bookworm's `python3-keystone` in the image `images/keystone/build.sh`
+//!   builds (tagged by the script's hash, as the script does), one container per test on the
+//!   host's network, on a free loopback port. Each test bootstraps a project, a user, an
+//!   application credential and a compute service whose endpoints point at this test's Nova (the
+//!   public endpoint of `RegionOne`) or nowhere (`internal`, `RegionTwo`), so a wrong choice shows.
+//! - **Nova** (no emulator exists here) is a small axum server written from the compute API
+//!   reference: servers (create, list with the `name` regular expression, show, delete), key
+//!   pairs, Nova's error bodies and `Retry-After`. Every request's token is checked against the
+//!   real Keystone (`GET /v3/auth/tokens` with `X-Subject-Token`), or against the tokens the fake
+//!   Rackspace Identity issued. Switches inject faults: a server that goes to ERROR, 409, 413
+//!   with `Retry-After`, 503, a token refused once, a CREATE whose answer never comes.
+//! - **Rackspace Identity v2.0** (`POST /v2.0/tokens`, `RAX-KSKEY:apiKeyCredentials`) is served
+//!   here too, from Rackspace's documentation.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use russh::keys::ssh_key::private::Ed25519Keypair;
+use russh::keys::ssh_key::LineEnding;
+use russh::keys::PrivateKey;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use weft_provisioner::contract::{provider_contract_on, task};
+use weft_provisioner::openstack::{Kind, NovaProvider, Timing};
+use weft_provisioner::task::Action;
+use weft_provisioner::Provider;
+
+const BUILD_SCRIPT: &[u8] = include_bytes!("../../../../images/keystone/build.sh");
+const ADMIN_PASSWORD: &str = "weft-admin";
+const USER: &str = "weft";
+const PASSWORD: &str = "weft-user-secret";
+const PROJECT: &str = "weft-test";
+const IMAGE: &str = "9f1c7ab2-0b39-4f35-9d0f-debian12";
+const FLAVOR: &str = "2";
+/// An address nothing listens on: endpoints the provider must not choose point here.
+const NOWHERE: &str = "http://127.0.0.1:9";
+
+fn obj(v: Value) -> Map<String, Value> {
+    v.as_object().cloned().expect("an object")
+}
+
+fn fast() -> Timing {
+    Timing {
+        retry: (
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+            Duration::from_secs(20),
+        ),
+        poll: (
+            Duration::from_millis(100),
+            Duration::from_millis(500),
+            Duration::from_secs(30),
+        ),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Keystone in a container
+
+/// The tag `images/keystone/build.sh` gives its image (the script's sha256, 12 hex digits).
+fn keystone_image() -> String {
+    let hash: String = Sha256::digest(BUILD_SCRIPT)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("weft-keystone:{}", &hash[..12])
+}
+
+fn docker(args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A Keystone container of this test; removed when dropped.
+struct Keystone {
+    name: String,
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Drop for Keystone {
+    fn drop(&mut self) {
+        let _ = docker(&["rm", "-f", &self.name]);
+    }
+}
+
+/// What a test's Keystone holds for the provider.
+struct Account {
+    project_id: String,
+    user_id: String,
+    app_id: String,
+    app_secret: String,
+}
+
+impl Keystone {
+    /// Starts Keystone (tokens lasting `expiration` seconds), or `None` when docker or the image
+    /// is missing outside CI.
+    async fn start(expiration: u64) -> Option<Keystone> {
+        if !weft_testkit::require("docker") {
+            return None;
+        }
+        let image = keystone_image();
+        if docker(&["image", "inspect", &image]).is_err() {
+            weft_testkit::skip_or_fail(
+                "keystone image",
+                &format!("{image} is missing: run images/keystone/build.sh"),
+            );
+            return None;
+        }
+        let port = free_port();
+        let name = format!("weft-test-keystone-{}-{port}", std::process::id());
+        docker(&[
+            "run",
+            "-d",
+            "--rm",
+            "--network",
+            "host",
+            "--name",
+            &name,
+            "-e",
+            &format!("KEYSTONE_PORT={port}"),
+            "-e",
+            &format!("KEYSTONE_TOKEN_EXPIRATION={expiration}"),
+            &image,
+        ])
+        .expect("keystone starts");
+        let ks = Keystone {
+            name,
+            url: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        };
+        let start = Instant::now();
+        loop {
+            let up = ks.http.get(format!("{}/v3", ks.url)).send().await;
+            if up.is_ok_and(|r| r.status().is_success()) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "keystone did not answer: {}",
+                docker(&["logs", "--tail", "30", &ks.name]).unwrap_or_else(|e| e)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Some(ks)
+    }
+
+    /// A project-scoped token for `user` (by name, default domain).
+    async fn token(&self, user: &str, password: &str, project: &str) -> String {
+        let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user":
+            {"name": user, "domain": {"id": "default"}, "password": password}}},
+            "scope": {"project": {"name": project, "domain": {"id": "default"}}}}});
+        let r = self
+            .http
+            .post(format!("{}/v3/auth/tokens", self.url))
+            .json(&body)
+            .send()
+            .await
+            .expect("keystone answers");
+        assert_eq!(r.status().as_u16(), 201, "token for {user}");
+        r.headers()["x-subject-token"]
+            .to_str()
+            .expect("a token")
+            .to_string()
+    }
+
+    async fn admin(&self, token: &str, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let mut req = self
+            .http
+            .request(method, format!("{}/v3{path}", self.url))
+            .header("X-Auth-Token", token);
+        if !body.is_null() {
+            req = req.json(&body);
+        }
+        let r = req.send().await.expect("keystone answers");
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        assert!(status.is_success(), "{path}: {status} {text}");
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    /// A project, a member user, an application credential of that user, and the compute
+    /// service: public `RegionOne` at `nova`, the rest nowhere.
+    async fn bootstrap(&self, nova: &str) -> Account {
+        use reqwest::Method;
+        let admin = self.token("admin", ADMIN_PASSWORD, "admin").await;
+        let project = self
+            .admin(
+                &admin,
+                Method::POST,
+                "/projects",
+                json!({"project": {"name": PROJECT, "domain_id": "default"}}),
+            )
+            .await["project"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let user = self
+            .admin(
+                &admin,
+                Method::POST,
+                "/users",
+                json!({"user": {"name": USER, "password": PASSWORD, "domain_id": "default",
+                    "default_project_id": project}}),
+            )
+            .await["user"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let roles = self
+            .admin(&admin, Method::GET, "/roles?name=member", Value::Null)
+            .await;
+        let role = roles["roles"][0]["id"].as_str().expect("a member role");
+        self.admin(
+            &admin,
+            Method::PUT,
+            &format!("/projects/{project}/users/{user}/roles/{role}"),
+            Value::Null,
+        )
+        .await;
+        let service = self
+            .admin(
+                &admin,
+                Method::POST,
+                "/services",
+                json!({"service": {"type": "compute", "name": "nova"}}),
+            )
+            .await["service"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.admin(
+            &admin,
+            Method::POST,
+            "/regions",
+            json!({"region": {"id": "RegionTwo"}}),
+        )
+        .await;
+        for (interface, region, url) in [
+            ("public", "RegionOne", nova.to_string()),
+            ("internal", "RegionOne", format!("{NOWHERE}/v2.1")),
+            ("public", "RegionTwo", format!("{NOWHERE}/v2.1")),
+        ] {
+            self.admin(
+                &admin,
+                Method::POST,
+                "/endpoints",
+                json!({"endpoint": {"service_id": service, "interface": interface,
+                    "region_id": region, "url": url}}),
+            )
+            .await;
+        }
+        let mine = self.token(USER, PASSWORD, PROJECT).await;
+        let app = self
+            .admin(
+                &mine,
+                Method::POST,
+                &format!("/users/{user}/application_credentials"),
+                json!({"application_credential": {"name": "weft-provisioner"}}),
+            )
+            .await;
+        Account {
+            project_id: project,
+            user_id: user,
+            app_id: app["application_credential"]["id"].as_str().unwrap().into(),
+            app_secret: app["application_credential"]["secret"]
+                .as_str()
+                .unwrap()
+                .into(),
+        }
+    }
+
+    /// Whether Keystone still accepts `token` (asked with a fresh admin token).
+    async fn valid(&self, token: &str) -> bool {
+        let admin = self.token("admin", ADMIN_PASSWORD, "admin").await;
+        let r = self
+            .http
+            .get(format!("{}/v3/auth/tokens", self.url))
+            .header("X-Auth-Token", admin)
+            .header("X-Subject-Token", token)
+            .send()
+            .await
+            .expect("keystone answers");
+        r.status().is_success()
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Nova, from the compute API reference
+
+/// How the fake checks tokens.
+#[derive(Clone)]
+enum Auth {
+    /// Against a real Keystone, with an admin token renewed when Keystone refuses it.
+    Keystone {
+        url: String,
+        admin: Arc<tokio::sync::Mutex<Option<String>>>,
+    },
+    /// Against the tokens the fake Rackspace Identity issued (token -> tenant).
+    Issued(Arc<Mutex<BTreeMap<String, String>>>),
+}
+
+/// Fault switches: each counts how many requests (or servers) it still applies to.
+#[derive(Default)]
+struct Faults {
+    /// The next servers made go to ERROR instead of ACTIVE.
+    error: usize,
+    /// The next `POST /servers` answer 409.
+    conflict: usize,
+    /// The next requests answer 413 with `Retry-After: 1`.
+    over_limit: usize,
+    /// The next requests answer 503.
+    unavailable: usize,
+    /// The next requests are refused with 401 though their token is valid.
+    refuse_token: usize,
+    /// `POST /servers` makes the server, then never answers.
+    hang_after_post: bool,
+}
+
+struct FakeServer {
+    id: String,
+    project: String,
+    body: Value,
+    /// Shows left in BUILD.
+    building: usize,
+    error: bool,
+    /// Shows left while being deleted (then gone).
+    deleting: Option<usize>,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicUsize,
+    posts: AtomicUsize,
+    refused: AtomicUsize,
+    faults_answered: AtomicUsize,
+}
+
+struct NovaState {
+    auth: Auth,
+    http: reqwest::Client,
+    /// Rackspace's servers have untyped `public` and `private` addresses.
+    rackspace: bool,
+    base: String,
+    servers: Mutex<Vec<FakeServer>>,
+    keypairs: Mutex<BTreeMap<String, Value>>,
+    faults: Mutex<Faults>,
+    tokens: Mutex<HashSet<String>>,
+    counters: Counters,
+    posted: Notify,
+    seq: AtomicUsize,
+}
+
+type Shared = Arc<NovaState>;
+
+fn nova_fault(status: StatusCode, kind: &str, message: &str) -> Response {
+    (
+        status,
+        Json(json!({ kind: {"code": status.as_u16(), "message": message} })),
+    )
+        .into_response()
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({"error": {"code": 401, "title": "Unauthorized",
+            "message": "The request you have made requires authentication."}})),
+    )
+        .into_response()
+}
+
+impl NovaState {
+    /// The project of a request's token, or the answer to give instead (auth first, then the
+    /// fault switches, as keystonemiddleware runs before Nova's API).
+    async fn gate(&self, headers: &HeaderMap) -> Result<String, Response> {
+        self.counters.requests.fetch_add(1, Ordering::SeqCst);
+        let token = headers
+            .get("x-auth-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .ok_or_else(unauthorized)?;
+        let project = match self.check(&token).await {
+            Some(p) => p,
+            None => {
+                self.counters.refused.fetch_add(1, Ordering::SeqCst);
+                return Err(unauthorized());
+            }
+        };
+        self.tokens.lock().unwrap().insert(token);
+        let mut f = self.faults.lock().unwrap();
+        if f.refuse_token > 0 {
+            f.refuse_token -= 1;
+            self.counters.faults_answered.fetch_add(1, Ordering::SeqCst);
+            return Err(unauthorized());
+        }
+        if f.over_limit > 0 {
+            f.over_limit -= 1;
+            self.counters.faults_answered.fetch_add(1, Ordering::SeqCst);
+            let mut r = (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Json(json!({"overLimit": {"code": 413,
+                    "message": "This request was rate-limited.", "retryAfter": "1"}})),
+            )
+                .into_response();
+            r.headers_mut()
+                .insert("retry-after", "1".parse().expect("a header"));
+            return Err(r);
+        }
+        if f.unavailable > 0 {
+            f.unavailable -= 1;
+            self.counters.faults_answered.fetch_add(1, Ordering::SeqCst);
+            return Err(nova_fault(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "computeFault",
+                "The server is currently unavailable. Please try again at a later time.",
+            ));
+        }
+        Ok(project)
+    }
+
+    /// The project of a valid token.
+    async fn check(&self, token: &str) -> Option<String> {
+        match &self.auth {
+            Auth::Issued(tokens) => tokens.lock().unwrap().get(token).cloned(),
+            Auth::Keystone { url, admin } => {
+                let mut admin = admin.lock().await;
+                for _ in 0..2 {
+                    let a = match admin.clone() {
+                        Some(a) => a,
+                        None => {
+                            let t = self.admin_token(url).await;
+                            *admin = Some(t.clone());
+                            t
+                        }
+                    };
+                    let r = self
+                        .http
+                        .get(format!("{url}/v3/auth/tokens"))
+                        .header("X-Auth-Token", &a)
+                        .header("X-Subject-Token", token)
+                        .send()
+                        .await
+                        .expect("keystone answers");
+                    match r.status().as_u16() {
+                        200 => {
+                            let body: Value = r.json().await.expect("a token");
+                            return body["token"]["project"]["id"].as_str().map(str::to_string);
+                        }
+                        // Our own admin token expired: get another and ask again.
+                        401 => *admin = None,
+                        _ => return None,
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    async fn admin_token(&self, url: &str) -> String {
+        let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user":
+            {"name": "admin", "domain": {"id": "default"}, "password": ADMIN_PASSWORD}}},
+            "scope": {"project": {"name": "admin", "domain": {"id": "default"}}}}});
+        let r = self
+            .http
+            .post(format!("{url}/v3/auth/tokens"))
+            .json(&body)
+            .send()
+            .await
+            .expect("keystone answers");
+        r.headers()["x-subject-token"].to_str().unwrap().to_string()
+    }
+
+    fn next(&self) -> usize {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The server as `GET /servers/{id}` shows it.
+    fn detail(&self, s: &FakeServer) -> Value {
+        let mut b = s.body.clone();
+        let n = b["n"].as_u64().unwrap_or(0);
+        b.as_object_mut().unwrap().remove("n");
+        if s.building > 0 {
+            b["status"] = json!("BUILD");
+            b["progress"] = json!(50);
+            b["OS-EXT-STS:task_state"] = json!("spawning");
+        } else if s.error {
+            b["status"] = json!("ERROR");
+            b["fault"] = json!({"code": 500, "created": b["created"],
+                "message": "No valid host was found. There are not enough hosts available."});
+        } else {
+            b["status"] = json!("ACTIVE");
+            b["progress"] = json!(100);
+            b["addresses"] = if self.rackspace {
+                json!({"public": [{"addr": format!("198.51.100.{n}"), "version": 4}],
+                       "private": [{"addr": format!("10.176.0.{n}"), "version": 4}]})
+            } else {
+                json!({"weft-net": [
+                    {"addr": format!("192.0.2.{n}"), "version": 4, "OS-EXT-IPS:type": "fixed",
+                     "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"},
+                    {"addr": format!("203.0.113.{n}"), "version": 4, "OS-EXT-IPS:type": "floating",
+                     "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"}]})
+            };
+            if self.rackspace {
+                b["accessIPv4"] = json!(format!("198.51.100.{n}"));
+            }
+        }
+        if s.deleting.is_some() {
+            b["OS-EXT-STS:task_state"] = json!("deleting");
+        }
+        b
+    }
+}
+
+/// Nova's `name` filter is a regular expression; this supports what names need: literals,
+/// backslash escapes, `.`, and the anchors `^` and `$`.
+fn name_matches(pattern: &str, name: &str) -> bool {
+    let (start, rest) = match pattern.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, pattern),
+    };
+    let mut tokens: Vec<Option<char>> = Vec::new();
+    let mut end = false;
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => tokens.push(chars.next()),
+            '.' => tokens.push(None),
+            '$' if chars.peek().is_none() => end = true,
+            c => tokens.push(Some(c)),
+        }
+    }
+    let name: Vec<char> = name.chars().collect();
+    let at = |i: usize| {
+        i + tokens.len() <= name.len()
+            && tokens
+                .iter()
+                .enumerate()
+                .all(|(k, t)| t.is_none_or(|c| c == name[i + k]))
+            && (!end || i + tokens.len() == name.len())
+    };
+    if start {
+        at(0)
+    } else {
+        (0..=name.len()).any(at)
+    }
+}
+
+async fn list_servers(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let project = match st.gate(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let servers = st.servers.lock().unwrap();
+    let shown: Vec<Value> = servers
+        .iter()
+        .filter(|s| s.project == project)
+        .filter(|s| {
+            q.get("name")
+                .is_none_or(|p| name_matches(p, s.body["name"].as_str().unwrap_or("")))
+        })
+        .map(|s| st.detail(s))
+        .collect();
+    Json(json!({ "servers": shown })).into_response()
+}
+
+async fn show_server(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let project = match st.gate(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let mut servers = st.servers.lock().unwrap();
+    let Some(i) = servers
+        .iter()
+        .position(|s| s.id == id && s.project == project)
+    else {
+        return nova_fault(
+            StatusCode::NOT_FOUND,
+            "itemNotFound",
+            "Instance could not be found.",
+        );
+    };
+    let s = &mut servers[i];
+    if s.building > 0 {
+        s.building -= 1;
+    }
+    match s.deleting {
+        Some(0) => {
+            servers.remove(i);
+            return nova_fault(
+                StatusCode::NOT_FOUND,
+                "itemNotFound",
+                "Instance could not be found.",
+            );
+        }
+        Some(n) => s.deleting = Some(n - 1),
+        None => {}
+    }
+    let shown = st.detail(&servers[i]);
+    Json(json!({ "server": shown })).into_response()
+}
+
+async fn create_server(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let project = match st.gate(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let bad = |m: &str| nova_fault(StatusCode::BAD_REQUEST, "badRequest", m);
+    let Some(s) = body.get("server").and_then(Value::as_object) else {
+        return bad("Invalid input for field/attribute server.");
+    };
+    let text = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let name = text("name");
+    if name.is_empty() || name.len() > 255 {
+        return bad("Invalid input for field/attribute name.");
+    }
+    if text("imageRef") != IMAGE {
+        return bad(&format!("Image {} could not be found.", text("imageRef")));
+    }
+    if text("flavorRef") != FLAVOR {
+        return bad(&format!("Flavor {} could not be found.", text("flavorRef")));
+    }
+    let metadata = s.get("metadata").cloned().unwrap_or(json!({}));
+    if !metadata.as_object().is_some_and(|m| {
+        m.values()
+            .all(|v| v.as_str().is_some_and(|v| v.len() <= 255))
+    }) {
+        return bad("Invalid input for field/attribute metadata.");
+    }
+    let key_name = s.get("key_name").and_then(Value::as_str);
+    if let Some(k) = key_name {
+        if !st.keypairs.lock().unwrap().contains_key(k) {
+            return bad("Invalid key_name provided.");
+        }
+    }
+    {
+        let mut f = st.faults.lock().unwrap();
+        if f.conflict > 0 {
+            f.conflict -= 1;
+            st.counters.faults_answered.fetch_add(1, Ordering::SeqCst);
+            return nova_fault(
+                StatusCode::CONFLICT,
+                "conflictingRequest",
+                "Cannot create server: the project is being modified; try again later.",
+            );
+        }
+    }
+    let n = st.next();
+    let id = format!("5f0c{n:04}-7a1b-4c2d-9e3f-00000000{n:04}");
+    let error = {
+        let mut f = st.faults.lock().unwrap();
+        let e = f.error > 0;
+        f.error = f.error.saturating_sub(1);
+        e
+    };
+    let server = FakeServer {
+        id: id.clone(),
+        project: project.clone(),
+        body: json!({"id": id, "name": name, "n": n, "metadata": metadata,
+            "tenant_id": project, "user_id": "fake-user", "key_name": key_name,
+            "image": {"id": IMAGE}, "flavor": {"id": FLAVOR},
+            "created": format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
+            "updated": format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
+            "accessIPv4": "", "accessIPv6": "", "addresses": {},
+            "OS-EXT-STS:task_state": null, "OS-EXT-STS:vm_state": "active",
+            "links": [{"rel": "self", "href": format!("{}/servers/{id}", st.base)}]}),
+        building: 2,
+        error,
+        deleting: None,
+    };
+    st.servers.lock().unwrap().push(server);
+    st.counters.posts.fetch_add(1, Ordering::SeqCst);
+    let hang = st.faults.lock().unwrap().hang_after_post;
+    if hang {
+        st.posted.notify_one();
+        std::future::pending::<()>().await;
+    }
+    let mut r = (
+        StatusCode::ACCEPTED,
+        Json(json!({"server": {"id": id, "OS-DCF:diskConfig": "MANUAL",
+            "adminPass": "kJ4sPq9wZ2mT", "security_groups": [{"name": "default"}],
+            "links": [{"rel": "self", "href": format!("{}/servers/{id}", st.base)}]}})),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        "location",
+        format!("{}/servers/{id}", st.base).parse().unwrap(),
+    );
+    r
+}
+
+async fn delete_server(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let project = match st.gate(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let mut servers = st.servers.lock().unwrap();
+    match servers
+        .iter_mut()
+        .find(|s| s.id == id && s.project == project)
+    {
+        Some(s) => {
+            s.deleting.get_or_insert(1);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        None => nova_fault(
+            StatusCode::NOT_FOUND,
+            "itemNotFound",
+            "Instance could not be found.",
+        ),
+    }
+}
+
+async fn show_keypair(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    match st.keypairs.lock().unwrap().get(&name) {
+        Some(k) => Json(json!({ "keypair": k })).into_response(),
+        None => nova_fault(
+            StatusCode::NOT_FOUND,
+            "itemNotFound",
+            &format!("Keypair {name} not found for user fake-user"),
+        ),
+    }
+}
+
+async fn import_keypair(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    let name = body["keypair"]["name"].as_str().unwrap_or("").to_string();
+    let public = body["keypair"]["public_key"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    if name.is_empty() || !public.starts_with("ssh-") {
+        return nova_fault(
+            StatusCode::BAD_REQUEST,
+            "badRequest",
+            "Keypair data is invalid: failed to generate fingerprint",
+        );
+    }
+    let mut keys = st.keypairs.lock().unwrap();
+    if keys.contains_key(&name) {
+        return nova_fault(
+            StatusCode::CONFLICT,
+            "conflictingRequest",
+            &format!("Key pair '{name}' already exists."),
+        );
+    }
+    let k = json!({"name": name, "public_key": public, "fingerprint": "fake", "user_id": "fake-user",
+        "type": "ssh"});
+    keys.insert(name, k.clone());
+    Json(json!({ "keypair": k })).into_response()
+}
+
+/// A running fake Nova.
+struct Nova {
+    state: Shared,
+    /// The compute endpoint (what the catalog lists).
+    url: String,
+    addr: SocketAddr,
+}
+
+impl Nova {
+    async fn start(auth: Auth, rackspace: bool, prefix: &str) -> Nova {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().unwrap();
+        let url = format!("http://{addr}{prefix}");
+        let state = Arc::new(NovaState {
+            auth,
+            http: reqwest::Client::new(),
+            rackspace,
+            base: url.clone(),
+            servers: Mutex::new(Vec::new()),
+            keypairs: Mutex::new(BTreeMap::new()),
+            faults: Mutex::new(Faults::default()),
+            tokens: Mutex::new(HashSet::new()),
+            counters: Counters::default(),
+            posted: Notify::new(),
+            seq: AtomicUsize::new(0),
+        });
+        let api = Router::new()
+            .route("/servers", post(create_server))
+            .route("/servers/detail", get(list_servers))
+            .route("/servers/{id}", get(show_server).delete(delete_server))
+            .route("/os-keypairs", post(import_keypair))
+            .route("/os-keypairs/{name}", get(show_keypair))
+            .with_state(state.clone());
+        let app = Router::new().nest(prefix, api);
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Nova { state, url, addr }
+    }
+
+    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        self.state.faults.lock().unwrap()
+    }
+
+    fn count(&self, c: fn(&Counters) -> &AtomicUsize) -> usize {
+        c(&self.state.counters).load(Ordering::SeqCst)
+    }
+
+    fn servers(&self) -> usize {
+        self.state.servers.lock().unwrap().len()
+    }
+
+    fn tokens(&self) -> HashSet<String> {
+        self.state.tokens.lock().unwrap().clone()
+    }
+}
+
+/// Keystone with a bootstrapped account and a Nova behind its catalog.
+async fn cloud(expiration: u64) -> Option<(Keystone, Nova, Account)> {
+    let ks = Keystone::start(expiration).await?;
+    let nova = Nova::start(
+        Auth::Keystone {
+            url: ks.url.clone(),
+            admin: Arc::new(tokio::sync::Mutex::new(None)),
+        },
+        false,
+        "/v2.1",
+    )
+    .await;
+    let account = ks.bootstrap(&nova.url).await;
+    Some((ks, nova, account))
+}
+
+fn password_fields(ks: &Keystone) -> Map<String, Value> {
+    obj(
+        json!({"auth_url": ks.url, "user_name": USER, "password": PASSWORD,
+        "project_name": PROJECT, "region": "RegionOne"}),
+    )
+}
+
+fn node() -> Map<String, Value> {
+    obj(json!({"image": IMAGE, "flavor": FLAVOR}))
+}
+
+fn config(fields: &Map<String, Value>, provider: &str, node_id: &str) -> Map<String, Value> {
+    let mut c = node();
+    c.insert(
+        "provider".into(),
+        json!({"name": "test", "providertype": provider, "provisioner": fields}),
+    );
+    c.insert("hostname".into(), json!(format!("{node_id}.test.example")));
+    c
+}
+
+fn a_task(action: Action, node_id: &str, config: &Map<String, Value>) -> weft_provisioner::Task {
+    task(action, node_id, config.clone(), Duration::from_secs(60))
+}
+
+fn test_key() -> String {
+    PrivateKey::from(Ed25519Keypair::from_seed(&[7u8; 32]))
+        .to_openssh(LineEnding::LF)
+        .expect("a key")
+        .to_string()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test]
+async fn openstack_with_a_password_passes_the_provider_contract() {
+    let Some((ks, nova, account)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    provider_contract_on(&p, password_fields(&ks), node(), "os-pw-1").await;
+    assert_eq!(nova.count(|c| &c.posts), 1, "one server was made");
+    assert_eq!(nova.servers(), 0, "and it is gone");
+    assert_eq!(nova.count(|c| &c.refused), 0);
+    assert!(!account.project_id.is_empty());
+}
+
+#[tokio::test]
+async fn openstack_with_an_application_credential_passes_the_provider_contract() {
+    let Some((ks, nova, account)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let fields = obj(json!({"auth_url": format!("{}/v3/", ks.url),
+        "application_credential_id": account.app_id,
+        "application_credential_secret": account.app_secret,
+        "region": "RegionOne", "ssh_key": test_key(), "ssh_user": "debian"}));
+    provider_contract_on(&p, fields.clone(), node(), "os-app-1").await;
+    assert_eq!(nova.count(|c| &c.posts), 1);
+    let keys = nova.state.keypairs.lock().unwrap().clone();
+    assert_eq!(keys.len(), 1, "the key's public half was imported once");
+    assert!(keys.keys().all(|k| k.starts_with("weft-")));
+
+    // CREATE answers how to log in; the server is the user's project's.
+    let c = config(&fields, "openstack", "os-app-2");
+    let out = p
+        .create(&a_task(Action::Create, "os-app-2", &c))
+        .await
+        .expect("create");
+    assert_eq!(out.result["ssh-auth"]["user"], "debian");
+    assert!(out.result["ssh-auth"]["key"]
+        .as_str()
+        .unwrap()
+        .contains("OPENSSH PRIVATE KEY"));
+    let servers = nova.state.servers.lock().unwrap();
+    assert_eq!(servers[0].project, account.project_id);
+    assert_eq!(servers[0].body["metadata"]["weft-node"], "os-app-2");
+    assert_eq!(servers[0].body["name"], "os-app-2.test.example");
+    assert!(servers[0].body["key_name"]
+        .as_str()
+        .unwrap()
+        .starts_with("weft-"));
+    assert!(!account.user_id.is_empty());
+}
+
+#[tokio::test]
+async fn a_wrong_password_fails_create_at_once_with_keystones_message() {
+    let Some((ks, nova, _)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let mut fields = password_fields(&ks);
+    fields.insert("password".into(), json!("not-the-password"));
+    let start = Instant::now();
+    let e = p
+        .create(&a_task(
+            Action::Create,
+            "os-bad-1",
+            &config(&fields, "openstack", "os-bad-1"),
+        ))
+        .await
+        .expect_err("a wrong password fails");
+    assert!(!e.retryable, "{e}");
+    assert!(
+        e.message
+            .contains("The request you have made requires authentication"),
+        "{e}"
+    );
+    assert!(e.message.starts_with("keystone: "), "{e}");
+    assert!(!e.message.contains("not-the-password"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10), "at once");
+    assert_eq!(nova.count(|c| &c.requests), 0, "nova was never asked");
+
+    // A region the catalog lacks fails at once too, naming the regions it has.
+    let mut fields = password_fields(&ks);
+    fields.insert("region".into(), json!("RegionNine"));
+    let e = p
+        .create(&a_task(
+            Action::Create,
+            "os-bad-2",
+            &config(&fields, "openstack", "os-bad-2"),
+        ))
+        .await
+        .expect_err("no such region");
+    assert!(!e.retryable && e.message.contains("RegionOne"), "{e}");
+}
+
+#[tokio::test]
+async fn faults_are_retried_or_fail_at_once_with_novas_message() {
+    let Some((ks, nova, _)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let fields = password_fields(&ks);
+
+    // 409: fails at once with Nova's message; nothing made.
+    nova.faults().conflict = 1;
+    let c = config(&fields, "openstack", "os-f-1");
+    let e = p
+        .create(&a_task(Action::Create, "os-f-1", &c))
+        .await
+        .expect_err("409 fails");
+    assert!(!e.retryable, "{e}");
+    assert!(
+        e.message.contains("conflictingRequest") && e.message.contains("being modified"),
+        "{e}"
+    );
+    assert_eq!(nova.servers(), 0);
+
+    // 413 with Retry-After and 503: retried, then the server is made once.
+    nova.faults().over_limit = 2;
+    nova.faults().unavailable = 2;
+    let start = Instant::now();
+    let out = p
+        .create(&a_task(Action::Create, "os-f-1", &c))
+        .await
+        .expect("create passes after the faults");
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "Retry-After was honoured"
+    );
+    assert_eq!(nova.count(|c| &c.faults_answered), 5);
+    assert_eq!(nova.servers(), 1);
+    let mut made = c.clone();
+    made.extend(out.result);
+    let ok = p
+        .confirm(&a_task(Action::Confirm, "os-f-1", &made))
+        .await
+        .expect("confirm");
+    let ips = ok.ipaddresses.unwrap();
+    assert_eq!(ips["bind_v4"], "192.0.2.1");
+    assert_eq!(ips["access_v4"], "203.0.113.1", "the floating address");
+
+    // A server that goes to ERROR: CONFIRM fails for good with Nova's fault message.
+    nova.faults().error = 1;
+    let c = config(&fields, "openstack", "os-f-2");
+    let out = p
+        .create(&a_task(Action::Create, "os-f-2", &c))
+        .await
+        .expect("create");
+    let mut made = c.clone();
+    made.extend(out.result);
+    let e = p
+        .confirm(&a_task(Action::Confirm, "os-f-2", &made))
+        .await
+        .expect_err("ERROR fails");
+    assert!(!e.retryable, "{e}");
+    assert!(e.message.contains("No valid host was found"), "{e}");
+    p.delete(&a_task(Action::Delete, "os-f-2", &made))
+        .await
+        .expect("an ERROR server is deleted");
+
+    // DELETE without a providerid finds the server by name and metadata.
+    p.delete(&a_task(Action::Delete, "os-f-1", &c_for(&fields, "os-f-1")))
+        .await
+        .expect("delete");
+    assert_eq!(nova.servers(), 0);
+}
+
+fn c_for(fields: &Map<String, Value>, node_id: &str) -> Map<String, Value> {
+    config(fields, "openstack", node_id)
+}
+
+#[tokio::test]
+async fn a_token_is_renewed_before_it_expires_and_once_when_refused() {
+    // Keystone issues tokens that last 8 seconds.
+    let Some((ks, nova, _)) = cloud(8).await else {
+        return;
+    };
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let fields = password_fields(&ks);
+    let c = config(&fields, "openstack", "os-t-1");
+    let out = p
+        .create(&a_task(Action::Create, "os-t-1", &c))
+        .await
+        .expect("create");
+    let first = nova.tokens();
+    assert_eq!(first.len(), 1);
+    let first = first.into_iter().next().unwrap();
+    // Wait (polling Keystone itself) until that token has expired.
+    let start = Instant::now();
+    while ks.valid(&first).await {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "token never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut made = c.clone();
+    made.extend(out.result);
+    p.confirm(&a_task(Action::Confirm, "os-t-1", &made))
+        .await
+        .expect("confirm with a renewed token");
+    assert_eq!(
+        nova.count(|c| &c.refused),
+        0,
+        "the expired token was never sent"
+    );
+    assert!(nova.tokens().len() >= 2, "a new token was used");
+
+    // A token Nova refuses once (401) is replaced and the call passes.
+    let before = nova.tokens().len();
+    nova.faults().refuse_token = 1;
+    p.confirm(&a_task(Action::Confirm, "os-t-1", &made))
+        .await
+        .expect("confirm after a 401");
+    assert_eq!(nova.count(|c| &c.faults_answered), 1);
+    assert_eq!(
+        nova.tokens().len(),
+        before + 1,
+        "one new token after the 401"
+    );
+    p.delete(&a_task(Action::Delete, "os-t-1", &made))
+        .await
+        .expect("delete");
+}
+
+#[tokio::test]
+async fn a_create_killed_after_its_post_and_retried_leaves_one_server() {
+    let Some((ks, nova, _)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let c = config(&password_fields(&ks), "openstack", "os-k-1");
+    nova.faults().hang_after_post = true;
+    let t = a_task(Action::Create, "os-k-1", &c);
+    tokio::select! {
+        r = p.create(&t) => panic!("create cannot finish while its answer hangs: {r:?}"),
+        _ = nova.state.posted.notified() => {}
+    }
+    assert_eq!(nova.servers(), 1, "the killed CREATE made a server");
+    nova.faults().hang_after_post = false;
+    let out = p.create(&t).await.expect("the retried create");
+    assert_eq!(nova.servers(), 1, "the retry found it");
+    assert_eq!(nova.count(|c| &c.posts), 1);
+    let id = nova.state.servers.lock().unwrap()[0].id.clone();
+    assert_eq!(out.result["providerid"], json!(id));
+    assert!(nova.addr.port() > 0);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Rackspace Identity v2.0
+
+const RAX_TENANT: &str = "123456";
+const RAX_USER: &str = "weftrax";
+const RAX_KEY: &str = "0123456789abcdef0123456789abcdef";
+
+struct RaxState {
+    tokens: Arc<Mutex<BTreeMap<String, String>>>,
+    nova: String,
+    issued: AtomicUsize,
+}
+
+async fn rax_tokens(State(st): State<Arc<RaxState>>, Json(body): Json<Value>) -> Response {
+    let creds = &body["auth"]["RAX-KSKEY:apiKeyCredentials"];
+    if creds["username"] != RAX_USER || creds["apiKey"] != RAX_KEY {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"unauthorized": {"code": 401,
+                "message": "Username or api key is invalid."}})),
+        )
+            .into_response();
+    }
+    let n = st.issued.fetch_add(1, Ordering::SeqCst);
+    let token = format!("rax-token-{n}-{:x}", rand_u64());
+    st.tokens
+        .lock()
+        .unwrap()
+        .insert(token.clone(), RAX_TENANT.into());
+    Json(json!({"access": {
+        "token": {"id": token, "expires": "2099-01-01T00:00:00.000-06:00",
+            "tenant": {"id": RAX_TENANT, "name": RAX_TENANT},
+            "RAX-AUTH:authenticatedBy": ["APIKEY"]},
+        "serviceCatalog": [
+            {"name": "cloudFiles", "type": "object-store", "endpoints": [
+                {"region": "DFW", "tenantId": "MossoCloudFS_x", "publicURL": format!("{NOWHERE}/v1")}]},
+            {"name": "cloudServersOpenStack", "type": "compute", "endpoints": [
+                {"region": "ORD", "tenantId": RAX_TENANT, "publicURL": format!("{NOWHERE}/v2/{RAX_TENANT}")},
+                {"region": "DFW", "tenantId": RAX_TENANT, "publicURL": st.nova,
+                 "versionInfo": format!("{}/", st.nova), "versionList": st.nova, "versionId": "2"}]}],
+        "user": {"id": "172157", "name": RAX_USER, "RAX-AUTH:defaultRegion": "DFW",
+            "roles": [{"id": "10000150", "name": "compute:default"}]}}}))
+    .into_response()
+}
+
+fn rand_u64() -> u64 {
+    let mut h = Sha256::new();
+    h.update(format!(
+        "{:?}{:?}",
+        Instant::now(),
+        std::thread::current().id()
+    ));
+    u64::from_le_bytes(h.finalize()[..8].try_into().unwrap())
+}
+
+async fn rackspace() -> (String, Nova) {
+    let tokens = Arc::new(Mutex::new(BTreeMap::new()));
+    let nova = Nova::start(
+        Auth::Issued(tokens.clone()),
+        true,
+        &format!("/v2/{RAX_TENANT}"),
+    )
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let identity = format!("http://{}/v2.0", listener.local_addr().unwrap());
+    let st = Arc::new(RaxState {
+        tokens,
+        nova: nova.url.clone(),
+        issued: AtomicUsize::new(0),
+    });
+    let app = Router::new()
+        .route("/v2.0/tokens", post(rax_tokens))
+        .with_state(st);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (identity, nova)
+}
+
+#[tokio::test]
+async fn rackspace_passes_the_provider_contract() {
+    let (identity, nova) = rackspace().await;
+    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let fields = obj(
+        json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
+        "region": "DFW", "ssh_key": test_key()}),
+    );
+    provider_contract_on(&p, fields.clone(), node(), "rax-1").await;
+    assert_eq!(nova.count(|c| &c.posts), 1);
+    assert_eq!(nova.servers(), 0);
+
+    let c = config(&fields, "rackspace", "rax-2");
+    let out = p
+        .create(&a_task(Action::Create, "rax-2", &c))
+        .await
+        .expect("create");
+    let mut made = c.clone();
+    made.extend(out.result);
+    let ips = p
+        .confirm(&a_task(Action::Confirm, "rax-2", &made))
+        .await
+        .expect("confirm")
+        .ipaddresses
+        .unwrap();
+    assert!(ips["access_v4"].starts_with("198.51.100."), "{ips:?}");
+    assert!(ips["bind_v4"].starts_with("10.176.0."), "{ips:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_rackspace_api_key_fails_at_once_with_the_identity_message() {
+    let (identity, nova) = rackspace().await;
+    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let fields = obj(json!({"auth_url": identity, "username": RAX_USER,
+        "api_key": "wrong-key-0000", "region": "DFW"}));
+    let e = p
+        .create(&a_task(
+            Action::Create,
+            "rax-bad",
+            &config(&fields, "rackspace", "rax-bad"),
+        ))
+        .await
+        .expect_err("a wrong key fails");
+    assert!(!e.retryable, "{e}");
+    assert!(e.message.contains("Username or api key is invalid"), "{e}");
+    assert!(!e.message.contains("wrong-key-0000"), "{e}");
+    assert_eq!(nova.count(|c| &c.requests), 0);
+}
+
+#[test]
+fn the_fake_reads_names_as_nova_does_as_regular_expressions() {
+    assert!(name_matches("web", "web10"));
+    assert!(name_matches("^web\\-1$", "web-1"));
+    assert!(!name_matches("^web\\-1$", "web-10"));
+    assert!(name_matches("^w.b$", "wxb"));
+    assert!(!name_matches("^a\\.b$", "axb"));
+}
+
+#[tokio::test]
+async fn the_example_catalog_holds_valid_openstack_and_rackspace_templates() {
+    use weft_model::EntityKind;
+    use weft_store::{SqlStore, Store, SUPERADMIN};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqlStore::connect(&weft_testkit::temp_sqlite_url(&dir))
+        .await
+        .expect("store");
+    weft_server::seed_catalog(&store, SUPERADMIN, crate::common::CATALOG)
+        .await
+        .expect("the example catalog validates");
+    let names = |v: Vec<Value>| -> Vec<String> {
+        v.iter()
+            .filter_map(|e| e["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let providers = names(
+        store
+            .list_entities(SUPERADMIN, EntityKind::Provider)
+            .await
+            .unwrap(),
+    );
+    let templates = store
+        .list_entities(SUPERADMIN, EntityKind::ClusterTemplate)
+        .await
+        .unwrap();
+    let hardware = store
+        .list_entities(SUPERADMIN, EntityKind::HardwareType)
+        .await
+        .unwrap();
+    let images = store
+        .list_entities(SUPERADMIN, EntityKind::ImageType)
+        .await
+        .unwrap();
+    for kind in ["openstack", "rackspace"] {
+        let t = templates
+            .iter()
+            .find(|t| t["name"] == format!("kv-web-{kind}"))
+            .unwrap_or_else(|| panic!("kv-web-{kind} is in the catalog"));
+        assert_eq!(t["defaults"]["provider"], kind);
+        assert!(providers.contains(&kind.to_string()), "{providers:?}");
+        let hw = t["defaults"]["hardwaretype"].as_str().unwrap();
+        let h = hardware.iter().find(|h| h["name"] == hw).unwrap();
+        assert!(h["providermap"][kind]["flavor"].is_string(), "{h}");
+        let im = t["defaults"]["imagetype"].as_str().unwrap();
+        let i = images.iter().find(|i| i["name"] == im).unwrap();
+        assert!(i["providermap"][kind]["image"].is_string(), "{i}");
+    }
+}
+
+#[tokio::test]
+async fn when_two_servers_were_made_for_a_node_create_keeps_the_oldest_and_deletes_the_other() {
+    let (identity, nova) = rackspace().await;
+    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let fields = obj(
+        json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
+        "region": "DFW"}),
+    );
+    let c = config(&fields, "rackspace", "rax-twin");
+    // Two workers raced: both POSTs went through (each answer lost).
+    nova.faults().hang_after_post = true;
+    let t = a_task(Action::Create, "rax-twin", &c);
+    for _ in 0..2 {
+        tokio::select! {
+            r = p.create(&t) => panic!("create cannot finish while its answer hangs: {r:?}"),
+            _ = nova.state.posted.notified() => {}
+        }
+        // The second worker did not find the first's server: make it look again from scratch.
+        if nova.servers() == 1 {
+            let mut s = nova.state.servers.lock().unwrap();
+            s[0].body["name"] = json!("hidden-for-a-moment");
+        }
+    }
+    {
+        let mut s = nova.state.servers.lock().unwrap();
+        s[0].body["name"] = json!("rax-twin.test.example");
+    }
+    nova.faults().hang_after_post = false;
+    assert_eq!(nova.servers(), 2);
+    let oldest = nova.state.servers.lock().unwrap()[0].id.clone();
+    let out = p.create(&t).await.expect("create");
+    assert_eq!(
+        out.result["providerid"],
+        json!(oldest),
+        "the oldest is kept"
+    );
+    assert!(
+        out.stdout.contains("deleted a second server"),
+        "{}",
+        out.stdout
+    );
+    let left: Vec<(String, bool)> = nova
+        .state
+        .servers
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| (s.id.clone(), s.deleting.is_some()))
+        .collect();
+    assert_eq!(
+        left.iter().filter(|(_, deleting)| !deleting).count(),
+        1,
+        "{left:?}"
+    );
+}
