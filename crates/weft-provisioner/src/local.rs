@@ -53,24 +53,29 @@ impl LocalProvider {
     }
 
     /// Reserves the first free loopback address for `providerid`: a file per address in the
-    /// machine-wide registry, holding the node's directory. A reservation whose node directory is
-    /// gone (a provisioner's data removed without DELETE) is taken over. Every allocation and
-    /// release holds an exclusive lock on the registry (`.lock`, flock), also across processes, so
-    /// a reservation is never taken over twice or released by anyone but its node.
+    /// machine-wide registry, holding the node's directory. A reservation is stale, and taken
+    /// over, only when its node's directory is gone (a provisioner's data removed without DELETE)
+    /// and no process of that node is alive. An address something listens on (TCP, any port) is
+    /// never handed out, reserved or not. Every allocation and release holds an exclusive lock on
+    /// the registry (`.lock`, flock), also across processes, so a reservation is never taken over
+    /// twice or released by anyone but its node.
     async fn allocate(&self, providerid: &str) -> Result<Ipv4Addr, PluginError> {
         let dir = self.addresses_dir();
         let owner = self.node_dir(providerid).to_string_lossy().into_owned();
         tokio::task::spawn_blocking(move || {
             let _lock = lock_registry(&dir)?;
+            let listening = listening_addresses();
             for y in 0..=255u8 {
                 for z in 1..=254u8 {
                     let ip = Ipv4Addr::new(127, 77, y, z);
+                    if listening.contains(&ip) {
+                        continue;
+                    }
                     let path = dir.join(ip.to_string());
                     let free = match std::fs::read_to_string(&path) {
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                         Err(e) => return Err(PluginError::retryable(format!("reading {ip}: {e}"))),
-                        // Held by a node whose directory is gone: stale.
-                        Ok(holder) => !holder.is_empty() && !Path::new(holder.trim()).exists(),
+                        Ok(holder) => is_stale(holder.trim()),
                     };
                     if free {
                         std::fs::write(&path, owner.as_bytes()).map_err(|e| {
@@ -111,6 +116,65 @@ impl LocalProvider {
             .as_object()
             .cloned()
     }
+}
+
+/// Whether a reservation held by the node directory `holder` may be taken over: the directory is
+/// gone and no process marked with its node id (the directory's last component) is alive.
+fn is_stale(holder: &str) -> bool {
+    let path = Path::new(holder);
+    if holder.is_empty() || path.exists() {
+        return false;
+    }
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some(id) => !marked_alive(id),
+        None => false,
+    }
+}
+
+/// Whether a live (not zombie) process carries `NODE_MARK=id` (Linux /proc).
+fn marked_alive(id: &str) -> bool {
+    let needle = format!("{NODE_MARK}={id}");
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            return false;
+        };
+        let marked = std::fs::read(e.path().join("environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()));
+        marked && !is_zombie(pid)
+    })
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_none_or(|state| state == "Z")
+    })
+}
+
+/// The IPv4 addresses with a listening TCP socket on this machine's network namespace
+/// (`/proc/net/tcp`; an address bound as `0.0.0.0` is not any one of them).
+fn listening_addresses() -> std::collections::HashSet<Ipv4Addr> {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut cols = line.split_whitespace();
+            let local = cols.nth(1)?;
+            let state = cols.nth(1)?;
+            if state != "0A" {
+                return None; // not LISTEN
+            }
+            let hex = local.split(':').next()?;
+            // The kernel prints the address's bytes as one host-order word.
+            let n = u32::from_str_radix(hex, 16).ok()?;
+            Some(Ipv4Addr::from(n.to_ne_bytes()))
+        })
+        .collect()
 }
 
 /// A provider id must name a directory and nothing else.
