@@ -102,6 +102,7 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
         .provider(Arc::new(LocalProvider::new(data_dir)))
         .provider(Arc::new(DockerProvider::new(data_dir)))
         .provider(Arc::new(HostPoolProvider::new())) // host pools
+        .provider(Arc::new(weft_provisioner::aws::AwsProvider::new())) // aws
         .automator(Arc::new(
             ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
         )))

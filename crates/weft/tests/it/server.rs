@@ -49,7 +49,7 @@ fn up_keeps_data_across_restarts_and_loads_the_catalog_once() {
     };
     {
         let up = run();
-        for t in ["kv-web", "kv-web-docker"] {
+        for t in ["kv-web", "kv-web-docker", "kv-web-aws"] {
             let (code, _) = http(
                 "DELETE",
                 &format!("{}/v2/clustertemplates/{t}", up.api),
