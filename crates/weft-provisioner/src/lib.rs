@@ -21,6 +21,8 @@
 //!   EC2 query client (SigV4, a small XML reader).
 //! - `cloud`: what the cloud providers share: classifying a cloud's errors as retryable or
 //!   fatal, bounded back-off that honours `Retry-After`, polling a machine until it is ready.
+//! - `sweep`: machines carrying weft's marks (aws tags, docker labels) that belong to no live
+//!   node, and the DELETE task that removes one.
 //! - `contract`: the contract test suite that every provider and automator passes.
 
 pub mod agent;
@@ -35,6 +37,7 @@ pub mod plugin;
 pub mod resources;
 pub mod shell;
 pub mod ssh;
+pub mod sweep;
 pub mod task;
 pub mod transport;
 

@@ -118,17 +118,15 @@ impl QueryClient {
         }
     }
 
-    /// The form body of a call.
+    /// The form body of a call (`application/x-www-form-urlencoded`: a space is `+`, as the
+    /// AWS SDKs send it; emulators that hash a re-encoded body, like moto, then agree with AWS).
     fn body(&self, action: &str, params: &[(String, String)]) -> String {
+        let enc = |s: &str| sigv4::uri_encode(s).replace("%20", "+");
         let mut parts = vec![
-            format!("Action={}", sigv4::uri_encode(action)),
-            format!("Version={}", sigv4::uri_encode(self.version)),
+            format!("Action={}", enc(action)),
+            format!("Version={}", enc(self.version)),
         ];
-        parts.extend(
-            params
-                .iter()
-                .map(|(k, v)| format!("{}={}", sigv4::uri_encode(k), sigv4::uri_encode(v))),
-        );
+        parts.extend(params.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))));
         parts.join("&")
     }
 
@@ -316,11 +314,15 @@ mod tests {
         assert_eq!(c.host(), "127.0.0.1:4566");
         let body = c.body(
             "DescribeInstances",
-            &[("Filter.1.Name".into(), "tag:weft:node".into())],
+            &[
+                ("Filter.1.Name".into(), "tag:weft:node".into()),
+                ("Filter.1.Value.1".into(), "a b+c's".into()),
+            ],
         );
         assert_eq!(
             body,
-            "Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag%3Aweft%3Anode"
+            "Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag%3Aweft%3Anode\
+             &Filter.1.Value.1=a+b%2Bc%27s"
         );
         let h = c.headers(&body, SystemTime::UNIX_EPOCH);
         let auth = &h.iter().find(|(k, _)| k == "authorization").unwrap().1;

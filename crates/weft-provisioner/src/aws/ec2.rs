@@ -144,6 +144,24 @@ impl Ec2 {
         Ok(all)
     }
 
+    /// The instances carrying a tag `key` (any value), in `states`, oldest first.
+    pub async fn instances_with_tag_key(
+        &self,
+        key: &str,
+        states: &[&str],
+    ) -> Result<Vec<Instance>, CloudError> {
+        let mut params = vec![p("Filter.1.Name", "tag-key"), p("Filter.1.Value.1", key)];
+        if !states.is_empty() {
+            params.push(p("Filter.2.Name", "instance-state-name"));
+            for (i, s) in states.iter().enumerate() {
+                params.push(p(format!("Filter.2.Value.{}", i + 1), *s));
+            }
+        }
+        let mut all = self.describe_pages(params).await?;
+        all.sort_by(|a, b| (&a.launch_time, &a.id).cmp(&(&b.launch_time, &b.id)));
+        Ok(all)
+    }
+
     async fn describe_pages(
         &self,
         params: Vec<(String, String)>,

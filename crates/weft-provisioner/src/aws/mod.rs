@@ -231,8 +231,12 @@ impl AwsProvider {
 
     /// The EC2 client of a task's provider fields.
     pub fn ec2(&self, task: &Task) -> Result<Ec2, PluginError> {
-        let f = task.provider_fields();
-        let region = required(&f, "region")?;
+        self.ec2_for(&task.provider_fields(), task.timeout)
+    }
+
+    /// The EC2 client of provider fields; calls are retried for at most `limit`.
+    pub fn ec2_for(&self, f: &Map<String, Value>, limit: Duration) -> Result<Ec2, PluginError> {
+        let region = required(f, "region")?;
         if !region
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -242,11 +246,11 @@ impl AwsProvider {
             )));
         }
         let creds = Credentials {
-            access_key_id: required(&f, "access_key_id")?,
-            secret_access_key: required(&f, "secret_access_key")?,
-            session_token: field(&f, "session_token"),
+            access_key_id: required(f, "access_key_id")?,
+            secret_access_key: required(f, "secret_access_key")?,
+            session_token: field(f, "session_token"),
         };
-        let endpoint = field(&f, "endpoint").unwrap_or_else(|| ec2_endpoint(&region));
+        let endpoint = field(f, "endpoint").unwrap_or_else(|| ec2_endpoint(&region));
         let q = QueryClient::new(
             self.http.clone(),
             &endpoint,
@@ -256,14 +260,23 @@ impl AwsProvider {
             creds,
         )
         .map_err(|e| PluginError::fatal(format!("provider field endpoint: {e}")))?;
-        let budget = self.timing.call_budget.min(task.timeout);
         Ok(Ec2 {
             q,
             timing: Timing {
-                call_budget: budget,
+                call_budget: self.timing.call_budget.min(limit),
                 ..self.timing
             },
         })
+    }
+
+    /// Every live instance carrying a `weft:node` tag (whatever its value), oldest first: what
+    /// `weft provider sweep` compares with the live nodes.
+    pub async fn tagged_instances(
+        &self,
+        fields: &Map<String, Value>,
+    ) -> Result<Vec<Instance>, PluginError> {
+        let ec2 = self.ec2_for(fields, self.timing.call_budget)?;
+        Ok(ec2.instances_with_tag_key(TAG_NODE, LIVE_STATES).await?)
     }
 
     fn key_plan(&self, task: &Task) -> Result<KeyPlan, PluginError> {

@@ -469,3 +469,64 @@ async fn throttling_is_retried_with_back_off() {
     assert!(proxy.calls.load(Ordering::SeqCst) > 3);
     assert_eq!(m.instances_of("n-slow").await.len(), 1, "{}", out.stdout);
 }
+
+#[tokio::test]
+async fn sweep_finds_an_instance_made_behind_weft_s_back_and_deletes_it() {
+    use std::collections::BTreeSet;
+    use weft_provisioner::aws::ec2::RunSpec;
+    use weft_provisioner::sweep;
+
+    let Some(m) = moto().await else { return };
+    let p = provider();
+    let fields = m.fields(&m.endpoint);
+    let live = p
+        .create(&task(Action::Create, "n-live", &fields, &Map::new()))
+        .await
+        .expect("create");
+    let tag = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let rogue = m
+        .ec2()
+        .run_instance(&RunSpec {
+            ami: m.ami.clone(),
+            instance_type: "t3.micro".into(),
+            client_token: "rogue".into(),
+            tags: vec![
+                tag(TAG_NODE, "n-rogue"),
+                tag("weft:cluster", "c1"),
+                tag("weft:tenant", "t1"),
+            ],
+            ..Default::default()
+        })
+        .await
+        .expect("an instance made behind weft's back");
+    m.ec2()
+        .run_instance(&RunSpec {
+            ami: m.ami.clone(),
+            instance_type: "t3.micro".into(),
+            client_token: "not-weft".into(),
+            tags: vec![tag("Name", "someone else's")],
+            ..Default::default()
+        })
+        .await
+        .expect("an instance that is not weft's");
+
+    let found = sweep::aws_machines(&p, &fields).await.expect("listing");
+    let nodes: BTreeSet<&str> = found.iter().map(|t| t.node.as_str()).collect();
+    assert_eq!(nodes, BTreeSet::from(["n-live", "n-rogue"]), "{found:?}");
+    let orphans = sweep::orphans(found, &BTreeSet::from(["n-live".to_string()]));
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].providerid, rogue.id);
+    assert_eq!(
+        (orphans[0].cluster.as_str(), orphans[0].tenant.as_str()),
+        ("c1", "t1")
+    );
+
+    let del = sweep::delete_task(&orphans[0], &fields, Duration::from_secs(30));
+    p.delete(&del).await.expect("the sweep's delete");
+    let left = sweep::aws_machines(&p, &fields).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        left[0].providerid,
+        live.result["providerid"].as_str().unwrap()
+    );
+}

@@ -9,3 +9,4 @@ mod e2e;
 mod hostpool;
 mod plugins;
 mod ssh;
+mod sweep;
