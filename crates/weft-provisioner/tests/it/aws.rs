@@ -308,6 +308,9 @@ enum Mode {
     Pending(u32),
     /// Answers the first N calls with EC2's throttling error.
     Throttle(u32),
+    /// Answers the first RunInstances, unforwarded, with this (terminated) instance, as EC2
+    /// answers a client token it saw for an instance since terminated.
+    StaleToken(String),
 }
 
 struct Proxy {
@@ -315,6 +318,8 @@ struct Proxy {
     mode: Mode,
     calls: AtomicU32,
     describes: AtomicU32,
+    /// The ClientToken of every RunInstances seen.
+    tokens: std::sync::Mutex<Vec<String>>,
 }
 
 async fn proxied(proxy: Arc<Proxy>, method: Method, headers: HeaderMap, body: Bytes) -> Response {
@@ -330,6 +335,23 @@ async fn proxied(proxy: Arc<Proxy>, method: Method, headers: HeaderMap, body: By
             let xml = "<Response><Errors><Error><Code>RequestLimitExceeded</Code>\
                        <Message>Request limit exceeded.</Message></Error></Errors></Response>";
             return (StatusCode::SERVICE_UNAVAILABLE, xml).into_response();
+        }
+    }
+    if action == "RunInstances" {
+        let token = form
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("ClientToken="))
+            .unwrap_or_default()
+            .to_string();
+        let mut tokens = proxy.tokens.lock().unwrap();
+        tokens.push(token);
+        if let (Mode::StaleToken(id), 1) = (&proxy.mode, tokens.len()) {
+            let xml = format!(
+                "<RunInstancesResponse><instancesSet><item><instanceId>{id}</instanceId>\
+                 <instanceState><code>0</code><name>pending</name></instanceState>\
+                 </item></instancesSet></RunInstancesResponse>"
+            );
+            return (StatusCode::OK, xml).into_response();
         }
     }
     let mut req = reqwest::Client::new().request(method, &proxy.upstream);
@@ -367,6 +389,7 @@ async fn serve_proxy(m: &Moto, mode: Mode) -> (String, Arc<Proxy>) {
         mode,
         calls: AtomicU32::new(0),
         describes: AtomicU32::new(0),
+        tokens: Default::default(),
     });
     let s = state.clone();
     let app =
@@ -529,4 +552,49 @@ async fn sweep_finds_an_instance_made_behind_weft_s_back_and_deletes_it() {
         left[0].providerid,
         live.result["providerid"].as_str().unwrap()
     );
+}
+
+#[tokio::test]
+async fn a_token_answered_with_a_terminated_instance_launches_a_new_one() {
+    let Some(m) = moto().await else { return };
+    let p = provider();
+    let fields = m.fields(&m.endpoint);
+    let first = p
+        .create(&task(Action::Create, "n-again", &fields, &Map::new()))
+        .await
+        .expect("create");
+    let old = first.result["providerid"].as_str().unwrap().to_string();
+    let mut made = Map::new();
+    made.extend(first.result.clone());
+    p.delete(&task(Action::Delete, "n-again", &fields, &made))
+        .await
+        .expect("delete");
+
+    // The node is made again (a retried job) while EC2 still remembers the first token.
+    let (endpoint, proxy) = serve_proxy(&m, Mode::StaleToken(old.clone())).await;
+    let again = p
+        .create(&task(
+            Action::Create,
+            "n-again",
+            &m.fields(&endpoint),
+            &Map::new(),
+        ))
+        .await
+        .expect("create again");
+    let new = again.result["providerid"].as_str().unwrap();
+    assert_ne!(new, old, "not the terminated instance");
+    let tokens = proxy.tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 2, "{tokens:?}");
+    assert_ne!(
+        tokens[0], tokens[1],
+        "the second launch has a token of its own"
+    );
+    let live: Vec<_> = m
+        .instances_of("n-again")
+        .await
+        .into_iter()
+        .filter(Instance::is_live)
+        .collect();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].id, new);
 }
