@@ -4,7 +4,8 @@
 //! signature is checked. moto's addresses (10.x, 54.x) are invented and never dialled: only
 //! CREATE, CONFIRM and DELETE run. moto answers `running` at once and ignores client tokens, so a
 //! small proxy in front of it (served here, on loopback) stops an answer half-way, turns
-//! `running` into `pending`, or throttles.
+//! `running` into `pending`, throttles, or answers a stale client token; one CREATE runs in a
+//! child process of this test binary that is SIGKILLed.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -597,4 +598,60 @@ async fn a_token_answered_with_a_terminated_instance_launches_a_new_one() {
         .collect();
     assert_eq!(live.len(), 1, "{live:?}");
     assert_eq!(live[0].id, new);
+}
+
+/// Run by `a_create_sigkilled_after_run_instances_and_retried_leaves_one_instance` in a child
+/// process of this test binary: a CREATE with the task in `WEFT_AWS_CHILD_TASK`. Does nothing
+/// when that is not set (the normal run).
+#[tokio::test]
+async fn child_create() {
+    let Ok(raw) = std::env::var("WEFT_AWS_CHILD_TASK") else {
+        return;
+    };
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    let fields = v["fields"].as_object().unwrap().clone();
+    let node = v["node"].as_str().unwrap();
+    let r = provider()
+        .create(&task(Action::Create, node, &fields, &Map::new()))
+        .await;
+    panic!("the child's create was to be killed, but it ended: {r:?}");
+}
+
+#[tokio::test]
+async fn a_create_sigkilled_after_run_instances_and_retried_leaves_one_instance() {
+    let Some(m) = moto().await else { return };
+    let told = Arc::new(Notify::new());
+    let (endpoint, _proxy) = serve_proxy(&m, Mode::HangAfterRun(told.clone())).await;
+    let job = json!({"fields": m.fields(&endpoint), "node": "n-kill"});
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "aws::child_create", "--nocapture"])
+        .env("WEFT_AWS_CHILD_TASK", job.to_string())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the child runs");
+    tokio::select! {
+        status = child.wait() => panic!("the child ended before RunInstances was answered: {status:?}"),
+        _ = told.notified() => {}
+    }
+    child.kill().await.expect("SIGKILL");
+    let made = m.instances_of("n-kill").await;
+    assert_eq!(made.len(), 1, "RunInstances ran once: {made:?}");
+
+    let p = provider();
+    let out = p
+        .create(&task(
+            Action::Create,
+            "n-kill",
+            &m.fields(&m.endpoint),
+            &Map::new(),
+        ))
+        .await
+        .expect("the retried create");
+    assert_eq!(out.result["providerid"], made[0].id.as_str());
+    assert_eq!(
+        m.instances_of("n-kill").await.len(),
+        1,
+        "still one instance"
+    );
 }
