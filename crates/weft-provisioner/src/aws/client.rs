@@ -68,7 +68,7 @@ pub struct QueryClient {
 impl std::fmt::Debug for QueryClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueryClient")
-            .field("endpoint", &self.endpoint.as_str())
+            .field("endpoint", &self.shown())
             .field("region", &self.region)
             .field("service", &self.service)
             .field("creds", &self.creds)
@@ -91,8 +91,7 @@ impl QueryClient {
         version: &'static str,
         creds: Credentials,
     ) -> Result<QueryClient, String> {
-        let endpoint =
-            Url::parse(endpoint).map_err(|e| format!("endpoint {endpoint:?} is not a URL: {e}"))?;
+        let endpoint = Url::parse(endpoint).map_err(|e| format!("endpoint is not a URL: {e}"))?;
         if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host_str().is_none() {
             return Err(format!(
                 "endpoint {endpoint} must be an http:// or https:// URL with a host"
@@ -116,6 +115,16 @@ impl QueryClient {
             Some(p) => format!("{host}:{p}"),
             None => host.to_string(),
         }
+    }
+
+    /// The endpoint as errors show it: scheme, host, port and path (never a user or password).
+    fn shown(&self) -> String {
+        format!(
+            "{}://{}{}",
+            self.endpoint.scheme(),
+            self.host(),
+            self.endpoint.path()
+        )
     }
 
     /// The form body of a call (`application/x-www-form-urlencoded`: a space is `+`, as the
@@ -180,7 +189,11 @@ impl QueryClient {
         let resp = req.body(body).send().await.map_err(|e| {
             CloudError::unreachable(
                 self.cloud,
-                format!("{action}: cannot reach {}: {e}", self.endpoint),
+                format!(
+                    "{action}: cannot reach {}: {}",
+                    self.shown(),
+                    e.without_url()
+                ),
             )
         })?;
         let status = resp.status().as_u16();
@@ -190,7 +203,10 @@ impl QueryClient {
                 .and_then(|v| v.to_str().ok()),
         );
         let text = resp.text().await.map_err(|e| {
-            CloudError::unreachable(self.cloud, format!("{action}: reading the answer: {e}"))
+            CloudError::unreachable(
+                self.cloud,
+                format!("{action}: reading the answer: {}", e.without_url()),
+            )
         })?;
         let doc = xml::parse(&text);
         if (200..300).contains(&status) {
