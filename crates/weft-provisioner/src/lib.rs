@@ -21,12 +21,17 @@
 //! - `agent`: registration, heartbeat, the worker pool per tenant and the take/run/finish loop.
 //! - `resources`: plugin resources downloaded from the server and activated per tenant.
 //! - `api`: the provisioner's own HTTP API, which the server calls (contract §4.13).
+//! - `aws`: the `aws` provider: a node is an EC2 instance, found by its weft tags; our own
+//!   EC2 query client (SigV4, a small XML reader).
 //! - `cloud`: what the cloud providers share: classifying a cloud's errors as retryable or
 //!   fatal, bounded back-off that honours `Retry-After`, polling a machine until it is ready.
+//! - `sweep`: machines carrying weft's marks (aws tags, docker labels) that belong to no live
+//!   node, and the DELETE task that removes one.
 //! - `contract`: the contract test suite that every provider and automator passes.
 
 pub mod agent;
 pub mod api;
+pub mod aws;
 pub mod cloud;
 pub mod contract;
 pub mod docker;
@@ -39,6 +44,7 @@ pub mod plugin;
 pub mod resources;
 pub mod shell;
 pub mod ssh;
+pub mod sweep;
 pub mod task;
 pub mod transport;
 

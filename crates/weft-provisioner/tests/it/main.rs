@@ -2,6 +2,7 @@
 //! plugin contract suite run for every plugin, and the example catalog end to end.
 
 mod agent;
+mod aws;
 mod common;
 mod docker;
 mod e2e;
@@ -11,3 +12,4 @@ mod joyent;
 mod openstack;
 mod plugins;
 mod ssh;
+mod sweep;

@@ -114,6 +114,7 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
         .provider(Arc::new(
             weft_provisioner::openstack::NovaProvider::rackspace(),
         )) // rackspace
+        .provider(Arc::new(weft_provisioner::aws::AwsProvider::new())) // aws
         .automator(Arc::new(
             ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
         )))

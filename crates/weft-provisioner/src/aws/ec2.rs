@@ -1,0 +1,352 @@
+//! The EC2 calls the `aws` provider makes, over [`QueryClient`], each retried with a bounded
+//! back-off while its error is retryable: DescribeInstances (by id, or by tags), RunInstances,
+//! TerminateInstances, ImportKeyPair, DeleteKeyPair and GetConsoleOutput.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::client::QueryClient;
+use super::xml::Element;
+use crate::cloud::{with_retries, Backoff, CloudError};
+
+/// The code EC2 answers for an instance id it does not know.
+pub const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
+
+/// States of an instance that still is (or will be) a machine.
+pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
+
+/// How long calls are retried and waits last.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// The first pause between tries (doubling up to `max`).
+    pub first: Duration,
+    pub max: Duration,
+    /// How long one call is retried at most.
+    pub call_budget: Duration,
+}
+
+impl Timing {
+    pub fn backoff(&self, budget: Duration) -> Backoff {
+        Backoff::new(self.first, self.max, budget)
+    }
+}
+
+/// One instance as DescribeInstances or RunInstances shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    pub state: String,
+    pub private_ip: Option<String>,
+    pub public_ip: Option<String>,
+    pub launch_time: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Instance {
+    fn from_item(e: &Element) -> Option<Instance> {
+        let text = |p: &[&str]| e.text_at(p).map(str::to_string);
+        let tags = e
+            .child("tagSet")
+            .map(|s| {
+                s.all("item")
+                    .filter_map(|t| {
+                        let key = t.text_at(&["key"])?.to_string();
+                        Some((key, t.text_at(&["value"]).unwrap_or("").to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Instance {
+            id: text(&["instanceId"])?,
+            state: text(&["instanceState", "name"]).unwrap_or_default(),
+            private_ip: text(&["privateIpAddress"]),
+            public_ip: text(&["ipAddress"]),
+            launch_time: text(&["launchTime"]).unwrap_or_default(),
+            tags,
+        })
+    }
+
+    /// Whether the instance is (or will be) a machine: not shutting down, not terminated.
+    pub fn is_live(&self) -> bool {
+        LIVE_STATES.contains(&self.state.as_str())
+    }
+}
+
+/// The instances in an answer's `instancesSet`s (RunInstances, DescribeInstances).
+fn instances_in(root: &Element) -> Vec<Instance> {
+    let mut sets = Vec::new();
+    root.find_all("instancesSet", &mut sets);
+    sets.iter()
+        .flat_map(|s| s.all("item"))
+        .filter_map(Instance::from_item)
+        .collect()
+}
+
+/// What RunInstances makes.
+#[derive(Debug, Clone, Default)]
+pub struct RunSpec {
+    pub ami: String,
+    pub instance_type: String,
+    pub client_token: String,
+    pub subnet_id: Option<String>,
+    pub security_group_ids: Vec<String>,
+    pub key_name: Option<String>,
+    pub tags: Vec<(String, String)>,
+}
+
+fn p(k: impl Into<String>, v: impl Into<String>) -> (String, String) {
+    (k.into(), v.into())
+}
+
+/// The EC2 API of one region, with credentials.
+#[derive(Debug, Clone)]
+pub struct Ec2 {
+    pub q: QueryClient,
+    pub timing: Timing,
+}
+
+impl Ec2 {
+    /// One call, retried while its error is retryable.
+    pub async fn call(
+        &self,
+        action: &str,
+        params: &[(String, String)],
+    ) -> Result<Element, CloudError> {
+        with_retries(self.timing.backoff(self.timing.call_budget), || {
+            self.q.call(action, params)
+        })
+        .await
+    }
+
+    /// The instances carrying every tag of `tags`, in `states` (all states when empty), oldest
+    /// first.
+    pub async fn instances_tagged(
+        &self,
+        tags: &[(String, String)],
+        states: &[&str],
+    ) -> Result<Vec<Instance>, CloudError> {
+        let mut params = Vec::new();
+        let mut n = 0;
+        for (k, v) in tags {
+            n += 1;
+            params.push(p(format!("Filter.{n}.Name"), format!("tag:{k}")));
+            params.push(p(format!("Filter.{n}.Value.1"), v.clone()));
+        }
+        if !states.is_empty() {
+            n += 1;
+            params.push(p(format!("Filter.{n}.Name"), "instance-state-name"));
+            for (i, s) in states.iter().enumerate() {
+                params.push(p(format!("Filter.{n}.Value.{}", i + 1), *s));
+            }
+        }
+        let mut all = self.describe_pages(params).await?;
+        all.sort_by(|a, b| (&a.launch_time, &a.id).cmp(&(&b.launch_time, &b.id)));
+        Ok(all)
+    }
+
+    /// The instances carrying a tag `key` (any value), in `states`, oldest first.
+    pub async fn instances_with_tag_key(
+        &self,
+        key: &str,
+        states: &[&str],
+    ) -> Result<Vec<Instance>, CloudError> {
+        let mut params = vec![p("Filter.1.Name", "tag-key"), p("Filter.1.Value.1", key)];
+        if !states.is_empty() {
+            params.push(p("Filter.2.Name", "instance-state-name"));
+            for (i, s) in states.iter().enumerate() {
+                params.push(p(format!("Filter.2.Value.{}", i + 1), *s));
+            }
+        }
+        let mut all = self.describe_pages(params).await?;
+        all.sort_by(|a, b| (&a.launch_time, &a.id).cmp(&(&b.launch_time, &b.id)));
+        Ok(all)
+    }
+
+    async fn describe_pages(
+        &self,
+        params: Vec<(String, String)>,
+    ) -> Result<Vec<Instance>, CloudError> {
+        let mut all = Vec::new();
+        let mut token: Option<String> = None;
+        for _ in 0..100 {
+            let mut page = params.clone();
+            if let Some(t) = &token {
+                page.push(p("NextToken", t.clone()));
+            }
+            let root = self.call("DescribeInstances", &page).await?;
+            all.extend(instances_in(&root));
+            token = root.text_at(&["nextToken"]).map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
+    /// One instance by id; `None` when EC2 does not know it.
+    pub async fn instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
+        match self.describe_pages(vec![p("InstanceId.1", id)]).await {
+            Ok(found) => Ok(found.into_iter().find(|i| i.id == id)),
+            Err(e) if e.code == INSTANCE_NOT_FOUND => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Launches one instance (called once: the caller looks for it by tag before another try).
+    pub async fn run_instance(&self, spec: &RunSpec) -> Result<Instance, CloudError> {
+        let mut params = vec![
+            p("ImageId", &spec.ami),
+            p("InstanceType", &spec.instance_type),
+            p("MinCount", "1"),
+            p("MaxCount", "1"),
+            p("ClientToken", &spec.client_token),
+            p("TagSpecification.1.ResourceType", "instance"),
+        ];
+        for (i, (k, v)) in spec.tags.iter().enumerate() {
+            params.push(p(format!("TagSpecification.1.Tag.{}.Key", i + 1), k));
+            params.push(p(format!("TagSpecification.1.Tag.{}.Value", i + 1), v));
+        }
+        if let Some(s) = &spec.subnet_id {
+            params.push(p("SubnetId", s));
+        }
+        for (i, g) in spec.security_group_ids.iter().enumerate() {
+            params.push(p(format!("SecurityGroupId.{}", i + 1), g));
+        }
+        if let Some(k) = &spec.key_name {
+            params.push(p("KeyName", k));
+        }
+        let root = self.q.call("RunInstances", &params).await?;
+        instances_in(&root).into_iter().next().ok_or_else(|| {
+            CloudError::from_status(
+                "ec2",
+                502,
+                "MalformedAnswer",
+                "RunInstances answered no instance",
+                None,
+            )
+        })
+    }
+
+    /// Terminates one instance; answers false when EC2 does not know it.
+    pub async fn terminate(&self, id: &str) -> Result<bool, CloudError> {
+        match self
+            .call("TerminateInstances", &[p("InstanceId.1", id)])
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.code == INSTANCE_NOT_FOUND => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Imports a public key as a key pair; one already there under the name is kept.
+    pub async fn import_key_pair(
+        &self,
+        name: &str,
+        public_openssh: &str,
+    ) -> Result<bool, CloudError> {
+        use base64::Engine as _;
+        let material = base64::engine::general_purpose::STANDARD.encode(public_openssh);
+        match self
+            .call(
+                "ImportKeyPair",
+                &[p("KeyName", name), p("PublicKeyMaterial", material)],
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.code == "InvalidKeyPair.Duplicate" => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes a key pair (a missing one is fine).
+    pub async fn delete_key_pair(&self, name: &str) -> Result<(), CloudError> {
+        match self.call("DeleteKeyPair", &[p("KeyName", name)]).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code == "InvalidKeyPair.NotFound" => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The instance's console output (decoded), when EC2 has some.
+    pub async fn console_output(&self, id: &str) -> Result<Option<String>, CloudError> {
+        use base64::Engine as _;
+        let root = self
+            .call("GetConsoleOutput", &[p("InstanceId", id)])
+            .await?;
+        Ok(root
+            .text_at(&["output"])
+            .and_then(|b| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b.split_whitespace().collect::<String>())
+                    .ok()
+            })
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+}
+
+/// The SSH host keys cloud-init prints to the console between `-----BEGIN SSH HOST KEY KEYS-----`
+/// and `-----END SSH HOST KEY KEYS-----`, by kind (`ed25519`, `ecdsa`, `rsa`).
+pub fn console_host_keys(console: &str) -> BTreeMap<String, String> {
+    let mut keys = BTreeMap::new();
+    let Some((_, rest)) = console.split_once("-----BEGIN SSH HOST KEY KEYS-----") else {
+        return keys;
+    };
+    let block = rest
+        .split_once("-----END SSH HOST KEY KEYS-----")
+        .map_or("", |(b, _)| b);
+    for line in block.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(alg), Some(blob)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let kind = match alg {
+            "ssh-ed25519" => "ed25519",
+            "ssh-rsa" => "rsa",
+            a if a.starts_with("ecdsa-sha2-") => "ecdsa",
+            _ => continue,
+        };
+        keys.insert(kind.to_string(), format!("{alg} {blob}"));
+    }
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::xml;
+
+    #[test]
+    fn instances_are_read_from_answers() {
+        let doc = "<RunInstancesResponse><instancesSet><item><instanceId>i-9</instanceId>\
+            <instanceState><code>0</code><name>pending</name></instanceState>\
+            <privateIpAddress>10.0.0.5</privateIpAddress><launchTime>2026-01-01T00:00:00Z</launchTime>\
+            <tagSet><item><key>weft:node</key><value>n1</value></item><item><key>e</key><value/></item></tagSet>\
+            </item></instancesSet></RunInstancesResponse>";
+        let got = instances_in(&xml::parse(doc).unwrap());
+        assert_eq!(got.len(), 1);
+        let i = &got[0];
+        assert_eq!(i.id, "i-9");
+        assert_eq!(i.state, "pending");
+        assert!(i.is_live());
+        assert_eq!(i.private_ip.as_deref(), Some("10.0.0.5"));
+        assert_eq!(i.public_ip, None);
+        assert_eq!(i.tags.get("weft:node").map(String::as_str), Some("n1"));
+        assert_eq!(i.tags.get("e").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn host_keys_are_read_from_the_console() {
+        let console = "boot...\n-----BEGIN SSH HOST KEY KEYS-----\n\
+            ecdsa-sha2-nistp256 AAAAE2 root@h\nssh-ed25519 AAAAC3Nz root@h\n\
+            ssh-rsa AAAAB3 root@h\n-----END SSH HOST KEY KEYS-----\nlogin:";
+        let keys = console_host_keys(console);
+        assert_eq!(
+            keys.get("ed25519").map(String::as_str),
+            Some("ssh-ed25519 AAAAC3Nz")
+        );
+        assert_eq!(keys.len(), 3);
+        assert!(console_host_keys("no keys here").is_empty());
+    }
+}

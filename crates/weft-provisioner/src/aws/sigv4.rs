@@ -1,0 +1,368 @@
+//! AWS Signature Version 4 (SigV4) for requests to AWS query APIs (EC2, IAM).
+//!
+//! The request is reduced to a canonical form (method, path, sorted query, lowercased and trimmed
+//! headers, the body's SHA-256), hashed into a string to sign under a credential scope
+//! (`date/region/service/aws4_request`), and signed with a key derived from the secret by a chain
+//! of HMAC-SHA256 over the date, region, service and `aws4_request`. The secret never leaves this
+//! module: only the signature (which cannot be turned back into the secret) goes on the wire, and
+//! [`Credentials`]' `Debug` hides the secret and the session token.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+/// The signing algorithm's name, as AWS spells it.
+pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
+
+/// An access key: its id, its secret and, for temporary credentials, a session token.
+#[derive(Clone)]
+pub struct Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<hidden>")
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<hidden>"),
+            )
+            .finish()
+    }
+}
+
+/// What is signed: the request as it goes on the wire.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// The URI path, already percent-encoded (`/` for the query APIs).
+    pub path: &'a str,
+    /// Query parameters, not encoded; they are encoded and sorted here.
+    pub query: &'a [(String, String)],
+    /// Headers to sign (names in any case); `host` must be among them.
+    pub headers: &'a [(String, String)],
+    pub body: &'a [u8],
+}
+
+/// Where and when a request is signed.
+#[derive(Debug, Clone)]
+pub struct Scope<'a> {
+    pub region: &'a str,
+    pub service: &'a str,
+    /// `YYYYMMDDTHHMMSSZ` (UTC), also sent as `x-amz-date`.
+    pub amz_date: &'a str,
+}
+
+impl Scope<'_> {
+    fn date(&self) -> &str {
+        &self.amz_date[..self.amz_date.len().min(8)]
+    }
+
+    /// `date/region/service/aws4_request`.
+    pub fn credential_scope(&self) -> String {
+        format!(
+            "{}/{}/{}/aws4_request",
+            self.date(),
+            self.region,
+            self.service
+        )
+    }
+}
+
+/// Percent-encodes everything but the unreserved characters (`A-Z a-z 0-9 - _ . ~`), as SigV4
+/// requires of query names and values (a space is `%20`, never `+`).
+pub fn uri_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `name=value` pairs encoded and joined by `&`, sorted by encoded name then value.
+pub fn canonical_query(query: &[(String, String)]) -> String {
+    let mut pairs: Vec<(String, String)> = query
+        .iter()
+        .map(|(k, v)| (uri_encode(k), uri_encode(v)))
+        .collect();
+    pairs.sort();
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The lowercase hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("hmac takes a key of any length");
+    mac.update(data);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// The canonical request and the `;`-joined names of the signed headers.
+pub fn canonical_request(req: &Request<'_>) -> (String, String) {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for (name, value) in req.headers {
+        let name = name.to_ascii_lowercase();
+        let value = value.split_whitespace().collect::<Vec<_>>().join(" ");
+        match headers.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => {
+                v.push(',');
+                v.push_str(&value);
+            }
+            None => headers.push((name, value)),
+        }
+    }
+    headers.sort();
+    let signed = headers
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(";");
+    let lines: String = headers.iter().map(|(n, v)| format!("{n}:{v}\n")).collect();
+    let canonical = format!(
+        "{}\n{}\n{}\n{}\n{}\n{}",
+        req.method,
+        req.path,
+        canonical_query(req.query),
+        lines,
+        signed,
+        sha256_hex(req.body)
+    );
+    (canonical, signed)
+}
+
+/// The string to sign: the algorithm, the time, the scope and the canonical request's hash.
+pub fn string_to_sign(scope: &Scope<'_>, canonical: &str) -> String {
+    format!(
+        "{ALGORITHM}\n{}\n{}\n{}",
+        scope.amz_date,
+        scope.credential_scope(),
+        sha256_hex(canonical.as_bytes())
+    )
+}
+
+/// The signing key: HMAC chained over the date, region, service and `aws4_request`.
+pub fn signing_key(secret: &str, scope: &Scope<'_>) -> Vec<u8> {
+    let k_date = hmac(format!("AWS4{secret}").as_bytes(), scope.date().as_bytes());
+    let k_region = hmac(&k_date, scope.region.as_bytes());
+    let k_service = hmac(&k_region, scope.service.as_bytes());
+    hmac(&k_service, b"aws4_request")
+}
+
+/// The `Authorization` header value of a request whose headers already hold `x-amz-date` (and
+/// `x-amz-security-token` when the credentials have one).
+pub fn authorization(creds: &Credentials, scope: &Scope<'_>, req: &Request<'_>) -> String {
+    let (canonical, signed) = canonical_request(req);
+    let to_sign = string_to_sign(scope, &canonical);
+    let signature = hex::encode(hmac(
+        &signing_key(&creds.secret_access_key, scope),
+        to_sign.as_bytes(),
+    ));
+    format!(
+        "{ALGORITHM} Credential={}/{}, SignedHeaders={signed}, Signature={signature}",
+        creds.access_key_id,
+        scope.credential_scope()
+    )
+}
+
+/// `YYYYMMDDTHHMMSSZ` for a time (UTC).
+pub fn amz_date(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_date(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (eras of 400 years).
+fn civil_date(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Vectors from AWS's published SigV4 test suite (`aws-sig-v4-test-suite`): access key
+    //! `AKIDEXAMPLE`, region `us-east-1`, service `service`, time 2015-08-30 12:36:00 UTC.
+    use super::*;
+
+    const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+    const WHEN: &str = "20150830T123600Z";
+
+    fn creds() -> Credentials {
+        Credentials {
+            access_key_id: "AKIDEXAMPLE".into(),
+            secret_access_key: SECRET.into(),
+            session_token: None,
+        }
+    }
+
+    fn scope() -> Scope<'static> {
+        Scope {
+            region: "us-east-1",
+            service: "service",
+            amz_date: WHEN,
+        }
+    }
+
+    fn headers(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut h = vec![
+            ("Host".to_string(), "example.amazonaws.com".to_string()),
+            ("X-Amz-Date".to_string(), WHEN.to_string()),
+        ];
+        h.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        h
+    }
+
+    fn signature(auth: &str) -> &str {
+        auth.rsplit_once("Signature=").unwrap().1
+    }
+
+    #[test]
+    fn get_vanilla() {
+        let h = headers(&[]);
+        let req = Request {
+            method: "GET",
+            path: "/",
+            query: &[],
+            headers: &h,
+            body: b"",
+        };
+        let (canonical, signed) = canonical_request(&req);
+        assert_eq!(
+            canonical,
+            "GET\n/\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\nhost;x-amz-date\n\
+             e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(signed, "host;x-amz-date");
+        assert_eq!(
+            authorization(&creds(), &scope(), &req),
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, \
+             SignedHeaders=host;x-amz-date, \
+             Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+        );
+    }
+
+    #[test]
+    fn get_vanilla_query_order_key_case() {
+        let h = headers(&[]);
+        let q = [
+            ("Param2".to_string(), "value2".to_string()),
+            ("Param1".to_string(), "value1".to_string()),
+        ];
+        let req = Request {
+            method: "GET",
+            path: "/",
+            query: &q,
+            headers: &h,
+            body: b"",
+        };
+        assert_eq!(
+            signature(&authorization(&creds(), &scope(), &req)),
+            "b97d918cfa904a5beff61c982a1b6f458b799221646efd99d3219ec94cdf2500"
+        );
+    }
+
+    #[test]
+    fn post_x_www_form_urlencoded() {
+        let h = headers(&[("Content-Type", "application/x-www-form-urlencoded")]);
+        let req = Request {
+            method: "POST",
+            path: "/",
+            query: &[],
+            headers: &h,
+            body: b"Param1=value1",
+        };
+        let (canonical, _) = canonical_request(&req);
+        assert_eq!(
+            canonical,
+            "POST\n/\n\ncontent-type:application/x-www-form-urlencoded\nhost:example.amazonaws.com\n\
+             x-amz-date:20150830T123600Z\n\ncontent-type;host;x-amz-date\n\
+             9095672bbd1f56dfc5b65f3e153adc8731a4a654192329106275f4c7b24d0b6e"
+        );
+        assert_eq!(
+            string_to_sign(&scope(), &canonical),
+            "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n\
+             42a5e5bb34198acb3e84da4f085bb7927f2bc277ca766e6d19c73c2154021281"
+        );
+        assert_eq!(
+            signature(&authorization(&creds(), &scope(), &req)),
+            "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a"
+        );
+    }
+
+    #[test]
+    fn another_secret_signs_differently() {
+        let h = headers(&[]);
+        let req = Request {
+            method: "GET",
+            path: "/",
+            query: &[],
+            headers: &h,
+            body: b"",
+        };
+        let mut other = creds();
+        other.secret_access_key.push('x');
+        assert_ne!(
+            authorization(&other, &scope(), &req),
+            authorization(&creds(), &scope(), &req)
+        );
+    }
+
+    #[test]
+    fn encoding_and_dates() {
+        assert_eq!(uri_encode("a b+c/~_.-é"), "a%20b%2Bc%2F~_.-%C3%A9");
+        assert_eq!(
+            amz_date(UNIX_EPOCH + std::time::Duration::from_secs(1_440_938_160)),
+            WHEN
+        );
+        assert_eq!(amz_date(UNIX_EPOCH), "19700101T000000Z");
+        // 2024-02-29 23:59:59: a leap day.
+        assert_eq!(
+            amz_date(UNIX_EPOCH + std::time::Duration::from_secs(1_709_251_199)),
+            "20240229T235959Z"
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_secret() {
+        let mut c = creds();
+        c.session_token = Some("tok-secret".into());
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains(SECRET) && !shown.contains("tok-secret"),
+            "{shown}"
+        );
+        assert!(shown.contains("AKIDEXAMPLE"));
+    }
+}

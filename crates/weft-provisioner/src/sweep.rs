@@ -1,0 +1,142 @@
+//! Machines that carry weft's marks but belong to no live node: what `weft provider sweep` shows
+//! (and, with `--delete`, removes).
+//!
+//! Each provider that can list what it made answers [`Tagged`] machines: the `aws` provider every
+//! live instance with a `weft:node` tag, the `docker` provider every container with a `weft.node`
+//! label. [`orphans`] keeps those whose node is not among the live nodes the caller knows (the
+//! server's nodes of clusters not terminated), and [`delete_task`] makes the DELETE task that
+//! removes one through the provider's own DELETE (by its id and by its marks), so a sweep deletes
+//! exactly what a DELETE of that node would.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use bollard::query_parameters::ListContainersOptions;
+use bollard::Docker;
+use serde_json::{json, Map, Value};
+
+use crate::aws::{AwsProvider, TAG_CLUSTER, TAG_NODE, TAG_TENANT};
+use crate::docker::{LABEL_CLUSTER, LABEL_NODE, LABEL_TENANT};
+use crate::task::{Action, PluginError, Task};
+
+/// A machine weft marked as a node's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tagged {
+    /// The provider type that made it (`aws`, `docker`).
+    pub providertype: String,
+    /// The provider's id of the machine (instance id, container name).
+    pub providerid: String,
+    pub node: String,
+    pub cluster: String,
+    pub tenant: String,
+    /// The machine's state as the provider says it (`running`, `exited`...).
+    pub state: String,
+}
+
+/// The machines of `machines` whose node is not in `live`.
+pub fn orphans(machines: Vec<Tagged>, live: &BTreeSet<String>) -> Vec<Tagged> {
+    machines
+        .into_iter()
+        .filter(|m| !live.contains(&m.node))
+        .collect()
+}
+
+/// The live EC2 instances with a `weft:node` tag, for the provider fields `fields`.
+pub async fn aws_machines(
+    p: &AwsProvider,
+    fields: &Map<String, Value>,
+) -> Result<Vec<Tagged>, PluginError> {
+    let tag = |i: &crate::aws::ec2::Instance, k: &str| i.tags.get(k).cloned().unwrap_or_default();
+    Ok(p.tagged_instances(fields)
+        .await?
+        .into_iter()
+        .map(|i| Tagged {
+            providertype: crate::aws::NAME.into(),
+            node: tag(&i, TAG_NODE),
+            cluster: tag(&i, TAG_CLUSTER),
+            tenant: tag(&i, TAG_TENANT),
+            providerid: i.id,
+            state: i.state,
+        })
+        .collect())
+}
+
+/// The containers (any state) with a `weft.node` label on the Docker Engine at `endpoint`
+/// (`None`: `DOCKER_HOST`, else the local socket).
+pub async fn docker_machines(endpoint: Option<&str>) -> Result<Vec<Tagged>, PluginError> {
+    let docker = match endpoint.filter(|e| !e.is_empty()) {
+        Some(e) => Docker::connect_with_host(e),
+        None => Docker::connect_with_defaults(),
+    }
+    .map_err(|e| PluginError::fatal(format!("docker endpoint: {e}")))?;
+    let list = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_string(),
+                vec![LABEL_NODE.to_string()],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| PluginError::retryable(format!("listing containers: {e}")))?;
+    Ok(list
+        .into_iter()
+        .filter_map(|c| {
+            let labels = c.labels.unwrap_or_default();
+            let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            let name = c.names?.first()?.trim_start_matches('/').to_string();
+            Some(Tagged {
+                providertype: crate::docker::NAME.into(),
+                providerid: name,
+                node: label(LABEL_NODE),
+                cluster: label(LABEL_CLUSTER),
+                tenant: label(LABEL_TENANT),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+            })
+        })
+        .collect())
+}
+
+/// The DELETE task that removes an orphan with its provider (`fields` are the provider's).
+pub fn delete_task(m: &Tagged, fields: &Map<String, Value>, timeout: Duration) -> Task {
+    let raw = json!({"taskId": format!("sweep-{}", m.providerid), "jobId": "sweep",
+        "clusterId": m.cluster, "taskName": "DELETE", "nodeId": m.node,
+        "config": {"providerid": m.providerid,
+            "provider": {"name": "sweep", "providertype": m.providertype, "provisioner": fields}}});
+    let mut t = Task::from_json(raw, timeout).expect("a well-formed task");
+    t.action = Action::Delete;
+    t.tenant_id = if m.tenant == "-" {
+        String::new()
+    } else {
+        m.tenant.clone()
+    };
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(node: &str) -> Tagged {
+        Tagged {
+            providertype: "aws".into(),
+            providerid: format!("i-{node}"),
+            node: node.into(),
+            cluster: "c".into(),
+            tenant: "-".into(),
+            state: "running".into(),
+        }
+    }
+
+    #[test]
+    fn orphans_are_the_machines_of_no_live_node() {
+        let live = BTreeSet::from(["a".to_string()]);
+        assert_eq!(orphans(vec![m("a"), m("b")], &live), vec![m("b")]);
+        let t = delete_task(&m("b"), &Map::new(), Duration::from_secs(5));
+        assert_eq!(t.node_id, "b");
+        assert_eq!(t.tenant_id, "");
+        assert_eq!(t.config_str("providerid"), Some("i-b"));
+        assert_eq!(t.provider_type(), Some("aws"));
+    }
+}

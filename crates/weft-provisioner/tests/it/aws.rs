@@ -1,0 +1,657 @@
+//! The `aws` provider against moto's EC2 emulator (`moto_server`, from the venv `.ci/run` makes
+//! in `~/.cache/weft/moto`, or `WEFT_MOTO_SERVER`), started per test on 127.0.0.1 with
+//! `INITIAL_NO_AUTH_ACTION_COUNT` so that after the IAM set-up calls every request's SigV4
+//! signature is checked. moto's addresses (10.x, 54.x) are invented and never dialled: only
+//! CREATE, CONFIRM and DELETE run. moto answers `running` at once and ignores client tokens, so a
+//! small proxy in front of it (served here, on loopback) stops an answer half-way, turns
+//! `running` into `pending`, throttles, or answers a stale client token; one CREATE runs in a
+//! child process of this test binary that is SIGKILLed.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
+use weft_provisioner::aws::client::{QueryClient, EC2_VERSION, IAM_VERSION};
+use weft_provisioner::aws::ec2::{Ec2, Instance, Timing};
+use weft_provisioner::aws::sigv4::Credentials;
+use weft_provisioner::aws::{AwsProvider, TAG_NODE};
+use weft_provisioner::contract;
+use weft_provisioner::task::{Action, Task};
+use weft_provisioner::Provider;
+
+use crate::common::until;
+
+const REGION: &str = "us-east-1";
+
+/// `moto_server`: `WEFT_MOTO_SERVER`, else the venv `.ci/run` makes.
+fn moto_server() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WEFT_MOTO_SERVER") {
+        return Some(PathBuf::from(p));
+    }
+    let home = std::env::var_os("HOME")?;
+    let p = PathBuf::from(home).join(".cache/weft/moto/bin/moto_server");
+    p.is_file().then_some(p)
+}
+
+/// A moto server of this test, stopped when dropped.
+struct Moto {
+    child: Child,
+    endpoint: String,
+    creds: Credentials,
+    ami: String,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn timing() -> Timing {
+    Timing {
+        first: Duration::from_millis(10),
+        max: Duration::from_millis(100),
+        call_budget: Duration::from_secs(5),
+    }
+}
+
+fn ec2_at(endpoint: &str, creds: Credentials) -> Ec2 {
+    Ec2 {
+        q: QueryClient::new(
+            reqwest::Client::new(),
+            endpoint,
+            REGION,
+            "ec2",
+            EC2_VERSION,
+            creds,
+        )
+        .unwrap(),
+        timing: timing(),
+    }
+}
+
+/// Starts moto (or skips: `None`), makes an IAM user allowed everything with an access key in
+/// the three unauthenticated calls, and picks an AMI with that key (signature checked).
+async fn moto() -> Option<Moto> {
+    let Some(bin) = moto_server() else {
+        weft_testkit::skip_or_fail(
+            "moto",
+            "no moto_server (python3 -m venv ~/.cache/weft/moto && \
+             ~/.cache/weft/moto/bin/pip install 'moto[server,ec2]', or set WEFT_MOTO_SERVER)",
+        );
+        return None;
+    };
+    let port = free_port();
+    let child = Command::new(&bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .env("INITIAL_NO_AUTH_ACTION_COUNT", "3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+    let endpoint = format!("http://127.0.0.1:{port}/");
+    let mut m = Moto {
+        child,
+        endpoint: endpoint.clone(),
+        creds: Credentials {
+            access_key_id: "AKIDSETUP".into(),
+            secret_access_key: "setup".into(),
+            session_token: None,
+        },
+        ami: String::new(),
+    };
+    until(Duration::from_secs(60), "moto to listen", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+    })
+    .await;
+    let iam = QueryClient::new(
+        reqwest::Client::new(),
+        &endpoint,
+        REGION,
+        "iam",
+        IAM_VERSION,
+        m.creds.clone(),
+    )
+    .unwrap();
+    let p = |k: &str, v: &str| (k.to_string(), v.to_string());
+    iam.call("CreateUser", &[p("UserName", "weft")])
+        .await
+        .expect("CreateUser");
+    let policy = json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]});
+    iam.call(
+        "PutUserPolicy",
+        &[
+            p("UserName", "weft"),
+            p("PolicyName", "all"),
+            p("PolicyDocument", &policy.to_string()),
+        ],
+    )
+    .await
+    .expect("PutUserPolicy");
+    let key = iam
+        .call("CreateAccessKey", &[p("UserName", "weft")])
+        .await
+        .expect("CreateAccessKey");
+    let text = |name: &str| {
+        let mut found = Vec::new();
+        key.find_all(name, &mut found);
+        found[0].text.trim().to_string()
+    };
+    m.creds = Credentials {
+        access_key_id: text("AccessKeyId"),
+        secret_access_key: text("SecretAccessKey"),
+        session_token: None,
+    };
+    let images = ec2_at(&endpoint, m.creds.clone())
+        .call("DescribeImages", &[])
+        .await
+        .expect("DescribeImages with the new key");
+    let mut ids = Vec::new();
+    images.find_all("imageId", &mut ids);
+    m.ami = ids.first().expect("moto has AMIs").text.trim().to_string();
+    Some(m)
+}
+
+impl Moto {
+    fn ec2(&self) -> Ec2 {
+        ec2_at(&self.endpoint, self.creds.clone())
+    }
+
+    /// The provider's fields, talking to `endpoint` (moto, or a proxy in front of it).
+    fn fields(&self, endpoint: &str) -> Map<String, Value> {
+        json!({"region": REGION, "access_key_id": self.creds.access_key_id,
+            "secret_access_key": self.creds.secret_access_key, "endpoint": endpoint,
+            "instance_type": "t3.micro", "ami": self.ami, "import_key": "true",
+            "sshkeyseed": "a test seed"})
+        .as_object()
+        .unwrap()
+        .clone()
+    }
+
+    /// Every instance (any state) tagged for `node`.
+    async fn instances_of(&self, node: &str) -> Vec<Instance> {
+        self.ec2()
+            .instances_tagged(&[(TAG_NODE.to_string(), node.to_string())], &[])
+            .await
+            .unwrap()
+    }
+}
+
+fn provider() -> AwsProvider {
+    AwsProvider::new()
+        .with_timing(timing())
+        .with_limits(Duration::from_secs(5), Duration::from_secs(5))
+}
+
+/// A task of the `aws` provider with `fields` (and `extra` config) on `node` of cluster `c1`.
+fn task(
+    action: Action,
+    node: &str,
+    fields: &Map<String, Value>,
+    extra: &Map<String, Value>,
+) -> Task {
+    let mut config = extra.clone();
+    config.insert(
+        "provider".into(),
+        json!({"name": "aws", "providertype": "aws", "provisioner": fields}),
+    );
+    config.insert("hostname".into(), json!(format!("{node}.example")));
+    let mut t = contract::task(action, node, config, Duration::from_secs(30));
+    t.cluster_id = "c1".into();
+    t.tenant_id = "t1".into();
+    t
+}
+
+#[tokio::test]
+async fn the_provider_contract_holds_against_moto() {
+    let Some(m) = moto().await else { return };
+    let p = provider();
+    contract::provider_contract(&p, m.fields(&m.endpoint), "contract-node").await;
+    let left = m.instances_of("contract-node").await;
+    assert_eq!(left.len(), 1, "one instance was made: {left:?}");
+    assert!(!left[0].is_live(), "and it is gone: {left:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_secret_fails_with_auth_failure_at_once() {
+    let Some(m) = moto().await else { return };
+    let mut fields = m.fields(&m.endpoint);
+    fields.insert("secret_access_key".into(), json!("not-the-secret"));
+    let e = provider()
+        .create(&task(Action::Create, "n-auth", &fields, &Map::new()))
+        .await
+        .expect_err("a wrong secret is refused");
+    assert!(!e.retryable, "{e}");
+    assert!(e.message.contains("AuthFailure"), "{e}");
+    assert!(
+        !e.message.contains("not-the-secret") && !e.message.contains(&m.creds.secret_access_key)
+    );
+    assert!(m.instances_of("n-auth").await.is_empty());
+}
+
+#[tokio::test]
+async fn create_answers_key_and_delete_by_tag_removes_instance_and_key_pair() {
+    let Some(m) = moto().await else { return };
+    let p = provider();
+    let fields = m.fields(&m.endpoint);
+    let out = p
+        .create(&task(
+            Action::Create,
+            "n-tag",
+            &fields,
+            &json!({"sshuser": "admin"}).as_object().unwrap().clone(),
+        ))
+        .await
+        .expect("create");
+    let auth = &out.result["ssh-auth"];
+    assert_eq!(auth["user"], "admin");
+    assert!(auth["key"]
+        .as_str()
+        .unwrap()
+        .contains("OPENSSH PRIVATE KEY"));
+    let made = m.instances_of("n-tag").await;
+    assert_eq!(made.len(), 1);
+    assert_eq!(
+        made[0].tags.get("Name").map(String::as_str),
+        Some("n-tag.example")
+    );
+    assert_eq!(
+        made[0].tags.get("weft:cluster").map(String::as_str),
+        Some("c1")
+    );
+    let keys = m.ec2().call("DescribeKeyPairs", &[]).await.unwrap();
+    let mut names = Vec::new();
+    keys.find_all("keyName", &mut names);
+    assert!(
+        names.iter().any(|n| n.text.trim() == "weft-t1-c1"),
+        "{keys:?}"
+    );
+
+    // No providerid: the instance is found by its tags.
+    let out = p
+        .delete(&task(Action::Delete, "n-tag", &fields, &Map::new()))
+        .await
+        .expect("delete");
+    assert!(out.stdout.contains("terminating"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("key pair weft-t1-c1 deleted"),
+        "{}",
+        out.stdout
+    );
+    assert!(!m.instances_of("n-tag").await[0].is_live());
+}
+
+/// What the proxy does.
+#[derive(Clone)]
+enum Mode {
+    /// Forwards RunInstances, then never answers (and says so).
+    HangAfterRun(Arc<Notify>),
+    /// Shows the first N DescribeInstances answers' instances as `pending`.
+    Pending(u32),
+    /// Answers the first N calls with EC2's throttling error.
+    Throttle(u32),
+    /// Answers the first RunInstances, unforwarded, with this (terminated) instance, as EC2
+    /// answers a client token it saw for an instance since terminated.
+    StaleToken(String),
+}
+
+struct Proxy {
+    upstream: String,
+    mode: Mode,
+    calls: AtomicU32,
+    describes: AtomicU32,
+    /// The ClientToken of every RunInstances seen.
+    tokens: std::sync::Mutex<Vec<String>>,
+}
+
+async fn proxied(proxy: Arc<Proxy>, method: Method, headers: HeaderMap, body: Bytes) -> Response {
+    let n = proxy.calls.fetch_add(1, Ordering::SeqCst);
+    let form = String::from_utf8_lossy(&body).into_owned();
+    let action = form
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("Action="))
+        .unwrap_or_default()
+        .to_string();
+    if let Mode::Throttle(k) = proxy.mode {
+        if n < k {
+            let xml = "<Response><Errors><Error><Code>RequestLimitExceeded</Code>\
+                       <Message>Request limit exceeded.</Message></Error></Errors></Response>";
+            return (StatusCode::SERVICE_UNAVAILABLE, xml).into_response();
+        }
+    }
+    if action == "RunInstances" {
+        let token = form
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("ClientToken="))
+            .unwrap_or_default()
+            .to_string();
+        let mut tokens = proxy.tokens.lock().unwrap();
+        tokens.push(token);
+        if let (Mode::StaleToken(id), 1) = (&proxy.mode, tokens.len()) {
+            let xml = format!(
+                "<RunInstancesResponse><instancesSet><item><instanceId>{id}</instanceId>\
+                 <instanceState><code>0</code><name>pending</name></instanceState>\
+                 </item></instancesSet></RunInstancesResponse>"
+            );
+            return (StatusCode::OK, xml).into_response();
+        }
+    }
+    let mut req = reqwest::Client::new().request(method, &proxy.upstream);
+    for (k, v) in &headers {
+        if k != "content-length" {
+            req = req.header(k, v);
+        }
+    }
+    let resp = req.body(body).send().await.expect("moto answers");
+    let status = resp.status().as_u16();
+    let mut text = resp.text().await.unwrap();
+    match &proxy.mode {
+        Mode::HangAfterRun(told) if action == "RunInstances" => {
+            told.notify_one();
+            std::future::pending::<()>().await;
+        }
+        Mode::Pending(k)
+            if action == "DescribeInstances"
+                && proxy.describes.fetch_add(1, Ordering::SeqCst) < *k =>
+        {
+            text = text
+                .replace("<name>running</name>", "<name>pending</name>")
+                .replace("<privateIpAddress>", "<privateIpAddressHidden>")
+                .replace("</privateIpAddress>", "</privateIpAddressHidden>");
+        }
+        _ => {}
+    }
+    (StatusCode::from_u16(status).unwrap(), text).into_response()
+}
+
+/// Serves a proxy to moto on loopback; answers its endpoint.
+async fn serve_proxy(m: &Moto, mode: Mode) -> (String, Arc<Proxy>) {
+    let state = Arc::new(Proxy {
+        upstream: m.endpoint.clone(),
+        mode,
+        calls: AtomicU32::new(0),
+        describes: AtomicU32::new(0),
+        tokens: Default::default(),
+    });
+    let s = state.clone();
+    let app =
+        axum::Router::new().fallback(move |method: Method, headers: HeaderMap, body: Bytes| {
+            proxied(s.clone(), method, headers, body)
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/"), state)
+}
+
+#[tokio::test]
+async fn a_create_cut_off_after_run_instances_and_retried_leaves_one_instance() {
+    let Some(m) = moto().await else { return };
+    let told = Arc::new(Notify::new());
+    let (endpoint, _proxy) = serve_proxy(&m, Mode::HangAfterRun(told.clone())).await;
+    let p = provider();
+    let cut = task(Action::Create, "n-cut", &m.fields(&endpoint), &Map::new());
+    tokio::select! {
+        r = p.create(&cut) => panic!("the create was to hang after RunInstances: {r:?}"),
+        _ = told.notified() => {}
+    }
+    // The create future is dropped here, as a killed provisioner would leave it.
+    let made = m.instances_of("n-cut").await;
+    assert_eq!(made.len(), 1, "RunInstances ran once: {made:?}");
+
+    let retried = task(Action::Create, "n-cut", &m.fields(&m.endpoint), &Map::new());
+    let out = p.create(&retried).await.expect("the retried create");
+    assert_eq!(out.result["providerid"], made[0].id.as_str());
+    assert!(out.stdout.contains("exists"), "{}", out.stdout);
+    let again = p.create(&retried).await.expect("and once more");
+    assert_eq!(again.result["providerid"], made[0].id.as_str());
+    assert_eq!(m.instances_of("n-cut").await.len(), 1, "still one instance");
+}
+
+#[tokio::test]
+async fn confirm_waits_while_the_instance_is_pending() {
+    let Some(m) = moto().await else { return };
+    let (endpoint, proxy) = serve_proxy(&m, Mode::Pending(3)).await;
+    let p = provider();
+    let fields = m.fields(&endpoint);
+    let out = p
+        .create(&task(Action::Create, "n-wait", &fields, &Map::new()))
+        .await
+        .expect("create");
+    let mut made = Map::new();
+    made.extend(out.result.clone());
+    proxy.describes.store(0, Ordering::SeqCst);
+    let ok = p
+        .confirm(&task(Action::Confirm, "n-wait", &fields, &made))
+        .await
+        .expect("confirm");
+    assert!(
+        proxy.describes.load(Ordering::SeqCst) >= 4,
+        "three pending answers, then running"
+    );
+    let ips = ok.ipaddresses.unwrap();
+    let inst = &m.instances_of("n-wait").await[0];
+    assert_eq!(Some(&ips["bind_v4"]), inst.private_ip.as_ref());
+    assert_eq!(
+        &ips["access_v4"],
+        inst.public_ip
+            .as_ref()
+            .or(inst.private_ip.as_ref())
+            .unwrap()
+    );
+
+    // Pending for longer than CONFIRM waits: a retryable failure naming the state.
+    let (endpoint, _proxy) = serve_proxy(&m, Mode::Pending(u32::MAX)).await;
+    let slow = AwsProvider::new()
+        .with_timing(timing())
+        .with_limits(Duration::from_millis(300), Duration::from_secs(5));
+    let e = slow
+        .confirm(&task(
+            Action::Confirm,
+            "n-wait",
+            &m.fields(&endpoint),
+            &made,
+        ))
+        .await
+        .expect_err("never running");
+    assert!(e.retryable, "{e}");
+    assert!(e.message.contains("last seen: pending"), "{e}");
+}
+
+#[tokio::test]
+async fn throttling_is_retried_with_back_off() {
+    let Some(m) = moto().await else { return };
+    let (endpoint, proxy) = serve_proxy(&m, Mode::Throttle(3)).await;
+    let out = provider()
+        .create(&task(
+            Action::Create,
+            "n-slow",
+            &m.fields(&endpoint),
+            &Map::new(),
+        ))
+        .await
+        .expect("create passes once the throttling stops");
+    assert!(proxy.calls.load(Ordering::SeqCst) > 3);
+    assert_eq!(m.instances_of("n-slow").await.len(), 1, "{}", out.stdout);
+}
+
+#[tokio::test]
+async fn sweep_finds_an_instance_made_behind_weft_s_back_and_deletes_it() {
+    use std::collections::BTreeSet;
+    use weft_provisioner::aws::ec2::RunSpec;
+    use weft_provisioner::sweep;
+
+    let Some(m) = moto().await else { return };
+    let p = provider();
+    let fields = m.fields(&m.endpoint);
+    let live = p
+        .create(&task(Action::Create, "n-live", &fields, &Map::new()))
+        .await
+        .expect("create");
+    let tag = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let rogue = m
+        .ec2()
+        .run_instance(&RunSpec {
+            ami: m.ami.clone(),
+            instance_type: "t3.micro".into(),
+            client_token: "rogue".into(),
+            tags: vec![
+                tag(TAG_NODE, "n-rogue"),
+                tag("weft:cluster", "c1"),
+                tag("weft:tenant", "t1"),
+            ],
+            ..Default::default()
+        })
+        .await
+        .expect("an instance made behind weft's back");
+    m.ec2()
+        .run_instance(&RunSpec {
+            ami: m.ami.clone(),
+            instance_type: "t3.micro".into(),
+            client_token: "not-weft".into(),
+            tags: vec![tag("Name", "someone else's")],
+            ..Default::default()
+        })
+        .await
+        .expect("an instance that is not weft's");
+
+    let found = sweep::aws_machines(&p, &fields).await.expect("listing");
+    let nodes: BTreeSet<&str> = found.iter().map(|t| t.node.as_str()).collect();
+    assert_eq!(nodes, BTreeSet::from(["n-live", "n-rogue"]), "{found:?}");
+    let orphans = sweep::orphans(found, &BTreeSet::from(["n-live".to_string()]));
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].providerid, rogue.id);
+    assert_eq!(
+        (orphans[0].cluster.as_str(), orphans[0].tenant.as_str()),
+        ("c1", "t1")
+    );
+
+    let del = sweep::delete_task(&orphans[0], &fields, Duration::from_secs(30));
+    p.delete(&del).await.expect("the sweep's delete");
+    let left = sweep::aws_machines(&p, &fields).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        left[0].providerid,
+        live.result["providerid"].as_str().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_token_answered_with_a_terminated_instance_launches_a_new_one() {
+    let Some(m) = moto().await else { return };
+    let p = provider();
+    let fields = m.fields(&m.endpoint);
+    let first = p
+        .create(&task(Action::Create, "n-again", &fields, &Map::new()))
+        .await
+        .expect("create");
+    let old = first.result["providerid"].as_str().unwrap().to_string();
+    let mut made = Map::new();
+    made.extend(first.result.clone());
+    p.delete(&task(Action::Delete, "n-again", &fields, &made))
+        .await
+        .expect("delete");
+
+    // The node is made again (a retried job) while EC2 still remembers the first token.
+    let (endpoint, proxy) = serve_proxy(&m, Mode::StaleToken(old.clone())).await;
+    let again = p
+        .create(&task(
+            Action::Create,
+            "n-again",
+            &m.fields(&endpoint),
+            &Map::new(),
+        ))
+        .await
+        .expect("create again");
+    let new = again.result["providerid"].as_str().unwrap();
+    assert_ne!(new, old, "not the terminated instance");
+    let tokens = proxy.tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 2, "{tokens:?}");
+    assert_ne!(
+        tokens[0], tokens[1],
+        "the second launch has a token of its own"
+    );
+    let live: Vec<_> = m
+        .instances_of("n-again")
+        .await
+        .into_iter()
+        .filter(Instance::is_live)
+        .collect();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].id, new);
+}
+
+/// Run by `a_create_sigkilled_after_run_instances_and_retried_leaves_one_instance` in a child
+/// process of this test binary: a CREATE with the task in `WEFT_AWS_CHILD_TASK`. Does nothing
+/// when that is not set (the normal run).
+#[tokio::test]
+async fn child_create() {
+    let Ok(raw) = std::env::var("WEFT_AWS_CHILD_TASK") else {
+        return;
+    };
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    let fields = v["fields"].as_object().unwrap().clone();
+    let node = v["node"].as_str().unwrap();
+    let r = provider()
+        .create(&task(Action::Create, node, &fields, &Map::new()))
+        .await;
+    panic!("the child's create was to be killed, but it ended: {r:?}");
+}
+
+#[tokio::test]
+async fn a_create_sigkilled_after_run_instances_and_retried_leaves_one_instance() {
+    let Some(m) = moto().await else { return };
+    let told = Arc::new(Notify::new());
+    let (endpoint, _proxy) = serve_proxy(&m, Mode::HangAfterRun(told.clone())).await;
+    let job = json!({"fields": m.fields(&endpoint), "node": "n-kill"});
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "aws::child_create", "--nocapture"])
+        .env("WEFT_AWS_CHILD_TASK", job.to_string())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the child runs");
+    tokio::select! {
+        status = child.wait() => panic!("the child ended before RunInstances was answered: {status:?}"),
+        _ = told.notified() => {}
+    }
+    child.kill().await.expect("SIGKILL");
+    let made = m.instances_of("n-kill").await;
+    assert_eq!(made.len(), 1, "RunInstances ran once: {made:?}");
+
+    let p = provider();
+    let out = p
+        .create(&task(
+            Action::Create,
+            "n-kill",
+            &m.fields(&m.endpoint),
+            &Map::new(),
+        ))
+        .await
+        .expect("the retried create");
+    assert_eq!(out.result["providerid"], made[0].id.as_str());
+    assert_eq!(
+        m.instances_of("n-kill").await.len(),
+        1,
+        "still one instance"
+    );
+}
