@@ -8,7 +8,7 @@
 //! Module map: `config` (settings), `error` (the one error-to-HTTP mapping), `auth` (identity and
 //! roles), `api` (route registration that also writes the OpenAPI document), `routes` (handlers per
 //! route group), `resources` (plugin resource bytes), `workers` (worker placement), `outbound` (calls
-//! to provisioners), `state`. [`spawn_background`] starts the janitor and the job callbacks.
+//! to provisioners), `listen` (the listeners: header and body read time-outs), `state`. [`spawn_background`] starts the janitor and the job callbacks.
 
 pub mod api;
 pub mod auth;
@@ -16,6 +16,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod hostpool; // host pools: lending hosts to nodes, giving them back
+pub mod listen;
 pub mod metrics;
 pub mod outbound;
 pub mod resources;
@@ -333,9 +334,9 @@ impl Bound {
         let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
         };
-        let a =
-            axum::serve(self.external, self.app.external).with_graceful_shutdown(wait(rx.clone()));
-        let b = axum::serve(self.internal, self.app.internal).with_graceful_shutdown(wait(rx));
+        let patience = listen::Patience::default();
+        let a = listen::serve(self.external, self.app.external, patience, wait(rx.clone()));
+        let b = listen::serve(self.internal, self.app.internal, patience, wait(rx));
         let (ra, rb) = tokio::join!(a, b);
         background.stop();
         ra?;

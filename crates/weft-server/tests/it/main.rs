@@ -21,6 +21,7 @@ mod prometheus;
 mod provisioners;
 mod quotas;
 mod secrets;
+mod slow_clients;
 mod status_identity;
 mod tenants;
 mod ui;

@@ -1,0 +1,87 @@
+//! The listeners: each accepted connection is served (HTTP/1.1 or HTTP/2) with bounded
+//! [`Patience`] for slow clients. A client has 10 s to send its request head and may pause at most
+//! 30 s while sending its body (a 408 then); a connection that does neither is closed, so a
+//! thousand clients that never finish their headers hold nothing for long. On stop, the listener
+//! closes at once and open connections get 10 s to finish.
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+
+/// How patient the listener is with clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    /// How long a client may take to send a request's head (line and headers). Default 10 s.
+    pub header: Duration,
+    /// How long a client may pause while sending a request body. Default 30 s.
+    pub body: Duration,
+    /// How long open connections may take to finish after a stop. Default 10 s.
+    pub drain: Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Patience {
+        Patience {
+            header: Duration::from_secs(10),
+            body: Duration::from_secs(30),
+            drain: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    patience: Patience,
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let router = router.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        patience.body,
+    ));
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(patience.header);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, say: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(patience.drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the drain time; closing them");
+    }
+    Ok(())
+}
