@@ -91,6 +91,7 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         payloads: Arc::default(),
         provisioners: Arc::default(),
         leases: Arc::default(),
+        heavy_reads: Arc::new(tokio::sync::Semaphore::new(state::HEAVY_READS)),
     };
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
@@ -254,7 +255,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
             metrics::metrics,
             api::op(
                 "health",
-                "Prometheus metrics: queue depth per tenant, tasks in flight, task durations, job outcomes, live provisioners (both ports, no headers needed)",
+                "Prometheus metrics: queue depth per tenant, tasks in flight, task durations, job outcomes, live provisioners (both ports; with auth apikey the external port serves them to the superadmin only and the internal port to holders of a provisioner token)",
             )
             .ok(200, "Prometheus text format 0.0.4", api::Body::Text),
         );

@@ -23,9 +23,15 @@ pub struct AppState {
     pub provisioners: Arc<crate::engine::cache::ProvisionerCache>,
     /// Tasks this server leased and that have not finished yet (see `engine::cache`).
     pub leases: Arc<crate::engine::cache::LeaseCache>,
+    /// Permits for answers that read a whole cluster ([`HEAVY_READS`] at once), so that many
+    /// concurrent reads of a large cluster queue instead of multiplying peak memory.
+    pub heavy_reads: Arc<tokio::sync::Semaphore>,
     /// Provisioner tokens, when the internal port requires one (`provisioner_token_file`).
     pub tokens: Option<Arc<weft_client::tokens::Tokens>>,
 }
+
+/// How many whole-cluster answers are built at once.
+pub const HEAVY_READS: usize = 4;
 
 /// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.
 pub fn now_ms() -> i64 {

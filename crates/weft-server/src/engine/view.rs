@@ -199,19 +199,79 @@ pub async fn summary(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterSummar
     })
 }
 
+/// Clusters of up to this many nodes are answered whole, in Coopr's shape; a larger one a page
+/// of this many nodes at a time, unless the caller asks for a smaller page.
+pub const WHOLE_UP_TO: usize = 1000;
+
+/// Which of a cluster's nodes an answer holds (`?offset=&limit=`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodePage {
+    pub offset: usize,
+    /// At most [`WHOLE_UP_TO`]; `None`: every node of a cluster up to that size, else that many.
+    pub limit: Option<usize>,
+}
+
+/// What part of the nodes an answer holds: `count` nodes from `offset` of `total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageInfo {
+    pub offset: usize,
+    pub count: usize,
+    pub total: usize,
+}
+
+impl NodePage {
+    /// The range of `total` nodes this page covers.
+    pub fn range(self, total: usize) -> std::ops::Range<usize> {
+        let limit = self.limit.unwrap_or(WHOLE_UP_TO).min(WHOLE_UP_TO);
+        let start = self.offset.min(total);
+        start..(start + limit).min(total)
+    }
+}
+
+/// The whole cluster, every node of it (callbacks); for clusters up to [`WHOLE_UP_TO`] nodes
+/// what the API answers, and beyond that the first page.
 pub async fn details(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterDetails> {
+    Ok(details_page(st, row, NodePage::default()).await?.0)
+}
+
+/// The cluster with the nodes of `page`, each with its action history. Every node's properties
+/// are read (links expand against all of them), but only the page's histories, and at most
+/// [`HEAVY_READS`](crate::state::HEAVY_READS) such answers are built at once.
+pub async fn details_page(
+    st: &AppState,
+    row: &ClusterRow,
+    page: NodePage,
+) -> ApiResult<(ClusterDetails, PageInfo)> {
+    let _permit = st
+        .heavy_reads
+        .acquire()
+        .await
+        .map_err(|e| ApiError::Internal(format!("heavy reads: {e}")))?;
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
-    let mut nodes: Vec<Node> = Vec::new();
-    for n in st.store.list_nodes(&row.tenant_id, row.id).await? {
-        nodes.push(node(st, &n).await?);
+    let rows = st.store.list_nodes(&row.tenant_id, row.id).await?;
+    let all = rows
+        .iter()
+        .map(|n| from_body::<Node>(&n.body))
+        .collect::<ApiResult<Vec<Node>>>()?;
+    let layout = super::work::plan_nodes(&all);
+    drop(all);
+    let range = page.range(rows.len());
+    let info = PageInfo {
+        offset: range.start,
+        count: range.len(),
+        total: rows.len(),
+    };
+    let mut nodes: Vec<Node> = Vec::with_capacity(range.len());
+    for n in &rows[range] {
+        nodes.push(node(st, n).await?);
     }
+    drop(rows);
     let progress = match job {
         Some(j) => Some(progress(st, &j).await?),
         None => None,
     };
-    let layout = super::work::plan_nodes(&nodes);
     let links = match weft_planner::MacroContext::new(&layout, &row.owner) {
         Ok(ctx) => body
             .template
@@ -226,27 +286,30 @@ pub async fn details(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterDetail
             .collect(),
         Err(_) => body.template.links.clone(),
     };
-    Ok(ClusterDetails {
-        id: cluster_id_text(row.id),
-        name: row.name.clone(),
-        description: body.description,
-        account: Account {
-            user_id: row.owner.clone(),
-            tenant_id: row.tenant_id.clone(),
+    Ok((
+        ClusterDetails {
+            id: cluster_id_text(row.id),
+            name: row.name.clone(),
+            description: body.description,
+            account: Account {
+                user_id: row.owner.clone(),
+                tenant_id: row.tenant_id.clone(),
+            },
+            create_time: row.create_time,
+            expire_time: row.expire_time,
+            provider: body.provider,
+            cluster_template: body.template,
+            nodes,
+            services: body.services,
+            latest_job_id: row.latest_job.clone(),
+            status: status_of(row)?,
+            config: body.config,
+            links,
+            progress,
+            message: body.message,
         },
-        create_time: row.create_time,
-        expire_time: row.expire_time,
-        provider: body.provider,
-        cluster_template: body.template,
-        nodes,
-        services: body.services,
-        latest_job_id: row.latest_job.clone(),
-        status: status_of(row)?,
-        config: body.config,
-        links,
-        progress,
-        message: body.message,
-    })
+        info,
+    ))
 }
 
 pub async fn status(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterStatusView> {
@@ -306,4 +369,21 @@ pub async fn plan(st: &AppState, job: &JobRow) -> ApiResult<PlanView> {
         current_stage: current as u64,
         stages,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_cover_small_clusters_whole_and_large_ones_in_bounded_steps() {
+        let default = NodePage::default();
+        assert_eq!(default.range(3), 0..3);
+        assert_eq!(default.range(WHOLE_UP_TO), 0..WHOLE_UP_TO);
+        assert_eq!(default.range(10_000), 0..WHOLE_UP_TO);
+        let p = |offset, limit| NodePage { offset, limit };
+        assert_eq!(p(9_500, None).range(10_000), 9_500..10_000);
+        assert_eq!(p(5, Some(1_000_000)).range(10_000), 5..1_005);
+        assert_eq!(p(20, Some(5)).range(10), 10..10);
+    }
 }

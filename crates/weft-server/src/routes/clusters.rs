@@ -4,13 +4,13 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
 use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_model::{
-    ClusterCreateRequest, ClusterDetails, ClusterStatus, ClusterStatusView, ClusterSummary,
-    PlanView,
+    ClusterCreateRequest, ClusterStatus, ClusterStatusView, ClusterSummary, PlanView,
 };
 use weft_store::ClusterRow;
 
@@ -50,7 +50,7 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::GET,
         "/v2/clusters/{id}",
         get,
-        op(t, "Cluster details: nodes, services, status, progress").ok(200, "the cluster", Body::Json("ClusterDetails")).status(404, "cluster not found"),
+        op(t, "Cluster details: nodes, services, status, progress. Clusters of up to 1,000 nodes are answered whole; larger ones 1,000 nodes at a time: `?offset=N&limit=M` (M at most 1,000) picks the page, and the headers Weft-Nodes-Total, Weft-Nodes-Offset, Weft-Nodes-Count and Link (rel=next) say where it is (weft extension)").ok(200, "the cluster", Body::Json("ClusterDetails")).status(400, "offset or limit is not a number, or limit is not 1 to 1000").status(404, "cluster not found"),
     )
     .route(
         MethodFilter::DELETE,
@@ -161,13 +161,51 @@ async fn create(
     }
 }
 
+/// `?offset=&limit=`: which nodes a cluster's details hold (see `view::NodePage`).
+#[derive(Debug, Default, Deserialize)]
+struct NodePageQuery {
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
 async fn get(
     State(st): State<AppState>,
     who: Identity,
     Path(id): Path<String>,
-) -> ApiResult<Json<ClusterDetails>> {
+    Query(q): Query<NodePageQuery>,
+) -> ApiResult<Response> {
+    if q.limit == Some(0) || q.limit.is_some_and(|l| l > view::WHOLE_UP_TO) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be 1 to {}",
+            view::WHOLE_UP_TO
+        )));
+    }
     let row = visible(&st, &who, &id).await?;
-    Ok(Json(view::details(&st, &row).await?))
+    let page = view::NodePage {
+        offset: q.offset.unwrap_or(0),
+        limit: q.limit,
+    };
+    let (details, info) = view::details_page(&st, &row, page).await?;
+    let mut headers = vec![
+        ("weft-nodes-total", info.total.to_string()),
+        ("weft-nodes-offset", info.offset.to_string()),
+        ("weft-nodes-count", info.count.to_string()),
+    ];
+    let next = info.offset + info.count;
+    if next < info.total {
+        let limit = info.count.max(1);
+        headers.push((
+            "link",
+            format!("</v2/clusters/{id}?offset={next}&limit={limit}>; rel=\"next\""),
+        ));
+    }
+    let mut resp = Json(details).into_response();
+    for (k, v) in headers {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&v) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    Ok(resp)
 }
 
 async fn status(

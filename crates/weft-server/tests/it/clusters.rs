@@ -558,3 +558,58 @@ async fn users_see_only_their_clusters_and_admins_see_all_of_their_tenant() {
         serde_json::from_value(h.get(bob, "/v2/clusters").await.json()[0].clone()).unwrap();
     assert!(counts.contains_key("progress"));
 }
+
+/// Issue 14: large answers come in pages. A cluster's details hold `?offset=&limit=` nodes and
+/// say where the page is in headers; clusters up to 1,000 nodes are answered whole by default.
+#[tokio::test]
+async fn cluster_details_page_their_nodes() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let a = admin(T);
+    let id = create(&h, a, 3).await;
+    let header = |r: &crate::common::Resp, k: &str| {
+        r.headers
+            .get(k)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    let whole = h.get(a, &format!("/v2/clusters/{id}")).await.expect(200);
+    assert_eq!(whole.json()["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(header(&whole, "weft-nodes-total"), "3");
+    assert_eq!(header(&whole, "link"), "", "no next page");
+
+    let page = h
+        .get(a, &format!("/v2/clusters/{id}?offset=1&limit=1"))
+        .await
+        .expect(200);
+    let ids: Vec<String> = whole.json()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect();
+    let nodes = page.json()["nodes"].as_array().unwrap().clone();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0]["id"], ids[1].as_str());
+    assert_eq!(
+        (
+            header(&page, "weft-nodes-offset"),
+            header(&page, "weft-nodes-count")
+        ),
+        ("1".to_string(), "1".to_string())
+    );
+    assert_eq!(
+        header(&page, "link"),
+        format!("</v2/clusters/{id}?offset=2&limit=1>; rel=\"next\"")
+    );
+    // Links and the rest of the cluster do not depend on the page.
+    assert_eq!(page.json()["links"], whole.json()["links"]);
+    let past = h
+        .get(a, &format!("/v2/clusters/{id}?offset=9"))
+        .await
+        .expect(200);
+    assert!(past.json()["nodes"].as_array().unwrap().is_empty());
+    for bad in ["limit=0", "limit=1001", "limit=x", "offset=-1"] {
+        h.get(a, &format!("/v2/clusters/{id}?{bad}")).await.expect(400);
+    }
+}
