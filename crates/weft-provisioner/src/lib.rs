@@ -18,6 +18,7 @@
 //! - `ssh`: `SshTransport`, the `Transport` over SSH (russh): key auth, host keys recorded at
 //!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
 //! - `shell`: the `shell` automator: runs admin scripts with the task as environment and JSON.
+//! - `tenancy`: tenant users: each tenant's local commands run as a uid of its own (opt-in).
 //! - `agent`: registration, heartbeat, the worker pool per tenant and the take/run/finish loop.
 //! - `resources`: plugin resources downloaded from the server and activated per tenant.
 //! - `api`: the provisioner's own HTTP API, which the server calls (contract §4.13).
@@ -46,6 +47,7 @@ pub mod shell;
 pub mod ssh;
 pub mod sweep;
 pub mod task;
+pub mod tenancy;
 pub mod transport;
 
 pub use agent::{Agent, AgentConfig, AgentError};

@@ -24,6 +24,8 @@ pub const NAME: &str = "local";
 #[derive(Debug, Clone)]
 pub struct LocalProvider {
     root: PathBuf,
+    /// With tenant users, each node's directory belongs to its tenant's user (see `tenancy`).
+    users: Option<std::sync::Arc<crate::tenancy::TenantUsers>>,
 }
 
 impl LocalProvider {
@@ -31,7 +33,34 @@ impl LocalProvider {
     pub fn new(data_dir: &Path) -> LocalProvider {
         LocalProvider {
             root: data_dir.join("local"),
+            users: None,
         }
+    }
+
+    /// Each node's directory belongs to its tenant's user, mode 0700, so that no other tenant
+    /// reads it; the directories above it can be passed through but not listed.
+    pub fn with_tenant_users(
+        mut self,
+        users: std::sync::Arc<crate::tenancy::TenantUsers>,
+    ) -> LocalProvider {
+        self.users = Some(users);
+        self
+    }
+
+    /// Gives a new node's directory to the task's tenant user, with tenant users.
+    fn hand_over(&self, task: &Task, dir: &Path) -> Result<(), PluginError> {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(users) = &self.users else {
+            return Ok(());
+        };
+        let uid = users.uid(&task.tenant_id)?;
+        let fail = |e: std::io::Error| PluginError::retryable(format!("{}: {e}", dir.display()));
+        for above in [&self.root, &self.nodes_dir()] {
+            std::fs::set_permissions(above, std::fs::Permissions::from_mode(0o711))
+                .map_err(fail)?;
+        }
+        std::os::unix::fs::chown(dir, Some(uid), Some(uid)).map_err(fail)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)
     }
 
     pub fn nodes_dir(&self) -> PathBuf {
@@ -348,6 +377,7 @@ impl Provider for LocalProvider {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| PluginError::retryable(format!("creating {}: {e}", dir.display())))?;
+        self.hand_over(task, &dir)?;
         if self.read_node(&id).await.is_none() {
             let ip = self.allocate(&id).await?;
             let node = json!({"providerid": id, "ip": ip.to_string()});

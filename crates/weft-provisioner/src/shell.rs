@@ -36,6 +36,7 @@ use weft_model::{
 use crate::plugin::Automator;
 use crate::ssh::{self, SshTransport};
 use crate::task::{Action, PluginError, PluginResult, Task, TaskOutput};
+use crate::tenancy::TenantUsers;
 use crate::transport::{CommandSpec, LocalTransport, Transport, TransportError};
 
 /// The automator type name.
@@ -49,8 +50,11 @@ pub trait TransportFactory: Send + Sync {
 /// Reaches nodes of the `local` provider (result keys `transport: local`, `nodedir`, `providerid`)
 /// with a [`LocalTransport`], and nodes with `ssh-auth` (and `transport: ssh` or none) with an
 /// [`SshTransport`] to `ipaddresses.access_v4`, checking the host key recorded in `ssh_host_keys`.
+/// With tenant users, a local node's commands run as its tenant's user.
 #[derive(Debug, Clone, Default)]
-pub struct DefaultTransports;
+pub struct DefaultTransports {
+    pub users: Option<Arc<TenantUsers>>,
+}
 
 impl TransportFactory for DefaultTransports {
     fn transport(&self, task: &Task) -> Result<(Arc<dyn Transport>, String), PluginError> {
@@ -60,7 +64,12 @@ impl TransportFactory for DefaultTransports {
                     .config_str("nodedir")
                     .ok_or_else(|| PluginError::fatal("local node without nodedir"))?;
                 let id = task.config_str("providerid").unwrap_or_default();
-                Ok((Arc::new(LocalTransport::new(dir, id)), dir.to_string()))
+                let uid = match &self.users {
+                    Some(u) => Some(u.uid(&task.tenant_id)?),
+                    None => None,
+                };
+                let t = LocalTransport::new(dir, id).run_as(uid);
+                Ok((Arc::new(t), dir.to_string()))
             }
             // Coopr's providers name no transport: a node with `ssh-auth` is reached over SSH.
             Some("ssh") | None if task.config.contains_key("ssh-auth") => {
@@ -102,7 +111,7 @@ impl ShellAutomator {
         ShellAutomator {
             script_dirs,
             resources: None,
-            transports: Arc::new(DefaultTransports),
+            transports: Arc::new(DefaultTransports::default()),
             max_output: 64 * 1024,
         }
     }
@@ -129,6 +138,12 @@ impl ShellAutomator {
         }
         dirs.extend(self.script_dirs.iter().cloned());
         dirs
+    }
+
+    /// Local nodes' commands run as their tenant's user (see `tenancy`).
+    pub fn with_tenant_users(mut self, users: Arc<TenantUsers>) -> ShellAutomator {
+        self.transports = Arc::new(DefaultTransports { users: Some(users) });
+        self
     }
 
     pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> ShellAutomator {

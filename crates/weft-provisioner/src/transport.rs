@@ -209,6 +209,8 @@ pub(crate) async fn proc_stat(pid: u32) -> Option<(char, u32)> {
 pub struct LocalTransport {
     root: PathBuf,
     node_id: String,
+    /// The uid (and gid) commands run as (tenant users, see `tenancy`); `None`: this process's.
+    run_as: Option<u32>,
 }
 
 /// After a command exits, how long its output pipes may stay open (held by a daemon it started)
@@ -220,7 +222,15 @@ impl LocalTransport {
         LocalTransport {
             root: root.into(),
             node_id: node_id.into(),
+            run_as: None,
         }
+    }
+
+    /// Commands run as `uid` (and gid `uid`), files are written by that user, and `HOME` is the
+    /// node's directory.
+    pub fn run_as(mut self, uid: Option<u32>) -> LocalTransport {
+        self.run_as = uid;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -257,6 +267,9 @@ impl Transport for LocalTransport {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if let Some(uid) = self.run_as {
+            cmd.uid(uid).gid(uid).env("HOME", &self.root);
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| TransportError::retryable(format!("cannot start {program}: {e}")))?;
@@ -318,6 +331,9 @@ impl Transport for LocalTransport {
         mode: u32,
     ) -> Result<(), TransportError> {
         use std::os::unix::fs::PermissionsExt;
+        if let Some(uid) = self.run_as {
+            return write_as(uid, path, contents, mode).await;
+        }
         let p = Path::new(path);
         let fail = |e: std::io::Error| TransportError::retryable(format!("writing {path}: {e}"));
         if let Some(dir) = p.parent() {
@@ -327,6 +343,39 @@ impl Transport for LocalTransport {
         tokio::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
             .await
             .map_err(fail)
+    }
+}
+
+/// Writes a file as user `uid`, so that a path through a link the user planted can never make
+/// this (root) process write where the user may not.
+async fn write_as(uid: u32, path: &str, contents: &[u8], mode: u32) -> Result<(), TransportError> {
+    let fail = |e: String| TransportError::retryable(format!("writing {path}: {e}"));
+    let script = r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1""#;
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", script, "sh", path, &format!("{mode:o}")])
+        .uid(uid)
+        .gid(uid)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(e.to_string()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(contents)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(fail(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
     }
 }
 

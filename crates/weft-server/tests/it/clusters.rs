@@ -610,6 +610,8 @@ async fn cluster_details_page_their_nodes() {
         .expect(200);
     assert!(past.json()["nodes"].as_array().unwrap().is_empty());
     for bad in ["limit=0", "limit=1001", "limit=x", "offset=-1"] {
-        h.get(a, &format!("/v2/clusters/{id}?{bad}")).await.expect(400);
+        h.get(a, &format!("/v2/clusters/{id}?{bad}"))
+            .await
+            .expect(400);
     }
 }

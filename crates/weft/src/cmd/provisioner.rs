@@ -2,6 +2,7 @@
 //! in-process provisioner that `weft up` starts.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use weft_provisioner::docker::DockerProvider;
 use weft_provisioner::hostpool::HostPoolProvider;
 use weft_provisioner::local::LocalProvider;
 use weft_provisioner::shell::ShellAutomator;
+use weft_provisioner::tenancy::TenantUsers;
 use weft_provisioner::{Agent, AgentConfig, Plugins};
 
 /// The example catalog's scripts, written to `<data dir>/scripts` so the shell automator finds them.
@@ -81,6 +83,11 @@ pub struct Args {
     /// presented to the server, and the server's calls here must present one of its tokens.
     #[arg(long, env = "WEFT_PROVISIONER_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// Run each tenant's local commands as an OS user of its own (uids from 2000000, kept in
+    /// $WEFT_TENANT_UIDS, default /var/lib/weft/tenant-uids), so tenants sharing this
+    /// provisioner cannot read each other's nodes or synced resources. Needs root.
+    #[arg(long, env = "WEFT_TENANT_USERS")]
+    tenant_users: bool,
     /// Start this many workers for --tenant without waiting for the server to assign them.
     #[arg(long, requires = "tenant")]
     workers: Option<u32>,
@@ -91,7 +98,13 @@ pub struct Args {
 
 /// The plugins weft ships: the `local` and `docker` providers and the `shell` automator. Writes the
 /// example scripts into `<data_dir>/scripts`, searched after `extra_scripts`.
-pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<Plugins> {
+/// With `users`, each tenant's local commands run as its own user and the synced resources
+/// directory is this process's alone (docs/security.md).
+pub fn plugins(
+    data_dir: &Path,
+    extra_scripts: Vec<PathBuf>,
+    users: Option<Arc<TenantUsers>>,
+) -> anyhow::Result<Plugins> {
     // Scripts run with a node's directory as their working directory: paths must be absolute.
     let data_dir =
         &std::path::absolute(data_dir).with_context(|| format!("{}", data_dir.display()))?;
@@ -102,8 +115,17 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
     }
     let mut dirs = extra_scripts;
     dirs.push(dir);
+    let mut local = LocalProvider::new(data_dir);
+    let mut shell = ShellAutomator::new(dirs).with_resources(data_dir.join("resources"));
+    if let Some(users) = users {
+        let resources = data_dir.join("resources");
+        std::fs::create_dir_all(&resources)?;
+        std::fs::set_permissions(&resources, std::fs::Permissions::from_mode(0o700))?;
+        local = local.with_tenant_users(users.clone());
+        shell = shell.with_tenant_users(users);
+    }
     Ok(Plugins::new()
-        .provider(Arc::new(LocalProvider::new(data_dir)))
+        .provider(Arc::new(local))
         .provider(Arc::new(DockerProvider::new(data_dir)))
         .provider(Arc::new(HostPoolProvider::new())) // host pools
         .provider(Arc::new(weft_provisioner::google::GoogleProvider::new()))
@@ -115,9 +137,7 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
             weft_provisioner::openstack::NovaProvider::rackspace(),
         )) // rackspace
         .provider(Arc::new(weft_provisioner::aws::AwsProvider::new())) // aws
-        .automator(Arc::new(
-            ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
-        )))
+        .automator(Arc::new(shell)))
 }
 
 /// Starts a provisioner for `weft up`: data under `<data_dir>/provisioner`, API on a free port.
@@ -130,7 +150,7 @@ pub async fn start_in_process(
     let mut cfg = AgentConfig::new(&format!("http://{server}"), data.clone());
     cfg.id = "weft-up".into();
     cfg.capacity = capacity;
-    Agent::start(cfg, plugins(&data, Vec::new())?)
+    Agent::start(cfg, plugins(&data, Vec::new(), None)?)
         .await
         .context("starting the provisioner")
 }
@@ -146,7 +166,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cfg.advertise_host = args.advertise_host;
         cfg.task_timeout = Duration::from_secs(args.task_timeout);
         cfg.token_file = args.token_file;
-        let agent = Agent::start(cfg, plugins(&args.data_dir, args.scripts)?)
+        let users = if args.tenant_users {
+            anyhow::ensure!(
+                is_root(),
+                "--tenant-users runs tenants' commands as users of their own: start the provisioner as root"
+            );
+            Some(Arc::new(TenantUsers::from_env()))
+        } else {
+            None
+        };
+        let agent = Agent::start(cfg, plugins(&args.data_dir, args.scripts, users)?)
             .await
             .context("starting the provisioner")?;
         if let (Some(n), Some(t)) = (args.workers, args.tenant.as_deref()) {
@@ -179,4 +208,10 @@ pub async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
     }
+}
+
+/// Whether this process runs as root.
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

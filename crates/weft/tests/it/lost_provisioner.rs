@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::support::{http, weft};
 
-struct Proc(Child);
+pub(crate) struct Proc(pub(crate) Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -22,7 +22,7 @@ impl Drop for Proc {
 }
 
 /// Starts `cmd` and returns it with the lines of its stdout up to the one containing `until`.
-fn spawn(mut cmd: Command, until: &str) -> (Proc, Vec<String>) {
+pub(crate) fn spawn(mut cmd: Command, until: &str) -> (Proc, Vec<String>) {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -46,7 +46,7 @@ fn spawn(mut cmd: Command, until: &str) -> (Proc, Vec<String>) {
     (Proc(child), seen)
 }
 
-fn url_after(lines: &[String], label: &str) -> String {
+pub(crate) fn url_after(lines: &[String], label: &str) -> String {
     lines
         .iter()
         .find_map(|l| {
@@ -61,10 +61,11 @@ fn url_after(lines: &[String], label: &str) -> String {
         .unwrap_or_else(|| panic!("no {label} line in {lines:?}"))
 }
 
-const SA: [(&str, &str); 2] = [("Coopr-TenantID", "superadmin"), ("Coopr-UserID", "admin")];
+pub(crate) const SA: [(&str, &str); 2] =
+    [("Coopr-TenantID", "superadmin"), ("Coopr-UserID", "admin")];
 const ADMIN: [(&str, &str); 2] = [("Coopr-TenantID", "acme"), ("Coopr-UserID", "admin")];
 
-fn ok(method: &str, url: &str, who: &[(&str, &str)], body: Value) -> Value {
+pub(crate) fn ok(method: &str, url: &str, who: &[(&str, &str)], body: Value) -> Value {
     let (code, text) = http(method, url, who, &body.to_string());
     assert!(code < 300, "{method} {url}: {code} {text}");
     serde_json::from_str(&text).unwrap_or(Value::Null)

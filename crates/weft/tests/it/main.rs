@@ -8,4 +8,5 @@ mod lost_provisioner;
 mod offline;
 mod server;
 mod support;
+mod tenant_users;
 mod worker;
