@@ -14,6 +14,7 @@
 //! - `ssh`: `SshTransport`, the `Transport` over SSH (russh): key auth, host keys recorded at
 //!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
 //! - `shell`: the `shell` automator: runs admin scripts with the task as environment and JSON.
+//! - `automators`: the `ansible`, `puppet` and `chef-solo` automators, run on the node.
 //! - `agent`: registration, heartbeat, the worker pool per tenant and the take/run/finish loop.
 //! - `resources`: plugin resources downloaded from the server and activated per tenant.
 //! - `api`: the provisioner's own HTTP API, which the server calls (contract §4.13).
@@ -23,6 +24,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod automators;
 pub mod cloud;
 pub mod contract;
 pub mod docker;

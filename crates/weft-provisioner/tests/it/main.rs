@@ -2,6 +2,7 @@
 //! plugin contract suite run for every plugin, and the example catalog end to end.
 
 mod agent;
+mod automators;
 mod common;
 mod docker;
 mod e2e;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use weft_provisioner::automators;
 use weft_provisioner::docker::DockerProvider;
 use weft_provisioner::hostpool::HostPoolProvider;
 use weft_provisioner::local::LocalProvider;
@@ -104,6 +105,15 @@ pub fn plugins(data_dir: &Path, extra_scripts: Vec<PathBuf>) -> anyhow::Result<P
         .provider(Arc::new(HostPoolProvider::new())) // host pools
         .automator(Arc::new(
             ShellAutomator::new(dirs).with_resources(data_dir.join("resources")),
+        ))
+        .automator(Arc::new(
+            automators::AnsibleAutomator::new(vec![]).with_resources(data_dir.join("resources")),
+        ))
+        .automator(Arc::new(
+            automators::PuppetAutomator::new(vec![]).with_resources(data_dir.join("resources")),
+        ))
+        .automator(Arc::new(
+            automators::ChefSoloAutomator::new(vec![]).with_resources(data_dir.join("resources")),
         )))
 }
 
