@@ -15,13 +15,13 @@ use reqwest::Method;
 use serde_json::{json, Map, Value};
 use weft_provisioner::automators::{AnsibleAutomator, ChefSoloAutomator, PuppetAutomator};
 use weft_provisioner::contract::{self, AutomatorFixture};
-use weft_provisioner::docker::DockerProvider;
+use weft_provisioner::docker::{DockerProvider, LABEL_CLUSTER, LABEL_TENANT};
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::ssh::scan_host_key;
 use weft_provisioner::task::Action;
 use weft_provisioner::{Agent, Automator, Plugins};
 
-use crate::common::{scripts_dir, Server};
+use crate::common::{scripts_dir, until, Server};
 use crate::ssh::Node;
 
 const CM_IMAGE: &str = "weft-node:bookworm-cm";
@@ -342,4 +342,341 @@ async fn the_server_lists_the_four_automator_types_with_their_parameters() {
         "archive"
     );
     agent.shutdown().await;
+}
+
+// ---- end to end: kv-web on Docker nodes, set up by Ansible and by Puppet ----
+
+/// What differs between the two runs.
+struct Tool {
+    plugin: &'static str,
+    rtype: &'static str,
+    /// The bundle's directory under examples/catalog.
+    bundle: &'static str,
+    /// A file of the bundle and how to make it fail once on configure (the second version).
+    fail_once: (&'static str, fn(&str) -> String),
+}
+
+fn docker(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Removes the containers and network of a cluster (also when the test panicked).
+struct Gone(String);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        let f = format!("label={LABEL_CLUSTER}={}", self.0);
+        for c in docker(&["ps", "-aq", "--filter", &f]).lines() {
+            docker(&["rm", "-f", "-v", c]);
+        }
+        for n in docker(&["network", "ls", "-q", "--filter", &f]).lines() {
+            docker(&["network", "rm", n]);
+        }
+    }
+}
+
+/// The bundle as a tar.gz (links followed: the programs are links to examples/catalog/scripts),
+/// with `change` applied to one copied file.
+fn tarball(dir: &Path, change: Option<(&str, String)>) -> Vec<u8> {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("cp")
+        .arg("-rL")
+        .arg(dir)
+        .arg(tmp.path().join("b"))
+        .status()
+        .unwrap();
+    assert!(out.success());
+    if let Some((rel, text)) = change {
+        std::fs::write(tmp.path().join("b").join(rel), text).unwrap();
+    }
+    let out = std::process::Command::new("tar")
+        .args(["-czf", "-", "-C"])
+        .arg(tmp.path().join("b"))
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// Uploads, stages and syncs version `v` of the tool's `kv-web` resource, and waits until the
+/// provisioner has it live.
+async fn publish(s: &Server, tenant_id: &str, tool: &Tool, v: u32, bytes: Vec<u8>) {
+    let base = format!(
+        "{}/v2/plugins/automatortypes/{}/{}/kv-web",
+        s.external, tool.plugin, tool.rtype
+    );
+    let post = |url: String, body: Vec<u8>| {
+        s.http
+            .post(url)
+            .header("Coopr-UserID", "admin")
+            .header("Coopr-TenantID", T)
+            .body(body)
+            .send()
+    };
+    for (url, body) in [
+        (base.clone(), bytes),
+        (format!("{base}/versions/{v}/stage"), Vec::new()),
+        (format!("{}/v2/plugins/sync", s.external), Vec::new()),
+    ] {
+        let r = post(url.clone(), body).await.unwrap();
+        assert_eq!(
+            r.status().as_u16(),
+            200,
+            "{url}: {}",
+            r.text().await.unwrap()
+        );
+    }
+    let live = s.provisioner_data().join(format!(
+        "resources/{tenant_id}/automatortypes/{}/{}/kv-web",
+        tool.plugin, tool.rtype
+    ));
+    let want = format!("/{v}/kv-web");
+    until(
+        Duration::from_secs(30),
+        "the resource to be live",
+        || async {
+            let target = std::fs::read_link(&live).ok()?;
+            target.to_string_lossy().ends_with(&want).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn cluster(s: &Server, id: &str) -> Value {
+    s.ext(Method::GET, T, &format!("/v2/clusters/{id}"), None)
+        .await
+        .1
+}
+
+/// Waits (at most five minutes) until the cluster is `want`; fails at any other settled status.
+async fn settled(s: &Server, id: &str, want: &str) -> Value {
+    let end = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let c = cluster(s, id).await;
+        let st = c["status"].as_str().unwrap_or_default();
+        if st == want {
+            return c;
+        }
+        let show = || serde_json::to_string_pretty(&c).unwrap();
+        assert!(
+            !["incomplete", "inconsistent", "terminated"].contains(&st),
+            "cluster went {st}: {}",
+            show()
+        );
+        assert!(
+            tokio::time::Instant::now() < end,
+            "cluster not {want}: {}",
+            show()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The bind addresses (and hostnames) of the nodes running `service`.
+fn running(c: &Value, service: &str) -> (Vec<String>, BTreeSet<String>) {
+    let (mut ips, mut hosts) = (Vec::new(), BTreeSet::new());
+    for n in c["nodes"].as_array().unwrap() {
+        let p = &n["properties"];
+        if p["services"].as_array().unwrap().contains(&json!(service)) {
+            ips.push(p["ipaddresses"]["bind_v4"].as_str().unwrap().to_string());
+            hosts.insert(p["hostname"].as_str().unwrap().to_string());
+        }
+    }
+    (ips, hosts)
+}
+
+/// Waits (30 s) until the balancer answers from every web node in `web` with `greeting` and the
+/// stored message.
+async fn balancer_answers(s: &Server, lb: &str, web: &BTreeSet<String>, greeting: &str) {
+    let url = format!("http://{lb}:8000/");
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut seen = BTreeSet::new();
+        let mut last = Vec::new();
+        for _ in 0..(2 * web.len() + 2) {
+            let body = match s.http.get(&url).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(e) => e.to_string(),
+            };
+            if let Ok(v) = serde_json::from_str::<Value>(&body) {
+                if v["message"] == "written to the primary" && v["greeting"] == greeting {
+                    seen.insert(v["node"].as_str().unwrap_or_default().to_string());
+                }
+            }
+            last.push(body);
+        }
+        if seen == *web {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the balancer answers from {seen:?}, not {web:?}: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// kv-web-<tool> on three containers: active with its services answering; a reconfigure without
+/// restart (CONFIGURE only: the code restarts what it changed), with a new version of the code
+/// that fails once on configure, changes the greeting, the failure shows its output and its retry
+/// passes; deleting the cluster leaves no container.
+async fn kv_web_end_to_end(tool: Tool) {
+    if !weft_testkit::require("docker") {
+        return;
+    }
+    if docker(&["image", "ls", "-q", CM_IMAGE]).trim().is_empty() {
+        weft_testkit::skip_or_fail(CM_IMAGE, &format!("build it with {BUILD_CM}"));
+        return;
+    }
+    let (s, tenant_id) = Server::start(T).await;
+    let agent = Agent::start(s.config(&format!("p-{}", tool.plugin)), all_plugins(&s))
+        .await
+        .expect("agent starts");
+    until(Duration::from_secs(20), "workers", || async {
+        (agent.usage().get(&tenant_id) == Some(&4)).then_some(())
+    })
+    .await;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/catalog")
+        .join(tool.bundle);
+    publish(&s, &tenant_id, &tool, 1, tarball(&dir, None)).await;
+
+    let template = format!("kv-web-{}", tool.plugin);
+    let (code, c) = s
+        .ext(
+            Method::POST,
+            T,
+            "/v2/clusters",
+            Some(json!({"name": "cm", "clusterTemplate": template, "numMachines": 3})),
+        )
+        .await;
+    assert_eq!(code, 200, "{c}");
+    let id = c["id"].as_str().unwrap().to_string();
+    let _gone = Gone(id.clone());
+    let c = settled(&s, &id, "active").await;
+    let sfx = tool.plugin;
+    let (primary, _) = running(&c, &format!("kv-primary-{sfx}"));
+    let (replicas, _) = running(&c, &format!("kv-replica-{sfx}"));
+    let (lb, _) = running(&c, &format!("lb-{sfx}"));
+    let (_, web) = running(&c, &format!("web-{sfx}"));
+    assert!(!replicas.is_empty() && !web.is_empty(), "{c}");
+
+    // Written to the primary, read from the replicas and through the balancer.
+    let r = s
+        .http
+        .put(format!("http://{}:7000/kv/message", primary[0]))
+        .body("written to the primary")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    for rep in &replicas {
+        let url = format!("http://{rep}:7000/kv/message");
+        until(Duration::from_secs(20), "replication", || async {
+            let v = s.http.get(&url).send().await.ok()?.text().await.ok()?;
+            (v == "written to the primary").then_some(())
+        })
+        .await;
+    }
+    balancer_answers(&s, &lb[0], &web, "hello from weft").await;
+
+    // A new version of the code that fails once on configure, and a new greeting.
+    let (file, change) = tool.fail_once;
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
+    publish(
+        &s,
+        &tenant_id,
+        &tool,
+        2,
+        tarball(&dir, Some((file, change(&text)))),
+    )
+    .await;
+    let (_, mut config) = s
+        .ext(Method::GET, T, &format!("/v2/clusters/{id}/config"), None)
+        .await;
+    config["web"]["greeting"] = json!("reconfigured by weft");
+    let (code, body) = s
+        .ext(
+            Method::PUT,
+            T,
+            &format!("/v2/clusters/{id}/config"),
+            Some(json!({"config": config, "restart": false})),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let c = settled(&s, &id, "active").await;
+    balancer_answers(&s, &lb[0], &web, "reconfigured by weft").await;
+    let actions: Vec<&Value> = c["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| n["actions"].as_array().unwrap())
+        .filter(|a| a["service"] == format!("web-{sfx}") && a["action"] == "CONFIGURE")
+        .collect();
+    let failed = actions
+        .iter()
+        .filter(|a| a["status"] == "failed")
+        .collect::<Vec<_>>();
+    assert_eq!(
+        failed.len(),
+        web.len(),
+        "one failure per web node: {actions:?}"
+    );
+    for f in failed {
+        let out = format!("{}{}", f["stdout"], f["stderr"]);
+        assert!(out.contains("failing once as asked"), "{f}");
+    }
+    // Every web node configured twice at create (install-time) and reconfigure, one retry each.
+    let complete = actions.iter().filter(|a| a["status"] == "complete").count();
+    assert_eq!(complete, 2 * web.len(), "{actions:?}");
+
+    let (code, body) = s
+        .ext(Method::DELETE, T, &format!("/v2/clusters/{id}"), None)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    settled(&s, &id, "terminated").await;
+    let f = format!("label={LABEL_TENANT}={tenant_id}");
+    assert!(docker(&["ps", "-aq", "--filter", &f]).trim().is_empty());
+    agent.shutdown().await;
+}
+
+fn ansible_fail_once(play: &str) -> String {
+    format!(
+        "{play}\n- hosts: localhost\n  gather_facts: false\n  tasks:\n    - name: fail once (added by the test)\n      when: weft.action == 'configure'\n      ansible.builtin.shell: \"touch /var/lib/weft/web-failed-once; echo 'failing once as asked'; exit 1\"\n      args: {{creates: /var/lib/weft/web-failed-once}}\n"
+    )
+}
+
+fn puppet_fail_once(class: &str) -> String {
+    let end = class.rfind('}').expect("a class");
+    format!(
+        "{}  if $weft['action'] == 'configure' {{\n    exec {{ 'fail once':\n      command   => \"touch /var/lib/weft/web-failed-once; echo 'failing once as asked'; exit 1\",\n      creates   => '/var/lib/weft/web-failed-once',\n      provider  => shell,\n      logoutput => true,\n    }}\n  }}\n}}\n",
+        &class[..end]
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kv_web_ansible_on_docker_serves_reconfigures_and_retries_a_failed_play() {
+    kv_web_end_to_end(Tool {
+        plugin: "ansible",
+        rtype: "playbooks",
+        bundle: "ansible/kv-web",
+        fail_once: ("web.yml", ansible_fail_once),
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kv_web_puppet_on_docker_serves_reconfigures_and_retries_a_failed_run() {
+    kv_web_end_to_end(Tool {
+        plugin: "puppet",
+        rtype: "modules",
+        bundle: "puppet/kv-web",
+        fail_once: ("modules/kvweb/manifests/web.pp", puppet_fail_once),
+    })
+    .await
 }

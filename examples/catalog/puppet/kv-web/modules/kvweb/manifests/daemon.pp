@@ -1,6 +1,7 @@
 # One daemon of kv-web, driven by the action weft runs ($weft['action']): configure installs the
-# program and writes run.sh (and $files), start runs run.sh in a session of its own unless it
-# runs and waits for $port, stop kills it and waits until it is gone, remove deletes it all.
+# program and writes run.sh (and $files), restarting the daemon if it runs and run.sh changed;
+# start runs run.sh in a session of its own unless it runs and waits for $port; stop kills it and
+# waits until it is gone; remove deletes it all.
 define kvweb::daemon(String $port, String $command, Hash[String, String] $files = {}) {
   $dir = "/var/lib/weft/${weft['service']}"
   case $weft['action'] {
@@ -10,7 +11,19 @@ define kvweb::daemon(String $port, String $command, Hash[String, String] $files 
         source => "puppet:///modules/kvweb/${title}.py",
         mode   => '0644',
       }
-      file { "${dir}/run.sh": content => "exec ${command}\n", mode => '0644' }
+      file { "${dir}/run.sh":
+        content => "exec ${command}\n",
+        mode    => '0644',
+        notify  => Exec["restart ${title}"],
+      }
+      # A new command restarts a daemon that runs (a reconfigure); one that does not is left to start.
+      exec { "restart ${title}":
+        command     => 'pid=$(cat daemon.pid); kill $pid; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; setsid nohup sh ./run.sh >daemon.log 2>&1 </dev/null & echo $! >daemon.pid',
+        onlyif      => 'test -f daemon.pid && kill -0 "$(cat daemon.pid)"',
+        cwd         => $dir,
+        provider    => shell,
+        refreshonly => true,
+      }
       $files.each |$name, $content| {
         file { "${dir}/${name}": content => $content, mode => '0644' }
       }
