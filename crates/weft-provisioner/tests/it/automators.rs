@@ -302,7 +302,7 @@ fn all_plugins(s: &Server) -> Plugins {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_server_lists_the_four_automator_types_with_their_parameters() {
+async fn the_server_lists_the_four_automator_types_and_checks_service_actions_against_them() {
     let (s, _) = Server::start(T).await;
     let agent = Agent::start(s.config("p-types"), all_plugins(&s))
         .await
@@ -341,6 +341,40 @@ async fn the_server_lists_the_four_automator_types_with_their_parameters() {
         by_name["ansible"]["resourceTypes"]["playbooks"]["format"],
         "archive"
     );
+
+    // The catalog checks service actions against the registered types.
+    let service = |fields: Value| {
+        json!({"name": "configured", "provisioner": {"actions": {
+            "install": {"type": "ansible", "fields": fields}}}})
+    };
+    let (code, body) = s
+        .ext(
+            Method::PUT,
+            T,
+            "/v2/services/configured",
+            Some(service(json!({"resource": "kv-web"}))),
+        )
+        .await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(
+        body["message"]
+            .as_str()
+            .or(body.as_str())
+            .unwrap_or_default(),
+        "provisioner.actions.install.fields: automator type ansible needs playbook and \
+         resource, or resource and role",
+        "{body}"
+    );
+    let fields = json!({"resource": "kv-web", "playbook": "kv.yml"});
+    let (code, body) = s
+        .ext(
+            Method::PUT,
+            T,
+            "/v2/services/configured",
+            Some(service(fields)),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
     agent.shutdown().await;
 }
 
