@@ -38,8 +38,8 @@ impl CloudError {
         message: impl Into<String>,
         retry_after: Option<Duration>,
     ) -> CloudError {
-        let retryable = matches!(status, 0 | 408 | 429 | 500..=599)
-            || (status == 413 && retry_after.is_some());
+        let retryable =
+            matches!(status, 0 | 408 | 429 | 500..=599) || (status == 413 && retry_after.is_some());
         CloudError {
             cloud,
             status,
@@ -192,7 +192,11 @@ mod tests {
     async fn retries_stop_at_a_fatal_error_and_at_the_deadline() {
         let mut calls = 0;
         let r: Result<(), _> = with_retries(
-            Backoff::new(Duration::from_secs(1), Duration::from_secs(4), Duration::from_secs(60)),
+            Backoff::new(
+                Duration::from_secs(1),
+                Duration::from_secs(4),
+                Duration::from_secs(60),
+            ),
             || {
                 calls += 1;
                 let n = calls;
@@ -213,7 +217,11 @@ mod tests {
 
         let mut calls = 0;
         let r: Result<(), _> = with_retries(
-            Backoff::new(Duration::from_secs(1), Duration::from_secs(4), Duration::from_secs(10)),
+            Backoff::new(
+                Duration::from_secs(1),
+                Duration::from_secs(4),
+                Duration::from_secs(10),
+            ),
             || {
                 calls += 1;
                 async { Err(CloudError::from_status("t", 503, "c", "m", None)) }
@@ -221,14 +229,21 @@ mod tests {
         )
         .await;
         assert!(r.unwrap_err().retryable);
-        assert_eq!(calls, 4, "waits 1, 2, 4 then the next 4 passes the deadline");
+        assert_eq!(
+            calls, 4,
+            "waits 1, 2, 4 then the next 4 passes the deadline"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn polling_names_the_last_state_when_it_gives_up() {
         let e = poll_until::<(), _, _>(
             "instance i-1 running",
-            Backoff::new(Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(5)),
+            Backoff::new(
+                Duration::from_secs(1),
+                Duration::from_secs(2),
+                Duration::from_secs(5),
+            ),
             || async { Ok(Poll::Pending("pending".into())) },
         )
         .await

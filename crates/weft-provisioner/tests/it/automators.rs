@@ -398,16 +398,23 @@ fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Removes the containers and network of a cluster (also when the test panicked).
-struct Gone(String);
+/// Removes the containers and network of a tenant's cluster (also when the test panicked). Both
+/// labels: cluster ids start at 1 on every test's server.
+struct Gone {
+    tenant: String,
+    cluster: String,
+}
 
 impl Drop for Gone {
     fn drop(&mut self) {
-        let f = format!("label={LABEL_CLUSTER}={}", self.0);
-        for c in docker(&["ps", "-aq", "--filter", &f]).lines() {
-            docker(&["rm", "-f", "-v", c]);
+        let (t, c) = (
+            format!("label={LABEL_TENANT}={}", self.tenant),
+            format!("label={LABEL_CLUSTER}={}", self.cluster),
+        );
+        for id in docker(&["ps", "-aq", "--filter", &t, "--filter", &c]).lines() {
+            docker(&["rm", "-f", "-v", id]);
         }
-        for n in docker(&["network", "ls", "-q", "--filter", &f]).lines() {
+        for n in docker(&["network", "ls", "-q", "--filter", &t, "--filter", &c]).lines() {
             docker(&["network", "rm", n]);
         }
     }
@@ -591,7 +598,10 @@ async fn kv_web_end_to_end(tool: Tool) {
         .await;
     assert_eq!(code, 200, "{c}");
     let id = c["id"].as_str().unwrap().to_string();
-    let _gone = Gone(id.clone());
+    let _gone = Gone {
+        tenant: tenant_id.clone(),
+        cluster: id.clone(),
+    };
     let c = settled(&s, &id, "active").await;
     let sfx = tool.plugin;
     let (primary, _) = running(&c, &format!("kv-primary-{sfx}"));
