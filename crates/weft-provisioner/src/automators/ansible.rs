@@ -46,7 +46,7 @@ if [ -x "$venv/bin/ansible-playbook" ]; then echo "ansible-playbook is in $venv"
 if command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends ansible-core
+  apt-get install -y -qq --no-install-recommends ansible-core >/dev/null
   echo "installed ansible-core with apt"; exit 0
 fi
 python3 -m venv "$venv"

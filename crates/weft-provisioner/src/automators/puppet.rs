@@ -46,7 +46,7 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends puppet-agent
+apt-get install -y -qq --no-install-recommends puppet-agent >/dev/null
 echo "installed puppet-agent with apt"
 "#;
 

@@ -365,6 +365,10 @@ async fn the_server_lists_the_four_automator_types_and_checks_service_actions_ag
          resource, or resource and role",
         "{body}"
     );
+    // An imported catalog too.
+    let bad = json!({"services": [service(json!({"resource": "kv-web"}))]});
+    let (code, body) = s.ext(Method::POST, T, "/v2/import", Some(bad)).await;
+    assert_eq!(code, 400, "{body}");
     let fields = json!({"resource": "kv-web", "playbook": "kv.yml"});
     let (code, body) = s
         .ext(

@@ -301,7 +301,7 @@ pub fn normalize(
 /// Checks a service's actions against their automator types, where registered: each action's
 /// fields cover one required set of its type's admin fields, or the write is a 400 naming the
 /// action and the fields it needs (an action of a type no provisioner registered is not checked).
-async fn check_service_actions(store: &dyn Store, doc: &Value) -> ApiResult<()> {
+pub async fn check_service_actions(store: &dyn Store, doc: &Value) -> ApiResult<()> {
     let service: Service =
         serde_json::from_value(doc.clone()).map_err(|e| ApiError::Internal(e.to_string()))?;
     for (action, spec) in &service.provisioner.actions {
