@@ -18,7 +18,7 @@ for arg in "$@"; do
   case "$arg" in
     --force) force=1 ;;
     --cm) cm=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) name="$arg" ;;
   esac
 done
