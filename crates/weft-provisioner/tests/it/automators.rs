@@ -127,6 +127,13 @@ async fn ansible_passes_the_automator_contract_on_a_node_over_ssh() {
         .await
         .unwrap();
     assert!(again.stdout.contains("changed=0"), "{}", again.stdout);
+    assert!(
+        !again.stdout.contains("copied"),
+        "an unchanged resource is not copied again: {}",
+        again.stdout
+    );
+    let copies = node.exec("ls /var/lib/weft/.weft/ansible/code/contract | wc -l");
+    assert_eq!(copies.trim(), "1", "one copy per content");
     let role = json!({"resource": "contract", "role": "greeter", "tasks_from": "hello"});
     act(&a, &cfg, Action::Start, role).await.unwrap();
     assert_eq!(node.exec("cat /tmp/weft-ansible-role"), "role start\n");
