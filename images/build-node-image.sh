@@ -3,19 +3,59 @@
 # procps, imported into the local Docker Engine with sshd as its command. No registry is needed:
 # the root file system comes from debootstrap (Debian packages only).
 #
-# Usage: images/build-node-image.sh [--force] [NAME]     (NAME defaults to weft-node:bookworm)
-# Idempotent: does nothing when NAME already exists, unless --force.
+# Usage: images/build-node-image.sh [--force] [--cm] [NAME]  (NAME defaults to weft-node:bookworm,
+#        or weft-node:bookworm-cm with --cm)
+# Idempotent: does nothing when NAME already exists, unless --force. With --cm it builds the
+# configuration-management variant FROM the base image (built first if missing): ansible-core and
+# puppet-agent from Debian, keyed by a hash of this script (label weft.build), so a changed script
+# rebuilds it and an unchanged one does nothing.
 set -euo pipefail
 
 force=0
-name=weft-node:bookworm
+cm=0
+name=
 for arg in "$@"; do
   case "$arg" in
     --force) force=1 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    --cm) cm=1 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) name="$arg" ;;
   esac
 done
+
+# ---- the configuration-management variant (--cm) ----
+# No Dockerfile and no registry: a container of the base image installs the packages, and is
+# committed with the base image's command and a label holding this script's hash.
+if [[ $cm -eq 1 ]]; then
+  name=${name:-weft-node:bookworm-cm}
+  base=${WEFT_NODE_BASE:-weft-node:bookworm}
+  hash=$(sha256sum "$0" | cut -c1-16)
+  have=$(docker image inspect -f '{{index .Config.Labels "weft.build"}}' "$name" 2>/dev/null || true)
+  if [[ $force -eq 0 && "$have" == "$hash" ]]; then
+    echo "image $name exists for this script ($hash; use --force to rebuild)"
+    exit 0
+  fi
+  docker image inspect "$base" >/dev/null 2>&1 || "$0" "$base"
+  start=$(date +%s)
+  cid=$(docker create "$base" sh -c 'set -e
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      ansible-core puppet-agent >/dev/null
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /usr/share/doc/* /usr/share/man/*
+    ansible-playbook --version | head -1
+    puppet --version')
+  trap 'docker rm -f "$cid" >/dev/null 2>&1 || true' EXIT
+  docker start -a "$cid"
+  [[ $(docker inspect -f '{{.State.ExitCode}}' "$cid") == 0 ]] || { echo "installing failed" >&2; exit 1; }
+  docker commit \
+    --change 'CMD ["/usr/local/sbin/weft-sshd"]' \
+    --change "LABEL weft.build=$hash" \
+    "$cid" "$name" >/dev/null
+  echo "built $name ($hash) in $(( $(date +%s) - start ))s"
+  exit 0
+fi
+
+name=${name:-weft-node:bookworm}
 
 if [[ $force -eq 0 ]] && docker image inspect "$name" >/dev/null 2>&1; then
   echo "image $name exists (use --force to rebuild)"

@@ -3,6 +3,7 @@
 
 mod agent;
 mod aws;
+mod automators;
 mod common;
 mod docker;
 mod e2e;

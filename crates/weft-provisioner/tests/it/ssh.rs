@@ -72,17 +72,22 @@ impl Node {
     /// Starts a node and waits (bounded) until its sshd answers; `None` when docker or the image
     /// is missing outside CI.
     pub(crate) async fn start() -> Option<Node> {
+        Node::start_image(IMAGE, "images/build-node-image.sh").await
+    }
+
+    /// [`Node::start`] for a container of `image`, which `build` makes.
+    pub(crate) async fn start_image(image: &str, build: &str) -> Option<Node> {
         if !weft_testkit::require("docker") {
             return None;
         }
-        if docker(&["image", "inspect", IMAGE]).is_err() {
+        if docker(&["image", "inspect", image]).is_err() {
             weft_testkit::skip_or_fail(
-                IMAGE,
-                "the image is missing (build it with images/build-node-image.sh)",
+                image,
+                &format!("the image is missing (build it with {build})"),
             );
             return None;
         }
-        let id = docker(&["run", "-d", "--rm", "-p", "127.0.0.1::22", IMAGE])
+        let id = docker(&["run", "-d", "--rm", "-p", "127.0.0.1::22", image])
             .expect("the node container starts")
             .trim()
             .to_string();

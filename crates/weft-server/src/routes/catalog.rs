@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use weft_model::resolve::{merge_template, resolve_template};
 use weft_model::{lenient, ClusterTemplate, EntityKind, PartialTemplate};
 
-use super::entities::{mask_provider, normalize, unmask_provider};
+use super::entities::{check_service_actions, mask_provider, normalize, unmask_provider};
 use super::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
@@ -80,6 +80,9 @@ async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
     for (kind, _, doc) in entities.iter_mut() {
         if *kind == EntityKind::Provider {
             unmask_provider(st.store.as_ref(), &id.tenant.id, doc).await?;
+        }
+        if *kind == EntityKind::Service {
+            check_service_actions(st.store.as_ref(), doc).await?;
         }
     }
     st.store.replace_entities(&id.tenant.id, &entities).await?;

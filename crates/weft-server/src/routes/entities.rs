@@ -9,8 +9,8 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::Value;
 use weft_model::{
-    lenient, ClusterTemplate, EntityKind, MachineType, PartialTemplate, PluginType, Provider,
-    Service, Validate,
+    lenient, ClusterTemplate, EntityKind, MachineType, ParameterType, PartialTemplate, PluginType,
+    Provider, Service, Validate,
 };
 use weft_store::{Store, SUPERADMIN};
 
@@ -181,6 +181,9 @@ async fn create(
     id.require_admin()?;
     let value = lenient_value(&body, kind)?;
     let (name, mut doc) = normalize(kind, value, None)?;
+    if kind == EntityKind::Service {
+        check_service_actions(st.store.as_ref(), &doc).await?;
+    }
     if kind == EntityKind::Provider {
         unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
     }
@@ -208,6 +211,9 @@ async fn put(
     id.require_admin()?;
     let value = lenient_value(&body, kind)?;
     let (name, mut doc) = normalize(kind, value, Some(&name))?;
+    if kind == EntityKind::Service {
+        check_service_actions(st.store.as_ref(), &doc).await?;
+    }
     if kind == EntityKind::Provider {
         unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
     }
@@ -290,6 +296,43 @@ pub fn normalize(
             typed::<PluginType>(value, |t| &t.name)
         }
     }
+}
+
+/// Checks a service's actions against their automator types, where registered: each action's
+/// fields cover one required set of its type's admin fields, or the write is a 400 naming the
+/// action and the fields it needs (an action of a type no provisioner registered is not checked).
+pub async fn check_service_actions(store: &dyn Store, doc: &Value) -> ApiResult<()> {
+    let service: Service =
+        serde_json::from_value(doc.clone()).map_err(|e| ApiError::Internal(e.to_string()))?;
+    for (action, spec) in &service.provisioner.actions {
+        let Some(t) = store
+            .get_entity(SUPERADMIN, EntityKind::AutomatorType, &spec.automator, None)
+            .await?
+        else {
+            continue;
+        };
+        let t: PluginType =
+            serde_json::from_value(t).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let Some(admin) = t.parameters.get(&ParameterType::Admin) else {
+            continue;
+        };
+        let have = |f: &String| spec.fields.get(f).is_some_and(|v| !v.trim().is_empty());
+        if admin.required.is_empty() || admin.required.iter().any(|set| set.iter().all(have)) {
+            continue;
+        }
+        let sets: Vec<String> = admin
+            .required
+            .iter()
+            .map(|set| set.iter().cloned().collect::<Vec<_>>().join(" and "))
+            .collect();
+        return Err(ApiError::BadRequest(format!(
+            "provisioner.actions.{}.fields: automator type {} needs {}",
+            action.upper().to_lowercase(),
+            spec.automator,
+            sets.join(", or ")
+        )));
+    }
+    Ok(())
 }
 
 /// The fields that the provider type of `provider` marks sensitive.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use weft_provisioner::automators;
 use weft_provisioner::docker::DockerProvider;
 use weft_provisioner::hostpool::HostPoolProvider;
 use weft_provisioner::local::LocalProvider;
@@ -137,7 +138,16 @@ pub fn plugins(
             weft_provisioner::openstack::NovaProvider::rackspace(),
         )) // rackspace
         .provider(Arc::new(weft_provisioner::aws::AwsProvider::new())) // aws
-        .automator(Arc::new(shell)))
+        .automator(Arc::new(shell))
+        .automator(Arc::new(
+            automators::AnsibleAutomator::new(vec![]).with_resources(data_dir.join("resources")),
+        ))
+        .automator(Arc::new(
+            automators::PuppetAutomator::new(vec![]).with_resources(data_dir.join("resources")),
+        ))
+        .automator(Arc::new(
+            automators::ChefSoloAutomator::new(vec![]).with_resources(data_dir.join("resources")),
+        )))
 }
 
 /// Starts a provisioner for `weft up`: data under `<data_dir>/provisioner`, API on a free port.
