@@ -33,8 +33,8 @@
 
 pub mod agent;
 pub mod api;
-pub mod aws;
 pub mod automators;
+pub mod aws;
 pub mod cloud;
 pub mod contract;
 pub mod docker;

@@ -62,7 +62,7 @@ impl Base {
             plugin,
             dirs,
             resources: None,
-            transports: Arc::new(DefaultTransports),
+            transports: Arc::new(DefaultTransports::default()),
             max_output: 64 * 1024,
         }
     }

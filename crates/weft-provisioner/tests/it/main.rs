@@ -2,8 +2,8 @@
 //! plugin contract suite run for every plugin, and the example catalog end to end.
 
 mod agent;
-mod aws;
 mod automators;
+mod aws;
 mod common;
 mod docker;
 mod e2e;
