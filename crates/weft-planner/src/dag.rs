@@ -389,6 +389,8 @@ pub(crate) struct NodeProgram {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProgramTasks {
     pub then_heads: Vec<usize>,
+    /// The last task of each `first` chain (what a node stops or removes before anything else).
+    pub first_tails: Vec<usize>,
     pub sources: Vec<usize>,
     pub sinks: Vec<usize>,
 }
@@ -511,6 +513,9 @@ impl<'a> Builder<'a> {
                     last = Some(t);
                 }
                 new_ends.extend(last);
+            }
+            if phase == 0 {
+                out.first_tails = new_ends.clone();
             }
             if !new_ends.is_empty() {
                 ends = new_ends;

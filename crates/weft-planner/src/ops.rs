@@ -8,7 +8,8 @@
 //! - a kept node that loses services runs STOP, REMOVE of them first; one that gains services runs
 //!   BOOTSTRAP, then INSTALL, CONFIGURE, INITIALIZE, START of them;
 //! - expand, shrink and template moves also re-run CONFIGURE of the services that stay, so that
-//!   configuration naming the cluster's nodes is refreshed.
+//!   configuration naming the cluster's nodes is refreshed; every STOP of what leaves comes before
+//!   those CONFIGUREs (the server expands their macros against the nodes that remain).
 //!
 //! When the cluster config or a service action field refers to other nodes' hosts or IPs
 //! (`%host.service.X%`, `%ip.service.X%`, ...), every service task of the "then" part waits for
@@ -485,6 +486,25 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
     for key in keys {
         if let Some(from) = groups.get(&key) {
             b.barrier(from, &needs[&key]);
+        }
+    }
+
+    // A layout change re-configures the services that stay against the layout it makes: what
+    // leaves is stopped first, so that nothing is configured to use a service that is going away.
+    if matches!(
+        op,
+        Operation::Expand | Operation::Shrink | Operation::ChangeTemplate
+    ) {
+        let stopped: Vec<usize> = made
+            .iter()
+            .flat_map(|m| m.first_tails.iter().copied())
+            .collect();
+        let heads: Vec<usize> = made
+            .iter()
+            .flat_map(|m| m.then_heads.iter().copied())
+            .collect();
+        if !stopped.is_empty() && !heads.is_empty() {
+            b.barrier(&stopped, &heads);
         }
     }
 

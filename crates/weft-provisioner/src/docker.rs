@@ -609,6 +609,11 @@ impl DockerProvider {
     }
 }
 
+/// Whether a container could not start because its network was removed under it.
+fn lost_its_network(e: &PluginError) -> bool {
+    e.retryable && e.message.contains("network") && e.message.contains("not found")
+}
+
 /// The networks named exactly `name`: (id, made by weft, created).
 async fn networks_named(
     docker: &Docker,
@@ -861,18 +866,27 @@ impl Provider for DockerProvider {
         let id = match id {
             Some(id) => id,
             None => {
-                let id = self
-                    .make_container(
-                        &engine,
-                        task,
-                        &name,
-                        &network,
-                        &image,
-                        limits,
-                        &public,
-                        &fingerprint,
-                    )
-                    .await?;
+                // A container that joined a twin network its maker then removed (two workers
+                // made the cluster's network at once) is made again on the network that stays.
+                let mut tries = 0;
+                let id = loop {
+                    let made = self
+                        .make_container(
+                            &engine,
+                            task,
+                            &name,
+                            &network,
+                            &image,
+                            limits,
+                            &public,
+                            &fingerprint,
+                        )
+                        .await;
+                    match made {
+                        Err(e) if tries < 3 && lost_its_network(&e) => tries += 1,
+                        other => break other?,
+                    }
+                };
                 tracing::info!(cluster_id = %task.cluster_id, node_id = %task.node_id,
                     container = %name, %image, "container started");
                 stdout.push_str(&format!(

@@ -87,6 +87,36 @@ async fn get(http: &reqwest::Client, url: &str) -> Option<String> {
     r.text().await.ok()
 }
 
+/// The hostnames of a cluster's web nodes.
+fn web_nodes(c: &Value) -> BTreeSet<String> {
+    c["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| {
+            n["properties"]["services"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("web"))
+        })
+        .map(|n| n["properties"]["hostname"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Sends 100 requests through the balancer; every one must succeed. Answers the web nodes that
+/// served them.
+async fn hundred_requests(s: &Server, lb_url: &str) -> BTreeSet<String> {
+    let mut served = BTreeSet::new();
+    for i in 0..100 {
+        let body = get(&s.http, lb_url)
+            .await
+            .unwrap_or_else(|| panic!("request {i} through the balancer failed"));
+        let v: Value = serde_json::from_str(&body).expect("json from a web node");
+        served.insert(v["node"].as_str().unwrap().to_string());
+    }
+    served
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
     let (s, tenant_id) = Server::start(T).await;
@@ -245,6 +275,27 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
     )
     .await;
     assert_eq!(seen, web_now);
+
+    // Shrink by one node: the balancer is configured against the nodes that remain, before the
+    // leaving node goes, so every request succeeds and none reaches the removed node (issue 13).
+    run_job(&s, &id, Method::DELETE, "nodes", Some(json!({"count": 1}))).await;
+    let web_after = web_nodes(&status(&s, &id).await);
+    assert_eq!(
+        web_after.len(),
+        web_now.len() - 1,
+        "shrink removes a web node"
+    );
+    let removed: Vec<&String> = web_now.difference(&web_after).collect();
+    let served = hundred_requests(&s, &lb_url).await;
+    assert!(
+        served.is_subset(&web_after),
+        "after shrink the balancer named {served:?}; the web nodes are {web_after:?}, {removed:?} left"
+    );
+
+    // Remove a service: the balancer keeps answering every request.
+    run_job(&s, &id, Method::DELETE, "services/kv-replica", None).await;
+    let served = hundred_requests(&s, &lb_url).await;
+    assert!(served.is_subset(&web_after), "{served:?}");
 
     // Delete: no process and no file left.
     let nodes_dir = s.provisioner_data().join("local/nodes");

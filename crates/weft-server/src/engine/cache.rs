@@ -39,9 +39,12 @@ pub struct Snapshot {
     pub owner: String,
     pub body: Arc<ClusterBody>,
     nodes: BTreeMap<String, Arc<CachedNode>>,
-    /// By nodenum, as the macro expander wants them.
+    /// The nodes that stay (all but those the running job retires), by nodenum, as the macro
+    /// expander wants them: a layout change configures against the layout it makes.
     pub layout: Vec<PlanNode>,
-    /// `{nodeId: properties, ...}` of every node.
+    /// Every node, retiring ones too (for the tasks of a retiring node itself).
+    pub layout_all: Vec<PlanNode>,
+    /// `{nodeId: properties, ...}` of every node that stays.
     pub nodes_json: Box<RawValue>,
 }
 
@@ -242,14 +245,24 @@ fn build(
     body: Arc<ClusterBody>,
     nodes: BTreeMap<String, Arc<CachedNode>>,
 ) -> Result<Snapshot, String> {
-    let mut layout: Vec<PlanNode> = nodes
+    let retiring: std::collections::BTreeSet<&str> =
+        body.retiring.iter().map(String::as_str).collect();
+    let mut layout_all: Vec<PlanNode> = nodes
         .values()
         .map(|n| plan_node(&n.node.id, &n.node.properties))
         .collect();
-    layout.sort_by(|a, b| (a.nodenum, &a.id).cmp(&(b.nodenum, &b.id)));
+    layout_all.sort_by(|a, b| (a.nodenum, &a.id).cmp(&(b.nodenum, &b.id)));
+    let layout: Vec<PlanNode> = layout_all
+        .iter()
+        .filter(|n| !retiring.contains(n.id.as_str()))
+        .cloned()
+        .collect();
     let mut json = String::with_capacity(nodes.values().map(|n| n.props_json.len() + 40).sum());
     json.push('{');
-    for (i, (id, n)) in nodes.iter().enumerate() {
+    let staying = nodes
+        .iter()
+        .filter(|(id, _)| !retiring.contains(id.as_str()));
+    for (i, (id, n)) in staying.enumerate() {
         if i > 0 {
             json.push(',');
         }
@@ -265,6 +278,7 @@ fn build(
         body,
         nodes,
         layout,
+        layout_all,
         nodes_json,
     })
 }

@@ -247,7 +247,13 @@ async fn payload(
             .unwrap_or_default();
         let fields = serde_json::to_value(&spec.fields).unwrap_or(Value::Null);
         let (cluster_config, fields) = if has_macros(&cluster_config) || has_macros(&fields) {
-            let ctx = MacroContext::new(&snap.layout, &snap.owner).map_err(|e| e.to_string())?;
+            // Against the nodes that stay, unless this task's own node is leaving.
+            let layout = if snap.body.retiring.contains(&me.id) {
+                &snap.layout_all
+            } else {
+                &snap.layout
+            };
+            let ctx = MacroContext::new(layout, &snap.owner).map_err(|e| e.to_string())?;
             let c = ctx
                 .expand_value(Some(&me.id), &cluster_config)
                 .map_err(|e| format!("cluster config: {e}"))?;
