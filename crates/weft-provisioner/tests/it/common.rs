@@ -147,3 +147,23 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Sends 100 requests through a kv-web balancer at `url`; every one must succeed (a 2xx with a
+/// web node's JSON). Answers the web nodes that served them.
+pub async fn hundred_requests(
+    http: &reqwest::Client,
+    url: &str,
+) -> std::collections::BTreeSet<String> {
+    let mut served = std::collections::BTreeSet::new();
+    for i in 0..100 {
+        let r = http
+            .get(url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {i} through the balancer failed: {e}"));
+        assert!(r.status().is_success(), "request {i}: {}", r.status());
+        let v: Value = r.json().await.expect("json from a web node");
+        served.insert(v["node"].as_str().unwrap_or_default().to_string());
+    }
+    served
+}

@@ -551,7 +551,17 @@ async fn kv_web_docker_cluster_serves_across_containers_expands_shrinks_and_leav
     assert_eq!(labelled("network", &labels).len(), 1);
     let (web_after, _) = running(&c, "web");
     assert_eq!(web_after, web);
+    // Configured against the nodes that remain: every request succeeds at once, none reaches
+    // the removed container (each would hang first).
+    let lb_url = format!("http://{lb}:8000/");
+    let served = crate::common::hundred_requests(&s.http, &lb_url).await;
+    assert!(served.is_subset(&web_after), "{served:?} / {web_after:?}");
     behind_balancer(&s, &lb, &web_after).await;
+
+    // Remove a service: the balancer keeps answering every request.
+    run_job(&s, &id, Method::DELETE, "services/kv-replica", None).await;
+    let served = crate::common::hundred_requests(&s.http, &lb_url).await;
+    assert!(served.is_subset(&web_after), "{served:?}");
 
     // Delete: no container and no network left.
     let (code, body) = s

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::common::{until, Server};
+use crate::common::{hundred_requests, until, Server};
 
 const T: &str = "acme";
 
@@ -101,20 +101,6 @@ fn web_nodes(c: &Value) -> BTreeSet<String> {
         })
         .map(|n| n["properties"]["hostname"].as_str().unwrap().to_string())
         .collect()
-}
-
-/// Sends 100 requests through the balancer; every one must succeed. Answers the web nodes that
-/// served them.
-async fn hundred_requests(s: &Server, lb_url: &str) -> BTreeSet<String> {
-    let mut served = BTreeSet::new();
-    for i in 0..100 {
-        let body = get(&s.http, lb_url)
-            .await
-            .unwrap_or_else(|| panic!("request {i} through the balancer failed"));
-        let v: Value = serde_json::from_str(&body).expect("json from a web node");
-        served.insert(v["node"].as_str().unwrap().to_string());
-    }
-    served
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -286,7 +272,7 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
         "shrink removes a web node"
     );
     let removed: Vec<&String> = web_now.difference(&web_after).collect();
-    let served = hundred_requests(&s, &lb_url).await;
+    let served = hundred_requests(&s.http, &lb_url).await;
     assert!(
         served.is_subset(&web_after),
         "after shrink the balancer named {served:?}; the web nodes are {web_after:?}, {removed:?} left"
@@ -294,7 +280,7 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
 
     // Remove a service: the balancer keeps answering every request.
     run_job(&s, &id, Method::DELETE, "services/kv-replica", None).await;
-    let served = hundred_requests(&s, &lb_url).await;
+    let served = hundred_requests(&s.http, &lb_url).await;
     assert!(served.is_subset(&web_after), "{served:?}");
 
     // Delete: no process and no file left.
