@@ -348,6 +348,17 @@ pub struct Service {
     pub provisioner: ServiceProvisioner,
     #[serde(default, deserialize_with = "lenient::vec")]
     pub links: Vec<Link>,
+    /// weft extension: the service's actions use only their own node's addresses, so they may
+    /// run before the other nodes of a plan have theirs. By default every service task of a plan
+    /// waits for every CONFIRM of it, as Coopr's stages did: automators may read any node's
+    /// addresses from the `nodes` map.
+    #[serde(
+        rename = "ownAddressOnly",
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "lenient::bool"
+    )]
+    pub own_address_only: bool,
 }
 
 /// Which services, hardware types and image types a cluster may use. Empty means any.

@@ -566,6 +566,11 @@ impl<'a> Builder<'a> {
     }
 
     /// The name of a service id.
+    /// The service of task `t`, if it is a service task.
+    pub(crate) fn task_service(&self, t: usize) -> Option<&str> {
+        self.tasks[t].service.map(|id| self.service_name(id))
+    }
+
     pub(crate) fn service_name(&self, id: u32) -> &str {
         &self.services[id as usize]
     }

@@ -11,10 +11,11 @@
 //!   configuration naming the cluster's nodes is refreshed; every STOP of what leaves comes before
 //!   those CONFIGUREs (the server expands their macros against the nodes that remain).
 //!
-//! When the cluster config or a service action field refers to other nodes' hosts or IPs
-//! (`%host.service.X%`, `%ip.service.X%`, ...), every service task of the "then" part waits for
-//! every CONFIRM of the plan, because addresses are known only after CONFIRM (Coopr got this for free
-//! from its stage barrier).
+//! Every service task of the "then" part waits for every CONFIRM of the plan, because addresses
+//! are known only after CONFIRM and an automator may read any node's from the `nodes` map (Coopr
+//! got this for free from its stage barrier). A service marked `ownAddressOnly` is exempt, unless
+//! the cluster config or a service action field names other nodes' hosts or IPs
+//! (`%host.service.X%`, `%ip.service.X%`, ...).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -508,13 +509,21 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
         }
     }
 
-    // Addresses first, when configuration refers to other nodes.
-    if refers_to_other_nodes(input, &catalog, &cluster) {
-        let confirms = b.tasks_of(A::Confirm);
-        let heads: Vec<usize> = made
-            .iter()
-            .flat_map(|m| m.then_heads.iter().copied())
-            .collect();
+    // Addresses first: a service task sees every node of the plan with its addresses, unless its
+    // service uses only its own node's (and no configuration names other nodes).
+    let names_others = refers_to_other_nodes(input, &catalog, &cluster);
+    let confirms = b.tasks_of(A::Confirm);
+    let heads: Vec<usize> = made
+        .iter()
+        .flat_map(|m| m.then_heads.iter().copied())
+        .filter(|&t| {
+            names_others
+                || b.task_service(t)
+                    .and_then(|s| catalog.get(s))
+                    .is_none_or(|svc| !svc.own_address_only)
+        })
+        .collect();
+    if !confirms.is_empty() && !heads.is_empty() {
         b.barrier(&confirms, &heads);
     }
 

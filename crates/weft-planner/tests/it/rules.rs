@@ -248,32 +248,42 @@ fn a_node_does_not_wait_for_another_nodes_sub_stages() {
 }
 
 #[test]
-fn cross_node_macros_make_service_tasks_wait_for_every_confirm() {
+fn service_tasks_wait_for_every_confirm_unless_their_service_uses_only_its_own_address() {
     let input = PlanInput {
         after: hadoop_layout(),
         services: hadoop_services(),
         config: hadoop_config(),
         ..Default::default()
     };
-    let p = plan(&Operation::Create, &input).unwrap();
-    let configure = find(&p, "worker1", A::Install, Some("firewall"));
-    for n in ["master", "worker2", "worker3"] {
-        assert!(reaches(&p, find(&p, n, A::Confirm, None), configure));
-    }
-    let no_macros = plan(
-        &Operation::Create,
-        &PlanInput {
-            config: json!({}),
-            ..input
-        },
-    )
-    .unwrap();
-    let configure = find(&no_macros, "worker1", A::Install, Some("firewall"));
-    assert!(!reaches(
-        &no_macros,
-        find(&no_macros, "master", A::Confirm, None),
-        configure
-    ));
+    let waits = |p: &weft_planner::Plan| {
+        let install = find(p, "worker1", A::Install, Some("firewall"));
+        ["master", "worker2", "worker3"]
+            .iter()
+            .all(|n| reaches(p, find(p, n, A::Confirm, None), install))
+    };
+    // By default every service task sees every node of the plan with its addresses.
+    assert!(waits(&plan(&Operation::Create, &input).unwrap()));
+    let no_macros = PlanInput {
+        config: json!({}),
+        ..input.clone()
+    };
+    assert!(waits(&plan(&Operation::Create, &no_macros).unwrap()));
+    // Services that use only their own node's address start as soon as their node is ready...
+    let own = |i: &PlanInput| PlanInput {
+        services: i
+            .services
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.own_address_only = true;
+                s
+            })
+            .collect(),
+        ..i.clone()
+    };
+    assert!(!waits(&plan(&Operation::Create, &own(&no_macros)).unwrap()));
+    // ...unless configuration names other nodes (the hadoop config's macros).
+    assert!(waits(&plan(&Operation::Create, &own(&input)).unwrap()));
 }
 
 #[test]
