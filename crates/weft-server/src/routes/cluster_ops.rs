@@ -499,6 +499,11 @@ async fn sync_template(
         lenient::from_value::<ClusterTemplate>(doc)?,
     )
     .await?;
+    if let Err(why) = runs_within(&fresh, &c) {
+        return Err(ApiError::BadRequest(format!(
+            "cluster {id} does not satisfy the current version of template {name}: {why}"
+        )));
+    }
     let old = std::mem::replace(&mut c.body.template, fresh.clone());
     let (layout, ..) = solve_change(&st, &c, &Change::Retemplate(c.body.services.clone()))
         .await
@@ -527,6 +532,40 @@ async fn sync_template(
         writes: vec![Write::Cluster(new)],
     };
     st.store.commit(&cs).await.map_err(store_err)
+}
+
+/// Whether what the cluster runs (its services, and its nodes' hardware and image types) is
+/// within `template`'s compatibility lists (an empty list allows anything); `Err` names the first
+/// thing that is not.
+fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
+    let compat = &template.compatibility;
+    let allowed = |list: &[String], x: &str| list.is_empty() || list.iter().any(|l| l == x);
+    if let Some(s) = c
+        .body
+        .services
+        .iter()
+        .find(|s| !allowed(&compat.services, s))
+    {
+        return Err(format!(
+            "it runs service {s}, which the template no longer allows"
+        ));
+    }
+    for n in &c.nodes {
+        let p = &n.properties;
+        if !allowed(&compat.hardwaretypes, &p.hardwaretype) {
+            return Err(format!(
+                "node {} has hardware type {}, which the template no longer allows",
+                n.id, p.hardwaretype
+            ));
+        }
+        if !allowed(&compat.imagetypes, &p.imagetype) {
+            return Err(format!(
+                "node {} has image type {}, which the template no longer allows",
+                n.id, p.imagetype
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The cluster's latest job, when the cluster is pending (a job runs).

@@ -407,6 +407,28 @@ async fn template_sync_swaps_in_a_compatible_version_only() {
     h.post(a, &format!("/v2/clusters/{id}/clustertemplate/sync"), "")
         .await
         .expect(400);
+    // A version whose compatibility no longer lists what the cluster runs (issue 13).
+    let running = d["services"][0].as_str().unwrap().to_string();
+    let hardware = d["nodes"][0]["properties"]["hardwaretype"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    t["constraints"]["size"] = json!({"min": 1, "max": 10});
+    for (list, value, named) in [
+        ("services", json!(["some-other-service"]), running.clone()),
+        ("hardwaretypes", json!(["some-other-hardware"]), hardware),
+    ] {
+        let mut v = t.clone();
+        v["compatibility"][list] = value;
+        h.put(a, "/v2/clustertemplates/t", v.to_string())
+            .await
+            .expect(200);
+        let r = h
+            .post(a, &format!("/v2/clusters/{id}/clustertemplate/sync"), "")
+            .await
+            .expect(400);
+        assert!(r.text().contains(&named), "{list}: {}", r.text());
+    }
 }
 
 #[tokio::test]
