@@ -239,42 +239,49 @@ async fn concurrent_creates_take_over_stale_addresses_without_sharing_one() {
 }
 
 /// Issue 14: the local provider never hands out an address something listens on, and a
-/// reservation whose node directory is gone is stale only once no process of that node lives.
+/// reservation whose node directory is gone is not stale while a process of that node lives.
+/// Other tests may listen on 127.77.x.y at the same time, so the addresses are found by probing
+/// rather than assumed.
 #[tokio::test]
 async fn addresses_in_use_or_held_by_live_processes_are_never_handed_out() {
     let registry = tempfile::tempdir().unwrap();
     // nextest runs each test in a process of its own: this registry is this test's alone.
     std::env::set_var("WEFT_LOCAL_ADDRESSES", registry.path());
-    // Something (not a node) listens on the first address.
-    let squatter = std::net::TcpListener::bind("127.77.0.1:0").unwrap();
-    // A reservation of the second address by a node whose directory is gone, with a process of
-    // that node still running.
-    std::fs::write(
-        registry.path().join("127.77.0.2"),
-        "/nowhere/nodes/ghost-node",
-    )
-    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalProvider::new(dir.path());
+    let delete = |id: &'static str, node: Map<String, Value>| {
+        let t = contract::task(Action::Delete, id, node, Duration::from_secs(10));
+        let local = &local;
+        async move { local.delete(&t).await.unwrap() }
+    };
+    let ip = |n: &Map<String, Value>| n["ipaddresses"]["bind_v4"].as_str().unwrap().to_string();
+    // The address the provider hands out next, taken by something that is not a node.
+    let probe = local_node(&local, "probe-a").await;
+    let first = ip(&probe);
+    delete("probe-a", probe).await;
+    let squatter = std::net::TcpListener::bind(format!("{first}:0")).unwrap();
+    // The next one after that, reserved by a node whose directory is gone while a process of
+    // that node still runs.
+    let probe = local_node(&local, "probe-b").await;
+    let second = ip(&probe);
+    delete("probe-b", probe).await;
+    assert_ne!(first, second, "a listened-on address is skipped");
+    std::fs::write(registry.path().join(&second), "/nowhere/nodes/ghost-node").unwrap();
     let mut ghost = std::process::Command::new("sleep")
         .arg("600")
         .env("WEFT_LOCAL_NODE", "ghost-node")
         .spawn()
         .unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let local = LocalProvider::new(dir.path());
     let a = local_node(&local, "fresh-a").await;
-    assert_eq!(a["ipaddresses"]["bind_v4"], "127.77.0.3", "{a:?}");
-
-    // Once the ghost's process and the squatter are gone, both addresses are free again.
+    let got = ip(&a);
     ghost.kill().unwrap();
     ghost.wait().unwrap();
     drop(squatter);
-    let b = local_node(&local, "fresh-b").await;
-    let c = local_node(&local, "fresh-c").await;
-    assert_eq!(b["ipaddresses"]["bind_v4"], "127.77.0.1");
-    assert_eq!(c["ipaddresses"]["bind_v4"], "127.77.0.2");
-    for (id, node) in [("fresh-a", a), ("fresh-b", b), ("fresh-c", c)] {
-        let t = contract::task(Action::Delete, id, node, Duration::from_secs(10));
-        local.delete(&t).await.unwrap();
-    }
+    assert_ne!(got, first, "never an address something listens on");
+    assert_ne!(
+        got, second,
+        "never an address a live process of its node holds"
+    );
+    delete("fresh-a", a).await;
 }

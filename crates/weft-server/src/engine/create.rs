@@ -315,6 +315,9 @@ pub async fn create_cluster(
     if dry_run {
         return Ok(Created::Plan(super::ops::preview(&plan, String::new())?));
     }
+    // As in Coopr, a create is two jobs: SOLVE_LAYOUT (done here, in the request; its plan has
+    // no stages), then CLUSTER_CREATE.
+    let solve = solved_job(&tenant.id, cluster_id, job_id(st, cluster_id).await?, now)?;
     let job_id = job_id(st, cluster_id).await?;
     let (job, tasks) = job_rows(&tenant.id, cluster_id, &job_id, &plan, now)?;
     cluster.latest_job = Some(job_id.clone());
@@ -325,6 +328,7 @@ pub async fn create_cluster(
             .await?;
     let mut writes = vec![Write::Cluster(cluster)];
     writes.extend(node_rows.into_iter().map(Write::Node));
+    writes.push(Write::Job(solve));
     writes.push(Write::Job(job));
     writes.extend(tasks.into_iter().map(Write::Task));
     let cs = ChangeSet {
@@ -410,6 +414,20 @@ impl MachineTypes<'_> {
             links: Vec::new(),
         }
     }
+}
+
+/// The completed SOLVE_LAYOUT job of a create whose layout was found.
+fn solved_job(tenant_id: &str, cluster_id: u64, id: String, now: i64) -> ApiResult<JobRow> {
+    Ok(JobRow {
+        tenant_id: tenant_id.to_string(),
+        cluster_id,
+        id,
+        action: "SOLVE_LAYOUT".into(),
+        status: JobStatus::Complete.as_str().into(),
+        create_time: now,
+        rev: 0,
+        body: to_body(&JobBody::default())?,
+    })
 }
 
 /// A new job id for a cluster: `<clusterId>-<NNN>` from the global job counter.

@@ -478,7 +478,13 @@ fn cluster_commands_change_a_running_cluster() {
     let plan: PlanView = s.json(&["cluster", "plan", &id]);
     assert_eq!(Some(&plan.id), d.latest_job_id.as_ref());
     let first: PlanView = s.json(&["cluster", "plan", &id, &format!("{id}-001")]);
-    assert_eq!(first.action, "CLUSTER_CREATE");
+    assert_eq!(
+        first.action, "SOLVE_LAYOUT",
+        "a create solves its layout first"
+    );
+    assert!(first.stages.is_empty());
+    let create: PlanView = s.json(&["cluster", "plan", &id, &format!("{id}-002")]);
+    assert_eq!(create.action, "CLUSTER_CREATE");
     assert!(s.ok(&["cluster", "plan", &id]).contains("stages"));
 
     let logs = s.ok(&["cluster", "logs", &id]);

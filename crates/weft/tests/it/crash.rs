@@ -247,7 +247,7 @@ async fn create_cluster(http: &Http, s: &Server, size: u64) -> String {
     v["id"].as_str().expect("cluster id").to_string()
 }
 
-/// The task ids of the cluster's (only) plan.
+/// The task ids of the cluster's CLUSTER_CREATE plan.
 async fn plan_tasks(http: &Http, s: &Server, cluster: &str) -> BTreeSet<String> {
     let text = http
         .ok(
@@ -258,7 +258,13 @@ async fn plan_tasks(http: &Http, s: &Server, cluster: &str) -> BTreeSet<String> 
         )
         .await;
     let plans: Vec<Value> = serde_json::from_str(&text).unwrap();
-    assert_eq!(plans.len(), 1, "one job: {text}");
+    let actions: Vec<&str> = plans.iter().filter_map(|p| p["action"].as_str()).collect();
+    assert_eq!(
+        actions,
+        ["CLUSTER_CREATE", "SOLVE_LAYOUT"],
+        "a create's two jobs: {text}"
+    );
+    assert_eq!(plans[1]["stages"], serde_json::json!([]));
     plans[0]["stages"]
         .as_array()
         .unwrap()
