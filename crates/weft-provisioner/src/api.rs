@@ -162,7 +162,7 @@ async fn sweep(State(inner): State<Arc<Inner>>, body: Bytes) -> Response {
         let msg = format!("no provider plugin for provider type {}", req.providertype);
         return (StatusCode::NOT_FOUND, msg).into_response();
     };
-    match crate::sweep::sweep(p.as_ref(), &req).await {
+    match crate::sweep::sweep(p, &req).await {
         Ok(report) => Json(report).into_response(),
         Err(e) if e.retryable => (StatusCode::SERVICE_UNAVAILABLE, e.message).into_response(),
         Err(e) => bad(e.message),
