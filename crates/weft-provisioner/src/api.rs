@@ -162,7 +162,12 @@ async fn sweep(State(inner): State<Arc<Inner>>, body: Bytes) -> Response {
         let msg = format!("no provider plugin for provider type {}", req.providertype);
         return (StatusCode::NOT_FOUND, msg).into_response();
     };
-    match crate::sweep::sweep(p, &req).await {
+    // In a task of its own: deletes carry on when the caller stops waiting.
+    let run = tokio::spawn(async move { crate::sweep::sweep(p, &req).await });
+    match run
+        .await
+        .unwrap_or_else(|e| Err(crate::task::PluginError::fatal(format!("sweep: {e}"))))
+    {
         Ok(report) => Json(report).into_response(),
         Err(e) if e.retryable => (StatusCode::SERVICE_UNAVAILABLE, e.message).into_response(),
         Err(e) => bad(e.message),
