@@ -599,6 +599,21 @@ impl ApiClient {
             .map(drop)
     }
 
+    /// `POST /v2/providers/{name}/sweep` (`?delete=true` with `delete`): the machines with weft's
+    /// marks for this tenant that belong to no live node, and what was deleted.
+    pub async fn sweep_provider(
+        &self,
+        name: &str,
+        delete: bool,
+    ) -> ClientResult<weft_model::SweepReport> {
+        let mut path = format!("/v2/providers/{}/sweep", seg(name));
+        if delete {
+            path.push_str("?delete=true");
+        }
+        let bytes = self.call(Method::POST, &path, None, "").await?;
+        self.decode(&path, &bytes)
+    }
+
     pub async fn api_keys(&self) -> ClientResult<Vec<ApiKeyInfo>> {
         self.get("/v2/apikeys").await
     }

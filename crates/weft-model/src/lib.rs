@@ -11,6 +11,7 @@ pub mod hostpool;
 pub mod lenient;
 pub mod plugin;
 pub mod resolve;
+pub mod sweep; // provider sweep
 pub mod tenant;
 pub mod validate;
 
@@ -19,6 +20,7 @@ pub use entity::*;
 pub use error::ModelError;
 pub use hostpool::{HostSpec, HostState, LabelSelector, PoolHost, PoolHostRequest};
 pub use plugin::*;
+pub use sweep::{SweepError, SweepReport, SweptMachine}; // provider sweep
 pub use tenant::*;
 pub use validate::{validate_name, Validate};
 

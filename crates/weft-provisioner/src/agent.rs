@@ -109,7 +109,7 @@ struct Pools {
 pub(crate) struct Inner {
     pub(crate) cfg: AgentConfig,
     client: Client,
-    plugins: Arc<Plugins>,
+    pub(crate) plugins: Arc<Plugins>,
     pools: Mutex<Pools>,
     next_worker: AtomicU64,
     stopping: watch::Sender<bool>,

@@ -2,7 +2,8 @@
 //! `{"workers":n,"resources":{..}}` sets a tenant's workers and live resources, `POST /v2/tenants`
 //! does the same with the id in the body, `PUT /v2/tenants/{id}/workers` and `.../resources` set
 //! one of them, `DELETE /v2/tenants/{id}` stops the tenant's workers; `GET /status` and
-//! `GET /heartbeat` answer health and usage. Errors are plain text.
+//! `GET /heartbeat` answer health and usage; `POST /v2/sweep` lists (and, when asked, deletes) a
+//! tenant's machines that belong to no live node ([`crate::sweep`]). Errors are plain text.
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ pub(crate) fn router(inner: Arc<Inner>) -> Router {
         .route("/v2/tenants/{id}", put(put_tenant).delete(delete_tenant))
         .route("/v2/tenants/{id}/workers", put(put_tenant))
         .route("/v2/tenants/{id}/resources", put(put_resources))
+        .route("/v2/sweep", post(sweep))
         .layer(axum::middleware::from_fn_with_state(
             inner.clone(),
             require_token,
@@ -145,4 +147,29 @@ async fn delete_tenant(State(inner): State<Arc<Inner>>, Path(id): Path<String>) 
 
 async fn heartbeat(State(inner): State<Arc<Inner>>) -> Json<Value> {
     Json(json!({"id": inner.cfg.id, "capacityTotal": inner.cfg.capacity, "usage": inner.usage()}))
+}
+
+/// `POST /v2/sweep`: 404 when this provisioner lacks the provider type (the server tries another),
+/// 400 when the plugin cannot list or the fields are wrong, 503 when the cloud may answer later.
+async fn sweep(State(inner): State<Arc<Inner>>, body: Bytes) -> Response {
+    let req: crate::sweep::SweepRequest = match parse(&body)
+        .and_then(|v| serde_json::from_value(v).map_err(|e| format!("sweep request: {e}")))
+    {
+        Ok(r) => r,
+        Err(m) => return bad(m),
+    };
+    let Some(p) = inner.plugins.provider_plugin(&req.providertype) else {
+        let msg = format!("no provider plugin for provider type {}", req.providertype);
+        return (StatusCode::NOT_FOUND, msg).into_response();
+    };
+    // In a task of its own: deletes carry on when the caller stops waiting.
+    let run = tokio::spawn(async move { crate::sweep::sweep(p, &req).await });
+    match run
+        .await
+        .unwrap_or_else(|e| Err(crate::task::PluginError::fatal(format!("sweep: {e}"))))
+    {
+        Ok(report) => Json(report).into_response(),
+        Err(e) if e.retryable => (StatusCode::SERVICE_UNAVAILABLE, e.message).into_response(),
+        Err(e) => bad(e.message),
+    }
 }

@@ -981,6 +981,14 @@ impl Provider for DockerProvider {
         }
     }
 
+    async fn machines(
+        &self,
+        fields: &serde_json::Map<String, Value>,
+    ) -> Result<Vec<crate::sweep::Tagged>, PluginError> {
+        let endpoint = fields.get("endpoint").and_then(Value::as_str);
+        crate::sweep::docker_machines(endpoint).await
+    }
+
     async fn delete(&self, task: &Task) -> PluginResult {
         // Without a provider id (a CREATE that failed before answering), the name CREATE uses.
         let name = match providerid(task) {

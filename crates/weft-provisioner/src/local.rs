@@ -93,6 +93,10 @@ impl LocalProvider {
         let owner = self.node_dir(providerid).to_string_lossy().into_owned();
         tokio::task::spawn_blocking(move || {
             let _lock = lock_registry(&dir)?;
+            // A CREATE killed after reserving but before recording: take the same address again.
+            if let Some(ip) = held_by(&dir, &owner) {
+                return Ok(ip);
+            }
             let listening = listening_addresses();
             for y in 0..=255u8 {
                 for z in 1..=254u8 {
@@ -149,6 +153,15 @@ impl LocalProvider {
 
 /// Whether a reservation held by the node directory `holder` may be taken over: the directory is
 /// gone and no process marked with its node id (the directory's last component) is alive.
+/// The address the registry `dir` already reserves for `owner` (a node's directory), if any.
+fn held_by(dir: &Path, owner: &str) -> Option<Ipv4Addr> {
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let ip: Ipv4Addr = e.file_name().to_str()?.parse().ok()?;
+        let holder = std::fs::read_to_string(e.path()).ok()?;
+        (holder.trim() == owner).then_some(ip)
+    })
+}
+
 fn is_stale(holder: &str) -> bool {
     let path = Path::new(holder);
     if holder.is_empty() || path.exists() {

@@ -26,6 +26,18 @@ pub trait Provider: Send + Sync {
     async fn confirm(&self, task: &Task) -> PluginResult;
     /// Removes the machine and everything it made. A missing or unknown `providerid` is success.
     async fn delete(&self, task: &Task) -> PluginResult;
+    /// Every machine that carries this provider's marks of a weft node, for the provider fields
+    /// `fields` (what `weft provider sweep` compares with the live nodes). The default: the
+    /// provider cannot list what it made.
+    async fn machines(
+        &self,
+        _fields: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Vec<crate::sweep::Tagged>, PluginError> {
+        Err(PluginError::fatal(format!(
+            "provider type {} cannot list its machines",
+            self.plugin_type().name
+        )))
+    }
 }
 
 /// Sets up services on machines (contract §4.6). `task.action_fields()` holds the action's fields.
@@ -112,6 +124,11 @@ impl Plugins {
     pub fn automator(mut self, a: Arc<dyn Automator>) -> Plugins {
         self.automators.insert(a.plugin_type().name, a);
         self
+    }
+
+    /// The provider plugin of a provider type, if this provisioner has it.
+    pub fn provider_plugin(&self, name: &str) -> Option<Arc<dyn Provider>> {
+        self.providers.get(name).cloned()
     }
 
     pub fn provider_types(&self) -> Vec<PluginType> {

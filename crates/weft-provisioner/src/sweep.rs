@@ -9,29 +9,22 @@
 //! exactly what a DELETE of that node would.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::query_parameters::ListContainersOptions;
 use bollard::Docker;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use weft_model::{SweepError, SweepReport};
 
 use crate::aws::{AwsProvider, TAG_CLUSTER, TAG_NODE, TAG_TENANT};
 use crate::docker::{LABEL_CLUSTER, LABEL_NODE, LABEL_TENANT};
+use crate::plugin::Provider;
 use crate::task::{Action, PluginError, Task};
 
-/// A machine weft marked as a node's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tagged {
-    /// The provider type that made it (`aws`, `docker`).
-    pub providertype: String,
-    /// The provider's id of the machine (instance id, container name).
-    pub providerid: String,
-    pub node: String,
-    pub cluster: String,
-    pub tenant: String,
-    /// The machine's state as the provider says it (`running`, `exited`...).
-    pub state: String,
-}
+/// A machine weft marked as a node's (the wire type of the sweep's answer).
+pub type Tagged = weft_model::SweptMachine;
 
 /// The machines of `machines` whose node is not in `live`.
 pub fn orphans(machines: Vec<Tagged>, live: &BTreeSet<String>) -> Vec<Tagged> {
@@ -112,6 +105,60 @@ pub fn delete_task(m: &Tagged, fields: &Map<String, Value>, timeout: Duration) -
         m.tenant.clone()
     };
     t
+}
+
+/// What the server asks a provisioner to sweep (`POST /v2/sweep` on the provisioner's API).
+#[derive(Debug, Clone, Deserialize)]
+pub struct SweepRequest {
+    /// The provider type whose plugin lists the machines.
+    pub providertype: String,
+    /// The provider's fields, secrets included.
+    #[serde(default)]
+    pub fields: Map<String, Value>,
+    /// Only machines marked with this tenant id are answered (never another tenant's).
+    pub tenant: String,
+    /// The tenant's live node ids: their machines are never answered.
+    #[serde(default)]
+    pub live: BTreeSet<String>,
+    /// Also delete the orphans found.
+    #[serde(default)]
+    pub delete: bool,
+}
+
+/// The orphans of `req.tenant` that provider `p` lists, deleted through its DELETE when asked
+/// (all at once, so that a sweep of many machines takes about as long as one DELETE).
+pub async fn sweep(p: Arc<dyn Provider>, req: &SweepRequest) -> Result<SweepReport, PluginError> {
+    let mine: Vec<Tagged> = p
+        .machines(&req.fields)
+        .await?
+        .into_iter()
+        .filter(|m| !req.tenant.is_empty() && m.tenant == req.tenant)
+        .collect();
+    let mut report = SweepReport {
+        machines: orphans(mine, &req.live),
+        ..Default::default()
+    };
+    if !req.delete {
+        return Ok(report);
+    }
+    let mut deletes = tokio::task::JoinSet::new();
+    for m in &report.machines {
+        let (p, id) = (p.clone(), m.providerid.clone());
+        let task = delete_task(m, &req.fields, Duration::from_secs(600));
+        deletes.spawn(async move { (id, p.delete(&task).await) });
+    }
+    while let Some(done) = deletes.join_next().await {
+        match done {
+            Ok((id, Ok(_))) => report.deleted.push(id),
+            Ok((id, Err(e))) => report.errors.push(SweepError {
+                providerid: id,
+                message: e.message,
+            }),
+            Err(e) => tracing::error!(error = %e, "a sweep delete panicked"),
+        }
+    }
+    report.deleted.sort();
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -199,6 +199,9 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::PoolHost,        // host pools
         weft_model::PoolHostRequest, // host pools
         weft_model::HostState,       // host pools
+        weft_model::SweptMachine,    // provider sweep
+        weft_model::SweepReport,     // provider sweep
+        weft_model::SweepError,      // provider sweep
         routes::metrics::QueueMetrics,
         routes::metrics::UsageReport,
         weft_model::ClusterCreateRequest,

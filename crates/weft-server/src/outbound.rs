@@ -121,6 +121,25 @@ impl Outbound {
     }
 }
 
+impl Outbound {
+    /// One POST of `body` to a provisioner (no retries), presenting the provisioner token, with its
+    /// own `timeout`: the status and the body, or why no answer came.
+    pub async fn post_json(
+        &self,
+        url: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<(u16, String), String> {
+        let mut req = self.client.post(url).timeout(timeout).json(body);
+        if let Some(v) = self.tokens.as_ref().and_then(|t| t.header_value()) {
+            req = req.header(weft_client::tokens::HEADER, v);
+        }
+        let r = req.send().await.map_err(|e| e.to_string())?;
+        let status = r.status().as_u16();
+        Ok((status, r.text().await.map_err(|e| e.to_string())?))
+    }
+}
+
 /// One call made to a provisioner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {

@@ -705,6 +705,13 @@ impl Provider for AwsProvider {
         Ok(out)
     }
 
+    async fn machines(
+        &self,
+        fields: &serde_json::Map<String, Value>,
+    ) -> Result<Vec<crate::sweep::Tagged>, PluginError> {
+        crate::sweep::aws_machines(self, fields).await
+    }
+
     async fn delete(&self, task: &Task) -> PluginResult {
         let ec2 = self.ec2(task)?;
         let mut ids = BTreeSet::new();

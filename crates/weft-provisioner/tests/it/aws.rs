@@ -41,9 +41,9 @@ fn moto_server() -> Option<PathBuf> {
 }
 
 /// A moto server of this test, stopped when dropped.
-struct Moto {
+pub(crate) struct Moto {
     child: Child,
-    endpoint: String,
+    pub(crate) endpoint: String,
     creds: Credentials,
     ami: String,
 }
@@ -88,7 +88,7 @@ fn ec2_at(endpoint: &str, creds: Credentials) -> Ec2 {
 
 /// Starts moto (or skips: `None`), makes an IAM user allowed everything with an access key in
 /// the three unauthenticated calls, and picks an AMI with that key (signature checked).
-async fn moto() -> Option<Moto> {
+pub(crate) async fn moto() -> Option<Moto> {
     let Some(bin) = moto_server() else {
         weft_testkit::skip_or_fail(
             "moto",
@@ -172,12 +172,12 @@ async fn moto() -> Option<Moto> {
 }
 
 impl Moto {
-    fn ec2(&self) -> Ec2 {
+    pub(crate) fn ec2(&self) -> Ec2 {
         ec2_at(&self.endpoint, self.creds.clone())
     }
 
     /// The provider's fields, talking to `endpoint` (moto, or a proxy in front of it).
-    fn fields(&self, endpoint: &str) -> Map<String, Value> {
+    pub(crate) fn fields(&self, endpoint: &str) -> Map<String, Value> {
         json!({"region": REGION, "access_key_id": self.creds.access_key_id,
             "secret_access_key": self.creds.secret_access_key, "endpoint": endpoint,
             "instance_type": "t3.micro", "ami": self.ami, "import_key": "true",
@@ -188,7 +188,7 @@ impl Moto {
     }
 
     /// Every instance (any state) tagged for `node`.
-    async fn instances_of(&self, node: &str) -> Vec<Instance> {
+    pub(crate) async fn instances_of(&self, node: &str) -> Vec<Instance> {
         self.ec2()
             .instances_tagged(&[(TAG_NODE.to_string(), node.to_string())], &[])
             .await
@@ -196,7 +196,7 @@ impl Moto {
     }
 }
 
-fn provider() -> AwsProvider {
+pub(crate) fn provider() -> AwsProvider {
     AwsProvider::new()
         .with_timing(timing())
         .with_limits(Duration::from_secs(5), Duration::from_secs(5))

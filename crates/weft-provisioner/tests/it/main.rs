@@ -12,5 +12,6 @@ mod hostpool;
 mod joyent;
 mod openstack;
 mod plugins;
+mod retry; // no orphans: killed CREATEs retried
 mod ssh;
 mod sweep;

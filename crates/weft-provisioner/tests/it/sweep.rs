@@ -85,3 +85,171 @@ async fn sweep_finds_a_container_made_behind_weft_s_back() {
     let left = sweep::docker_machines(None).await.unwrap();
     assert!(left.iter().all(|t| t.node != node), "{left:?}");
 }
+
+/// Launches an instance on moto behind weft's back, tagged for `node` of `tenant`; its id.
+async fn rogue_instance(m: &crate::aws::Moto, ami: &str, node: &str, tenant: &str) -> String {
+    let p = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let out = m
+        .ec2()
+        .call(
+            "RunInstances",
+            &[
+                p("ImageId", ami),
+                p("MinCount", "1"),
+                p("MaxCount", "1"),
+                p("InstanceType", "t3.micro"),
+                p("TagSpecification.1.ResourceType", "instance"),
+                p("TagSpecification.1.Tag.1.Key", "weft:node"),
+                p("TagSpecification.1.Tag.1.Value", node),
+                p("TagSpecification.1.Tag.2.Key", "weft:cluster"),
+                p("TagSpecification.1.Tag.2.Value", "1"),
+                p("TagSpecification.1.Tag.3.Key", "weft:tenant"),
+                p("TagSpecification.1.Tag.3.Value", tenant),
+            ],
+        )
+        .await
+        .expect("RunInstances");
+    let mut ids = Vec::new();
+    out.find_all("instanceId", &mut ids);
+    ids[0].text.trim().to_string()
+}
+
+/// `POST /v2/providers/{name}/sweep` through a real server and provisioner agent on moto: an
+/// instance made behind weft's back for this tenant is found and deleted (`?delete=true`); a live
+/// node's instance and another tenant's instance in the same account are never listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_sweeps_an_aws_account_for_one_tenant_only() {
+    use reqwest::Method;
+    use serde_json::json;
+    use weft_model::SweepReport;
+
+    let Some(m) = crate::aws::moto().await else {
+        return;
+    };
+    let (s, tenant_id) = crate::common::Server::start("acme").await;
+    // No workers: the cluster below is recorded but none of its tasks runs.
+    let (code, body) = s
+        .ext(
+            Method::PUT,
+            "superadmin",
+            "/v2/tenants/acme",
+            Some(json!({"tenant":
+            {"name": "acme", "workers": 0, "maxClusters": weft_model::UNBOUNDED,
+            "maxNodes": weft_model::UNBOUNDED}})),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let plugins =
+        weft_provisioner::Plugins::new().provider(std::sync::Arc::new(crate::aws::provider()));
+    let _agent = weft_provisioner::Agent::start(s.config("sweeper"), plugins)
+        .await
+        .expect("agent starts");
+    let fields = m.fields(&m.endpoint);
+    let ami = fields["ami"].as_str().unwrap().to_string();
+    let mut cluster = String::new();
+    for (path, body) in [
+        (
+            "/v2/providers",
+            json!({"name": "ec2", "providertype": "aws", "provisioner": fields}),
+        ),
+        (
+            "/v2/hardwaretypes",
+            json!({"name": "hw-ec2", "providermap": {"ec2": {"flavor": "t3.micro"}}}),
+        ),
+        (
+            "/v2/imagetypes",
+            json!({"name": "img-ec2", "providermap": {"ec2": {"image": ami}}}),
+        ),
+        (
+            "/v2/services",
+            json!({"name": "s-ec2", "provisioner": {"actions": {
+            "install": {"type": "shell", "fields": {"script": "echo"}}}}}),
+        ),
+        (
+            "/v2/clustertemplates",
+            json!({"name": "t-ec2", "defaults": {"services": ["s-ec2"],
+            "provider": "ec2", "hardwaretype": "hw-ec2", "imagetype": "img-ec2"},
+            "compatibility": {"services": ["s-ec2"]}, "constraints": {"size": {"min": 1, "max": 2}}}),
+        ),
+        (
+            "/v2/clusters",
+            json!({"name": "c", "clusterTemplate": "t-ec2", "numMachines": 1}),
+        ),
+    ] {
+        let (code, body) = s.ext(Method::POST, "acme", path, Some(body)).await;
+        assert_eq!(code, 200, "{path}: {body}");
+        cluster = body["id"].as_str().unwrap_or_default().to_string();
+    }
+    let (_, c) = s
+        .ext(
+            Method::GET,
+            "acme",
+            &format!("/v2/clusters/{cluster}"),
+            None,
+        )
+        .await;
+    let live = c["nodes"]
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|n| n["id"].as_str())
+        .unwrap_or_else(|| panic!("the cluster's node: {c}"))
+        .to_string();
+
+    let rogue = rogue_instance(&m, &ami, "rogue-node", &tenant_id).await;
+    let kept = rogue_instance(&m, &ami, &live, &tenant_id).await;
+    let foreign = rogue_instance(&m, &ami, "foreign-node", "another-tenant-id").await;
+
+    let sweep = |q: &'static str| {
+        let s = &s;
+        async move {
+            let (code, body) = s
+                .ext(
+                    Method::POST,
+                    "acme",
+                    &format!("/v2/providers/ec2/sweep{q}"),
+                    None,
+                )
+                .await;
+            assert_eq!(code, 200, "{body}");
+            serde_json::from_value::<SweepReport>(body).expect("a sweep report")
+        }
+    };
+    let found = sweep("").await;
+    let ids: Vec<&str> = found
+        .machines
+        .iter()
+        .map(|m| m.providerid.as_str())
+        .collect();
+    assert_eq!(ids, vec![rogue.as_str()], "{found:?}");
+    assert!(found.deleted.is_empty());
+
+    let swept = sweep("?delete=true").await;
+    assert_eq!(swept.deleted, vec![rogue.clone()], "{swept:?}");
+    assert!(swept.errors.is_empty(), "{swept:?}");
+    assert!(
+        m.instances_of("rogue-node")
+            .await
+            .iter()
+            .all(|i| !i.is_live()),
+        "the orphan is terminated"
+    );
+    for (node, id) in [(live.as_str(), &kept), ("foreign-node", &foreign)] {
+        let left = m.instances_of(node).await;
+        assert!(
+            left.iter().any(|i| &i.id == id && i.is_live()),
+            "{node} kept: {left:?}"
+        );
+    }
+    assert!(sweep("").await.machines.is_empty());
+
+    // A user who is not the tenant admin may not sweep.
+    let r = s
+        .http
+        .post(format!("{}/v2/providers/ec2/sweep", s.external))
+        .header("Coopr-UserID", "someone")
+        .header("Coopr-TenantID", "acme")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+}

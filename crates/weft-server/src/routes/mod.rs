@@ -12,6 +12,7 @@ pub mod nodes;
 pub mod plugins;
 pub mod profile;
 pub mod provisioners;
+pub mod sweep; // provider sweep
 pub mod tasks;
 pub mod tenants;
 
@@ -31,6 +32,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = cluster_ops::routes(api);
     let api = nodes::routes(api);
     let api = hostpools::routes(api); // host pools
+    let api = sweep::routes(api); // provider sweep
     let api = tenants::routes(api);
     let api = plugins::external_routes(api, resource_limit);
     let api = profile::routes(api);

@@ -23,5 +23,6 @@ mod quotas;
 mod secrets;
 mod slow_clients;
 mod status_identity;
+mod sweep; // provider sweep
 mod tenants;
 mod ui;

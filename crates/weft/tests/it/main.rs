@@ -2,6 +2,7 @@
 
 mod cli;
 mod cli_hostpool;
+mod cli_sweep; // weft provider sweep
 mod crash;
 mod crash_up;
 mod lost_provisioner;

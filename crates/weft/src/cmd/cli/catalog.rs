@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub(super) enum Cmd {
     /// List them.
     List,
     /// Show one (its JSON).
@@ -39,9 +39,14 @@ enum Cmd {
 }
 
 pub fn run(kind: Kind, a: Args) -> anyhow::Result<()> {
-    let ctx = Ctx::new(&a.conn)?;
+    run_cmd(kind, &a.conn, a.cmd)
+}
+
+/// One catalog command on `kind` (also reached through `weft provider`).
+pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
+    let ctx = Ctx::new(conn)?;
     let c = &ctx.client;
-    match a.cmd {
+    match cmd {
         Cmd::List => {
             let list: Vec<Value> = ctx.block(c.entities(kind))?;
             if ctx.json() {

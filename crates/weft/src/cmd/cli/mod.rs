@@ -18,6 +18,7 @@ mod catalog;
 mod cluster;
 pub mod config;
 mod hostpool; // `weft hostpool`
+mod provider; // `weft provider` (catalog commands and sweep)
 
 /// Text for `weft --help`: the exit codes of the client commands.
 pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
@@ -60,7 +61,7 @@ pub enum ClientCommand {
     /// Create, inspect, change and delete clusters.
     Cluster(cluster::Args),
     /// Providers in the catalog (admin).
-    Provider(catalog::Args),
+    Provider(provider::Args),
     /// Hardware types in the catalog (admin).
     Hardwaretype(catalog::Args),
     /// Image types in the catalog (admin).
@@ -222,7 +223,7 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
     match cmd {
         ClientCommand::Login(a) => login(a),
         ClientCommand::Cluster(a) => cluster::run(a),
-        ClientCommand::Provider(a) => catalog::run(Kind::Provider, a),
+        ClientCommand::Provider(a) => provider::run(a),
         ClientCommand::Hardwaretype(a) => catalog::run(Kind::HardwareType, a),
         ClientCommand::Imagetype(a) => catalog::run(Kind::ImageType, a),
         ClientCommand::Service(a) => catalog::run(Kind::Service, a),
