@@ -9,4 +9,5 @@ mod offline;
 mod server;
 mod support;
 mod tenant_users;
+mod up_down;
 mod worker;

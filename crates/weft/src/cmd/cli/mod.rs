@@ -17,6 +17,7 @@ mod admin;
 mod catalog;
 mod cluster;
 pub mod config;
+pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
 
 /// Text for `weft --help`: the exit codes of the client commands.
