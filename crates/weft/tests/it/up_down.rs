@@ -1,6 +1,7 @@
 //! `weft up` then SIGTERM then `weft down` (issue 15): clusters on the local and Docker providers
 //! keep running after `weft up` stops (and it says so, with no "could not unregister" warning);
 //! `weft down` deletes them and leaves no node process, node directory, container or network.
+//! On the way, `weft cluster ssh` runs commands on a local node.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -129,6 +130,28 @@ fn weft_down_removes_what_weft_up_left_running() {
         assert_eq!(d["status"], "active", "{}", d["message"]);
         assert!(!docker_ids("container", id).is_empty());
     }
+
+    // `weft cluster ssh` on the local provider: the node's hostname, directory and exit codes.
+    let node = &details["nodes"][0];
+    let (host, dir) = (
+        node["properties"]["hostname"].as_str().unwrap(),
+        node["provisionerResults"]["nodedir"].as_str().unwrap(),
+    );
+    let num = node["properties"]["nodenum"].to_string();
+    let ssh = |cmd: &[&str]| {
+        weft()
+            .args(["cluster", "ssh", "--server", &u.api, &local, &num, "--"])
+            .args(cmd)
+            .output()
+            .unwrap()
+    };
+    let out = ssh(&["hostname"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), host);
+    let out = ssh(&["pwd"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), dir);
+    assert_eq!(ssh(&["false"]).status.code(), Some(1));
+    assert_eq!(ssh(&["sh", "-c", "exit 7"]).status.code(), Some(7));
 
     // SIGTERM: weft up stops, says what keeps running and how to remove it.
     let pid = u.child.id().to_string();

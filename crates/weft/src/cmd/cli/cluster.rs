@@ -172,12 +172,22 @@ enum Cmd {
         #[arg(long)]
         failed: bool,
     },
-    /// The ssh command for a node (id, hostname or node number); `--exec` runs it.
+    /// A shell on a node, or `-- COMMAND...` there (exits with its exit code). Local provider: a
+    /// shell in the node's directory with its environment; others: ssh to the node.
     Ssh {
+        /// The cluster.
         id: String,
+        /// The node: id, hostname or node number.
         node: String,
+        /// Print the ssh command instead of running it.
         #[arg(long)]
+        print: bool,
+        /// Accepted for compatibility: running is the default.
+        #[arg(long, hide = true)]
         exec: bool,
+        /// The command to run (after `--`); a shell when missing.
+        #[arg(last = true)]
+        command: Vec<String>,
     },
     /// Follow the cluster's running job until it ends.
     Wait { id: String },
@@ -404,9 +414,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let d = ctx.block(c.cluster(&id))?;
             logs(&ctx, &d, failed)
         }
-        Cmd::Ssh { id, node, exec } => {
+        Cmd::Ssh {
+            id,
+            node,
+            print,
+            exec: _,
+            command,
+        } => {
             let d = ctx.block(c.cluster(&id))?;
             let n = find_node(&d, &node)?;
+            if !print && !ctx.json() {
+                let code = super::ssh::run_on(n, &command)?;
+                std::process::exit(code);
+            }
+            let exec = false;
             let ip = access_ip(n)
                 .ok_or_else(|| UsageError(format!("node {} has no address yet", n.id)))?;
             let target = format!("{}@{ip}", n.properties.sshuser);
@@ -584,7 +605,7 @@ fn show_plan(ctx: &Ctx, p: &PlanView) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn access_ip(n: &Node) -> Option<&str> {
+pub(super) fn access_ip(n: &Node) -> Option<&str> {
     let ips = &n.properties.ipaddresses;
     ips.get("access_v4")
         .or_else(|| ips.get("bind_v4"))

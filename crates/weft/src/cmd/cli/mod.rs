@@ -19,6 +19,7 @@ mod cluster;
 pub mod config;
 pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
+mod ssh; // `weft cluster ssh`
 
 /// Text for `weft --help`: the exit codes of the client commands.
 pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
