@@ -1,7 +1,7 @@
 //! `weft up` then SIGTERM then `weft down` (issue 15): clusters on the local and Docker providers
 //! keep running after `weft up` stops (and it says so, with no "could not unregister" warning);
 //! `weft down` deletes them and leaves no node process, node directory, container or network.
-//! On the way, `weft cluster ssh` runs commands on a local node.
+//! On the way, `weft cluster ssh` runs commands on a local node and (over ssh) a Docker node.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -129,6 +129,26 @@ fn weft_down_removes_what_weft_up_left_running() {
         let d = settle(&u.api, id);
         assert_eq!(d["status"], "active", "{}", d["message"]);
         assert!(!docker_ids("container", id).is_empty());
+        // Real ssh with the cluster's key and the recorded host key.
+        let node = &d["nodes"][0];
+        let host = node["properties"]["hostname"].as_str().unwrap();
+        let num = node["properties"]["nodenum"].to_string();
+        let ssh = |cmd: &str| {
+            weft()
+                .args(["cluster", "ssh", "--server", &u.api, "--data-dir"])
+                .arg(&data)
+                .args([id.as_str(), &num, "--", cmd])
+                .output()
+                .unwrap()
+        };
+        let out = ssh("hostname");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            host == said || host.starts_with(&format!("{said}.")),
+            "{said} vs {host}"
+        );
+        assert_eq!(ssh("false").status.code(), Some(1));
     }
 
     // `weft cluster ssh` on the local provider: the node's hostname, directory and exit codes.

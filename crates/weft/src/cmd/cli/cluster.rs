@@ -185,6 +185,12 @@ enum Cmd {
         /// Accepted for compatibility: running is the default.
         #[arg(long, hide = true)]
         exec: bool,
+        /// Private key for ssh (host pool: the provider's key) [default: the Docker cluster key].
+        #[arg(long)]
+        identity: Option<std::path::PathBuf>,
+        /// Data dir of the provisioner (`weft up`) that made Docker nodes: its key seed.
+        #[arg(long, env = "WEFT_DATA_DIR", default_value = ".weft")]
+        data_dir: std::path::PathBuf,
         /// The command to run (after `--`); a shell when missing.
         #[arg(last = true)]
         command: Vec<String>,
@@ -419,12 +425,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             node,
             print,
             exec: _,
+            identity,
+            data_dir,
             command,
         } => {
             let d = ctx.block(c.cluster(&id))?;
             let n = find_node(&d, &node)?;
             if !print && !ctx.json() {
-                let code = super::ssh::run_on(n, &command)?;
+                let opts = super::ssh::SshOptions { identity, data_dir };
+                let code = super::ssh::run_on(n, &command, &opts)?;
                 std::process::exit(code);
             }
             let exec = false;
