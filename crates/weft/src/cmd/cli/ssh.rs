@@ -203,7 +203,7 @@ fn container_labels(container: &str) -> anyhow::Result<serde_json::Map<String, s
         "docker inspect {container}: {}",
         String::from_utf8_lossy(&out.stderr).trim()
     );
-    Ok(serde_json::from_slice(&out.stdout).context("reading docker inspect")?)
+    serde_json::from_slice(&out.stdout).context("reading docker inspect")
 }
 
 /// The command as one shell line, each word quoted.
