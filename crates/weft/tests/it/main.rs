@@ -6,6 +6,7 @@ mod crash;
 mod crash_up;
 mod lost_provisioner;
 mod offline;
+mod plan_output;
 mod server;
 mod support;
 mod tenant_users;

@@ -17,9 +17,9 @@ use crate::support::{http, weft};
 const ADMIN: [(&str, &str); 2] = [("Coopr-TenantID", "default"), ("Coopr-UserID", "admin")];
 
 /// A `weft up` child whose stdout and stderr lines arrive on channels.
-struct Up {
-    child: Child,
-    api: String,
+pub(crate) struct Up {
+    pub(crate) child: Child,
+    pub(crate) api: String,
     out: mpsc::Receiver<String>,
     err: mpsc::Receiver<String>,
 }
@@ -34,7 +34,7 @@ fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
-fn up(data: &Path) -> Up {
+pub(crate) fn up(data: &Path) -> Up {
     let (port, internal) = free_ports();
     let mut child = weft()
         .args(["up", "--port", &port.to_string()])

@@ -10,6 +10,7 @@ use weft_model::{
     ClusterDetails, ClusterStatus, ClusterTemplate, JobStatus, Node, NodeActionStatus, PlanView,
 };
 
+use super::plan_view::{groups, render_groups, summary, NodeKinds};
 use super::{print_json, table, time, Conn, Ctx, JobFailed, UsageError};
 
 #[derive(Debug, clap::Args)]
@@ -29,6 +30,9 @@ pub struct JobFlags {
     /// Follow the job with a progress bar until it ends (exit 4 if it fails).
     #[arg(long)]
     wait: bool,
+    /// Show the plan's task table too (by default: the layout and a summary).
+    #[arg(long, short = 'v')]
+    verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -243,11 +247,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 rollback_on_failure,
             };
             let plan = ctx.block(c.plan_cluster(&req))?;
+            let t: ClusterTemplate =
+                ctx.block(c.entity(Kind::ClusterTemplate, &req.cluster_template))?;
+            let kinds =
+                NodeKinds::from_template(&t, req.hardwaretype.as_deref(), req.imagetype.as_deref());
             if job.dry_run {
-                return show_plan(&ctx, &plan);
+                return show_plan(&ctx, &plan, &kinds, job.verbose);
             }
             if !ctx.json() {
-                show_plan(&ctx, &plan)?;
+                show_plan(&ctx, &plan, &kinds, job.verbose)?;
             }
             let id = ctx.block(c.create_cluster(&req))?;
             if !ctx.json() {
@@ -414,7 +422,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     .ok_or_else(|| UsageError(format!("cluster {id} has no job yet")))?,
             };
             let plan = ctx.block(c.plan(&id, &job))?;
-            show_plan(&ctx, &plan)
+            let d = ctx.block(c.cluster(&id))?;
+            let kinds =
+                NodeKinds::from_template(&d.cluster_template, None, None).with_nodes(&d.nodes);
+            show_plan(&ctx, &plan, &kinds, true)
         }
         Cmd::Logs { id, failed } => {
             let d = ctx.block(c.cluster(&id))?;
@@ -489,7 +500,12 @@ fn service_action(
 /// After a call that starts a job: the plan (dry run), or "started" and optionally the wait.
 fn started(ctx: &Ctx, id: &str, r: Started, job: &JobFlags, what: &str) -> anyhow::Result<()> {
     match r {
-        Started::Plan(p) => show_plan(ctx, &p),
+        Started::Plan(p) => {
+            let d = ctx.block(ctx.client.cluster(id))?;
+            let kinds =
+                NodeKinds::from_template(&d.cluster_template, None, None).with_nodes(&d.nodes);
+            show_plan(ctx, &p, &kinds, job.verbose)
+        }
         Started::Started => {
             if !ctx.json() {
                 println!("{what}");
@@ -588,17 +604,21 @@ fn task_counts(d: &ClusterDetails) -> (usize, usize) {
     (running, failed)
 }
 
-fn show_plan(ctx: &Ctx, p: &PlanView) -> anyhow::Result<()> {
+/// The plan: its layout grouped and a summary; the task table with `verbose`.
+fn show_plan(ctx: &Ctx, p: &PlanView, kinds: &NodeKinds, verbose: bool) -> anyhow::Result<()> {
     if ctx.json() {
         return print_json(p);
     }
-    let tasks: usize = p.stages.iter().map(Vec::len).sum();
     println!(
-        "plan {}: {} in {} stages, {tasks} tasks",
+        "plan {}: {}",
         if p.id.is_empty() { "(dry run)" } else { &p.id },
-        p.action,
-        p.stages.len()
+        p.action
     );
+    print!("{}", render_groups(&groups(p, kinds)));
+    println!("{}", summary(p));
+    if !verbose {
+        return Ok(());
+    }
     let mut t = table(&["STAGE", "TASK", "SERVICE", "NODE"]);
     for (i, stage) in p.stages.iter().enumerate() {
         for task in stage {

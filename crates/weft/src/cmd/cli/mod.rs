@@ -19,6 +19,7 @@ mod cluster;
 pub mod config;
 pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
+mod plan_view; // plans grouped for people
 mod ssh; // `weft cluster ssh`
 
 /// Text for `weft --help`: the exit codes of the client commands.
@@ -312,8 +313,24 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
     if !std::io::stdout().is_terminal() {
         t.force_no_tty();
     }
+    // `COLUMNS` wins over the terminal's own idea; a width of 0 (a terminal or a variable that
+    // says 0, or nothing known) means "do not wrap" rather than one character per line.
+    let columns = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<u16>().ok());
+    match columns.or_else(|| t.width()) {
+        Some(w) if w >= MIN_TABLE_WIDTH => {
+            t.set_width(w);
+        }
+        _ => {
+            t.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
+        }
+    }
     t
 }
+
+/// Narrower than this, a table is not wrapped to the terminal at all.
+const MIN_TABLE_WIDTH: u16 = 20;
 
 /// `1700000000000` as `2023-11-14 22:13 UTC`; 0 as `never`.
 pub fn time(ms: i64) -> String {
