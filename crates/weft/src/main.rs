@@ -83,3 +83,36 @@ fn init_tracing() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+
+    /// Every subcommand and every argument a user can see says what it is for.
+    #[test]
+    fn every_argument_has_help() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let mut missing = Vec::new();
+        walk(&cmd, "weft", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
+
+    fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for a in c.get_arguments() {
+            let id = a.get_id().as_str();
+            if a.is_hide_set() || id == "help" || id == "version" {
+                continue;
+            }
+            if a.get_help().is_none() && a.get_long_help().is_none() {
+                missing.push(format!("{path} {id}"));
+            }
+        }
+        for s in c.get_subcommands() {
+            let sub = format!("{path} {}", s.get_name());
+            if s.get_name() != "help" && s.get_about().is_none() {
+                missing.push(sub.clone());
+            }
+            walk(s, &sub, missing);
+        }
+    }
+}

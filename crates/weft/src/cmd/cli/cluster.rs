@@ -48,6 +48,7 @@ enum Cmd {
         /// Cluster name [default: <template>-<random>].
         #[arg(long)]
         name: Option<String>,
+        /// What the cluster is for.
         #[arg(long)]
         description: Option<String>,
         /// A service to run (repeat; default: the template's services).
@@ -56,14 +57,17 @@ enum Cmd {
         /// key=value over the template's default config (dotted keys nest; JSON values allowed).
         #[arg(long = "config")]
         config: Vec<String>,
+        /// The provider [default: the template's].
         #[arg(long)]
         provider: Option<String>,
+        /// Hardware type of every node [default: per the template].
         #[arg(long)]
         hardwaretype: Option<String>,
+        /// Image type of every node [default: per the template].
         #[arg(long)]
         imagetype: Option<String>,
-        /// Initial lease in ms (0: forever, when the template allows it).
-        #[arg(long)]
+        /// Initial lease: a duration (48h, 30d, 1h30m; 0 for forever, when the template allows it).
+        #[arg(long, value_parser = lease_ms)]
         lease: Option<i64>,
         /// Delete what was made if the create fails.
         #[arg(long)]
@@ -78,11 +82,18 @@ enum Cmd {
         status: Option<String>,
     },
     /// Show a cluster: nodes, services, addresses, lease, last job.
-    Show { id: String },
+    Show {
+        /// The cluster id.
+        id: String,
+    },
     /// The status of a cluster's latest job.
-    Status { id: String },
+    Status {
+        /// The cluster id.
+        id: String,
+    },
     /// Delete a cluster (all its nodes).
     Delete {
+        /// The cluster id.
         id: String,
         /// Follow the delete until the cluster is terminated.
         #[arg(long)]
@@ -90,7 +101,9 @@ enum Cmd {
     },
     /// Add nodes.
     Expand {
+        /// The cluster id.
         id: String,
+        /// How many nodes to add.
         #[arg(long)]
         count: u64,
         #[command(flatten)]
@@ -98,7 +111,9 @@ enum Cmd {
     },
     /// Remove nodes (newest first).
     Shrink {
+        /// The cluster id.
         id: String,
+        /// How many nodes to remove.
         #[arg(long)]
         count: u64,
         #[command(flatten)]
@@ -106,7 +121,9 @@ enum Cmd {
     },
     /// Add services.
     AddService {
+        /// The cluster id.
         id: String,
+        /// The services to add.
         #[arg(required = true)]
         services: Vec<String>,
         #[command(flatten)]
@@ -114,14 +131,18 @@ enum Cmd {
     },
     /// Remove a service.
     RemoveService {
+        /// The cluster id.
         id: String,
+        /// The service.
         service: String,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Change the cluster's config (key=value over the current config) and restart services.
     Reconfigure {
+        /// The cluster id.
         id: String,
+        /// key=value over the current config (dotted keys nest; JSON values allowed).
         #[arg(long = "config", required = true)]
         config: Vec<String>,
         /// Do not restart services after configuring them.
@@ -132,28 +153,36 @@ enum Cmd {
     },
     /// Start every service, or one.
     Start {
+        /// The cluster id.
         id: String,
+        /// Only this service [default: every service].
         service: Option<String>,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Stop every service, or one.
     Stop {
+        /// The cluster id.
         id: String,
+        /// Only this service [default: every service].
         service: Option<String>,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Restart every service, or one.
     Restart {
+        /// The cluster id.
         id: String,
+        /// Only this service [default: every service].
         service: Option<String>,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Upgrade a service to its latest definition.
     Upgrade {
+        /// The cluster id.
         id: String,
+        /// The service.
         service: String,
         /// Nodes upgraded at a time.
         #[arg(long)]
@@ -163,14 +192,22 @@ enum Cmd {
     },
     /// Move the end of the cluster's lease: `--until <ms since epoch>` or `--until +48h`.
     ExtendLease {
+        /// The cluster id.
         id: String,
+        /// The new end: ms since the epoch, or + and a duration (+48h, +30d).
         #[arg(long)]
         until: String,
     },
     /// The plan of a job (default: the latest).
-    Plan { id: String, job: Option<String> },
+    Plan {
+        /// The cluster id.
+        id: String,
+        /// The job id [default: the latest].
+        job: Option<String>,
+    },
     /// Output of the cluster's finished and failed tasks, from the nodes' action history.
     Logs {
+        /// The cluster id.
         id: String,
         /// Only failed tasks.
         #[arg(long)]
@@ -200,7 +237,10 @@ enum Cmd {
         command: Vec<String>,
     },
     /// Follow the cluster's running job until it ends.
-    Wait { id: String },
+    Wait {
+        /// The cluster id.
+        id: String,
+    },
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -782,23 +822,24 @@ pub fn now_ms() -> i64 {
 pub fn parse_until(s: &str, now: i64) -> anyhow::Result<i64> {
     let bad = || {
         UsageError(format!(
-            "--until {s}: give ms since the epoch or +<n>(s|m|h|d)"
+            "--until {s}: give ms since the epoch or + and a duration (+48h, +30d, +1h30m)"
         ))
     };
     if let Some(rel) = s.strip_prefix('+') {
-        let (num, unit) =
-            rel.split_at(rel.find(|c: char| !c.is_ascii_digit()).unwrap_or(rel.len()));
-        let n: i64 = num.parse().map_err(|_| bad())?;
-        let ms = match unit {
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" | "" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return Err(bad().into()),
-        };
-        return Ok(now + n * ms);
+        let d = super::duration::parse(rel).map_err(|_| bad())?;
+        let ms = i64::try_from(d.as_millis()).map_err(|_| bad())?;
+        return Ok(now.saturating_add(ms));
     }
     s.parse().map_err(|_| bad().into())
+}
+
+/// `--lease`: a duration as milliseconds; `0` is forever.
+fn lease_ms(s: &str) -> Result<i64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    let d = super::duration::parse(s)?;
+    i64::try_from(d.as_millis()).map_err(|_| format!("{s}: too long"))
 }
 
 /// Applies `a.b=v` pairs to a config object; `v` is JSON when it parses, else a string.
@@ -838,6 +879,10 @@ mod tests {
         assert_eq!(parse_until("+2d", 0).unwrap(), 2 * 86_400_000);
         assert_eq!(parse_until("12345", 0).unwrap(), 12345);
         assert!(parse_until("+3w", 0).is_err());
+        assert_eq!(parse_until("+1h30m", 0).unwrap(), 5_400_000);
+        assert_eq!(lease_ms("48h").unwrap(), 48 * 3_600_000);
+        assert_eq!(lease_ms("0").unwrap(), 0);
+        assert!(lease_ms("172800000").is_err());
         assert!(parse_until("soon", 0).is_err());
     }
 

@@ -27,26 +27,29 @@ pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage o
 2 the server refused the call (4xx), 3 server error (5xx) or server unreachable, 4 a job waited for \
 (--wait) failed.";
 
+/// The heading of the flags every client command takes, listed apart from a command's own.
+const GLOBAL: &str = "Global options";
+
 /// Where and as whom: flags beat `WEFT_*` variables, which beat the profile in the config file.
 #[derive(Debug, Clone, Args)]
 pub struct Conn {
     /// The server's external API URL [default: the profile's, else http://127.0.0.1:55054].
-    #[arg(long, env = "WEFT_URL", global = true)]
+    #[arg(long, env = "WEFT_URL", global = true, help_heading = GLOBAL)]
     server: Option<String>,
     /// Tenant [default: the profile's, else `default`].
-    #[arg(long, env = "WEFT_TENANT", global = true)]
+    #[arg(long, env = "WEFT_TENANT", global = true, help_heading = GLOBAL)]
     tenant: Option<String>,
     /// User [default: the profile's, else `admin`].
-    #[arg(long, env = "WEFT_USER", global = true)]
+    #[arg(long, env = "WEFT_USER", global = true, help_heading = GLOBAL)]
     user: Option<String>,
     /// API key (servers run with `--auth apikey`).
-    #[arg(long, env = "WEFT_API_KEY", global = true, hide_env_values = true)]
+    #[arg(long, env = "WEFT_API_KEY", global = true, hide_env_values = true, help_heading = GLOBAL)]
     api_key: Option<String>,
     /// Profile in the config file [default: `default`].
-    #[arg(long, env = "WEFT_PROFILE", global = true)]
+    #[arg(long, env = "WEFT_PROFILE", global = true, help_heading = GLOBAL)]
     profile: Option<String>,
     /// `table` for people, `json` for scripts (the API's JSON).
-    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true, help_heading = GLOBAL)]
     output: Output,
 }
 
@@ -101,6 +104,7 @@ pub struct LoginArgs {
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
+    /// The shell to complete for.
     shell: clap_complete::Shell,
 }
 
