@@ -124,10 +124,9 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     let settings_tokens = settings.provisioner_token_file.clone();
     runtime()?.block_on(async {
+        let (external, internal) = bind_ports(&settings, "weft server").await?;
         let app = weft_server::build(settings).await?;
-        let bound = weft_server::bind(app)
-            .await
-            .context("binding the API ports")?;
+        let bound = weft_server::bound(app, external, internal);
         println!("weft server");
         println!("  REST API     http://{}/v2", bound.external_addr()?);
         println!("  provisioners http://{}", bound.internal_addr()?);
