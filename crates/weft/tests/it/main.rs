@@ -4,6 +4,7 @@ mod cli;
 mod cli_hostpool;
 mod crash;
 mod crash_up;
+mod guide;
 mod lost_provisioner;
 mod offline;
 mod plan_output;
