@@ -194,6 +194,27 @@ fn weft_down_removes_what_weft_up_left_running() {
     // The clusters outlive weft up.
     assert!(!crate::crash_up::node_processes(&nodes).is_empty());
 
+    // weft up again on the same data dir takes them over: the nodes keep their processes and a
+    // job on the cluster runs (a restart of its services), then it stops again.
+    let mut again = up(&data);
+    let restart = weft()
+        .args([
+            "cluster", "restart", "--server", &again.api, &local, "--wait",
+        ])
+        .output()
+        .unwrap();
+    assert!(restart.status.success(), "{restart:?}");
+    let d = settle(&again.api, &local);
+    assert_eq!(d["status"], "active", "{}", d["message"]);
+    assert!(!crate::crash_up::node_processes(&nodes).is_empty());
+    let pid = again.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(again.child.wait().unwrap().success());
+
     let down = weft()
         .args(["down", "--timeout", "3m", "--data-dir"])
         .arg(&data)
