@@ -5,6 +5,7 @@ mod cli_hostpool;
 mod crash;
 mod crash_up;
 mod guide;
+mod hostpool_ssh;
 mod lost_provisioner;
 mod offline;
 mod plan_output;

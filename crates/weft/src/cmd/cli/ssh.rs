@@ -105,6 +105,10 @@ fn remote(
     if let Some(key) = identity {
         cmd.arg("-i").arg(key).args(["-o", "IdentitiesOnly=yes"]);
     }
+    let auth = node.provisioner_results.get("ssh-auth");
+    if let Some(port) = auth.and_then(|a| a.get("port")).and_then(|p| p.as_u64()) {
+        cmd.arg("-p").arg(port.to_string());
+    }
     cmd.args(["-o", "LogLevel=ERROR"])
         .arg(format!("{user}@{ip}"));
     if !command.is_empty() {
