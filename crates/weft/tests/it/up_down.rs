@@ -41,7 +41,7 @@ pub(crate) fn up(data: &Path) -> Up {
         .args(["--internal-port", &internal.to_string()])
         .arg("--data-dir")
         .arg(data)
-        .env("WEFT_LOG", "warn")
+        .env("WEFT_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -191,6 +191,12 @@ fn weft_down_removes_what_weft_up_left_running() {
         !warned.iter().any(|l| l.contains("could not unregister")),
         "{warned:?}"
     );
+    // Logs to a pipe carry no colour codes.
+    assert!(
+        warned.iter().any(|l| l.contains("provisioner stopped")),
+        "{warned:?}"
+    );
+    assert!(!warned.iter().any(|l| l.contains('\u{1b}')), "{warned:?}");
     // The clusters outlive weft up.
     assert!(!crate::crash_up::node_processes(&nodes).is_empty());
 
