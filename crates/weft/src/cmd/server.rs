@@ -46,17 +46,17 @@ pub struct ServerArgs {
     /// Largest plugin resource upload in bytes [default: 104857600].
     #[arg(long, env = "WEFT_RESOURCE_BODY_LIMIT")]
     resource_body_limit: Option<u64>,
-    /// Seconds a worker may hold a task before it is failed and retried [default: 1800].
-    #[arg(long, env = "WEFT_TASK_TIMEOUT")]
+    /// How long a worker may hold a task before it is failed and retried (30m; plain seconds too) [default: 30m].
+    #[arg(long, env = "WEFT_TASK_TIMEOUT", value_parser = seconds)]
     task_timeout: Option<u64>,
     /// Executions per task before its job fails [default: 3].
     #[arg(long, env = "WEFT_MAX_ACTION_RETRIES")]
     max_action_retries: Option<u32>,
-    /// Seconds between janitor runs [default: 10].
-    #[arg(long, env = "WEFT_JANITOR_INTERVAL")]
+    /// Time between janitor runs (10s; plain seconds too) [default: 10s].
+    #[arg(long, env = "WEFT_JANITOR_INTERVAL", value_parser = seconds)]
     janitor_interval: Option<u64>,
-    /// Seconds without a heartbeat before a provisioner is dropped [default: 120].
-    #[arg(long, env = "WEFT_PROVISIONER_TIMEOUT")]
+    /// Time without a heartbeat before a provisioner is dropped (2m; plain seconds too) [default: 2m].
+    #[arg(long, env = "WEFT_PROVISIONER_TIMEOUT", value_parser = seconds)]
     provisioner_timeout: Option<u64>,
     /// URL to POST the cluster and job JSON to at the start, success and failure of every job.
     #[arg(long, env = "WEFT_CALLBACK_URL")]
@@ -64,8 +64,8 @@ pub struct ServerArgs {
     /// Command to run (JSON on stdin, WEFT_EVENT set) at the start, success and failure of every job.
     #[arg(long, env = "WEFT_CALLBACK_COMMAND")]
     callback_command: Option<String>,
-    /// Seconds a callback may take before it is abandoned [default: 10].
-    #[arg(long, env = "WEFT_CALLBACK_TIMEOUT")]
+    /// How long a callback may take before it is abandoned (10s; plain seconds too) [default: 10s].
+    #[arg(long, env = "WEFT_CALLBACK_TIMEOUT", value_parser = seconds)]
     callback_timeout: Option<u64>,
     /// Provisioner token file, one token per line (first presented, all accepted; re-read when it
     /// changes) [default with --auth apikey: <data dir>/provisioner.token, made when missing].
@@ -114,9 +114,10 @@ pub struct UpArgs {
     /// Provisioner API port [default: 55055].
     #[arg(long, env = "WEFT_INTERNAL_PORT")]
     internal_port: Option<u16>,
-    /// Seconds a task may hold its lease before it is retried [default: 1800]. A provisioner
-    /// that restarts or goes silent has its tasks retried at once, whatever this says.
-    #[arg(long, env = "WEFT_TASK_TIMEOUT")]
+    /// How long a task may hold its lease before it is retried (30m; plain seconds too)
+    /// [default: 30m]. A provisioner that restarts or goes silent has its tasks retried at once,
+    /// whatever this says.
+    #[arg(long, env = "WEFT_TASK_TIMEOUT", value_parser = seconds)]
     task_timeout: Option<u64>,
 }
 
@@ -266,8 +267,29 @@ pub async fn start_up_provisioner(
     Ok(agent)
 }
 
+/// A duration flag as seconds: `30m`, `90s`, `1h30m`, or plain seconds (as in config files).
+fn seconds(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) => Ok(n),
+        Err(_) => super::cli::duration::parse(s).map(|d| d.as_secs()),
+    }
+}
+
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds;
+
+    #[test]
+    fn duration_flags_read_units_and_plain_seconds() {
+        assert_eq!(seconds("30m"), Ok(1800));
+        assert_eq!(seconds("1800"), Ok(1800));
+        assert_eq!(seconds("1h30m"), Ok(5400));
+        assert!(seconds("soon").is_err());
+    }
 }
