@@ -38,10 +38,16 @@ pub struct Live {
     pub status: ClusterStatus,
 }
 
-/// Records the API address of a running `weft up` in its data dir.
+/// Records the API address and process id of a running `weft up` in its data dir.
 pub fn record_address(data_dir: &Path, api: &str) -> anyhow::Result<()> {
-    std::fs::write(data_dir.join(ADDRESS_FILE), format!("{api}\n"))
+    let text = format!("{api}\n{}\n", std::process::id());
+    std::fs::write(data_dir.join(ADDRESS_FILE), text)
         .with_context(|| format!("writing {}", data_dir.join(ADDRESS_FILE).display()))
+}
+
+/// Forgets the address (`weft up` is stopping).
+pub fn forget_address(data_dir: &Path) {
+    let _ = std::fs::remove_file(data_dir.join(ADDRESS_FILE));
 }
 
 fn client(api: &str, tenant: &str) -> anyhow::Result<ApiClient> {
@@ -147,10 +153,16 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The address of the `weft up` serving `data_dir`, if one answers.
+/// The address of the `weft up` serving `data_dir`, if its process lives and it answers (a
+/// port now used by another weft, after a `weft up` that was killed, is not taken for it).
 async fn running_up(data_dir: &Path) -> Option<String> {
-    let api = std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).ok()?;
-    let api = api.trim().to_string();
+    let text = std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).ok()?;
+    let mut lines = text.lines();
+    let api = lines.next()?.trim().to_string();
+    let pid = lines.next()?.trim().parse::<u32>().ok()?;
+    if !Path::new(&format!("/proc/{pid}")).exists() {
+        return None;
+    }
     let c = client(&api, SUPERADMIN).ok()?;
     let answer = tokio::time::timeout(Duration::from_secs(5), c.tenants()).await;
     matches!(answer, Ok(Ok(_))).then_some(api)

@@ -176,6 +176,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' '{api}/v2/clustertemplates'");
         println!("  stop: Ctrl-C (clusters keep running); remove every cluster: weft down");
         super::provisioner::shutdown_signal().await;
+        super::down::forget_address(&settings.data_dir);
         let live = super::down::live_clusters(&api).await.unwrap_or_default();
         // The provisioner unregisters while the server still listens.
         agent.shutdown().await;
