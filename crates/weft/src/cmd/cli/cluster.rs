@@ -295,6 +295,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 return show_plan(&ctx, &plan, &kinds, job.verbose);
             }
             if !ctx.json() {
+                let plan = PlanView {
+                    id: "(to run)".into(),
+                    ..plan
+                };
                 show_plan(&ctx, &plan, &kinds, job.verbose)?;
             }
             let id = ctx.block(c.create_cluster(&req))?;
