@@ -59,6 +59,7 @@ fn the_guide_builds_a_running_cluster_of_its_own_service() {
     let script = guide_script();
     assert!(script.lines().count() > 50, "the guide's blocks: {script}");
     let dir = tempfile::tempdir().unwrap();
+    let _cleanup = crate::up_down::Cleanup(dir.path().join("data"));
     let mut u = up(&dir.path().join("data"));
     let out = bash(dir.path(), &u.api, &script);
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -104,6 +104,7 @@ fn cluster_ssh_runs_commands_on_a_host_pool_node() {
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let data = dir.path().join("data");
+    let _cleanup = crate::up_down::Cleanup(data.clone());
     let mut u = up(&data);
     let cli = |args: &[&str]| {
         let out = weft()

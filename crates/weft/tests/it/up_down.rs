@@ -24,6 +24,29 @@ pub(crate) struct Up {
     err: mpsc::Receiver<String>,
 }
 
+/// A test that fails does not leave its `weft up` running.
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// After a failed test, `weft down` removes what its clusters left (dropped after the `weft up`,
+/// so declare it first).
+pub(crate) struct Cleanup(pub(crate) std::path::PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.0.exists() {
+            let _ = weft()
+                .args(["down", "--timeout", "2m", "--data-dir"])
+                .arg(&self.0)
+                .output();
+        }
+    }
+}
+
 fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -113,6 +136,7 @@ fn weft_down_removes_what_weft_up_left_running() {
     let docker = weft_testkit::require("docker");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let _cleanup = Cleanup(data.clone());
     let mut u = up(&data);
     let local = create(&u.api, "kv-web", 3);
     let boxed = docker.then(|| create(&u.api, "kv-web-docker", 3));
