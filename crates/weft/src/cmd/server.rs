@@ -174,7 +174,10 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         println!("  provisioner  http://{} ({UP_WORKERS} workers, local provider, shell automator)", agent.addr());
         println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
         println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' '{api}/v2/clustertemplates'");
-        println!("  stop: Ctrl-C (clusters keep running); remove every cluster: weft down");
+        println!(
+            "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {}",
+            settings.data_dir.display()
+        );
         super::provisioner::shutdown_signal().await;
         super::down::forget_address(&settings.data_dir);
         let live = super::down::live_clusters(&api).await.unwrap_or_default();
