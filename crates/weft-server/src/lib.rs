@@ -309,11 +309,21 @@ pub async fn bind(app: App) -> Result<Bound, ServerError> {
     let s = app.state.settings.clone();
     let external = tokio::net::TcpListener::bind((s.bind, s.port)).await?;
     let internal = tokio::net::TcpListener::bind((s.bind, s.internal_port)).await?;
-    Ok(Bound {
+    Ok(bound(app, external, internal))
+}
+
+/// Serves `app` on listeners the caller bound (`weft up` binds its ports before it creates
+/// anything, so a port in use leaves no data behind).
+pub fn bound(
+    app: App,
+    external: tokio::net::TcpListener,
+    internal: tokio::net::TcpListener,
+) -> Bound {
+    Bound {
         app,
         external,
         internal,
-    })
+    }
 }
 
 impl Bound {
@@ -327,9 +337,17 @@ impl Bound {
 
     /// Starts the background work ([`spawn_background`]) and serves until ctrl-c or SIGTERM.
     pub async fn run(self) -> Result<(), ServerError> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// [`Bound::run`], but serves until `stop` completes (the caller handles signals; `weft up`
+    /// stops its provisioner first so that it can unregister).
+    pub async fn run_until(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
         tracing::info!(external = %self.external.local_addr()?, internal = %self.internal.local_addr()?, "weft server listening");
         let background = spawn_background(&self.app.state);
-        let stop = shutdown_signal();
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             stop.await;

@@ -27,6 +27,8 @@ struct Cli {
 enum Command {
     /// Start everything on this machine: server and provisioner on an embedded SQLite, with the example catalog.
     Up(cmd::server::UpArgs),
+    /// Delete every cluster `weft up` made on its data dir and wait until nothing is left.
+    Down(cmd::down::DownArgs),
     /// Run the server (external API and provisioner API).
     Server(cmd::server::ServerArgs),
     /// Administration on the store directly (bootstrap API keys).
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Up(args) => cmd::server::up(args),
+        Command::Down(args) => cmd::down::down(args),
         Command::Server(args) => cmd::server::server(args),
         Command::Admin(args) => cmd::admin::run(args),
         Command::Solve(args) => cmd::solve::run(args),
@@ -72,8 +75,44 @@ fn main() -> ExitCode {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
         .unwrap_or_else(|_| "info,sqlx=warn".into());
+    // Colour codes only on a terminal: a log file or a pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+
+    /// Every subcommand and every argument a user can see says what it is for.
+    #[test]
+    fn every_argument_has_help() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let mut missing = Vec::new();
+        walk(&cmd, "weft", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
+
+    fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for a in c.get_arguments() {
+            let id = a.get_id().as_str();
+            if a.is_hide_set() || id == "help" || id == "version" {
+                continue;
+            }
+            if a.get_help().is_none() && a.get_long_help().is_none() {
+                missing.push(format!("{path} {id}"));
+            }
+        }
+        for s in c.get_subcommands() {
+            let sub = format!("{path} {}", s.get_name());
+            if s.get_name() != "help" && s.get_about().is_none() {
+                missing.push(sub.clone());
+            }
+            walk(s, &sub, missing);
+        }
+    }
 }

@@ -717,8 +717,9 @@ pub async fn typed_list<T: serde::de::DeserializeOwned>(
         .collect())
 }
 
-/// Coopr's hostname: the cluster name (lower case, leading digits dropped, `_` and `.` as `-`) then
-/// `<cluster id>-<nodenum>`, cut to a 63-character label, then `.` and the DNS suffix.
+/// A node's hostname: `<cluster name>-<cluster id>-<nodenum>` (the name lower case, leading
+/// digits dropped, `_` and `.` as `-`; Coopr glued the id to the name, which read as a typo), cut
+/// to a 63-character label, then `.` and the DNS suffix.
 pub fn hostname(name: &str, cluster_id: u64, nodenum: u64, suffix: &str) -> String {
     let base: String = name
         .to_ascii_lowercase()
@@ -727,10 +728,15 @@ pub fn hostname(name: &str, cluster_id: u64, nodenum: u64, suffix: &str) -> Stri
         .map(|c| if c == '_' || c == '.' { '-' } else { c })
         .collect();
     let tail = format!("{cluster_id}-{nodenum}");
-    let room = 63usize.saturating_sub(tail.len());
+    let room = 63usize.saturating_sub(tail.len() + 1);
     let base: String = base.chars().take(room).collect();
+    let base = base.trim_matches('-');
     let suffix = suffix.strip_prefix('.').unwrap_or(suffix);
-    format!("{base}{tail}.{suffix}")
+    if base.is_empty() {
+        format!("{tail}.{suffix}")
+    } else {
+        format!("{base}-{tail}.{suffix}")
+    }
 }
 
 #[cfg(test)]
@@ -738,15 +744,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hostnames_follow_coopr() {
+    fn hostnames_read_name_id_and_node_number() {
         assert_eq!(
             hostname("123i.am-a_clusTer", 1, 1002, "local"),
-            "i-am-a-cluster1-1002.local"
+            "i-am-a-cluster-1-1002.local"
         );
         assert_eq!(
             hostname("x", 79, 1000, ".dev.example.com"),
-            "x79-1000.dev.example.com"
+            "x-79-1000.dev.example.com"
         );
+        assert_eq!(hostname("42", 3, 1000, "local"), "3-1000.local");
+        assert_eq!(hostname("web-", 3, 1000, "local"), "web-3-1000.local");
         let long = hostname(&"a".repeat(80), 12, 1000, "local");
         assert_eq!(long.split('.').next().unwrap().len(), 63);
     }

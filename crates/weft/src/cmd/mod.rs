@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod bench;
 pub mod cli;
+pub mod down;
 pub mod plan;
 pub mod provisioner;
 pub mod server;

@@ -46,17 +46,17 @@ pub struct ServerArgs {
     /// Largest plugin resource upload in bytes [default: 104857600].
     #[arg(long, env = "WEFT_RESOURCE_BODY_LIMIT")]
     resource_body_limit: Option<u64>,
-    /// Seconds a worker may hold a task before it is failed and retried [default: 1800].
-    #[arg(long, env = "WEFT_TASK_TIMEOUT")]
+    /// How long a worker may hold a task before it is failed and retried (30m; plain seconds too) [default: 30m].
+    #[arg(long, env = "WEFT_TASK_TIMEOUT", value_parser = seconds)]
     task_timeout: Option<u64>,
     /// Executions per task before its job fails [default: 3].
     #[arg(long, env = "WEFT_MAX_ACTION_RETRIES")]
     max_action_retries: Option<u32>,
-    /// Seconds between janitor runs [default: 10].
-    #[arg(long, env = "WEFT_JANITOR_INTERVAL")]
+    /// Time between janitor runs (10s; plain seconds too) [default: 10s].
+    #[arg(long, env = "WEFT_JANITOR_INTERVAL", value_parser = seconds)]
     janitor_interval: Option<u64>,
-    /// Seconds without a heartbeat before a provisioner is dropped [default: 120].
-    #[arg(long, env = "WEFT_PROVISIONER_TIMEOUT")]
+    /// Time without a heartbeat before a provisioner is dropped (2m; plain seconds too) [default: 2m].
+    #[arg(long, env = "WEFT_PROVISIONER_TIMEOUT", value_parser = seconds)]
     provisioner_timeout: Option<u64>,
     /// URL to POST the cluster and job JSON to at the start, success and failure of every job.
     #[arg(long, env = "WEFT_CALLBACK_URL")]
@@ -64,8 +64,8 @@ pub struct ServerArgs {
     /// Command to run (JSON on stdin, WEFT_EVENT set) at the start, success and failure of every job.
     #[arg(long, env = "WEFT_CALLBACK_COMMAND")]
     callback_command: Option<String>,
-    /// Seconds a callback may take before it is abandoned [default: 10].
-    #[arg(long, env = "WEFT_CALLBACK_TIMEOUT")]
+    /// How long a callback may take before it is abandoned (10s; plain seconds too) [default: 10s].
+    #[arg(long, env = "WEFT_CALLBACK_TIMEOUT", value_parser = seconds)]
     callback_timeout: Option<u64>,
     /// Provisioner token file, one token per line (first presented, all accepted; re-read when it
     /// changes) [default with --auth apikey: <data dir>/provisioner.token, made when missing].
@@ -114,9 +114,10 @@ pub struct UpArgs {
     /// Provisioner API port [default: 55055].
     #[arg(long, env = "WEFT_INTERNAL_PORT")]
     internal_port: Option<u16>,
-    /// Seconds a task may hold its lease before it is retried [default: 1800]. A provisioner
-    /// that restarts or goes silent has its tasks retried at once, whatever this says.
-    #[arg(long, env = "WEFT_TASK_TIMEOUT")]
+    /// How long a task may hold its lease before it is retried (30m; plain seconds too)
+    /// [default: 30m]. A provisioner that restarts or goes silent has its tasks retried at once,
+    /// whatever this says.
+    #[arg(long, env = "WEFT_TASK_TIMEOUT", value_parser = seconds)]
     task_timeout: Option<u64>,
 }
 
@@ -124,10 +125,9 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     let settings_tokens = settings.provisioner_token_file.clone();
     runtime()?.block_on(async {
+        let (external, internal) = bind_ports(&settings, "weft server").await?;
         let app = weft_server::build(settings).await?;
-        let bound = weft_server::bind(app)
-            .await
-            .context("binding the API ports")?;
+        let bound = weft_server::bound(app, external, internal);
         println!("weft server");
         println!("  REST API     http://{}/v2", bound.external_addr()?);
         println!("  provisioners http://{}", bound.internal_addr()?);
@@ -154,50 +154,146 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     }
     .resolve()?;
     runtime()?.block_on(async {
-        let app = weft_server::build(settings.clone()).await?;
+        // The ports first: a port in use must leave nothing behind (no data dir, no database).
+        let (external, internal) = bind_ports(&settings, "weft up").await?;
+        let (app, first) = open_up_store(&settings).await?;
         let store = app.state.store.clone();
-        let first = weft_server::seed_catalog(store.as_ref(), SUPERADMIN, EXAMPLE_CATALOG).await?;
-        if store.tenant_by_name(DEFAULT_TENANT).await?.is_none() {
-            let spec = weft_model::TenantSpecification {
-                name: DEFAULT_TENANT.into(),
-                description: Some("the tenant weft up makes for you".into()),
-                workers: 0,
-                max_clusters: weft_model::UNBOUNDED,
-                max_nodes: weft_model::UNBOUNDED,
-            };
-            let tenant = Tenant { id: uuid::Uuid::new_v4().to_string(), spec, create_time: 0 };
-            store.insert_tenant(&tenant).await?;
-            weft_server::seed_catalog(store.as_ref(), &tenant.id, EXAMPLE_CATALOG).await?;
-        }
-        let bound = weft_server::bind(app).await.context("binding the API ports")?;
+        let bound = weft_server::bound(app, external, internal);
         let api = format!("http://{}", bound.external_addr()?);
-        // The in-process provisioner: the default tenant gets its workers.
         let internal = bound.internal_addr()?;
-        let serving = tokio::spawn(bound.run());
-        let mut tenant = store.tenant_by_name(DEFAULT_TENANT).await?;
-        if let Some(t) = tenant.as_mut().filter(|t| t.spec.workers == 0) {
-            t.spec.workers = UP_WORKERS;
-            store.update_tenant(t).await?;
-        }
-        let agent = super::provisioner::start_in_process(&settings.data_dir, internal, UP_WORKERS).await?;
-        if let Some(t) = &tenant {
-            agent.set_workers(&t.id, t.spec.workers.min(UP_WORKERS))?;
-        }
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(bound.run_until(async {
+            let _ = stop_rx.await;
+        }));
+        let agent = start_up_provisioner(&settings.data_dir, store.as_ref(), internal).await?;
+        super::down::record_address(&settings.data_dir, &api)?;
         // Only now is everything ready (the provisioner has registered its plugin types): say so.
         println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
         println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
         println!("  provisioners http://{internal}");
         println!("  provisioner  http://{} ({UP_WORKERS} workers, local provider, shell automator)", agent.addr());
         println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
-        println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' {api}/v2/clustertemplates");
-        serving.await?.context("serving")?;
+        println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' '{api}/v2/clustertemplates'");
+        println!(
+            "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {}",
+            settings.data_dir.display()
+        );
+        super::provisioner::shutdown_signal().await;
+        super::down::forget_address(&settings.data_dir);
+        let live = super::down::live_clusters(&api).await.unwrap_or_default();
+        // The provisioner unregisters while the server still listens.
         agent.shutdown().await;
+        let _ = stop_tx.send(());
+        serving.await?.context("serving")?;
+        super::down::print_left_behind(&settings.data_dir, &live);
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Binds the external and internal ports of `settings`; a port in use is an error naming the
+/// port and the flag that changes it.
+pub async fn bind_ports(
+    settings: &Settings,
+    command: &str,
+) -> anyhow::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
+    let one = |port: u16, flag: &'static str| async move {
+        tokio::net::TcpListener::bind((settings.bind, port))
+            .await
+            .map_err(|e| port_error(e, settings.bind, port, flag, command))
+    };
+    let external = one(settings.port, "--port").await?;
+    let internal = one(settings.internal_port, "--internal-port").await?;
+    Ok((external, internal))
+}
+
+fn port_error(
+    e: std::io::Error,
+    bind: std::net::IpAddr,
+    port: u16,
+    flag: &str,
+    command: &str,
+) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        anyhow::anyhow!(
+            "port {port} on {bind} is in use (is weft already running?): pick another with `{command} {flag} PORT`"
+        )
+    } else {
+        anyhow::anyhow!("cannot listen on {bind}:{port} ({flag}): {e}")
+    }
+}
+
+/// Opens (or makes) the store of `weft up`: the example catalog and the default tenant on first
+/// start. Returns the app and whether the catalog was loaded now.
+pub async fn open_up_store(settings: &Settings) -> anyhow::Result<(weft_server::App, bool)> {
+    let app = weft_server::build(settings.clone()).await?;
+    let store = app.state.store.clone();
+    let first = weft_server::seed_catalog(store.as_ref(), SUPERADMIN, EXAMPLE_CATALOG).await?;
+    if store.tenant_by_name(DEFAULT_TENANT).await?.is_none() {
+        let spec = weft_model::TenantSpecification {
+            name: DEFAULT_TENANT.into(),
+            description: Some("the tenant weft up makes for you".into()),
+            workers: 0,
+            max_clusters: weft_model::UNBOUNDED,
+            max_nodes: weft_model::UNBOUNDED,
+        };
+        let tenant = Tenant {
+            id: uuid::Uuid::new_v4().to_string(),
+            spec,
+            create_time: 0,
+        };
+        store.insert_tenant(&tenant).await?;
+        weft_server::seed_catalog(store.as_ref(), &tenant.id, EXAMPLE_CATALOG).await?;
+    }
+    Ok((app, first))
+}
+
+/// Starts the in-process provisioner of `weft up` and gives it the workers of every tenant (the
+/// default tenant gets [`UP_WORKERS`] when it has none).
+pub async fn start_up_provisioner(
+    data_dir: &std::path::Path,
+    store: &dyn weft_store::Store,
+    internal: std::net::SocketAddr,
+) -> anyhow::Result<weft_provisioner::agent::Agent> {
+    if let Some(mut t) = store
+        .tenant_by_name(DEFAULT_TENANT)
+        .await?
+        .filter(|t| t.spec.workers == 0)
+    {
+        t.spec.workers = UP_WORKERS;
+        store.update_tenant(&t).await?;
+    }
+    let agent = super::provisioner::start_in_process(data_dir, internal, UP_WORKERS).await?;
+    for t in store.list_tenants().await? {
+        if t.spec.workers > 0 && t.spec.name != SUPERADMIN {
+            agent.set_workers(&t.id, t.spec.workers.min(UP_WORKERS))?;
+        }
+    }
+    Ok(agent)
+}
+
+/// A duration flag as seconds: `30m`, `90s`, `1h30m`, or plain seconds (as in config files).
+fn seconds(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) => Ok(n),
+        Err(_) => super::cli::duration::parse(s).map(|d| d.as_secs()),
+    }
 }
 
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds;
+
+    #[test]
+    fn duration_flags_read_units_and_plain_seconds() {
+        assert_eq!(seconds("30m"), Ok(1800));
+        assert_eq!(seconds("1800"), Ok(1800));
+        assert_eq!(seconds("1h30m"), Ok(5400));
+        assert!(seconds("soon").is_err());
+    }
 }

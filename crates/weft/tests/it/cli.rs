@@ -485,20 +485,20 @@ fn cluster_commands_change_a_running_cluster() {
     assert!(first.stages.is_empty());
     let create: PlanView = s.json(&["cluster", "plan", &id, &format!("{id}-002")]);
     assert_eq!(create.action, "CLUSTER_CREATE");
-    assert!(s.ok(&["cluster", "plan", &id]).contains("stages"));
+    assert!(s.ok(&["cluster", "plan", &id]).contains("longest chain"));
 
     let logs = s.ok(&["cluster", "logs", &id]);
     assert!(
         logs.contains("ran INSTALL") && logs.contains("INSTALL a"),
         "{logs}"
     );
-    let ssh = s.ok(&["cluster", "ssh", &id, "1000"]);
+    let ssh = s.ok(&["cluster", "ssh", "--print", &id, "1000"]);
     assert!(ssh.starts_with("ssh weft@10.1.0."), "{ssh}");
     let node = &d.nodes[0].id;
     assert!(s
-        .ok(&["cluster", "ssh", &id, node])
+        .ok(&["cluster", "ssh", "--print", &id, node])
         .starts_with("ssh weft@"));
-    s.fails(&["cluster", "ssh", &id, "nope"], 1);
+    s.fails(&["cluster", "ssh", "--print", &id, "nope"], 1);
 }
 
 #[test]

@@ -104,7 +104,7 @@ fn completions(details: &Value) -> BTreeMap<(String, String, String), u32> {
 
 /// Processes on this machine whose environment marks them as one of `nodes` (the local
 /// provider's `WEFT_LOCAL_NODE`).
-fn node_processes(nodes: &[String]) -> Vec<u32> {
+pub(crate) fn node_processes(nodes: &[String]) -> Vec<u32> {
     let marks: Vec<String> = nodes
         .iter()
         .map(|n| format!("WEFT_LOCAL_NODE={n}"))
@@ -126,7 +126,7 @@ fn node_processes(nodes: &[String]) -> Vec<u32> {
     found
 }
 
-fn node_dirs(data: &Path) -> usize {
+pub(crate) fn node_dirs(data: &Path) -> usize {
     std::fs::read_dir(data.join("provisioner/local/nodes"))
         .map(|d| d.count())
         .unwrap_or(0)

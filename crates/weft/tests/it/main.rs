@@ -5,9 +5,13 @@ mod cli_hostpool;
 mod cli_sweep; // weft provider sweep
 mod crash;
 mod crash_up;
+mod guide;
+mod hostpool_ssh;
 mod lost_provisioner;
 mod offline;
+mod plan_output;
 mod server;
 mod support;
 mod tenant_users;
+mod up_down;
 mod worker;

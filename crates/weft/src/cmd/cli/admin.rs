@@ -28,18 +28,23 @@ struct TenantFields {
     /// Most live nodes.
     #[arg(long)]
     max_nodes: Option<u64>,
+    /// What the tenant is for.
     #[arg(long)]
     description: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
 enum TenantCmd {
+    /// List tenants.
     List,
+    /// Show a tenant.
     Show {
+        /// The tenant's name.
         name: String,
     },
     /// Create a tenant (unset quotas are unbounded).
     Create {
+        /// The tenant's name.
         name: String,
         #[command(flatten)]
         fields: TenantFields,
@@ -49,11 +54,14 @@ enum TenantCmd {
     },
     /// Change a tenant's workers, quotas or description (unset fields keep their value).
     Update {
+        /// The tenant's name.
         name: String,
         #[command(flatten)]
         fields: TenantFields,
     },
+    /// Delete a tenant (it must have no live clusters).
     Delete {
+        /// The tenant's name.
         name: String,
     },
 }
@@ -181,8 +189,13 @@ pub struct ProvisionersArgs {
 
 #[derive(Debug, Subcommand)]
 enum ProvisionersCmd {
+    /// List registered provisioners.
     List,
-    Show { id: String },
+    /// Show one provisioner: capacity, workers per tenant, last heartbeat.
+    Show {
+        /// The provisioner id.
+        id: String,
+    },
 }
 
 pub fn provisioners(a: ProvisionersArgs) -> anyhow::Result<()> {
@@ -244,8 +257,11 @@ enum Ptype {
 /// `{provider|automator} PLUGIN TYPE`: where resources live (e.g. `automator shell scripts`).
 #[derive(Debug, clap::Args)]
 struct At {
+    /// The kind of plugin: provider or automator.
     ptype: Ptype,
+    /// The plugin's name (e.g. shell).
     plugin: String,
+    /// The resource type (e.g. scripts).
     rtype: String,
 }
 
@@ -273,6 +289,7 @@ enum ResourceCmd {
     Upload {
         #[command(flatten)]
         at: At,
+        /// The resource's name.
         name: String,
         /// The file (`-` for stdin).
         #[arg(short = 'f', long = "file")]
@@ -282,21 +299,27 @@ enum ResourceCmd {
     Stage {
         #[command(flatten)]
         at: At,
+        /// The resource's name.
         name: String,
+        /// The version.
         version: u64,
     },
     /// Recall a version: it goes off at the next sync.
     Recall {
         #[command(flatten)]
         at: At,
+        /// The resource's name.
         name: String,
+        /// The version.
         version: u64,
     },
     /// Delete one version, or every version of a resource.
     Delete {
         #[command(flatten)]
         at: At,
+        /// The resource's name.
         name: String,
+        /// The version [default: every version].
         version: Option<u64>,
     },
     /// Push staged versions live and recalled ones off, on every provisioner.
@@ -382,18 +405,23 @@ pub struct ApiKeyArgs {
 
 #[derive(Debug, Subcommand)]
 enum ApiKeyCmd {
+    /// List API keys (never their secrets).
     List,
     /// Make a key for a tenant's user; the secret is shown once.
     Create {
+        /// The tenant the key acts in.
         #[arg(long = "for-tenant")]
         for_tenant: String,
+        /// The user the key acts as.
         #[arg(long = "for-user")]
         for_user: String,
         /// The key acts as the tenant's admin.
         #[arg(long)]
         admin: bool,
     },
+    /// Delete an API key.
     Delete {
+        /// The key id.
         id: String,
     },
 }

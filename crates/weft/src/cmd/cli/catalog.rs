@@ -26,16 +26,26 @@ pub(super) enum Cmd {
     /// List them.
     List,
     /// Show one (its JSON).
-    Show { name: String },
+    Show {
+        /// Its name.
+        name: String,
+    },
     /// Create from a JSON file (`-` for stdin); a JSON array creates each element.
     Create {
+        /// The JSON file (`-` for stdin).
         #[arg(short = 'f', long = "file")]
         file: String,
     },
     /// Open the JSON in $VISUAL or $EDITOR and write back what you save (a new version).
-    Edit { name: String },
+    Edit {
+        /// Its name.
+        name: String,
+    },
     /// Delete one.
-    Delete { name: String },
+    Delete {
+        /// Its name.
+        name: String,
+    },
 }
 
 pub fn run(kind: Kind, a: Args) -> anyhow::Result<()> {
@@ -191,6 +201,7 @@ enum CatalogCmd {
     Export,
     /// Replace the tenant's catalog with a file's: shows what changes, then asks.
     Import {
+        /// The file (`-` for stdin).
         file: String,
         /// Do not ask.
         #[arg(long, short = 'y')]

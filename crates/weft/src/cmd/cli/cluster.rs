@@ -10,6 +10,7 @@ use weft_model::{
     ClusterDetails, ClusterStatus, ClusterTemplate, JobStatus, Node, NodeActionStatus, PlanView,
 };
 
+use super::plan_view::{groups, render_groups, summary, NodeKinds};
 use super::{print_json, table, time, Conn, Ctx, JobFailed, UsageError};
 
 #[derive(Debug, clap::Args)]
@@ -29,6 +30,9 @@ pub struct JobFlags {
     /// Follow the job with a progress bar until it ends (exit 4 if it fails).
     #[arg(long)]
     wait: bool,
+    /// Show the plan's task table too (by default: the layout and a summary).
+    #[arg(long, short = 'v')]
+    verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,6 +48,7 @@ enum Cmd {
         /// Cluster name [default: <template>-<random>].
         #[arg(long)]
         name: Option<String>,
+        /// What the cluster is for.
         #[arg(long)]
         description: Option<String>,
         /// A service to run (repeat; default: the template's services).
@@ -52,14 +57,17 @@ enum Cmd {
         /// key=value over the template's default config (dotted keys nest; JSON values allowed).
         #[arg(long = "config")]
         config: Vec<String>,
+        /// The provider [default: the template's].
         #[arg(long)]
         provider: Option<String>,
+        /// Hardware type of every node [default: per the template].
         #[arg(long)]
         hardwaretype: Option<String>,
+        /// Image type of every node [default: per the template].
         #[arg(long)]
         imagetype: Option<String>,
-        /// Initial lease in ms (0: forever, when the template allows it).
-        #[arg(long)]
+        /// Initial lease: a duration (48h, 30d, 1h30m; 0 for forever, when the template allows it).
+        #[arg(long, value_parser = lease_ms)]
         lease: Option<i64>,
         /// Delete what was made if the create fails.
         #[arg(long)]
@@ -74,11 +82,18 @@ enum Cmd {
         status: Option<String>,
     },
     /// Show a cluster: nodes, services, addresses, lease, last job.
-    Show { id: String },
+    Show {
+        /// The cluster id.
+        id: String,
+    },
     /// The status of a cluster's latest job.
-    Status { id: String },
+    Status {
+        /// The cluster id.
+        id: String,
+    },
     /// Delete a cluster (all its nodes).
     Delete {
+        /// The cluster id.
         id: String,
         /// Follow the delete until the cluster is terminated.
         #[arg(long)]
@@ -86,7 +101,9 @@ enum Cmd {
     },
     /// Add nodes.
     Expand {
+        /// The cluster id.
         id: String,
+        /// How many nodes to add.
         #[arg(long)]
         count: u64,
         #[command(flatten)]
@@ -94,7 +111,9 @@ enum Cmd {
     },
     /// Remove nodes (newest first).
     Shrink {
+        /// The cluster id.
         id: String,
+        /// How many nodes to remove.
         #[arg(long)]
         count: u64,
         #[command(flatten)]
@@ -102,7 +121,9 @@ enum Cmd {
     },
     /// Add services.
     AddService {
+        /// The cluster id.
         id: String,
+        /// The services to add.
         #[arg(required = true)]
         services: Vec<String>,
         #[command(flatten)]
@@ -110,14 +131,18 @@ enum Cmd {
     },
     /// Remove a service.
     RemoveService {
+        /// The cluster id.
         id: String,
+        /// The service.
         service: String,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Change the cluster's config (key=value over the current config) and restart services.
     Reconfigure {
+        /// The cluster id.
         id: String,
+        /// key=value over the current config (dotted keys nest; JSON values allowed).
         #[arg(long = "config", required = true)]
         config: Vec<String>,
         /// Do not restart services after configuring them.
@@ -128,28 +153,36 @@ enum Cmd {
     },
     /// Start every service, or one.
     Start {
+        /// The cluster id.
         id: String,
+        /// Only this service [default: every service].
         service: Option<String>,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Stop every service, or one.
     Stop {
+        /// The cluster id.
         id: String,
+        /// Only this service [default: every service].
         service: Option<String>,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Restart every service, or one.
     Restart {
+        /// The cluster id.
         id: String,
+        /// Only this service [default: every service].
         service: Option<String>,
         #[command(flatten)]
         job: JobFlags,
     },
     /// Upgrade a service to its latest definition.
     Upgrade {
+        /// The cluster id.
         id: String,
+        /// The service.
         service: String,
         /// Nodes upgraded at a time.
         #[arg(long)]
@@ -159,28 +192,55 @@ enum Cmd {
     },
     /// Move the end of the cluster's lease: `--until <ms since epoch>` or `--until +48h`.
     ExtendLease {
+        /// The cluster id.
         id: String,
+        /// The new end: ms since the epoch, or + and a duration (+48h, +30d).
         #[arg(long)]
         until: String,
     },
     /// The plan of a job (default: the latest).
-    Plan { id: String, job: Option<String> },
+    Plan {
+        /// The cluster id.
+        id: String,
+        /// The job id [default: the latest].
+        job: Option<String>,
+    },
     /// Output of the cluster's finished and failed tasks, from the nodes' action history.
     Logs {
+        /// The cluster id.
         id: String,
         /// Only failed tasks.
         #[arg(long)]
         failed: bool,
     },
-    /// The ssh command for a node (id, hostname or node number); `--exec` runs it.
+    /// A shell on a node, or `-- COMMAND...` there (exits with its exit code). Local provider: a
+    /// shell in the node's directory with its environment; others: ssh to the node.
     Ssh {
+        /// The cluster.
         id: String,
+        /// The node: id, hostname or node number.
         node: String,
+        /// Print the ssh command instead of running it.
         #[arg(long)]
+        print: bool,
+        /// Accepted for compatibility: running is the default.
+        #[arg(long, hide = true)]
         exec: bool,
+        /// Private key for ssh (host pool: the provider's key) [default: the Docker cluster key].
+        #[arg(long)]
+        identity: Option<std::path::PathBuf>,
+        /// Data dir of the provisioner (`weft up`) that made Docker nodes: its key seed.
+        #[arg(long, env = "WEFT_DATA_DIR", default_value = ".weft")]
+        data_dir: std::path::PathBuf,
+        /// The command to run (after `--`); a shell when missing.
+        #[arg(last = true)]
+        command: Vec<String>,
     },
     /// Follow the cluster's running job until it ends.
-    Wait { id: String },
+    Wait {
+        /// The cluster id.
+        id: String,
+    },
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -227,11 +287,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 rollback_on_failure,
             };
             let plan = ctx.block(c.plan_cluster(&req))?;
+            let t: ClusterTemplate =
+                ctx.block(c.entity(Kind::ClusterTemplate, &req.cluster_template))?;
+            let kinds =
+                NodeKinds::from_template(&t, req.hardwaretype.as_deref(), req.imagetype.as_deref());
             if job.dry_run {
-                return show_plan(&ctx, &plan);
+                return show_plan(&ctx, &plan, &kinds, job.verbose);
             }
             if !ctx.json() {
-                show_plan(&ctx, &plan)?;
+                let plan = PlanView {
+                    id: "(to run)".into(),
+                    ..plan
+                };
+                show_plan(&ctx, &plan, &kinds, job.verbose)?;
             }
             let id = ctx.block(c.create_cluster(&req))?;
             if !ctx.json() {
@@ -398,15 +466,32 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     .ok_or_else(|| UsageError(format!("cluster {id} has no job yet")))?,
             };
             let plan = ctx.block(c.plan(&id, &job))?;
-            show_plan(&ctx, &plan)
+            let d = ctx.block(c.cluster(&id))?;
+            let kinds =
+                NodeKinds::from_template(&d.cluster_template, None, None).with_nodes(&d.nodes);
+            show_plan(&ctx, &plan, &kinds, true)
         }
         Cmd::Logs { id, failed } => {
             let d = ctx.block(c.cluster(&id))?;
             logs(&ctx, &d, failed)
         }
-        Cmd::Ssh { id, node, exec } => {
+        Cmd::Ssh {
+            id,
+            node,
+            print,
+            exec: _,
+            identity,
+            data_dir,
+            command,
+        } => {
             let d = ctx.block(c.cluster(&id))?;
             let n = find_node(&d, &node)?;
+            if !print && !ctx.json() {
+                let opts = super::ssh::SshOptions { identity, data_dir };
+                let code = super::ssh::run_on(n, &command, &opts)?;
+                std::process::exit(code);
+            }
+            let exec = false;
             let ip = access_ip(n)
                 .ok_or_else(|| UsageError(format!("node {} has no address yet", n.id)))?;
             let target = format!("{}@{ip}", n.properties.sshuser);
@@ -459,7 +544,12 @@ fn service_action(
 /// After a call that starts a job: the plan (dry run), or "started" and optionally the wait.
 fn started(ctx: &Ctx, id: &str, r: Started, job: &JobFlags, what: &str) -> anyhow::Result<()> {
     match r {
-        Started::Plan(p) => show_plan(ctx, &p),
+        Started::Plan(p) => {
+            let d = ctx.block(ctx.client.cluster(id))?;
+            let kinds =
+                NodeKinds::from_template(&d.cluster_template, None, None).with_nodes(&d.nodes);
+            show_plan(ctx, &p, &kinds, job.verbose)
+        }
         Started::Started => {
             if !ctx.json() {
                 println!("{what}");
@@ -558,17 +648,21 @@ fn task_counts(d: &ClusterDetails) -> (usize, usize) {
     (running, failed)
 }
 
-fn show_plan(ctx: &Ctx, p: &PlanView) -> anyhow::Result<()> {
+/// The plan: its layout grouped and a summary; the task table with `verbose`.
+fn show_plan(ctx: &Ctx, p: &PlanView, kinds: &NodeKinds, verbose: bool) -> anyhow::Result<()> {
     if ctx.json() {
         return print_json(p);
     }
-    let tasks: usize = p.stages.iter().map(Vec::len).sum();
     println!(
-        "plan {}: {} in {} stages, {tasks} tasks",
+        "plan {}: {}",
         if p.id.is_empty() { "(dry run)" } else { &p.id },
-        p.action,
-        p.stages.len()
+        p.action
     );
+    print!("{}", render_groups(&groups(p, kinds)));
+    println!("{}", summary(p));
+    if !verbose {
+        return Ok(());
+    }
     let mut t = table(&["STAGE", "TASK", "SERVICE", "NODE"]);
     for (i, stage) in p.stages.iter().enumerate() {
         for task in stage {
@@ -584,7 +678,7 @@ fn show_plan(ctx: &Ctx, p: &PlanView) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn access_ip(n: &Node) -> Option<&str> {
+pub(super) fn access_ip(n: &Node) -> Option<&str> {
     let ips = &n.properties.ipaddresses;
     ips.get("access_v4")
         .or_else(|| ips.get("bind_v4"))
@@ -732,23 +826,24 @@ pub fn now_ms() -> i64 {
 pub fn parse_until(s: &str, now: i64) -> anyhow::Result<i64> {
     let bad = || {
         UsageError(format!(
-            "--until {s}: give ms since the epoch or +<n>(s|m|h|d)"
+            "--until {s}: give ms since the epoch or + and a duration (+48h, +30d, +1h30m)"
         ))
     };
     if let Some(rel) = s.strip_prefix('+') {
-        let (num, unit) =
-            rel.split_at(rel.find(|c: char| !c.is_ascii_digit()).unwrap_or(rel.len()));
-        let n: i64 = num.parse().map_err(|_| bad())?;
-        let ms = match unit {
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" | "" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return Err(bad().into()),
-        };
-        return Ok(now + n * ms);
+        let d = super::duration::parse(rel).map_err(|_| bad())?;
+        let ms = i64::try_from(d.as_millis()).map_err(|_| bad())?;
+        return Ok(now.saturating_add(ms));
     }
     s.parse().map_err(|_| bad().into())
+}
+
+/// `--lease`: a duration as milliseconds; `0` is forever.
+fn lease_ms(s: &str) -> Result<i64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    let d = super::duration::parse(s)?;
+    i64::try_from(d.as_millis()).map_err(|_| format!("{s}: too long"))
 }
 
 /// Applies `a.b=v` pairs to a config object; `v` is JSON when it parses, else a string.
@@ -788,6 +883,10 @@ mod tests {
         assert_eq!(parse_until("+2d", 0).unwrap(), 2 * 86_400_000);
         assert_eq!(parse_until("12345", 0).unwrap(), 12345);
         assert!(parse_until("+3w", 0).is_err());
+        assert_eq!(parse_until("+1h30m", 0).unwrap(), 5_400_000);
+        assert_eq!(lease_ms("48h").unwrap(), 48 * 3_600_000);
+        assert_eq!(lease_ms("0").unwrap(), 0);
+        assert!(lease_ms("172800000").is_err());
         assert!(parse_until("soon", 0).is_err());
     }
 

@@ -52,12 +52,14 @@ enum Cmd {
     },
     /// One host.
     Show {
+        /// The host's name in the pool.
         host: String,
         #[command(flatten)]
         pool: Pool,
     },
     /// Add a host to the pool (--address and --key-file needed).
     Add {
+        /// The host's name in the pool.
         host: String,
         #[command(flatten)]
         pool: Pool,
@@ -66,6 +68,7 @@ enum Cmd {
     },
     /// Change a host: unset flags keep their value; --label adds or replaces a label.
     Edit {
+        /// The host's name in the pool.
         host: String,
         #[command(flatten)]
         pool: Pool,
@@ -77,6 +80,7 @@ enum Cmd {
     },
     /// Remove a free host from the pool (a host lent to a node is refused).
     Remove {
+        /// The host's name in the pool.
         host: String,
         #[command(flatten)]
         pool: Pool,

@@ -17,34 +17,40 @@ mod admin;
 mod catalog;
 mod cluster;
 pub mod config;
+pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
 mod provider; // `weft provider` (catalog commands and sweep)
+mod plan_view; // plans grouped for people
+mod ssh; // `weft cluster ssh`
 
 /// Text for `weft --help`: the exit codes of the client commands.
 pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
 2 the server refused the call (4xx), 3 server error (5xx) or server unreachable, 4 a job waited for \
 (--wait) failed.";
 
+/// The heading of the flags every client command takes, listed apart from a command's own.
+const GLOBAL: &str = "Global options";
+
 /// Where and as whom: flags beat `WEFT_*` variables, which beat the profile in the config file.
 #[derive(Debug, Clone, Args)]
 pub struct Conn {
     /// The server's external API URL [default: the profile's, else http://127.0.0.1:55054].
-    #[arg(long, env = "WEFT_URL", global = true)]
+    #[arg(long, env = "WEFT_URL", global = true, help_heading = GLOBAL)]
     server: Option<String>,
     /// Tenant [default: the profile's, else `default`].
-    #[arg(long, env = "WEFT_TENANT", global = true)]
+    #[arg(long, env = "WEFT_TENANT", global = true, help_heading = GLOBAL)]
     tenant: Option<String>,
     /// User [default: the profile's, else `admin`].
-    #[arg(long, env = "WEFT_USER", global = true)]
+    #[arg(long, env = "WEFT_USER", global = true, help_heading = GLOBAL)]
     user: Option<String>,
     /// API key (servers run with `--auth apikey`).
-    #[arg(long, env = "WEFT_API_KEY", global = true, hide_env_values = true)]
+    #[arg(long, env = "WEFT_API_KEY", global = true, hide_env_values = true, help_heading = GLOBAL)]
     api_key: Option<String>,
     /// Profile in the config file [default: `default`].
-    #[arg(long, env = "WEFT_PROFILE", global = true)]
+    #[arg(long, env = "WEFT_PROFILE", global = true, help_heading = GLOBAL)]
     profile: Option<String>,
     /// `table` for people, `json` for scripts (the API's JSON).
-    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true, help_heading = GLOBAL)]
     output: Output,
 }
 
@@ -99,6 +105,7 @@ pub struct LoginArgs {
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
+    /// The shell to complete for.
     shell: clap_complete::Shell,
 }
 
@@ -311,8 +318,24 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
     if !std::io::stdout().is_terminal() {
         t.force_no_tty();
     }
+    // `COLUMNS` wins over the terminal's own idea; a width of 0 (a terminal or a variable that
+    // says 0, or nothing known) means "do not wrap" rather than one character per line.
+    let columns = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<u16>().ok());
+    match columns.or_else(|| t.width()) {
+        Some(w) if w >= MIN_TABLE_WIDTH => {
+            t.set_width(w);
+        }
+        _ => {
+            t.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
+        }
+    }
     t
 }
+
+/// Narrower than this, a table is not wrapped to the terminal at all.
+const MIN_TABLE_WIDTH: u16 = 20;
 
 /// `1700000000000` as `2023-11-14 22:13 UTC`; 0 as `never`.
 pub fn time(ms: i64) -> String {
