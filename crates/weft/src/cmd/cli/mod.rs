@@ -19,8 +19,8 @@ mod cluster;
 pub mod config;
 pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
-mod provider; // `weft provider` (catalog commands and sweep)
 mod plan_view; // plans grouped for people
+mod provider; // `weft provider` (catalog commands and sweep)
 mod ssh; // `weft cluster ssh`
 
 /// Text for `weft --help`: the exit codes of the client commands.
