@@ -135,6 +135,25 @@ pub struct ClusterCreateRequest {
     pub rollback_on_failure: bool,
 }
 
+impl ClusterCreateRequest {
+    /// Every field a create request may carry (an unknown one is refused, naming the nearest).
+    pub const FIELDS: [&'static str; 13] = [
+        "name",
+        "description",
+        "clusterTemplate",
+        "numMachines",
+        "provider",
+        "hardwaretype",
+        "imagetype",
+        "services",
+        "initialLeaseDuration",
+        "dnsSuffix",
+        "config",
+        "providerFields",
+        "rollbackOnFailure",
+    ];
+}
+
 /// `{"action":"cluster_create","actionstatus":"running","stepstotal":81,"stepscompleted":49}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Progress {

@@ -266,3 +266,67 @@ mod tests {
         assert!(t.validate().is_err());
     }
 }
+
+/// Refuses an object key that is not in `known`, naming it and the nearest known key (a typo such
+/// as `numMachine` for `numMachines`). Anything but an object passes (the typed read says what is
+/// wrong with it).
+pub fn known_fields(v: &serde_json::Value, known: &[&str]) -> Result<(), ModelError> {
+    let Some(obj) = v.as_object() else {
+        return Ok(());
+    };
+    let Some(bad) = obj.keys().find(|k| !known.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    let nearest = known
+        .iter()
+        .map(|k| (edit_distance(&bad.to_lowercase(), &k.to_lowercase()), *k))
+        .min()
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3));
+    let hint = match nearest {
+        Some((_, k)) => format!(" (did you mean {k}?)"),
+        None => format!(" (known fields: {})", known.join(", ")),
+    };
+    Err(ModelError::invalid(
+        bad.clone(),
+        format!("unknown field {bad}{hint}"),
+    ))
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod known_field_tests {
+    use super::*;
+
+    #[test]
+    fn a_typo_names_the_nearest_field() {
+        let known = ["name", "numMachines", "clusterTemplate"];
+        let e = known_fields(&serde_json::json!({"numMachine": 3}), &known).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown field numMachine (did you mean numMachines?)"
+        );
+        assert_eq!(e.field(), Some("numMachine"));
+        let e = known_fields(&serde_json::json!({"zzz": 1}), &known).unwrap_err();
+        assert!(
+            e.to_string().contains("known fields: name, numMachines"),
+            "{e}"
+        );
+        assert!(known_fields(&serde_json::json!({"name": "x"}), &known).is_ok());
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}

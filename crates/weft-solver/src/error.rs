@@ -30,13 +30,6 @@ pub enum SolveError {
     /// A requested service is not in the template's compatibility list.
     #[error("service {service} is not compatible with template {template}")]
     IncompatibleService { service: String, template: String },
-    /// A service constraint names a hardware or image type that does not exist.
-    #[error("service {service} names unknown {kind} {name}")]
-    UnknownType {
-        service: String,
-        kind: &'static str,
-        name: String,
-    },
     /// No hardware type (or image type) is both offered and allowed by the template.
     #[error("no {kind}s are available: {detail}")]
     NoTypes { kind: &'static str, detail: String },
@@ -68,6 +61,11 @@ pub enum SolveError {
 impl SolveError {
     /// True when the input was well formed but no layout satisfies the constraints.
     pub fn is_no_layout(&self) -> bool {
-        matches!(self, SolveError::NoLayout(_) | SolveError::NoTypes { .. })
+        matches!(
+            self,
+            SolveError::NoLayout(_)
+                | SolveError::NoTypes { .. }
+                | SolveError::SizeOutsideTemplate { .. }
+        )
     }
 }

@@ -3,6 +3,8 @@
 //! result is irreducible: dropping any one of them makes the request solvable), then say it in a
 //! template author's words.
 
+use std::collections::BTreeSet;
+
 use crate::model::{ones, Model, Relax, Unit};
 use crate::search::{solve, Setup};
 use crate::SolveError;
@@ -59,8 +61,17 @@ fn type_clause(
     names: &[String],
     offered: &[String],
     compat: Option<&[String]>,
+    unknown: &BTreeSet<String>,
 ) -> String {
     let listed = or_list(names);
+    if names.iter().all(|n| unknown.contains(n)) {
+        let which = if names.len() == 1 {
+            "which the tenant does not have"
+        } else {
+            "none of which the tenant has"
+        };
+        return format!("needs {kind} {listed}, {which}");
+    }
     if !names.iter().any(|n| offered.contains(n)) {
         let which = if names.len() == 1 {
             "which the provider does not offer"
@@ -103,7 +114,8 @@ fn render(m: &Model, kept: &[Unit]) -> String {
                     "hardware",
                     &m.rules[s].hw_names,
                     &offered_hw,
-                    compat_hw.as_deref().filter(|_| kept_has(Unit::CompatHw))
+                    compat_hw.as_deref().filter(|_| kept_has(Unit::CompatHw)),
+                    &m.unknown,
                 )
             )),
             Unit::Img(s) => clauses.push(format!(
@@ -113,7 +125,8 @@ fn render(m: &Model, kept: &[Unit]) -> String {
                     "image",
                     &m.rules[s].img_names,
                     &offered_img,
-                    compat_img.as_deref().filter(|_| kept_has(Unit::CompatImg))
+                    compat_img.as_deref().filter(|_| kept_has(Unit::CompatImg)),
+                    &m.unknown,
                 )
             )),
             _ => {}

@@ -72,6 +72,8 @@ pub(crate) struct Model {
     pub must: Vec<Bits>,
     /// Can't-coexist sets whose members are all on the cluster.
     pub cant: Vec<Bits>,
+    /// Type names that constraints name but the tenant does not have (they never match).
+    pub unknown: BTreeSet<String>,
 }
 
 fn index(offer: &TypeOffer, extra: &BTreeSet<String>) -> Vec<String> {
@@ -110,6 +112,7 @@ impl Model {
                 max: c.size.max,
             });
         }
+        let mut unknown = BTreeSet::new();
         for (svc, sc) in &c.services {
             if sc.quantities.min > sc.quantities.max {
                 return Err(SolveError::MinAboveMax {
@@ -118,20 +121,17 @@ impl Model {
                     max: sc.quantities.max,
                 });
             }
-            for (kind, list, offer, extra) in [
-                ("hardware type", &sc.hardwaretypes, cat.hardware, extra_hw),
-                ("image type", &sc.imagetypes, cat.images, extra_img),
+            // A type the tenant does not have simply never matches (Coopr's own catalogs name
+            // some); an explanation says so when nothing else is left.
+            for (list, offer, extra) in [
+                (&sc.hardwaretypes, cat.hardware, extra_hw),
+                (&sc.imagetypes, cat.images, extra_img),
             ] {
-                if let Some(bad) = list
-                    .iter()
-                    .find(|n| !offer.is_known(n) && !extra.contains(*n))
-                {
-                    return Err(SolveError::UnknownType {
-                        service: svc.clone(),
-                        kind,
-                        name: bad.clone(),
-                    });
-                }
+                unknown.extend(
+                    list.iter()
+                        .filter(|n| !offer.is_known(n) && !extra.contains(*n))
+                        .cloned(),
+                );
             }
         }
         let names: Vec<String> = services.iter().cloned().collect();
@@ -212,6 +212,7 @@ impl Model {
             rules,
             must,
             cant,
+            unknown,
         })
     }
 

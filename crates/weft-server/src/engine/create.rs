@@ -53,6 +53,7 @@ pub async fn create_cluster(
     }
     let size = match req.num_machines {
         Some(n) if n > 0 => n as u64,
+        None => return Err(ApiError::BadRequest("numMachines must be specified".into())),
         _ => {
             return Err(ApiError::BadRequest(
                 "cluster size must be greater than 0".into(),

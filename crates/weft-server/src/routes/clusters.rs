@@ -10,7 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_model::{
-    ClusterCreateRequest, ClusterStatus, ClusterStatusView, ClusterSummary, PlanView,
+    lenient, ClusterCreateRequest, ClusterStatus, ClusterStatusView, ClusterSummary, PlanView,
 };
 use weft_store::ClusterRow;
 
@@ -152,7 +152,9 @@ async fn create(
     Query(d): Query<super::cluster_ops::DryRun>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let req: ClusterCreateRequest = parse_body(&body, "a cluster create request")?;
+    let raw: Value = parse_body(&body, "a cluster create request")?;
+    weft_model::validate::known_fields(&raw, &ClusterCreateRequest::FIELDS)?;
+    let req: ClusterCreateRequest = lenient::from_value(raw)?;
     match create_cluster(&st, &who, req, d.on()).await? {
         crate::engine::create::Created::Id(id) => Ok(Json(json!({ "id": id }))),
         crate::engine::create::Created::Plan(plan) => Ok(Json(

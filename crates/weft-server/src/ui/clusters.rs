@@ -358,6 +358,7 @@ fn action_call(id: &str, f: &ActionForm) -> Result<(Method, String, Option<Value
             None,
         ),
         "start" | "stop" | "restart" => (Method::POST, format!("{base}/services/{}", f.op), None),
+        "pause" | "resume" | "abort" => (Method::POST, format!("{base}/{}", f.op), None),
         "reconfigure" => {
             let config: Value = serde_json::from_str(&f.config)
                 .map_err(|e| format!("config is not valid JSON: {e}"))?;

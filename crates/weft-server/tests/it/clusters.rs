@@ -430,6 +430,20 @@ async fn create_requests_are_checked() {
     post(json!({"name": "x", "clusterTemplate": "t", "numMachines": 0}))
         .await
         .expect_text(400, "cluster size must be greater than 0");
+    // A missing size names the field; a misspelt one names itself and the nearest known field
+    // (issue 13); numbers in strings stay accepted as in Coopr.
+    post(json!({"name": "x", "clusterTemplate": "t"}))
+        .await
+        .expect_text(400, "numMachines must be specified");
+    post(json!({"name": "x", "clusterTemplate": "t", "numMachine": 2}))
+        .await
+        .expect_text(400, "unknown field numMachine (did you mean numMachines?)");
+    post(json!({"name": "x", "clusterTemplate": "t", "numMachines": "2", "dryrun": true}))
+        .await
+        .expect(400);
+    h.post(a, "/v2/clusters?dryrun=true", json!({"name": "x", "clusterTemplate": "t", "numMachines": "2", "providerFields": {"token": "x"}}).to_string())
+        .await
+        .expect(200);
     post(json!({"name": "x", "clusterTemplate": "t", "numMachines": 10001}))
         .await
         .expect(400);

@@ -383,6 +383,31 @@ async fn a_user_creates_a_cluster_through_the_preview_and_watches_it() {
     let list = page(&h, &user, "/ui/clusters").await.expect(200).text();
     assert!(list.contains(&format!("href=\"/ui/clusters/{id}\">c1</a>")));
 
+    // Job control from the cluster page: pause, then resume (issue 13).
+    assert!(
+        t.contains("id=\"pause\"") && t.contains("id=\"abort\""),
+        "{t}"
+    );
+    for (op, want) in [("pause", "paused"), ("resume", "running")] {
+        let r = form(
+            &h,
+            Some(&user),
+            &format!("/ui/clusters/{id}/action"),
+            &[("op", op)],
+        )
+        .await;
+        assert_eq!(r.status.as_u16(), 303, "{op}: {}", r.text());
+        let s = h
+            .get(
+                crate::common::user("bob", T),
+                &format!("/v2/clusters/{id}/status"),
+            )
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(s["actionstatus"], want, "{op}");
+    }
+
     // The event stream: a first snapshot, then one after the job ends.
     let req = Request::builder()
         .uri(format!("/ui/clusters/{id}/events"))

@@ -56,7 +56,7 @@ fn bad_templates_and_requests() {
     expect![[r#"
         error: service a quantities: min (3) is above max (1)
         error: template t size: min (5) is above max (2)
-        error: service a names unknown image type windows
+        error: cannot lay out 3 nodes: a needs image windows, which the tenant does not have
         error: service b is not compatible with template t
         error: no services requested and template t has no default services
         error: no image types are available: the template allows only ubuntu; the provider offers c

@@ -186,14 +186,29 @@ impl std::ops::Deref for Server {
 
 impl Server {
     fn start() -> Server {
-        let fail = Arc::new(AtomicBool::new(false));
+        let s = Server::idle();
+        let tenant_id = s.rt.block_on(s.tenant_id());
+        s.rt.spawn(worker(s.internal.clone(), tenant_id, s.fail.clone()));
+        s
+    }
+
+    /// The server and catalog with no worker taking tasks: jobs stay underway.
+    fn idle() -> Server {
         let s = Server {
             cli: Cli::start(),
-            fail: fail.clone(),
+            fail: Arc::new(AtomicBool::new(false)),
         };
-        let tenant_id = s.rt.block_on(s.setup());
-        s.rt.spawn(worker(s.internal.clone(), tenant_id, fail));
+        s.rt.block_on(s.setup());
         s
+    }
+
+    async fn tenant_id(&self) -> String {
+        self.store
+            .tenant_by_name(TENANT)
+            .await
+            .unwrap()
+            .expect("tenant default")
+            .id
     }
 
     async fn setup(&self) -> String {
@@ -499,6 +514,26 @@ fn cluster_commands_change_a_running_cluster() {
         .ok(&["cluster", "ssh", "--print", &id, node])
         .starts_with("ssh weft@"));
     s.fails(&["cluster", "ssh", "--print", &id, "nope"], 1);
+}
+
+#[test]
+fn pause_resume_and_abort_control_a_job_from_the_cli() {
+    let s = Server::idle();
+    s.login();
+    s.catalog();
+    s.ok(&["cluster", "create", "--template", "t", "--size", "2"]);
+    let id = "00000001";
+    let status = |s: &Server| -> Value { s.json(&["cluster", "status", id]) };
+    assert!(s.ok(&["cluster", "pause", id]).contains("paused"));
+    assert_eq!(status(&s)["actionstatus"], "paused");
+    assert!(s.ok(&["cluster", "resume", id]).contains("resumed"));
+    assert_eq!(status(&s)["actionstatus"], "running");
+    let out: Value = s.json(&["cluster", "abort", id]);
+    assert_eq!(out["job"], "aborted");
+    assert_eq!(status(&s)["actionstatus"], "failed");
+    // Aborting again changes nothing.
+    s.ok(&["cluster", "abort", id]);
+    assert_eq!(status(&s)["actionstatus"], "failed");
 }
 
 #[test]

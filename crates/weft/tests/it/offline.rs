@@ -115,6 +115,30 @@ fn solve_explains_a_missing_layout_and_exits_2() {
         "{stderr}"
     );
     assert!(out.stdout.is_empty());
+
+    // A size outside the template's range is no layout either (issue 13), not bad input.
+    let ranged = json!({"name": "ranged", "defaults": {"services": ["a"]},
+        "constraints": {"size": {"min": 2, "max": 4}}});
+    std::fs::write(dir.path().join("r.json"), ranged.to_string()).unwrap();
+    for size in ["1", "5"] {
+        let out = run(
+            dir.path(),
+            &[
+                "solve",
+                "--template",
+                "r.json",
+                "--size",
+                size,
+                "--hardwaretypes",
+                "small",
+                "--imagetypes",
+                "host",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "size {size}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("2 to 4"), "{stderr}");
+    }
 }
 
 #[test]

@@ -190,6 +190,21 @@ enum Cmd {
         #[command(flatten)]
         job: JobFlags,
     },
+    /// Pause the cluster's running job: tasks underway finish, nothing new starts.
+    Pause {
+        /// The cluster id.
+        id: String,
+    },
+    /// Resume the cluster's paused job.
+    Resume {
+        /// The cluster id.
+        id: String,
+    },
+    /// Abort the cluster's running or paused job (the cluster ends incomplete).
+    Abort {
+        /// The cluster id.
+        id: String,
+    },
     /// Move the end of the cluster's lease: `--until <ms since epoch>` or `--until +48h`.
     ExtendLease {
         /// The cluster id.
@@ -447,6 +462,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 &format!("upgrading {service} on cluster {id}"),
             )
         }
+        Cmd::Pause { id } => job_control(&ctx, &id, "pause", "paused"),
+        Cmd::Resume { id } => job_control(&ctx, &id, "resume", "resumed"),
+        Cmd::Abort { id } => job_control(&ctx, &id, "abort", "aborted"),
         Cmd::ExtendLease { id, until } => {
             let at = parse_until(&until, now_ms())?;
             ctx.block(c.set_expire_time(&id, at))?;
@@ -520,6 +538,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// Pauses, resumes or aborts the cluster's job.
+fn job_control(ctx: &Ctx, id: &str, what: &str, done: &str) -> anyhow::Result<()> {
+    ctx.block(ctx.client.job_control(id, what))?;
+    if ctx.json() {
+        print_json(&serde_json::json!({ "id": id, "job": done }))
+    } else {
+        println!("cluster {id}: job {done}");
+        Ok(())
     }
 }
 
