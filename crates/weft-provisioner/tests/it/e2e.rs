@@ -232,19 +232,7 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
 
     // Expand by one node: a new web node, which the balancer then uses.
     run_job(&s, &id, Method::POST, "nodes", Some(json!({"count": 1}))).await;
-    let c = status(&s, &id).await;
-    let web_now: BTreeSet<String> = c["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|n| {
-            n["properties"]["services"]
-                .as_array()
-                .unwrap()
-                .contains(&json!("web"))
-        })
-        .map(|n| n["properties"]["hostname"].as_str().unwrap().to_string())
-        .collect();
+    let web_now = web_nodes(&status(&s, &id).await);
     assert_eq!(web_now.len(), web.len() + 1, "expand adds a web node");
     let seen = until(
         Duration::from_secs(20),

@@ -89,6 +89,45 @@ fn provisioner(internal: &str, id: &str, data: &Path) -> Proc {
     spawn(cmd, "weft provisioner").0
 }
 
+/// A catalog of one service whose install action is `script`, on the local provider, and a
+/// one-node cluster of it; answers the cluster id.
+pub(crate) fn one_node_cluster(api: &str, who: &[(&str, &str)], script: &str) -> String {
+    let catalog = [
+        (
+            "providers",
+            json!({"name": "local", "providertype": "local"}),
+        ),
+        (
+            "hardwaretypes",
+            json!({"name": "small", "providermap": {"local": {"flavor": "small"}}}),
+        ),
+        (
+            "imagetypes",
+            json!({"name": "host", "providermap": {"local": {"image": "host"}}}),
+        ),
+        (
+            "services",
+            json!({"name": "probe", "provisioner": {"actions": {"install": {"type": "shell", "fields": {"script": script}}}}}),
+        ),
+        (
+            "clustertemplates",
+            json!({"name": "t", "defaults": {"services": ["probe"], "provider": "local"}}),
+        ),
+    ];
+    for (kind, body) in catalog {
+        ok("POST", &format!("{api}/v2/{kind}"), who, body);
+    }
+    ok(
+        "POST",
+        &format!("{api}/v2/clusters"),
+        who,
+        json!({"name": "c", "clusterTemplate": "t", "numMachines": 1}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// A server (with its janitor every second), the tenant `acme` with one worker, and a one-node
 /// cluster whose install script hangs on its first run (writing its pid to `marks/started`) and
 /// finishes at once on a retry. Returns the server, its API and internal URLs and the cluster id.
@@ -122,40 +161,7 @@ fn scene(dir: &Path, task_timeout: &str, provisioner_timeout: &str, first: &str)
     );
     let m = marks.display();
     let script = format!("#!/bin/sh\nif [ ! -e {m}/started ]; then echo $$ > {m}/started; sleep 600; fi\necho installed\n");
-    let catalog = [
-        (
-            "providers",
-            json!({"name": "local", "providertype": "local"}),
-        ),
-        (
-            "hardwaretypes",
-            json!({"name": "small", "providermap": {"local": {"flavor": "small"}}}),
-        ),
-        (
-            "imagetypes",
-            json!({"name": "host", "providermap": {"local": {"image": "host"}}}),
-        ),
-        (
-            "services",
-            json!({"name": "slow", "provisioner": {"actions": {"install": {"type": "shell", "fields": {"script": script}}}}}),
-        ),
-        (
-            "clustertemplates",
-            json!({"name": "t", "defaults": {"services": ["slow"], "provider": "local"}}),
-        ),
-    ];
-    for (kind, body) in catalog {
-        ok("POST", &format!("{api}/v2/{kind}"), &ADMIN, body);
-    }
-    let cluster = ok(
-        "POST",
-        &format!("{api}/v2/clusters"),
-        &ADMIN,
-        json!({"name": "c", "clusterTemplate": "t", "numMachines": 1}),
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cluster = one_node_cluster(&api, &ADMIN, &script);
     let started = marks.join("started");
     let scene = Scene {
         _server: server,

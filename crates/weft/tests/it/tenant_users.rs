@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::lost_provisioner::{ok, spawn, url_after, SA};
+use crate::lost_provisioner::{ok, one_node_cluster, spawn, url_after, SA};
 use crate::support::weft;
 
 fn who(tenant: &str) -> [(&str, &str); 2] {
@@ -20,40 +20,7 @@ fn who(tenant: &str) -> [(&str, &str); 2] {
 /// answers the node (with its action history).
 fn cluster(api: &str, tenant: &str, script: &str) -> Value {
     let a = who(tenant);
-    let catalog = [
-        (
-            "providers",
-            json!({"name": "local", "providertype": "local"}),
-        ),
-        (
-            "hardwaretypes",
-            json!({"name": "small", "providermap": {"local": {"flavor": "small"}}}),
-        ),
-        (
-            "imagetypes",
-            json!({"name": "host", "providermap": {"local": {"image": "host"}}}),
-        ),
-        (
-            "services",
-            json!({"name": "probe", "provisioner": {"actions": {"install": {"type": "shell", "fields": {"script": script}}}}}),
-        ),
-        (
-            "clustertemplates",
-            json!({"name": "t", "defaults": {"services": ["probe"], "provider": "local"}}),
-        ),
-    ];
-    for (kind, body) in catalog {
-        ok("POST", &format!("{api}/v2/{kind}"), &a, body);
-    }
-    let id = ok(
-        "POST",
-        &format!("{api}/v2/clusters"),
-        &a,
-        json!({"name": "c", "clusterTemplate": "t", "numMachines": 1}),
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = one_node_cluster(api, &a, script);
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let s = ok(
