@@ -318,6 +318,7 @@ async fn jobs_complete_through_the_other_server_when_one_is_killed() {
     wait_for_leader(&store, None, Duration::from_secs(20)).await;
 
     let mut clusters: Vec<(String, u64)> = Vec::new();
+    let mut takeovers = Vec::new();
     for round in 0..rounds {
         let victim = rng.gen_range(0..2usize);
         let survivor = 1 - victim;
@@ -344,6 +345,7 @@ async fn jobs_complete_through_the_other_server_when_one_is_killed() {
                 took <= lease_and_slack(),
                 "round {round} (seed {seed}): the janitor moved to the survivor in {took:?}"
             );
+            takeovers.push(took);
         }
         servers[victim].start();
         let (l, _) = wait_for_leader(&store, None, Duration::from_secs(30)).await;
@@ -353,6 +355,10 @@ async fn jobs_complete_through_the_other_server_when_one_is_killed() {
         );
     }
 
+    eprintln!(
+        "failover: the janitor's leader was killed in {} rounds; took over in {takeovers:?}",
+        takeovers.len()
+    );
     // Every job completes (through whichever server is up).
     let api = servers[0].api();
     let get = |path: &str| ok("GET", &format!("{api}/v2/{path}"), &ADMIN, Value::Null);
