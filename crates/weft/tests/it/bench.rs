@@ -6,7 +6,16 @@ use crate::support::weft;
 #[test]
 fn bench_create_reports_its_figures_as_one_json_object() {
     let out = weft()
-        .args(["bench", "create", "--nodes", "6", "--workers", "4", "-o", "json"])
+        .args([
+            "bench",
+            "create",
+            "--nodes",
+            "6",
+            "--workers",
+            "4",
+            "-o",
+            "json",
+        ])
         .output()
         .expect("run weft bench create");
     let stdout = String::from_utf8_lossy(&out.stdout);
