@@ -1,5 +1,6 @@
 //! End-to-end tests of the `weft` binary: real processes, real ports, a real SQLite file.
 
+mod bench;
 mod cli;
 mod cli_hostpool;
 mod cli_sweep; // weft provider sweep
