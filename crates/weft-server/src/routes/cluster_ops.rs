@@ -17,33 +17,18 @@ use weft_planner::Operation;
 use weft_solver::Change;
 use weft_store::{ChangeSet, Expect, TaskState, Write};
 
-use super::clusters::visible;
-use super::parse_body;
+use super::params::{parse_body, DryRun};
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::body::{from_body, to_body, JobBody};
-use crate::engine::create::typed_list;
-use crate::engine::ops::{
-    in_place, load, relayout, require_status, solve_change, start_job, Loaded,
-};
-use crate::engine::{cluster_id_text, store_err, JobEventKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{now_ms, AppState};
+use weft_engine::body::{from_body, to_body, JobBody};
+use weft_engine::catalog::typed_list;
+use weft_engine::jobs::{load, require_status, start_job, Loaded};
+use weft_engine::ops::{in_place, relayout, solve_change};
+use weft_engine::{cluster_id_text, store_err, JobEventKind};
 
 use ClusterStatus::{Active, Inconsistent};
-
-#[derive(Debug, Deserialize)]
-pub struct DryRun {
-    dryrun: Option<String>,
-}
-
-impl DryRun {
-    pub fn on(&self) -> bool {
-        self.dryrun
-            .as_deref()
-            .is_some_and(|d| d.eq_ignore_ascii_case("true") || d == "1")
-    }
-}
 
 fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
     op(tag, summary)
@@ -194,7 +179,7 @@ async fn lease(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let v = optional_body(&body)?;
     let t = v
         .get("expireTime")
@@ -210,7 +195,7 @@ async fn lease(
             row.status
         )));
     }
-    let c = load(&st, row.clone()).await?;
+    let c = load(&st.engine, row.clone()).await?;
     let l = c.body.template.administration.leaseduration;
     if t < row.create_time {
         return Err(ApiError::BadRequest(
@@ -237,7 +222,7 @@ async fn lease(
         expect: vec![Expect::cluster(&row)],
         writes: vec![Write::Cluster(new)],
     };
-    st.store.commit(&cs).await.map_err(store_err)
+    Ok(st.store.commit(&cs).await.map_err(store_err)?)
 }
 
 #[derive(Deserialize)]
@@ -260,20 +245,20 @@ async fn reconfigure(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let req: ConfigReq = lenient::from_value(optional_body(&body)?)
         .map_err(|_| ApiError::BadRequest("Invalid request body.".into()))?;
     let config = req
         .config
         .ok_or_else(|| ApiError::BadRequest("Invalid request body.".into()))?;
     require_status(&row, &[Active, Inconsistent])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let mut body = c.body.clone();
     body.config = config;
     let op = Operation::Reconfigure {
         restart: req.restart.unwrap_or(true),
     };
-    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
+    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
 }
 
 #[derive(Deserialize)]
@@ -289,7 +274,7 @@ async fn add_services(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let req: ServicesReq = parse_body(&body, "{\"services\": [...]}")?;
     if req.services.is_empty() {
         return Err(ApiError::BadRequest(
@@ -297,7 +282,7 @@ async fn add_services(
         ));
     }
     require_status(&row, &[Active])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let mut body = c.body.clone();
     for s in &req.services {
         if !body.services.contains(s) {
@@ -306,7 +291,15 @@ async fn add_services(
     }
     let change = Change::AddServices(req.services);
     Ok(answer(
-        relayout(&st, &c, &change, Operation::AddServices, body, d.on()).await?,
+        relayout(
+            &st.engine,
+            &c,
+            &change,
+            Operation::AddServices,
+            body,
+            d.on(),
+        )
+        .await?,
     ))
 }
 
@@ -329,12 +322,12 @@ async fn all_services(
     Path((id, action)): Path<(String, String)>,
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let op = runtime_op(&action, None)?;
     require_status(&row, &[Active])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let body = c.body.clone();
-    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
+    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
 }
 
 fn require_service(c: &Loaded, svc: &str) -> ApiResult<()> {
@@ -361,13 +354,14 @@ async fn one_service(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
-    let c = load(&st, row.clone()).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    let c = load(&st.engine, row.clone()).await?;
     require_service(&c, &svc)?;
     if action == "upgrade" {
         let req: UpgradeReq = lenient::from_value(optional_body(&body)?)?;
         require_status(&row, &[Active])?;
-        let defs: Vec<Service> = typed_list(&st, &row.tenant_id, EntityKind::Service).await?;
+        let defs: Vec<Service> =
+            typed_list(&st.engine, &row.tenant_id, EntityKind::Service).await?;
         let new_def = defs
             .into_iter()
             .find(|s| s.name == svc)
@@ -388,13 +382,23 @@ async fn one_service(
             service: svc,
             batch_size: batch,
         };
-        let s = start_job(&st, &c, op, &c.nodes, after, c.body.clone(), vec![], d.on()).await?;
+        let s = start_job(
+            &st.engine,
+            &c,
+            op,
+            &c.nodes,
+            after,
+            c.body.clone(),
+            vec![],
+            d.on(),
+        )
+        .await?;
         return Ok(answer(d.on().then_some(s.plan)));
     }
     let op = runtime_op(&action, Some(svc))?;
     require_status(&row, &[Active])?;
     let body = c.body.clone();
-    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
+    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
 }
 
 async fn remove_service(
@@ -403,15 +407,17 @@ async fn remove_service(
     Path((id, svc)): Path<(String, String)>,
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
-    let c = load(&st, row.clone()).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    let c = load(&st.engine, row.clone()).await?;
     require_service(&c, &svc)?;
     require_status(&row, &[Active])?;
     let mut body = c.body.clone();
     body.services.retain(|s| s != &svc);
     let change = Change::RemoveService(svc.clone());
     let op = Operation::RemoveService { service: svc };
-    Ok(answer(relayout(&st, &c, &change, op, body, d.on()).await?))
+    Ok(answer(
+        relayout(&st.engine, &c, &change, op, body, d.on()).await?,
+    ))
 }
 
 #[derive(Deserialize, Default)]
@@ -444,7 +450,7 @@ async fn expand(
     body: Bytes,
 ) -> ApiResult<Response> {
     let d = DryRun { dryrun: q.dryrun };
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let k = count(&body, q.count)?;
     require_status(&row, &[Active])?;
     let (_, nodes) = st.store.count_clusters(&who.tenant.id).await?;
@@ -454,10 +460,18 @@ async fn expand(
             who.tenant.spec.name, who.tenant.spec.max_nodes
         )));
     }
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let body = c.body.clone();
     Ok(answer(
-        relayout(&st, &c, &Change::Expand(k), Operation::Expand, body, d.on()).await?,
+        relayout(
+            &st.engine,
+            &c,
+            &Change::Expand(k),
+            Operation::Expand,
+            body,
+            d.on(),
+        )
+        .await?,
     ))
 }
 
@@ -469,13 +483,21 @@ async fn shrink(
     body: Bytes,
 ) -> ApiResult<Response> {
     let d = DryRun { dryrun: q.dryrun };
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let k = count(&body, q.count)?;
     require_status(&row, &[Active])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let body = c.body.clone();
     Ok(answer(
-        relayout(&st, &c, &Change::Shrink(k), Operation::Shrink, body, d.on()).await?,
+        relayout(
+            &st.engine,
+            &c,
+            &Change::Shrink(k),
+            Operation::Shrink,
+            body,
+            d.on(),
+        )
+        .await?,
     ))
 }
 
@@ -484,17 +506,17 @@ async fn sync_template(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     require_status(&row, &[Active])?;
-    let mut c = load(&st, row.clone()).await?;
+    let mut c = load(&st.engine, row.clone()).await?;
     let name = c.body.template.name.clone();
     let doc = st
         .store
         .get_entity(&row.tenant_id, EntityKind::ClusterTemplate, &name, None)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("cluster template {name} does not exist.")))?;
-    let fresh = crate::routes::catalog::resolve_in_tenant(
-        &st,
+    let fresh = weft_engine::catalog::resolve_in_tenant(
+        &st.engine,
         &row.tenant_id,
         lenient::from_value::<ClusterTemplate>(doc)?,
     )
@@ -505,7 +527,7 @@ async fn sync_template(
         )));
     }
     let old = std::mem::replace(&mut c.body.template, fresh.clone());
-    let (layout, ..) = solve_change(&st, &c, &Change::Retemplate(c.body.services.clone()))
+    let (layout, ..) = solve_change(&st.engine, &c, &Change::Retemplate(c.body.services.clone()))
         .await
         .map_err(|e| {
             ApiError::BadRequest(format!(
@@ -531,7 +553,7 @@ async fn sync_template(
         expect: vec![Expect::cluster(&row)],
         writes: vec![Write::Cluster(new)],
     };
-    st.store.commit(&cs).await.map_err(store_err)
+    Ok(st.store.commit(&cs).await.map_err(store_err)?)
 }
 
 /// Whether what the cluster runs (its services, and its nodes' hardware and image types) is
@@ -574,7 +596,7 @@ async fn running_job(
     who: &Identity,
     id: &str,
 ) -> ApiResult<Option<(weft_store::ClusterRow, weft_store::JobRow)>> {
-    let row = visible(st, who, id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), id).await?;
     if row.status != ClusterStatus::Pending.as_str() {
         return Ok(None);
     }
@@ -606,7 +628,7 @@ async fn set_job(
     for t in tasks {
         cs.write(Write::Task(t));
     }
-    st.store.commit(&cs).await.map_err(store_err)
+    Ok(st.store.commit(&cs).await.map_err(store_err)?)
 }
 
 async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
@@ -650,9 +672,7 @@ async fn resume(
         .await?
         .into_iter()
         .filter(|t| {
-            t.state == TaskState::Pending
-                && t.deps_remaining == 0
-                && t.action != crate::engine::GATE
+            t.state == TaskState::Pending && t.deps_remaining == 0 && t.action != weft_engine::GATE
         })
         .map(|mut t| {
             t.state = TaskState::Queued;
@@ -688,7 +708,7 @@ async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>
             .await?
             .unwrap_or(row);
         let mut c = row.clone();
-        let mut body: crate::engine::body::ClusterBody = from_body(&c.body)?;
+        let mut body: weft_engine::body::ClusterBody = from_body(&c.body)?;
         body.message = Some("Aborted by user.".into());
         c.status = ClusterStatus::Incomplete.as_str().into();
         c.body = to_body(&body)?;
@@ -698,14 +718,14 @@ async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>
         };
         st.store.commit(&cs).await.map_err(store_err)?;
     }
-    crate::engine::notify(
-        &st,
+    weft_engine::notify(
+        &st.engine,
         JobEventKind::Failure,
         &job.tenant_id,
         job.cluster_id,
         &job.id,
     );
-    crate::metrics::job_ended(&job.action, false);
-    crate::engine::ops::after_failed_job(&st, &job.tenant_id, job.cluster_id).await;
+    weft_engine::metrics::job_ended(&job.action, false);
+    weft_engine::rollback::after_failed_job(&st.engine, &job.tenant_id, job.cluster_id).await;
     Ok(())
 }

@@ -13,13 +13,13 @@ use serde_json::{Map, Value};
 use weft_model::{lenient, Node};
 use weft_store::{ChangeSet, Expect, NodeRow, Write};
 
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::body::{from_body, to_body};
-use crate::engine::{parse_cluster_id, store_err, view};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use weft_engine::body::{from_body, to_body};
+use weft_engine::{parse_cluster_id, store_err, view, EngineError};
 
 pub fn routes(api: Api) -> Api {
     let t = "nodes";
@@ -120,7 +120,7 @@ async fn visible_nodes(st: &AppState, who: &Identity) -> ApiResult<Vec<NodeRow>>
 async fn list(State(st): State<AppState>, who: Identity) -> ApiResult<Json<Vec<Node>>> {
     let mut nodes = Vec::new();
     for r in visible_nodes(&st, &who).await? {
-        nodes.push(view::node(&st, &r).await?);
+        nodes.push(view::node(&st.engine, &r).await?);
     }
     Ok(Json(nodes))
 }
@@ -139,7 +139,7 @@ async fn get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Node>> {
     let row = find(&st, &who, &id).await?;
-    Ok(Json(view::node(&st, &row).await?))
+    Ok(Json(view::node(&st.engine, &row).await?))
 }
 
 async fn write(
@@ -180,10 +180,8 @@ async fn write(
         body: to_body(&node)?,
     }));
     st.store.commit(&cs).await.map_err(|e| match store_err(e) {
-        ApiError::Internal(m) if m.starts_with("stale") => {
-            ApiError::Conflict(format!("node {} already exists", node.id))
-        }
-        other => other,
+        EngineError::Stale(_) => ApiError::Conflict(format!("node {} already exists", node.id)),
+        other => other.into(),
     })
 }
 
@@ -256,7 +254,7 @@ async fn node_properties(
     let id = req
         .cluster_id
         .ok_or_else(|| ApiError::BadRequest("clusterId must be specified".into()))?;
-    let Ok(row) = super::clusters::visible(&st, &who, &id).await else {
+    let Ok(row) = weft_engine::view::visible(&st.engine, &who.caller(), &id).await else {
         return Ok(Json(Map::new()));
     };
     let mut out = Map::new();

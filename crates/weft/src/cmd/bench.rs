@@ -71,7 +71,7 @@ struct QueueArgs {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let What::Queue(q) = args.what;
-    super::server::runtime()?.block_on(queue(q))?;
+    super::runtime::runtime()?.block_on(queue(q))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -6,23 +6,22 @@ use weft_planner::Operation;
 use weft_store::ClusterRow;
 
 use super::cluster_id_text;
-use super::ops::{load, start_job};
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::error::{EngineError, EngineResult};
+use crate::jobs::{load, start_job};
+use crate::Engine;
 
 /// Starts the CLUSTER_DELETE job of `row` (as read by the caller; the commit expects that
 /// revision). Returns the job id, or `None` when the cluster is already terminated (nothing to do).
 /// A cluster with a job underway (status pending) is a 409, and so is a cluster that changed since
 /// `row` was read.
-pub async fn start_delete(st: &AppState, row: &ClusterRow) -> ApiResult<Option<String>> {
+pub async fn start_delete(st: &Engine, row: &ClusterRow) -> EngineResult<Option<String>> {
     match ClusterStatus::parse(&row.status) {
         Some(ClusterStatus::Terminated) => return Ok(None),
         Some(ClusterStatus::Pending) => {
-            return Err(ApiError::Conflict(format!(
-                "Job {} is still underway for cluster {}",
-                row.latest_job.clone().unwrap_or_default(),
-                cluster_id_text(row.id)
-            )))
+            return Err(EngineError::JobUnderway {
+                job: row.latest_job.clone().unwrap_or_default(),
+                cluster: cluster_id_text(row.id),
+            })
         }
         _ => {}
     }

@@ -17,9 +17,9 @@ use weft_store::LeaderGuard;
 
 use super::delete::start_delete;
 use super::work::{complete_job, fail_expired, fail_over_leases};
-use crate::error::ApiResult;
-use crate::state::{now_ms, AppState};
+use crate::error::EngineResult;
 use crate::workers;
+use crate::{now_ms, Engine};
 
 /// The leadership role name the janitor takes in the store.
 pub const ROLE: &str = "janitor";
@@ -42,7 +42,7 @@ pub struct JanitorReport {
 /// One janitor round at time `now` (milliseconds since the epoch). A failure on one task or
 /// cluster is logged and the round goes on with the next one; only store errors while listing
 /// abort the round.
-pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
+pub async fn run_once(st: &Engine, now: i64) -> EngineResult<JanitorReport> {
     let mut report = JanitorReport::default();
     let timeout_s = st.settings.task_timeout_ms / 1000;
     for task in st.store.expired_tasks(now).await? {
@@ -109,18 +109,18 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
 
 /// One server's janitor: its leadership, if it holds it.
 pub struct Janitor {
-    st: AppState,
+    st: Engine,
     guard: Option<LeaderGuard>,
 }
 
 impl Janitor {
-    pub fn new(st: AppState) -> Janitor {
+    pub fn new(st: Engine) -> Janitor {
         Janitor { st, guard: None }
     }
 
     /// One leadership step: checks that a held leadership is still held (dropping it if not), or
     /// tries to take it. Returns whether this server leads now.
-    pub async fn lead(&mut self) -> ApiResult<bool> {
+    pub async fn lead(&mut self) -> EngineResult<bool> {
         if let Some(g) = self.guard.as_mut() {
             if g.is_held().await {
                 return Ok(true);
@@ -141,7 +141,7 @@ impl Janitor {
     }
 
     /// One tick of the loop: [`lead`](Janitor::lead), then [`run_once`] at `now` if leading.
-    pub async fn tick(&mut self, now: i64) -> ApiResult<Option<JanitorReport>> {
+    pub async fn tick(&mut self, now: i64) -> EngineResult<Option<JanitorReport>> {
         if !self.lead().await? {
             return Ok(None);
         }
@@ -160,7 +160,7 @@ impl Janitor {
 
 /// Runs the janitor every `janitor_interval` for as long as the returned task lives. Errors are
 /// logged; the next tick tries again.
-pub fn spawn(st: AppState) -> tokio::task::JoinHandle<()> {
+pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
     let every = Duration::from_millis(st.settings.janitor_interval_ms.max(1));
     tokio::spawn(async move {
         let mut janitor = Janitor::new(st);
