@@ -87,19 +87,7 @@ pub async fn start_job(
     retire: Vec<String>,
     dry_run: bool,
 ) -> EngineResult<Started> {
-    let mut defs: BTreeMap<String, Service> = BTreeMap::new();
-    for n in before.iter().chain(after.iter()) {
-        for s in &n.services {
-            defs.entry(s.name.clone()).or_insert_with(|| s.clone());
-        }
-    }
-    let input = PlanInput {
-        before: plan_nodes(before),
-        after: plan_nodes(&after),
-        services: defs.into_values().collect(),
-        config: Value::Object(body.config.clone()),
-    };
-    let plan = weft_planner::plan(&op, &input).map_err(|e| EngineError::NoPlan(e.to_string()))?;
+    let plan = plan_change(&op, before, &after, &body)?;
     let cid = cluster_id_text(c.row.id);
     if dry_run {
         return Ok(Started {
@@ -108,41 +96,11 @@ pub async fn start_job(
     }
     let job_id = job_id(st, c.row.id).await?;
     let (job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now_ms())?;
-    let mut cluster = c.row.clone();
     body.message = None;
     body.retiring = retire;
-    body.upgrade_from = match &op {
-        Operation::Upgrade {
-            service,
-            batch_size,
-        } => before
-            .iter()
-            .flat_map(|n| n.services.iter())
-            .find(|s| &s.name == service)
-            .map(|s| crate::body::UpgradeFrom {
-                service: s.clone(),
-                batch_size: *batch_size,
-            }),
-        _ => None,
-    };
-    let staying: std::collections::BTreeSet<(&str, &str)> = after
-        .iter()
-        .flat_map(|n| {
-            n.services
-                .iter()
-                .map(move |s| (n.id.as_str(), s.name.as_str()))
-        })
-        .collect();
-    body.leaving = Vec::new();
-    for n in before {
-        for s in &n.services {
-            if !staying.contains(&(n.id.as_str(), s.name.as_str()))
-                && !body.leaving.iter().any(|l| l.name == s.name)
-            {
-                body.leaving.push(s.clone());
-            }
-        }
-    }
+    body.upgrade_from = upgrade_from(&op, before);
+    body.leaving = leaving(before, &after);
+    let mut cluster = c.row.clone();
     cluster.status = if job.status == "complete" {
         success_status(&job.action)
     } else {
@@ -160,13 +118,97 @@ pub async fn start_job(
     let mut cs = ChangeSet::new();
     cs.expect(Expect::cluster(&c.row));
     cs.write(Write::Cluster(cluster));
+    write_nodes(&mut cs, c, &after)?;
+    cs.write(Write::Job(job.clone()));
+    for t in tasks {
+        cs.write(Write::Task(t));
+    }
+    let committed = st.store.commit(&cs).await;
+    hosts.settle(st, committed.is_ok()).await; // host pools: in use, or back in the pool
+    committed.map_err(|e| match store_err(e) {
+        EngineError::Stale(_) => EngineError::ClusterChanged(cid.clone()),
+        other => other,
+    })?;
+    tracing::info!(cluster_id = c.row.id, job_id = %job_id, action = %plan.action, "cluster job started");
+    notify(st, JobEventKind::Start, &c.row.tenant_id, c.row.id, &job_id);
+    Ok(Started {
+        plan: view::plan(st, &job).await?,
+    })
+}
+
+/// The plan of `op` from the nodes `before` to the nodes `after`, with every service definition
+/// either side uses.
+fn plan_change(
+    op: &Operation,
+    before: &[Node],
+    after: &[Node],
+    body: &ClusterBody,
+) -> EngineResult<Plan> {
+    let mut defs: BTreeMap<String, Service> = BTreeMap::new();
+    for n in before.iter().chain(after.iter()) {
+        for s in &n.services {
+            defs.entry(s.name.clone()).or_insert_with(|| s.clone());
+        }
+    }
+    let input = PlanInput {
+        before: plan_nodes(before),
+        after: plan_nodes(after),
+        services: defs.into_values().collect(),
+        config: Value::Object(body.config.clone()),
+    };
+    weft_planner::plan(op, &input).map_err(|e| EngineError::NoPlan(e.to_string()))
+}
+
+/// For an upgrade, the service's definition before it (what a failed upgrade rolls back to).
+fn upgrade_from(op: &Operation, before: &[Node]) -> Option<crate::body::UpgradeFrom> {
+    match op {
+        Operation::Upgrade {
+            service,
+            batch_size,
+        } => before
+            .iter()
+            .flat_map(|n| n.services.iter())
+            .find(|s| &s.name == service)
+            .map(|s| crate::body::UpgradeFrom {
+                service: s.clone(),
+                batch_size: *batch_size,
+            }),
+        _ => None,
+    }
+}
+
+/// The services that some node runs `before` and no longer runs `after` (each once).
+fn leaving(before: &[Node], after: &[Node]) -> Vec<Service> {
+    let staying: BTreeSet<(&str, &str)> = after
+        .iter()
+        .flat_map(|n| {
+            n.services
+                .iter()
+                .map(move |s| (n.id.as_str(), s.name.as_str()))
+        })
+        .collect();
+    let mut out: Vec<Service> = Vec::new();
+    for n in before {
+        for s in &n.services {
+            if !staying.contains(&(n.id.as_str(), s.name.as_str()))
+                && !out.iter().any(|l| l.name == s.name)
+            {
+                out.push(s.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Writes the nodes of `after` that are new or changed, each changed one under its revision.
+fn write_nodes(cs: &mut ChangeSet, c: &Loaded, after: &[Node]) -> EngineResult<()> {
     let old: BTreeMap<&str, (&Node, &NodeRow)> = c
         .nodes
         .iter()
         .zip(&c.node_rows)
         .map(|(n, r)| (n.id.as_str(), (n, r)))
         .collect();
-    for n in &after {
+    for n in after {
         match old.get(n.id.as_str()) {
             Some((o, _)) if *o == n => {}
             Some((_, row)) => {
@@ -188,21 +230,7 @@ pub async fn start_job(
             }
         }
     }
-    cs.write(Write::Job(job.clone()));
-    for t in tasks {
-        cs.write(Write::Task(t));
-    }
-    let committed = st.store.commit(&cs).await;
-    hosts.settle(st, committed.is_ok()).await; // host pools: in use, or back in the pool
-    committed.map_err(|e| match store_err(e) {
-        EngineError::Stale(_) => EngineError::ClusterChanged(cid.clone()),
-        other => other,
-    })?;
-    tracing::info!(cluster_id = c.row.id, job_id = %job_id, action = %plan.action, "cluster job started");
-    notify(st, JobEventKind::Start, &c.row.tenant_id, c.row.id, &job_id);
-    Ok(Started {
-        plan: view::plan(st, &job).await?,
-    })
+    Ok(())
 }
 
 /// What a new node is made from: the provider's hardware and image types and the service catalog.

@@ -394,74 +394,19 @@ async fn finish_step(
 ) -> EngineResult<()> {
     let now = now_ms();
     let tenant = &w.tenant_id;
-    // The copy `take` kept, if it agrees with this finish; the change set below expects the
-    // revisions it has, so a stale copy only costs a retry that reads the store.
-    let leased = st.leases.take(tenant, task_id).filter(|(t, _)| {
-        w.expired_before.is_none()
-            && t.state == TaskState::InProgress
-            && t.lease_owner.as_deref() == Some(w.owner.as_str())
-    });
-    let (task, job) = match leased {
-        Some(copy) => copy,
-        None => st
-            .store
-            .task_with_job(tenant, task_id)
-            .await?
-            .ok_or_else(not_owner)?,
-    };
+    let (task, job) = leased_task(st, w, task_id).await?;
     let span = tracing::Span::current();
     span.record("job_id", task.job_id.as_str());
     span.record("cluster_id", task.cluster_id);
-    if task.lease_owner.as_deref() != Some(w.owner.as_str()) {
-        return Err(not_owner());
-    }
-    if w.expired_before
-        .is_some_and(|t| task.state != TaskState::InProgress || task.lease_deadline >= t)
-    {
+    if !still_to_finish(w, &task)? {
         return Ok(());
-    }
-    if task.state != TaskState::InProgress {
-        // A finish that arrives twice is applied once.
-        return match task.state {
-            TaskState::Complete | TaskState::Failed | TaskState::Queued | TaskState::Pending => {
-                Ok(())
-            }
-            _ => Err(not_owner()),
-        };
     }
     let (job_status, job_rev) =
         job.ok_or_else(|| EngineError::Internal("task without job".into()))?;
     let ok = req.status == Some(0);
     let mut cs = ChangeSet::new();
     cs.expect(Expect::task(&task));
-
-    // The node: addresses, hostname and results, if the worker sent any.
-    let addresses = req.ipaddresses.as_ref().is_some_and(|m| !m.is_empty());
-    let hostname = req.hostname.as_ref().filter(|h| !h.trim().is_empty());
-    let results = req.result.as_ref().is_some_and(|m| !m.is_empty());
-    if (ok && (addresses || hostname.is_some())) || results {
-        if let Some(row) = st.store.get_node(tenant, &task.node_id).await? {
-            let mut node: Node = from_body(&row.body)?;
-            if ok {
-                if let Some(ips) = &req.ipaddresses {
-                    node.properties.ipaddresses.extend(ips.clone());
-                }
-                if let Some(h) = hostname {
-                    node.properties.hostname = Some(h.clone());
-                }
-            }
-            if let Some(result) = &req.result {
-                for (k, v) in result {
-                    node.provisioner_results.insert(k.clone(), v.clone());
-                }
-            }
-            let mut new = row.clone();
-            new.body = to_body(&node)?;
-            cs.expect(Expect::node(&row));
-            cs.write(Write::Node(new));
-        }
-    }
-
+    update_node(st, &mut cs, tenant, &task, req, ok).await?;
     let mut done = task.clone();
     if w.expired_before.is_some() {
         // Timed out: the worker that held the lease no longer owns the task.
@@ -478,24 +423,7 @@ async fn finish_step(
         done.state = TaskState::Complete;
         done.body = to_body(&tbody)?;
         cs.write(Write::Task(done));
-        // Unchanged while this commits: a job paused, failed or aborted meanwhile re-runs the step.
-        cs.expect(Expect::JobRev {
-            tenant_id: tenant.clone(),
-            id: task.job_id.clone(),
-            rev: job_rev,
-        });
-        cs.write(Write::Release {
-            tenant_id: tenant.clone(),
-            ids: task.successors.clone(),
-            queue: !job_paused,
-            now,
-        });
-        let ended = st.store.commit_released(&cs).await.map_err(store_err)?;
-        crate::metrics::task_finished(&task, st.settings.task_timeout_ms, now);
-        if ended.iter().any(|g| *g == end_gate(&task.job_id)) {
-            complete_job(st, tenant, &task.job_id).await?;
-        }
-        return Ok(());
+        return complete_task(st, cs, &task, job_rev, job_paused, now).await;
     }
     let job = st
         .store
@@ -515,89 +443,25 @@ async fn finish_step(
         cs.write(Write::Task(done));
         settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
     } else {
-        let message = format!(
-            "{} {}on node {} failed (status {}): {}",
-            task.action,
-            if task.service.is_empty() {
-                String::new()
-            } else {
-                format!("of {} ", task.service)
-            },
-            task.node_id,
-            req.status.unwrap_or(1),
-            req.stderr
-                .as_deref()
-                .map(trim_log)
-                .filter(|s| !s.trim().is_empty())
-                .or(req.stdout.as_deref().map(trim_log))
-                .unwrap_or_default()
-        );
-        tbody.message = Some(message.clone());
+        tbody.message = Some(failure_message(&task, req));
         if job_running && task.attempts < st.settings.max_action_retries {
-            done.lease_owner = None;
-            // The node's history keeps the failed attempt.
-            tbody.retried.push(super::body::Attempt {
-                start_time: task.started_at,
-                finish_time: now,
-                stdout: tbody.stdout.take(),
-                stderr: tbody.stderr.take(),
-            });
-            let excess = tbody.retried.len().saturating_sub(super::body::MAX_RETRIED);
-            tbody.retried.drain(..excess);
-            if task.action == ProvisionerAction::Create.upper() {
-                // A retried CREATE first deletes whatever the failed try made.
-                let cleanup = TaskRow {
-                    id: format!("{}-r{}", task.id, task.attempts),
-                    action: ProvisionerAction::Delete.upper().into(),
-                    service: String::new(),
-                    state: TaskState::Queued,
-                    attempts: 0,
-                    deps_remaining: 0,
-                    successors: vec![task.id.clone()],
-                    lease_owner: None,
-                    lease_deadline: 0,
-                    queued_at: now,
-                    started_at: 0,
-                    rev: 0,
-                    body: to_body(&TaskBody::default())?,
-                    ..task.clone()
-                };
-                cs.expect(Expect::TaskRev {
-                    tenant_id: tenant.clone(),
-                    id: cleanup.id.clone(),
-                    rev: 0,
-                });
-                cs.write(Write::Task(cleanup));
-                done.state = TaskState::Pending;
-                done.deps_remaining = 1;
-            } else if job_paused {
-                done.state = TaskState::Pending;
-                done.deps_remaining = 0;
-            } else {
-                done.state = TaskState::Queued;
-                done.queued_at = now;
-            }
-            done.body = to_body(&tbody)?;
-            cs.write(Write::Task(done));
+            retry_task(&mut cs, &task, done, tbody, job_paused, now)?;
             // Retried only while the job still runs.
             cs.expect(Expect::job(&job));
             tracing::warn!(task_id = %task.id, job_id = %job.id, attempt = task.attempts, "task failed; retrying");
         } else {
             done.state = TaskState::Failed;
+            let message = tbody.message.clone().unwrap_or_default();
             done.body = to_body(&tbody)?;
             cs.write(Write::Task(done));
-            if job_running {
-                let mut failed_job = job.clone();
-                let mut jbody: JobBody = from_body(&job.body)?;
-                jbody.message = Some(message.clone());
-                failed_job.status = JobStatus::Failed.as_str().into();
-                failed_job.body = to_body(&jbody)?;
+            let job = if job_running {
                 tracing::warn!(task_id = %task.id, job_id = %job.id, "task failed for good; job failed");
                 outcome = Some(JobEventKind::Failure);
-                settle_failed_job(st, &mut cs, &failed_job, &cluster, &task.id).await?;
+                failed(&job, message)?
             } else {
-                settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
-            }
+                job.clone()
+            };
+            settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
         }
     }
     st.store.commit(&cs).await.map_err(store_err)?;
@@ -609,6 +473,206 @@ async fn finish_step(
     // A failed job may have just settled its cluster: roll back what asked to be.
     crate::rollback::after_failed_job(st, tenant, cluster.id).await;
     Ok(())
+}
+
+/// The task being finished and its job's status and revision: the copy `take` kept, if it
+/// agrees with this finish (the change set expects the revisions it has, so a stale copy only
+/// costs a retry that reads the store), else the store's.
+async fn leased_task(
+    st: &Engine,
+    w: &Worker,
+    task_id: &str,
+) -> EngineResult<(TaskRow, Option<(String, i64)>)> {
+    let leased = st.leases.take(&w.tenant_id, task_id).filter(|(t, _)| {
+        w.expired_before.is_none()
+            && t.state == TaskState::InProgress
+            && t.lease_owner.as_deref() == Some(w.owner.as_str())
+    });
+    match leased {
+        Some(copy) => Ok(copy),
+        None => st
+            .store
+            .task_with_job(&w.tenant_id, task_id)
+            .await?
+            .ok_or_else(not_owner),
+    }
+}
+
+/// Whether the finish still has work: `Ok(false)` for one that arrives twice (applied once) or a
+/// lease that did not expire after all; [`EngineError::NotOwner`] for a worker without the lease.
+fn still_to_finish(w: &Worker, task: &TaskRow) -> EngineResult<bool> {
+    if task.lease_owner.as_deref() != Some(w.owner.as_str()) {
+        return Err(not_owner());
+    }
+    if w.expired_before
+        .is_some_and(|t| task.state != TaskState::InProgress || task.lease_deadline >= t)
+    {
+        return Ok(false);
+    }
+    match task.state {
+        TaskState::InProgress => Ok(true),
+        TaskState::Complete | TaskState::Failed | TaskState::Queued | TaskState::Pending => {
+            Ok(false)
+        }
+        _ => Err(not_owner()),
+    }
+}
+
+/// The task's node gets the addresses and hostname of a success and the results the worker sent.
+async fn update_node(
+    st: &Engine,
+    cs: &mut ChangeSet,
+    tenant: &str,
+    task: &TaskRow,
+    req: &FinishTaskRequest,
+    ok: bool,
+) -> EngineResult<()> {
+    let addresses = req.ipaddresses.as_ref().is_some_and(|m| !m.is_empty());
+    let hostname = req.hostname.as_ref().filter(|h| !h.trim().is_empty());
+    let results = req.result.as_ref().is_some_and(|m| !m.is_empty());
+    if !((ok && (addresses || hostname.is_some())) || results) {
+        return Ok(());
+    }
+    let Some(row) = st.store.get_node(tenant, &task.node_id).await? else {
+        return Ok(());
+    };
+    let mut node: Node = from_body(&row.body)?;
+    if ok {
+        if let Some(ips) = &req.ipaddresses {
+            node.properties.ipaddresses.extend(ips.clone());
+        }
+        if let Some(h) = hostname {
+            node.properties.hostname = Some(h.clone());
+        }
+    }
+    if let Some(result) = &req.result {
+        for (k, v) in result {
+            node.provisioner_results.insert(k.clone(), v.clone());
+        }
+    }
+    let mut new = row.clone();
+    new.body = to_body(&node)?;
+    cs.expect(Expect::node(&row));
+    cs.write(Write::Node(new));
+    Ok(())
+}
+
+/// Commits a task that succeeded in a running (or paused) job: its successors are released (queued
+/// unless the job is paused), and the job completes when its end gate does.
+async fn complete_task(
+    st: &Engine,
+    mut cs: ChangeSet,
+    task: &TaskRow,
+    job_rev: i64,
+    job_paused: bool,
+    now: i64,
+) -> EngineResult<()> {
+    let tenant = &task.tenant_id;
+    // Unchanged while this commits: a job paused, failed or aborted meanwhile re-runs the step.
+    cs.expect(Expect::JobRev {
+        tenant_id: tenant.clone(),
+        id: task.job_id.clone(),
+        rev: job_rev,
+    });
+    cs.write(Write::Release {
+        tenant_id: tenant.clone(),
+        ids: task.successors.clone(),
+        queue: !job_paused,
+        now,
+    });
+    let ended = st.store.commit_released(&cs).await.map_err(store_err)?;
+    crate::metrics::task_finished(task, st.settings.task_timeout_ms, now);
+    if ended.iter().any(|g| *g == end_gate(&task.job_id)) {
+        complete_job(st, tenant, &task.job_id).await?;
+    }
+    Ok(())
+}
+
+/// What a failed task's message says: action, service, node, status and the end of its output.
+fn failure_message(task: &TaskRow, req: &FinishTaskRequest) -> String {
+    format!(
+        "{} {}on node {} failed (status {}): {}",
+        task.action,
+        if task.service.is_empty() {
+            String::new()
+        } else {
+            format!("of {} ", task.service)
+        },
+        task.node_id,
+        req.status.unwrap_or(1),
+        req.stderr
+            .as_deref()
+            .map(trim_log)
+            .filter(|s| !s.trim().is_empty())
+            .or(req.stdout.as_deref().map(trim_log))
+            .unwrap_or_default()
+    )
+}
+
+/// Puts a failed task back for another attempt (its history keeps the failed one); a failed
+/// CREATE first gets a DELETE of whatever it made.
+fn retry_task(
+    cs: &mut ChangeSet,
+    task: &TaskRow,
+    mut done: TaskRow,
+    mut tbody: TaskBody,
+    job_paused: bool,
+    now: i64,
+) -> EngineResult<()> {
+    done.lease_owner = None;
+    tbody.retried.push(super::body::Attempt {
+        start_time: task.started_at,
+        finish_time: now,
+        stdout: tbody.stdout.take(),
+        stderr: tbody.stderr.take(),
+    });
+    let excess = tbody.retried.len().saturating_sub(super::body::MAX_RETRIED);
+    tbody.retried.drain(..excess);
+    if task.action == ProvisionerAction::Create.upper() {
+        let cleanup = TaskRow {
+            id: format!("{}-r{}", task.id, task.attempts),
+            action: ProvisionerAction::Delete.upper().into(),
+            service: String::new(),
+            state: TaskState::Queued,
+            attempts: 0,
+            deps_remaining: 0,
+            successors: vec![task.id.clone()],
+            lease_owner: None,
+            lease_deadline: 0,
+            queued_at: now,
+            started_at: 0,
+            rev: 0,
+            body: to_body(&TaskBody::default())?,
+            ..task.clone()
+        };
+        cs.expect(Expect::TaskRev {
+            tenant_id: task.tenant_id.clone(),
+            id: cleanup.id.clone(),
+            rev: 0,
+        });
+        cs.write(Write::Task(cleanup));
+        done.state = TaskState::Pending;
+        done.deps_remaining = 1;
+    } else if job_paused {
+        done.state = TaskState::Pending;
+        done.deps_remaining = 0;
+    } else {
+        done.state = TaskState::Queued;
+        done.queued_at = now;
+    }
+    done.body = to_body(&tbody)?;
+    cs.write(Write::Task(done));
+    Ok(())
+}
+
+/// The job, failed with `message`.
+fn failed(job: &JobRow, message: String) -> EngineResult<JobRow> {
+    let mut failed_job = job.clone();
+    let mut jbody: JobBody = from_body(&job.body)?;
+    jbody.message = Some(message);
+    failed_job.status = JobStatus::Failed.as_str().into();
+    failed_job.body = to_body(&jbody)?;
+    Ok(failed_job)
 }
 
 /// Completes a job whose end gate has completed, and sets its cluster's status. Called by the

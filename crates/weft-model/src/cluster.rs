@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 use crate::{lenient, ClusterTemplate, Link, Provider, Service};
 
 /// `pending`, `active`, `incomplete`, `inconsistent`, `terminated`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ClusterStatus {
     Pending,
@@ -44,7 +46,8 @@ impl ClusterStatus {
 }
 
 /// A job's status (`actionstatus`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     NotSubmitted,
@@ -79,7 +82,8 @@ impl JobStatus {
 }
 
 /// `POST /v2/clusters`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterCreateRequest {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -116,14 +120,14 @@ pub struct ClusterCreateRequest {
     pub dns_suffix: Option<String>,
     /// Replaces the template's default config when given.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub config: Option<Map<String, Value>>,
     #[serde(
         rename = "providerFields",
         default,
         deserialize_with = "lenient::object"
     )]
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provider_fields: Map<String, Value>,
     /// weft: delete the cluster automatically if its create fails (default: keep it, incomplete,
     /// with the failing task's output, as Coopr did).
@@ -155,7 +159,8 @@ impl ClusterCreateRequest {
 }
 
 /// `{"action":"cluster_create","actionstatus":"running","stepstotal":81,"stepscompleted":49}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Progress {
     pub action: String,
     pub actionstatus: JobStatus,
@@ -164,7 +169,8 @@ pub struct Progress {
 }
 
 /// `{"name":..,"version":..}` (and `description` for providers) in cluster summaries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct EntityRef {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,7 +179,8 @@ pub struct EntityRef {
 }
 
 /// An element of `GET /v2/clusters`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterSummary {
     pub id: String,
     pub name: String,
@@ -197,7 +204,8 @@ pub struct ClusterSummary {
 }
 
 /// `{"userId":..,"tenantId":<internal tenant id>}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Account {
     #[serde(rename = "userId")]
     pub user_id: String,
@@ -206,7 +214,8 @@ pub struct Account {
 }
 
 /// A node's properties (`properties` in a node, and the values of `nodes` in a task).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeProperties {
     #[serde(default)]
     pub ipaddresses: BTreeMap<String, String>,
@@ -227,7 +236,8 @@ pub struct NodeProperties {
 }
 
 /// `in_progress`, `complete`, `failed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NodeActionStatus {
     InProgress,
@@ -236,7 +246,8 @@ pub enum NodeActionStatus {
 }
 
 /// One entry of a node's action history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeAction {
     #[serde(rename = "taskId")]
     pub task_id: String,
@@ -255,7 +266,8 @@ pub struct NodeAction {
 }
 
 /// A node as cluster details show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Node {
     pub id: String,
     #[serde(rename = "clusterId")]
@@ -265,14 +277,15 @@ pub struct Node {
     #[serde(default)]
     pub actions: Vec<NodeAction>,
     #[serde(rename = "provisionerResults", default)]
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provisioner_results: Map<String, Value>,
     #[serde(default)]
     pub links: Vec<Link>,
 }
 
 /// `GET /v2/clusters/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterDetails {
     pub id: String,
     pub name: String,
@@ -295,7 +308,7 @@ pub struct ClusterDetails {
     )]
     pub latest_job_id: Option<String>,
     pub status: ClusterStatus,
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub config: Map<String, Value>,
     #[serde(default)]
     pub links: Vec<Link>,
@@ -306,7 +319,8 @@ pub struct ClusterDetails {
 }
 
 /// `GET /v2/clusters/{id}/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterStatusView {
     pub clusterid: String,
     pub status: ClusterStatus,
@@ -317,7 +331,8 @@ pub struct ClusterStatusView {
 }
 
 /// One task in a plan's stage view.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PlanTask {
     pub id: String,
     #[serde(rename = "taskName")]
@@ -328,7 +343,8 @@ pub struct PlanTask {
 }
 
 /// `GET /v2/clusters/{id}/plans/{jobId}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PlanView {
     pub id: String,
     #[serde(rename = "clusterId")]
@@ -341,7 +357,8 @@ pub struct PlanView {
 }
 
 /// `POST /v2/tasks/take`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TakeTaskRequest {
     #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
     pub worker_id: Option<String>,
@@ -356,7 +373,8 @@ pub struct TakeTaskRequest {
 }
 
 /// `POST /v2/tasks/finish`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct FinishTaskRequest {
     #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
     pub worker_id: Option<String>,
@@ -382,6 +400,6 @@ pub struct FinishTaskRequest {
     #[serde(default)]
     pub ipaddresses: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<Map<String, Value>>,
 }

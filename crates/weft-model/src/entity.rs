@@ -5,15 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 use crate::lenient;
 
 /// The kinds of versioned entity the store keeps. The first six are per tenant; the plugin types are
 /// global (kept under the `superadmin` tenant).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum EntityKind {
     #[serde(rename = "providers")]
@@ -90,7 +90,8 @@ impl EntityKind {
 }
 
 /// `{label, url}`; the url may contain macros.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Link {
     #[serde(default, deserialize_with = "lenient::string")]
     pub label: String,
@@ -99,14 +100,16 @@ pub struct Link {
 }
 
 /// `{"name": ...}`, used by `extends` and `includes`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NameRef {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
 }
 
 /// A provider: where machines come from (`providertype` names the plugin).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Provider {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -134,12 +137,13 @@ pub struct Provider {
     pub providertype: String,
     /// Admin fields of the provider type. Values are usually strings.
     #[serde(default, deserialize_with = "lenient::object")]
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provisioner: Map<String, Value>,
 }
 
 /// A hardware type (flavor per provider) or an image type (image per provider).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MachineType {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -187,9 +191,8 @@ fn provider_map<'de, D: serde::Deserializer<'de>>(
 }
 
 /// Lifecycle actions. Lower-case on the wire for services (`install`), upper-case in tasks and plans.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ProvisionerAction {
     Create,
@@ -260,7 +263,8 @@ impl ProvisionerAction {
 }
 
 /// `{requires, uses}` for one dependency class.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct DependencyClass {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub requires: Vec<String>,
@@ -269,7 +273,8 @@ pub struct DependencyClass {
 }
 
 /// A service's dependencies.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceDependencies {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub provides: Vec<String>,
@@ -286,7 +291,8 @@ fn dependency_class<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Dependency
 }
 
 /// One service action: the automator type and its admin fields.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceAction {
     #[serde(rename = "type", default, deserialize_with = "lenient::string")]
     pub automator: String,
@@ -295,7 +301,8 @@ pub struct ServiceAction {
 }
 
 /// `{"actions": {"install": {...}, ...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceProvisioner {
     #[serde(default, deserialize_with = "actions_map")]
     pub actions: BTreeMap<ProvisionerAction, ServiceAction>,
@@ -318,7 +325,8 @@ fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDepende
 }
 
 /// A service: software with lifecycle actions and dependencies.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Service {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -362,7 +370,8 @@ pub struct Service {
 }
 
 /// Which services, hardware types and image types a cluster may use. Empty means any.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Compatibility {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub hardwaretypes: Vec<String>,
@@ -374,7 +383,8 @@ pub struct Compatibility {
 
 /// What a create request leaves out. On input a service may be `{"name":..,"config":{..}}`; its
 /// config is moved to `config[name]`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(try_from = "RawDefaults")]
 pub struct ClusterDefaults {
     pub services: Vec<String>,
@@ -386,7 +396,7 @@ pub struct ClusterDefaults {
     pub imagetype: Option<String>,
     #[serde(rename = "dnsSuffix", skip_serializing_if = "Option::is_none")]
     pub dns_suffix: Option<String>,
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub config: Map<String, Value>,
 }
 
@@ -451,7 +461,8 @@ impl TryFrom<RawDefaults> for ClusterDefaults {
 }
 
 /// `{"min": 1, "max": 2147483647}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SizeConstraint {
     #[serde(default = "one", deserialize_with = "lenient::u64_or_one")]
     pub min: u64,
@@ -477,7 +488,8 @@ fn unbounded() -> u64 {
 }
 
 /// Placement rules between services on one node.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct LayoutConstraint {
     /// Each set must sit together on a node (a node with one member has all of them).
     #[serde(default, deserialize_with = "lenient::vec")]
@@ -488,7 +500,8 @@ pub struct LayoutConstraint {
 }
 
 /// `{"min": 0, "max": 2147483647}` nodes for one service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Quantities {
     #[serde(default, deserialize_with = "lenient::u64")]
     pub min: u64,
@@ -506,7 +519,8 @@ impl Default for Quantities {
 }
 
 /// Constraints on one service: allowed hardware and image types (empty = any) and node counts.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceConstraint {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub hardwaretypes: Vec<String>,
@@ -521,7 +535,8 @@ fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Quantities, D::E
 }
 
 /// A template's constraints.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Constraints {
     #[serde(default, deserialize_with = "size")]
     pub size: SizeConstraint,
@@ -546,7 +561,8 @@ fn service_constraints<'de, D: serde::Deserializer<'de>>(
 }
 
 /// Lease durations in milliseconds; 0 means forever / unlimited / any step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct LeaseDuration {
     #[serde(default, deserialize_with = "lenient::duration_ms")]
     pub initial: u64,
@@ -557,7 +573,8 @@ pub struct LeaseDuration {
 }
 
 /// `{"leaseduration": {...}}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Administration {
     #[serde(default, deserialize_with = "lease")]
     pub leaseduration: LeaseDuration,
@@ -584,7 +601,8 @@ fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D:
 }
 
 /// A cluster template: the blueprint users build clusters from.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -625,7 +643,8 @@ pub struct ClusterTemplate {
 }
 
 /// A partial template: defaults and compatibility that cluster templates include.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PartialTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -665,7 +684,8 @@ pub struct PartialTemplate {
 }
 
 /// The body of `GET /v2/export` and `POST /v2/import`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct CatalogExport {
     #[serde(default, deserialize_with = "lenient::vec")]
     pub providers: Vec<Provider>,
