@@ -265,6 +265,7 @@ impl NewCluster {
             leaving: Vec::new(),
             rollback_on_failure: req.rollback_on_failure,
             upgrade_from: None,
+            delete_requested: false,
         };
         let row = ClusterRow {
             tenant_id: who.tenant.id.clone(),

@@ -62,6 +62,9 @@ pub enum EngineError {
         status: String,
         needs: String,
     },
+    /// Only a running create job can be aborted.
+    #[error("Cannot be aborted at this time.")]
+    CannotAbort,
     /// The cluster changed while the operation was being decided.
     #[error("cluster {0} changed meanwhile; try again")]
     ClusterChanged(String),

@@ -14,9 +14,10 @@
 //! and releases its successors.
 //!
 //! Entry points, one per operation:
-//! * clusters: [`create::create_cluster`] (and its dry run), [`ops::start_job`] with the
+//! * clusters: [`create::create_cluster`] (and its dry run), [`jobs::start_job`] with the
 //!   operations of [`ops`] (reconfigure, add services, expand, shrink, upgrade, service actions),
-//!   [`delete::start_delete`], [`ops::after_failed_job`] (automatic rollbacks);
+//!   [`delete::delete_cluster`], [`control`] (pause, resume, abort),
+//!   [`rollback::after_failed_job`] (automatic rollbacks);
 //! * tasks: [`work::take`], [`work::finish`], [`work::fail_over_leases`];
 //! * reading: [`view`] (clusters, nodes, jobs and plans as the API shows them), [`catalog`]
 //!   (templates resolved in a tenant);
@@ -24,9 +25,10 @@
 //!   [`workers::rebalance`] (tenants' workers placed on provisioners).
 //!
 //! Modules, bottom up: `error`, `metrics` (process counters), `body` (what the engine keeps in each
-//! row's JSON), this file (the [`Engine`] context, [`Caller`], job notices), `catalog`, `workers`,
-//! `cache` (what payloads derive from a cluster, per process), `view`, `hostpool` (lending pool
-//! hosts to nodes), `work` (take and finish), `create`, `ops`, `delete`, `janitor`, `callbacks`.
+//! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
+//! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `hostpool` (lending pool hosts to nodes),
+//! `jobs` (starting jobs), `control`, `create`, `ops`, `delete`, `rollback`, `work` (take and
+//! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 
 pub mod body;
@@ -34,6 +36,7 @@ pub mod cache;
 pub mod callbacks;
 pub mod catalog;
 pub mod context;
+pub mod control;
 pub mod create;
 pub mod delete;
 pub mod error;

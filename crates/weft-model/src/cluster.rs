@@ -86,6 +86,15 @@ impl JobStatus {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterCreateRequest {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
+    )]
     pub name: String,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub description: Option<String>,
@@ -94,8 +103,10 @@ pub struct ClusterCreateRequest {
         default,
         deserialize_with = "lenient::string"
     )]
+    #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub cluster_template: String,
     #[serde(rename = "numMachines", default, deserialize_with = "lenient::opt_i64")]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1, maximum = 10000, value_type = i64))]
     pub num_machines: Option<i64>,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub provider: Option<String>,
@@ -116,6 +127,13 @@ pub struct ClusterCreateRequest {
         rename = "dnsSuffix",
         default,
         deserialize_with = "lenient::opt_string"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            max_length = 192,
+            pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+        )
     )]
     pub dns_suffix: Option<String>,
     /// Replaces the template's default config when given.
@@ -263,12 +281,23 @@ pub struct NodeAction {
     pub stdout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// Which execution of its task this entry is, from 1 (weft extension; 0 when unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
+    /// How many executions the task may have before its job fails (weft extension; 0 when unknown).
+    #[serde(rename = "maxAttempts", default, skip_serializing_if = "is_zero")]
+    pub max_attempts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A node as cluster details show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Node {
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub id: String,
     #[serde(rename = "clusterId")]
     pub cluster_id: String,

@@ -112,6 +112,15 @@ pub struct NameRef {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Provider {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
+    )]
     pub name: String,
     #[serde(
         default,
@@ -134,6 +143,7 @@ pub struct Provider {
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
     #[serde(default, deserialize_with = "lenient::string")]
+    #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub providertype: String,
     /// Admin fields of the provider type. Values are usually strings.
     #[serde(default, deserialize_with = "lenient::object")]
@@ -146,6 +156,15 @@ pub struct Provider {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MachineType {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
+    )]
     pub name: String,
     #[serde(
         default,
@@ -329,6 +348,15 @@ fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDepende
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Service {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
+    )]
     pub name: String,
     #[serde(
         default,
@@ -395,6 +423,13 @@ pub struct ClusterDefaults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub imagetype: Option<String>,
     #[serde(rename = "dnsSuffix", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            max_length = 192,
+            pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+        )
+    )]
     pub dns_suffix: Option<String>,
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub config: Map<String, Value>,
@@ -465,8 +500,11 @@ impl TryFrom<RawDefaults> for ClusterDefaults {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SizeConstraint {
     #[serde(default = "one", deserialize_with = "lenient::u64_or_one")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub min: u64,
+    /// Not below `min`.
     #[serde(default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max: u64,
 }
 
@@ -605,6 +643,15 @@ fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D:
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
+    )]
     pub name: String,
     #[serde(
         default,
@@ -647,6 +694,15 @@ pub struct ClusterTemplate {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PartialTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
+    )]
     pub name: String,
     #[serde(
         default,

@@ -95,7 +95,8 @@ impl From<EngineError> for ApiError {
             | E::JobUnderway { .. }
             | E::WrongStatus { .. }
             | E::ClusterChanged(_)
-            | E::PoolShort(_)) => ApiError::Conflict(e.to_string()),
+            | E::PoolShort(_)
+            | E::CannotAbort) => ApiError::Conflict(e.to_string()),
             e @ E::NotRegistered(_) => ApiError::Forbidden(e.to_string()),
             e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),
         }
@@ -118,7 +119,8 @@ impl IntoResponse for ApiError {
                     "internal server error; the server log has the cause".into(),
                 )
             }
-            ApiError::Forbidden(m) if m.is_empty() => status.into_response(),
+            // Coopr's empty 403 keeps its empty body, typed like every other error.
+            ApiError::Forbidden(m) if m.is_empty() => text(status, String::new()),
             other => text(status, other.to_string()),
         }
     }

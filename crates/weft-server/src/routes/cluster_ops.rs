@@ -12,21 +12,22 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weft_model::{lenient, ClusterStatus, ClusterTemplate, EntityKind, JobStatus, Service};
+use weft_model::{lenient, ClusterStatus, ClusterTemplate, EntityKind, Service};
 use weft_planner::Operation;
 use weft_solver::Change;
-use weft_store::{ChangeSet, Expect, TaskState, Write};
+use weft_store::{ChangeSet, Expect, Write};
 
 use super::params::{parse_body, DryRun};
-use crate::api::{op, Api, Body};
+use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
-use weft_engine::body::{from_body, to_body, JobBody};
+use crate::state::AppState;
+use weft_engine::body::to_body;
 use weft_engine::catalog::typed_list;
+use weft_engine::control;
 use weft_engine::jobs::{load, require_status, start_job, Loaded};
 use weft_engine::ops::{in_place, relayout, solve_change};
-use weft_engine::{cluster_id_text, store_err, JobEventKind};
+use weft_engine::{cluster_id_text, store_err};
 
 use ClusterStatus::{Active, Inconsistent};
 
@@ -55,6 +56,7 @@ pub fn routes(api: Api) -> Api {
         "/v2/clusters/{id}",
         lease,
         op(t, "Change the cluster's lease: {\"expireTime\": ms}")
+            .body(Body::Json("LeaseRequest"))
             .status(200, "changed")
             .status(
                 400,
@@ -66,13 +68,14 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::PUT,
         "/v2/clusters/{id}/config",
         reconfigure,
-        changed(t, "Reconfigure: {\"config\": {...}, \"restart\": true}").body(Body::AnyJson),
+        changed(t, "Reconfigure: {\"config\": {...}, \"restart\": true}")
+            .body(Body::Json("ReconfigureRequest")),
     )
     .route(
         MethodFilter::POST,
         "/v2/clusters/{id}/services",
         add_services,
-        changed(t, "Add services: {\"services\": [...]}").body(Body::AnyJson),
+        changed(t, "Add services: {\"services\": [...]}").body(Body::Json("ServicesRequest")),
     )
     .route(
         MethodFilter::POST,
@@ -96,13 +99,20 @@ pub fn routes(api: Api) -> Api {
         changed(
             t,
             "start, stop, restart or upgrade one service ({\"batchSize\": n} for upgrade)",
-        ),
+        )
+        .optional_body(Body::Json("UpgradeRequest")),
     )
     .route(
         MethodFilter::POST,
         "/v2/clusters/{id}/nodes",
         expand,
-        changed(t, "Expand: add {\"count\": k} nodes").body(Body::AnyJson),
+        changed(t, "Expand: add {\"count\": k} nodes (or ?count=k)")
+            .query_as(
+                "count",
+                "nodes to add, when the body does not say",
+                Param::Int(1),
+            )
+            .optional_body(Body::Json("NodeCountRequest")),
     )
     .route(
         MethodFilter::DELETE,
@@ -112,7 +122,12 @@ pub fn routes(api: Api) -> Api {
             t,
             "Shrink: remove {\"count\": k} nodes (or ?count=k), newest first",
         )
-        .body(Body::AnyJson),
+        .query_as(
+            "count",
+            "nodes to remove, when the body does not say",
+            Param::Int(1),
+        )
+        .optional_body(Body::Json("NodeCountRequest")),
     )
     .route(
         MethodFilter::POST,
@@ -180,12 +195,10 @@ async fn lease(
     body: Bytes,
 ) -> ApiResult<()> {
     let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    let v = optional_body(&body)?;
-    let t = v
-        .get("expireTime")
-        .filter(|t| !t.is_null())
+    let req: LeaseReq = lenient::from_value(optional_body(&body)?)?;
+    let t = req
+        .expire_time
         .ok_or_else(|| ApiError::BadRequest("expire time not specified".into()))?;
-    let t: i64 = lenient::from_value::<LeaseReq>(serde_json::json!({ "t": t }))?.t;
     if matches!(
         ClusterStatus::parse(&row.status),
         Some(ClusterStatus::Terminated | ClusterStatus::Pending)
@@ -225,15 +238,24 @@ async fn lease(
     Ok(st.store.commit(&cs).await.map_err(store_err)?)
 }
 
-#[derive(Deserialize)]
-struct LeaseReq {
-    #[serde(deserialize_with = "lenient::i64")]
-    t: i64,
+/// `POST /v2/clusters/{id}`: the lease's new end.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = LeaseRequest)]
+pub struct LeaseReq {
+    /// Milliseconds since the epoch; within the template's lease rules.
+    #[serde(rename = "expireTime", default, deserialize_with = "lenient::opt_i64")]
+    #[schema(required = true, value_type = i64, minimum = 0)]
+    expire_time: Option<i64>,
 }
 
-#[derive(Deserialize)]
-struct ConfigReq {
+/// `PUT /v2/clusters/{id}/config`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = ReconfigureRequest)]
+pub struct ConfigReq {
+    /// The cluster's whole new config.
+    #[schema(required = true, value_type = Object)]
     config: Option<Map<String, Value>>,
+    /// Restart the services after configuring them (default true).
     #[serde(default, deserialize_with = "lenient::opt_bool")]
     restart: Option<bool>,
 }
@@ -261,9 +283,13 @@ async fn reconfigure(
     Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
 }
 
-#[derive(Deserialize)]
-struct ServicesReq {
+/// `POST /v2/clusters/{id}/services`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = ServicesRequest)]
+pub struct ServicesReq {
+    /// Services of the cluster's template to add.
     #[serde(default, deserialize_with = "lenient::strings")]
+    #[schema(required = true, min_items = 1)]
     services: Vec<String>,
 }
 
@@ -341,9 +367,13 @@ fn require_service(c: &Loaded, svc: &str) -> ApiResult<()> {
     }
 }
 
-#[derive(Deserialize, Default)]
-struct UpgradeReq {
+/// `POST /v2/clusters/{id}/services/{svc}/upgrade`.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[schema(as = UpgradeRequest)]
+pub struct UpgradeReq {
+    /// Nodes upgraded at once (default 1).
     #[serde(rename = "batchSize", default, deserialize_with = "lenient::opt_u64")]
+    #[schema(minimum = 1, value_type = u64)]
     batch_size: Option<u64>,
 }
 
@@ -420,9 +450,13 @@ async fn remove_service(
     ))
 }
 
-#[derive(Deserialize, Default)]
-struct CountReq {
+/// `POST` and `DELETE /v2/clusters/{id}/nodes`.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[schema(as = NodeCountRequest)]
+pub struct CountReq {
+    /// How many nodes to add or remove.
     #[serde(default, deserialize_with = "lenient::opt_u64")]
+    #[schema(required = true, minimum = 1, value_type = u64)]
     count: Option<u64>,
 }
 
@@ -590,68 +624,9 @@ fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
     Ok(())
 }
 
-/// The cluster's latest job, when the cluster is pending (a job runs).
-async fn running_job(
-    st: &AppState,
-    who: &Identity,
-    id: &str,
-) -> ApiResult<Option<(weft_store::ClusterRow, weft_store::JobRow)>> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), id).await?;
-    if row.status != ClusterStatus::Pending.as_str() {
-        return Ok(None);
-    }
-    let Some(job_id) = row.latest_job.clone() else {
-        return Ok(None);
-    };
-    Ok(st
-        .store
-        .get_job(&row.tenant_id, &job_id)
-        .await?
-        .map(|j| (row, j)))
-}
-
-async fn set_job(
-    st: &AppState,
-    job: &weft_store::JobRow,
-    status: JobStatus,
-    message: &str,
-    tasks: Vec<weft_store::TaskRow>,
-) -> ApiResult<()> {
-    let mut j = job.clone();
-    j.status = status.as_str().into();
-    let mut b: JobBody = from_body(&j.body)?;
-    b.message = Some(message.into());
-    j.body = to_body(&b)?;
-    let mut cs = ChangeSet::new();
-    cs.expect(Expect::job(job));
-    cs.write(Write::Job(j));
-    for t in tasks {
-        cs.write(Write::Task(t));
-    }
-    Ok(st.store.commit(&cs).await.map_err(store_err)?)
-}
-
 async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let Some((_, job)) = running_job(&st, &who, &id).await? else {
-        return Ok(());
-    };
-    if job.status != JobStatus::Running.as_str() {
-        return Ok(());
-    }
-    // Queued tasks go back to waiting; resume queues them again.
-    let tasks: Vec<_> = st
-        .store
-        .list_tasks(&job.tenant_id, &job.id)
-        .await?
-        .into_iter()
-        .filter(|t| t.state == TaskState::Queued)
-        .map(|mut t| {
-            t.state = TaskState::Pending;
-            t.deps_remaining = 0;
-            t
-        })
-        .collect();
-    set_job(&st, &job, JobStatus::Paused, "Paused by user.", tasks).await
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    Ok(control::pause(&st.engine, &row).await?)
 }
 
 async fn resume(
@@ -659,73 +634,14 @@ async fn resume(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let Some((_, job)) = running_job(&st, &who, &id).await? else {
-        return Ok(());
-    };
-    if job.status != JobStatus::Paused.as_str() {
-        return Ok(());
-    }
-    let now = now_ms();
-    let tasks: Vec<_> = st
-        .store
-        .list_tasks(&job.tenant_id, &job.id)
-        .await?
-        .into_iter()
-        .filter(|t| {
-            t.state == TaskState::Pending && t.deps_remaining == 0 && t.action != weft_engine::GATE
-        })
-        .map(|mut t| {
-            t.state = TaskState::Queued;
-            t.queued_at = now;
-            t
-        })
-        .collect();
-    set_job(&st, &job, JobStatus::Running, "Resumed by user.", tasks).await
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    Ok(control::resume(&st.engine, &row).await?)
 }
 
 async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let Some((row, job)) = running_job(&st, &who, &id).await? else {
-        return Ok(());
-    };
-    if job.status == JobStatus::Failed.as_str() || job.status == JobStatus::Complete.as_str() {
-        return Ok(());
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    if control::abort(&st.engine, &row).await? == control::Stopped::Settled {
+        weft_engine::rollback::after_failed_job(&st.engine, &row.tenant_id, row.id).await;
     }
-    if job.action != "CLUSTER_CREATE" || job.status != JobStatus::Running.as_str() {
-        return Err(ApiError::Conflict("Cannot be aborted at this time.".into()));
-    }
-    let in_flight = st
-        .store
-        .list_tasks(&job.tenant_id, &job.id)
-        .await?
-        .iter()
-        .any(|t| t.state == TaskState::InProgress);
-    set_job(&st, &job, JobStatus::Failed, "Aborted by user.", vec![]).await?;
-    if !in_flight {
-        // Nothing is running: the cluster ends now. (Otherwise the last finish settles it.)
-        let row = st
-            .store
-            .get_cluster(&row.tenant_id, row.id)
-            .await?
-            .unwrap_or(row);
-        let mut c = row.clone();
-        let mut body: weft_engine::body::ClusterBody = from_body(&c.body)?;
-        body.message = Some("Aborted by user.".into());
-        c.status = ClusterStatus::Incomplete.as_str().into();
-        c.body = to_body(&body)?;
-        let cs = ChangeSet {
-            expect: vec![Expect::cluster(&row)],
-            writes: vec![Write::Cluster(c)],
-        };
-        st.store.commit(&cs).await.map_err(store_err)?;
-    }
-    weft_engine::notify(
-        &st.engine,
-        JobEventKind::Failure,
-        &job.tenant_id,
-        job.cluster_id,
-        &job.id,
-    );
-    weft_engine::metrics::job_ended(&job.action, false);
-    weft_engine::rollback::after_failed_job(&st.engine, &job.tenant_id, job.cluster_id).await;
     Ok(())
 }

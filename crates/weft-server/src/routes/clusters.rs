@@ -20,7 +20,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use weft_engine::body::{from_body, ClusterBody};
 use weft_engine::create::create_cluster;
-use weft_engine::delete::start_delete;
+use weft_engine::delete::delete_cluster;
 use weft_engine::{cluster_id_text, view};
 
 pub fn routes(api: Api) -> Api {
@@ -55,10 +55,10 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::DELETE,
         "/v2/clusters/{id}",
         delete,
-        op(t, "Delete a cluster (starts a CLUSTER_DELETE job; 200 if already terminated)")
-            .status(200, "delete started")
+        op(t, "Delete a cluster (starts a CLUSTER_DELETE job; 200 if already terminated). A job underway is aborted first: its queued tasks never start, and the delete starts when its running tasks end or time out")
+            .status(200, "delete started, or will start when the aborted job's running tasks end")
             .status(404, "cluster not found")
-            .status(409, "a job is still underway"),
+            .status(409, "the cluster changed meanwhile; try again"),
     )
     .route(
         MethodFilter::GET,
@@ -269,6 +269,6 @@ async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<()> {
     let row = view::visible(&st.engine, &who.caller(), &id).await?;
-    start_delete(&st.engine, &row).await?;
+    delete_cluster(&st.engine, &row).await?;
     Ok(())
 }

@@ -580,3 +580,47 @@ async fn the_browser_reaches_the_api_through_the_session() {
         .await;
     assert_eq!(r.status.as_u16(), 303, "no session: to the login page");
 }
+
+/// The cluster page's Delete button works while a job runs (issue 13): the job is aborted, the
+/// running task ends, and the delete follows.
+#[tokio::test]
+async fn delete_from_the_cluster_page_while_a_job_runs() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let user = login(&h, T, "bob", "").await;
+    let fields = [
+        ("name", "c1"),
+        ("template", "t"),
+        ("size", "1"),
+        ("step", "create"),
+    ];
+    let r = form(&h, Some(&user), "/ui/clusters/new", &fields).await;
+    let loc = r.headers["location"].to_str().unwrap().to_string();
+    let id = loc.rsplit('/').next().unwrap().to_string();
+    let running = crate::clusters::take(&h, &tid, "w1").await.expect("a task");
+    let t = page(&h, &user, &loc).await.expect(200).text();
+    assert!(t.contains("id=\"delete\""), "{t}");
+    let r = form(
+        &h,
+        Some(&user),
+        &format!("/ui/clusters/{id}/action"),
+        &[("op", "delete")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    assert_eq!(
+        crate::clusters::finish(&h, &tid, "w1", &running, 0, "").await,
+        200
+    );
+    let deleted = drain(&h, &tid, |_| false).await;
+    assert!(!deleted.is_empty() && deleted.iter().all(|t| t["taskName"] == "DELETE"));
+    let s = h
+        .get(
+            crate::common::user("bob", T),
+            &format!("/v2/clusters/{id}/status"),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(s["status"], "terminated");
+}
