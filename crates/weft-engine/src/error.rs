@@ -65,6 +65,15 @@ pub enum EngineError {
     /// Only a running create job can be aborted.
     #[error("Cannot be aborted at this time.")]
     CannotAbort,
+    /// A cluster does not satisfy the current version of its template.
+    #[error(
+        "cluster {cluster} does not satisfy the current version of template {template}: {why}"
+    )]
+    TemplateUnsatisfied {
+        cluster: String,
+        template: String,
+        why: String,
+    },
     /// The cluster changed while the operation was being decided.
     #[error("cluster {0} changed meanwhile; try again")]
     ClusterChanged(String),

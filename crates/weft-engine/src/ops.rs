@@ -2,17 +2,22 @@
 //! the layout changes), plans the job, and starts it with [`start_job`], or only shows its plan when
 //! asked for a dry run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use weft_model::{EntityKind, MachineType, Node, PlanView, Service};
+use weft_model::{
+    lenient, ClusterStatus, ClusterTemplate, EntityKind, MachineType, Node, PlanView, Service,
+};
 use weft_planner::Operation;
 use weft_solver::{Catalog, Change, ExistingNode, Layout, TypeOffer};
 
-use crate::body::ClusterBody;
-use crate::catalog::typed_list;
+use weft_store::{ChangeSet, ClusterRow, Expect, Write};
+
+use crate::body::{to_body, ClusterBody};
+use crate::catalog::{resolve_in_tenant, typed_list};
 use crate::error::{EngineError, EngineResult};
-use crate::jobs::{hostname, start_job, Loaded, MachineTypes};
-use crate::Engine;
+use crate::jobs::{hostname, load, require_status, start_job, Loaded, MachineTypes};
+use crate::view::visible;
+use crate::{store_err, Caller, Engine};
 
 /// Solves a change of the cluster's layout against its template and the tenant's current catalog.
 pub async fn solve_change(
@@ -146,4 +151,175 @@ pub async fn relayout(
     )
     .await?;
     Ok(dry_run.then_some(s.plan))
+}
+
+/// Moves the end of the lease of cluster `id` (as `who` sees it) to `expire_time`, within its
+/// template's lease rules (never before creation; at most `step` longer at a time; at most `max`
+/// after creation).
+pub async fn set_lease(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    expire_time: Option<i64>,
+) -> EngineResult<()> {
+    let row = visible(st, who, id).await?;
+    let t = expire_time.ok_or_else(|| invalid("expire time not specified".into()))?;
+    if matches!(
+        ClusterStatus::parse(&row.status),
+        Some(ClusterStatus::Terminated | ClusterStatus::Pending)
+    ) {
+        return Err(invalid(format!(
+            "cluster {id} is {}: its lease cannot change now",
+            row.status
+        )));
+    }
+    let c = load(st, row.clone()).await?;
+    let l = c.body.template.administration.leaseduration;
+    if t < row.create_time {
+        return Err(invalid(
+            "expireTime may not be before the cluster's creation".into(),
+        ));
+    }
+    if l.max != 0 {
+        if l.step != 0 && t - row.expire_time > l.step as i64 {
+            return Err(invalid(format!(
+                "the lease may grow by at most {} ms at a time",
+                l.step
+            )));
+        }
+        if t > row.create_time + l.max as i64 {
+            return Err(invalid(format!(
+                "the lease may not end more than {} ms after creation",
+                l.max
+            )));
+        }
+    }
+    let mut new = row.clone();
+    new.expire_time = t;
+    let cs = ChangeSet {
+        expect: vec![Expect::cluster(&row)],
+        writes: vec![Write::Cluster(new)],
+    };
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+fn invalid(message: String) -> EngineError {
+    EngineError::Invalid(message)
+}
+
+/// Moves cluster `id` (as `who` sees it) to the current version of its template, when what it
+/// runs and its layout satisfy that version as they are; nothing else changes.
+pub async fn sync_template(st: &Engine, who: &Caller, id: &str) -> EngineResult<()> {
+    let row = visible(st, who, id).await?;
+    require_status(&row, &[ClusterStatus::Active])?;
+    let mut c = load(st, row.clone()).await?;
+    let name = c.body.template.name.clone();
+    let unsatisfied = |why: String| EngineError::TemplateUnsatisfied {
+        cluster: id.to_string(),
+        template: name.clone(),
+        why,
+    };
+    let fresh = current_template(st, &row.tenant_id, &name).await?;
+    runs_within(&fresh, &c).map_err(unsatisfied)?;
+    c.body.template = fresh;
+    let (layout, ..) = solve_change(st, &c, &Change::Retemplate(c.body.services.clone()))
+        .await
+        .map_err(|e| unsatisfied(e.to_string()))?;
+    if !keeps_layout(&layout, &c) {
+        return Err(unsatisfied("its layout would have to change".into()));
+    }
+    let mut new = row.clone();
+    new.body = to_body(&c.body)?;
+    let cs = ChangeSet {
+        expect: vec![Expect::cluster(&row)],
+        writes: vec![Write::Cluster(new)],
+    };
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+/// The template's current version, resolved.
+async fn current_template(
+    st: &Engine,
+    tenant_id: &str,
+    name: &str,
+) -> EngineResult<ClusterTemplate> {
+    let doc = st
+        .store
+        .get_entity(tenant_id, EntityKind::ClusterTemplate, name, None)
+        .await?
+        .ok_or_else(|| EngineError::NotInCatalog {
+            kind: "cluster template",
+            name: name.to_string(),
+        })?;
+    resolve_in_tenant(st, tenant_id, lenient::from_value::<ClusterTemplate>(doc)?).await
+}
+
+/// Whether a solved layout keeps every node of the cluster with the services it has.
+fn keeps_layout(layout: &Layout, c: &Loaded) -> bool {
+    layout.removed.is_empty()
+        && layout.nodes.len() == c.nodes.len()
+        && layout.nodes.iter().zip(&c.nodes).all(|(l, n)| {
+            l.id.as_deref() == Some(&n.id)
+                && l.services.iter().collect::<BTreeSet<_>>()
+                    == n.properties.services.iter().collect()
+        })
+}
+
+/// Whether what the cluster runs (its services, and its nodes' hardware and image types) is
+/// within `template`'s compatibility lists (an empty list allows anything); `Err` names the first
+/// thing that is not.
+fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
+    let compat = &template.compatibility;
+    let allowed = |list: &[String], x: &str| list.is_empty() || list.iter().any(|l| l == x);
+    if let Some(s) = c
+        .body
+        .services
+        .iter()
+        .find(|s| !allowed(&compat.services, s))
+    {
+        return Err(format!(
+            "it runs service {s}, which the template no longer allows"
+        ));
+    }
+    for n in &c.nodes {
+        let p = &n.properties;
+        if !allowed(&compat.hardwaretypes, &p.hardwaretype) {
+            return Err(format!(
+                "node {} has hardware type {}, which the template no longer allows",
+                n.id, p.hardwaretype
+            ));
+        }
+        if !allowed(&compat.imagetypes, &p.imagetype) {
+            return Err(format!(
+                "node {} has image type {}, which the template no longer allows",
+                n.id, p.imagetype
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Adds `k` nodes to the cluster `row` (active), within the tenant's `maxNodes`; returns the plan
+/// only for a dry run.
+pub async fn expand(
+    st: &Engine,
+    who: &Caller,
+    row: ClusterRow,
+    k: u64,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    require_status(&row, &[ClusterStatus::Active])?;
+    let tenant = &who.tenant;
+    let (_, nodes) = st.store.count_clusters(&tenant.id).await?;
+    if nodes + k > tenant.spec.max_nodes {
+        return Err(EngineError::NodeQuota {
+            tenant: tenant.spec.name.clone(),
+            limit: tenant.spec.max_nodes,
+            has: nodes,
+            asks: k,
+        });
+    }
+    let c = load(st, row).await?;
+    let body = c.body.clone();
+    relayout(st, &c, &Change::Expand(k), Operation::Expand, body, dry_run).await
 }

@@ -84,7 +84,7 @@ impl From<EngineError> for ApiError {
             E::MissingFields(body) => ApiError::MissingFields(body),
             E::Internal(cause) => ApiError::Internal(cause),
             e @ E::Stale(_) => ApiError::Internal(e.to_string()),
-            e @ (E::Invalid(_) | E::NoLayout(_) | E::NoPlan(_)) => {
+            e @ (E::Invalid(_) | E::NoLayout(_) | E::NoPlan(_) | E::TemplateUnsatisfied { .. }) => {
                 ApiError::BadRequest(e.to_string())
             }
             e @ (E::NotInCatalog { .. } | E::ClusterNotFound(_) | E::JobNotFound(_)) => {

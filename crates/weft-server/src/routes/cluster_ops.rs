@@ -3,8 +3,6 @@
 //! abort). Every call that starts a job takes `?dryrun=true`, which answers the plan that would run
 //! and changes nothing.
 
-use std::collections::BTreeSet;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -12,22 +10,20 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weft_model::{lenient, ClusterStatus, ClusterTemplate, EntityKind, Service};
+use weft_model::{lenient, ClusterStatus, EntityKind, Service};
 use weft_planner::Operation;
 use weft_solver::Change;
-use weft_store::{ChangeSet, Expect, Write};
 
 use super::params::{parse_body, DryRun};
 use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use weft_engine::body::to_body;
 use weft_engine::catalog::typed_list;
+use weft_engine::cluster_id_text;
 use weft_engine::control;
 use weft_engine::jobs::{load, require_status, start_job, Loaded};
-use weft_engine::ops::{in_place, relayout, solve_change};
-use weft_engine::{cluster_id_text, store_err};
+use weft_engine::ops::{in_place, relayout};
 
 use ClusterStatus::{Active, Inconsistent};
 
@@ -194,48 +190,8 @@ async fn lease(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<()> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let req: LeaseReq = lenient::from_value(optional_body(&body)?)?;
-    let t = req
-        .expire_time
-        .ok_or_else(|| ApiError::BadRequest("expire time not specified".into()))?;
-    if matches!(
-        ClusterStatus::parse(&row.status),
-        Some(ClusterStatus::Terminated | ClusterStatus::Pending)
-    ) {
-        return Err(ApiError::BadRequest(format!(
-            "cluster {id} is {}: its lease cannot change now",
-            row.status
-        )));
-    }
-    let c = load(&st.engine, row.clone()).await?;
-    let l = c.body.template.administration.leaseduration;
-    if t < row.create_time {
-        return Err(ApiError::BadRequest(
-            "expireTime may not be before the cluster's creation".into(),
-        ));
-    }
-    if l.max != 0 {
-        if l.step != 0 && t - row.expire_time > l.step as i64 {
-            return Err(ApiError::BadRequest(format!(
-                "the lease may grow by at most {} ms at a time",
-                l.step
-            )));
-        }
-        if t > row.create_time + l.max as i64 {
-            return Err(ApiError::BadRequest(format!(
-                "the lease may not end more than {} ms after creation",
-                l.max
-            )));
-        }
-    }
-    let mut new = row.clone();
-    new.expire_time = t;
-    let cs = ChangeSet {
-        expect: vec![Expect::cluster(&row)],
-        writes: vec![Write::Cluster(new)],
-    };
-    Ok(st.store.commit(&cs).await.map_err(store_err)?)
+    Ok(weft_engine::ops::set_lease(&st.engine, &who.caller(), &id, req.expire_time).await?)
 }
 
 /// `POST /v2/clusters/{id}`: the lease's new end.
@@ -486,27 +442,8 @@ async fn expand(
     let d = DryRun { dryrun: q.dryrun };
     let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let k = count(&body, q.count)?;
-    require_status(&row, &[Active])?;
-    let (_, nodes) = st.store.count_clusters(&who.tenant.id).await?;
-    if nodes + k > who.tenant.spec.max_nodes {
-        return Err(ApiError::Conflict(format!(
-            "tenant {} would exceed its quota maxNodes ({}): it has {nodes} nodes and asks for {k} more",
-            who.tenant.spec.name, who.tenant.spec.max_nodes
-        )));
-    }
-    let c = load(&st.engine, row).await?;
-    let body = c.body.clone();
-    Ok(answer(
-        relayout(
-            &st.engine,
-            &c,
-            &Change::Expand(k),
-            Operation::Expand,
-            body,
-            d.on(),
-        )
-        .await?,
-    ))
+    let plan = weft_engine::ops::expand(&st.engine, &who.caller(), row, k, d.on()).await?;
+    Ok(answer(plan))
 }
 
 async fn shrink(
@@ -540,88 +477,7 @@ async fn sync_template(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    require_status(&row, &[Active])?;
-    let mut c = load(&st.engine, row.clone()).await?;
-    let name = c.body.template.name.clone();
-    let doc = st
-        .store
-        .get_entity(&row.tenant_id, EntityKind::ClusterTemplate, &name, None)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("cluster template {name} does not exist.")))?;
-    let fresh = weft_engine::catalog::resolve_in_tenant(
-        &st.engine,
-        &row.tenant_id,
-        lenient::from_value::<ClusterTemplate>(doc)?,
-    )
-    .await?;
-    if let Err(why) = runs_within(&fresh, &c) {
-        return Err(ApiError::BadRequest(format!(
-            "cluster {id} does not satisfy the current version of template {name}: {why}"
-        )));
-    }
-    let old = std::mem::replace(&mut c.body.template, fresh.clone());
-    let (layout, ..) = solve_change(&st.engine, &c, &Change::Retemplate(c.body.services.clone()))
-        .await
-        .map_err(|e| {
-            ApiError::BadRequest(format!(
-                "cluster {id} does not satisfy the current version of template {name}: {e}"
-            ))
-        })?;
-    let same = layout.removed.is_empty()
-        && layout.nodes.len() == c.nodes.len()
-        && layout.nodes.iter().zip(&c.nodes).all(|(l, n)| {
-            l.id.as_deref() == Some(&n.id)
-                && l.services.iter().collect::<BTreeSet<_>>()
-                    == n.properties.services.iter().collect()
-        });
-    if !same {
-        return Err(ApiError::BadRequest(format!(
-            "cluster {id} does not satisfy the current version of template {name}: its layout would have to change"
-        )));
-    }
-    drop(old);
-    let mut new = row.clone();
-    new.body = to_body(&c.body)?;
-    let cs = ChangeSet {
-        expect: vec![Expect::cluster(&row)],
-        writes: vec![Write::Cluster(new)],
-    };
-    Ok(st.store.commit(&cs).await.map_err(store_err)?)
-}
-
-/// Whether what the cluster runs (its services, and its nodes' hardware and image types) is
-/// within `template`'s compatibility lists (an empty list allows anything); `Err` names the first
-/// thing that is not.
-fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
-    let compat = &template.compatibility;
-    let allowed = |list: &[String], x: &str| list.is_empty() || list.iter().any(|l| l == x);
-    if let Some(s) = c
-        .body
-        .services
-        .iter()
-        .find(|s| !allowed(&compat.services, s))
-    {
-        return Err(format!(
-            "it runs service {s}, which the template no longer allows"
-        ));
-    }
-    for n in &c.nodes {
-        let p = &n.properties;
-        if !allowed(&compat.hardwaretypes, &p.hardwaretype) {
-            return Err(format!(
-                "node {} has hardware type {}, which the template no longer allows",
-                n.id, p.hardwaretype
-            ));
-        }
-        if !allowed(&compat.imagetypes, &p.imagetype) {
-            return Err(format!(
-                "node {} has image type {}, which the template no longer allows",
-                n.id, p.imagetype
-            ));
-        }
-    }
-    Ok(())
+    Ok(weft_engine::ops::sync_template(&st.engine, &who.caller(), &id).await?)
 }
 
 async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
