@@ -26,6 +26,12 @@ pub enum EngineError {
     /// A cluster that is not there (or not the caller's tenant's).
     #[error("cluster {0} not found.")]
     ClusterNotFound(String),
+    /// A node that is not there (or not the caller's to see).
+    #[error("node {0} not found.")]
+    NodeNotFound(String),
+    /// A node record written as new whose id is taken.
+    #[error("node {0} already exists")]
+    NodeExists(String),
     /// A job that is not there.
     #[error("job {0} not found.")]
     JobNotFound(String),

@@ -46,6 +46,7 @@ pub mod ids;
 pub mod janitor;
 pub mod jobs;
 pub mod metrics;
+pub mod nodes;
 pub mod ops;
 pub mod retry;
 pub mod rollback;

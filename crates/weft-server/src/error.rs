@@ -87,15 +87,17 @@ impl From<EngineError> for ApiError {
             e @ (E::Invalid(_) | E::NoLayout(_) | E::NoPlan(_) | E::TemplateUnsatisfied { .. }) => {
                 ApiError::BadRequest(e.to_string())
             }
-            e @ (E::NotInCatalog { .. } | E::ClusterNotFound(_) | E::JobNotFound(_)) => {
-                ApiError::NotFound(e.to_string())
-            }
+            e @ (E::NotInCatalog { .. }
+            | E::ClusterNotFound(_)
+            | E::NodeNotFound(_)
+            | E::JobNotFound(_)) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }
             | E::JobUnderway { .. }
             | E::WrongStatus { .. }
             | E::ClusterChanged(_)
             | E::PoolShort(_)
+            | E::NodeExists(_)
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
             e @ E::NotRegistered(_) => ApiError::Forbidden(e.to_string()),
             e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),
