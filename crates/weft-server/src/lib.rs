@@ -5,10 +5,13 @@
 //! [`build`] makes both routers from [`config::Settings`] without binding a socket, so tests drive
 //! them in-process; [`serve`] binds them.
 //!
-//! Module map: `config` (settings), `error` (the one error-to-HTTP mapping), `auth` (identity and
-//! roles), `api` (route registration that also writes the OpenAPI document), `routes` (handlers per
-//! route group), `resources` (plugin resource bytes), `workers` (worker placement), `outbound` (calls
-//! to provisioners), `listen` (the listeners: header and body read time-outs), `state`. [`spawn_background`] starts the janitor and the job callbacks.
+//! The engine (cluster operations, jobs, the janitor) is the crate `weft-engine`; this crate is its
+//! HTTP face. Module map, bottom up (ARCHITECTURE.md's layers): `config` (settings), `error` (the one
+//! error-to-HTTP mapping), `listen` (the listeners: header and body read time-outs), `resources`
+//! (plugin resource bytes), `outbound` (calls to provisioners; the engine's messenger), `state`,
+//! `auth` (identity and roles), `api` (route registration that also writes the OpenAPI document),
+//! `metrics`, `routes` (handlers per route group: parse, call the engine, render), `ui`.
+//! [`spawn_background`] starts the janitor and the job callbacks.
 
 pub mod api;
 pub mod auth;
