@@ -321,10 +321,48 @@ pub fn job_rows(
     plan: &Plan,
     now: i64,
 ) -> EngineResult<(JobRow, Vec<TaskRow>)> {
-    let n_tasks = plan.tasks.len();
-    let gate_id = |g: usize| format!("{job_id}-g{g}");
-    let task_id = |i: usize| format!("{job_id}-{:03}", i + 1);
+    let g = graph(plan, job_id);
+    let at = RowsOf {
+        tenant_id,
+        cluster_id,
+        job_id,
+        now,
+    };
     let end = crate::ids::end_gate(job_id);
+    let mut rows = Vec::with_capacity(g.ids.len() + 1);
+    for v in 0..g.ids.len() {
+        rows.push(vertex_row(&at, plan, &g, v, &end)?);
+    }
+    rows.push(end_row(&at, end, g.end_deps));
+    let job = job_row(&at, plan, g.end_deps)?;
+    Ok((job, rows))
+}
+
+/// Where a job's rows belong, and when they are made.
+struct RowsOf<'a> {
+    tenant_id: &'a str,
+    cluster_id: u64,
+    job_id: &'a str,
+    now: i64,
+}
+
+/// A plan's vertices (its tasks, then its gates) as their rows hold them: ids, successors,
+/// predecessors not done, first states (gates done from the start complete, tasks with nothing
+/// to wait for queued), and how many sinks the end gate still waits for.
+struct Graph {
+    ids: Vec<String>,
+    succ: Vec<BTreeSet<usize>>,
+    deps: Vec<u32>,
+    state: Vec<TaskState>,
+    end_deps: u32,
+}
+
+fn task_id(job_id: &str, i: usize) -> String {
+    format!("{job_id}-{:03}", i + 1)
+}
+
+fn graph(plan: &Plan, job_id: &str) -> Graph {
+    let n_tasks = plan.tasks.len();
     let index = |v: &Vertex| match v {
         Vertex::Task(i) => *i,
         Vertex::Gate(g) => n_tasks + *g,
@@ -333,9 +371,9 @@ pub fn job_rows(
     let ids: Vec<String> = (0..total)
         .map(|v| {
             if v < n_tasks {
-                task_id(v)
+                task_id(job_id, v)
             } else {
-                gate_id(v - n_tasks)
+                format!("{job_id}-g{}", v - n_tasks)
             }
         })
         .collect();
@@ -349,8 +387,7 @@ pub fn job_rows(
             deps[t] += 1;
         }
     }
-    let sinks: Vec<usize> = (0..total).filter(|&v| succ[v].is_empty()).collect();
-    let mut end_deps = sinks.len() as u32;
+    let mut end_deps = (0..total).filter(|&v| succ[v].is_empty()).count() as u32;
     // Settle gates that are done from the start, in dependency order.
     let mut state: Vec<TaskState> = vec![TaskState::Pending; total];
     let mut stack: Vec<usize> = (n_tasks..total).filter(|&g| deps[g] == 0).collect();
@@ -371,54 +408,64 @@ pub fn job_rows(
             *s = TaskState::Queued;
         }
     }
-    let mut rows = Vec::with_capacity(total + 1);
-    for v in 0..total {
-        let (node_id, action, service, automators) = if v < n_tasks {
-            let t = &plan.tasks[v];
-            (
-                t.node_id.clone(),
-                t.action.upper().to_string(),
-                t.service.clone().unwrap_or_default(),
-                t.automators.clone(),
-            )
-        } else {
-            (String::new(), GATE.to_string(), String::new(), Vec::new())
-        };
-        let mut successors: Vec<String> = succ[v].iter().map(|&t| ids[t].clone()).collect();
-        if succ[v].is_empty() {
-            successors.push(end.clone());
-        }
-        rows.push(TaskRow {
-            tenant_id: tenant_id.into(),
-            cluster_id,
-            job_id: job_id.into(),
-            id: ids[v].clone(),
-            node_id,
-            action,
-            service,
-            state: state[v],
-            attempts: 0,
-            deps_remaining: deps[v],
-            successors,
-            lease_owner: None,
-            lease_deadline: 0,
-            queued_at: if state[v] == TaskState::Queued {
-                now
-            } else {
-                0
-            },
-            started_at: 0,
-            rev: 0,
-            body: to_body(&TaskBody {
-                automators,
-                ..Default::default()
-            })?,
-        });
+    Graph {
+        ids,
+        succ,
+        deps,
+        state,
+        end_deps,
     }
-    rows.push(TaskRow {
-        tenant_id: tenant_id.into(),
-        cluster_id,
-        job_id: job_id.into(),
+}
+
+/// The row of vertex `v` (a task of the plan, or a gate); a sink leads to the end gate `end`.
+fn vertex_row(at: &RowsOf, plan: &Plan, g: &Graph, v: usize, end: &str) -> EngineResult<TaskRow> {
+    let (node_id, action, service, automators) = match plan.tasks.get(v) {
+        Some(t) => (
+            t.node_id.clone(),
+            t.action.upper().to_string(),
+            t.service.clone().unwrap_or_default(),
+            t.automators.clone(),
+        ),
+        None => (String::new(), GATE.to_string(), String::new(), Vec::new()),
+    };
+    let mut successors: Vec<String> = g.succ[v].iter().map(|&t| g.ids[t].clone()).collect();
+    if g.succ[v].is_empty() {
+        successors.push(end.to_string());
+    }
+    Ok(TaskRow {
+        tenant_id: at.tenant_id.into(),
+        cluster_id: at.cluster_id,
+        job_id: at.job_id.into(),
+        id: g.ids[v].clone(),
+        node_id,
+        action,
+        service,
+        state: g.state[v],
+        attempts: 0,
+        deps_remaining: g.deps[v],
+        successors,
+        lease_owner: None,
+        lease_deadline: 0,
+        queued_at: if g.state[v] == TaskState::Queued {
+            at.now
+        } else {
+            0
+        },
+        started_at: 0,
+        rev: 0,
+        body: to_body(&TaskBody {
+            automators,
+            ..Default::default()
+        })?,
+    })
+}
+
+/// The job's end gate, which waits for `end_deps` sinks.
+fn end_row(at: &RowsOf, end: String, end_deps: u32) -> TaskRow {
+    TaskRow {
+        tenant_id: at.tenant_id.into(),
+        cluster_id: at.cluster_id,
+        job_id: at.job_id.into(),
         id: end,
         node_id: String::new(),
         action: GATE.into(),
@@ -437,16 +484,21 @@ pub fn job_rows(
         started_at: 0,
         rev: 0,
         body: json!({}),
-    });
+    }
+}
+
+/// The job row: running, or complete at once when nothing is left to do; its body keeps Coopr's
+/// stages.
+fn job_row(at: &RowsOf, plan: &Plan, end_deps: u32) -> EngineResult<JobRow> {
     let stages: Vec<Vec<String>> = plan
         .stages()
         .into_iter()
-        .map(|s| s.into_iter().map(task_id).collect())
+        .map(|s| s.into_iter().map(|i| task_id(at.job_id, i)).collect())
         .collect();
-    let job = JobRow {
-        tenant_id: tenant_id.into(),
-        cluster_id,
-        id: job_id.into(),
+    Ok(JobRow {
+        tenant_id: at.tenant_id.into(),
+        cluster_id: at.cluster_id,
+        id: at.job_id.into(),
         action: plan.action.clone(),
         status: if end_deps == 0 {
             JobStatus::Complete
@@ -455,15 +507,14 @@ pub fn job_rows(
         }
         .as_str()
         .into(),
-        create_time: now,
+        create_time: at.now,
         rev: 0,
         body: to_body(&JobBody {
             stages,
-            total: n_tasks as u64,
+            total: plan.tasks.len() as u64,
             message: None,
         })?,
-    };
-    Ok((job, rows))
+    })
 }
 
 /// A node's hostname: `<cluster name>-<cluster id>-<nodenum>` (the name lower case, leading
