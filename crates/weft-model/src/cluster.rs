@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 use crate::{lenient, ClusterTemplate, Link, Provider, Service};
 
 /// `pending`, `active`, `incomplete`, `inconsistent`, `terminated`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ClusterStatus {
     Pending,
@@ -44,7 +46,8 @@ impl ClusterStatus {
 }
 
 /// A job's status (`actionstatus`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     NotSubmitted,
@@ -79,14 +82,18 @@ impl JobStatus {
 }
 
 /// `POST /v2/clusters`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterCreateRequest {
     #[serde(default, deserialize_with = "lenient::string")]
-    #[schema(
-        required = true,
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
     )]
     pub name: String,
     #[serde(default, deserialize_with = "lenient::opt_string")]
@@ -96,10 +103,10 @@ pub struct ClusterCreateRequest {
         default,
         deserialize_with = "lenient::string"
     )]
-    #[schema(required = true, min_length = 1)]
+    #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub cluster_template: String,
     #[serde(rename = "numMachines", default, deserialize_with = "lenient::opt_i64")]
-    #[schema(required = true, minimum = 1, maximum = 10000, value_type = i64)]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1, maximum = 10000, value_type = i64))]
     pub num_machines: Option<i64>,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub provider: Option<String>,
@@ -121,21 +128,24 @@ pub struct ClusterCreateRequest {
         default,
         deserialize_with = "lenient::opt_string"
     )]
-    #[schema(
-        max_length = 192,
-        pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            max_length = 192,
+            pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+        )
     )]
     pub dns_suffix: Option<String>,
     /// Replaces the template's default config when given.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub config: Option<Map<String, Value>>,
     #[serde(
         rename = "providerFields",
         default,
         deserialize_with = "lenient::object"
     )]
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provider_fields: Map<String, Value>,
     /// weft: delete the cluster automatically if its create fails (default: keep it, incomplete,
     /// with the failing task's output, as Coopr did).
@@ -167,7 +177,8 @@ impl ClusterCreateRequest {
 }
 
 /// `{"action":"cluster_create","actionstatus":"running","stepstotal":81,"stepscompleted":49}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Progress {
     pub action: String,
     pub actionstatus: JobStatus,
@@ -176,7 +187,8 @@ pub struct Progress {
 }
 
 /// `{"name":..,"version":..}` (and `description` for providers) in cluster summaries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct EntityRef {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,7 +197,8 @@ pub struct EntityRef {
 }
 
 /// An element of `GET /v2/clusters`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterSummary {
     pub id: String,
     pub name: String,
@@ -209,7 +222,8 @@ pub struct ClusterSummary {
 }
 
 /// `{"userId":..,"tenantId":<internal tenant id>}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Account {
     #[serde(rename = "userId")]
     pub user_id: String,
@@ -218,7 +232,8 @@ pub struct Account {
 }
 
 /// A node's properties (`properties` in a node, and the values of `nodes` in a task).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeProperties {
     #[serde(default)]
     pub ipaddresses: BTreeMap<String, String>,
@@ -239,7 +254,8 @@ pub struct NodeProperties {
 }
 
 /// `in_progress`, `complete`, `failed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NodeActionStatus {
     InProgress,
@@ -248,7 +264,8 @@ pub enum NodeActionStatus {
 }
 
 /// One entry of a node's action history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeAction {
     #[serde(rename = "taskId")]
     pub task_id: String,
@@ -277,9 +294,10 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// A node as cluster details show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Node {
-    #[schema(min_length = 1)]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub id: String,
     #[serde(rename = "clusterId")]
     pub cluster_id: String,
@@ -288,14 +306,15 @@ pub struct Node {
     #[serde(default)]
     pub actions: Vec<NodeAction>,
     #[serde(rename = "provisionerResults", default)]
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provisioner_results: Map<String, Value>,
     #[serde(default)]
     pub links: Vec<Link>,
 }
 
 /// `GET /v2/clusters/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterDetails {
     pub id: String,
     pub name: String,
@@ -318,7 +337,7 @@ pub struct ClusterDetails {
     )]
     pub latest_job_id: Option<String>,
     pub status: ClusterStatus,
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub config: Map<String, Value>,
     #[serde(default)]
     pub links: Vec<Link>,
@@ -329,7 +348,8 @@ pub struct ClusterDetails {
 }
 
 /// `GET /v2/clusters/{id}/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterStatusView {
     pub clusterid: String,
     pub status: ClusterStatus,
@@ -340,7 +360,8 @@ pub struct ClusterStatusView {
 }
 
 /// One task in a plan's stage view.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PlanTask {
     pub id: String,
     #[serde(rename = "taskName")]
@@ -351,7 +372,8 @@ pub struct PlanTask {
 }
 
 /// `GET /v2/clusters/{id}/plans/{jobId}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PlanView {
     pub id: String,
     #[serde(rename = "clusterId")]
@@ -364,7 +386,8 @@ pub struct PlanView {
 }
 
 /// `POST /v2/tasks/take`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TakeTaskRequest {
     #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
     pub worker_id: Option<String>,
@@ -379,7 +402,8 @@ pub struct TakeTaskRequest {
 }
 
 /// `POST /v2/tasks/finish`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct FinishTaskRequest {
     #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
     pub worker_id: Option<String>,
@@ -405,6 +429,6 @@ pub struct FinishTaskRequest {
     #[serde(default)]
     pub ipaddresses: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<Map<String, Value>>,
 }

@@ -5,15 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 use crate::lenient;
 
 /// The kinds of versioned entity the store keeps. The first six are per tenant; the plugin types are
 /// global (kept under the `superadmin` tenant).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum EntityKind {
     #[serde(rename = "providers")]
@@ -90,7 +90,8 @@ impl EntityKind {
 }
 
 /// `{label, url}`; the url may contain macros.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Link {
     #[serde(default, deserialize_with = "lenient::string")]
     pub label: String,
@@ -99,21 +100,26 @@ pub struct Link {
 }
 
 /// `{"name": ...}`, used by `extends` and `includes`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NameRef {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
 }
 
 /// A provider: where machines come from (`providertype` names the plugin).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Provider {
     #[serde(default, deserialize_with = "lenient::string")]
-    #[schema(
-        required = true,
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
     )]
     pub name: String,
     #[serde(
@@ -137,23 +143,27 @@ pub struct Provider {
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
     #[serde(default, deserialize_with = "lenient::string")]
-    #[schema(required = true, min_length = 1)]
+    #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub providertype: String,
     /// Admin fields of the provider type. Values are usually strings.
     #[serde(default, deserialize_with = "lenient::object")]
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provisioner: Map<String, Value>,
 }
 
 /// A hardware type (flavor per provider) or an image type (image per provider).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MachineType {
     #[serde(default, deserialize_with = "lenient::string")]
-    #[schema(
-        required = true,
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
     )]
     pub name: String,
     #[serde(
@@ -200,9 +210,8 @@ fn provider_map<'de, D: serde::Deserializer<'de>>(
 }
 
 /// Lifecycle actions. Lower-case on the wire for services (`install`), upper-case in tasks and plans.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ProvisionerAction {
     Create,
@@ -273,7 +282,8 @@ impl ProvisionerAction {
 }
 
 /// `{requires, uses}` for one dependency class.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct DependencyClass {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub requires: Vec<String>,
@@ -282,7 +292,8 @@ pub struct DependencyClass {
 }
 
 /// A service's dependencies.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceDependencies {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub provides: Vec<String>,
@@ -299,7 +310,8 @@ fn dependency_class<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Dependency
 }
 
 /// One service action: the automator type and its admin fields.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceAction {
     #[serde(rename = "type", default, deserialize_with = "lenient::string")]
     pub automator: String,
@@ -308,7 +320,8 @@ pub struct ServiceAction {
 }
 
 /// `{"actions": {"install": {...}, ...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceProvisioner {
     #[serde(default, deserialize_with = "actions_map")]
     pub actions: BTreeMap<ProvisionerAction, ServiceAction>,
@@ -331,14 +344,18 @@ fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDepende
 }
 
 /// A service: software with lifecycle actions and dependencies.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Service {
     #[serde(default, deserialize_with = "lenient::string")]
-    #[schema(
-        required = true,
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
     )]
     pub name: String,
     #[serde(
@@ -381,7 +398,8 @@ pub struct Service {
 }
 
 /// Which services, hardware types and image types a cluster may use. Empty means any.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Compatibility {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub hardwaretypes: Vec<String>,
@@ -393,7 +411,8 @@ pub struct Compatibility {
 
 /// What a create request leaves out. On input a service may be `{"name":..,"config":{..}}`; its
 /// config is moved to `config[name]`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(try_from = "RawDefaults")]
 pub struct ClusterDefaults {
     pub services: Vec<String>,
@@ -404,12 +423,15 @@ pub struct ClusterDefaults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub imagetype: Option<String>,
     #[serde(rename = "dnsSuffix", skip_serializing_if = "Option::is_none")]
-    #[schema(
-        max_length = 192,
-        pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            max_length = 192,
+            pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+        )
     )]
     pub dns_suffix: Option<String>,
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub config: Map<String, Value>,
 }
 
@@ -474,14 +496,15 @@ impl TryFrom<RawDefaults> for ClusterDefaults {
 }
 
 /// `{"min": 1, "max": 2147483647}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SizeConstraint {
     #[serde(default = "one", deserialize_with = "lenient::u64_or_one")]
-    #[schema(minimum = 1)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub min: u64,
     /// Not below `min`.
     #[serde(default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
-    #[schema(minimum = 1)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max: u64,
 }
 
@@ -503,7 +526,8 @@ fn unbounded() -> u64 {
 }
 
 /// Placement rules between services on one node.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct LayoutConstraint {
     /// Each set must sit together on a node (a node with one member has all of them).
     #[serde(default, deserialize_with = "lenient::vec")]
@@ -514,7 +538,8 @@ pub struct LayoutConstraint {
 }
 
 /// `{"min": 0, "max": 2147483647}` nodes for one service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Quantities {
     #[serde(default, deserialize_with = "lenient::u64")]
     pub min: u64,
@@ -532,7 +557,8 @@ impl Default for Quantities {
 }
 
 /// Constraints on one service: allowed hardware and image types (empty = any) and node counts.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceConstraint {
     #[serde(default, deserialize_with = "lenient::strings")]
     pub hardwaretypes: Vec<String>,
@@ -547,7 +573,8 @@ fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Quantities, D::E
 }
 
 /// A template's constraints.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Constraints {
     #[serde(default, deserialize_with = "size")]
     pub size: SizeConstraint,
@@ -572,7 +599,8 @@ fn service_constraints<'de, D: serde::Deserializer<'de>>(
 }
 
 /// Lease durations in milliseconds; 0 means forever / unlimited / any step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct LeaseDuration {
     #[serde(default, deserialize_with = "lenient::duration_ms")]
     pub initial: u64,
@@ -583,7 +611,8 @@ pub struct LeaseDuration {
 }
 
 /// `{"leaseduration": {...}}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Administration {
     #[serde(default, deserialize_with = "lease")]
     pub leaseduration: LeaseDuration,
@@ -610,14 +639,18 @@ fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D:
 }
 
 /// A cluster template: the blueprint users build clusters from.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
-    #[schema(
-        required = true,
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
     )]
     pub name: String,
     #[serde(
@@ -657,14 +690,18 @@ pub struct ClusterTemplate {
 }
 
 /// A partial template: defaults and compatibility that cluster templates include.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PartialTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
-    #[schema(
-        required = true,
-        min_length = 1,
-        max_length = 255,
-        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
     )]
     pub name: String,
     #[serde(
@@ -703,7 +740,8 @@ pub struct PartialTemplate {
 }
 
 /// The body of `GET /v2/export` and `POST /v2/import`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct CatalogExport {
     #[serde(default, deserialize_with = "lenient::vec")]
     pub providers: Vec<Provider>,

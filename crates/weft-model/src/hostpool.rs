@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 use crate::{lenient, validate_name, ModelError};
@@ -29,7 +30,8 @@ pub const MAX_LABELS: usize = 32;
 pub const MAX_KEY_LEN: usize = 16 * 1024;
 
 /// Whether a host is lent to a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum HostState {
     /// In the pool, free to take.
@@ -52,7 +54,8 @@ impl HostState {
 
 /// A host of a pool as the API answers it (`GET /v2/providers/{name}/hosts`). The private key is
 /// never answered: `key` reads `********`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PoolHost {
     pub id: String,
     /// The provider (entity name) whose pool the host is in.
@@ -86,7 +89,8 @@ pub struct PoolHost {
 
 /// The body of `POST /v2/providers/{name}/hosts` and `PUT /v2/providers/{name}/hosts/{host}`.
 /// A PUT replaces the host's definition; a missing `key` (or `********`) keeps the stored one.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PoolHostRequest {
     /// The host's name in the pool (`[A-Za-z0-9_.-]`); a PUT takes the path's.
     #[serde(

@@ -4,14 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 use crate::lenient;
 
 /// `admin` or `user`: who fills a plugin field.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ParameterType {
     Admin,
@@ -19,7 +19,8 @@ pub enum ParameterType {
 }
 
 /// The schema of one plugin field.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct FieldSchema {
     #[serde(default, deserialize_with = "lenient::string")]
     pub label: String,
@@ -32,19 +33,20 @@ pub struct FieldSchema {
     )]
     pub tip: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub default: Option<Value>,
     #[serde(default, deserialize_with = "lenient::bool")]
     pub r#override: bool,
     #[serde(default, deserialize_with = "lenient::bool")]
     pub sensitive: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<Object>>))]
     pub options: Option<Vec<Value>>,
 }
 
 /// `{"fields": {...}, "required": [["a","b"],["c"]]}`: any one required set is enough.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ParamSpec {
     #[serde(default, deserialize_with = "fields")]
     pub fields: BTreeMap<String, FieldSchema>,
@@ -59,7 +61,8 @@ fn fields<'de, D: serde::Deserializer<'de>>(
 }
 
 /// `file` or `archive`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceFormat {
     File,
@@ -67,7 +70,8 @@ pub enum ResourceFormat {
 }
 
 /// A resource type a plugin accepts (`{"format":"file","permissions":"0400"}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ResourceTypeSpec {
     pub format: ResourceFormat,
     #[serde(
@@ -79,7 +83,8 @@ pub struct ResourceTypeSpec {
 }
 
 /// A provider type or automator type, as a provisioner registers it.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PluginType {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -140,7 +145,8 @@ impl PluginType {
 }
 
 /// Lifecycle of a plugin resource version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceStatus {
     Inactive,
@@ -172,7 +178,8 @@ impl ResourceStatus {
 }
 
 /// `{"name":"hadoop","version":3,"status":"active"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ResourceMeta {
     pub name: String,
     pub version: u64,

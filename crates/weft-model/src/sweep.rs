@@ -3,10 +3,12 @@
 //! delete them, what was deleted and what could not be.
 
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 /// A machine weft marked as a node's, as its provider lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SweptMachine {
     /// The provider type that made it (`aws`, `docker`).
     pub providertype: String,
@@ -23,7 +25,8 @@ pub struct SweptMachine {
 }
 
 /// The answer of a sweep: the orphans found and, with `delete=true`, the outcome for each.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SweepReport {
     /// Machines with weft's marks for this tenant whose node is not live.
     pub machines: Vec<SweptMachine>,
@@ -36,7 +39,8 @@ pub struct SweepReport {
 }
 
 /// A machine a sweep failed to delete.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SweepError {
     pub providerid: String,
     pub message: String,

@@ -3,12 +3,14 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 use crate::lenient;
 
 /// A tenant as the API shows it (never with its internal id).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TenantSpecification {
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
@@ -39,7 +41,8 @@ fn unbounded() -> u64 {
 }
 
 /// The body of `POST /v2/tenants` and `PUT /v2/tenants/{name}`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TenantWriteRequest {
     #[serde(default)]
     pub tenant: Option<TenantSpecification>,
@@ -48,7 +51,8 @@ pub struct TenantWriteRequest {
 }
 
 /// A provisioner as the API shows it. Tenant keys are tenant names in API answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Provisioner {
     #[serde(default, deserialize_with = "lenient::string")]
     pub id: String,
@@ -67,7 +71,8 @@ pub struct Provisioner {
 }
 
 /// `PUT /v2/provisioners/{id}`: `{id, host, port, capacityTotal}`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ProvisionerRegistration {
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub id: Option<String>,
@@ -84,14 +89,16 @@ pub struct ProvisionerRegistration {
 }
 
 /// `POST /v2/provisioners/{id}/heartbeat`: live workers per tenant id.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Heartbeat {
     #[serde(default)]
     pub usage: BTreeMap<String, u32>,
 }
 
 /// An API key as listed (the secret is shown once, at creation, and stored only as a hash).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ApiKeyInfo {
     pub id: String,
     pub tenant: String,
@@ -102,7 +109,8 @@ pub struct ApiKeyInfo {
 }
 
 /// `POST /v2/apikeys`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ApiKeyRequest {
     #[serde(default, deserialize_with = "lenient::string")]
     pub tenant: String,
@@ -113,7 +121,8 @@ pub struct ApiKeyRequest {
 }
 
 /// The answer to `POST /v2/apikeys`: the only time the secret is shown.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ApiKeyCreated {
     pub id: String,
     pub key: String,

@@ -118,6 +118,35 @@ pub(crate) struct Inner {
     pub(crate) tokens: Option<Arc<weft_client::tokens::Tokens>>,
 }
 
+/// The agent as its API sees it.
+struct ApiHandle(Arc<Inner>);
+
+impl crate::api::Handler for ApiHandle {
+    fn id(&self) -> &str {
+        &self.0.cfg.id
+    }
+    fn capacity(&self) -> u32 {
+        self.0.cfg.capacity
+    }
+    fn usage(&self) -> BTreeMap<String, u32> {
+        self.0.usage()
+    }
+    fn set_resources(&self, tenant_id: &str, resources: Value) {
+        self.0.set_resources(tenant_id, resources);
+    }
+    fn set_workers(&self, tenant_id: &str, workers: u32) -> Result<(), String> {
+        self.0
+            .set_workers(tenant_id, workers)
+            .map_err(|e| e.to_string())
+    }
+    fn tokens(&self) -> Option<&weft_client::tokens::Tokens> {
+        self.0.tokens.as_deref()
+    }
+    fn provider_plugin(&self, providertype: &str) -> Option<Arc<dyn crate::plugin::Provider>> {
+        self.0.plugins.provider_plugin(providertype)
+    }
+}
+
 /// A running agent.
 pub struct Agent {
     inner: Arc<Inner>,
@@ -159,7 +188,7 @@ impl Agent {
             syncing: tokio::sync::Mutex::new(()),
             tokens,
         });
-        let router = crate::api::router(inner.clone());
+        let router = crate::api::router(Arc::new(ApiHandle(inner.clone())));
         let mut stop_rx = inner.stopping.subscribe();
         let api = tokio::spawn(async move {
             let stop = async move {

@@ -5,6 +5,7 @@
 //! `GET /heartbeat` answer health and usage; `POST /v2/sweep` lists (and, when asked, deletes) a
 //! tenant's machines that belong to no live node ([`crate::sweep`]). Errors are plain text.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -15,7 +16,27 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::agent::Inner;
+use crate::plugin::Provider;
+
+/// What the API serves and changes; the agent provides it.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// The provisioner's id.
+    fn id(&self) -> &str;
+    /// How many workers it runs at most.
+    fn capacity(&self) -> u32;
+    /// Live workers per tenant id.
+    fn usage(&self) -> BTreeMap<String, u32>;
+    /// Replaces a tenant's live resources.
+    fn set_resources(&self, tenant_id: &str, resources: Value);
+    /// Sets a tenant's worker count; `Err` says why it cannot.
+    fn set_workers(&self, tenant_id: &str, workers: u32) -> Result<(), String>;
+    /// The tokens a caller must present, if any.
+    fn tokens(&self) -> Option<&weft_client::tokens::Tokens>;
+    /// The provider plugin of a provider type.
+    fn provider_plugin(&self, providertype: &str) -> Option<Arc<dyn Provider>>;
+}
+
+type Inner = dyn Handler;
 
 pub(crate) fn router(inner: Arc<Inner>) -> Router {
     Router::new()
@@ -44,7 +65,7 @@ async fn require_token(
         .headers()
         .get(weft_client::tokens::HEADER)
         .and_then(|v| v.to_str().ok());
-    match &inner.tokens {
+    match inner.tokens() {
         Some(t) if req.uri().path() != "/status" && !t.accepts(presented) => (
             axum::http::StatusCode::UNAUTHORIZED,
             "provisioner token missing or not accepted\n",
@@ -93,7 +114,7 @@ fn apply(inner: &Arc<Inner>, id: &str, v: &Value) -> Response {
     }
     if let Some(n) = n {
         if let Err(e) = inner.set_workers(id, n) {
-            return (StatusCode::CONFLICT, e.to_string()).into_response();
+            return (StatusCode::CONFLICT, e).into_response();
         }
     }
     StatusCode::OK.into_response()
@@ -141,12 +162,12 @@ async fn post_tenant(State(inner): State<Arc<Inner>>, body: Bytes) -> Response {
 async fn delete_tenant(State(inner): State<Arc<Inner>>, Path(id): Path<String>) -> Response {
     match inner.set_workers(&id, 0) {
         Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => (StatusCode::CONFLICT, e.to_string()).into_response(),
+        Err(e) => (StatusCode::CONFLICT, e).into_response(),
     }
 }
 
 async fn heartbeat(State(inner): State<Arc<Inner>>) -> Json<Value> {
-    Json(json!({"id": inner.cfg.id, "capacityTotal": inner.cfg.capacity, "usage": inner.usage()}))
+    Json(json!({"id": inner.id(), "capacityTotal": inner.capacity(), "usage": inner.usage()}))
 }
 
 /// `POST /v2/sweep`: 404 when this provisioner lacks the provider type (the server tries another),
@@ -158,7 +179,7 @@ async fn sweep(State(inner): State<Arc<Inner>>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(m) => return bad(m),
     };
-    let Some(p) = inner.plugins.provider_plugin(&req.providertype) else {
+    let Some(p) = inner.provider_plugin(&req.providertype) else {
         let msg = format!("no provider plugin for provider type {}", req.providertype);
         return (StatusCode::NOT_FOUND, msg).into_response();
     };

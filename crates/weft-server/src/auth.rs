@@ -17,12 +17,7 @@ pub const USER_HEADER: &str = "coopr-userid";
 pub const TENANT_HEADER: &str = "coopr-tenantid";
 pub const APIKEY_HEADER: &str = "coopr-apikey";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
-    User,
-    Admin,
-    SuperAdmin,
-}
+pub use weft_engine::Role;
 
 /// The authenticated caller of an external route.
 #[derive(Debug, Clone)]
@@ -33,6 +28,15 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The caller as the engine knows it.
+    pub fn caller(&self) -> weft_engine::Caller {
+        weft_engine::Caller {
+            tenant: self.tenant.clone(),
+            user: self.user.clone(),
+            role: self.role,
+        }
+    }
+
     pub fn is_admin(&self) -> bool {
         self.role >= Role::Admin
     }

@@ -112,6 +112,21 @@ pub struct Settings {
     pub provisioner_token_file: Option<PathBuf>,
 }
 
+impl Settings {
+    /// The settings the engine reads.
+    pub fn engine(&self) -> weft_engine::EngineSettings {
+        weft_engine::EngineSettings {
+            task_timeout_ms: self.task_timeout_ms,
+            max_action_retries: self.max_action_retries,
+            janitor_interval_ms: self.janitor_interval_ms,
+            provisioner_timeout_ms: self.provisioner_timeout_ms,
+            callback_url: self.callback_url.clone(),
+            callback_command: self.callback_command.clone(),
+            callback_timeout_ms: self.callback_timeout_ms,
+        }
+    }
+}
+
 impl RawConfig {
     /// Reads a TOML file. Unknown keys and wrong types are errors naming the key.
     pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {

@@ -6,6 +6,7 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use weft_engine::EngineError;
 use weft_model::ModelError;
 use weft_store::StoreError;
 
@@ -69,6 +70,37 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict(what) => ApiError::Conflict(format!("{what} already exists")),
             e @ StoreError::QuotaExceeded(_) => ApiError::Conflict(e.to_string()),
             other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The engine's errors as HTTP answers; the texts are the engine's own.
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        use EngineError as E;
+        match e {
+            E::Store(e) => e.into(),
+            E::Model(e) => e.into(),
+            E::MissingFields(body) => ApiError::MissingFields(body),
+            E::Internal(cause) => ApiError::Internal(cause),
+            e @ E::Stale(_) => ApiError::Internal(e.to_string()),
+            e @ (E::Invalid(_) | E::NoLayout(_) | E::NoPlan(_) | E::TemplateUnsatisfied { .. }) => {
+                ApiError::BadRequest(e.to_string())
+            }
+            e @ (E::NotInCatalog { .. }
+            | E::ClusterNotFound(_)
+            | E::NodeNotFound(_)
+            | E::JobNotFound(_)) => ApiError::NotFound(e.to_string()),
+            e @ (E::ClusterQuota { .. }
+            | E::NodeQuota { .. }
+            | E::JobUnderway { .. }
+            | E::WrongStatus { .. }
+            | E::ClusterChanged(_)
+            | E::PoolShort(_)
+            | E::NodeExists(_)
+            | E::CannotAbort) => ApiError::Conflict(e.to_string()),
+            e @ E::NotRegistered(_) => ApiError::Forbidden(e.to_string()),
+            e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),
         }
     }
 }

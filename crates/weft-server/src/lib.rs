@@ -5,17 +5,18 @@
 //! [`build`] makes both routers from [`config::Settings`] without binding a socket, so tests drive
 //! them in-process; [`serve`] binds them.
 //!
-//! Module map: `config` (settings), `error` (the one error-to-HTTP mapping), `auth` (identity and
-//! roles), `api` (route registration that also writes the OpenAPI document), `routes` (handlers per
-//! route group), `resources` (plugin resource bytes), `workers` (worker placement), `outbound` (calls
-//! to provisioners), `listen` (the listeners: header and body read time-outs), `state`. [`spawn_background`] starts the janitor and the job callbacks.
+//! The engine (cluster operations, jobs, the janitor) is the crate `weft-engine`; this crate is its
+//! HTTP face. Module map, bottom up (ARCHITECTURE.md's layers): `config` (settings), `error` (the one
+//! error-to-HTTP mapping), `listen` (the listeners: header and body read time-outs), `resources`
+//! (plugin resource bytes), `outbound` (calls to provisioners; the engine's messenger), `state`,
+//! `auth` (identity and roles), `api` (route registration that also writes the OpenAPI document),
+//! `metrics`, `routes` (handlers per route group: parse, call the engine, render), `ui`.
+//! [`spawn_background`] starts the janitor and the job callbacks.
 
 pub mod api;
 pub mod auth;
 pub mod config;
-pub mod engine;
 pub mod error;
-pub mod hostpool; // host pools: lending hosts to nodes, giving them back
 pub mod listen;
 pub mod metrics;
 pub mod outbound;
@@ -23,7 +24,6 @@ pub mod resources;
 pub mod routes;
 pub mod state;
 pub mod ui;
-pub mod workers;
 
 use std::sync::Arc;
 
@@ -33,6 +33,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use utoipa::OpenApi;
+use weft_engine::Engine;
 use weft_model::EntityKind;
 use weft_store::Store;
 
@@ -76,22 +77,27 @@ pub async fn build(settings: Settings) -> Result<App, ServerError> {
 /// Builds the app over an open store.
 pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let resources = Arc::new(LocalResourceStore::new(settings.data_dir.join("resources")));
-    let (events, _) = tokio::sync::broadcast::channel(1024);
     let tokens = settings
         .provisioner_token_file
         .as_ref()
         .map(|p| Arc::new(weft_client::tokens::Tokens::new(p)));
+    let outbound = Arc::new(outbound::Outbound::default().with_tokens(tokens.clone()));
+    let provisioners = Arc::<weft_engine::cache::ProvisionerCache>::default();
+    let courier = outbound::Courier {
+        outbound: outbound.clone(),
+        store: store.clone(),
+        provisioners: provisioners.clone(),
+    };
+    let mut engine = Engine::new(store.clone(), settings.engine(), Arc::new(courier.clone()));
+    engine.provisioners = provisioners;
     let state = AppState {
+        engine,
         store,
         resources,
         settings: Arc::new(settings),
-        events,
-        outbound: Arc::new(outbound::Outbound::default().with_tokens(tokens.clone())),
+        outbound,
+        courier,
         tokens,
-        payloads: Arc::default(),
-        provisioners: Arc::default(),
-        leases: Arc::default(),
-        heavy_reads: Arc::new(tokio::sync::Semaphore::new(state::HEAVY_READS)),
     };
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
@@ -405,7 +411,7 @@ impl Bound {
 pub struct Background {
     pub janitor: tokio::task::JoinHandle<()>,
     pub callbacks: tokio::task::JoinHandle<()>,
-    /// Gives pool hosts back when their clusters' jobs succeed (see [`hostpool`]).
+    /// Gives pool hosts back when their clusters' jobs succeed (see [`weft_engine::hostpool`]).
     pub hostpool: tokio::task::JoinHandle<()>,
 }
 
@@ -418,13 +424,13 @@ impl Background {
 }
 
 /// Starts the background work: the janitor loop (runs only while this server holds the store's
-/// `janitor` leadership; see [`engine::janitor`]) and the job callbacks (see
-/// [`engine::callbacks`]; subscribed before this returns).
+/// `janitor` leadership; see [`weft_engine::janitor`]) and the job callbacks (see
+/// [`weft_engine::callbacks`]; subscribed before this returns).
 pub fn spawn_background(state: &AppState) -> Background {
     Background {
-        callbacks: engine::callbacks::spawn(state.clone()),
-        hostpool: hostpool::spawn(state.clone()),
-        janitor: engine::janitor::spawn(state.clone()),
+        callbacks: weft_engine::callbacks::spawn(state.engine.clone()),
+        hostpool: weft_engine::hostpool::spawn(state.engine.clone()),
+        janitor: weft_engine::janitor::spawn(state.engine.clone()),
     }
 }
 

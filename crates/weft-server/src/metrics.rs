@@ -21,64 +21,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{LazyLock, Mutex};
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use weft_store::TaskRow;
+use weft_engine::metrics::BUCKETS;
 
 use crate::error::ApiResult;
 use crate::state::{now_ms, AppState};
-
-/// Upper bounds of the task duration buckets, in seconds.
-const BUCKETS: [f64; 16] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
-];
-
-#[derive(Default)]
-struct Histogram {
-    /// Count per bucket (not cumulative); the last slot is `+Inf`.
-    counts: [u64; BUCKETS.len() + 1],
-    sum: f64,
-}
-
-#[derive(Default)]
-struct Registry {
-    durations: BTreeMap<String, Histogram>,
-    jobs: BTreeMap<(String, &'static str), u64>,
-}
-
-static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
-
-fn registry() -> std::sync::MutexGuard<'static, Registry> {
-    // A panic while holding the lock cannot leave the counters inconsistent: keep using them.
-    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Records a finished task (call after its finish committed): `now` is the finish time, and
-/// `task` the row as it was read, in progress, with the deadline `take` gave it.
-pub fn task_finished(task: &TaskRow, task_timeout_ms: i64, now: i64) {
-    let taken = task.lease_deadline - task_timeout_ms;
-    let secs = (now - taken).max(0) as f64 / 1000.0;
-    let mut r = registry();
-    let h = r.durations.entry(task.action.clone()).or_default();
-    let slot = BUCKETS
-        .iter()
-        .position(|b| secs <= *b)
-        .unwrap_or(BUCKETS.len());
-    h.counts[slot] += 1;
-    h.sum += secs;
-}
-
-/// Records a job that ended (call after its end committed).
-pub fn job_ended(action: &str, success: bool) {
-    let result = if success { "success" } else { "failure" };
-    *registry()
-        .jobs
-        .entry((action.to_string(), result))
-        .or_default() += 1;
-}
 
 /// Escapes a label value (backslash, double quote, newline).
 fn label(v: &str) -> String {
@@ -139,7 +89,7 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
     let _ = writeln!(o, "# TYPE weft_provisioners_alive gauge");
     let _ = writeln!(o, "weft_provisioners_alive {alive}");
 
-    let r = registry();
+    let r = weft_engine::metrics::snapshot();
     let _ = writeln!(
         o,
         "# HELP weft_task_duration_seconds Time from take to finish of finished tasks, by action."

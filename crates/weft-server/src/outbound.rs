@@ -17,9 +17,50 @@ use serde_json::{json, Map, Value};
 use weft_model::{EntityKind, PluginType};
 use weft_store::{ProvisionerRecord, Store, SUPERADMIN};
 
+use weft_engine::cache::ProvisionerCache;
+use weft_engine::workers::{self, Moved};
+
 use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
-use crate::workers::{self, Moved};
+
+/// What calls to provisioners need: the HTTP client, the store and the engine's cache of
+/// registered provisioners. It is also the engine's [`Messenger`](weft_engine::Messenger).
+#[derive(Clone)]
+pub struct Courier {
+    pub outbound: std::sync::Arc<Outbound>,
+    pub store: std::sync::Arc<dyn Store>,
+    pub provisioners: std::sync::Arc<ProvisionerCache>,
+}
+
+#[async_trait::async_trait]
+impl weft_engine::Messenger for Courier {
+    fn workers_moved(&self, moved: Vec<Moved>) {
+        spawn_assignments(self, moved);
+    }
+
+    async fn post_json(&self, url: &str, body: &Value, limit: Duration) -> Result<(), String> {
+        post_json(url, body, limit).await
+    }
+}
+
+/// POSTs a job notice to a callback URL.
+async fn post_json(url: &str, body: &Value, limit: Duration) -> Result<(), String> {
+    let client = reqwest::Client::builder()
+        .timeout(limit)
+        .build()
+        .map_err(|e| e.to_string())?;
+    // The URL is not logged: it may carry a token.
+    let r = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| e.without_url().to_string())?;
+    if r.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("answered {}", r.status()))
+    }
+}
 
 /// How calls to provisioners are made. The default is Coopr's: 2 tries, 500 ms apart, 10 s connect
 /// and socket timeouts.
@@ -228,7 +269,7 @@ fn tenant_url(p: &ProvisionerRecord, tenant_id: &str) -> String {
 }
 
 /// Tells one provisioner a tenant's worker count there (PUT with the resources, or DELETE at 0).
-async fn tell(st: &AppState, p: &ProvisionerRecord, tenant_id: &str) -> ApiResult<Sent> {
+async fn tell(st: &Courier, p: &ProvisionerRecord, tenant_id: &str) -> ApiResult<Sent> {
     let n = p.assignments.get(tenant_id).copied().unwrap_or(0);
     let url = tenant_url(p, tenant_id);
     let (method, result) = if n == 0 {
@@ -264,7 +305,7 @@ async fn tell(st: &AppState, p: &ProvisionerRecord, tenant_id: &str) -> ApiResul
 }
 
 /// Deletes provisioners that kept failing, places the workers again, and pushes those changes too.
-async fn drop_failed(st: &AppState, failed: Vec<String>, report: &mut PushReport) -> ApiResult<()> {
+async fn drop_failed(st: &Courier, failed: Vec<String>, report: &mut PushReport) -> ApiResult<()> {
     let mut failed = failed;
     while !failed.is_empty() {
         for id in &failed {
@@ -283,7 +324,7 @@ async fn drop_failed(st: &AppState, failed: Vec<String>, report: &mut PushReport
 
 /// Tells each provisioner in `moved` its current counts; returns the provisioners that failed.
 async fn tell_moved(
-    st: &AppState,
+    st: &Courier,
     moved: &[Moved],
     report: &mut PushReport,
 ) -> ApiResult<Vec<String>> {
@@ -314,7 +355,7 @@ async fn tell_moved(
 }
 
 /// Pushes assignment changes (from [`workers::reassign`]) to the provisioners concerned.
-pub async fn push_assignments(st: &AppState, moved: Vec<Moved>) -> ApiResult<PushReport> {
+pub async fn push_assignments(st: &Courier, moved: Vec<Moved>) -> ApiResult<PushReport> {
     let mut report = PushReport::default();
     if !st.outbound.enabled() || moved.is_empty() {
         return Ok(report);
@@ -325,7 +366,7 @@ pub async fn push_assignments(st: &AppState, moved: Vec<Moved>) -> ApiResult<Pus
 }
 
 /// Pushes the tenant's live resources (with its worker count) to every provisioner serving it.
-pub async fn push_resources(st: &AppState, tenant_id: &str) -> ApiResult<PushReport> {
+pub async fn push_resources(st: &Courier, tenant_id: &str) -> ApiResult<PushReport> {
     let mut report = PushReport::default();
     if !st.outbound.enabled() {
         return Ok(report);
@@ -357,13 +398,13 @@ fn log_outcome(what: &'static str, r: ApiResult<PushReport>) -> PushReport {
 }
 
 /// [`push_assignments`] in a task of its own.
-pub fn spawn_assignments(st: &AppState, moved: Vec<Moved>) -> tokio::task::JoinHandle<PushReport> {
+pub fn spawn_assignments(st: &Courier, moved: Vec<Moved>) -> tokio::task::JoinHandle<PushReport> {
     let st = st.clone();
     tokio::spawn(async move { log_outcome("assignments", push_assignments(&st, moved).await) })
 }
 
 /// [`push_resources`] in a task of its own.
-pub fn spawn_resources(st: &AppState, tenant_id: &str) -> tokio::task::JoinHandle<PushReport> {
+pub fn spawn_resources(st: &Courier, tenant_id: &str) -> tokio::task::JoinHandle<PushReport> {
     let st = st.clone();
     let tenant_id = tenant_id.to_string();
     tokio::spawn(async move { log_outcome("resources", push_resources(&st, &tenant_id).await) })

@@ -1,42 +1,31 @@
-//! The state every handler shares: the store, the plugin resource store and the settings.
+//! The state every handler shares: the engine (with the store), the plugin resource store, the
+//! settings and the calls to provisioners.
 
 use std::sync::Arc;
 
+use weft_engine::Engine;
 use weft_store::Store;
 
 use crate::config::Settings;
-use crate::engine::JobEvent;
+use crate::outbound::{Courier, Outbound};
 use crate::resources::ResourceStore;
 
 #[derive(Clone)]
 pub struct AppState {
+    /// The engine: every cluster operation and task step goes through it.
+    pub engine: Engine,
+    /// The engine's store (the same one), for the routes that read and write catalog entries,
+    /// tenants and keys.
     pub store: Arc<dyn Store>,
     pub resources: Arc<dyn ResourceStore>,
     pub settings: Arc<Settings>,
-    /// Job notices (start, success, failure), after they are committed.
-    pub events: tokio::sync::broadcast::Sender<JobEvent>,
     /// Calls to provisioners (tenant worker counts and resources).
-    pub outbound: Arc<crate::outbound::Outbound>,
-    /// What task payloads derive from clusters (see `engine::cache`).
-    pub payloads: Arc<crate::engine::cache::PayloadCache>,
-    /// Provisioners recently seen registered (see `engine::cache`).
-    pub provisioners: Arc<crate::engine::cache::ProvisionerCache>,
-    /// Tasks this server leased and that have not finished yet (see `engine::cache`).
-    pub leases: Arc<crate::engine::cache::LeaseCache>,
-    /// Permits for answers that read a whole cluster ([`HEAVY_READS`] at once), so that many
-    /// concurrent reads of a large cluster queue instead of multiplying peak memory.
-    pub heavy_reads: Arc<tokio::sync::Semaphore>,
+    pub outbound: Arc<Outbound>,
+    /// What those calls need besides the HTTP client; the engine's messenger too.
+    pub courier: Courier,
     /// Provisioner tokens, when the internal port requires one (`provisioner_token_file`).
     pub tokens: Option<Arc<weft_client::tokens::Tokens>>,
 }
 
-/// How many whole-cluster answers are built at once.
-pub const HEAVY_READS: usize = 4;
-
-/// Milliseconds since the Unix epoch. The one place the HTTP layer reads the clock.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch (the engine's clock).
+pub use weft_engine::now_ms;

@@ -8,7 +8,7 @@ use axum::Json;
 use weft_model::{validate_name, ApiKeyCreated, ApiKeyInfo, ApiKeyRequest};
 use weft_store::{ApiKeyRecord, Store};
 
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::{hash_key, new_key, Identity};
 use crate::error::{ApiError, ApiResult};

@@ -6,11 +6,10 @@ use axum::extract::State;
 use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::{Map, Value};
-use weft_model::resolve::{merge_template, resolve_template};
-use weft_model::{lenient, ClusterTemplate, EntityKind, PartialTemplate};
+use weft_model::{lenient, ClusterTemplate, EntityKind};
 
 use super::entities::{check_service_actions, mask_provider, normalize, unmask_provider};
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
@@ -124,52 +123,7 @@ async fn resolve(
     body: Bytes,
 ) -> ApiResult<Json<ClusterTemplate>> {
     let own: ClusterTemplate = parse_body(&body, "a cluster template")?;
-    Ok(Json(resolve_in_tenant(&st, &id.tenant.id, own).await?))
-}
-
-/// Resolves a template's parents and partials from the tenant's catalog.
-pub async fn resolve_in_tenant(
-    st: &AppState,
-    tenant_id: &str,
-    own: ClusterTemplate,
-) -> ApiResult<ClusterTemplate> {
-    // Walk up the extends chain first (bounded, so a cycle is an error, not a hang).
-    let mut chain = vec![own];
-    while let Some(parent) = chain.last().and_then(|t| t.extends.clone()) {
-        if chain.len() > 16 || chain.iter().any(|t| t.name == parent.name) {
-            return Err(ApiError::BadRequest(format!(
-                "template inheritance through {} is circular",
-                parent.name
-            )));
-        }
-        let doc = st
-            .store
-            .get_entity(tenant_id, EntityKind::ClusterTemplate, &parent.name, None)
-            .await?
-            .ok_or_else(|| {
-                ApiError::NotFound(format!("cluster template {} does not exist.", parent.name))
-            })?;
-        chain.push(lenient::from_value(doc)?);
-    }
-    let mut resolved: Option<ClusterTemplate> = None;
-    while let Some(t) = chain.pop() {
-        let mut partials = Vec::new();
-        for inc in &t.includes {
-            let doc = st
-                .store
-                .get_entity(tenant_id, EntityKind::PartialTemplate, &inc.name, None)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::NotFound(format!("partial template {} does not exist.", inc.name))
-                })?;
-            partials.push(lenient::from_value::<PartialTemplate>(doc)?);
-        }
-        let merged = if chain.is_empty() {
-            resolve_template(&t, resolved.as_ref(), &partials)?
-        } else {
-            merge_template(&t, resolved.as_ref(), &partials)?
-        };
-        resolved = Some(merged);
-    }
-    resolved.ok_or_else(|| ApiError::Internal("empty template chain".into()))
+    Ok(Json(
+        weft_engine::catalog::resolve_in_tenant(&st.engine, &id.tenant.id, own).await?,
+    ))
 }

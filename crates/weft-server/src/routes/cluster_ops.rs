@@ -3,8 +3,6 @@
 //! abort). Every call that starts a job takes `?dryrun=true`, which answers the plan that would run
 //! and changes nothing.
 
-use std::collections::BTreeSet;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -12,39 +10,22 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weft_model::{lenient, ClusterStatus, ClusterTemplate, EntityKind, Service};
+use weft_model::{lenient, ClusterStatus, EntityKind, Service};
 use weft_planner::Operation;
 use weft_solver::Change;
-use weft_store::{ChangeSet, Expect, Write};
 
-use super::clusters::visible;
-use super::parse_body;
+use super::params::{parse_body, DryRun};
 use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
-use crate::engine::body::to_body;
-use crate::engine::control;
-use crate::engine::create::typed_list;
-use crate::engine::ops::{
-    in_place, load, relayout, require_status, solve_change, start_job, Loaded,
-};
-use crate::engine::{cluster_id_text, store_err};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use weft_engine::catalog::typed_list;
+use weft_engine::cluster_id_text;
+use weft_engine::control;
+use weft_engine::jobs::{load, require_status, start_job, Loaded};
+use weft_engine::ops::{in_place, relayout};
 
 use ClusterStatus::{Active, Inconsistent};
-
-#[derive(Debug, Deserialize)]
-pub struct DryRun {
-    dryrun: Option<String>,
-}
-
-impl DryRun {
-    pub fn on(&self) -> bool {
-        self.dryrun
-            .as_deref()
-            .is_some_and(|d| d.eq_ignore_ascii_case("true") || d == "1")
-    }
-}
 
 fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
     op(tag, summary)
@@ -209,48 +190,8 @@ async fn lease(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
     let req: LeaseReq = lenient::from_value(optional_body(&body)?)?;
-    let t = req
-        .expire_time
-        .ok_or_else(|| ApiError::BadRequest("expire time not specified".into()))?;
-    if matches!(
-        ClusterStatus::parse(&row.status),
-        Some(ClusterStatus::Terminated | ClusterStatus::Pending)
-    ) {
-        return Err(ApiError::BadRequest(format!(
-            "cluster {id} is {}: its lease cannot change now",
-            row.status
-        )));
-    }
-    let c = load(&st, row.clone()).await?;
-    let l = c.body.template.administration.leaseduration;
-    if t < row.create_time {
-        return Err(ApiError::BadRequest(
-            "expireTime may not be before the cluster's creation".into(),
-        ));
-    }
-    if l.max != 0 {
-        if l.step != 0 && t - row.expire_time > l.step as i64 {
-            return Err(ApiError::BadRequest(format!(
-                "the lease may grow by at most {} ms at a time",
-                l.step
-            )));
-        }
-        if t > row.create_time + l.max as i64 {
-            return Err(ApiError::BadRequest(format!(
-                "the lease may not end more than {} ms after creation",
-                l.max
-            )));
-        }
-    }
-    let mut new = row.clone();
-    new.expire_time = t;
-    let cs = ChangeSet {
-        expect: vec![Expect::cluster(&row)],
-        writes: vec![Write::Cluster(new)],
-    };
-    st.store.commit(&cs).await.map_err(store_err)
+    Ok(weft_engine::ops::set_lease(&st.engine, &who.caller(), &id, req.expire_time).await?)
 }
 
 /// `POST /v2/clusters/{id}`: the lease's new end.
@@ -282,20 +223,20 @@ async fn reconfigure(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let req: ConfigReq = lenient::from_value(optional_body(&body)?)
         .map_err(|_| ApiError::BadRequest("Invalid request body.".into()))?;
     let config = req
         .config
         .ok_or_else(|| ApiError::BadRequest("Invalid request body.".into()))?;
     require_status(&row, &[Active, Inconsistent])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let mut body = c.body.clone();
     body.config = config;
     let op = Operation::Reconfigure {
         restart: req.restart.unwrap_or(true),
     };
-    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
+    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
 }
 
 /// `POST /v2/clusters/{id}/services`.
@@ -315,7 +256,7 @@ async fn add_services(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let req: ServicesReq = parse_body(&body, "{\"services\": [...]}")?;
     if req.services.is_empty() {
         return Err(ApiError::BadRequest(
@@ -323,7 +264,7 @@ async fn add_services(
         ));
     }
     require_status(&row, &[Active])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let mut body = c.body.clone();
     for s in &req.services {
         if !body.services.contains(s) {
@@ -332,7 +273,15 @@ async fn add_services(
     }
     let change = Change::AddServices(req.services);
     Ok(answer(
-        relayout(&st, &c, &change, Operation::AddServices, body, d.on()).await?,
+        relayout(
+            &st.engine,
+            &c,
+            &change,
+            Operation::AddServices,
+            body,
+            d.on(),
+        )
+        .await?,
     ))
 }
 
@@ -355,12 +304,12 @@ async fn all_services(
     Path((id, action)): Path<(String, String)>,
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let op = runtime_op(&action, None)?;
     require_status(&row, &[Active])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let body = c.body.clone();
-    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
+    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
 }
 
 fn require_service(c: &Loaded, svc: &str) -> ApiResult<()> {
@@ -391,13 +340,14 @@ async fn one_service(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
-    let c = load(&st, row.clone()).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    let c = load(&st.engine, row.clone()).await?;
     require_service(&c, &svc)?;
     if action == "upgrade" {
         let req: UpgradeReq = lenient::from_value(optional_body(&body)?)?;
         require_status(&row, &[Active])?;
-        let defs: Vec<Service> = typed_list(&st, &row.tenant_id, EntityKind::Service).await?;
+        let defs: Vec<Service> =
+            typed_list(&st.engine, &row.tenant_id, EntityKind::Service).await?;
         let new_def = defs
             .into_iter()
             .find(|s| s.name == svc)
@@ -418,13 +368,23 @@ async fn one_service(
             service: svc,
             batch_size: batch,
         };
-        let s = start_job(&st, &c, op, &c.nodes, after, c.body.clone(), vec![], d.on()).await?;
+        let s = start_job(
+            &st.engine,
+            &c,
+            op,
+            &c.nodes,
+            after,
+            c.body.clone(),
+            vec![],
+            d.on(),
+        )
+        .await?;
         return Ok(answer(d.on().then_some(s.plan)));
     }
     let op = runtime_op(&action, Some(svc))?;
     require_status(&row, &[Active])?;
     let body = c.body.clone();
-    Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
+    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
 }
 
 async fn remove_service(
@@ -433,15 +393,17 @@ async fn remove_service(
     Path((id, svc)): Path<(String, String)>,
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
-    let row = visible(&st, &who, &id).await?;
-    let c = load(&st, row.clone()).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    let c = load(&st.engine, row.clone()).await?;
     require_service(&c, &svc)?;
     require_status(&row, &[Active])?;
     let mut body = c.body.clone();
     body.services.retain(|s| s != &svc);
     let change = Change::RemoveService(svc.clone());
     let op = Operation::RemoveService { service: svc };
-    Ok(answer(relayout(&st, &c, &change, op, body, d.on()).await?))
+    Ok(answer(
+        relayout(&st.engine, &c, &change, op, body, d.on()).await?,
+    ))
 }
 
 /// `POST` and `DELETE /v2/clusters/{id}/nodes`.
@@ -478,21 +440,10 @@ async fn expand(
     body: Bytes,
 ) -> ApiResult<Response> {
     let d = DryRun { dryrun: q.dryrun };
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let k = count(&body, q.count)?;
-    require_status(&row, &[Active])?;
-    let (_, nodes) = st.store.count_clusters(&who.tenant.id).await?;
-    if nodes + k > who.tenant.spec.max_nodes {
-        return Err(ApiError::Conflict(format!(
-            "tenant {} would exceed its quota maxNodes ({}): it has {nodes} nodes and asks for {k} more",
-            who.tenant.spec.name, who.tenant.spec.max_nodes
-        )));
-    }
-    let c = load(&st, row).await?;
-    let body = c.body.clone();
-    Ok(answer(
-        relayout(&st, &c, &Change::Expand(k), Operation::Expand, body, d.on()).await?,
-    ))
+    let plan = weft_engine::ops::expand(&st.engine, &who.caller(), row, k, d.on()).await?;
+    Ok(answer(plan))
 }
 
 async fn shrink(
@@ -503,13 +454,21 @@ async fn shrink(
     body: Bytes,
 ) -> ApiResult<Response> {
     let d = DryRun { dryrun: q.dryrun };
-    let row = visible(&st, &who, &id).await?;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let k = count(&body, q.count)?;
     require_status(&row, &[Active])?;
-    let c = load(&st, row).await?;
+    let c = load(&st.engine, row).await?;
     let body = c.body.clone();
     Ok(answer(
-        relayout(&st, &c, &Change::Shrink(k), Operation::Shrink, body, d.on()).await?,
+        relayout(
+            &st.engine,
+            &c,
+            &Change::Shrink(k),
+            Operation::Shrink,
+            body,
+            d.on(),
+        )
+        .await?,
     ))
 }
 
@@ -518,93 +477,12 @@ async fn sync_template(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
-    require_status(&row, &[Active])?;
-    let mut c = load(&st, row.clone()).await?;
-    let name = c.body.template.name.clone();
-    let doc = st
-        .store
-        .get_entity(&row.tenant_id, EntityKind::ClusterTemplate, &name, None)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("cluster template {name} does not exist.")))?;
-    let fresh = crate::routes::catalog::resolve_in_tenant(
-        &st,
-        &row.tenant_id,
-        lenient::from_value::<ClusterTemplate>(doc)?,
-    )
-    .await?;
-    if let Err(why) = runs_within(&fresh, &c) {
-        return Err(ApiError::BadRequest(format!(
-            "cluster {id} does not satisfy the current version of template {name}: {why}"
-        )));
-    }
-    let old = std::mem::replace(&mut c.body.template, fresh.clone());
-    let (layout, ..) = solve_change(&st, &c, &Change::Retemplate(c.body.services.clone()))
-        .await
-        .map_err(|e| {
-            ApiError::BadRequest(format!(
-                "cluster {id} does not satisfy the current version of template {name}: {e}"
-            ))
-        })?;
-    let same = layout.removed.is_empty()
-        && layout.nodes.len() == c.nodes.len()
-        && layout.nodes.iter().zip(&c.nodes).all(|(l, n)| {
-            l.id.as_deref() == Some(&n.id)
-                && l.services.iter().collect::<BTreeSet<_>>()
-                    == n.properties.services.iter().collect()
-        });
-    if !same {
-        return Err(ApiError::BadRequest(format!(
-            "cluster {id} does not satisfy the current version of template {name}: its layout would have to change"
-        )));
-    }
-    drop(old);
-    let mut new = row.clone();
-    new.body = to_body(&c.body)?;
-    let cs = ChangeSet {
-        expect: vec![Expect::cluster(&row)],
-        writes: vec![Write::Cluster(new)],
-    };
-    st.store.commit(&cs).await.map_err(store_err)
-}
-
-/// Whether what the cluster runs (its services, and its nodes' hardware and image types) is
-/// within `template`'s compatibility lists (an empty list allows anything); `Err` names the first
-/// thing that is not.
-fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
-    let compat = &template.compatibility;
-    let allowed = |list: &[String], x: &str| list.is_empty() || list.iter().any(|l| l == x);
-    if let Some(s) = c
-        .body
-        .services
-        .iter()
-        .find(|s| !allowed(&compat.services, s))
-    {
-        return Err(format!(
-            "it runs service {s}, which the template no longer allows"
-        ));
-    }
-    for n in &c.nodes {
-        let p = &n.properties;
-        if !allowed(&compat.hardwaretypes, &p.hardwaretype) {
-            return Err(format!(
-                "node {} has hardware type {}, which the template no longer allows",
-                n.id, p.hardwaretype
-            ));
-        }
-        if !allowed(&compat.imagetypes, &p.imagetype) {
-            return Err(format!(
-                "node {} has image type {}, which the template no longer allows",
-                n.id, p.imagetype
-            ));
-        }
-    }
-    Ok(())
+    Ok(weft_engine::ops::sync_template(&st.engine, &who.caller(), &id).await?)
 }
 
 async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
-    control::pause(&st, &row).await
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    Ok(control::pause(&st.engine, &row).await?)
 }
 
 async fn resume(
@@ -612,14 +490,14 @@ async fn resume(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
-    control::resume(&st, &row).await
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    Ok(control::resume(&st.engine, &row).await?)
 }
 
 async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
-    if control::abort(&st, &row).await? == control::Stopped::Settled {
-        crate::engine::ops::after_failed_job(&st, &row.tenant_id, row.id).await;
+    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
+    if control::abort(&st.engine, &row).await? == control::Stopped::Settled {
+        weft_engine::rollback::after_failed_job(&st.engine, &row.tenant_id, row.id).await;
     }
     Ok(())
 }

@@ -12,17 +12,16 @@ use serde_json::{json, Value};
 use weft_model::{
     lenient, ClusterCreateRequest, ClusterStatus, ClusterStatusView, ClusterSummary, PlanView,
 };
-use weft_store::ClusterRow;
 
-use super::parse_body;
+use super::params::{parse_body, DryRun};
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::body::{from_body, ClusterBody};
-use crate::engine::create::create_cluster;
-use crate::engine::delete::delete_cluster;
-use crate::engine::{cluster_id_text, parse_cluster_id, view};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use weft_engine::body::{from_body, ClusterBody};
+use weft_engine::create::create_cluster;
+use weft_engine::delete::delete_cluster;
+use weft_engine::{cluster_id_text, view};
 
 pub fn routes(api: Api) -> Api {
     let t = "clusters";
@@ -96,21 +95,6 @@ pub fn routes(api: Api) -> Api {
     )
 }
 
-/// The cluster `id` if the caller may see it; 404 otherwise.
-pub async fn visible(st: &AppState, who: &Identity, id: &str) -> ApiResult<ClusterRow> {
-    let missing = || ApiError::NotFound(format!("cluster {id} not found."));
-    let n = parse_cluster_id(id).ok_or_else(missing)?;
-    let row = st
-        .store
-        .get_cluster(&who.tenant.id, n)
-        .await?
-        .ok_or_else(missing)?;
-    if !who.is_admin() && row.owner != who.user {
-        return Err(missing());
-    }
-    Ok(row)
-}
-
 #[derive(Debug, Deserialize)]
 struct ListQuery {
     status: Option<String>,
@@ -140,7 +124,7 @@ async fn list(
         if wanted.is_empty()
             || ClusterStatus::parse(&row.status).is_some_and(|s| wanted.contains(&s))
         {
-            out.push(view::summary(&st, &row).await?);
+            out.push(view::summary(&st.engine, &row).await?);
         }
     }
     Ok(Json(out))
@@ -149,15 +133,15 @@ async fn list(
 async fn create(
     State(st): State<AppState>,
     who: Identity,
-    Query(d): Query<super::cluster_ops::DryRun>,
+    Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     let raw: Value = parse_body(&body, "a cluster create request")?;
     weft_model::validate::known_fields(&raw, &ClusterCreateRequest::FIELDS)?;
     let req: ClusterCreateRequest = lenient::from_value(raw)?;
-    match create_cluster(&st, &who, req, d.on()).await? {
-        crate::engine::create::Created::Id(id) => Ok(Json(json!({ "id": id }))),
-        crate::engine::create::Created::Plan(plan) => Ok(Json(
+    match create_cluster(&st.engine, &who.caller(), req, d.on()).await? {
+        weft_engine::create::Created::Id(id) => Ok(Json(json!({ "id": id }))),
+        weft_engine::create::Created::Plan(plan) => Ok(Json(
             serde_json::to_value(plan).map_err(|e| ApiError::Internal(e.to_string()))?,
         )),
     }
@@ -182,12 +166,12 @@ async fn get(
             view::WHOLE_UP_TO
         )));
     }
-    let row = visible(&st, &who, &id).await?;
+    let row = view::visible(&st.engine, &who.caller(), &id).await?;
     let page = view::NodePage {
         offset: q.offset.unwrap_or(0),
         limit: q.limit,
     };
-    let (details, info) = view::details_page(&st, &row, page).await?;
+    let (details, info) = view::details_page(&st.engine, &row, page).await?;
     let mut headers = vec![
         ("weft-nodes-total", info.total.to_string()),
         ("weft-nodes-offset", info.offset.to_string()),
@@ -215,8 +199,8 @@ async fn status(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ClusterStatusView>> {
-    let row = visible(&st, &who, &id).await?;
-    Ok(Json(view::status(&st, &row).await?))
+    let row = view::visible(&st.engine, &who.caller(), &id).await?;
+    Ok(Json(view::status(&st.engine, &row).await?))
 }
 
 async fn plans(
@@ -225,14 +209,16 @@ async fn plans(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<PlanView>>> {
     let none = || ApiError::NotFound(format!("Plans for cluster {id} not found."));
-    let row = visible(&st, &who, &id).await.map_err(|_| none())?;
+    let row = view::visible(&st.engine, &who.caller(), &id)
+        .await
+        .map_err(|_| none())?;
     let jobs = st.store.list_jobs(&who.tenant.id, row.id).await?;
     if jobs.is_empty() {
         return Err(none());
     }
     let mut out = Vec::new();
     for j in &jobs {
-        out.push(view::plan(&st, j).await?);
+        out.push(view::plan(&st.engine, j).await?);
     }
     Ok(Json(out))
 }
@@ -242,7 +228,7 @@ async fn plan(
     who: Identity,
     Path((id, job_id)): Path<(String, String)>,
 ) -> ApiResult<Json<PlanView>> {
-    let row = visible(&st, &who, &id).await?;
+    let row = view::visible(&st.engine, &who.caller(), &id).await?;
     let prefix = format!("{}-", cluster_id_text(row.id));
     let bad = || ApiError::BadRequest(format!("job {job_id} is not a job of cluster {id}"));
     if !job_id.starts_with(&prefix) {
@@ -254,7 +240,7 @@ async fn plan(
         .await?
         .filter(|j| j.cluster_id == row.id)
         .ok_or_else(bad)?;
-    Ok(Json(view::plan(&st, &job).await?))
+    Ok(Json(view::plan(&st.engine, &job).await?))
 }
 
 async fn config(
@@ -262,7 +248,7 @@ async fn config(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let row = visible(&st, &who, &id).await?;
+    let row = view::visible(&st.engine, &who.caller(), &id).await?;
     let body: ClusterBody = from_body(&row.body)?;
     Ok(Json(Value::Object(body.config)))
 }
@@ -272,7 +258,7 @@ async fn services(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<String>>> {
-    let row = visible(&st, &who, &id).await?;
+    let row = view::visible(&st.engine, &who.caller(), &id).await?;
     let body: ClusterBody = from_body(&row.body)?;
     Ok(Json(body.services))
 }
@@ -282,6 +268,7 @@ async fn delete(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let row = visible(&st, &who, &id).await?;
-    delete_cluster(&st, &row).await.map(|_| ())
+    let row = view::visible(&st.engine, &who.caller(), &id).await?;
+    delete_cluster(&st.engine, &row).await?;
+    Ok(())
 }

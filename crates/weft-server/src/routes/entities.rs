@@ -14,14 +14,14 @@ use weft_model::{
 };
 use weft_store::{Store, SUPERADMIN};
 
-use super::{parse_body, parse_version};
+use super::params::{parse_body, parse_version};
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// What a sensitive field's value reads as in any answer.
-pub const MASK: &str = "********";
+pub use weft_engine::view::MASK;
 
 /// The component schema name of a kind.
 pub fn schema(kind: EntityKind) -> &'static str {

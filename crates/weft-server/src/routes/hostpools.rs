@@ -1,6 +1,6 @@
 //! `/v2/providers/{name}/hosts`: the host pool of a `hostpool` provider (a weft addition). The
 //! tenant admin lists, adds, changes and removes hosts; the engine lends them to clusters
-//! ([`crate::hostpool`]). A host's private key is written, never read back: every answer shows it
+//! ([`weft_engine::hostpool`]). A host's private key is written, never read back: every answer shows it
 //! as `********`, and a PUT without a key (or with `********`) keeps the stored one.
 
 use axum::body::Bytes;
@@ -11,13 +11,13 @@ use weft_model::{lenient, EntityKind, PoolHost, PoolHostRequest, Provider};
 use weft_store::{HostDelete, PoolHostRow, StoreError};
 
 use super::entities::not_found;
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::cluster_id_text;
 use crate::error::{ApiError, ApiResult};
-use crate::hostpool::view;
 use crate::state::{now_ms, AppState};
+use weft_engine::cluster_id_text;
+use weft_engine::hostpool::view;
 
 const TAG: &str = "hostpools";
 
@@ -92,7 +92,7 @@ async fn pool(st: &AppState, who: &Identity, name: &str) -> ApiResult<Provider> 
         .await?
         .ok_or_else(|| not_found(EntityKind::Provider, name))?;
     let p: Provider = lenient::from_value(doc)?;
-    if !crate::hostpool::is_pool(&p) {
+    if !weft_engine::hostpool::is_pool(&p) {
         return Err(ApiError::NotFound(format!(
             "provider {name} has no host pool: its type is {}, not {}",
             p.providertype,

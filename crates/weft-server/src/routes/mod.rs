@@ -9,6 +9,7 @@ pub mod entities;
 pub mod hostpools; // host pools (weft addition)
 pub mod metrics;
 pub mod nodes;
+pub mod params; // what routes read from requests
 pub mod plugins;
 pub mod profile;
 pub mod provisioners;
@@ -16,12 +17,7 @@ pub mod sweep; // provider sweep
 pub mod tasks;
 pub mod tenants;
 
-use axum::body::Bytes;
-use serde::de::DeserializeOwned;
-use weft_model::lenient;
-
 use crate::api::Api;
-use crate::error::{ApiError, ApiResult};
 
 /// Routes of the external port (55054).
 pub fn external(resource_limit: usize) -> Api {
@@ -47,23 +43,4 @@ pub fn internal() -> Api {
     let api = plugins::internal_routes(api);
     let api = tasks::routes(api);
     provisioners::internal_routes(api)
-}
-
-/// Reads a JSON request body leniently into `T`; `what` names the expected body in messages.
-pub fn parse_body<T: DeserializeOwned>(body: &Bytes, what: &str) -> ApiResult<T> {
-    Ok(lenient::parse_as(body, what)?)
-}
-
-/// Parses a version path segment as Coopr did.
-pub fn parse_version(s: &str) -> ApiResult<u64> {
-    let v: i64 = s
-        .trim()
-        .parse()
-        .map_err(|_| ApiError::BadRequest("Version must be a number".into()))?;
-    if v <= 0 {
-        return Err(ApiError::BadRequest(
-            "Version must be higher then zero".into(),
-        ));
-    }
-    Ok(v as u64)
 }

@@ -1,8 +1,6 @@
 //! `/v2/nodes` (raw node records of the clusters the caller can see) and the RPC routes
 //! `/v2/getNodeProperties` and `/v2/getClusterStatuses`.
 
-use std::collections::BTreeSet;
-
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -11,15 +9,14 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use weft_model::{lenient, Node};
-use weft_store::{ChangeSet, Expect, NodeRow, Write};
 
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::body::{from_body, to_body};
-use crate::engine::{parse_cluster_id, store_err, view};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use weft_engine::body::from_body;
+use weft_engine::{nodes, view};
 
 pub fn routes(api: Api) -> Api {
     let t = "nodes";
@@ -98,39 +95,12 @@ pub fn routes(api: Api) -> Api {
     )
 }
 
-/// The node rows the caller may see.
-async fn visible_nodes(st: &AppState, who: &Identity) -> ApiResult<Vec<NodeRow>> {
-    let rows = st.store.list_tenant_nodes(&who.tenant.id).await?;
-    if who.is_admin() {
-        return Ok(rows);
-    }
-    let mine: BTreeSet<u64> = st
-        .store
-        .list_clusters(&who.tenant.id, Some(&who.user))
-        .await?
-        .iter()
-        .map(|c| c.id)
-        .collect();
-    Ok(rows
-        .into_iter()
-        .filter(|r| mine.contains(&r.cluster_id))
-        .collect())
-}
-
 async fn list(State(st): State<AppState>, who: Identity) -> ApiResult<Json<Vec<Node>>> {
     let mut nodes = Vec::new();
-    for r in visible_nodes(&st, &who).await? {
-        nodes.push(view::node(&st, &r).await?);
+    for r in nodes::visible_nodes(&st.engine, &who.caller()).await? {
+        nodes.push(view::node(&st.engine, &r).await?);
     }
     Ok(Json(nodes))
-}
-
-async fn find(st: &AppState, who: &Identity, id: &str) -> ApiResult<NodeRow> {
-    visible_nodes(st, who)
-        .await?
-        .into_iter()
-        .find(|r| r.id == id)
-        .ok_or_else(|| ApiError::NotFound(format!("node {id} not found.")))
 }
 
 async fn get(
@@ -138,53 +108,8 @@ async fn get(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Node>> {
-    let row = find(&st, &who, &id).await?;
-    Ok(Json(view::node(&st, &row).await?))
-}
-
-async fn write(
-    st: &AppState,
-    who: &Identity,
-    mut node: Node,
-    expect_absent: bool,
-) -> ApiResult<()> {
-    // The history is read from tasks, and masked secrets written back keep their values.
-    node.actions.clear();
-    if let Some(old) = st.store.get_node(&who.tenant.id, &node.id).await? {
-        let old: Node = from_body(&old.body)?;
-        view::unmask_results(&mut node.provisioner_results, &old.provisioner_results);
-    }
-    let cluster_id = parse_cluster_id(&node.cluster_id).ok_or_else(|| {
-        ApiError::BadRequest(format!("clusterId {} is not a cluster id", node.cluster_id))
-    })?;
-    st.store
-        .get_cluster(&who.tenant.id, cluster_id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!("cluster {} does not exist", node.cluster_id))
-        })?;
-    let mut cs = ChangeSet::new();
-    if expect_absent {
-        cs.expect(Expect::NodeRev {
-            tenant_id: who.tenant.id.clone(),
-            id: node.id.clone(),
-            rev: 0,
-        });
-    }
-    cs.write(Write::Node(NodeRow {
-        tenant_id: who.tenant.id.clone(),
-        cluster_id,
-        id: node.id.clone(),
-        nodenum: node.properties.nodenum,
-        rev: 0,
-        body: to_body(&node)?,
-    }));
-    st.store.commit(&cs).await.map_err(|e| match store_err(e) {
-        ApiError::Internal(m) if m.starts_with("stale") => {
-            ApiError::Conflict(format!("node {} already exists", node.id))
-        }
-        other => other,
-    })
+    let row = nodes::find(&st.engine, &who.caller(), &id).await?;
+    Ok(Json(view::node(&st.engine, &row).await?))
 }
 
 async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiResult<StatusCode> {
@@ -193,7 +118,7 @@ async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiRe
     if node.id.trim().is_empty() {
         return Err(ApiError::BadRequest("node id must be specified".into()));
     }
-    write(&st, &who, node, true).await?;
+    nodes::put_node(&st.engine, &who.caller(), node, true).await?;
     Ok(StatusCode::CREATED)
 }
 
@@ -211,8 +136,8 @@ async fn put(
             node.id
         )));
     }
-    find(&st, &who, &id).await?;
-    write(&st, &who, node, false).await?;
+    nodes::find(&st.engine, &who.caller(), &id).await?;
+    nodes::put_node(&st.engine, &who.caller(), node, false).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -222,14 +147,7 @@ async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     who.require_admin()?;
-    let cs = ChangeSet {
-        expect: vec![],
-        writes: vec![Write::DeleteNode {
-            tenant_id: who.tenant.id.clone(),
-            id,
-        }],
-    };
-    st.store.commit(&cs).await.map_err(store_err)?;
+    nodes::delete_node(&st.engine, &who.caller(), id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -259,7 +177,7 @@ async fn node_properties(
     let id = req
         .cluster_id
         .ok_or_else(|| ApiError::BadRequest("clusterId must be specified".into()))?;
-    let Ok(row) = super::clusters::visible(&st, &who, &id).await else {
+    let Ok(row) = weft_engine::view::visible(&st.engine, &who.caller(), &id).await else {
         return Ok(Json(Map::new()));
     };
     let mut out = Map::new();

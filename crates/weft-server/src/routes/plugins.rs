@@ -21,7 +21,7 @@ use weft_model::{validate_name, EntityKind, PluginType, ResourceMeta, ResourceSt
 use weft_store::{ResourceDelete, ResourceKey, SUPERADMIN};
 
 use super::entities::normalize;
-use super::{parse_body, parse_version};
+use super::params::{parse_body, parse_version};
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
@@ -440,7 +440,7 @@ async fn delete_resource_version(
 async fn sync(State(st): State<AppState>, id: Identity) -> ApiResult<()> {
     id.require_admin()?;
     st.store.sync_resources(&id.tenant.id).await?;
-    crate::outbound::spawn_resources(&st, &id.tenant.id);
+    crate::outbound::spawn_resources(&st.courier, &id.tenant.id);
     Ok(())
 }
 

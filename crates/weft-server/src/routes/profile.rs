@@ -6,7 +6,7 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::Value;
 
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};

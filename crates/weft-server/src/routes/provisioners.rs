@@ -10,14 +10,14 @@ use axum::Json;
 use weft_model::{Heartbeat, Provisioner, ProvisionerRegistration};
 use weft_store::ProvisionerRecord;
 
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::work::fail_over_leases;
 use crate::error::{ApiError, ApiResult};
 use crate::outbound::spawn_assignments;
 use crate::state::{now_ms, AppState};
-use crate::workers::{reassign, rebalance, Moved};
+use weft_engine::work::fail_over_leases;
+use weft_engine::workers::{reassign, rebalance, Moved};
 
 pub fn external_routes(api: Api) -> Api {
     api.route(
@@ -171,7 +171,7 @@ async fn register(
     // leases of its predecessor are failed over now (not when they time out), and it is told
     // every worker count it holds, changed or not.
     let why = format!("provisioner {pid} registered again; its earlier run's lease was released");
-    fail_over_leases(&st, &pid, &why).await?;
+    fail_over_leases(&st.engine, &pid, &why).await?;
     let mut moved = reassign(st.store.as_ref()).await?;
     if let Some(p) = st.store.get_provisioner(&pid).await? {
         moved.extend(p.assignments.into_keys().map(|tenant_id| Moved {
@@ -182,19 +182,19 @@ async fn register(
     moved.sort();
     moved.dedup();
     if !moved.is_empty() {
-        spawn_assignments(&st, moved);
+        spawn_assignments(&st.courier, moved);
     }
     Ok(())
 }
 
 async fn unregister(State(st): State<AppState>, Path(pid): Path<String>) -> ApiResult<()> {
     let deleted = st.store.delete_provisioner(&pid).await?;
-    st.provisioners.forget(&pid);
+    st.engine.provisioners.forget(&pid);
     // A provisioner unregisters after its workers finished what they held; anything still leased
     // to it will never be finished.
-    fail_over_leases(&st, &pid, &format!("provisioner {pid} unregistered")).await?;
+    fail_over_leases(&st.engine, &pid, &format!("provisioner {pid} unregistered")).await?;
     if deleted {
-        rebalance(&st).await?;
+        rebalance(&st.engine).await?;
     }
     Ok(())
 }

@@ -8,11 +8,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::MethodFilter;
 use weft_model::{FinishTaskRequest, TakeTaskRequest};
 
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
-use crate::engine::work;
 use crate::error::ApiResult;
 use crate::state::AppState;
+use weft_engine::work;
 
 pub fn routes(api: Api) -> Api {
     api.route(
@@ -45,7 +45,7 @@ pub fn routes(api: Api) -> Api {
 
 async fn take(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let req: TakeTaskRequest = parse_body(&body, "{workerId, provisionerId, tenantId}")?;
-    Ok(match work::take(&st, req).await? {
+    Ok(match work::take(&st.engine, req).await? {
         Some(task) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], task).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
@@ -53,5 +53,5 @@ async fn take(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
 
 async fn finish(State(st): State<AppState>, body: Bytes) -> ApiResult<()> {
     let req: FinishTaskRequest = parse_body(&body, "a finish request")?;
-    work::finish(&st, req).await
+    Ok(work::finish(&st.engine, req).await?)
 }

@@ -7,12 +7,12 @@ use axum::Json;
 use weft_model::{EntityKind, TenantSpecification, TenantWriteRequest, Validate};
 use weft_store::{Tenant, SUPERADMIN};
 
-use super::parse_body;
+use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::{now_ms, AppState};
-use crate::workers::{free_capacity, rebalance};
+use weft_engine::workers::{free_capacity, rebalance};
 
 pub fn routes(api: Api) -> Api {
     api.route(
@@ -153,7 +153,7 @@ async fn create(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
     if bootstrap {
         bootstrap_tenant(&st, &tenant.id).await?;
     }
-    rebalance(&st).await
+    Ok(rebalance(&st.engine).await?)
 }
 
 async fn put(
@@ -195,7 +195,7 @@ async fn put(
             }
         }
     }
-    rebalance(&st).await
+    Ok(rebalance(&st.engine).await?)
 }
 
 async fn delete(
@@ -217,7 +217,7 @@ async fn delete(
         )));
     }
     st.store.delete_tenant(&t.id).await?;
-    rebalance(&st).await
+    Ok(rebalance(&st.engine).await?)
 }
 
 /// Copies the superadmin's catalog (entities and plugin resources) into a new tenant.

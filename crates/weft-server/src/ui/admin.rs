@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::html::{enc, field_of};
-use super::Ctx;
+use super::session::Ctx;
 use crate::auth::Role;
 use crate::state::AppState;
 

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::html::{enc, field_of};
-use super::Ctx;
+use super::session::Ctx;
 use crate::state::{now_ms, AppState};
 
 type Page = Result<Response, Response>;
@@ -250,7 +250,7 @@ async fn new_submit(ctx: Ctx, Form(f): Form<NewCluster>) -> Page {
 
 /// The states of a job's tasks (gates left out), read as the plans route reads them.
 async fn task_states(ctx: &Ctx, id: &str, job_id: &str) -> BTreeMap<String, String> {
-    let Ok(row) = crate::routes::clusters::visible(&ctx.state, &ctx.who, id).await else {
+    let Ok(row) = weft_engine::view::visible(&ctx.state.engine, &ctx.who.caller(), id).await else {
         return BTreeMap::new();
     };
     let Ok(tasks) = ctx.state.store.list_tasks(&row.tenant_id, job_id).await else {
@@ -258,7 +258,7 @@ async fn task_states(ctx: &Ctx, id: &str, job_id: &str) -> BTreeMap<String, Stri
     };
     tasks
         .into_iter()
-        .filter(|t| t.cluster_id == row.id && t.action != crate::engine::GATE)
+        .filter(|t| t.cluster_id == row.id && t.action != weft_engine::GATE)
         .map(|t| (t.id, t.state.as_str().to_string()))
         .collect()
 }
@@ -424,13 +424,13 @@ async fn snapshot(ctx: &Ctx, id: &str) -> Option<Value> {
 /// Server-sent events: a `state` event with the cluster's [`snapshot`] whenever it changes, checked
 /// on each job notice of the cluster and every second.
 async fn events(ctx: Ctx, Path(id): Path<String>) -> Response {
-    let Some(n) = crate::engine::parse_cluster_id(&id) else {
+    let Some(n) = weft_engine::parse_cluster_id(&id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     if snapshot(&ctx, &id).await.is_none() {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let rx = ctx.state.events.subscribe();
+    let rx = ctx.state.engine.events.subscribe();
     let tenant = ctx.who.tenant.id.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::html::enc;
-use super::Ctx;
+use super::session::Ctx;
 use crate::auth::Role;
 use crate::state::{now_ms, AppState};
 

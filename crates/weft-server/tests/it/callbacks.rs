@@ -9,8 +9,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use weft_engine::callbacks;
 use weft_server::config::RawConfig;
-use weft_server::engine::callbacks;
 
 use crate::common::{admin, Harness};
 use crate::janitor::{create, drain, setup, T};
@@ -44,7 +44,7 @@ async fn a_callback_url_gets_start_and_success() {
     let (url, mut rx) = receiver().await;
     let h = Harness::with(|c: &mut RawConfig| c.callback_url = Some(url)).await;
     let tid = setup(&h).await;
-    let _subscriber = callbacks::spawn(h.app.state.clone());
+    let _subscriber = callbacks::spawn(h.app.state.engine.clone());
     let id = create(&h).await;
     drain(&h, &tid).await;
     let mut got = vec![next(&mut rx).await, next(&mut rx).await];
@@ -89,7 +89,7 @@ async fn a_callback_that_never_answers_does_not_hold_up_the_job() {
     })
     .await;
     let tid = setup(&h).await;
-    let _subscriber = callbacks::spawn(h.app.state.clone());
+    let _subscriber = callbacks::spawn(h.app.state.engine.clone());
     let id = tokio::time::timeout(Duration::from_secs(60), async {
         let id = create(&h).await;
         drain(&h, &tid).await;
@@ -116,13 +116,13 @@ async fn a_callback_command_gets_the_json_and_the_event() {
     );
     let h = Harness::with(|c: &mut RawConfig| c.callback_command = Some(cmd)).await;
     let tid = setup(&h).await;
-    let mut events = h.app.state.events.subscribe();
+    let mut events = h.app.state.engine.events.subscribe();
     let id = create(&h).await;
     drain(&h, &tid).await;
     // The subscriber's step, awaited: deliver each notice.
     let mut seen = Vec::new();
     while let Ok(ev) = events.try_recv() {
-        callbacks::deliver(&h.app.state, &ev).await;
+        callbacks::deliver(&h.app.state.engine, &ev).await;
         seen.push(ev);
     }
     assert_eq!(seen.len(), 2, "{seen:?}");
@@ -146,13 +146,13 @@ async fn a_slow_callback_command_is_abandoned_after_the_timeout() {
     })
     .await;
     let tid = setup(&h).await;
-    let mut events = h.app.state.events.subscribe();
+    let mut events = h.app.state.engine.events.subscribe();
     let id = create(&h).await;
     drain(&h, &tid).await;
     let ev = events.try_recv().expect("a notice");
     tokio::time::timeout(
         Duration::from_secs(30),
-        callbacks::deliver(&h.app.state, &ev),
+        callbacks::deliver(&h.app.state.engine, &ev),
     )
     .await
     .expect("the callback is abandoned after callback_timeout (1 s)");

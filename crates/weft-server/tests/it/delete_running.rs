@@ -122,7 +122,7 @@ async fn a_delete_waits_for_a_hung_task_until_its_lease_runs_out() {
         .heartbeat_provisioner("p1", &BTreeMap::new(), later)
         .await
         .unwrap());
-    let report = weft_server::engine::janitor::run_once(st, later)
+    let report = weft_engine::janitor::run_once(&st.engine, later)
         .await
         .unwrap();
     assert_eq!(

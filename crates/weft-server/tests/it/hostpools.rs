@@ -445,7 +445,7 @@ async fn clusters_take_matching_hosts_all_or_nothing_and_give_them_back() {
         free(&h).await.is_empty(),
         "nothing is given back before a sweep"
     );
-    let back = weft_server::hostpool::sweep(&h.app.state, weft_server::state::now_ms())
+    let back = weft_engine::hostpool::sweep(&h.app.state.engine, weft_server::state::now_ms())
         .await
         .unwrap();
     assert_eq!(
@@ -468,14 +468,14 @@ async fn clusters_take_matching_hosts_all_or_nothing_and_give_them_back() {
         .await
         .expect(200);
     drain(&h, &tid, |_| false).await;
-    let back = weft_server::hostpool::sweep_cluster(&h.app.state, &tid, c1.parse().unwrap())
+    let back = weft_engine::hostpool::sweep_cluster(&h.app.state.engine, &tid, c1.parse().unwrap())
         .await
         .unwrap();
     assert_eq!(back.len(), 1);
     assert_eq!(free(&h).await.len(), 1);
     // A second sweep has nothing to do.
     assert!(
-        weft_server::hostpool::sweep(&h.app.state, weft_server::state::now_ms())
+        weft_engine::hostpool::sweep(&h.app.state.engine, weft_server::state::now_ms())
             .await
             .unwrap()
             .is_empty()
@@ -484,7 +484,7 @@ async fn clusters_take_matching_hosts_all_or_nothing_and_give_them_back() {
     // Deleting c1 gives the rest back; the janitor's round sweeps too.
     h.delete(a, &format!("/v2/clusters/{c1}")).await.expect(200);
     drain(&h, &tid, |_| false).await;
-    weft_server::engine::janitor::run_once(&h.app.state, weft_server::state::now_ms())
+    weft_engine::janitor::run_once(&h.app.state.engine, weft_server::state::now_ms())
         .await
         .unwrap();
     assert_eq!(free(&h).await, all);
@@ -512,13 +512,13 @@ async fn a_host_reserved_for_a_node_that_never_got_recorded_goes_back_after_the_
         .reserve_pool_hosts(&tid, "pool", 99, &[req], now)
         .await
         .unwrap();
-    let sweep = |at| weft_server::hostpool::sweep(&h.app.state, at);
+    let sweep = |at| weft_engine::hostpool::sweep(&h.app.state.engine, at);
     assert!(
         sweep(now + 1000).await.unwrap().is_empty(),
         "its commit may still come"
     );
     assert!(free(&h).await.is_empty());
-    let grace = weft_server::hostpool::RESERVE_GRACE_MS;
+    let grace = weft_engine::hostpool::RESERVE_GRACE_MS;
     assert_eq!(sweep(now + grace + 1).await.unwrap().len(), 1);
     assert_eq!(free(&h).await.len(), 1);
 }

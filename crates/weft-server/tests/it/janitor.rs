@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use axum::http::Method;
 use serde_json::{json, Value};
+use weft_engine::janitor::{run_once, Janitor, JanitorReport};
 use weft_server::config::RawConfig;
-use weft_server::engine::janitor::{run_once, Janitor, JanitorReport};
 use weft_store::{ChangeSet, Expect, Write};
 
 use crate::common::{admin, Harness, SA};
@@ -132,7 +132,7 @@ fn after_leases(h: &Harness) -> i64 {
 /// A janitor round at `now`, with provisioner `p1` having sent a heartbeat at `now` (so that only
 /// leases run out, not the provisioner).
 async fn round(h: &Harness, now: i64) -> JanitorReport {
-    let st = &h.app.state;
+    let st = &h.app.state.engine;
     assert!(st
         .store
         .heartbeat_provisioner("p1", &BTreeMap::new(), now)
@@ -189,7 +189,7 @@ async fn a_task_that_times_out_too_often_fails_its_job() {
     let h = Harness::with(|c: &mut RawConfig| c.max_action_retries = Some(1)).await;
     let tid = setup(&h).await;
     let id = create(&h).await;
-    let mut events = h.app.state.events.subscribe();
+    let mut events = h.app.state.engine.events.subscribe();
     let task = take(&h, &tid, "w1").await.expect("a task");
     let r = round(&h, after_leases(&h)).await;
     assert_eq!(r.timed_out_tasks.len(), 1);
@@ -198,7 +198,7 @@ async fn a_task_that_times_out_too_often_fails_its_job() {
     assert_eq!(c["status"], "incomplete", "{c}");
     assert!(take(&h, &tid, "w1").await.is_none());
     let ev = events.try_recv().expect("a failure notice");
-    assert_eq!(ev.kind, weft_server::engine::JobEventKind::Failure);
+    assert_eq!(ev.kind, weft_engine::JobEventKind::Failure);
 }
 
 /// Sets a cluster's lease end directly in the store.
@@ -236,7 +236,7 @@ async fn an_expired_cluster_is_deleted() {
     let r = round(&h, now).await;
     assert!(r.expired_clusters.is_empty(), "not expired yet: {r:?}");
 
-    let mut events = h.app.state.events.subscribe();
+    let mut events = h.app.state.engine.events.subscribe();
     let r = round(&h, now + 120_000).await;
     assert_eq!(r.expired_clusters.len(), 1, "{r:?}");
     let (cid, job) = r.expired_clusters[0].clone();
@@ -287,12 +287,12 @@ async fn silent_provisioners_are_dropped_and_their_workers_placed_elsewhere() {
         .heartbeat_provisioner("p2", &BTreeMap::new(), later)
         .await
         .unwrap());
-    let r = run_once(&h.app.state, later).await.unwrap();
+    let r = run_once(&h.app.state.engine, later).await.unwrap();
     assert_eq!(r.dropped_provisioners, vec!["p1".to_string()]);
     let after = store.list_provisioners().await.unwrap();
     assert_eq!(assigned(&after), BTreeMap::from([("p2".to_string(), 4)]));
     // The next round drops nobody.
-    let r = run_once(&h.app.state, later).await.unwrap();
+    let r = run_once(&h.app.state.engine, later).await.unwrap();
     assert!(r.dropped_provisioners.is_empty());
 }
 
@@ -304,8 +304,8 @@ async fn one_janitor_leads_per_sqlite_database() {
     let url = weft_testkit::temp_sqlite_url(&dir);
     let a = server(&url, &dir).await;
     let b = server(&url, &dir).await;
-    let mut ja = Janitor::new(a.state.clone());
-    let mut jb = Janitor::new(b.state.clone());
+    let mut ja = Janitor::new(a.state.engine.clone());
+    let mut jb = Janitor::new(b.state.engine.clone());
     assert!(ja.lead().await.unwrap());
     assert!(!jb.lead().await.unwrap());
     assert!(ja.lead().await.unwrap(), "a leader keeps leading");
@@ -339,8 +339,8 @@ async fn one_janitor_leads_per_postgres_database() {
     let dir = tempfile::tempdir().unwrap();
     let a = server(&pg.url(), &dir).await;
     let b = server(&pg.url(), &dir).await;
-    let mut ja = Janitor::new(a.state.clone());
-    let mut jb = Janitor::new(b.state.clone());
+    let mut ja = Janitor::new(a.state.engine.clone());
+    let mut jb = Janitor::new(b.state.engine.clone());
     assert!(ja.lead().await.unwrap());
     assert!(!jb.lead().await.unwrap());
     assert!(!jb.lead().await.unwrap());

@@ -14,6 +14,7 @@ mod entities;
 mod hostpools;
 mod isolation;
 mod janitor;
+mod layers; // the layer order of ARCHITECTURE.md
 mod metrics_profile;
 mod openapi;
 mod outbound;

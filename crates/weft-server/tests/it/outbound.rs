@@ -11,8 +11,8 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use weft_engine::workers::Moved;
 use weft_server::outbound::{push_assignments, push_resources, resource_collection, Sent};
-use weft_server::workers::Moved;
 
 use crate::common::{admin, Harness, SA};
 
@@ -186,7 +186,7 @@ async fn sync_pushes_the_live_resources_to_the_provisioners_serving_the_tenant()
     // A tenant no provisioner serves gets no calls.
     h.tenant("idle").await;
     let idle = h.tenant_id("idle").await;
-    let r = push_resources(&h.app.state, &idle).await.unwrap();
+    let r = push_resources(&h.app.state.courier, &idle).await.unwrap();
     assert!(r.sent.is_empty());
 }
 
@@ -211,7 +211,7 @@ async fn a_provisioner_that_keeps_failing_is_dropped_and_its_workers_move() {
         provisioner_id: "p1".into(),
         tenant_id: tid.clone(),
     }];
-    let report = push_assignments(&h.app.state, moved).await.unwrap();
+    let report = push_assignments(&h.app.state.courier, moved).await.unwrap();
     assert_eq!(report.dropped, vec!["p1".to_string()]);
     let sent = |p: &str, ok: bool| Sent {
         provisioner_id: p.into(),
@@ -246,7 +246,7 @@ async fn calls_are_off_when_disabled() {
         provisioner_id: "p1".into(),
         tenant_id: tid,
     }];
-    let r = push_assignments(&h.app.state, moved).await.unwrap();
+    let r = push_assignments(&h.app.state.courier, moved).await.unwrap();
     assert!(r.sent.is_empty());
     assert!(rx.try_recv().is_err());
 }

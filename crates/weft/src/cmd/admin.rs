@@ -62,7 +62,7 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
                 ..Default::default()
             }
             .resolve()?;
-            super::server::runtime()?.block_on(async {
+            super::runtime::runtime()?.block_on(async {
                 if settings.database_url.starts_with("sqlite:") {
                     std::fs::create_dir_all(&settings.data_dir)?;
                 }

@@ -74,8 +74,8 @@ struct QueueArgs {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
-        What::Queue(q) => super::server::runtime()?.block_on(queue(q))?,
-        What::Create(c) => super::server::runtime()?.block_on(super::bench_create::run(c))?,
+        What::Queue(q) => super::runtime::runtime()?.block_on(queue(q))?,
+        What::Create(c) => super::runtime::runtime()?.block_on(super::bench_create::run(c))?,
     }
     Ok(ExitCode::SUCCESS)
 }

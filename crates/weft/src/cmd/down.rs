@@ -8,13 +8,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use weft_client::api::{ApiClient, Identity};
 use weft_model::ClusterStatus;
 use weft_server::config::RawConfig;
 use weft_store::SUPERADMIN;
 
-/// The file in the data dir where `weft up` records its API address.
-const ADDRESS_FILE: &str = "up.url";
+use super::up_record::{client, live_clusters, ADDRESS_FILE};
 
 /// Arguments of `weft down`.
 #[derive(Debug, clap::Args)]
@@ -25,88 +23,6 @@ pub struct DownArgs {
     /// How long to wait for every cluster to be deleted (e.g. 90s, 10m).
     #[arg(long, default_value = "10m", value_parser = crate::cmd::cli::duration::parse)]
     timeout: Duration,
-}
-
-/// A cluster that is not terminated, and its tenant.
-#[derive(Debug, Clone)]
-pub struct Live {
-    pub tenant: String,
-    pub id: String,
-    pub name: String,
-    pub provider: String,
-    pub nodes: u64,
-    pub status: ClusterStatus,
-}
-
-/// Records the API address and process id of a running `weft up` in its data dir.
-pub fn record_address(data_dir: &Path, api: &str) -> anyhow::Result<()> {
-    let text = format!("{api}\n{}\n", std::process::id());
-    std::fs::write(data_dir.join(ADDRESS_FILE), text)
-        .with_context(|| format!("writing {}", data_dir.join(ADDRESS_FILE).display()))
-}
-
-/// Forgets the address (`weft up` is stopping).
-pub fn forget_address(data_dir: &Path) {
-    let _ = std::fs::remove_file(data_dir.join(ADDRESS_FILE));
-}
-
-fn client(api: &str, tenant: &str) -> anyhow::Result<ApiClient> {
-    let who = Identity {
-        tenant: tenant.into(),
-        user: "admin".into(),
-        api_key: None,
-    };
-    Ok(ApiClient::new(api, who)?)
-}
-
-/// Every cluster of every tenant that is not terminated.
-pub async fn live_clusters(api: &str) -> anyhow::Result<Vec<Live>> {
-    let mut live = Vec::new();
-    for t in client(api, SUPERADMIN)?.tenants().await? {
-        for c in client(api, &t.name)?.clusters(None).await? {
-            if c.status != ClusterStatus::Terminated {
-                live.push(Live {
-                    tenant: t.name.clone(),
-                    id: c.id,
-                    name: c.name,
-                    provider: c.provider.name.clone(),
-                    nodes: c.num_nodes,
-                    status: c.status,
-                });
-            }
-        }
-    }
-    Ok(live)
-}
-
-/// What `weft up` says on exit: the clusters that keep running and how to remove them.
-pub fn print_left_behind(data_dir: &Path, live: &[Live]) {
-    let dir = data_dir.display();
-    if live.is_empty() {
-        println!("weft stopped; no cluster is running (data kept in {dir})");
-        return;
-    }
-    let nodes: u64 = live.iter().map(|c| c.nodes).sum();
-    println!(
-        "weft stopped; {} cluster{} with {nodes} node{} keep running (node processes, loopback listeners, containers, networks):",
-        live.len(),
-        if live.len() == 1 { "" } else { "s" },
-        if nodes == 1 { "" } else { "s" },
-    );
-    for c in live {
-        println!(
-            "  {}  {}  {} node{} on {} ({}, tenant {})",
-            c.id,
-            c.name,
-            c.nodes,
-            if c.nodes == 1 { "" } else { "s" },
-            c.provider,
-            c.status.as_str(),
-            c.tenant
-        );
-    }
-    println!("  manage them again:  weft up --data-dir {dir}");
-    println!("  remove them all:    weft down --data-dir {dir}   (do this before deleting {dir})");
 }
 
 pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
@@ -124,7 +40,7 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
         println!("nothing to do: no weft data in {}", data_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    super::server::runtime()?.block_on(async {
+    super::runtime::runtime()?.block_on(async {
         if let Some(api) = running_up(&data_dir).await {
             println!("deleting through the running weft up at {api}");
             return delete_all(&api, args.timeout).await;

@@ -7,8 +7,10 @@ pub mod cli;
 pub mod down;
 pub mod plan;
 pub mod provisioner;
+pub mod runtime;
 pub mod server;
 pub mod solve;
+pub mod up_record;
 
 /// Writes a command's output to stdout. A reader that went away (`weft plan | head`) is not an
 /// error: the command just stops writing.

@@ -167,7 +167,7 @@ pub async fn start_in_process(
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    super::server::runtime()?.block_on(async {
+    super::runtime::runtime()?.block_on(async {
         let mut cfg = AgentConfig::new(&args.server, args.data_dir.clone());
         if let Some(id) = args.id {
             cfg.id = id;
@@ -198,27 +198,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             agent.addr(),
             args.server
         );
-        shutdown_signal().await;
+        super::runtime::shutdown_signal().await;
         println!("stopping: finishing running tasks");
         agent.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
-}
-
-/// ctrl-c or SIGTERM.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }
 
 /// Whether this process runs as root.

@@ -124,7 +124,7 @@ pub struct UpArgs {
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     let settings_tokens = settings.provisioner_token_file.clone();
-    runtime()?.block_on(async {
+    super::runtime::runtime()?.block_on(async {
         let (external, internal) = bind_ports(&settings, "weft server").await?;
         let app = weft_server::build(settings).await?;
         let bound = weft_server::bound(app, external, internal);
@@ -153,7 +153,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     }
     .resolve()?;
-    runtime()?.block_on(async {
+    super::runtime::runtime()?.block_on(async {
         // The ports first: a port in use must leave nothing behind (no data dir, no database).
         let (external, internal) = bind_ports(&settings, "weft up").await?;
         let (app, first) = open_up_store(&settings).await?;
@@ -166,7 +166,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             let _ = stop_rx.await;
         }));
         let agent = start_up_provisioner(&settings.data_dir, store.as_ref(), internal).await?;
-        super::down::record_address(&settings.data_dir, &api)?;
+        super::up_record::record_address(&settings.data_dir, &api)?;
         // Only now is everything ready (the provisioner has registered its plugin types): say so.
         println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
         println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
@@ -178,14 +178,14 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {}",
             settings.data_dir.display()
         );
-        super::provisioner::shutdown_signal().await;
-        super::down::forget_address(&settings.data_dir);
-        let live = super::down::live_clusters(&api).await.unwrap_or_default();
+        super::runtime::shutdown_signal().await;
+        super::up_record::forget_address(&settings.data_dir);
+        let live = super::up_record::live_clusters(&api).await.unwrap_or_default();
         // The provisioner unregisters while the server still listens.
         agent.shutdown().await;
         let _ = stop_tx.send(());
         serving.await?.context("serving")?;
-        super::down::print_left_behind(&settings.data_dir, &live);
+        super::up_record::print_left_behind(&settings.data_dir, &live);
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -277,12 +277,6 @@ fn seconds(s: &str) -> Result<u64, String> {
         Ok(n) => Ok(n),
         Err(_) => super::cli::duration::parse(s).map(|d| d.as_secs()),
     }
-}
-
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
 }
 
 #[cfg(test)]

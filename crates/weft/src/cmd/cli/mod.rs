@@ -123,7 +123,7 @@ impl Ctx {
         Ok(Ctx {
             client,
             output: conn.output,
-            rt: super::server::runtime()?,
+            rt: super::runtime::runtime()?,
         })
     }
 

@@ -3,14 +3,14 @@
 //! The superadmin sets each tenant's `workers`; [`place`] spreads them over the registered
 //! provisioners, most free capacity first, keeping existing assignments where it can. It is pure;
 //! [`reassign`] reads and writes the store around it, and [`rebalance`] also tells the provisioners
-//! whose counts changed (in the background, through [`crate::outbound`]).
+//! whose counts changed (in the background, through the [`Messenger`](crate::Messenger)).
 
 use std::collections::BTreeMap;
 
 use weft_store::{ProvisionerRecord, Store, Tenant};
 
-use crate::error::ApiResult;
-use crate::state::AppState;
+use crate::error::EngineResult;
+use crate::Engine;
 
 /// Total capacity of all provisioners minus the workers of every tenant except `except_tenant_id`.
 pub fn free_capacity(
@@ -99,26 +99,21 @@ fn free(p: &ProvisionerRecord) -> u32 {
         .saturating_sub(p.assignments.values().sum())
 }
 
-/// A tenant's worker count on a provisioner changed (possibly to 0).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Moved {
-    pub provisioner_id: String,
-    pub tenant_id: String,
-}
+pub use crate::events::Moved;
 
 /// Re-places every tenant's workers, saves the provisioners that changed and tells those
-/// provisioners their new counts, in a spawned task (see [`crate::outbound`]).
-pub async fn rebalance(st: &AppState) -> ApiResult<()> {
+/// provisioners their new counts, in the background (see [`Messenger::workers_moved`](crate::Messenger::workers_moved)).
+pub async fn rebalance(st: &Engine) -> EngineResult<()> {
     let moved = reassign(st.store.as_ref()).await?;
     if !moved.is_empty() {
-        crate::outbound::spawn_assignments(st, moved);
+        st.messenger.workers_moved(moved);
     }
     Ok(())
 }
 
 /// Re-places every tenant's workers and saves the provisioners that changed. Returns each
 /// (provisioner, tenant) whose count changed. Calls no provisioner.
-pub async fn reassign(store: &dyn Store) -> ApiResult<Vec<Moved>> {
+pub async fn reassign(store: &dyn Store) -> EngineResult<Vec<Moved>> {
     let tenants = store.list_tenants().await?;
     let wanted: BTreeMap<String, u32> = tenants
         .iter()

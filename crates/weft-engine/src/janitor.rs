@@ -20,9 +20,9 @@ use weft_store::Lease;
 
 use super::delete::start_delete;
 use super::work::{complete_job, fail_expired, fail_over_leases};
-use crate::error::ApiResult;
-use crate::state::{now_ms, AppState};
+use crate::error::EngineResult;
 use crate::workers;
+use crate::{now_ms, Engine};
 
 /// The leadership role name the janitor takes in the store.
 pub const ROLE: &str = "janitor";
@@ -45,13 +45,13 @@ pub struct JanitorReport {
 /// One janitor round at time `now` (milliseconds since the epoch). A failure on one task or
 /// cluster is logged and the round goes on with the next one; only store errors while listing
 /// abort the round.
-pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
+pub async fn run_once(st: &Engine, now: i64) -> EngineResult<JanitorReport> {
     run_pass(st, now, None).await
 }
 
 /// Whether a leader's round may go on: while its lease holds (renewed past half), always for a
 /// round without one.
-async fn may_go_on(st: &AppState, lease: &mut Option<&mut Lease>) -> bool {
+async fn may_go_on(st: &Engine, lease: &mut Option<&mut Lease>) -> bool {
     let Some(l) = lease else { return true };
     if l.keep(&*st.store, now_ms()).await {
         return true;
@@ -66,10 +66,10 @@ async fn may_go_on(st: &AppState, lease: &mut Option<&mut Lease>) -> bool {
 
 /// [`run_once`], ended early once `lease` (if given) is lost.
 async fn run_pass(
-    st: &AppState,
+    st: &Engine,
     now: i64,
     mut lease: Option<&mut Lease>,
-) -> ApiResult<JanitorReport> {
+) -> EngineResult<JanitorReport> {
     let mut report = JanitorReport::default();
     let timeout_s = st.settings.task_timeout_ms / 1000;
     for task in st.store.expired_tasks(now).await? {
@@ -151,14 +151,14 @@ async fn run_pass(
 
 /// One server's janitor: its lease on the leadership, if it holds it.
 pub struct Janitor {
-    st: AppState,
+    st: Engine,
     /// Who this janitor is in the `leaders` row: `<host>/<pid>/<random>`.
     holder: String,
     lease: Option<Lease>,
 }
 
 impl Janitor {
-    pub fn new(st: AppState) -> Janitor {
+    pub fn new(st: Engine) -> Janitor {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
         let host = host.trim();
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -181,13 +181,13 @@ impl Janitor {
     }
 
     /// One leadership step now: see [`lead_at`](Janitor::lead_at).
-    pub async fn lead(&mut self) -> ApiResult<bool> {
+    pub async fn lead(&mut self) -> EngineResult<bool> {
         self.lead_at(now_ms()).await
     }
 
     /// One leadership step at `now`: renews a held lease (dropping it if it is lost), or tries to
     /// take the lease. Returns whether this server leads now.
-    pub async fn lead_at(&mut self, now: i64) -> ApiResult<bool> {
+    pub async fn lead_at(&mut self, now: i64) -> EngineResult<bool> {
         let store = &*self.st.store;
         if let Some(l) = self.lease.as_mut() {
             if l.renew(store, now).await? {
@@ -211,7 +211,7 @@ impl Janitor {
 
     /// One tick of the loop: [`lead_at`](Janitor::lead_at), then a round at `now` if leading,
     /// which ends early if the lease is lost meanwhile.
-    pub async fn tick(&mut self, now: i64) -> ApiResult<Option<JanitorReport>> {
+    pub async fn tick(&mut self, now: i64) -> EngineResult<Option<JanitorReport>> {
         if !self.lead_at(now).await? {
             return Ok(None);
         }
@@ -231,7 +231,7 @@ impl Janitor {
 /// Runs the janitor for as long as the returned task lives: a leadership step every third of the
 /// lease (`janitor_interval`), and a round every `janitor_interval` while leading (at once after
 /// taking over). Errors are logged; the next tick tries again.
-pub fn spawn(st: AppState) -> tokio::task::JoinHandle<()> {
+pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
     let interval = st.settings.janitor_interval_ms.max(3) as i64;
     let every = Duration::from_millis(interval as u64 / 3);
     tokio::spawn(async move {

@@ -6,13 +6,15 @@ use serde_json::{json, Map, Value};
 use weft_model::{
     ClusterStatus, FinishTaskRequest, JobStatus, Node, ProvisionerAction, TakeTaskRequest,
 };
-use weft_planner::{MacroContext, PlanNode};
+use weft_planner::MacroContext;
 use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, TaskState, Write};
 
 use super::body::{from_body, to_body, ClusterBody, JobBody, TaskBody};
 use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind};
-use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
+use crate::error::{EngineError, EngineResult};
+use crate::ids::end_gate;
+use crate::jobs::{failure_status, success_status};
+use crate::{now_ms, Engine};
 
 /// Task output kept per action, from the end.
 const MAX_LOG: usize = 2048;
@@ -25,18 +27,18 @@ struct Worker {
     expired_before: Option<i64>,
 }
 
-fn required(v: &Option<String>, field: &str) -> ApiResult<String> {
+fn required(v: &Option<String>, field: &str) -> EngineResult<String> {
     v.clone()
         .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| ApiError::BadRequest(format!("{field} must be specified")))
+        .ok_or_else(|| EngineError::Invalid(format!("{field} must be specified")))
 }
 
 async fn worker(
-    st: &AppState,
+    st: &Engine,
     w: &Option<String>,
     p: &Option<String>,
     t: &Option<String>,
-) -> ApiResult<Worker> {
+) -> EngineResult<Worker> {
     let worker_id = required(w, "workerId")?;
     let provisioner_id = required(p, "provisionerId")?;
     let tenant_id = required(t, "tenantId")?;
@@ -45,9 +47,7 @@ async fn worker(
         .is_registered(st.store.as_ref(), &provisioner_id)
         .await?
     {
-        return Err(ApiError::Forbidden(format!(
-            "Provisioner {provisioner_id} is not registered."
-        )));
+        return Err(EngineError::NotRegistered(provisioner_id));
     }
     let owner = format!("{provisioner_id}.{worker_id}");
     Ok(Worker {
@@ -60,7 +60,7 @@ async fn worker(
 
 /// `POST /v2/tasks/take`: the next task's payload (JSON text), or `None` when the tenant's queue
 /// is empty.
-pub async fn take(st: &AppState, req: TakeTaskRequest) -> ApiResult<Option<String>> {
+pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<String>> {
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
     let timeout = st.settings.task_timeout_ms;
     loop {
@@ -129,7 +129,7 @@ fn previous_start(task: &TaskRow) -> i64 {
 /// Drops a task just taken whose job no longer runs. Like a finish of a failed job's task, it gives
 /// the cluster its failure status if no task of the job is still running: the last task to stop
 /// may be this one, which never ran.
-async fn drop_task(st: &AppState, task: &TaskRow) -> ApiResult<()> {
+async fn drop_task(st: &Engine, task: &TaskRow) -> EngineResult<()> {
     let settled = retry_stale(|| async {
         let Some(now) = st.store.get_task(&task.tenant_id, &task.id).await? else {
             return Ok(false);
@@ -157,30 +157,9 @@ async fn drop_task(st: &AppState, task: &TaskRow) -> ApiResult<()> {
     })
     .await?;
     if settled {
-        super::ops::after_failed_job(st, &task.tenant_id, task.cluster_id).await;
+        crate::rollback::after_failed_job(st, &task.tenant_id, task.cluster_id).await;
     }
     Ok(())
-}
-
-/// The layout as the macro expander and the planner see it.
-pub fn plan_nodes(nodes: &[Node]) -> Vec<PlanNode> {
-    nodes
-        .iter()
-        .map(|n| plan_node(&n.id, &n.properties))
-        .collect()
-}
-
-/// One node as the macro expander and the planner see it.
-pub fn plan_node(id: &str, p: &weft_model::NodeProperties) -> PlanNode {
-    PlanNode {
-        id: id.to_string(),
-        nodenum: p.nodenum,
-        hostname: p.hostname.clone().unwrap_or_default(),
-        ipaddresses: p.ipaddresses.clone(),
-        hardwaretype: p.hardwaretype.clone(),
-        imagetype: p.imagetype.clone(),
-        services: p.services.iter().cloned().collect(),
-    }
 }
 
 /// Whether a value holds a string with a `%`: only then can macros change it.
@@ -215,11 +194,11 @@ impl serde::Serialize for Config<'_> {
 
 /// The task JSON a worker receives (contract §5.11). `Err` carries a message for the task's failure.
 async fn payload(
-    st: &AppState,
+    st: &Engine,
     task: &TaskRow,
     stamp: Option<ClusterStamp>,
 ) -> Result<String, String> {
-    let internal = |e: ApiError| e.to_string();
+    let internal = |e: EngineError| e.to_string();
     let snap = st
         .payloads
         .snapshot(st.store.as_ref(), &task.tenant_id, task.cluster_id, stamp)
@@ -325,11 +304,11 @@ async fn payload(
 }
 
 /// `POST /v2/tasks/finish`.
-pub async fn finish(st: &AppState, req: FinishTaskRequest) -> ApiResult<()> {
+pub async fn finish(st: &Engine, req: FinishTaskRequest) -> EngineResult<()> {
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
     let task_id = required(&req.task_id, "taskId")?;
     if req.status.is_none() {
-        return Err(ApiError::BadRequest("status must be specified".into()));
+        return Err(EngineError::Invalid("status must be specified".into()));
     }
     retry_stale(|| finish_step(st, &w, &task_id, &req)).await
 }
@@ -339,11 +318,11 @@ pub async fn finish(st: &AppState, req: FinishTaskRequest) -> ApiResult<()> {
 /// its holder, so that holder's late finish gets 417. Does nothing if the task has been finished or
 /// leased again since it was read.
 pub(crate) async fn fail_expired(
-    st: &AppState,
+    st: &Engine,
     task: &TaskRow,
     now: i64,
     message: &str,
-) -> ApiResult<()> {
+) -> EngineResult<()> {
     let Some(owner) = task.lease_owner.clone() else {
         return Ok(());
     };
@@ -360,7 +339,7 @@ pub(crate) async fn fail_expired(
     };
     match retry_stale(|| finish_step(st, &w, &task.id, &fail)).await {
         // Finished or re-leased by someone else meanwhile: nothing to time out.
-        Err(ApiError::ExpectationFailed(_)) => Ok(()),
+        Err(EngineError::NotOwner) => Ok(()),
         other => other,
     }
 }
@@ -370,11 +349,11 @@ pub(crate) async fn fail_expired(
 /// leases) or was dropped for missing its heartbeats. Each task goes through the same retry logic
 /// as a failed finish, so it is queued again at once (a CREATE first gets a DELETE of what it may
 /// have made). A late finish from the old incarnation then gets 417. Returns the ids failed over.
-pub(crate) async fn fail_over_leases(
-    st: &AppState,
+pub async fn fail_over_leases(
+    st: &Engine,
     provisioner_id: &str,
     why: &str,
-) -> ApiResult<Vec<String>> {
+) -> EngineResult<Vec<String>> {
     let mut failed = Vec::new();
     for task in st.store.tasks_leased_by(provisioner_id).await? {
         match fail_expired(st, &task, i64::MAX, why).await {
@@ -390,8 +369,8 @@ pub(crate) async fn fail_over_leases(
     Ok(failed)
 }
 
-fn not_owner() -> ApiError {
-    ApiError::ExpectationFailed("Worker is not the owner of the task".into())
+fn not_owner() -> EngineError {
+    EngineError::NotOwner
 }
 
 /// Keeps the end of a log, as Coopr did.
@@ -406,100 +385,28 @@ fn trim_log(s: &str) -> String {
     format!("[snipped]{}", &s[start..])
 }
 
-/// The cluster status a failed job leaves behind.
-pub(crate) fn failure_status(action: &str) -> ClusterStatus {
-    match action {
-        "SOLVE_LAYOUT" => ClusterStatus::Terminated,
-        "CLUSTER_CREATE" | "CLUSTER_DELETE" => ClusterStatus::Incomplete,
-        _ => ClusterStatus::Inconsistent,
-    }
-}
-
-/// The cluster status a completed job leaves behind.
-pub(crate) fn success_status(action: &str) -> ClusterStatus {
-    if action == "CLUSTER_DELETE" {
-        ClusterStatus::Terminated
-    } else {
-        ClusterStatus::Active
-    }
-}
-
 #[tracing::instrument(skip_all, fields(task_id = %task_id, job_id = tracing::field::Empty, cluster_id = tracing::field::Empty))]
 async fn finish_step(
-    st: &AppState,
+    st: &Engine,
     w: &Worker,
     task_id: &str,
     req: &FinishTaskRequest,
-) -> ApiResult<()> {
+) -> EngineResult<()> {
     let now = now_ms();
     let tenant = &w.tenant_id;
-    // The copy `take` kept, if it agrees with this finish; the change set below expects the
-    // revisions it has, so a stale copy only costs a retry that reads the store.
-    let leased = st.leases.take(tenant, task_id).filter(|(t, _)| {
-        w.expired_before.is_none()
-            && t.state == TaskState::InProgress
-            && t.lease_owner.as_deref() == Some(w.owner.as_str())
-    });
-    let (task, job) = match leased {
-        Some(copy) => copy,
-        None => st
-            .store
-            .task_with_job(tenant, task_id)
-            .await?
-            .ok_or_else(not_owner)?,
-    };
+    let (task, job) = leased_task(st, w, task_id).await?;
     let span = tracing::Span::current();
     span.record("job_id", task.job_id.as_str());
     span.record("cluster_id", task.cluster_id);
-    if task.lease_owner.as_deref() != Some(w.owner.as_str()) {
-        return Err(not_owner());
-    }
-    if w.expired_before
-        .is_some_and(|t| task.state != TaskState::InProgress || task.lease_deadline >= t)
-    {
+    if !still_to_finish(w, &task)? {
         return Ok(());
     }
-    if task.state != TaskState::InProgress {
-        // A finish that arrives twice is applied once.
-        return match task.state {
-            TaskState::Complete | TaskState::Failed | TaskState::Queued | TaskState::Pending => {
-                Ok(())
-            }
-            _ => Err(not_owner()),
-        };
-    }
-    let (job_status, job_rev) = job.ok_or_else(|| ApiError::Internal("task without job".into()))?;
+    let (job_status, job_rev) =
+        job.ok_or_else(|| EngineError::Internal("task without job".into()))?;
     let ok = req.status == Some(0);
     let mut cs = ChangeSet::new();
     cs.expect(Expect::task(&task));
-
-    // The node: addresses, hostname and results, if the worker sent any.
-    let addresses = req.ipaddresses.as_ref().is_some_and(|m| !m.is_empty());
-    let hostname = req.hostname.as_ref().filter(|h| !h.trim().is_empty());
-    let results = req.result.as_ref().is_some_and(|m| !m.is_empty());
-    if (ok && (addresses || hostname.is_some())) || results {
-        if let Some(row) = st.store.get_node(tenant, &task.node_id).await? {
-            let mut node: Node = from_body(&row.body)?;
-            if ok {
-                if let Some(ips) = &req.ipaddresses {
-                    node.properties.ipaddresses.extend(ips.clone());
-                }
-                if let Some(h) = hostname {
-                    node.properties.hostname = Some(h.clone());
-                }
-            }
-            if let Some(result) = &req.result {
-                for (k, v) in result {
-                    node.provisioner_results.insert(k.clone(), v.clone());
-                }
-            }
-            let mut new = row.clone();
-            new.body = to_body(&node)?;
-            cs.expect(Expect::node(&row));
-            cs.write(Write::Node(new));
-        }
-    }
-
+    update_node(st, &mut cs, tenant, &task, req, ok).await?;
     let mut done = task.clone();
     if w.expired_before.is_some() {
         // Timed out: the worker that held the lease no longer owns the task.
@@ -516,35 +423,18 @@ async fn finish_step(
         done.state = TaskState::Complete;
         done.body = to_body(&tbody)?;
         cs.write(Write::Task(done));
-        // Unchanged while this commits: a job paused, failed or aborted meanwhile re-runs the step.
-        cs.expect(Expect::JobRev {
-            tenant_id: tenant.clone(),
-            id: task.job_id.clone(),
-            rev: job_rev,
-        });
-        cs.write(Write::Release {
-            tenant_id: tenant.clone(),
-            ids: task.successors.clone(),
-            queue: !job_paused,
-            now,
-        });
-        let ended = st.store.commit_released(&cs).await.map_err(store_err)?;
-        crate::metrics::task_finished(&task, st.settings.task_timeout_ms, now);
-        if ended.iter().any(|g| *g == end_gate(&task.job_id)) {
-            complete_job(st, tenant, &task.job_id).await?;
-        }
-        return Ok(());
+        return complete_task(st, cs, &task, job_rev, job_paused, now).await;
     }
     let job = st
         .store
         .get_job(tenant, &task.job_id)
         .await?
-        .ok_or_else(|| ApiError::Internal("task without job".into()))?;
+        .ok_or_else(|| EngineError::Internal("task without job".into()))?;
     let cluster = st
         .store
         .get_cluster(tenant, task.cluster_id)
         .await?
-        .ok_or_else(|| ApiError::Internal("task without cluster".into()))?;
+        .ok_or_else(|| EngineError::Internal("task without cluster".into()))?;
     let mut outcome: Option<JobEventKind> = None;
     if ok {
         // Its job failed or was aborted while the task ran.
@@ -553,89 +443,25 @@ async fn finish_step(
         cs.write(Write::Task(done));
         settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
     } else {
-        let message = format!(
-            "{} {}on node {} failed (status {}): {}",
-            task.action,
-            if task.service.is_empty() {
-                String::new()
-            } else {
-                format!("of {} ", task.service)
-            },
-            task.node_id,
-            req.status.unwrap_or(1),
-            req.stderr
-                .as_deref()
-                .map(trim_log)
-                .filter(|s| !s.trim().is_empty())
-                .or(req.stdout.as_deref().map(trim_log))
-                .unwrap_or_default()
-        );
-        tbody.message = Some(message.clone());
+        tbody.message = Some(failure_message(&task, req));
         if job_running && task.attempts < st.settings.max_action_retries {
-            done.lease_owner = None;
-            // The node's history keeps the failed attempt.
-            tbody.retried.push(super::body::Attempt {
-                start_time: task.started_at,
-                finish_time: now,
-                stdout: tbody.stdout.take(),
-                stderr: tbody.stderr.take(),
-            });
-            let excess = tbody.retried.len().saturating_sub(super::body::MAX_RETRIED);
-            tbody.retried.drain(..excess);
-            if task.action == ProvisionerAction::Create.upper() {
-                // A retried CREATE first deletes whatever the failed try made.
-                let cleanup = TaskRow {
-                    id: format!("{}-r{}", task.id, task.attempts),
-                    action: ProvisionerAction::Delete.upper().into(),
-                    service: String::new(),
-                    state: TaskState::Queued,
-                    attempts: 0,
-                    deps_remaining: 0,
-                    successors: vec![task.id.clone()],
-                    lease_owner: None,
-                    lease_deadline: 0,
-                    queued_at: now,
-                    started_at: 0,
-                    rev: 0,
-                    body: to_body(&TaskBody::default())?,
-                    ..task.clone()
-                };
-                cs.expect(Expect::TaskRev {
-                    tenant_id: tenant.clone(),
-                    id: cleanup.id.clone(),
-                    rev: 0,
-                });
-                cs.write(Write::Task(cleanup));
-                done.state = TaskState::Pending;
-                done.deps_remaining = 1;
-            } else if job_paused {
-                done.state = TaskState::Pending;
-                done.deps_remaining = 0;
-            } else {
-                done.state = TaskState::Queued;
-                done.queued_at = now;
-            }
-            done.body = to_body(&tbody)?;
-            cs.write(Write::Task(done));
+            retry_task(&mut cs, &task, done, tbody, job_paused, now)?;
             // Retried only while the job still runs.
             cs.expect(Expect::job(&job));
             tracing::warn!(task_id = %task.id, job_id = %job.id, attempt = task.attempts, "task failed; retrying");
         } else {
             done.state = TaskState::Failed;
+            let message = tbody.message.clone().unwrap_or_default();
             done.body = to_body(&tbody)?;
             cs.write(Write::Task(done));
-            if job_running {
-                let mut failed_job = job.clone();
-                let mut jbody: JobBody = from_body(&job.body)?;
-                jbody.message = Some(message.clone());
-                failed_job.status = JobStatus::Failed.as_str().into();
-                failed_job.body = to_body(&jbody)?;
+            let job = if job_running {
                 tracing::warn!(task_id = %task.id, job_id = %job.id, "task failed for good; job failed");
                 outcome = Some(JobEventKind::Failure);
-                settle_failed_job(st, &mut cs, &failed_job, &cluster, &task.id).await?;
+                failed(&job, message)?
             } else {
-                settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
-            }
+                job.clone()
+            };
+            settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
         }
     }
     st.store.commit(&cs).await.map_err(store_err)?;
@@ -645,19 +471,214 @@ async fn finish_step(
         notify(st, kind, tenant, cluster.id, &job.id);
     }
     // A failed job may have just settled its cluster: roll back what asked to be.
-    super::ops::after_failed_job(st, tenant, cluster.id).await;
+    crate::rollback::after_failed_job(st, tenant, cluster.id).await;
     Ok(())
 }
 
-/// The id of a job's end gate.
-pub(crate) fn end_gate(job_id: &str) -> String {
-    format!("{job_id}-end")
+/// The task being finished and its job's status and revision: the copy `take` kept, if it
+/// agrees with this finish (the change set expects the revisions it has, so a stale copy only
+/// costs a retry that reads the store), else the store's.
+async fn leased_task(
+    st: &Engine,
+    w: &Worker,
+    task_id: &str,
+) -> EngineResult<(TaskRow, Option<(String, i64)>)> {
+    let leased = st.leases.take(&w.tenant_id, task_id).filter(|(t, _)| {
+        w.expired_before.is_none()
+            && t.state == TaskState::InProgress
+            && t.lease_owner.as_deref() == Some(w.owner.as_str())
+    });
+    match leased {
+        Some(copy) => Ok(copy),
+        None => st
+            .store
+            .task_with_job(&w.tenant_id, task_id)
+            .await?
+            .ok_or_else(not_owner),
+    }
+}
+
+/// Whether the finish still has work: `Ok(false)` for one that arrives twice (applied once) or a
+/// lease that did not expire after all; [`EngineError::NotOwner`] for a worker without the lease.
+fn still_to_finish(w: &Worker, task: &TaskRow) -> EngineResult<bool> {
+    if task.lease_owner.as_deref() != Some(w.owner.as_str()) {
+        return Err(not_owner());
+    }
+    if w.expired_before
+        .is_some_and(|t| task.state != TaskState::InProgress || task.lease_deadline >= t)
+    {
+        return Ok(false);
+    }
+    match task.state {
+        TaskState::InProgress => Ok(true),
+        TaskState::Complete | TaskState::Failed | TaskState::Queued | TaskState::Pending => {
+            Ok(false)
+        }
+        _ => Err(not_owner()),
+    }
+}
+
+/// The task's node gets the addresses and hostname of a success and the results the worker sent.
+async fn update_node(
+    st: &Engine,
+    cs: &mut ChangeSet,
+    tenant: &str,
+    task: &TaskRow,
+    req: &FinishTaskRequest,
+    ok: bool,
+) -> EngineResult<()> {
+    let addresses = req.ipaddresses.as_ref().is_some_and(|m| !m.is_empty());
+    let hostname = req.hostname.as_ref().filter(|h| !h.trim().is_empty());
+    let results = req.result.as_ref().is_some_and(|m| !m.is_empty());
+    if !((ok && (addresses || hostname.is_some())) || results) {
+        return Ok(());
+    }
+    let Some(row) = st.store.get_node(tenant, &task.node_id).await? else {
+        return Ok(());
+    };
+    let mut node: Node = from_body(&row.body)?;
+    if ok {
+        if let Some(ips) = &req.ipaddresses {
+            node.properties.ipaddresses.extend(ips.clone());
+        }
+        if let Some(h) = hostname {
+            node.properties.hostname = Some(h.clone());
+        }
+    }
+    if let Some(result) = &req.result {
+        for (k, v) in result {
+            node.provisioner_results.insert(k.clone(), v.clone());
+        }
+    }
+    let mut new = row.clone();
+    new.body = to_body(&node)?;
+    cs.expect(Expect::node(&row));
+    cs.write(Write::Node(new));
+    Ok(())
+}
+
+/// Commits a task that succeeded in a running (or paused) job: its successors are released (queued
+/// unless the job is paused), and the job completes when its end gate does.
+async fn complete_task(
+    st: &Engine,
+    mut cs: ChangeSet,
+    task: &TaskRow,
+    job_rev: i64,
+    job_paused: bool,
+    now: i64,
+) -> EngineResult<()> {
+    let tenant = &task.tenant_id;
+    // Unchanged while this commits: a job paused, failed or aborted meanwhile re-runs the step.
+    cs.expect(Expect::JobRev {
+        tenant_id: tenant.clone(),
+        id: task.job_id.clone(),
+        rev: job_rev,
+    });
+    cs.write(Write::Release {
+        tenant_id: tenant.clone(),
+        ids: task.successors.clone(),
+        queue: !job_paused,
+        now,
+    });
+    let ended = st.store.commit_released(&cs).await.map_err(store_err)?;
+    crate::metrics::task_finished(task, st.settings.task_timeout_ms, now);
+    if ended.iter().any(|g| *g == end_gate(&task.job_id)) {
+        complete_job(st, tenant, &task.job_id).await?;
+    }
+    Ok(())
+}
+
+/// What a failed task's message says: action, service, node, status and the end of its output.
+fn failure_message(task: &TaskRow, req: &FinishTaskRequest) -> String {
+    format!(
+        "{} {}on node {} failed (status {}): {}",
+        task.action,
+        if task.service.is_empty() {
+            String::new()
+        } else {
+            format!("of {} ", task.service)
+        },
+        task.node_id,
+        req.status.unwrap_or(1),
+        req.stderr
+            .as_deref()
+            .map(trim_log)
+            .filter(|s| !s.trim().is_empty())
+            .or(req.stdout.as_deref().map(trim_log))
+            .unwrap_or_default()
+    )
+}
+
+/// Puts a failed task back for another attempt (its history keeps the failed one); a failed
+/// CREATE first gets a DELETE of whatever it made.
+fn retry_task(
+    cs: &mut ChangeSet,
+    task: &TaskRow,
+    mut done: TaskRow,
+    mut tbody: TaskBody,
+    job_paused: bool,
+    now: i64,
+) -> EngineResult<()> {
+    done.lease_owner = None;
+    tbody.retried.push(super::body::Attempt {
+        start_time: task.started_at,
+        finish_time: now,
+        stdout: tbody.stdout.take(),
+        stderr: tbody.stderr.take(),
+    });
+    let excess = tbody.retried.len().saturating_sub(super::body::MAX_RETRIED);
+    tbody.retried.drain(..excess);
+    if task.action == ProvisionerAction::Create.upper() {
+        let cleanup = TaskRow {
+            id: format!("{}-r{}", task.id, task.attempts),
+            action: ProvisionerAction::Delete.upper().into(),
+            service: String::new(),
+            state: TaskState::Queued,
+            attempts: 0,
+            deps_remaining: 0,
+            successors: vec![task.id.clone()],
+            lease_owner: None,
+            lease_deadline: 0,
+            queued_at: now,
+            started_at: 0,
+            rev: 0,
+            body: to_body(&TaskBody::default())?,
+            ..task.clone()
+        };
+        cs.expect(Expect::TaskRev {
+            tenant_id: task.tenant_id.clone(),
+            id: cleanup.id.clone(),
+            rev: 0,
+        });
+        cs.write(Write::Task(cleanup));
+        done.state = TaskState::Pending;
+        done.deps_remaining = 1;
+    } else if job_paused {
+        done.state = TaskState::Pending;
+        done.deps_remaining = 0;
+    } else {
+        done.state = TaskState::Queued;
+        done.queued_at = now;
+    }
+    done.body = to_body(&tbody)?;
+    cs.write(Write::Task(done));
+    Ok(())
+}
+
+/// The job, failed with `message`.
+fn failed(job: &JobRow, message: String) -> EngineResult<JobRow> {
+    let mut failed_job = job.clone();
+    let mut jbody: JobBody = from_body(&job.body)?;
+    jbody.message = Some(message);
+    failed_job.status = JobStatus::Failed.as_str().into();
+    failed_job.body = to_body(&jbody)?;
+    Ok(failed_job)
 }
 
 /// Completes a job whose end gate has completed, and sets its cluster's status. Called by the
 /// finish that completed the gate, and by the janitor for a job a server stopped in between. Does
 /// nothing if the job is no longer running or paused.
-pub(crate) async fn complete_job(st: &AppState, tenant: &str, job_id: &str) -> ApiResult<()> {
+pub(crate) async fn complete_job(st: &Engine, tenant: &str, job_id: &str) -> EngineResult<()> {
     retry_stale(|| async {
         let Some(job) = st.store.get_job(tenant, job_id).await? else {
             return Ok(());
@@ -669,7 +690,7 @@ pub(crate) async fn complete_job(st: &AppState, tenant: &str, job_id: &str) -> A
             .store
             .get_cluster(tenant, job.cluster_id)
             .await?
-            .ok_or_else(|| ApiError::Internal("job without cluster".into()))?;
+            .ok_or_else(|| EngineError::Internal("job without cluster".into()))?;
         let mut cs = ChangeSet::new();
         finish_job(&mut cs, &job, &cluster, JobStatus::Complete, None)?;
         st.store.commit(&cs).await.map_err(store_err)?;
@@ -684,12 +705,12 @@ pub(crate) async fn complete_job(st: &AppState, tenant: &str, job_id: &str) -> A
 /// Writes a failed job and, once none of its tasks is still running, gives the cluster its failure
 /// status and the job's message.
 async fn settle_failed_job(
-    st: &AppState,
+    st: &Engine,
     cs: &mut ChangeSet,
     job: &JobRow,
     cluster: &ClusterRow,
     finishing: &str,
-) -> ApiResult<()> {
+) -> EngineResult<()> {
     // `job` carries the revision it was read at: the write is a compare-and-swap on it.
     cs.expect(Expect::job(job));
     cs.write(Write::Job(job.clone()));
@@ -722,7 +743,7 @@ fn finish_job(
     cluster: &ClusterRow,
     status: JobStatus,
     message: Option<String>,
-) -> ApiResult<()> {
+) -> EngineResult<()> {
     let mut j = job.clone();
     j.status = status.as_str().into();
     if message.is_some() {

@@ -6,15 +6,15 @@
 //! running finish (or time out); the last of them settles the cluster (`work::settle_failed_job`).
 //! When nothing is running the abort settles the cluster itself. A delete that asked for the abort
 //! is recorded on the cluster (`ClusterBody::delete_requested`): whoever settles the cluster starts
-//! the delete (`ops::after_failed_job`), so a delete never races a task still making a machine.
+//! the delete (`rollback::after_failed_job`), so a delete never races a task still making a machine.
 
 use weft_model::{ClusterStatus, JobStatus};
 use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, TaskRow, TaskState, Write};
 
-use super::body::{from_body, to_body, ClusterBody, JobBody};
-use super::{notify, retry_stale, store_err, JobEventKind, GATE};
-use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
+use crate::body::{from_body, to_body, ClusterBody, JobBody};
+use crate::error::{EngineError, EngineResult};
+use crate::jobs::failure_status;
+use crate::{notify, now_ms, retry_stale, store_err, Engine, JobEventKind, GATE};
 
 /// What a cluster's latest job is doing, as read with its cluster.
 pub struct Running {
@@ -23,7 +23,7 @@ pub struct Running {
 }
 
 /// The cluster's latest job while the cluster is pending (a job runs, or its last tasks end).
-pub async fn running_job(st: &AppState, row: &ClusterRow) -> ApiResult<Option<Running>> {
+pub async fn running_job(st: &Engine, row: &ClusterRow) -> EngineResult<Option<Running>> {
     let Some(now) = st.store.get_cluster(&row.tenant_id, row.id).await? else {
         return Ok(None);
     };
@@ -38,7 +38,7 @@ pub async fn running_job(st: &AppState, row: &ClusterRow) -> ApiResult<Option<Ru
 }
 
 /// Pauses the cluster's running job: its queued tasks go back to waiting; running ones finish.
-pub async fn pause(st: &AppState, row: &ClusterRow) -> ApiResult<()> {
+pub async fn pause(st: &Engine, row: &ClusterRow) -> EngineResult<()> {
     retry_stale(|| async {
         let Some(Running { job, .. }) = running_job(st, row).await? else {
             return Ok(());
@@ -61,7 +61,7 @@ pub async fn pause(st: &AppState, row: &ClusterRow) -> ApiResult<()> {
 }
 
 /// Resumes a paused job: the tasks whose predecessors are done are queued again.
-pub async fn resume(st: &AppState, row: &ClusterRow) -> ApiResult<()> {
+pub async fn resume(st: &Engine, row: &ClusterRow) -> EngineResult<()> {
     retry_stale(|| async {
         let Some(Running { job, .. }) = running_job(st, row).await? else {
             return Ok(());
@@ -87,8 +87,8 @@ pub async fn resume(st: &AppState, row: &ClusterRow) -> ApiResult<()> {
 
 /// `POST .../abort`: aborts a running create (Coopr aborts only creates). A job already ended is
 /// nothing to abort; any other job is a 409. When the answer is [`Stopped::Settled`], the caller
-/// runs what follows a failed job (`ops::after_failed_job`); otherwise the last task does.
-pub async fn abort(st: &AppState, row: &ClusterRow) -> ApiResult<Stopped> {
+/// runs what follows a failed job (`rollback::after_failed_job`); otherwise the last task does.
+pub async fn abort(st: &Engine, row: &ClusterRow) -> EngineResult<Stopped> {
     let Some(Running { job, .. }) = running_job(st, row).await? else {
         return Ok(Stopped::Nothing);
     };
@@ -96,7 +96,7 @@ pub async fn abort(st: &AppState, row: &ClusterRow) -> ApiResult<Stopped> {
         return Ok(Stopped::Nothing);
     }
     if job.action != "CLUSTER_CREATE" || job.status != JobStatus::Running.as_str() {
-        return Err(ApiError::Conflict("Cannot be aborted at this time.".into()));
+        return Err(EngineError::CannotAbort);
     }
     stop_job(st, row, "Aborted by user.", false).await
 }
@@ -116,11 +116,11 @@ pub enum Stopped {
 /// `message`, its queued tasks are dropped, and the cluster settles now if no task runs. With
 /// `then_delete`, the cluster records that a delete waits for the job's end.
 pub async fn stop_job(
-    st: &AppState,
+    st: &Engine,
     row: &ClusterRow,
     message: &str,
     then_delete: bool,
-) -> ApiResult<Stopped> {
+) -> EngineResult<Stopped> {
     let (stopped, ended) = retry_stale(|| stop_step(st, row, message, then_delete)).await?;
     if let Some(job) = ended {
         tracing::info!(cluster_id = row.id, job_id = %job.id, message, "job aborted");
@@ -138,11 +138,11 @@ pub async fn stop_job(
 
 /// One try of [`stop_job`]: returns what it left and the job it failed, if it failed one.
 async fn stop_step(
-    st: &AppState,
+    st: &Engine,
     row: &ClusterRow,
     message: &str,
     then_delete: bool,
-) -> ApiResult<(Stopped, Option<JobRow>)> {
+) -> EngineResult<(Stopped, Option<JobRow>)> {
     let Some(Running { cluster, job }) = running_job(st, row).await? else {
         return Ok((Stopped::Nothing, None));
     };
@@ -171,7 +171,7 @@ async fn stop_step(
     let mut c = cluster.clone();
     if !running {
         body.message = Some(message.into());
-        c.status = super::work::failure_status(&job.action).as_str().into();
+        c.status = failure_status(&job.action).as_str().into();
     }
     body.delete_requested |= then_delete;
     c.body = to_body(&body)?;
@@ -187,7 +187,7 @@ async fn stop_step(
 }
 
 /// The job's tasks in `state`.
-async fn tasks_in(st: &AppState, job: &JobRow, state: TaskState) -> ApiResult<Vec<TaskRow>> {
+async fn tasks_in(st: &Engine, job: &JobRow, state: TaskState) -> EngineResult<Vec<TaskRow>> {
     Ok(st
         .store
         .list_tasks(&job.tenant_id, &job.id)
@@ -200,12 +200,12 @@ async fn tasks_in(st: &AppState, job: &JobRow, state: TaskState) -> ApiResult<Ve
 /// Sets the job's status and message, and writes `tasks`, in one commit guarded by the job's
 /// revision.
 async fn set_job(
-    st: &AppState,
+    st: &Engine,
     job: &JobRow,
     status: JobStatus,
     message: &str,
     tasks: Vec<TaskRow>,
-) -> ApiResult<()> {
+) -> EngineResult<()> {
     let mut j = job.clone();
     j.status = status.as_str().into();
     let mut b: JobBody = from_body(&j.body)?;

@@ -2,18 +2,19 @@
 //! janitor (expired cluster leases) and the rollback of a failed create, so all delete the same way.
 //!
 //! A delete is always possible. A cluster whose job runs has that job aborted first
-//! ([`control::stop_job`](super::control::stop_job)): when nothing of it is running the delete
+//! ([`control::stop_job`](crate::control::stop_job)): when nothing of it is running the delete
 //! starts at once; otherwise the task that ends last settles the cluster, and the delete starts
-//! then (`ops::after_failed_job`), so it never races a task that is still making a machine.
+//! then (`rollback::after_failed_job`), so it never races a task that is still making a machine.
 
 use weft_model::ClusterStatus;
 use weft_planner::Operation;
 use weft_store::ClusterRow;
 
-use super::control::{running_job, stop_job, Stopped};
-use super::ops::{load, start_job};
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::control::{running_job, stop_job, Stopped};
+use crate::error::{EngineError, EngineResult};
+use crate::ids::cluster_id_text;
+use crate::jobs::{load, start_job};
+use crate::Engine;
 
 /// What a delete request started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub enum Deleting {
 
 /// Deletes the cluster `row` (as read by the caller): starts its CLUSTER_DELETE job, aborting a job
 /// underway first.
-pub async fn delete_cluster(st: &AppState, row: &ClusterRow) -> ApiResult<Deleting> {
+pub async fn delete_cluster(st: &Engine, row: &ClusterRow) -> EngineResult<Deleting> {
     if row.status == ClusterStatus::Pending.as_str() {
         if let Some(r) = running_job(st, row).await? {
             if r.job.action == "CLUSTER_DELETE" {
@@ -54,15 +55,14 @@ pub async fn delete_cluster(st: &AppState, row: &ClusterRow) -> ApiResult<Deleti
 /// revision). Returns the job id, or `None` when the cluster is already terminated (nothing to do).
 /// A cluster with a job underway (status pending) is a 409 here: [`delete_cluster`] aborts it
 /// first. A cluster that changed since `row` was read is a 409 too.
-pub async fn start_delete(st: &AppState, row: &ClusterRow) -> ApiResult<Option<String>> {
+pub async fn start_delete(st: &Engine, row: &ClusterRow) -> EngineResult<Option<String>> {
     match ClusterStatus::parse(&row.status) {
         Some(ClusterStatus::Terminated) => return Ok(None),
         Some(ClusterStatus::Pending) => {
-            return Err(ApiError::Conflict(format!(
-                "Job {} is still underway for cluster {}",
-                row.latest_job.clone().unwrap_or_default(),
-                super::cluster_id_text(row.id)
-            )))
+            return Err(EngineError::JobUnderway {
+                job: row.latest_job.clone().unwrap_or_default(),
+                cluster: cluster_id_text(row.id),
+            })
         }
         _ => {}
     }

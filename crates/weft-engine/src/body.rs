@@ -3,9 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use weft_model::{ClusterTemplate, Provider};
+use weft_model::{ClusterTemplate, Node, Provider};
+use weft_planner::PlanNode;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{EngineError, EngineResult};
 
 /// A cluster's body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -102,11 +103,32 @@ pub struct Attempt {
     pub stderr: Option<String>,
 }
 
-pub fn to_body<T: Serialize>(t: &T) -> ApiResult<Value> {
-    serde_json::to_value(t).map_err(|e| ApiError::Internal(format!("encoding a row body: {e}")))
+pub fn to_body<T: Serialize>(t: &T) -> EngineResult<Value> {
+    serde_json::to_value(t).map_err(|e| EngineError::Internal(format!("encoding a row body: {e}")))
 }
 
-pub fn from_body<T: serde::de::DeserializeOwned>(v: &Value) -> ApiResult<T> {
+pub fn from_body<T: serde::de::DeserializeOwned>(v: &Value) -> EngineResult<T> {
     // Deserializing from a reference avoids copying the whole document first.
-    T::deserialize(v).map_err(|e| ApiError::Internal(format!("decoding a row body: {e}")))
+    T::deserialize(v).map_err(|e| EngineError::Internal(format!("decoding a row body: {e}")))
+}
+
+/// The layout as the macro expander and the planner see it.
+pub fn plan_nodes(nodes: &[Node]) -> Vec<PlanNode> {
+    nodes
+        .iter()
+        .map(|n| plan_node(&n.id, &n.properties))
+        .collect()
+}
+
+/// One node as the macro expander and the planner see it.
+pub fn plan_node(id: &str, p: &weft_model::NodeProperties) -> PlanNode {
+    PlanNode {
+        id: id.to_string(),
+        nodenum: p.nodenum,
+        hostname: p.hostname.clone().unwrap_or_default(),
+        ipaddresses: p.ipaddresses.clone(),
+        hardwaretype: p.hardwaretype.clone(),
+        imagetype: p.imagetype.clone(),
+        services: p.services.iter().cloned().collect(),
+    }
 }

@@ -19,8 +19,8 @@ use weft_model::Node;
 use weft_planner::PlanNode;
 use weft_store::{ClusterStamp, Store, TaskRow};
 
+use super::body::plan_node;
 use super::body::{from_body, ClusterBody};
-use super::work::plan_node;
 
 /// Clusters kept; the least recently used goes first.
 const CAPACITY: usize = 256;

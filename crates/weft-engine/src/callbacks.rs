@@ -3,7 +3,7 @@
 //! `callback_url` and/or run `callback_command` (`sh -c`) with that JSON on its standard input and
 //! `WEFT_EVENT`, `WEFT_CLUSTER_ID`, `WEFT_JOB_ID` in its environment.
 //!
-//! [`spawn`] subscribes to [`AppState::events`] and hands each notice to [`deliver`] in a task of its
+//! [`spawn`] subscribes to [`Engine::events`] and hands each notice to [`deliver`] in a task of its
 //! own, bounded by `callback_timeout`. Callbacks are notifications: a failing, slow or hanging
 //! callback is logged and abandoned, and never delays or fails the job (unlike Coopr's `onStart`,
 //! which could fail a job). Like Coopr's, they may run more than once for one notice across a
@@ -18,8 +18,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::body::{from_body, JobBody};
 use super::{cluster_id_text, view, JobEvent, JobEventKind};
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::error::{EngineError, EngineResult};
+use crate::Engine;
 
 fn event_name(kind: JobEventKind) -> &'static str {
     match kind {
@@ -31,17 +31,17 @@ fn event_name(kind: JobEventKind) -> &'static str {
 
 /// The JSON a callback gets for a notice: the cluster as `GET /v2/clusters/{id}` shows it and the
 /// job's id, action, status and message.
-pub async fn payload(st: &AppState, ev: &JobEvent) -> ApiResult<Value> {
+pub async fn payload(st: &Engine, ev: &JobEvent) -> EngineResult<Value> {
     let cluster = st
         .store
         .get_cluster(&ev.tenant_id, ev.cluster_id)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("cluster {} not found.", ev.cluster_id)))?;
+        .ok_or_else(|| EngineError::ClusterNotFound(ev.cluster_id.to_string()))?;
     let job = st
         .store
         .get_job(&ev.tenant_id, &ev.job_id)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("job {} not found.", ev.job_id)))?;
+        .ok_or_else(|| EngineError::JobNotFound(ev.job_id.clone()))?;
     let jbody: JobBody = from_body(&job.body)?;
     let details = view::details(st, &cluster).await?;
     Ok(json!({
@@ -58,7 +58,7 @@ pub async fn payload(st: &AppState, ev: &JobEvent) -> ApiResult<Value> {
 
 /// Runs the configured callbacks for one notice and waits for them (each bounded by
 /// `callback_timeout`). Failures are logged, never returned.
-pub async fn deliver(st: &AppState, ev: &JobEvent) {
+pub async fn deliver(st: &Engine, ev: &JobEvent) {
     let s = &st.settings;
     if s.callback_url.is_none() && s.callback_command.is_none() {
         return;
@@ -74,7 +74,7 @@ pub async fn deliver(st: &AppState, ev: &JobEvent) {
     let limit = Duration::from_millis(s.callback_timeout_ms);
     let post = async {
         if let Some(url) = &s.callback_url {
-            let r = tokio::time::timeout(limit, post_json(url, &body, limit)).await;
+            let r = tokio::time::timeout(limit, st.messenger.post_json(url, &body, limit)).await;
             report(ev, "url", r);
         }
     };
@@ -99,25 +99,6 @@ fn report(ev: &JobEvent, what: &str, r: Result<Result<(), String>, tokio::time::
         Err(_) => {
             tracing::warn!(cluster_id = ev.cluster_id, job_id = %ev.job_id, event, callback = what, "callback timed out")
         }
-    }
-}
-
-async fn post_json(url: &str, body: &Value, limit: Duration) -> Result<(), String> {
-    let client = reqwest::Client::builder()
-        .timeout(limit)
-        .build()
-        .map_err(|e| e.to_string())?;
-    // The URL is not logged: it may carry a token.
-    let r = client
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .map_err(|e| e.without_url().to_string())?;
-    if r.status().is_success() {
-        Ok(())
-    } else {
-        Err(format!("answered {}", r.status()))
     }
 }
 
@@ -149,7 +130,7 @@ async fn run_command(cmd: &str, ev: &JobEvent, body: &Value) -> Result<(), Strin
 
 /// Subscribes to the job notices now and delivers each in a task of its own, for as long as the
 /// returned task lives. Does nothing (and returns a finished task) when no callback is configured.
-pub fn spawn(st: AppState) -> tokio::task::JoinHandle<()> {
+pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
     if st.settings.callback_url.is_none() && st.settings.callback_command.is_none() {
         return tokio::spawn(async {});
     }

@@ -25,10 +25,10 @@ use tokio::sync::broadcast::error::RecvError;
 use weft_model::{LabelSelector, Node, PoolHost, Provider};
 use weft_store::{HostRequest, NodeRow, PoolHostRow, Reservation, Shortfall};
 
-use crate::engine::body::{from_body, to_body};
-use crate::engine::{cluster_id_text, JobEventKind};
-use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
+use crate::body::{from_body, to_body};
+use crate::error::{EngineError, EngineResult};
+use crate::{cluster_id_text, JobEventKind};
+use crate::{now_ms, Engine};
 
 /// How long a host may stay `reserved` for a node that no store read finds before a sweep gives
 /// it back (the engine commits a job within moments of reserving its hosts; this only frees hosts
@@ -47,7 +47,7 @@ pub struct Taken {
 impl Taken {
     /// After the job's commit: the hosts are `in_use` if it went through, back in the pool if
     /// not. Errors are logged: a later sweep settles what this could not.
-    pub async fn settle(self, st: &AppState, committed: bool) {
+    pub async fn settle(self, st: &Engine, committed: bool) {
         if self.nodes.is_empty() {
             return;
         }
@@ -87,19 +87,19 @@ pub fn is_pool(provider: &Provider) -> bool {
 /// Takes a host for each node of a new cluster (its node rows, before they are committed) and
 /// writes the host into the rows. Nothing to do unless the provider is a host pool.
 pub async fn take_for_rows(
-    st: &AppState,
+    st: &Engine,
     tenant_id: &str,
     provider: &Provider,
     cluster_id: u64,
     rows: &mut [NodeRow],
-) -> ApiResult<Taken> {
+) -> EngineResult<Taken> {
     if !is_pool(provider) {
         return Ok(Taken::default());
     }
     let mut nodes: Vec<Node> = rows
         .iter()
         .map(|r| from_body(&r.body))
-        .collect::<ApiResult<_>>()?;
+        .collect::<EngineResult<_>>()?;
     let taken = take(
         st,
         tenant_id,
@@ -118,13 +118,13 @@ pub async fn take_for_rows(
 /// adds to a cluster), writing the host into those nodes. Nothing to do unless the provider is a
 /// host pool.
 pub async fn take_for_new(
-    st: &AppState,
+    st: &Engine,
     tenant_id: &str,
     provider: &Provider,
     cluster_id: u64,
     existing: &[Node],
     after: &mut [Node],
-) -> ApiResult<Taken> {
+) -> EngineResult<Taken> {
     if !is_pool(provider) {
         return Ok(Taken::default());
     }
@@ -142,12 +142,12 @@ pub fn selector(node: &Node) -> LabelSelector {
 }
 
 async fn take(
-    st: &AppState,
+    st: &Engine,
     tenant_id: &str,
     provider: &Provider,
     cluster_id: u64,
     mut nodes: Vec<&mut Node>,
-) -> ApiResult<Taken> {
+) -> EngineResult<Taken> {
     if nodes.is_empty() {
         return Ok(Taken::default());
     }
@@ -164,7 +164,9 @@ async fn take(
         .await?
     {
         Reservation::Reserved(h) => h,
-        Reservation::Short(s) => return Err(ApiError::Conflict(short_message(&provider.name, &s))),
+        Reservation::Short(s) => {
+            return Err(EngineError::PoolShort(short_message(&provider.name, &s)))
+        }
     };
     for (node, host) in nodes.iter_mut().zip(&hosts) {
         lend(node, host);
@@ -240,10 +242,10 @@ pub fn view(h: &PoolHostRow) -> PoolHost {
 /// terminated; marks `in_use` those only `reserved` whose node is recorded. Returns the hosts
 /// given back.
 pub async fn sweep_cluster(
-    st: &AppState,
+    st: &Engine,
     tenant_id: &str,
     cluster_id: u64,
-) -> ApiResult<Vec<PoolHostRow>> {
+) -> EngineResult<Vec<PoolHostRow>> {
     let freed = st
         .store
         .settle_pool_hosts(Some((tenant_id, cluster_id)), now_ms() - RESERVE_GRACE_MS)
@@ -253,7 +255,7 @@ pub async fn sweep_cluster(
 }
 
 /// [`sweep_cluster`] for every lent host of every tenant, at time `now` (the janitor).
-pub async fn sweep(st: &AppState, now: i64) -> ApiResult<Vec<PoolHostRow>> {
+pub async fn sweep(st: &Engine, now: i64) -> EngineResult<Vec<PoolHostRow>> {
     let freed = st
         .store
         .settle_pool_hosts(None, now - RESERVE_GRACE_MS)
@@ -273,7 +275,7 @@ fn log_freed(hosts: &[PoolHostRow]) {
 
 /// Sweeps a cluster each time one of its jobs succeeds (a delete terminates it, a shrink retires
 /// nodes), for as long as the returned task lives. Subscribed before this returns.
-pub fn spawn(st: AppState) -> tokio::task::JoinHandle<()> {
+pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
     let mut rx = st.events.subscribe();
     tokio::spawn(async move {
         loop {

@@ -7,22 +7,41 @@ use weft_model::{
 use weft_store::{ClusterRow, JobRow, NodeRow, TaskRow, TaskState};
 
 use super::body::{from_body, ClusterBody, JobBody, TaskBody};
-use super::cluster_id_text;
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use super::{cluster_id_text, parse_cluster_id};
+use crate::error::{EngineError, EngineResult};
+use crate::{Caller, Engine};
 
-fn status_of(row: &ClusterRow) -> ApiResult<ClusterStatus> {
+/// What a sensitive field's value reads as in any answer.
+pub const MASK: &str = "********";
+
+fn status_of(row: &ClusterRow) -> EngineResult<ClusterStatus> {
     ClusterStatus::parse(&row.status)
-        .ok_or_else(|| ApiError::Internal(format!("cluster status {}", row.status)))
+        .ok_or_else(|| EngineError::Internal(format!("cluster status {}", row.status)))
 }
 
-fn job_status(job: &JobRow) -> ApiResult<JobStatus> {
+fn job_status(job: &JobRow) -> EngineResult<JobStatus> {
     JobStatus::parse(&job.status)
-        .ok_or_else(|| ApiError::Internal(format!("job status {}", job.status)))
+        .ok_or_else(|| EngineError::Internal(format!("job status {}", job.status)))
+}
+
+/// The cluster `id` if the caller may see it (its own, or any of the tenant's for an admin);
+/// [`EngineError::ClusterNotFound`] otherwise.
+pub async fn visible(st: &Engine, who: &Caller, id: &str) -> EngineResult<ClusterRow> {
+    let missing = || EngineError::ClusterNotFound(id.to_string());
+    let n = parse_cluster_id(id).ok_or_else(missing)?;
+    let row = st
+        .store
+        .get_cluster(&who.tenant.id, n)
+        .await?
+        .ok_or_else(missing)?;
+    if !who.is_admin() && row.owner != who.user {
+        return Err(missing());
+    }
+    Ok(row)
 }
 
 /// The progress of a job: its action (lower case), status and completed tasks (gates not counted).
-pub async fn progress(st: &AppState, job: &JobRow) -> ApiResult<Progress> {
+pub async fn progress(st: &Engine, job: &JobRow) -> EngineResult<Progress> {
     let body: JobBody = from_body(&job.body)?;
     let done = st
         .store
@@ -48,7 +67,7 @@ const SECRET_RESULTS: [(&str, &str); 2] = [("ssh-auth", "key"), ("ssh-auth", "pa
 
 /// A node as the API shows it: its record, its action history (read from its tasks), and its
 /// secrets masked.
-pub async fn node(st: &AppState, row: &NodeRow) -> ApiResult<Node> {
+pub async fn node(st: &Engine, row: &NodeRow) -> EngineResult<Node> {
     let mut node: Node = from_body(&row.body)?;
     let tasks = st
         .store
@@ -72,7 +91,7 @@ pub fn mask_results(results: &mut serde_json::Map<String, serde_json::Value>) {
             .and_then(|o| o.as_object_mut())
             .and_then(|o| o.get_mut(inner))
         {
-            *v = serde_json::Value::String(crate::routes::entities::MASK.into());
+            *v = serde_json::Value::String(MASK.into());
         }
     }
 }
@@ -87,7 +106,7 @@ pub fn unmask_results(
         let masked = new
             .get(outer)
             .and_then(|o| o.get(inner))
-            .is_some_and(|v| v == crate::routes::entities::MASK);
+            .is_some_and(|v| v == MASK);
         if !masked {
             continue;
         }
@@ -100,7 +119,7 @@ pub fn unmask_results(
 
 /// A task's entries in its node's history: one per attempt, failed retried ones first, each
 /// numbered (`attempt` of `max_attempts`) so that retries read as such.
-fn actions(t: &TaskRow, max_attempts: u32) -> ApiResult<Vec<NodeAction>> {
+fn actions(t: &TaskRow, max_attempts: u32) -> EngineResult<Vec<NodeAction>> {
     let body: TaskBody = from_body(&t.body)?;
     let entry = |attempt: u32, submit_time, status_time, status, stdout, stderr| NodeAction {
         task_id: t.id.clone(),
@@ -160,7 +179,7 @@ fn actions(t: &TaskRow, max_attempts: u32) -> ApiResult<Vec<NodeAction>> {
 /// The cluster's latest job, and the cluster row no older than it. A job that ends and the
 /// cluster status it sets are committed together, but `row` was read before the job: if the job
 /// has ended while the row still shows the cluster pending, the row is read again.
-async fn latest_job(st: &AppState, row: &ClusterRow) -> ApiResult<(ClusterRow, Option<JobRow>)> {
+async fn latest_job(st: &Engine, row: &ClusterRow) -> EngineResult<(ClusterRow, Option<JobRow>)> {
     let Some(id) = &row.latest_job else {
         return Ok((row.clone(), None));
     };
@@ -176,7 +195,7 @@ async fn latest_job(st: &AppState, row: &ClusterRow) -> ApiResult<(ClusterRow, O
     Ok((row.clone(), job))
 }
 
-pub async fn summary(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterSummary> {
+pub async fn summary(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterSummary> {
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
@@ -240,23 +259,23 @@ impl NodePage {
 
 /// The whole cluster, every node of it (callbacks); for clusters up to [`WHOLE_UP_TO`] nodes
 /// what the API answers, and beyond that the first page.
-pub async fn details(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterDetails> {
+pub async fn details(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterDetails> {
     Ok(details_page(st, row, NodePage::default()).await?.0)
 }
 
 /// The cluster with the nodes of `page`, each with its action history. Every node's properties
 /// are read (links expand against all of them), but only the page's histories, and at most
-/// [`HEAVY_READS`](crate::state::HEAVY_READS) such answers are built at once.
+/// [`HEAVY_READS`](crate::HEAVY_READS) such answers are built at once.
 pub async fn details_page(
-    st: &AppState,
+    st: &Engine,
     row: &ClusterRow,
     page: NodePage,
-) -> ApiResult<(ClusterDetails, PageInfo)> {
+) -> EngineResult<(ClusterDetails, PageInfo)> {
     let _permit = st
         .heavy_reads
         .acquire()
         .await
-        .map_err(|e| ApiError::Internal(format!("heavy reads: {e}")))?;
+        .map_err(|e| EngineError::Internal(format!("heavy reads: {e}")))?;
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
@@ -264,8 +283,8 @@ pub async fn details_page(
     let all = rows
         .iter()
         .map(|n| from_body::<Node>(&n.body))
-        .collect::<ApiResult<Vec<Node>>>()?;
-    let layout = super::work::plan_nodes(&all);
+        .collect::<EngineResult<Vec<Node>>>()?;
+    let layout = super::body::plan_nodes(&all);
     drop(all);
     let range = page.range(rows.len());
     let info = PageInfo {
@@ -322,12 +341,10 @@ pub async fn details_page(
     ))
 }
 
-pub async fn status(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterStatusView> {
+pub async fn status(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterStatusView> {
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
-    let job = job.ok_or_else(|| {
-        ApiError::NotFound(format!("cluster {} not found.", cluster_id_text(row.id)))
-    })?;
+    let job = job.ok_or_else(|| EngineError::ClusterNotFound(cluster_id_text(row.id)))?;
     let p = progress(st, &job).await?;
     Ok(ClusterStatusView {
         clusterid: cluster_id_text(row.id),
@@ -340,7 +357,7 @@ pub async fn status(st: &AppState, row: &ClusterRow) -> ApiResult<ClusterStatusV
 }
 
 /// A job's plan in Coopr's format. The current stage is the first with a task not complete.
-pub async fn plan(st: &AppState, job: &JobRow) -> ApiResult<PlanView> {
+pub async fn plan(st: &Engine, job: &JobRow) -> EngineResult<PlanView> {
     let body: JobBody = from_body(&job.body)?;
     let tasks = st.store.list_tasks(&job.tenant_id, &job.id).await?;
     let by_id: std::collections::BTreeMap<&str, &weft_store::TaskRow> =

@@ -1,0 +1,138 @@
+//! What every engine step works with: the [`Engine`] (store, settings, job notices, caches, the
+//! [`Messenger`] to the world outside), who asks ([`Caller`]) and the clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use weft_store::{Store, Tenant};
+
+use crate::cache;
+use crate::events::{JobEvent, JobEventKind, Moved};
+
+/// The settings the engine reads (weft-server's `Settings` hold them among others).
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// How long a worker holds a task before the janitor fails it.
+    pub task_timeout_ms: i64,
+    /// How many times a task runs before its job fails.
+    pub max_action_retries: u32,
+    /// How often the janitor runs.
+    pub janitor_interval_ms: u64,
+    /// How long a provisioner may stay silent before it is dropped.
+    pub provisioner_timeout_ms: i64,
+    /// Job notices are POSTed here.
+    pub callback_url: Option<String>,
+    /// Job notices are piped to this shell command.
+    pub callback_command: Option<String>,
+    /// How long one callback may take.
+    pub callback_timeout_ms: u64,
+}
+
+/// What the engine asks of the world outside the store, which weft-server provides over HTTP: the
+/// engine decides, the server delivers.
+#[async_trait::async_trait]
+pub trait Messenger: Send + Sync {
+    /// Tenants' worker counts changed on these provisioners: tell them, in the background.
+    fn workers_moved(&self, moved: Vec<Moved>);
+    /// POSTs a job notice to a callback URL within `limit`; an error is a short text for the log
+    /// (never the URL, which may carry a token).
+    async fn post_json(&self, url: &str, body: &Value, limit: Duration) -> Result<(), String>;
+}
+
+/// A [`Messenger`] that tells nobody (tests, tools).
+pub struct Quiet;
+
+#[async_trait::async_trait]
+impl Messenger for Quiet {
+    fn workers_moved(&self, _moved: Vec<Moved>) {}
+    async fn post_json(&self, _url: &str, _body: &Value, _limit: Duration) -> Result<(), String> {
+        Err("no messenger".into())
+    }
+}
+
+/// What every engine step works with: the store, the settings, the job notices, the per-process
+/// caches and the [`Messenger`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    pub store: Arc<dyn Store>,
+    pub settings: Arc<EngineSettings>,
+    /// Job notices (start, success, failure), after they are committed.
+    pub events: tokio::sync::broadcast::Sender<JobEvent>,
+    /// What task payloads derive from clusters (see [`cache`]).
+    pub payloads: Arc<cache::PayloadCache>,
+    /// Provisioners recently seen registered (see [`cache`]).
+    pub provisioners: Arc<cache::ProvisionerCache>,
+    /// Tasks this server leased and that have not finished yet (see [`cache`]).
+    pub leases: Arc<cache::LeaseCache>,
+    /// Permits for answers that read a whole cluster ([`HEAVY_READS`] at once), so that many
+    /// concurrent reads of a large cluster queue instead of multiplying peak memory.
+    pub heavy_reads: Arc<tokio::sync::Semaphore>,
+    /// Calls out of the process.
+    pub messenger: Arc<dyn Messenger>,
+}
+
+/// How many whole-cluster answers are built at once.
+pub const HEAVY_READS: usize = 4;
+
+impl Engine {
+    /// An engine over `store` with empty caches.
+    pub fn new(
+        store: Arc<dyn Store>,
+        settings: EngineSettings,
+        messenger: Arc<dyn Messenger>,
+    ) -> Engine {
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        Engine {
+            store,
+            settings: Arc::new(settings),
+            events,
+            payloads: Arc::default(),
+            provisioners: Arc::default(),
+            leases: Arc::default(),
+            heavy_reads: Arc::new(tokio::sync::Semaphore::new(HEAVY_READS)),
+            messenger,
+        }
+    }
+}
+
+/// A caller's role in its tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    User,
+    Admin,
+    SuperAdmin,
+}
+
+/// Who asks for an operation: the tenant it acts in, the user (a cluster's owner) and the role.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub tenant: Tenant,
+    pub user: String,
+    pub role: Role,
+}
+
+impl Caller {
+    /// Whether the caller administers its tenant (the superadmin does too).
+    pub fn is_admin(&self) -> bool {
+        self.role >= Role::Admin
+    }
+}
+
+/// Milliseconds since the Unix epoch. The one place the engine reads the clock.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Sends a notice; nobody listening is fine.
+pub fn notify(st: &Engine, kind: JobEventKind, tenant_id: &str, cluster_id: u64, job_id: &str) {
+    let _ = st.events.send(JobEvent {
+        kind,
+        tenant_id: tenant_id.into(),
+        cluster_id,
+        job_id: job_id.into(),
+    });
+}

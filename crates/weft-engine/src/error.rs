@@ -1,0 +1,106 @@
+//! What can go wrong in the engine, in the engine's own terms.
+//!
+//! Each variant's text is the message a caller reads; weft-server's `error` module (the one place
+//! that knows HTTP) picks the status code for each variant and keeps these texts as the body.
+
+use weft_model::ModelError;
+use weft_store::StoreError;
+
+/// An engine error.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A request that breaks a rule of its own: the message names the field.
+    #[error("{0}")]
+    Invalid(String),
+    /// A request that the model's readers or validators refused.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// Provider fields that the provider type requires and the request does not give:
+    /// `[{"<field>": FieldSchema}, ...]`, one entry per alternative set.
+    #[error("missing fields")]
+    MissingFields(serde_json::Value),
+    /// A catalog entry that a request names and the tenant does not have (`kind` as a reader says
+    /// it: "cluster template", "provider", "provider type").
+    #[error("{kind} {name} does not exist.")]
+    NotInCatalog { kind: &'static str, name: String },
+    /// A cluster that is not there (or not the caller's tenant's).
+    #[error("cluster {0} not found.")]
+    ClusterNotFound(String),
+    /// A node that is not there (or not the caller's to see).
+    #[error("node {0} not found.")]
+    NodeNotFound(String),
+    /// A node record written as new whose id is taken.
+    #[error("node {0} already exists")]
+    NodeExists(String),
+    /// A job that is not there.
+    #[error("job {0} not found.")]
+    JobNotFound(String),
+    /// A new cluster would take the tenant past its `maxClusters`.
+    #[error("tenant {tenant} would exceed its quota maxClusters ({limit}): it has {has} clusters")]
+    ClusterQuota {
+        tenant: String,
+        limit: u64,
+        has: u64,
+    },
+    /// A new cluster's nodes would take the tenant past its `maxNodes`.
+    #[error(
+        "tenant {tenant} would exceed its quota maxNodes ({limit}): it has {has} nodes and asks for {asks} more"
+    )]
+    NodeQuota {
+        tenant: String,
+        limit: u64,
+        has: u64,
+        asks: u64,
+    },
+    /// No layout satisfies the template's constraints: the solver's explanation.
+    #[error("{0}")]
+    NoLayout(String),
+    /// The planner refused the operation (for example a service dependency cycle).
+    #[error("{0}")]
+    NoPlan(String),
+    /// A job is still underway on the cluster.
+    #[error("Job {job} is still underway for cluster {cluster}")]
+    JobUnderway { job: String, cluster: String },
+    /// The operation needs the cluster in another status.
+    #[error("cluster {cluster} is {status}; this needs it {needs}")]
+    WrongStatus {
+        cluster: String,
+        status: String,
+        needs: String,
+    },
+    /// Only a running create job can be aborted.
+    #[error("Cannot be aborted at this time.")]
+    CannotAbort,
+    /// A cluster does not satisfy the current version of its template.
+    #[error(
+        "cluster {cluster} does not satisfy the current version of template {template}: {why}"
+    )]
+    TemplateUnsatisfied {
+        cluster: String,
+        template: String,
+        why: String,
+    },
+    /// The cluster changed while the operation was being decided.
+    #[error("cluster {0} changed meanwhile; try again")]
+    ClusterChanged(String),
+    /// A host pool has too few free hosts for the new nodes: the message says which labels.
+    #[error("{0}")]
+    PoolShort(String),
+    /// A provisioner that is not registered asked for work.
+    #[error("Provisioner {0} is not registered.")]
+    NotRegistered(String),
+    /// A worker reported on a task it does not hold.
+    #[error("Worker is not the owner of the task")]
+    NotOwner,
+    /// A change set lost a race with another step (re-run by [`retry_stale`](crate::retry_stale)).
+    #[error("stale: {0}")]
+    Stale(String),
+    /// The store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A fault of the server (a row it cannot read back, ...): logged, never shown in full.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type EngineResult<T> = Result<T, EngineError>;

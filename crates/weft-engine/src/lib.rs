@@ -1,0 +1,63 @@
+//! weft-engine: turns cluster operations into jobs of node tasks and runs them against
+//! provisioners. It knows nothing of HTTP: weft-server parses requests, calls one function here and
+//! renders what comes back (errors through its one error module).
+//!
+//! Every step reads rows from the store, decides the new states in memory, and commits all of its
+//! changes in one [`ChangeSet`](weft_store::ChangeSet) guarded by row revisions, so a crash between
+//! steps loses nothing and a step that raced another one is simply re-run ([`retry_stale`]).
+//!
+//! A job's DAG (from the planner) is stored as task rows: each holds the ids of its successors and
+//! how many predecessors are not done yet. Gates (the planner's no-work join points) are task rows
+//! with action `GATE` that complete the moment their predecessors do; every job ends in one gate,
+//! `<jobId>-end`, whose completion completes the job. A task whose predecessors are done goes into
+//! its tenant's queue (state `queued`); `take` leases it to a worker; `finish` records the result
+//! and releases its successors.
+//!
+//! Entry points, one per operation:
+//! * clusters: [`create::create_cluster`] (and its dry run), [`jobs::start_job`] with the
+//!   operations of [`ops`] (reconfigure, add services, expand, shrink, upgrade, service actions),
+//!   [`delete::delete_cluster`], [`control`] (pause, resume, abort),
+//!   [`rollback::after_failed_job`] (automatic rollbacks);
+//! * tasks: [`work::take`], [`work::finish`], [`work::fail_over_leases`];
+//! * reading: [`view`] (clusters, nodes, jobs and plans as the API shows them), [`catalog`]
+//!   (templates resolved in a tenant);
+//! * background: [`janitor`], [`callbacks`], [`hostpool::spawn`] (hosts back to their pools),
+//!   [`workers::rebalance`] (tenants' workers placed on provisioners).
+//!
+//! Modules, bottom up: `error`, `metrics` (process counters), `body` (what the engine keeps in each
+//! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
+//! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `hostpool` (lending pool hosts to nodes),
+//! `jobs` (starting jobs), `control`, `create`, `ops`, `delete`, `rollback`, `work` (take and
+//! finish), `janitor`, `callbacks`.
+//! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
+
+pub mod body;
+pub mod cache;
+pub mod callbacks;
+pub mod catalog;
+pub mod context;
+pub mod control;
+pub mod create;
+pub mod delete;
+pub mod error;
+pub mod events;
+pub mod hostpool;
+pub mod ids;
+pub mod janitor;
+pub mod jobs;
+pub mod metrics;
+pub mod nodes;
+pub mod ops;
+pub mod retry;
+pub mod rollback;
+pub mod view;
+pub mod work;
+pub mod workers;
+
+pub use context::{
+    notify, now_ms, Caller, Engine, EngineSettings, Messenger, Quiet, Role, HEAVY_READS,
+};
+pub use error::{EngineError, EngineResult};
+pub use events::{JobEvent, JobEventKind};
+pub use ids::{cluster_id_text, parse_cluster_id, GATE};
+pub use retry::{retry_stale, store_err};

@@ -1,0 +1,95 @@
+//! Node records written and removed directly (`/v2/nodes`, for admins), and the nodes a caller
+//! may see.
+
+use std::collections::BTreeSet;
+
+use weft_model::Node;
+use weft_store::{ChangeSet, Expect, NodeRow, Write};
+
+use crate::body::{from_body, to_body};
+use crate::error::{EngineError, EngineResult};
+use crate::{parse_cluster_id, store_err, view, Caller, Engine};
+
+/// The node records of the clusters `who` may see (all of the tenant's for an admin).
+pub async fn visible_nodes(st: &Engine, who: &Caller) -> EngineResult<Vec<NodeRow>> {
+    let rows = st.store.list_tenant_nodes(&who.tenant.id).await?;
+    if who.is_admin() {
+        return Ok(rows);
+    }
+    let mine: BTreeSet<u64> = st
+        .store
+        .list_clusters(&who.tenant.id, Some(&who.user))
+        .await?
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    Ok(rows
+        .into_iter()
+        .filter(|r| mine.contains(&r.cluster_id))
+        .collect())
+}
+
+/// The node `id` if `who` may see it.
+pub async fn find(st: &Engine, who: &Caller, id: &str) -> EngineResult<NodeRow> {
+    visible_nodes(st, who)
+        .await?
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| EngineError::NodeNotFound(id.to_string()))
+}
+
+/// Writes a node record of one of the tenant's clusters (a new one when `expect_absent`). Its
+/// history is read from tasks, and masked secrets written back keep their values.
+pub async fn put_node(
+    st: &Engine,
+    who: &Caller,
+    mut node: Node,
+    expect_absent: bool,
+) -> EngineResult<()> {
+    node.actions.clear();
+    if let Some(old) = st.store.get_node(&who.tenant.id, &node.id).await? {
+        let old: Node = from_body(&old.body)?;
+        view::unmask_results(&mut node.provisioner_results, &old.provisioner_results);
+    }
+    let cluster_id = parse_cluster_id(&node.cluster_id).ok_or_else(|| {
+        EngineError::Invalid(format!("clusterId {} is not a cluster id", node.cluster_id))
+    })?;
+    st.store
+        .get_cluster(&who.tenant.id, cluster_id)
+        .await?
+        .ok_or_else(|| {
+            EngineError::Invalid(format!("cluster {} does not exist", node.cluster_id))
+        })?;
+    let mut cs = ChangeSet::new();
+    if expect_absent {
+        cs.expect(Expect::NodeRev {
+            tenant_id: who.tenant.id.clone(),
+            id: node.id.clone(),
+            rev: 0,
+        });
+    }
+    cs.write(Write::Node(NodeRow {
+        tenant_id: who.tenant.id.clone(),
+        cluster_id,
+        id: node.id.clone(),
+        nodenum: node.properties.nodenum,
+        rev: 0,
+        body: to_body(&node)?,
+    }));
+    st.store.commit(&cs).await.map_err(|e| match store_err(e) {
+        EngineError::Stale(_) => EngineError::NodeExists(node.id.clone()),
+        other => other,
+    })
+}
+
+/// Removes a node record.
+pub async fn delete_node(st: &Engine, who: &Caller, id: String) -> EngineResult<()> {
+    let cs = ChangeSet {
+        expect: vec![],
+        writes: vec![Write::DeleteNode {
+            tenant_id: who.tenant.id.clone(),
+            id,
+        }],
+    };
+    st.store.commit(&cs).await.map_err(store_err)
+}

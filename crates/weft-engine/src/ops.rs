@@ -1,0 +1,325 @@
+//! Operations on an existing cluster: each builds the layout after the change (with the solver when
+//! the layout changes), plans the job, and starts it with [`start_job`], or only shows its plan when
+//! asked for a dry run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use weft_model::{
+    lenient, ClusterStatus, ClusterTemplate, EntityKind, MachineType, Node, PlanView, Service,
+};
+use weft_planner::Operation;
+use weft_solver::{Catalog, Change, ExistingNode, Layout, TypeOffer};
+
+use weft_store::{ChangeSet, ClusterRow, Expect, Write};
+
+use crate::body::{to_body, ClusterBody};
+use crate::catalog::{resolve_in_tenant, typed_list};
+use crate::error::{EngineError, EngineResult};
+use crate::jobs::{hostname, load, require_status, start_job, Loaded, MachineTypes};
+use crate::view::visible;
+use crate::{store_err, Caller, Engine};
+
+/// Solves a change of the cluster's layout against its template and the tenant's current catalog.
+pub async fn solve_change(
+    st: &Engine,
+    c: &Loaded,
+    change: &Change,
+) -> EngineResult<(Layout, Vec<Service>, Vec<MachineType>, Vec<MachineType>)> {
+    let tenant = &c.row.tenant_id;
+    let hardware: Vec<MachineType> = typed_list(st, tenant, EntityKind::HardwareType).await?;
+    let images: Vec<MachineType> = typed_list(st, tenant, EntityKind::ImageType).await?;
+    let services: Vec<Service> = typed_list(st, tenant, EntityKind::Service).await?;
+    let hw = TypeOffer::hardware_for(&hardware, &c.body.provider.name);
+    let img = TypeOffer::images_for(&images, &c.body.provider.name);
+    let catalog = Catalog {
+        template: &c.body.template,
+        hardware: &hw,
+        images: &img,
+        services: Some(&services),
+    };
+    let existing: Vec<ExistingNode> = c
+        .nodes
+        .iter()
+        .map(|n| ExistingNode {
+            id: n.id.clone(),
+            hardwaretype: n.properties.hardwaretype.clone(),
+            imagetype: n.properties.imagetype.clone(),
+            services: n.properties.services.iter().cloned().collect(),
+        })
+        .collect();
+    let layout = weft_solver::change(&catalog, &existing, change)
+        .map_err(|e| EngineError::NoLayout(e.to_string()))?;
+    Ok((layout, services, hardware, images))
+}
+
+/// The nodes after a solved change: existing nodes with their new service lists (definitions from
+/// the catalog for services they gain), and new nodes numbered after the highest nodenum.
+pub fn nodes_after(
+    c: &Loaded,
+    layout: &Layout,
+    services: &[Service],
+    hardware: &[MachineType],
+    images: &[MachineType],
+) -> Vec<Node> {
+    let types = MachineTypes {
+        provider: &c.body.provider.name,
+        hardware,
+        images,
+        services,
+    };
+    let by_id: BTreeMap<&str, &Node> = c.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    let mut next = c
+        .nodes
+        .iter()
+        .map(|n| n.properties.nodenum)
+        .max()
+        .map_or(1000, |n| n + 1);
+    let mut out = Vec::new();
+    for ln in &layout.nodes {
+        match ln.id.as_deref().and_then(|id| by_id.get(id)) {
+            Some(old) => {
+                let mut n = (*old).clone();
+                let mut defs: Vec<Service> = Vec::new();
+                for s in &ln.services {
+                    match old.services.iter().find(|d| &d.name == s) {
+                        Some(d) => defs.push(d.clone()),
+                        None => defs.extend(services.iter().find(|d| &d.name == s).cloned()),
+                    }
+                }
+                n.properties.automators = {
+                    let set: std::collections::BTreeSet<String> = defs
+                        .iter()
+                        .flat_map(|d| d.provisioner.actions.values().map(|a| a.automator.clone()))
+                        .collect();
+                    set.into_iter().collect()
+                };
+                n.properties.services = ln.services.clone();
+                n.services = defs;
+                out.push(n);
+            }
+            None => {
+                let name = hostname(&c.row.name, c.row.id, next, &c.body.dns_suffix);
+                out.push(types.new_node(
+                    c.row.id,
+                    next,
+                    name,
+                    &ln.hardwaretype,
+                    &ln.imagetype,
+                    &ln.services,
+                ));
+                next += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Starts (or, for a dry run, plans) an operation that keeps the layout: reconfigure, start, stop,
+/// restart. Returns the plan only for a dry run.
+pub async fn in_place(
+    st: &Engine,
+    c: &Loaded,
+    op: Operation,
+    body: ClusterBody,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    let s = start_job(st, c, op, &[], c.nodes.clone(), body, vec![], dry_run).await?;
+    Ok(dry_run.then_some(s.plan))
+}
+
+/// Solves `change`, then starts (or plans) `op` from the current layout to the solved one; nodes
+/// the solver takes away leave when the job succeeds. Returns the plan only for a dry run.
+pub async fn relayout(
+    st: &Engine,
+    c: &Loaded,
+    change: &Change,
+    op: Operation,
+    body: ClusterBody,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    let (layout, services, hw, img) = solve_change(st, c, change).await?;
+    let after = nodes_after(c, &layout, &services, &hw, &img);
+    let s = start_job(
+        st,
+        c,
+        op,
+        &c.nodes,
+        after,
+        body,
+        layout.removed.clone(),
+        dry_run,
+    )
+    .await?;
+    Ok(dry_run.then_some(s.plan))
+}
+
+/// Moves the end of the lease of cluster `id` (as `who` sees it) to `expire_time`, within its
+/// template's lease rules (never before creation; at most `step` longer at a time; at most `max`
+/// after creation).
+pub async fn set_lease(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    expire_time: Option<i64>,
+) -> EngineResult<()> {
+    let row = visible(st, who, id).await?;
+    let t = expire_time.ok_or_else(|| invalid("expire time not specified".into()))?;
+    if matches!(
+        ClusterStatus::parse(&row.status),
+        Some(ClusterStatus::Terminated | ClusterStatus::Pending)
+    ) {
+        return Err(invalid(format!(
+            "cluster {id} is {}: its lease cannot change now",
+            row.status
+        )));
+    }
+    let c = load(st, row.clone()).await?;
+    let l = c.body.template.administration.leaseduration;
+    if t < row.create_time {
+        return Err(invalid(
+            "expireTime may not be before the cluster's creation".into(),
+        ));
+    }
+    if l.max != 0 {
+        if l.step != 0 && t - row.expire_time > l.step as i64 {
+            return Err(invalid(format!(
+                "the lease may grow by at most {} ms at a time",
+                l.step
+            )));
+        }
+        if t > row.create_time + l.max as i64 {
+            return Err(invalid(format!(
+                "the lease may not end more than {} ms after creation",
+                l.max
+            )));
+        }
+    }
+    let mut new = row.clone();
+    new.expire_time = t;
+    let cs = ChangeSet {
+        expect: vec![Expect::cluster(&row)],
+        writes: vec![Write::Cluster(new)],
+    };
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+fn invalid(message: String) -> EngineError {
+    EngineError::Invalid(message)
+}
+
+/// Moves cluster `id` (as `who` sees it) to the current version of its template, when what it
+/// runs and its layout satisfy that version as they are; nothing else changes.
+pub async fn sync_template(st: &Engine, who: &Caller, id: &str) -> EngineResult<()> {
+    let row = visible(st, who, id).await?;
+    require_status(&row, &[ClusterStatus::Active])?;
+    let mut c = load(st, row.clone()).await?;
+    let name = c.body.template.name.clone();
+    let unsatisfied = |why: String| EngineError::TemplateUnsatisfied {
+        cluster: id.to_string(),
+        template: name.clone(),
+        why,
+    };
+    let fresh = current_template(st, &row.tenant_id, &name).await?;
+    runs_within(&fresh, &c).map_err(unsatisfied)?;
+    c.body.template = fresh;
+    let (layout, ..) = solve_change(st, &c, &Change::Retemplate(c.body.services.clone()))
+        .await
+        .map_err(|e| unsatisfied(e.to_string()))?;
+    if !keeps_layout(&layout, &c) {
+        return Err(unsatisfied("its layout would have to change".into()));
+    }
+    let mut new = row.clone();
+    new.body = to_body(&c.body)?;
+    let cs = ChangeSet {
+        expect: vec![Expect::cluster(&row)],
+        writes: vec![Write::Cluster(new)],
+    };
+    st.store.commit(&cs).await.map_err(store_err)
+}
+
+/// The template's current version, resolved.
+async fn current_template(
+    st: &Engine,
+    tenant_id: &str,
+    name: &str,
+) -> EngineResult<ClusterTemplate> {
+    let doc = st
+        .store
+        .get_entity(tenant_id, EntityKind::ClusterTemplate, name, None)
+        .await?
+        .ok_or_else(|| EngineError::NotInCatalog {
+            kind: "cluster template",
+            name: name.to_string(),
+        })?;
+    resolve_in_tenant(st, tenant_id, lenient::from_value::<ClusterTemplate>(doc)?).await
+}
+
+/// Whether a solved layout keeps every node of the cluster with the services it has.
+fn keeps_layout(layout: &Layout, c: &Loaded) -> bool {
+    layout.removed.is_empty()
+        && layout.nodes.len() == c.nodes.len()
+        && layout.nodes.iter().zip(&c.nodes).all(|(l, n)| {
+            l.id.as_deref() == Some(&n.id)
+                && l.services.iter().collect::<BTreeSet<_>>()
+                    == n.properties.services.iter().collect()
+        })
+}
+
+/// Whether what the cluster runs (its services, and its nodes' hardware and image types) is
+/// within `template`'s compatibility lists (an empty list allows anything); `Err` names the first
+/// thing that is not.
+fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
+    let compat = &template.compatibility;
+    let allowed = |list: &[String], x: &str| list.is_empty() || list.iter().any(|l| l == x);
+    if let Some(s) = c
+        .body
+        .services
+        .iter()
+        .find(|s| !allowed(&compat.services, s))
+    {
+        return Err(format!(
+            "it runs service {s}, which the template no longer allows"
+        ));
+    }
+    for n in &c.nodes {
+        let p = &n.properties;
+        if !allowed(&compat.hardwaretypes, &p.hardwaretype) {
+            return Err(format!(
+                "node {} has hardware type {}, which the template no longer allows",
+                n.id, p.hardwaretype
+            ));
+        }
+        if !allowed(&compat.imagetypes, &p.imagetype) {
+            return Err(format!(
+                "node {} has image type {}, which the template no longer allows",
+                n.id, p.imagetype
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Adds `k` nodes to the cluster `row` (active), within the tenant's `maxNodes`; returns the plan
+/// only for a dry run.
+pub async fn expand(
+    st: &Engine,
+    who: &Caller,
+    row: ClusterRow,
+    k: u64,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    require_status(&row, &[ClusterStatus::Active])?;
+    let tenant = &who.tenant;
+    let (_, nodes) = st.store.count_clusters(&tenant.id).await?;
+    if nodes + k > tenant.spec.max_nodes {
+        return Err(EngineError::NodeQuota {
+            tenant: tenant.spec.name.clone(),
+            limit: tenant.spec.max_nodes,
+            has: nodes,
+            asks: k,
+        });
+    }
+    let c = load(st, row).await?;
+    let body = c.body.clone();
+    relayout(st, &c, &Change::Expand(k), Operation::Expand, body, dry_run).await
+}

@@ -1,0 +1,289 @@
+//! The engine called directly, on a temporary SQLite store, with no HTTP server: create requests
+//! refused in the engine's own terms, a cluster created and run to active by a scripted worker,
+//! deleted, and a request that cannot be laid out recorded as a terminated cluster.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use weft_engine::create::{create_cluster, Created};
+use weft_engine::delete::start_delete;
+use weft_engine::work::{finish, take};
+use weft_engine::{Caller, Engine, EngineError, EngineSettings, Quiet, Role};
+use weft_model::{ClusterCreateRequest, EntityKind, FinishTaskRequest, TakeTaskRequest};
+use weft_store::{ProvisionerRecord, Store, Tenant, SUPERADMIN};
+
+/// An engine over a fresh store with tenant `acme`: provider `local`, hardware `small`, image
+/// `host`, services `a` and `b` (b needs a) and template `t` (1 to 5 nodes, one `a`).
+struct Fixture {
+    engine: Engine,
+    who: Caller,
+    _dir: TempDir,
+}
+
+async fn fixture(max_clusters: u64) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("weft.db").display());
+    let store: Arc<dyn Store> = weft_store::open(&url).await.unwrap();
+    let tenant = Tenant {
+        id: "t-acme".into(),
+        spec: serde_json::from_value(
+            json!({"name": "acme", "workers": 1, "maxClusters": max_clusters}),
+        )
+        .unwrap(),
+        create_time: 0,
+    };
+    store.insert_tenant(&tenant).await.unwrap();
+    let put = |tenant: &'static str, kind: EntityKind, body: Value| {
+        let store = store.clone();
+        async move {
+            let name = body["name"].as_str().unwrap().to_string();
+            store
+                .create_entity(tenant, kind, &name, &body)
+                .await
+                .unwrap();
+        }
+    };
+    put(
+        SUPERADMIN,
+        EntityKind::ProviderType,
+        json!({"name": "local"}),
+    )
+    .await;
+    put(
+        SUPERADMIN,
+        EntityKind::AutomatorType,
+        json!({"name": "shell"}),
+    )
+    .await;
+    let t = "t-acme";
+    put(
+        t,
+        EntityKind::Provider,
+        json!({"name": "local", "providertype": "local"}),
+    )
+    .await;
+    put(
+        t,
+        EntityKind::HardwareType,
+        json!({"name": "small", "providermap": {"local": {"flavor": "s1"}}}),
+    )
+    .await;
+    put(
+        t,
+        EntityKind::ImageType,
+        json!({"name": "host", "providermap": {"local": {"image": "img"}}}),
+    )
+    .await;
+    put(t, EntityKind::Service, service("a", &[])).await;
+    put(t, EntityKind::Service, service("b", &["a"])).await;
+    put(
+        t,
+        EntityKind::ClusterTemplate,
+        json!({"name": "t", "defaults": {"services": ["a", "b"], "provider": "local"},
+               "constraints": {"size": {"min": 1, "max": 5},
+                               "services": {"a": {"quantities": {"min": 1, "max": 1}}}}}),
+    )
+    .await;
+    store
+        .upsert_provisioner(&ProvisionerRecord {
+            id: "p1".into(),
+            host: "127.0.0.1".into(),
+            port: 1,
+            capacity_total: 4,
+            assignments: BTreeMap::new(),
+            usage: BTreeMap::new(),
+            last_heartbeat_ms: weft_engine::now_ms(),
+        })
+        .await
+        .unwrap();
+    let settings = EngineSettings {
+        task_timeout_ms: 60_000,
+        max_action_retries: 3,
+        janitor_interval_ms: 1_000,
+        provisioner_timeout_ms: 60_000,
+        callback_url: None,
+        callback_command: None,
+        callback_timeout_ms: 1_000,
+    };
+    Fixture {
+        engine: Engine::new(store, settings, Arc::new(Quiet)),
+        who: Caller {
+            tenant,
+            user: "alice".into(),
+            role: Role::User,
+        },
+        _dir: dir,
+    }
+}
+
+fn service(name: &str, requires: &[&str]) -> Value {
+    let action =
+        |what: &str| json!({"type": "shell", "fields": {"script": format!("{what}-{name}.sh")}});
+    json!({"name": name, "dependencies": {"runtime": {"requires": requires}},
+           "provisioner": {"actions": {"install": action("install"), "configure": action("configure"),
+                                       "start": action("start"), "stop": action("stop")}}})
+}
+
+fn request(template: &str, size: i64) -> ClusterCreateRequest {
+    serde_json::from_value(json!({"name": "c1", "clusterTemplate": template, "numMachines": size}))
+        .unwrap()
+}
+
+/// Takes and finishes tasks (all succeed) until none is left; returns how many ran.
+async fn run_worker(e: &Engine) -> usize {
+    let mut ran = 0;
+    loop {
+        let req = TakeTaskRequest {
+            worker_id: Some("w1".into()),
+            provisioner_id: Some("p1".into()),
+            tenant_id: Some("t-acme".into()),
+        };
+        let Some(task) = take(e, req).await.unwrap() else {
+            return ran;
+        };
+        let task: Value = serde_json::from_str(&task).unwrap();
+        let fin: FinishTaskRequest = serde_json::from_value(json!({
+            "workerId": "w1", "provisionerId": "p1", "tenantId": "t-acme",
+            "taskId": task["taskId"], "status": 0
+        }))
+        .unwrap();
+        finish(e, fin).await.unwrap();
+        ran += 1;
+        assert!(ran < 100, "the job never ends");
+    }
+}
+
+async fn status(e: &Engine, id: &str) -> String {
+    let id = weft_engine::parse_cluster_id(id).unwrap();
+    e.store
+        .get_cluster("t-acme", id)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
+}
+
+#[tokio::test]
+async fn a_cluster_is_created_run_and_deleted_without_http() {
+    let f = fixture(10).await;
+    let Created::Id(id) = create_cluster(&f.engine, &f.who, request("t", 3), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    assert_eq!(id, "00000001");
+    assert_eq!(status(&f.engine, &id).await, "pending");
+    let ran = run_worker(&f.engine).await;
+    assert!(
+        ran >= 3 * 3,
+        "create, confirm and bootstrap per node at least; ran {ran}"
+    );
+    assert_eq!(status(&f.engine, &id).await, "active");
+
+    let row = weft_engine::view::visible(&f.engine, &f.who, &id)
+        .await
+        .unwrap();
+    assert!(start_delete(&f.engine, &row).await.unwrap().is_some());
+    let row = weft_engine::view::visible(&f.engine, &f.who, &id)
+        .await
+        .unwrap();
+    let underway = start_delete(&f.engine, &row).await.unwrap_err();
+    assert!(
+        matches!(underway, EngineError::JobUnderway { .. }),
+        "{underway:?}"
+    );
+    run_worker(&f.engine).await;
+    assert_eq!(status(&f.engine, &id).await, "terminated");
+}
+
+#[tokio::test]
+async fn requests_are_refused_in_domain_terms() {
+    let f = fixture(1).await;
+    let e = create_cluster(&f.engine, &f.who, request("nope", 2), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, EngineError::NotInCatalog { kind: "cluster template", name } if name == "nope"),
+        "{e:?}"
+    );
+    assert_eq!(e.to_string(), "cluster template nope does not exist.");
+
+    let e = create_cluster(&f.engine, &f.who, request("t", 9), false)
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Size must be at most 5 for template t");
+
+    let e = create_cluster(&f.engine, &f.who, request("t", 0), false)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, EngineError::Invalid(_)), "{e:?}");
+
+    create_cluster(&f.engine, &f.who, request("t", 1), false)
+        .await
+        .unwrap();
+    let e = create_cluster(&f.engine, &f.who, request("t", 1), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EngineError::ClusterQuota {
+                limit: 1,
+                has: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    // Another user of the tenant does not see alice's cluster.
+    let bob = Caller {
+        user: "bob".into(),
+        ..f.who.clone()
+    };
+    let e = weft_engine::view::visible(&f.engine, &bob, "1")
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "cluster 1 not found.");
+}
+
+#[tokio::test]
+async fn a_dry_run_plans_and_records_nothing() {
+    let f = fixture(10).await;
+    let Created::Plan(plan) = create_cluster(&f.engine, &f.who, request("t", 2), true)
+        .await
+        .unwrap()
+    else {
+        panic!("a dry run answers a plan");
+    };
+    assert_eq!(plan.action, "CLUSTER_CREATE");
+    assert!(!plan.stages.is_empty());
+    assert_eq!(
+        f.engine.store.count_clusters("t-acme").await.unwrap(),
+        (0, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_request_without_a_layout_ends_terminated_with_the_reason() {
+    let f = fixture(10).await;
+    // Two `a` are asked for where the template allows one.
+    let mut req = request("t", 2);
+    req.services = Some(vec!["a".into()]);
+    let dry = create_cluster(&f.engine, &f.who, req.clone(), true)
+        .await
+        .unwrap_err();
+    assert!(matches!(dry, EngineError::NoLayout(_)), "{dry:?}");
+    let Created::Id(id) = create_cluster(&f.engine, &f.who, req, false).await.unwrap() else {
+        panic!("not a dry run");
+    };
+    assert_eq!(status(&f.engine, &id).await, "terminated");
+    let row = weft_engine::view::visible(&f.engine, &f.who, &id)
+        .await
+        .unwrap();
+    let body: weft_engine::body::ClusterBody = weft_engine::body::from_body(&row.body).unwrap();
+    assert_eq!(body.message.as_deref(), Some(dry.to_string().as_str()));
+}
