@@ -179,6 +179,74 @@ async fn shot(c: &Client, name: &str) {
     std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
+/// Screenshots of the page at 1400 and 390 pixels wide (`NAME-1400.png`, `NAME-390.png`), checking
+/// on the way that the page has no horizontal scroll on a phone.
+async fn shots(c: &Client, name: &str) {
+    shot(c, &format!("{name}-1400")).await;
+    c.set_window_size(390, 844).await.unwrap();
+    let wide = c
+        .execute(
+            "return [document.documentElement.scrollWidth, window.innerWidth];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let (scroll, inner) = (wide[0].as_i64().unwrap(), wide[1].as_i64().unwrap());
+    assert!(
+        scroll <= inner,
+        "{name}: horizontal scroll at 390 px ({scroll} > {inner})"
+    );
+    shot(c, &format!("{name}-390")).await;
+    c.set_window_size(1400, 1000).await.unwrap();
+}
+
+/// Waits until `js` (an expression) is true in the page.
+async fn until(c: &Client, what: &str, js: &str) {
+    let end = std::time::Instant::now() + WAIT;
+    loop {
+        let v = c
+            .execute(&format!("return !!({js});"), vec![])
+            .await
+            .unwrap();
+        if v == json!(true) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (reloading) until the cluster page shows the latest job complete.
+async fn job_completes(c: &Client, what: &str) {
+    let end = std::time::Instant::now() + WAIT;
+    loop {
+        c.refresh().await.unwrap();
+        let st = c
+            .execute(
+                "var e = document.getElementById('job-status'); return e ? e.textContent : '';",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if st == json!("complete") {
+            return;
+        }
+        assert!(st != json!("failed"), "{what}: the job failed");
+        assert!(
+            std::time::Instant::now() < end,
+            "{what}: the job did not complete"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn count(c: &Client, css: &str) -> usize {
+    c.find_all(Locator::Css(css)).await.unwrap().len()
+}
+
 /// Starts chromedriver on a free port; returns the process and its URL once it says it is ready.
 async fn chromedriver() -> (tokio::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -221,7 +289,7 @@ async fn browser(url: &str) -> Client {
             })
         });
     let mut opts = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-        "--disable-dev-shm-usage", "--window-size=1280,1000", "--hide-scrollbars"]});
+        "--disable-dev-shm-usage", "--window-size=1400,1000", "--hide-scrollbars"]});
     if let Some(b) = binary {
         opts["binary"] = json!(b.display().to_string());
     }
@@ -290,7 +358,7 @@ async fn admin_and_user_flows_in_chromium() {
 async fn flows(c: &Client, s: &Server, base: &str) {
     c.goto(&format!("{base}/")).await.unwrap();
     text(c, "#login-form").await;
-    shot(c, "01-login").await;
+    shots(c, "01-login").await;
 
     // The admin creates template `web`: first with bad constraints (message at the field).
     login(c, base, "acme", "admin").await;
@@ -313,31 +381,49 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     )
     .await
     .unwrap();
-    shot(c, "02-admin-template-error").await;
+    shots(c, "02-admin-template-error").await;
     fill(c, "f-constraints", r#"{"size": {"min": 1, "max": 5}}"#).await;
     click(c, "#save").await;
     let notice = text(c, ".notice").await;
     assert_eq!(notice, "cluster template web saved");
-    shot(c, "03-admin-templates").await;
+    shots(c, "03-admin-templates").await;
     click(c, "#logout").await;
     text(c, "#login-form").await;
 
-    // A user creates a cluster from the catalog, through the plan preview.
+    // A user creates a cluster from the catalog without typing JSON: the size starts at the
+    // template's minimum, services are checkboxes, the preview shows the layout first.
     login(c, base, "acme", "alice").await;
     c.goto(&format!("{base}/ui/catalog")).await.unwrap();
     text(c, "#template-web").await;
-    shot(c, "04-catalog").await;
+    shots(c, "04-catalog").await;
     click(c, "#template-web a.button").await;
+    let size = c.find(Locator::Id("size")).await.unwrap();
+    assert_eq!(size.prop("value").await.unwrap().as_deref(), Some("1"));
+    for svc in ["svc-base", "svc-web"] {
+        let checked = c
+            .find(Locator::Id(svc))
+            .await
+            .unwrap()
+            .prop("checked")
+            .await
+            .unwrap();
+        assert_eq!(checked.as_deref(), Some("true"), "{svc} checked by default");
+    }
     fill(c, "name", "shop").await;
     fill(c, "size", "2").await;
     click(c, "#preview").await;
-    let h = text(c, "#plan-h").await;
-    assert_eq!(h, "Plan preview: CLUSTER_CREATE");
-    shot(c, "05-create-preview").await;
+    let layout = text(c, "#layout-preview").await;
+    assert!(
+        layout.contains("2\tsmall / host\tbase, web")
+            || layout.contains("2 small / host base, web"),
+        "{layout}"
+    );
+    assert!(text(c, "#plan-summary").await.contains("cluster create"));
+    shots(c, "05-create-preview").await;
     click(c, "#confirm").await;
     let status = text(c, "#cluster-status").await;
     assert_eq!(status, "pending");
-    shot(c, "06-cluster-pending").await;
+    shots(c, "06-cluster-pending").await;
 
     // Play the provisioner; the page follows without a reload (server-sent events).
     let tenant_id = tenant_id(s).await;
@@ -356,16 +442,23 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         .for_element(Locator::Css("#cluster-status.status-active"))
         .await
         .expect("the status turns active live");
-    let same = c
-        .execute("return document.body.dataset.marker || '';", vec![])
-        .await
-        .unwrap();
-    assert_eq!(same, json!("same-page"), "no reload happened");
     c.wait()
         .at_most(WAIT)
         .for_element(Locator::XPath("//*[@id='job-status'][text()='complete']"))
         .await
         .expect("the job shows complete");
+    let same = c
+        .execute("return document.body.dataset.marker || '';", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!("same-page"), "no reload happened");
+    // The grid's cells followed live too: every service runs on both nodes.
+    until(
+        c,
+        "every cell running",
+        "Array.from(document.querySelectorAll('[data-cell]')).every(e => e.textContent == 'running') && document.querySelectorAll('[data-cell]').length == 4",
+    )
+    .await;
     let states = c
         .execute(
             "return Array.from(document.querySelectorAll('[data-task]')).map(e => e.className);",
@@ -379,19 +472,56 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         states.iter().all(|s| s == "task state-complete"),
         "{states:?}"
     );
-    shot(c, "07-cluster-active").await;
+    shots(c, "07-cluster-active").await;
     c.refresh().await.unwrap();
     let nodes = text(c, "#nodes").await;
     assert!(
         nodes.contains("127.77."),
         "the local provider's addresses: {nodes}"
     );
-    shot(c, "08-cluster-detail").await;
-    c.set_window_size(390, 844).await.unwrap();
-    shot(c, "09-cluster-phone").await;
-    c.set_window_size(1280, 1000).await.unwrap();
+    // Swimlanes are named by host, never by node id; a task's output is a click away.
+    let lanes = text(c, "#lanes").await;
+    assert!(
+        !lanes.contains("-4") && lanes.contains("install"),
+        "{lanes}"
+    );
+    click(c, "#lanes .task summary").await;
+    until(
+        c,
+        "a task's details open",
+        "document.querySelector('#lanes .task details[open]')",
+    )
+    .await;
+    shots(c, "08-cluster-detail").await;
 
-    // Delete it (a confirmation prompt first).
+    // Expand by one node, then shrink by one, then restart a service: buttons only.
+    assert_eq!(count(c, "#nodes tbody tr").await, 2);
+    click(c, "#expand").await;
+    assert!(text(c, ".notice").await.starts_with("expand"));
+    job_completes(c, "expand").await;
+    assert_eq!(count(c, "#nodes tbody tr").await, 3);
+    fill(c, "count", "1").await;
+    click(c, "#shrink").await;
+    assert!(text(c, ".notice").await.starts_with("shrink"));
+    job_completes(c, "shrink").await;
+    assert_eq!(count(c, "#nodes tbody tr").await, 2);
+    click(c, "#service-web button.restart").await;
+    assert!(text(c, ".notice").await.starts_with("restart web"));
+    job_completes(c, "restart").await;
+    let history = text(c, "#history").await;
+    for job in [
+        "cluster create",
+        "cluster expand",
+        "cluster shrink",
+        "restart services",
+    ] {
+        assert!(history.to_lowercase().contains(job), "{job} in {history}");
+    }
+    assert!(!history.contains("failed"), "{history}");
+    shots(c, "09-cluster-after-changes").await;
+
+    // Delete it (a confirmation prompt first, naming what goes).
+    assert!(text(c, "#delete-what").await.contains("2 nodes"));
     click(c, "#delete").await;
     c.accept_alert().await.unwrap();
     let notice = text(c, ".notice").await;
@@ -407,7 +537,14 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(table.contains("terminated"), "{table}");
-    shot(c, "10-clusters").await;
+    shots(c, "10-clusters").await;
+    // Filters: a status that no cluster has leaves none.
+    c.goto(&format!("{base}/ui/clusters?status=active"))
+        .await
+        .unwrap();
+    text(c, "#no-match").await;
+    c.goto(&format!("{base}/ui/clusters?q=shop")).await.unwrap();
+    assert!(text(c, "#clusters").await.contains("shop"));
 
     // The superadmin's pages.
     click(c, "#logout").await;
@@ -416,10 +553,45 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         .await
         .unwrap();
     assert!(text(c, "#provisioners").await.contains("p1"));
-    shot(c, "11-provisioners").await;
+    // The superadmin's navigation holds on one line at 1400 px.
+    let tops = c
+        .execute(
+            "return Array.from(document.querySelectorAll('header nav li')).map(e => e.getBoundingClientRect().top);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let tops = tops.as_array().unwrap();
+    assert!(
+        tops.len() >= 7 && tops.iter().all(|t| *t == tops[0]),
+        "{tops:?}"
+    );
+    let header = c
+        .execute(
+            "return document.querySelector('header.top').getBoundingClientRect().height;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        header.as_f64().unwrap() < 70.0,
+        "the header wraps: {header}"
+    );
+    shots(c, "11-provisioners").await;
     c.goto(&format!("{base}/ui/super/tenants")).await.unwrap();
-    assert!(text(c, "#tenants").await.contains("acme"));
-    shot(c, "12-tenants").await;
+    let tenants = text(c, "#tenants").await;
+    assert!(
+        tenants.contains("acme") && tenants.contains("unbounded"),
+        "{tenants}"
+    );
+    assert!(!tenants.contains("2147483647"), "{tenants}");
+    shots(c, "12-tenants").await;
+    c.goto(&format!("{base}/ui/super/apikeys")).await.unwrap();
+    fill(c, "k-user", "carol").await;
+    click(c, "#make-key").await;
+    assert!(text(c, "#secret").await.len() >= 20);
+    assert!(text(c, "#apikeys").await.contains("carol"));
+    shots(c, "13-apikeys").await;
     agent.shutdown().await;
 }
 

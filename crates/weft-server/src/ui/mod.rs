@@ -8,11 +8,13 @@
 //! (used for file uploads). Live job progress comes from a server-sent event stream
 //! (`/ui/clusters/{id}/events`), driven by [`AppState::events`] and a periodic refresh.
 //!
-//! Modules: `clusters` (catalog, cluster list, create with plan preview, detail, actions, events),
+//! Modules: `clusters` (catalog, cluster list, create with plan preview), `cluster` (one cluster's
+//! page: node x service grid, job swimlanes, job history, actions, events),
 //! `admin` (catalog entities, plugin resources, import and export), `superadmin` (tenants,
 //! provisioners, queue metrics), `html` (templates, static files and small helpers).
 
 mod admin;
+mod cluster;
 mod clusters;
 mod html;
 mod superadmin;
@@ -77,6 +79,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/ui/logout", post(logout))
         .route("/ui/api/{*path}", any(proxy))
         .merge(clusters::routes())
+        .merge(cluster::routes())
         .merge(admin::routes())
         .merge(superadmin::routes())
         .layer(Extension(ui))
