@@ -1,8 +1,11 @@
 //! The web UI in real headless Chromium, driven over WebDriver (Debian's `chromium-driver`): an
-//! admin creates a template through the form (after seeing a validation message at its field), a
-//! user creates a cluster on the `local` provider through the plan preview, watches it reach
-//! `active` live (a real in-process provisioner with the local provider runs the cluster), and
-//! deletes it. Screenshots of the main pages go to `target/ui-screenshots/`.
+//! admin builds a template with the structured editor, watching the solve preview change as they
+//! edit constraints (and a validation message after a bad save), and edits a service's actions; a
+//! user creates a cluster on the `local` provider through the layout preview without typing JSON,
+//! watches it reach `active` live (a real in-process provisioner with the local provider runs the
+//! cluster), expands, shrinks, restarts a service and deletes it; the superadmin's pages (one-line
+//! navigation at 1400 px, unbounded quotas, API keys). Screenshots of every page at 1400 and 390
+//! pixels wide go to `target/ui-screenshots/`, and no page scrolls sideways at 390.
 //!
 //! Needs `chromium` and `chromedriver` on PATH: skipped (with a note) without them, a failure in CI.
 
@@ -132,7 +135,7 @@ async fn setup(s: &Server) {
 }
 
 /// A real provisioner (the `local` provider and the `shell` automator) serving tenant `tenant_id`
-/// with two workers, registered as `p1`. Its scripts (install.sh, start.sh, stop.sh) only say so.
+/// with two workers, registered as `p1`. Its scripts (install, configure, start, stop) only say so.
 async fn provisioner(
     s: &Server,
     tenant_id: &str,
@@ -143,7 +146,7 @@ async fn provisioner(
     use weft_provisioner::{Agent, AgentConfig, Plugins};
     let scripts = dir.join("scripts");
     std::fs::create_dir_all(&scripts).unwrap();
-    for name in ["install.sh", "start.sh", "stop.sh"] {
+    for name in ["install.sh", "configure.sh", "start.sh", "stop.sh"] {
         std::fs::write(
             scripts.join(name),
             "#!/bin/sh\necho \"$0 ran on $WEFT_HOSTNAME\"\n",
@@ -360,33 +363,129 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     text(c, "#login-form").await;
     shots(c, "01-login").await;
 
-    // The admin creates template `web`: first with bad constraints (message at the field).
+    // The admin builds template `web` with the editor (no JSON): pick lists, size, constraints,
+    // and the solve preview answering as they edit.
     login(c, base, "acme", "admin").await;
     c.goto(&format!("{base}/ui/admin/clustertemplates/new"))
         .await
         .unwrap();
     fill(c, "f-name", "web").await;
     fill(c, "f-description", "a web server on a base").await;
-    fill(c, "f-defaults", r#"{"services": ["base", "web"], "provider": "local", "hardwaretype": "small", "imagetype": "host"}"#).await;
-    fill(c, "f-constraints", r#"{"size": {"min": 3, "max": 1}}"#).await;
-    click(c, "#save").await;
-    let err = text(c, "#constraints-error").await;
-    assert!(err.starts_with("constraints"), "{err}");
-    assert!(text(c, "#form-error")
-        .await
-        .contains("fix constraints below"));
-    c.execute(
-        "document.getElementById('f-constraints').scrollIntoView();",
-        vec![],
+    for svc in ["base", "web"] {
+        click(c, &format!("input[name='compat:svc:{svc}']")).await;
+        click(c, &format!("input[name='def:svc:{svc}']")).await;
+    }
+    for (id, v) in [
+        ("def-provider", "local"),
+        ("def-hardwaretype", "small"),
+        ("def-imagetype", "host"),
+    ] {
+        c.find(Locator::Id(id))
+            .await
+            .unwrap()
+            .select_by_value(v)
+            .await
+            .unwrap();
+    }
+    fill(c, "size-max", "5").await;
+    let sizes = |want: &'static str| {
+        format!("(document.getElementById('solve-sizes') || {{}}).textContent && document.getElementById('solve-sizes').textContent.includes('{want}')")
+    };
+    until(c, "the preview: 1 to 5 nodes", &sizes("1 to 5 nodes")).await;
+    assert!(text(c, "#solve-layout").await.contains("base, web"));
+    // At most two nodes each for base and web: every node needs one of them, so 4 at most.
+    fill(c, "c-base-max", "2").await;
+    fill(c, "c-web-max", "2").await;
+    until(c, "the preview: 1 to 4 nodes", &sizes("1 to 4 nodes")).await;
+    fill(c, "preview-size", "5").await;
+    until(
+        c,
+        "the solver's explanation",
+        "document.getElementById('solve-explanation')",
     )
-    .await
-    .unwrap();
-    shots(c, "02-admin-template-error").await;
-    fill(c, "f-constraints", r#"{"size": {"min": 1, "max": 5}}"#).await;
+    .await;
+    let why = text(c, "#solve-explanation").await;
+    assert!(why.contains("5 nodes"), "{why}");
+    shots(c, "02-admin-template-editor").await;
+    // Back to unconstrained, and a bad size range: the API's message on the page.
+    fill(c, "c-base-max", "").await;
+    fill(c, "c-web-max", "").await;
+    fill(c, "preview-size", "2").await;
+    until(c, "the preview: 1 to 5 nodes again", &sizes("1 to 5 nodes")).await;
+    fill(c, "size-min", "3").await;
+    fill(c, "size-max", "1").await;
+    click(c, "#save").await;
+    let err = text(c, "#form-error").await;
+    assert!(err.contains("size"), "{err}");
+    fill(c, "size-min", "1").await;
+    fill(c, "size-max", "5").await;
     click(c, "#save").await;
     let notice = text(c, ".notice").await;
     assert_eq!(notice, "cluster template web saved");
     shots(c, "03-admin-templates").await;
+    // The JSON tab shows the same template.
+    c.goto(&format!("{base}/ui/admin/clustertemplates/web/json"))
+        .await
+        .unwrap();
+    let constraints = c
+        .find(Locator::Id("f-constraints"))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(constraints.contains("\"max\": 5"), "{constraints}");
+    // The service editor: actions per automator with the plugin type's fields, dependencies.
+    c.goto(&format!("{base}/ui/admin/services/web"))
+        .await
+        .unwrap();
+    let script = c
+        .find(Locator::Id("act-install-shell-script"))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(script.as_deref(), Some("install.sh"));
+    let requires = c
+        .find(Locator::Css("input[name='dep:runtime.requires:base']"))
+        .await
+        .unwrap()
+        .prop("checked")
+        .await
+        .unwrap();
+    assert_eq!(requires.as_deref(), Some("true"));
+    c.find(Locator::Id("act-configure-type"))
+        .await
+        .unwrap()
+        .select_by_value("shell")
+        .await
+        .unwrap();
+    until(
+        c,
+        "the shell fields shown",
+        "!document.querySelector('[data-group=\"act-configure\"][data-for=\"shell\"]').hidden",
+    )
+    .await;
+    fill(c, "act-configure-shell-script", "configure.sh").await;
+    shots(c, "03b-admin-service-editor").await;
+    click(c, "#save").await;
+    assert_eq!(text(c, ".notice").await, "service web saved");
+    let (_, svc) = api(
+        s,
+        Some(("admin", "acme")),
+        "GET",
+        "/v2/services/web",
+        Value::Null,
+    )
+    .await;
+    let svc: Value = serde_json::from_str(&svc).unwrap();
+    assert_eq!(
+        svc["provisioner"]["actions"]["configure"]["fields"]["script"],
+        "configure.sh"
+    );
+    assert_eq!(svc["dependencies"]["runtime"]["requires"], json!(["base"]));
     click(c, "#logout").await;
     text(c, "#login-form").await;
 

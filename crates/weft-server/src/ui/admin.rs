@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::html::{enc, field_of};
-use super::Ctx;
+use super::{editors, Ctx};
 use crate::auth::Role;
 use crate::state::AppState;
 
@@ -28,6 +28,24 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/admin/catalog", get(import_export).post(import))
         .route("/ui/admin/catalog/export", get(export))
         .route("/ui/admin/hostpools", get(hostpools))
+        .route(
+            "/ui/admin/clustertemplates/new",
+            get(editors::template_new).post(editors::template_save_new),
+        )
+        .route(
+            "/ui/admin/clustertemplates/{name}",
+            get(editors::template_edit).post(editors::template_save_edit),
+        )
+        .route("/ui/admin/solve-preview", post(editors::template_preview))
+        .route(
+            "/ui/admin/services/new",
+            get(editors::service_new).post(editors::service_save_new),
+        )
+        .route(
+            "/ui/admin/services/{name}",
+            get(editors::service_edit).post(editors::service_save_edit),
+        )
+        .route("/ui/admin/{kind}/{name}/json", get(json_form))
         .route("/ui/admin/{kind}", get(list))
         .route("/ui/admin/{kind}/new", get(new_form).post(save_new))
         .route("/ui/admin/{kind}/{name}", get(edit_form).post(save_edit))
@@ -345,7 +363,17 @@ async fn edit_form(ctx: Ctx, Path((kind, name)): Path<(String, String)>) -> Page
     ))
 }
 
-async fn save(
+/// The JSON form of an entity (`new` for a new one): the second tab of the structured editors.
+async fn json_form(ctx: Ctx, Path((kind, name)): Path<(String, String)>) -> Page {
+    if name == "new" {
+        new_form(ctx, Path(kind)).await
+    } else {
+        edit_form(ctx, Path((kind, name))).await
+    }
+}
+
+/// Saves an entity from the JSON form (also the structured editors' second tab).
+pub(super) async fn save(
     ctx: Ctx,
     kind: String,
     name: Option<String>,

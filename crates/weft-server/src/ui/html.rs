@@ -36,6 +36,18 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("metrics.html", include_str!("templates/metrics.html")),
     ("apikeys.html", include_str!("templates/apikeys.html")),
     ("hostpools.html", include_str!("templates/hostpools.html")),
+    (
+        "template_editor.html",
+        include_str!("templates/template_editor.html"),
+    ),
+    (
+        "service_editor.html",
+        include_str!("templates/service_editor.html"),
+    ),
+    (
+        "solve_preview.html",
+        include_str!("templates/solve_preview.html"),
+    ),
 ];
 
 const CSS: &str = include_str!("static/style.css");

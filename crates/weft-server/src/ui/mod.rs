@@ -10,12 +10,14 @@
 //!
 //! Modules: `clusters` (catalog, cluster list, create with plan preview), `cluster` (one cluster's
 //! page: node x service grid, job swimlanes, job history, actions, events),
-//! `admin` (catalog entities, plugin resources, import and export), `superadmin` (tenants,
+//! `admin` (catalog entities as JSON forms, plugin resources, import and export, host pools),
+//! `editors` (structured editors of templates, with a live solve preview, and of services), `superadmin` (tenants,
 //! provisioners, queue metrics), `html` (templates, static files and small helpers).
 
 mod admin;
 mod cluster;
 mod clusters;
+mod editors;
 mod html;
 mod superadmin;
 

@@ -38,6 +38,42 @@ document.querySelectorAll("select[data-autosubmit]").forEach(function (sel) {
   sel.addEventListener("change", function () { sel.form.submit(); });
 });
 
+// Editors: a select with data-shows reveals the field group of its choice; inputs with data-copy
+// mirror into a form field; a form with data-preview posts itself (debounced) on every change and
+// shows the answer (the live solve preview).
+document.querySelectorAll("select[data-shows]").forEach(function (sel) {
+  sel.addEventListener("change", function () {
+    document.querySelectorAll('[data-group="' + sel.getAttribute("data-shows") + '"]').forEach(function (g) {
+      g.hidden = g.getAttribute("data-for") !== sel.value;
+    });
+  });
+});
+document.querySelectorAll("[data-copy]").forEach(function (el) {
+  function copy() {
+    var to = document.getElementById(el.getAttribute("data-copy"));
+    if (to) { to.value = el.value; to.dispatchEvent(new Event("change", { bubbles: true })); }
+  }
+  el.addEventListener("input", copy);
+  el.addEventListener("change", copy);
+});
+document.querySelectorAll("form[data-preview]").forEach(function (form) {
+  var out = document.getElementById(form.getAttribute("data-preview-target"));
+  var timer = null, seq = 0;
+  function update() {
+    var n = ++seq;
+    fetch(form.getAttribute("data-preview"), {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(new FormData(form)).toString()
+    }).then(function (r) { return r.text(); }).then(function (html) {
+      if (n === seq && out) { out.innerHTML = html; out.setAttribute("data-updates", String(n)); }
+    });
+  }
+  function later() { clearTimeout(timer); timer = setTimeout(update, 250); }
+  form.addEventListener("input", later);
+  form.addEventListener("change", later);
+});
+
 (function live() {
   var el = document.getElementById("cluster");
   if (!el || !window.EventSource) { return; }
