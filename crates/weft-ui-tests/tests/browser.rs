@@ -563,6 +563,9 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         "{layout}"
     );
     assert!(text(c, "#plan-summary").await.contains("cluster create"));
+    c.execute("document.getElementById('plan-preview').scrollIntoView();", vec![])
+        .await
+        .unwrap();
     shots(c, "05-create-preview").await;
     click(c, "#confirm").await;
     let status = text(c, "#cluster-status").await;
@@ -636,6 +639,9 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         "document.querySelector('#lanes .task details[open]')",
     )
     .await;
+    c.execute("document.getElementById('job').scrollIntoView();", vec![])
+        .await
+        .unwrap();
     shots(c, "08-cluster-detail").await;
 
     // Expand by one node, then shrink by one, then restart a service: buttons only.

@@ -413,6 +413,11 @@ async fn a_user_creates_a_cluster_through_the_preview_and_watches_it() {
     let list = page(&h, &user, "/ui/clusters").await.expect(200).text();
     assert!(list.contains(&format!("href=\"/ui/clusters/{id}\">c1</a>")));
 
+    // Delete stays a button while the job runs, and the page shows the server's answer to it
+    // (today a 409: a job is still underway).
+    assert!(!t.contains("id=\"delete\" disabled"), "{t}");
+    assert!(t.contains("The running job is aborted first."), "{t}");
+
     // Job control from the cluster page: pause, then resume (issue 13).
     assert!(
         t.contains("id=\"pause\"") && t.contains("id=\"abort\""),
@@ -785,4 +790,38 @@ async fn the_solve_route_previews_layouts_and_explains() {
     // Nothing was created.
     let list = h.get(who, "/v2/clusters").await.expect(200).json();
     assert_eq!(list, json!([]));
+}
+
+#[tokio::test]
+async fn delete_while_a_job_runs_shows_the_server_answer() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let user = login(&h, T, "bob", "").await;
+    let fields = [
+        ("name", "c1"),
+        ("template", "t"),
+        ("size", "1"),
+        ("step", "create"),
+    ];
+    let r = form(&h, Some(&user), "/ui/clusters/new", &fields).await;
+    let loc = r.headers["location"].to_str().unwrap().to_string();
+    let r = form(
+        &h,
+        Some(&user),
+        &format!("{loc}/action"),
+        &[("op", "delete")],
+    )
+    .await;
+    let to = r.headers["location"].to_str().unwrap().to_string();
+    // Either the server aborts the job and deletes (a notice on the list), or it refuses (its
+    // message on the cluster page): the page says which.
+    assert!(
+        to.starts_with("/ui/clusters?notice=delete") || to.contains("error=delete%3A%20"),
+        "the answer shown: {to}"
+    );
+    let shown = page(&h, &user, &to).await.expect(200).text();
+    assert!(
+        shown.contains("class=\"notice\"") || shown.contains("id=\"page-error\""),
+        "{shown}"
+    );
 }
