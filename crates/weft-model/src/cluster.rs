@@ -252,6 +252,16 @@ pub struct NodeAction {
     pub stdout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// Which execution of its task this entry is, from 1 (weft extension; 0 when unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
+    /// How many executions the task may have before its job fails (weft extension; 0 when unknown).
+    #[serde(rename = "maxAttempts", default, skip_serializing_if = "is_zero")]
+    pub max_attempts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A node as cluster details show it.

@@ -563,9 +563,12 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         "{layout}"
     );
     assert!(text(c, "#plan-summary").await.contains("cluster create"));
-    c.execute("document.getElementById('plan-preview').scrollIntoView();", vec![])
-        .await
-        .unwrap();
+    c.execute(
+        "document.getElementById('plan-preview').scrollIntoView();",
+        vec![],
+    )
+    .await
+    .unwrap();
     shots(c, "05-create-preview").await;
     click(c, "#confirm").await;
     let status = text(c, "#cluster-status").await;

@@ -38,6 +38,10 @@ pub struct ClusterBody {
     /// While an upgrade runs: the service's definition before it, for the automatic rollback.
     #[serde(default)]
     pub upgrade_from: Option<UpgradeFrom>,
+    /// A delete arrived while a job ran: the job was aborted, and whoever settles the cluster
+    /// starts its delete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_requested: bool,
 }
 
 /// What an upgrade replaced, so that a failed upgrade can be rolled back.

@@ -184,6 +184,7 @@ pub async fn create_cluster(
         leaving: Vec::new(),
         rollback_on_failure: req.rollback_on_failure,
         upgrade_from: None,
+        delete_requested: false,
     };
     let mut cluster = ClusterRow {
         tenant_id: tenant.id.clone(),

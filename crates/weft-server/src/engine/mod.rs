@@ -14,12 +14,13 @@
 //! Modules: `body` (what the engine keeps in each row's JSON), `cache` (what payloads derive from
 //! a cluster, per process), `create` (new clusters and jobs),
 //! `work` (take and finish), `view` (rows as the API shows them), `delete` (a cluster's delete job, for
-//! the route and the janitor), `janitor` (expired leases, silent provisioners; one leader per
+//! the route and the janitor; a running job is aborted first), `control` (pause, resume, abort), `janitor` (expired leases, silent provisioners; one leader per
 //! database), `callbacks` (job notices to a URL or a command).
 
 pub mod body;
 pub mod cache;
 pub mod callbacks;
+pub mod control;
 pub mod create;
 pub mod delete;
 pub mod janitor;

@@ -305,8 +305,8 @@ pub async fn start_job(
     })
 }
 
-/// After a job failed and its cluster settled: a create that asked for it is deleted, and a failed
-/// upgrade is rolled back to the service's previous definition. Errors are logged: the failure
+/// After a job failed and its cluster settled: a cluster whose delete aborted the job, or a create
+/// that asked for it, is deleted, and a failed upgrade is rolled back to the service's previous definition. Errors are logged: the failure
 /// itself is already recorded.
 pub async fn after_failed_job(st: &AppState, tenant_id: &str, cluster_id: u64) {
     if let Err(e) = rollback(st, tenant_id, cluster_id).await {
@@ -331,7 +331,10 @@ async fn rollback(st: &AppState, tenant_id: &str, cluster_id: u64) -> ApiResult<
         return Ok(());
     }
     let c = load(st, row).await?;
-    if job.action == "CLUSTER_CREATE" && c.body.rollback_on_failure {
+    if c.body.delete_requested {
+        tracing::info!(cluster_id, job_id = %job.id, "job aborted for a delete: deleting the cluster");
+        super::delete::start_delete(st, &c.row).await?;
+    } else if job.action == "CLUSTER_CREATE" && c.body.rollback_on_failure {
         tracing::info!(cluster_id, job_id = %job.id, "create failed: deleting the cluster, as asked");
         super::delete::start_delete(st, &c.row).await?;
     } else if job.action == "UPGRADE_SERVICE" {

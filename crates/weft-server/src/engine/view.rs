@@ -54,8 +54,9 @@ pub async fn node(st: &AppState, row: &NodeRow) -> ApiResult<Node> {
         .store
         .node_tasks(&row.tenant_id, &row.id, MAX_NODE_ACTIONS)
         .await?;
+    let max = st.settings.max_action_retries;
     for t in &tasks {
-        node.actions.extend(actions(t)?);
+        node.actions.extend(actions(t, max)?);
     }
     let excess = node.actions.len().saturating_sub(MAX_NODE_ACTIONS as usize);
     node.actions.drain(..excess);
@@ -97,10 +98,11 @@ pub fn unmask_results(
     }
 }
 
-/// A task's entries in its node's history: one per attempt, failed retried ones first.
-fn actions(t: &TaskRow) -> ApiResult<Vec<NodeAction>> {
+/// A task's entries in its node's history: one per attempt, failed retried ones first, each
+/// numbered (`attempt` of `max_attempts`) so that retries read as such.
+fn actions(t: &TaskRow, max_attempts: u32) -> ApiResult<Vec<NodeAction>> {
     let body: TaskBody = from_body(&t.body)?;
-    let entry = |submit_time, status_time, status, stdout, stderr| NodeAction {
+    let entry = |attempt: u32, submit_time, status_time, status, stdout, stderr| NodeAction {
         task_id: t.id.clone(),
         service: t.service.clone(),
         action: t.action.clone(),
@@ -109,12 +111,26 @@ fn actions(t: &TaskRow) -> ApiResult<Vec<NodeAction>> {
         status,
         stdout,
         stderr,
+        attempt: attempt.max(1),
+        max_attempts,
     };
+    let current = match t.state {
+        TaskState::InProgress => Some(NodeActionStatus::InProgress),
+        TaskState::Complete => Some(NodeActionStatus::Complete),
+        TaskState::Failed => Some(NodeActionStatus::Failed),
+        // Waiting for a retry: its failed attempt is in `retried` already.
+        _ => None,
+    };
+    // `attempts` counts executions started; the kept failures are the latest of the earlier ones.
+    let earlier = t.attempts.saturating_sub(u32::from(current.is_some()));
+    let first_kept = earlier.saturating_sub(body.retried.len() as u32);
     let mut out: Vec<NodeAction> = body
         .retried
         .iter()
-        .map(|a| {
+        .zip(first_kept + 1..)
+        .map(|(a, n)| {
             entry(
+                n,
                 a.start_time,
                 a.finish_time,
                 NodeActionStatus::Failed,
@@ -123,13 +139,6 @@ fn actions(t: &TaskRow) -> ApiResult<Vec<NodeAction>> {
             )
         })
         .collect();
-    let current = match t.state {
-        TaskState::InProgress => Some(NodeActionStatus::InProgress),
-        TaskState::Complete => Some(NodeActionStatus::Complete),
-        TaskState::Failed => Some(NodeActionStatus::Failed),
-        // Waiting for a retry: its failed attempt is in `retried` already.
-        _ => None,
-    };
     if let Some(status) = current {
         let status_time = if status == NodeActionStatus::InProgress {
             t.started_at
@@ -137,6 +146,7 @@ fn actions(t: &TaskRow) -> ApiResult<Vec<NodeAction>> {
             body.finish_time.max(t.started_at)
         };
         out.push(entry(
+            t.attempts,
             t.started_at,
             status_time,
             status,

@@ -407,7 +407,7 @@ fn trim_log(s: &str) -> String {
 }
 
 /// The cluster status a failed job leaves behind.
-fn failure_status(action: &str) -> ClusterStatus {
+pub(crate) fn failure_status(action: &str) -> ClusterStatus {
     match action {
         "SOLVE_LAYOUT" => ClusterStatus::Terminated,
         "CLUSTER_CREATE" | "CLUSTER_DELETE" => ClusterStatus::Incomplete,

@@ -12,23 +12,24 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weft_model::{lenient, ClusterStatus, ClusterTemplate, EntityKind, JobStatus, Service};
+use weft_model::{lenient, ClusterStatus, ClusterTemplate, EntityKind, Service};
 use weft_planner::Operation;
 use weft_solver::Change;
-use weft_store::{ChangeSet, Expect, TaskState, Write};
+use weft_store::{ChangeSet, Expect, Write};
 
 use super::clusters::visible;
 use super::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::engine::body::{from_body, to_body, JobBody};
+use crate::engine::body::to_body;
+use crate::engine::control;
 use crate::engine::create::typed_list;
 use crate::engine::ops::{
     in_place, load, relayout, require_status, solve_change, start_job, Loaded,
 };
-use crate::engine::{cluster_id_text, store_err, JobEventKind};
+use crate::engine::{cluster_id_text, store_err};
 use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 
 use ClusterStatus::{Active, Inconsistent};
 
@@ -568,68 +569,9 @@ fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
     Ok(())
 }
 
-/// The cluster's latest job, when the cluster is pending (a job runs).
-async fn running_job(
-    st: &AppState,
-    who: &Identity,
-    id: &str,
-) -> ApiResult<Option<(weft_store::ClusterRow, weft_store::JobRow)>> {
-    let row = visible(st, who, id).await?;
-    if row.status != ClusterStatus::Pending.as_str() {
-        return Ok(None);
-    }
-    let Some(job_id) = row.latest_job.clone() else {
-        return Ok(None);
-    };
-    Ok(st
-        .store
-        .get_job(&row.tenant_id, &job_id)
-        .await?
-        .map(|j| (row, j)))
-}
-
-async fn set_job(
-    st: &AppState,
-    job: &weft_store::JobRow,
-    status: JobStatus,
-    message: &str,
-    tasks: Vec<weft_store::TaskRow>,
-) -> ApiResult<()> {
-    let mut j = job.clone();
-    j.status = status.as_str().into();
-    let mut b: JobBody = from_body(&j.body)?;
-    b.message = Some(message.into());
-    j.body = to_body(&b)?;
-    let mut cs = ChangeSet::new();
-    cs.expect(Expect::job(job));
-    cs.write(Write::Job(j));
-    for t in tasks {
-        cs.write(Write::Task(t));
-    }
-    st.store.commit(&cs).await.map_err(store_err)
-}
-
 async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let Some((_, job)) = running_job(&st, &who, &id).await? else {
-        return Ok(());
-    };
-    if job.status != JobStatus::Running.as_str() {
-        return Ok(());
-    }
-    // Queued tasks go back to waiting; resume queues them again.
-    let tasks: Vec<_> = st
-        .store
-        .list_tasks(&job.tenant_id, &job.id)
-        .await?
-        .into_iter()
-        .filter(|t| t.state == TaskState::Queued)
-        .map(|mut t| {
-            t.state = TaskState::Pending;
-            t.deps_remaining = 0;
-            t
-        })
-        .collect();
-    set_job(&st, &job, JobStatus::Paused, "Paused by user.", tasks).await
+    let row = visible(&st, &who, &id).await?;
+    control::pause(&st, &row).await
 }
 
 async fn resume(
@@ -637,75 +579,14 @@ async fn resume(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let Some((_, job)) = running_job(&st, &who, &id).await? else {
-        return Ok(());
-    };
-    if job.status != JobStatus::Paused.as_str() {
-        return Ok(());
-    }
-    let now = now_ms();
-    let tasks: Vec<_> = st
-        .store
-        .list_tasks(&job.tenant_id, &job.id)
-        .await?
-        .into_iter()
-        .filter(|t| {
-            t.state == TaskState::Pending
-                && t.deps_remaining == 0
-                && t.action != crate::engine::GATE
-        })
-        .map(|mut t| {
-            t.state = TaskState::Queued;
-            t.queued_at = now;
-            t
-        })
-        .collect();
-    set_job(&st, &job, JobStatus::Running, "Resumed by user.", tasks).await
+    let row = visible(&st, &who, &id).await?;
+    control::resume(&st, &row).await
 }
 
 async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let Some((row, job)) = running_job(&st, &who, &id).await? else {
-        return Ok(());
-    };
-    if job.status == JobStatus::Failed.as_str() || job.status == JobStatus::Complete.as_str() {
-        return Ok(());
+    let row = visible(&st, &who, &id).await?;
+    if control::abort(&st, &row).await? == control::Stopped::Settled {
+        crate::engine::ops::after_failed_job(&st, &row.tenant_id, row.id).await;
     }
-    if job.action != "CLUSTER_CREATE" || job.status != JobStatus::Running.as_str() {
-        return Err(ApiError::Conflict("Cannot be aborted at this time.".into()));
-    }
-    let in_flight = st
-        .store
-        .list_tasks(&job.tenant_id, &job.id)
-        .await?
-        .iter()
-        .any(|t| t.state == TaskState::InProgress);
-    set_job(&st, &job, JobStatus::Failed, "Aborted by user.", vec![]).await?;
-    if !in_flight {
-        // Nothing is running: the cluster ends now. (Otherwise the last finish settles it.)
-        let row = st
-            .store
-            .get_cluster(&row.tenant_id, row.id)
-            .await?
-            .unwrap_or(row);
-        let mut c = row.clone();
-        let mut body: crate::engine::body::ClusterBody = from_body(&c.body)?;
-        body.message = Some("Aborted by user.".into());
-        c.status = ClusterStatus::Incomplete.as_str().into();
-        c.body = to_body(&body)?;
-        let cs = ChangeSet {
-            expect: vec![Expect::cluster(&row)],
-            writes: vec![Write::Cluster(c)],
-        };
-        st.store.commit(&cs).await.map_err(store_err)?;
-    }
-    crate::engine::notify(
-        &st,
-        JobEventKind::Failure,
-        &job.tenant_id,
-        job.cluster_id,
-        &job.id,
-    );
-    crate::metrics::job_ended(&job.action, false);
-    crate::engine::ops::after_failed_job(&st, &job.tenant_id, job.cluster_id).await;
     Ok(())
 }

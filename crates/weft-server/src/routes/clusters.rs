@@ -19,7 +19,7 @@ use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::engine::body::{from_body, ClusterBody};
 use crate::engine::create::create_cluster;
-use crate::engine::delete::start_delete;
+use crate::engine::delete::delete_cluster;
 use crate::engine::{cluster_id_text, parse_cluster_id, view};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -56,10 +56,10 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::DELETE,
         "/v2/clusters/{id}",
         delete,
-        op(t, "Delete a cluster (starts a CLUSTER_DELETE job; 200 if already terminated)")
-            .status(200, "delete started")
+        op(t, "Delete a cluster (starts a CLUSTER_DELETE job; 200 if already terminated). A job underway is aborted first: its queued tasks never start, and the delete starts when its running tasks end or time out")
+            .status(200, "delete started, or will start when the aborted job's running tasks end")
             .status(404, "cluster not found")
-            .status(409, "a job is still underway"),
+            .status(409, "the cluster changed meanwhile; try again"),
     )
     .route(
         MethodFilter::GET,
@@ -283,5 +283,5 @@ async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<()> {
     let row = visible(&st, &who, &id).await?;
-    start_delete(&st, &row).await.map(|_| ())
+    delete_cluster(&st, &row).await.map(|_| ())
 }

@@ -294,6 +294,15 @@ fn lanes(
                 })
                 .collect();
             let n = attempts.len();
+            // The server numbers attempts and says how many a task may have; else the setting.
+            let max_attempts = node
+                .and_then(|n| n["actions"].as_array())
+                .into_iter()
+                .flatten()
+                .filter(|a| a["taskId"] == id)
+                .filter_map(|a| a["maxAttempts"].as_u64())
+                .last()
+                .unwrap_or(u64::from(max_attempts));
             let attempt = if n > 1 {
                 format!("attempt {n} of {max_attempts}")
             } else {

@@ -282,7 +282,8 @@ async fn a_cluster_is_created_run_by_workers_and_deleted() {
     );
 
     h.delete(a, &format!("/v2/clusters/{id}")).await.expect(200);
-    h.delete(a, &format!("/v2/clusters/{id}")).await.expect(409);
+    // A delete while the delete runs is no error and starts nothing new (issue 13).
+    h.delete(a, &format!("/v2/clusters/{id}")).await.expect(200);
     let deleted = drain(&h, &tid, |_| false).await;
     assert_eq!(deleted.len(), 3);
     assert!(deleted.iter().all(|t| t["taskName"] == "DELETE"));
@@ -365,6 +366,18 @@ async fn failed_tasks_are_retried_and_a_task_that_keeps_failing_fails_the_job() 
         .collect();
     assert_eq!(failed_actions.len(), 3);
     assert_eq!(failed_actions[0]["stderr"], "it broke");
+    // Retries read as attempts of one task, not as identical failed rows (issue 13).
+    let numbered: Vec<(u64, u64)> = failed_actions
+        .iter()
+        .map(|a| {
+            assert_eq!(a["taskId"], failed_actions[0]["taskId"], "one task");
+            (
+                a["attempt"].as_u64().unwrap(),
+                a["maxAttempts"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(numbered, [(1, 3), (2, 3), (3, 3)]);
     assert_eq!(d["progress"]["actionstatus"], "failed");
 }
 

@@ -9,6 +9,7 @@ mod catalog;
 mod cluster_ops;
 mod clusters;
 mod common;
+mod delete_running;
 mod entities;
 mod hostpools;
 mod isolation;

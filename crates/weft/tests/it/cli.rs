@@ -536,6 +536,24 @@ fn pause_resume_and_abort_control_a_job_from_the_cli() {
     assert_eq!(status(&s)["actionstatus"], "failed");
 }
 
+/// `cluster delete` while a create is underway (issue 13): the create is aborted and the delete
+/// runs; `--wait` follows it to `terminated` instead of stopping at the aborted create.
+#[test]
+fn delete_from_the_cli_while_a_create_is_underway() {
+    let s = Server::idle();
+    s.login();
+    s.catalog();
+    s.ok(&["cluster", "create", "--template", "t", "--size", "2"]);
+    let id = "00000001";
+    assert!(s.ok(&["cluster", "delete", id]).contains("deleting"));
+    let st: Value = s.json(&["cluster", "status", id]);
+    assert_eq!(st["action"], "cluster_delete", "{st}");
+    let tenant_id = s.rt.block_on(s.tenant_id());
+    s.rt.spawn(worker(s.internal.clone(), tenant_id, s.fail.clone()));
+    let d: ClusterDetails = s.json(&["cluster", "delete", id, "--wait"]);
+    assert_eq!(d.status, ClusterStatus::Terminated);
+}
+
 #[test]
 fn a_failed_job_exits_4_and_shows_the_task_output() {
     let s = Server::start();

@@ -91,7 +91,8 @@ enum Cmd {
         /// The cluster id.
         id: String,
     },
-    /// Delete a cluster (all its nodes).
+    /// Delete a cluster (all its nodes). A job underway is aborted first: its running tasks end
+    /// (or time out), then the delete starts.
     Delete {
         /// The cluster id.
         id: String,
@@ -621,7 +622,11 @@ fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
         let status = d.progress.as_ref().map(|p| p.actionstatus);
         let done = match status {
             Some(JobStatus::Complete) => true,
-            Some(JobStatus::Failed) => {
+            // A delete aborts the job underway: only the delete job's own failure ends the wait.
+            Some(JobStatus::Failed)
+                if !deleting
+                    || d.progress.as_ref().map(|p| p.action.as_str()) == Some("cluster_delete") =>
+            {
                 bar.finish_and_clear();
                 let mut msg = format!(
                     "the {} job of cluster {id} failed; the cluster is {}",
@@ -758,7 +763,10 @@ fn show_cluster(d: &ClusterDetails) {
         let last = node
             .actions
             .last()
-            .map(|a| format!("{} {} {:?}", a.action, a.service, a.status).to_lowercase())
+            .map(|a| {
+                let what = format!("{} {} {:?}", a.action, a.service, a.status).to_lowercase();
+                what + &attempt_text(a)
+            })
             .unwrap_or_default();
         n.add_row(vec![
             node.id.clone(),
@@ -804,10 +812,11 @@ fn logs(ctx: &Ctx, d: &ClusterDetails, only_failed: bool) -> anyhow::Result<()> 
         let host = n.properties.hostname.as_deref().unwrap_or(&n.id);
         let status = serde_json::to_value(a.status).unwrap_or_default();
         println!(
-            "== {host} {} {} {} ({}, {}) ==",
+            "== {host} {} {} {}{} ({}, {}) ==",
             a.action,
             a.service,
             status.as_str().unwrap_or(""),
+            attempt_text(a),
             a.task_id,
             time(a.status_time)
         );
@@ -819,6 +828,17 @@ fn logs(ctx: &Ctx, d: &ClusterDetails, only_failed: bool) -> anyhow::Result<()> 
         }
     }
     Ok(())
+}
+
+/// `, attempt 2 of 3` for an action that is not its task's only try; nothing otherwise.
+fn attempt_text(a: &weft_model::NodeAction) -> String {
+    if a.attempt <= 1 && a.status != NodeActionStatus::Failed {
+        return String::new();
+    }
+    match a.max_attempts {
+        0 => format!(", attempt {}", a.attempt.max(1)),
+        max => format!(", attempt {} of {max}", a.attempt.max(1)),
+    }
 }
 
 fn find_node<'a>(d: &'a ClusterDetails, which: &str) -> anyhow::Result<&'a Node> {
@@ -932,5 +952,21 @@ mod tests {
             serde_json::json!({"kv": {"port": 7000, "name": "x"}, "on": true})
         );
         assert!(apply_kv(&mut Map::new(), &["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn retries_read_as_attempts() {
+        let mut a: weft_model::NodeAction = serde_json::from_value(serde_json::json!({
+            "taskId": "t", "service": "s", "action": "START", "submitTime": 1, "statusTime": 2,
+            "status": "complete"
+        }))
+        .unwrap();
+        assert_eq!(attempt_text(&a), "", "a first try that worked says nothing");
+        a.status = NodeActionStatus::Failed;
+        a.attempt = 2;
+        a.max_attempts = 3;
+        assert_eq!(attempt_text(&a), ", attempt 2 of 3");
+        a.max_attempts = 0;
+        assert_eq!(attempt_text(&a), ", attempt 2");
     }
 }
