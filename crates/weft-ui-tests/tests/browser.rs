@@ -291,6 +291,26 @@ async fn notice_starts(c: &Client, prefix: &str) {
     }
 }
 
+async fn fill_css(c: &Client, css: &str, text: &str) {
+    let e = c
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    e.clear().await.unwrap();
+    e.send_keys(text).await.unwrap();
+}
+
+/// The id of the cluster whose page is open.
+async fn cluster_id(c: &Client) -> String {
+    c.find(Locator::Id("cluster"))
+        .await
+        .unwrap()
+        .attr("data-cluster")
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 async fn count(c: &Client, css: &str) -> usize {
     c.find_all(Locator::Css(css)).await.unwrap().len()
 }
@@ -671,12 +691,37 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     click(c, "#service-web button.restart").await;
     notice_starts(c, "restart web").await;
     job_completes(c, "restart").await;
+    // Reconfigure through the key/value form: a new key, restart on.
+    fill_css(c, "#reconfigure-form input[name='k0']", "greeting").await;
+    fill_css(c, "#reconfigure-form input[name='v0']", "hello world").await;
+    click(c, "#reconfigure").await;
+    notice_starts(c, "reconfigure").await;
+    job_completes(c, "reconfigure").await;
+    let (_, cfg) = api(
+        s,
+        Some(("alice", "acme")),
+        "GET",
+        &format!("/v2/clusters/{}/config", cluster_id(c).await),
+        Value::Null,
+    )
+    .await;
+    assert!(cfg.contains("\"greeting\":\"hello world\""), "{cfg}");
+    // Every service of the catalog is on the cluster: nothing to add, and the button says so.
+    let add = c
+        .find(Locator::Id("add-service-button"))
+        .await
+        .unwrap()
+        .prop("disabled")
+        .await
+        .unwrap();
+    assert_eq!(add.as_deref(), Some("true"));
     let history = text(c, "#history").await;
     for job in [
         "cluster create",
         "cluster expand",
         "cluster shrink",
         "restart services",
+        "cluster configure with restart",
     ] {
         assert!(history.to_lowercase().contains(job), "{job} in {history}");
     }
@@ -754,6 +799,26 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     assert!(text(c, "#secret").await.len() >= 20);
     assert!(text(c, "#apikeys").await.contains("carol"));
     shots(c, "13-apikeys").await;
+    c.goto(&format!("{base}/ui/super/metrics")).await.unwrap();
+    shots(c, "14-metrics").await;
+
+    // The tenant admin's other pages, at both widths.
+    click(c, "#logout").await;
+    login(c, base, "acme", "admin").await;
+    for (path, name) in [
+        ("/ui/admin/clustertemplates", "15-admin-template-list"),
+        (
+            "/ui/admin/clustertemplates/web/json",
+            "16-admin-template-json",
+        ),
+        ("/ui/admin/plugins", "17-admin-plugins"),
+        ("/ui/admin/catalog", "18-admin-import-export"),
+        ("/ui/admin/hostpools", "19-admin-hostpools"),
+    ] {
+        c.goto(&format!("{base}{path}")).await.unwrap();
+        text(c, "#admin-nav").await;
+        shots(c, name).await;
+    }
     agent.shutdown().await;
 }
 

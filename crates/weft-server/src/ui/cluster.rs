@@ -301,7 +301,7 @@ fn lanes(
                 .flatten()
                 .filter(|a| a["taskId"] == id)
                 .filter_map(|a| a["maxAttempts"].as_u64())
-                .last()
+                .next_back()
                 .unwrap_or(u64::from(max_attempts));
             let attempt = if n > 1 {
                 format!("attempt {n} of {max_attempts}")

@@ -88,7 +88,7 @@ document.querySelectorAll("form[data-preview]").forEach(function (form) {
     var st = document.getElementById("cluster-status");
     if (st) { st.textContent = s.status; st.className = "status status-" + s.status; }
     if (s.progress && s.job === shownJob) {
-      set("job-action", s.progress.action);
+      set("job-action", s.progress.action.toLowerCase().split("_").join(" "));
       set("job-status", s.progress.actionstatus);
       set("job-steps", s.progress.stepscompleted + "/" + s.progress.stepstotal);
       var p = document.getElementById("job-progress");
