@@ -819,6 +819,15 @@ async fn flows(c: &Client, s: &Server, base: &str) {
         text(c, "#admin-nav").await;
         shots(c, name).await;
     }
+    // Admin lists filter as one types.
+    c.goto(&format!("{base}/ui/admin/services")).await.unwrap();
+    fill(c, "list-search", "bas").await;
+    until(
+        c,
+        "only base listed",
+        "Array.from(document.querySelectorAll('#entities tbody tr')).filter(r => !r.hidden).map(r => r.cells[0].textContent).join() == 'base'",
+    )
+    .await;
     agent.shutdown().await;
 }
 

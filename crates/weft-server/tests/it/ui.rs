@@ -13,7 +13,7 @@ use crate::clusters::{drain, setup, T};
 use crate::common::{Harness, Port, Resp};
 
 /// Logs in through the form; returns the session cookie (`name=value`).
-async fn login(h: &Harness, tenant: &str, user: &str, key: &str) -> String {
+pub async fn login(h: &Harness, tenant: &str, user: &str, key: &str) -> String {
     let r = form(
         h,
         None,
@@ -59,7 +59,7 @@ async fn form(h: &Harness, cookie: Option<&str>, path: &str, fields: &[(&str, &s
         .await
 }
 
-async fn page(h: &Harness, cookie: &str, path: &str) -> Resp {
+pub async fn page(h: &Harness, cookie: &str, path: &str) -> Resp {
     let req = Request::builder()
         .uri(path)
         .header("cookie", cookie)

@@ -74,6 +74,19 @@ document.querySelectorAll("form[data-preview]").forEach(function (form) {
   form.addEventListener("change", later);
 });
 
+// Search boxes over a table (data-filter = the table's id) hide the rows lacking a typed word.
+document.querySelectorAll("input[data-filter]").forEach(function (box) {
+  var table = document.getElementById(box.getAttribute("data-filter"));
+  if (!table) { return; }
+  box.addEventListener("input", function () {
+    var words = box.value.toLowerCase().split(/\s+/).filter(Boolean);
+    table.querySelectorAll("tbody tr").forEach(function (tr) {
+      var text = tr.textContent.toLowerCase();
+      tr.hidden = !words.every(function (w) { return text.indexOf(w) >= 0; });
+    });
+  });
+});
+
 (function live() {
   var el = document.getElementById("cluster");
   if (!el || !window.EventSource) { return; }
