@@ -416,6 +416,26 @@ async fn refill(
     }
 }
 
+/// What to show again after a form that does not parse: the form without the fields at fault
+/// (every other edit kept), else the entity as it was.
+fn without_bad_fields(form: &FormMap, first: &str, editor: &str) -> Value {
+    let mut rest = form.clone();
+    let mut bad = first.to_string();
+    for _ in 0..16 {
+        rest.remove(&bad);
+        let built = if editor == "template" {
+            template_from_form(&rest)
+        } else {
+            service_from_form(&rest)
+        };
+        match built {
+            Ok(v) => return v,
+            Err((f, _)) => bad = f,
+        }
+    }
+    Value::Object(base(form))
+}
+
 /// Saves what an editor (`_editor` = `template` or `service`) or the JSON tab submitted.
 async fn save(ctx: Ctx, kind: &str, name: Option<String>, form: FormMap) -> Page {
     ctx.require(Role::Admin)?;
@@ -432,9 +452,9 @@ async fn save(ctx: Ctx, kind: &str, name: Option<String>, form: FormMap) -> Page
     let body = match built {
         Ok(b) => b,
         Err((field, m)) => {
-            let fallback = Value::Object(base(&form));
+            let shown = without_bad_fields(&form, &field, &editor);
             let errors = BTreeMap::from([(field, m)]);
-            return refill(&ctx, &editor, &fallback, name.as_deref(), errors, preview).await;
+            return refill(&ctx, &editor, &shown, name.as_deref(), errors, preview).await;
         }
     };
     let r = match &name {
@@ -685,8 +705,19 @@ mod tests {
             json!([["base", "web"]])
         );
         assert_eq!(t["administration"]["leaseduration"]["initial"], 86_400_000);
-        let bad = form(&[("size:min", "three")]);
+        let bad = form(&[
+            ("name", "t"),
+            ("size:min", "three"),
+            ("lease:max", "soon"),
+            ("size:max", "4"),
+        ]);
         assert_eq!(template_from_form(&bad).unwrap_err().0, "size:min");
+        let shown = without_bad_fields(&bad, "size:min", "template");
+        assert_eq!(
+            shown["constraints"]["size"],
+            json!({"min": 1, "max": 4}),
+            "other edits kept"
+        );
         // What the form shows reads back the same.
         let v = template_view(&t);
         assert_eq!(v["size_max"], "");
