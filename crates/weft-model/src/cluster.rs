@@ -82,6 +82,12 @@ impl JobStatus {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct ClusterCreateRequest {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[schema(
+        required = true,
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    )]
     pub name: String,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub description: Option<String>,
@@ -90,8 +96,10 @@ pub struct ClusterCreateRequest {
         default,
         deserialize_with = "lenient::string"
     )]
+    #[schema(required = true, min_length = 1)]
     pub cluster_template: String,
     #[serde(rename = "numMachines", default, deserialize_with = "lenient::opt_i64")]
+    #[schema(required = true, minimum = 1, maximum = 10000, value_type = i64)]
     pub num_machines: Option<i64>,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub provider: Option<String>,
@@ -112,6 +120,10 @@ pub struct ClusterCreateRequest {
         rename = "dnsSuffix",
         default,
         deserialize_with = "lenient::opt_string"
+    )]
+    #[schema(
+        max_length = 192,
+        pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
     )]
     pub dns_suffix: Option<String>,
     /// Replaces the template's default config when given.
@@ -267,6 +279,7 @@ fn is_zero(n: &u32) -> bool {
 /// A node as cluster details show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Node {
+    #[schema(min_length = 1)]
     pub id: String,
     #[serde(rename = "clusterId")]
     pub cluster_id: String,

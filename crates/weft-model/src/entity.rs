@@ -109,6 +109,12 @@ pub struct NameRef {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 pub struct Provider {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[schema(
+        required = true,
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    )]
     pub name: String,
     #[serde(
         default,
@@ -131,6 +137,7 @@ pub struct Provider {
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
     #[serde(default, deserialize_with = "lenient::string")]
+    #[schema(required = true, min_length = 1)]
     pub providertype: String,
     /// Admin fields of the provider type. Values are usually strings.
     #[serde(default, deserialize_with = "lenient::object")]
@@ -142,6 +149,12 @@ pub struct Provider {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct MachineType {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[schema(
+        required = true,
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    )]
     pub name: String,
     #[serde(
         default,
@@ -321,6 +334,12 @@ fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDepende
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct Service {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[schema(
+        required = true,
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    )]
     pub name: String,
     #[serde(
         default,
@@ -385,6 +404,10 @@ pub struct ClusterDefaults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub imagetype: Option<String>,
     #[serde(rename = "dnsSuffix", skip_serializing_if = "Option::is_none")]
+    #[schema(
+        max_length = 192,
+        pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+    )]
     pub dns_suffix: Option<String>,
     #[schema(value_type = Object)]
     pub config: Map<String, Value>,
@@ -454,8 +477,11 @@ impl TryFrom<RawDefaults> for ClusterDefaults {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SizeConstraint {
     #[serde(default = "one", deserialize_with = "lenient::u64_or_one")]
+    #[schema(minimum = 1)]
     pub min: u64,
+    /// Not below `min`.
     #[serde(default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
+    #[schema(minimum = 1)]
     pub max: u64,
 }
 
@@ -587,6 +613,12 @@ fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D:
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 pub struct ClusterTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[schema(
+        required = true,
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    )]
     pub name: String,
     #[serde(
         default,
@@ -628,6 +660,12 @@ pub struct ClusterTemplate {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 pub struct PartialTemplate {
     #[serde(default, deserialize_with = "lenient::string")]
+    #[schema(
+        required = true,
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+    )]
     pub name: String,
     #[serde(
         default,

@@ -81,14 +81,54 @@ impl Body {
     }
 }
 
+/// What a path or query parameter holds, so that a client generated from the document checks
+/// what the server checks.
+#[derive(Debug, Clone, Copy)]
+pub enum Param {
+    Text,
+    /// An integer, at least this.
+    Int(i64),
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+}
+
+impl Param {
+    fn schema(self) -> Schema {
+        let b = ObjectBuilder::new();
+        Schema::Object(match self {
+            Param::Text => b.schema_type(Type::String).min_length(Some(1)).build(),
+            // At most 2^53 - 1: every client's JSON numbers hold it exactly.
+            Param::Int(min) => b
+                .schema_type(Type::Integer)
+                .minimum(Some(min as f64))
+                .maximum(Some(9_007_199_254_740_991.0))
+                .build(),
+            Param::OneOf(words) => b
+                .schema_type(Type::String)
+                .enum_values(Some(words.iter().copied()))
+                .build(),
+        })
+    }
+
+    /// Path parameters by name: versions are positive numbers, plugin kinds are two words.
+    fn of_path(name: &str) -> Param {
+        match name {
+            "version" => Param::Int(1),
+            "ptype" => Param::OneOf(&["providertypes", "automatortypes"]),
+            _ => Param::Text,
+        }
+    }
+}
+
 /// The documentation of one operation.
 #[derive(Debug, Clone)]
 pub struct Op {
     summary: String,
     tag: String,
     request: Option<Body>,
+    request_required: bool,
     responses: Vec<(u16, &'static str, Option<Body>)>,
-    query: Vec<(&'static str, &'static str)>,
+    query: Vec<(&'static str, &'static str, Param)>,
 }
 
 /// Starts documenting an operation.
@@ -97,14 +137,24 @@ pub fn op(tag: impl Into<String>, summary: impl Into<String>) -> Op {
         summary: summary.into(),
         tag: tag.into(),
         request: None,
+        request_required: false,
         responses: Vec::new(),
         query: Vec::new(),
     }
 }
 
 impl Op {
+    /// A request body the operation needs.
     pub fn body(mut self, b: Body) -> Self {
         self.request = Some(b);
+        self.request_required = true;
+        self
+    }
+
+    /// A request body the operation may do without.
+    pub fn optional_body(mut self, b: Body) -> Self {
+        self.request = Some(b);
+        self.request_required = false;
         self
     }
 
@@ -121,8 +171,60 @@ impl Op {
         self
     }
 
-    pub fn query(mut self, name: &'static str, desc: &'static str) -> Self {
-        self.query.push((name, desc));
+    pub fn query(self, name: &'static str, desc: &'static str) -> Self {
+        self.query_as(name, desc, Param::Text)
+    }
+
+    /// A query parameter whose values are limited.
+    pub fn query_as(mut self, name: &'static str, desc: &'static str, p: Param) -> Self {
+        self.query.push((name, desc, p));
+        self
+    }
+
+    fn has(&self, code: u16) -> bool {
+        self.responses.iter().any(|(c, _, _)| *c == code)
+    }
+
+    /// Adds the error answers every operation of its kind can give, unless it documents them
+    /// itself: a bad header, body or parameter (400), identity or token refused (401), a path
+    /// naming nothing or a caller's tenant that does not exist (404), a body over the limit (413).
+    fn with_common_errors(mut self, path: &str, internal: bool) -> Self {
+        let open = path == "/status" || path == "/v2/openapi.json";
+        let identity = !internal && !open;
+        let add = |code: u16, desc: &'static str, op: &mut Op| {
+            if !op.has(code) {
+                op.responses.push((code, desc, Some(Body::Text)));
+            }
+        };
+        let takes_input = self.request.is_some() || !self.query.is_empty() || path.contains('{');
+        if identity || takes_input {
+            add(400, "invalid input; the message names the field", &mut self);
+        }
+        if identity {
+            add(
+                401,
+                "identity headers missing, or (auth apikey) the API key missing or not accepted",
+                &mut self,
+            );
+            add(
+                404,
+                "not found: what the path names, or the caller's tenant",
+                &mut self,
+            );
+        } else if internal && !open {
+            add(
+                401,
+                "provisioner token missing or not accepted (auth apikey)",
+                &mut self,
+            );
+        }
+        if path.contains('{') {
+            add(404, "not found", &mut self);
+        }
+        if self.request.is_some() {
+            add(413, "request body too large", &mut self);
+        }
+        self.responses.sort_by_key(|(c, _, _)| *c);
         self
     }
 }
@@ -155,6 +257,7 @@ impl Api {
     }
 
     fn document(&mut self, method: MethodFilter, path: &str, doc: Op) {
+        let doc = doc.with_common_errors(path, !self.tag_suffix.is_empty());
         let tag = format!("{}{}", doc.tag, self.tag_suffix);
         let mut b = OperationBuilder::new()
             .summary(Some(doc.summary.clone()))
@@ -166,29 +269,31 @@ impl Api {
                         .name(name)
                         .parameter_in(ParameterIn::Path)
                         .required(utoipa::openapi::Required::True)
-                        .schema(Some(Schema::Object(
-                            ObjectBuilder::new().schema_type(Type::String).build(),
-                        ))),
+                        .schema(Some(Param::of_path(name).schema())),
                 );
             }
         }
-        for (name, desc) in &doc.query {
+        for (name, desc, p) in &doc.query {
             b = b.parameter(
                 ParameterBuilder::new()
                     .name(*name)
                     .description(Some(*desc))
                     .parameter_in(ParameterIn::Query)
                     .required(utoipa::openapi::Required::False)
-                    .schema(Some(Schema::Object(
-                        ObjectBuilder::new().schema_type(Type::String).build(),
-                    ))),
+                    .schema(Some(p.schema())),
             );
         }
         if let Some(body) = doc.request {
             let (mime, schema) = body.content();
+            let required = if doc.request_required {
+                utoipa::openapi::Required::True
+            } else {
+                utoipa::openapi::Required::False
+            };
             b = b.request_body(Some(
                 RequestBodyBuilder::new()
                     .content(mime, ContentBuilder::new().schema(Some(schema)).build())
+                    .required(Some(required))
                     .build(),
             ));
         }

@@ -89,7 +89,8 @@ impl IntoResponse for ApiError {
                     "internal server error; the server log has the cause".into(),
                 )
             }
-            ApiError::Forbidden(m) if m.is_empty() => status.into_response(),
+            // Coopr's empty 403 keeps its empty body, typed like every other error.
+            ApiError::Forbidden(m) if m.is_empty() => text(status, String::new()),
             other => text(status, other.to_string()),
         }
     }

@@ -99,9 +99,14 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let external = external
         .router
         .route("/metrics", get(metrics::external_metrics));
-    let external = finish(external.merge(ui::router(&state)), limit).with_state(state.clone());
+    let external = finish(
+        external.merge(ui::router(&state)),
+        limit,
+        Listener::External,
+    )
+    .with_state(state.clone());
     let internal = internal.router.route("/metrics", get(metrics::metrics));
-    let internal = finish(internal, limit)
+    let internal = finish(internal, limit, Listener::Internal)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_provisioner_token,
@@ -114,10 +119,14 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     }
 }
 
-fn finish(router: Router<AppState>, limit: usize) -> Router<AppState> {
+fn finish(router: Router<AppState>, limit: usize, listener: Listener) -> Router<AppState> {
+    let doc = match listener {
+        Listener::External => get(openapi_json),
+        Listener::Internal => get(internal_openapi_json),
+    };
     router
         .route("/status", get(status))
-        .route("/v2/openapi.json", get(openapi_json))
+        .route("/v2/openapi.json", doc)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -167,7 +176,11 @@ async fn method_not_allowed(uri: Uri) -> Response {
 }
 
 async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(openapi())
+    Json(openapi(Listener::External))
+}
+
+async fn internal_openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(openapi(Listener::Internal))
 }
 
 #[derive(OpenApi)]
@@ -205,6 +218,12 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         routes::metrics::QueueMetrics,
         routes::metrics::UsageReport,
         weft_model::ClusterCreateRequest,
+        routes::cluster_ops::LeaseReq,
+        routes::cluster_ops::ConfigReq,
+        routes::cluster_ops::ServicesReq,
+        routes::cluster_ops::UpgradeReq,
+        routes::cluster_ops::CountReq,
+        routes::nodes::PropsReq,
         weft_model::ClusterSummary,
         weft_model::ClusterDetails,
         weft_model::ClusterStatusView,
@@ -225,13 +244,28 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
 )]
 struct Components;
 
-/// The OpenAPI 3 document of both listeners, built from the registered routes.
-pub fn openapi() -> utoipa::openapi::OpenApi {
+/// The two listeners, each with an OpenAPI document of its own routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The REST API v2 for users, tenant admins and the superadmin (55054).
+    External,
+    /// The provisioner API (55055).
+    Internal,
+}
+
+/// The OpenAPI 3 document of one listener, built from its registered routes: what a client
+/// generated from it may call is exactly what that port serves.
+pub fn openapi(listener: Listener) -> utoipa::openapi::OpenApi {
     let mut doc = Components::openapi();
-    let ext = routes::external(1);
-    let int = routes::internal();
-    // The two routes `finish` adds to both listeners.
-    let both = api::Api::new("")
+    let own = match listener {
+        Listener::External => routes::external(1),
+        Listener::Internal => routes::internal(),
+    };
+    // The routes `finish` adds to both listeners.
+    let both = api::Api::new(match listener {
+        Listener::External => "",
+        Listener::Internal => " (internal port)",
+    })
         .route(
             axum::routing::MethodFilter::GET,
             "/status",
@@ -262,8 +296,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
             )
             .ok(200, "Prometheus text format 0.0.4", api::Body::Text),
         );
-    let mut paths = ext.paths;
-    for (p, item) in int.paths.into_iter().chain(both.paths) {
+    let mut paths = own.paths;
+    for (p, item) in both.paths {
         match paths.get_mut(&p) {
             Some(mine) => mine.merge_operations(item),
             None => {

@@ -19,7 +19,7 @@ use weft_store::{ChangeSet, Expect, Write};
 
 use super::clusters::visible;
 use super::parse_body;
-use crate::api::{op, Api, Body};
+use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
 use crate::engine::body::to_body;
 use crate::engine::control;
@@ -71,6 +71,7 @@ pub fn routes(api: Api) -> Api {
         "/v2/clusters/{id}",
         lease,
         op(t, "Change the cluster's lease: {\"expireTime\": ms}")
+            .body(Body::Json("LeaseRequest"))
             .status(200, "changed")
             .status(
                 400,
@@ -82,13 +83,14 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::PUT,
         "/v2/clusters/{id}/config",
         reconfigure,
-        changed(t, "Reconfigure: {\"config\": {...}, \"restart\": true}").body(Body::AnyJson),
+        changed(t, "Reconfigure: {\"config\": {...}, \"restart\": true}")
+            .body(Body::Json("ReconfigureRequest")),
     )
     .route(
         MethodFilter::POST,
         "/v2/clusters/{id}/services",
         add_services,
-        changed(t, "Add services: {\"services\": [...]}").body(Body::AnyJson),
+        changed(t, "Add services: {\"services\": [...]}").body(Body::Json("ServicesRequest")),
     )
     .route(
         MethodFilter::POST,
@@ -112,13 +114,20 @@ pub fn routes(api: Api) -> Api {
         changed(
             t,
             "start, stop, restart or upgrade one service ({\"batchSize\": n} for upgrade)",
-        ),
+        )
+        .optional_body(Body::Json("UpgradeRequest")),
     )
     .route(
         MethodFilter::POST,
         "/v2/clusters/{id}/nodes",
         expand,
-        changed(t, "Expand: add {\"count\": k} nodes").body(Body::AnyJson),
+        changed(t, "Expand: add {\"count\": k} nodes (or ?count=k)")
+            .query_as(
+                "count",
+                "nodes to add, when the body does not say",
+                Param::Int(1),
+            )
+            .optional_body(Body::Json("NodeCountRequest")),
     )
     .route(
         MethodFilter::DELETE,
@@ -128,7 +137,12 @@ pub fn routes(api: Api) -> Api {
             t,
             "Shrink: remove {\"count\": k} nodes (or ?count=k), newest first",
         )
-        .body(Body::AnyJson),
+        .query_as(
+            "count",
+            "nodes to remove, when the body does not say",
+            Param::Int(1),
+        )
+        .optional_body(Body::Json("NodeCountRequest")),
     )
     .route(
         MethodFilter::POST,
@@ -196,12 +210,10 @@ async fn lease(
     body: Bytes,
 ) -> ApiResult<()> {
     let row = visible(&st, &who, &id).await?;
-    let v = optional_body(&body)?;
-    let t = v
-        .get("expireTime")
-        .filter(|t| !t.is_null())
+    let req: LeaseReq = lenient::from_value(optional_body(&body)?)?;
+    let t = req
+        .expire_time
         .ok_or_else(|| ApiError::BadRequest("expire time not specified".into()))?;
-    let t: i64 = lenient::from_value::<LeaseReq>(serde_json::json!({ "t": t }))?.t;
     if matches!(
         ClusterStatus::parse(&row.status),
         Some(ClusterStatus::Terminated | ClusterStatus::Pending)
@@ -241,15 +253,24 @@ async fn lease(
     st.store.commit(&cs).await.map_err(store_err)
 }
 
-#[derive(Deserialize)]
-struct LeaseReq {
-    #[serde(deserialize_with = "lenient::i64")]
-    t: i64,
+/// `POST /v2/clusters/{id}`: the lease's new end.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = LeaseRequest)]
+pub struct LeaseReq {
+    /// Milliseconds since the epoch; within the template's lease rules.
+    #[serde(rename = "expireTime", default, deserialize_with = "lenient::opt_i64")]
+    #[schema(required = true, value_type = i64, minimum = 0)]
+    expire_time: Option<i64>,
 }
 
-#[derive(Deserialize)]
-struct ConfigReq {
+/// `PUT /v2/clusters/{id}/config`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = ReconfigureRequest)]
+pub struct ConfigReq {
+    /// The cluster's whole new config.
+    #[schema(required = true, value_type = Object)]
     config: Option<Map<String, Value>>,
+    /// Restart the services after configuring them (default true).
     #[serde(default, deserialize_with = "lenient::opt_bool")]
     restart: Option<bool>,
 }
@@ -277,9 +298,13 @@ async fn reconfigure(
     Ok(answer(in_place(&st, &c, op, body, d.on()).await?))
 }
 
-#[derive(Deserialize)]
-struct ServicesReq {
+/// `POST /v2/clusters/{id}/services`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = ServicesRequest)]
+pub struct ServicesReq {
+    /// Services of the cluster's template to add.
     #[serde(default, deserialize_with = "lenient::strings")]
+    #[schema(required = true, min_items = 1)]
     services: Vec<String>,
 }
 
@@ -349,9 +374,13 @@ fn require_service(c: &Loaded, svc: &str) -> ApiResult<()> {
     }
 }
 
-#[derive(Deserialize, Default)]
-struct UpgradeReq {
+/// `POST /v2/clusters/{id}/services/{svc}/upgrade`.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[schema(as = UpgradeRequest)]
+pub struct UpgradeReq {
+    /// Nodes upgraded at once (default 1).
     #[serde(rename = "batchSize", default, deserialize_with = "lenient::opt_u64")]
+    #[schema(minimum = 1, value_type = u64)]
     batch_size: Option<u64>,
 }
 
@@ -415,9 +444,13 @@ async fn remove_service(
     Ok(answer(relayout(&st, &c, &change, op, body, d.on()).await?))
 }
 
-#[derive(Deserialize, Default)]
-struct CountReq {
+/// `POST` and `DELETE /v2/clusters/{id}/nodes`.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[schema(as = NodeCountRequest)]
+pub struct CountReq {
+    /// How many nodes to add or remove.
     #[serde(default, deserialize_with = "lenient::opt_u64")]
+    #[schema(required = true, minimum = 1, value_type = u64)]
     count: Option<u64>,
 }
 

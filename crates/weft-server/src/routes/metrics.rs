@@ -12,7 +12,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::{op, Api, Body};
+use crate::api::{op, Api, Body, Param};
 use crate::auth::{Identity, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{now_ms, AppState};
@@ -61,12 +61,25 @@ pub fn routes(api: Api) -> Api {
             .query("user", "owner")
             .query("cluster", "cluster id")
             .query("clustertemplate", "template name")
-            .query("start", "unix seconds")
-            .query("end", "unix seconds")
-            .query("groupby", "hour, day, week, month or year")
-            .query(
+            .query_as("start", "unix seconds (not after end)", Param::Int(0))
+            .query_as("end", "unix seconds", Param::Int(0))
+            .query_as(
+                "groupby",
+                "hour, day, week, month or year",
+                Param::OneOf(&["hour", "day", "week", "month", "year"]),
+            )
+            .query_as(
                 "timeunit",
                 "a time unit name such as seconds (default) or hours",
+                Param::OneOf(&[
+                    "nanoseconds",
+                    "microseconds",
+                    "milliseconds",
+                    "seconds",
+                    "minutes",
+                    "hours",
+                    "days",
+                ]),
             )
             .ok(200, "usage", Body::Json("UsageReport"))
             .status(400, "bad start, end, groupby or timeunit")

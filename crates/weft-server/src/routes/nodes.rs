@@ -78,7 +78,7 @@ pub fn routes(api: Api) -> Api {
             "rpc",
             "Properties of the nodes of a cluster that carry all the given services",
         )
-        .body(Body::AnyJson)
+        .body(Body::Json("NodePropertiesRequest"))
         .ok(
             200,
             "node id -> properties ({} for a cluster the caller cannot see)",
@@ -233,13 +233,16 @@ async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
-struct PropsReq {
+/// `POST /v2/getNodeProperties`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = NodePropertiesRequest)]
+pub struct PropsReq {
     #[serde(
         rename = "clusterId",
         default,
         deserialize_with = "lenient::opt_string"
     )]
+    #[schema(required = true, min_length = 1, value_type = String)]
     cluster_id: Option<String>,
     #[serde(default, deserialize_with = "lenient::strings")]
     properties: Vec<String>,

@@ -1,5 +1,7 @@
-//! The OpenAPI document: served on both ports, valid OpenAPI 3, lists every route, every listed
-//! route exists, and docs/openapi.json is up to date (`WEFT_BLESS=1` rewrites it).
+//! The OpenAPI documents: each port serves one of its own routes (valid OpenAPI 3), together they
+//! list every route, every listed route exists on its port, every operation documents the errors
+//! it can give, and docs/openapi.json (external) and docs/openapi-internal.json are up to date
+//! (`WEFT_BLESS=1` rewrites them).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -10,27 +12,39 @@ use serde_json::Value;
 
 use crate::common::{Harness, Port};
 
-fn checked_in() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json")
+use weft_server::Listener;
+
+/// The checked-in document of each listener.
+fn checked_in(l: Listener) -> PathBuf {
+    let name = match l {
+        Listener::External => "openapi.json",
+        Listener::Internal => "openapi-internal.json",
+    };
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs")
+        .join(name)
 }
 
-fn rendered() -> String {
-    serde_json::to_string_pretty(&weft_server::openapi()).expect("openapi serializes") + "\n"
+fn rendered(l: Listener) -> String {
+    serde_json::to_string_pretty(&weft_server::openapi(l)).expect("openapi serializes") + "\n"
 }
 
 #[test]
 fn openapi_json_is_up_to_date() {
-    let path = checked_in();
-    let fresh = rendered();
-    if std::env::var_os("WEFT_BLESS").is_some() {
-        std::fs::write(&path, &fresh).expect("write docs/openapi.json");
-        return;
+    for l in [Listener::External, Listener::Internal] {
+        let path = checked_in(l);
+        let fresh = rendered(l);
+        if std::env::var_os("WEFT_BLESS").is_some() {
+            std::fs::write(&path, &fresh).expect("write the OpenAPI document");
+            continue;
+        }
+        let old = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            old == fresh,
+            "{} is stale (or missing): run `WEFT_BLESS=1 cargo test -p weft-server openapi` to rewrite it",
+            path.display()
+        );
     }
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        old == fresh,
-        "docs/openapi.json is stale (or missing): run `WEFT_BLESS=1 cargo test -p weft-server openapi` to rewrite it"
-    );
 }
 
 /// (method, path) of every route each port serves.
@@ -124,7 +138,10 @@ fn refs(v: &Value, out: &mut BTreeSet<String>) {
 async fn served_document_is_openapi_3_with_every_route() {
     let h = Harness::new().await;
     let mut docs = Vec::new();
-    for port in [Port::External, Port::Internal] {
+    for (port, l) in [
+        (Port::External, Listener::External),
+        (Port::Internal, Listener::Internal),
+    ] {
         let r = h
             .send(
                 port,
@@ -135,18 +152,45 @@ async fn served_document_is_openapi_3_with_every_route() {
             .await
             .expect(200);
         assert!(r.content_type().starts_with("application/json"));
-        docs.push(r.json());
+        let doc = r.json();
+        assert_eq!(doc, serde_json::to_value(weft_server::openapi(l)).unwrap());
+        docs.push(doc);
     }
-    assert_eq!(docs[0], docs[1]);
-    let doc = &docs[0];
-    assert_eq!(doc, &serde_json::to_value(weft_server::openapi()).unwrap());
-    assert!(
-        doc["openapi"].as_str().unwrap().starts_with("3."),
-        "{}",
-        doc["openapi"]
-    );
-    assert!(doc["info"]["title"].is_string() && doc["info"]["version"].is_string());
-    let paths = doc["paths"].as_object().unwrap();
+    for doc in &docs {
+        assert!(
+            doc["openapi"].as_str().unwrap().starts_with("3."),
+            "{}",
+            doc["openapi"]
+        );
+        assert!(doc["info"]["title"].is_string() && doc["info"]["version"].is_string());
+    }
+    // Each port's document lists only its own routes.
+    let tags = |doc: &Value| -> Vec<bool> {
+        doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .map(|op| {
+                op["tags"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t.as_str().unwrap().contains("internal port"))
+            })
+            .collect()
+    };
+    assert!(tags(&docs[0]).iter().all(|internal| !internal));
+    assert!(tags(&docs[1]).iter().all(|internal| *internal));
+    let mut paths = docs[0]["paths"].as_object().unwrap().clone();
+    for (p, item) in docs[1]["paths"].as_object().unwrap() {
+        let entry = paths
+            .entry(p.clone())
+            .or_insert_with(|| serde_json::json!({}));
+        for (m, op) in item.as_object().unwrap() {
+            entry[m] = op.clone();
+        }
+    }
     for (m, p) in expected() {
         let op = &paths
             .get(&p)
@@ -169,8 +213,17 @@ async fn served_document_is_openapi_3_with_every_route() {
                     .any(|x| x["name"] == param && x["in"] == "path"),
                 "{m} {p}: {param} undocumented"
             );
+            // A path can name something that does not exist.
+            assert!(op["responses"]["404"].is_object(), "{m} {p}: no 404");
+        }
+        if op["requestBody"].is_object() {
+            assert!(op["responses"]["400"].is_object(), "{m} {p}: no 400");
+        }
+        if !p.starts_with("/status") && !p.ends_with("openapi.json") {
+            assert!(op["responses"]["401"].is_object(), "{m} {p}: no 401");
         }
     }
+    let doc = &docs[0];
     // Every schema reference resolves.
     let mut all = BTreeSet::new();
     refs(doc, &mut all);
@@ -189,8 +242,14 @@ async fn served_document_is_openapi_3_with_every_route() {
 #[tokio::test]
 async fn every_documented_operation_is_routed() {
     let h = Harness::new().await;
-    let doc = serde_json::to_value(weft_server::openapi()).unwrap();
-    for (path, item) in doc["paths"].as_object().unwrap() {
+    let ext = serde_json::to_value(weft_server::openapi(Listener::External)).unwrap();
+    let int = serde_json::to_value(weft_server::openapi(Listener::Internal)).unwrap();
+    let ops = ext["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .chain(int["paths"].as_object().unwrap());
+    for (path, item) in ops {
         for (method, op) in item.as_object().unwrap() {
             let Ok(m) = Method::from_bytes(method.to_uppercase().as_bytes()) else {
                 continue;

@@ -9,6 +9,7 @@ mod guide;
 mod hostpool_ssh;
 mod lost_provisioner;
 mod offline;
+mod openapi_fuzz;
 mod plan_output;
 mod server;
 mod support;
