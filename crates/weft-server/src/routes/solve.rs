@@ -34,27 +34,34 @@ pub fn routes(api: Api) -> Api {
             "clusters",
             "Preview a layout (weft extension): {\"clusterTemplate\": name | \"template\": {...}, \"numMachines\": n, \"services\": [...], \"provider\": name, \"hardwaretype\": name, \"imagetype\": name, \"sizes\": true}; answers {\"layout\": [{hardwaretype, imagetype, services, count}] or null, \"explanation\": why there is none, \"sizes\": {\"ranges\": [[from, to], ...], \"scanned\": [1, 100]}}; stores nothing",
         )
-        .body(Body::AnyJson)
+        .body(Body::Json("SolveRequest"))
         .ok(200, "the layout or the solver's explanation", Body::AnyJson)
         .status(400, "invalid request; the message names the field")
         .status(404, "the template, a parent, a partial or the provider does not exist"),
     )
 }
 
-/// The request of `POST /v2/solve`.
-#[derive(Debug, Default, Deserialize)]
+/// The request of `POST /v2/solve`: exactly one of `clusterTemplate` and `template`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SolveRequest {
+#[schema(as = SolveRequest)]
+pub struct SolveRequest {
+    /// A saved template of the tenant, by name.
     #[serde(
         default,
         rename = "clusterTemplate",
         deserialize_with = "lenient::opt_string"
     )]
     cluster_template: Option<String>,
+    /// A template body, saved or not (Coopr's template JSON).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     template: Option<Value>,
+    /// The size to lay out; default the template's smallest.
     #[serde(default, rename = "numMachines", deserialize_with = "lenient::opt_u64")]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 10000)]
     num_machines: Option<u64>,
+    /// The services; default the template's.
     #[serde(default)]
     services: Option<Vec<String>>,
     #[serde(default, deserialize_with = "lenient::opt_string")]
@@ -63,7 +70,9 @@ struct SolveRequest {
     hardwaretype: Option<String>,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     imagetype: Option<String>,
+    /// Also scan the sizes 1 to 100 for a layout.
     #[serde(default, deserialize_with = "lenient::bool")]
+    #[schema(value_type = bool)]
     sizes: bool,
 }
 
@@ -161,6 +170,15 @@ async fn solve(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiRes
         .services
         .clone()
         .unwrap_or_else(|| template.defaults.services.clone());
+    if req
+        .num_machines
+        .is_some_and(|n| n == 0 || n > weft_model::MAX_CLUSTER_SIZE)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "numMachines must be 1 to {}",
+            weft_model::MAX_CLUSTER_SIZE
+        )));
+    }
     let size = req
         .num_machines
         .unwrap_or(template.constraints.size.min.max(1));
