@@ -755,6 +755,34 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     text(c, "#no-match").await;
     c.goto(&format!("{base}/ui/clusters?q=shop")).await.unwrap();
     assert!(text(c, "#clusters").await.contains("shop"));
+    // A filter applies as soon as it is chosen.
+    c.find(Locator::Id("filter-status"))
+        .await
+        .unwrap()
+        .select_by_value("terminated")
+        .await
+        .unwrap();
+    until(
+        c,
+        "the status filter applied",
+        "location.search.includes('status=terminated') && document.getElementById('clusters')",
+    )
+    .await;
+    // Choosing a template on the create form loads its size and services, keeping the name.
+    c.goto(&format!("{base}/ui/clusters/new")).await.unwrap();
+    fill(c, "name", "second").await;
+    c.find(Locator::Id("template"))
+        .await
+        .unwrap()
+        .select_by_value("web")
+        .await
+        .unwrap();
+    until(
+        c,
+        "the template's services as checkboxes",
+        "document.getElementById('svc-web') && document.getElementById('name').value == 'second'",
+    )
+    .await;
 
     // The superadmin's pages.
     click(c, "#logout").await;
