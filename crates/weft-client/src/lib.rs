@@ -110,16 +110,21 @@ impl PluginKind {
     }
 }
 
-/// A client of one server's internal port.
+/// A client of a server's internal port (or of several servers', in turn).
 #[derive(Debug, Clone)]
 pub struct Client {
-    base: String,
+    /// The servers' internal URLs, used in turn: a call goes to `bases[current]` and, when that
+    /// server cannot be reached, to the next one, which becomes current.
+    bases: Vec<String>,
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     http: reqwest::Client,
     tokens: Option<std::sync::Arc<tokens::Tokens>>,
 }
 
 impl Client {
-    /// `base` is the internal port's URL, e.g. `http://127.0.0.1:55055`.
+    /// `base` is the internal port's URL, e.g. `http://127.0.0.1:55055`, or several servers'
+    /// (on one database) separated by commas: a call that cannot reach one server (connection
+    /// refused, broken or timed out) is sent to the next, which is then used until it fails.
     pub fn new(base: &str) -> ClientResult<Client> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -129,8 +134,20 @@ impl Client {
                 url: base.to_string(),
                 source,
             })?;
+        let bases: Vec<String> = base
+            .split(',')
+            .map(|b| b.trim().trim_end_matches('/').to_string())
+            .filter(|b| !b.is_empty())
+            .collect();
+        if bases.is_empty() {
+            return Err(ClientError::Decode {
+                url: base.to_string(),
+                message: "no server URL".into(),
+            });
+        }
         Ok(Client {
-            base: base.trim_end_matches('/').to_string(),
+            bases,
+            current: Default::default(),
             http,
             tokens: None,
         })
@@ -143,27 +160,46 @@ impl Client {
         self
     }
 
+    /// The server calls go to now.
     pub fn base(&self) -> &str {
-        &self.base
+        &self.bases[self.current.load(std::sync::atomic::Ordering::Relaxed) % self.bases.len()]
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
+    /// Sends the request `build` makes for `path` on the current server, then on each next one
+    /// while the server cannot be reached; the first that answers (with any status) becomes
+    /// current. Returns the answer and its URL.
     async fn send(
         &self,
-        req: reqwest::RequestBuilder,
-        url: &str,
-    ) -> ClientResult<reqwest::Response> {
-        let req = match self.tokens.as_ref().and_then(|t| t.header_value()) {
-            Some(v) => req.header(tokens::HEADER, v),
-            None => req,
-        };
-        req.send().await.map_err(|source| ClientError::Transport {
-            url: url.to_string(),
-            source,
-        })
+        path: &str,
+        build: impl Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder,
+    ) -> ClientResult<(reqwest::Response, String)> {
+        use std::sync::atomic::Ordering;
+        let first = self.current.load(Ordering::Relaxed);
+        let mut failure = None;
+        for i in 0..self.bases.len() {
+            let k = (first + i) % self.bases.len();
+            let url = format!("{}{path}", self.bases[k]);
+            let req = build(&self.http, &url);
+            let req = match self.tokens.as_ref().and_then(|t| t.header_value()) {
+                Some(v) => req.header(tokens::HEADER, v),
+                None => req,
+            };
+            match req.send().await {
+                Ok(resp) => {
+                    if i > 0 {
+                        self.current.store(k, Ordering::Relaxed);
+                    }
+                    return Ok((resp, url));
+                }
+                Err(source) => {
+                    if self.bases.len() > 1 {
+                        tracing::warn!(url = %url, error = %source, "server unreachable; trying the next");
+                    }
+                    failure = Some(ClientError::Transport { url, source });
+                }
+            }
+        }
+        Err(failure.expect("at least one server"))
     }
 
     async fn expect_ok(resp: reqwest::Response, url: &str) -> ClientResult<reqwest::Response> {
@@ -180,8 +216,7 @@ impl Client {
     }
 
     async fn put_json<T: Serialize + ?Sized>(&self, path: &str, body: &T) -> ClientResult<()> {
-        let url = self.url(path);
-        let resp = self.send(self.http.put(&url).json(body), &url).await?;
+        let (resp, url) = self.send(path, |h, url| h.put(url).json(body)).await?;
         Self::expect_ok(resp, &url).await.map(drop)
     }
 
@@ -194,9 +229,9 @@ impl Client {
     /// `POST /v2/provisioners/{id}/heartbeat` with live workers per tenant id. `Ok(false)` means the
     /// server does not know this provisioner (404): register again.
     pub async fn heartbeat(&self, id: &str, usage: &BTreeMap<String, u32>) -> ClientResult<bool> {
-        let url = self.url(&format!("/v2/provisioners/{id}/heartbeat"));
         let body = serde_json::json!({ "usage": usage });
-        let resp = self.send(self.http.post(&url).json(&body), &url).await?;
+        let path = format!("/v2/provisioners/{id}/heartbeat");
+        let (resp, url) = self.send(&path, |h, url| h.post(url).json(&body)).await?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(false);
         }
@@ -205,8 +240,8 @@ impl Client {
 
     /// `DELETE /v2/provisioners/{id}`.
     pub async fn unregister(&self, id: &str) -> ClientResult<()> {
-        let url = self.url(&format!("/v2/provisioners/{id}"));
-        let resp = self.send(self.http.delete(&url), &url).await?;
+        let path = format!("/v2/provisioners/{id}");
+        let (resp, url) = self.send(&path, |h, url| h.delete(url)).await?;
         Self::expect_ok(resp, &url).await.map(drop)
     }
 
@@ -230,11 +265,12 @@ impl Client {
         worker_id: &str,
         tenant_id: &str,
     ) -> ClientResult<Option<Value>> {
-        let url = self.url("/v2/tasks/take");
         let body = serde_json::json!({
             "provisionerId": provisioner_id, "workerId": worker_id, "tenantId": tenant_id,
         });
-        let resp = self.send(self.http.post(&url).json(&body), &url).await?;
+        let (resp, url) = self
+            .send("/v2/tasks/take", |h, url| h.post(url).json(&body))
+            .await?;
         if resp.status() == reqwest::StatusCode::NO_CONTENT {
             return Ok(None);
         }
@@ -262,8 +298,9 @@ impl Client {
 
     /// `POST /v2/tasks/finish`.
     pub async fn finish(&self, finish: &Finish) -> ClientResult<()> {
-        let url = self.url("/v2/tasks/finish");
-        let resp = self.send(self.http.post(&url).json(finish), &url).await?;
+        let (resp, url) = self
+            .send("/v2/tasks/finish", |h, url| h.post(url).json(finish))
+            .await?;
         Self::expect_ok(resp, &url).await.map(drop)
     }
 
@@ -277,16 +314,18 @@ impl Client {
         name: &str,
         version: u64,
     ) -> ClientResult<bytes::Bytes> {
-        let url = self.url(&format!(
+        let path = format!(
             "/v2/tenants/{tenant_id}/{}/{plugin}/{resource_type}/{name}/versions/{version}",
             kind.path()
-        ));
-        let req = self
-            .http
-            .get(&url)
-            .header("Coopr-UserID", "admin")
-            .header("Coopr-TenantID", tenant_id);
-        let resp = Self::expect_ok(self.send(req, &url).await?, &url).await?;
+        );
+        let (resp, url) = self
+            .send(&path, |h, url| {
+                h.get(url)
+                    .header("Coopr-UserID", "admin")
+                    .header("Coopr-TenantID", tenant_id)
+            })
+            .await?;
+        let resp = Self::expect_ok(resp, &url).await?;
         resp.bytes()
             .await
             .map_err(|source| ClientError::Transport { url, source })

@@ -22,7 +22,8 @@ use crate::transport::tail_text;
 /// What the agent needs to know.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The server's internal (provisioner) API, e.g. `http://127.0.0.1:55055`.
+    /// The server's internal (provisioner) API, e.g. `http://127.0.0.1:55055`; or several
+    /// servers' separated by commas, used in turn when one fails (see [`weft_client::Client::new`]).
     pub server: String,
     pub id: String,
     /// Workers over all tenants.

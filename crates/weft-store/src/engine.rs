@@ -9,8 +9,6 @@
 //!
 //! The few columns the store queries on (status, owner, times, task state, lease) are fields of the
 //! rows; everything else the engine keeps lives in each row's JSON `body`.
-//!
-//! [`LeaderGuard`] is the janitor's leadership, held for as long as the guard lives.
 
 use std::fmt;
 use std::str::FromStr;
@@ -340,44 +338,6 @@ impl ChangeSet {
     }
 }
 
-/// Leadership of a named role (the janitor), from [`Store::try_lead`](crate::Store::try_lead).
-/// Held until the guard is dropped or [`released`](LeaderGuard::release); on PostgreSQL also lost
-/// when its connection breaks, which [`is_held`](LeaderGuard::is_held) detects. There the lock is
-/// the session-level advisory lock whose 64-bit key is FNV-1a of `weft-leader/<name>` (visible in
-/// `pg_locks`).
-pub struct LeaderGuard {
-    pub(crate) name: String,
-    pub(crate) inner: crate::leader::Held,
-}
-
-impl LeaderGuard {
-    /// The role's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// `true` while the leadership is still held. On PostgreSQL this checks that the session
-    /// holding the lock is alive; a leader should check before each round of work.
-    pub async fn is_held(&mut self) -> bool {
-        self.inner.is_held().await
-    }
-
-    /// Gives the leadership up now (on PostgreSQL: unlocks and closes the session), so that
-    /// another server's `try_lead` succeeds at once. Dropping the guard also releases it, but on
-    /// PostgreSQL only once the server notices the closed connection.
-    pub async fn release(self) -> crate::Result<()> {
-        self.inner.release().await
-    }
-}
-
-impl fmt::Debug for LeaderGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaderGuard")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,12 +357,6 @@ mod tests {
             "IN_PROGRESS".parse::<TaskState>(),
             Err(StoreError::Corrupt(_))
         ));
-    }
-
-    #[test]
-    fn a_leader_guard_can_move_into_a_spawned_task() {
-        fn send<T: Send + 'static>() {}
-        send::<LeaderGuard>();
     }
 
     #[test]

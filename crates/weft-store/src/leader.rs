@@ -1,120 +1,126 @@
-//! Leader election for background roles (the janitor), behind [`LeaderGuard`](crate::LeaderGuard).
+//! Leadership of background roles (the janitor) as a lease: one row per role in `leaders`
+//! (`role`, `holder`, `term`, `deadline`), the same on both backends.
 //!
-//! * **PostgreSQL**: a session-level `pg_try_advisory_lock` on a key hashed from the role's name,
-//!   taken on a connection detached from the pool and kept inside the guard. Releasing the guard
-//!   unlocks and closes the session; dropping it closes the socket, and the server releases the
-//!   lock when it notices. A broken connection loses the lock too, which
-//!   [`Held::is_held`] detects.
-//! * **SQLite**: one server owns a database file, so the lock is a process-wide registry of
-//!   `(database file, role)` pairs: exclusive among every store opened on the same file in this
-//!   process, released when the guard drops.
+//! A holder takes the role when the row is missing or its deadline has passed, and keeps it by
+//! renewing the deadline before it passes ([`Store::lead`](crate::Store::lead) does both, in one
+//! upsert). Every change of holder, and every renewal that comes after the deadline, starts a new
+//! `term`; a holder that sees its term change has lost the lease, even if it took it straight
+//! back. A stopped leader (SIGSTOP, a hung loop, a lost network) therefore loses the role one
+//! lease after its last renewal, whatever its connections do, and [`Lease::keep`] tells it so
+//! by its own clock before it asks the database.
+//!
+//! Deadlines are each server's wall-clock milliseconds, so servers sharing a database need clocks
+//! that agree to well within a lease (NTP).
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
+use crate::{Result, Store};
 
-use sqlx::{AnyConnection, Connection};
-
-use crate::Result;
-
-/// The `(scope, role)` pairs led in this process (SQLite).
-static LOCAL_LEADERS: Mutex<BTreeSet<(String, String)>> = Mutex::new(BTreeSet::new());
-
-/// What a [`LeaderGuard`](crate::LeaderGuard) holds.
-pub(crate) enum Held {
-    Postgres {
-        /// `None` only after release.
-        conn: Option<AnyConnection>,
-        key: i64,
-    },
-    Local {
-        scope: String,
-        name: String,
-    },
+/// The row of a role in `leaders`, from [`Store::leader`](crate::Store::leader).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    pub role: String,
+    pub holder: String,
+    /// 1 for the first holder, +1 at every takeover (and at a renewal after the deadline).
+    pub term: i64,
+    /// Milliseconds since the epoch; the lease is free once this has passed (0 after a resign).
+    pub deadline: i64,
 }
 
-impl Held {
-    /// Registers `(scope, name)` in this process; `None` if it is already led.
-    pub(crate) fn try_local(scope: &str, name: &str) -> Option<Held> {
-        let mut leaders = LOCAL_LEADERS.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (scope.to_string(), name.to_string());
-        if leaders.insert(key.clone()) {
-            Some(Held::Local {
-                scope: key.0,
-                name: key.1,
-            })
-        } else {
-            None
-        }
+/// A lease on a role held by this process: what [`Store::lead`](crate::Store::lead) granted, with
+/// the deadline by this process's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    role: String,
+    holder: String,
+    term: i64,
+    lease_ms: i64,
+    deadline: i64,
+}
+
+impl Lease {
+    /// Takes the role for `holder` at `now` for `lease_ms`, or renews it if `holder` has it;
+    /// `None` if another holder's lease has not passed.
+    pub async fn take(
+        store: &dyn Store,
+        role: &str,
+        holder: &str,
+        lease_ms: i64,
+        now: i64,
+    ) -> Result<Option<Lease>> {
+        let term = store.lead(role, holder, now, lease_ms).await?;
+        Ok(term.map(|term| Lease {
+            role: role.to_string(),
+            holder: holder.to_string(),
+            term,
+            lease_ms,
+            deadline: now + lease_ms,
+        }))
     }
 
-    /// Tries the session-level advisory lock for `name` on `conn`; closes `conn` if it is taken.
-    pub(crate) async fn try_postgres(mut conn: AnyConnection, name: &str) -> Result<Option<Held>> {
-        let key = leader_key(name);
-        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(key)
-            .fetch_one(&mut conn)
+    pub fn role(&self) -> &str {
+        &self.role
+    }
+
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    pub fn term(&self) -> i64 {
+        self.term
+    }
+
+    /// Milliseconds since the epoch until which this lease holds (by this process's clock).
+    pub fn deadline(&self) -> i64 {
+        self.deadline
+    }
+
+    /// Whether the lease still holds at `now`, without asking the database.
+    pub fn valid_at(&self, now: i64) -> bool {
+        now < self.deadline
+    }
+
+    /// Renews the lease at `now`. `false` when it is lost: it passed first (another holder may
+    /// have acted since), or another holder took it, or renewing it started a new term. A lost
+    /// lease must not be used again; take a new one.
+    pub async fn renew(&mut self, store: &dyn Store, now: i64) -> Result<bool> {
+        if !self.valid_at(now) {
+            return Ok(false);
+        }
+        let term = store
+            .lead(&self.role, &self.holder, now, self.lease_ms)
             .await?;
-        if got {
-            Ok(Some(Held::Postgres {
-                conn: Some(conn),
-                key,
-            }))
-        } else {
-            conn.close().await.ok();
-            Ok(None)
+        if term != Some(self.term) {
+            self.deadline = 0;
+            return Ok(false);
         }
+        self.deadline = now + self.lease_ms;
+        Ok(true)
     }
 
-    pub(crate) async fn is_held(&mut self) -> bool {
-        match self {
-            Held::Local { .. } => true,
-            Held::Postgres { conn, .. } => {
-                let Some(c) = conn.as_mut() else { return false };
-                let alive = sqlx::query_scalar::<_, i64>("SELECT 1")
-                    .fetch_one(&mut *c)
-                    .await
-                    .is_ok();
-                if !alive {
-                    // The session is gone, and its lock with it.
-                    *conn = None;
-                }
-                alive
+    /// What a leader calls before each step of its work: `true` while the lease holds at `now`,
+    /// renewing it once half of it has gone. `false` (also on a database error) means stop now.
+    pub async fn keep(&mut self, store: &dyn Store, now: i64) -> bool {
+        if !self.valid_at(now) {
+            return false;
+        }
+        if now < self.deadline - self.lease_ms / 2 {
+            return true;
+        }
+        match self.renew(store, now).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(role = %self.role, error = %e, "renewing leadership");
+                false
             }
         }
     }
 
-    pub(crate) async fn release(mut self) -> Result<()> {
-        if let Held::Postgres { conn, key } = &mut self {
-            if let Some(mut c) = conn.take() {
-                let unlocked: Result<bool> = sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
-                    .bind(*key)
-                    .fetch_one(&mut c)
-                    .await
-                    .map_err(Into::into);
-                c.close().await.ok();
-                unlocked?;
-            }
-        }
-        Ok(())
+    /// Gives the role up at once, so that another holder's next take succeeds.
+    pub async fn resign(self, store: &dyn Store) -> Result<()> {
+        store.resign(&self.role, &self.holder).await
     }
 }
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Held::Local { scope, name } = self {
-            let mut leaders = LOCAL_LEADERS.lock().unwrap_or_else(|e| e.into_inner());
-            leaders.remove(&(std::mem::take(scope), std::mem::take(name)));
-        }
-    }
-}
-
-/// The advisory lock key of a role: FNV-1a (64 bit) of `weft-leader/<name>`, stable across builds
-/// and processes.
-pub(crate) fn leader_key(name: &str) -> i64 {
-    fnv1a64(format!("weft-leader/{name}").as_bytes()) as i64
-}
-
-/// 64-bit FNV-1a.
+/// 64-bit FNV-1a (the keys of PostgreSQL's advisory row locks).
 pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
@@ -129,17 +135,18 @@ mod tests {
     fn fnv_matches_its_reference_values() {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_ne!(leader_key("janitor"), leader_key("janitor2"));
     }
 
     #[test]
-    fn local_leadership_is_exclusive_per_scope_and_name() {
-        let a = Held::try_local("test-scope-1", "janitor").expect("first leads");
-        assert!(Held::try_local("test-scope-1", "janitor").is_none());
-        let other_name = Held::try_local("test-scope-1", "other");
-        let other_scope = Held::try_local("test-scope-2", "janitor");
-        assert!(other_name.is_some() && other_scope.is_some());
-        drop(a);
-        assert!(Held::try_local("test-scope-1", "janitor").is_some());
+    fn a_lease_holds_until_its_deadline() {
+        let l = Lease {
+            role: "janitor".into(),
+            holder: "a".into(),
+            term: 1,
+            lease_ms: 100,
+            deadline: 1100,
+        };
+        assert!(l.valid_at(1099));
+        assert!(!l.valid_at(1100));
     }
 }

@@ -27,13 +27,14 @@ mod migrate;
 mod sql;
 
 pub use engine::{
-    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, LeaderGuard, NodeRow, Quota, Taken,
-    TaskRow, TaskState, Write, GATE,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskRow, TaskState,
+    Write, GATE,
 };
 pub use hostpool::{
     HostDelete, HostLease, HostPoolStore, HostRequest, PoolHostRow, Reservation, ShortGroup,
     Shortfall,
 };
+pub use leader::{Leadership, Lease};
 pub use migrate::{Migration, MIGRATIONS, SCHEMA_VERSION};
 pub use sql::SqlStore;
 
@@ -383,12 +384,18 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     /// For quota checks: (the tenant's clusters that are not `terminated`, the nodes of those
     /// clusters), read from one snapshot.
     async fn count_clusters(&self, tenant_id: &str) -> Result<(u64, u64)>;
-    /// Tries to become the leader of the role `name` (e.g. the janitor) without waiting: `None`
-    /// if another holder has it. Leadership lasts as long as the [`LeaderGuard`]. On PostgreSQL
-    /// it is a session-level advisory lock held on a connection of the guard's own, exclusive
-    /// among every server on the database (a lost connection loses it); on SQLite, which one
-    /// server owns, it is exclusive among the stores opened on the same file in this process.
-    async fn try_lead(&self, name: &str) -> Result<Option<LeaderGuard>>;
+    // ---- leadership (leader.rs) -----------------------------------------------------------------
+
+    /// Takes the lease on `role` for `holder` until `now + lease_ms` if it is free (no row, or its
+    /// deadline is before `now`), or renews it if `holder` has it. Returns the term `holder` leads
+    /// in, `None` if another holder's lease has not passed. A takeover, or a renewal after the
+    /// deadline, starts a new term. One statement, so concurrent callers cannot both lead.
+    async fn lead(&self, role: &str, holder: &str, now: i64, lease_ms: i64) -> Result<Option<i64>>;
+    /// Ends `holder`'s lease on `role` at once (its term stays, so the next holder's is higher).
+    /// Nothing happens if another holder has the role.
+    async fn resign(&self, role: &str, holder: &str) -> Result<()>;
+    /// The row of `role`, whether or not its lease has passed.
+    async fn leader(&self, role: &str) -> Result<Option<Leadership>>;
 }
 
 /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`), runs the migrations, and

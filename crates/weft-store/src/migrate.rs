@@ -372,6 +372,28 @@ CREATE INDEX tasks_queued ON tasks (tenant_id, queued_at, id) WHERE state = 'que
 CREATE INDEX tasks_leased ON tasks (tenant_id, lease_deadline) WHERE state = 'in_progress';
 "#,
     },
+    // Leadership as a lease (leader.rs): replaces PostgreSQL's session advisory lock, which a
+    // stopped but connected leader kept forever.
+    Migration {
+        version: 6,
+        description: "leaders: one lease row per background role",
+        sqlite: r#"
+CREATE TABLE leaders (
+    role TEXT NOT NULL PRIMARY KEY,
+    holder TEXT NOT NULL,
+    term BIGINT NOT NULL,
+    deadline BIGINT NOT NULL
+);
+"#,
+        postgres: r#"
+CREATE TABLE leaders (
+    role TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    holder TEXT NOT NULL,
+    term BIGINT NOT NULL,
+    deadline BIGINT NOT NULL
+);
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

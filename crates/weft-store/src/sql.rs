@@ -22,8 +22,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -37,8 +35,8 @@ use crate::engine::{
 };
 use crate::migrate;
 use crate::{
-    ApiKeyRecord, Backend, LeaderGuard, ProvisionerRecord, ResourceDelete, ResourceKey,
-    ResourceRow, Result, Store, StoreError, Tenant, SUPERADMIN,
+    ApiKeyRecord, Backend, Leadership, ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow,
+    Result, Store, StoreError, Tenant, SUPERADMIN,
 };
 
 mod engine;
@@ -62,9 +60,6 @@ pub struct SqlStore {
     /// SQLite (a file): the thread that runs the engine's frequent reads. `None` where
     /// `sqlite_writer` is.
     sqlite_reader: Option<writer::SqliteReader>,
-    /// What SQLite leader locks are exclusive within: the database file (or a unique name for an
-    /// in-memory database). Unused on PostgreSQL.
-    scope: Arc<str>,
 }
 
 impl SqlStore {
@@ -85,7 +80,6 @@ impl SqlStore {
                     writer,
                     sqlite_writer: None,
                     sqlite_reader: None,
-                    scope: sqlite_scope(&url).into(),
                 };
                 store.prepare().await?;
                 if url.contains(":memory:") || url.contains("mode=memory") {
@@ -115,7 +109,6 @@ impl SqlStore {
                     writer: pool,
                     sqlite_writer: None,
                     sqlite_reader: None,
-                    scope: "".into(),
                 };
                 store.prepare().await?;
                 store
@@ -214,17 +207,6 @@ fn sqlite_url(url: &str) -> String {
     } else {
         format!("{url}?mode=rwc")
     }
-}
-
-/// The scope of a SQLite database's leader locks: its canonical file path, or a name of its own for
-/// an in-memory database (called after connecting, when the file exists).
-fn sqlite_scope(url: &str) -> String {
-    static MEMORY: AtomicU64 = AtomicU64::new(0);
-    if url.contains(":memory:") || url.contains("mode=memory") {
-        return format!("memory#{}", MEMORY.fetch_add(1, Ordering::Relaxed));
-    }
-    let path = sqlite_path(url);
-    std::fs::canonicalize(path).map_or_else(|_| path.to_string(), |p| p.display().to_string())
 }
 
 /// The file of a `sqlite:` URL.
@@ -1090,8 +1072,16 @@ impl Store for SqlStore {
         self.count_clusters_impl(tenant_id).await
     }
 
-    async fn try_lead(&self, name: &str) -> Result<Option<LeaderGuard>> {
-        self.try_lead_impl(name).await
+    async fn lead(&self, role: &str, holder: &str, now: i64, lease_ms: i64) -> Result<Option<i64>> {
+        self.lead_impl(role, holder, now, lease_ms).await
+    }
+
+    async fn resign(&self, role: &str, holder: &str) -> Result<()> {
+        self.resign_impl(role, holder).await
+    }
+
+    async fn leader(&self, role: &str) -> Result<Option<Leadership>> {
+        self.leader_impl(role).await
     }
 }
 

@@ -39,7 +39,8 @@ enum Command {
     Plan(cmd::plan::Args),
     /// Run a provisioner: takes tasks from the server and runs them with its plugins.
     Provisioner(cmd::provisioner::Args),
-    /// Load drivers: `weft bench queue` (take/finish throughput, 1,000-node create time).
+    /// Load drivers: `weft bench queue` (take/finish throughput, 1,000-node create time) and
+    /// `weft bench create` (one create of N nodes: time, tasks/s, payload bytes, peak RSS).
     Bench(cmd::bench::Args),
     #[command(flatten)]
     Client(cmd::cli::ClientCommand),

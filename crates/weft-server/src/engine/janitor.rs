@@ -7,13 +7,16 @@
 //! their tenants' workers placed elsewhere. Tests call it with a chosen `now`.
 //!
 //! Several servers may share one PostgreSQL database; only the one holding the store's `janitor`
-//! leadership ([`weft_store::Store::try_lead`]) runs rounds. [`Janitor::lead`] is one leadership
-//! step (keep it, notice it is lost, try to take it); [`spawn`] runs lead-then-round every
-//! `janitor_interval`.
+//! lease ([`weft_store::Lease`], as long as `janitor_interval`) runs rounds. [`Janitor::lead`] is
+//! one leadership step (renew the lease, notice it is lost, try to take it); [`spawn`] takes that
+//! step every third of the lease and runs a round every `janitor_interval`. A round checks the
+//! lease before each item and ends as soon as it is lost (a leader that was stopped and woke up),
+//! and the items' writes are compare-and-swap on the rows' revisions, so whatever a stale leader
+//! read before it stopped cannot overwrite the new leader's work.
 
 use std::time::Duration;
 
-use weft_store::LeaderGuard;
+use weft_store::Lease;
 
 use super::delete::start_delete;
 use super::work::{complete_job, fail_expired, fail_over_leases};
@@ -43,9 +46,36 @@ pub struct JanitorReport {
 /// cluster is logged and the round goes on with the next one; only store errors while listing
 /// abort the round.
 pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
+    run_pass(st, now, None).await
+}
+
+/// Whether a leader's round may go on: while its lease holds (renewed past half), always for a
+/// round without one.
+async fn may_go_on(st: &AppState, lease: &mut Option<&mut Lease>) -> bool {
+    let Some(l) = lease else { return true };
+    if l.keep(&*st.store, now_ms()).await {
+        return true;
+    }
+    tracing::warn!(
+        role = ROLE,
+        term = l.term(),
+        "janitor leadership lost; round ends"
+    );
+    false
+}
+
+/// [`run_once`], ended early once `lease` (if given) is lost.
+async fn run_pass(
+    st: &AppState,
+    now: i64,
+    mut lease: Option<&mut Lease>,
+) -> ApiResult<JanitorReport> {
     let mut report = JanitorReport::default();
     let timeout_s = st.settings.task_timeout_ms / 1000;
     for task in st.store.expired_tasks(now).await? {
+        if !may_go_on(st, &mut lease).await {
+            return Ok(report);
+        }
         let message = format!("timed out after {timeout_s} s");
         match fail_expired(st, &task, now, &message).await {
             Ok(()) => {
@@ -60,6 +90,9 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
         }
     }
     for job in st.store.ended_jobs().await? {
+        if !may_go_on(st, &mut lease).await {
+            return Ok(report);
+        }
         // A server stopped between completing a job's end gate and the job.
         match complete_job(st, &job.tenant_id, &job.id).await {
             Ok(()) => {
@@ -73,6 +106,9 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
         }
     }
     for cluster in st.store.expired_clusters(now).await? {
+        if !may_go_on(st, &mut lease).await {
+            return Ok(report);
+        }
         match start_delete(st, &cluster).await {
             Ok(Some(job_id)) => {
                 tracing::info!(cluster_id = cluster.id, job_id = %job_id, "cluster lease expired; deleting");
@@ -84,12 +120,18 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
             }
         }
     }
+    if !may_go_on(st, &mut lease).await {
+        return Ok(report);
+    }
     // Host pools: hosts whose node is gone or whose cluster is terminated go back to their pool.
     if let Err(e) = crate::hostpool::sweep(st, now).await {
         tracing::warn!(error = %e, "giving pool hosts back");
     }
     let silent_since = now - st.settings.provisioner_timeout_ms;
     for p in st.store.list_provisioners().await? {
+        if !may_go_on(st, &mut lease).await {
+            return Ok(report);
+        }
         if p.last_heartbeat_ms < silent_since && st.store.delete_provisioner(&p.id).await? {
             st.provisioners.forget(&p.id);
             tracing::warn!(provisioner = %p.id, last_heartbeat_ms = p.last_heartbeat_ms,
@@ -107,69 +149,111 @@ pub async fn run_once(st: &AppState, now: i64) -> ApiResult<JanitorReport> {
     Ok(report)
 }
 
-/// One server's janitor: its leadership, if it holds it.
+/// One server's janitor: its lease on the leadership, if it holds it.
 pub struct Janitor {
     st: AppState,
-    guard: Option<LeaderGuard>,
+    /// Who this janitor is in the `leaders` row: `<host>/<pid>/<random>`.
+    holder: String,
+    lease: Option<Lease>,
 }
 
 impl Janitor {
     pub fn new(st: AppState) -> Janitor {
-        Janitor { st, guard: None }
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        let host = host.trim();
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let holder = format!(
+            "{}/{}/{}",
+            if host.is_empty() { "host" } else { host },
+            std::process::id(),
+            &id[..8]
+        );
+        Janitor {
+            st,
+            holder,
+            lease: None,
+        }
     }
 
-    /// One leadership step: checks that a held leadership is still held (dropping it if not), or
-    /// tries to take it. Returns whether this server leads now.
+    /// This janitor's name in the store's `leaders` row.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// One leadership step now: see [`lead_at`](Janitor::lead_at).
     pub async fn lead(&mut self) -> ApiResult<bool> {
-        if let Some(g) = self.guard.as_mut() {
-            if g.is_held().await {
+        self.lead_at(now_ms()).await
+    }
+
+    /// One leadership step at `now`: renews a held lease (dropping it if it is lost), or tries to
+    /// take the lease. Returns whether this server leads now.
+    pub async fn lead_at(&mut self, now: i64) -> ApiResult<bool> {
+        let store = &*self.st.store;
+        if let Some(l) = self.lease.as_mut() {
+            if l.renew(store, now).await? {
                 return Ok(true);
             }
-            tracing::warn!(role = ROLE, "janitor leadership lost");
-            self.guard = None;
+            tracing::warn!(role = ROLE, term = l.term(), "janitor leadership lost");
+            self.lease = None;
         }
-        self.guard = self.st.store.try_lead(ROLE).await?;
-        if self.guard.is_some() {
-            tracing::info!(role = ROLE, "this server now runs the janitor");
+        let lease_ms = self.st.settings.janitor_interval_ms as i64;
+        self.lease = Lease::take(store, ROLE, &self.holder, lease_ms, now).await?;
+        if let Some(l) = &self.lease {
+            tracing::info!(role = ROLE, term = l.term(), holder = %self.holder, "this server now runs the janitor");
         }
-        Ok(self.guard.is_some())
+        Ok(self.lease.is_some())
     }
 
     /// Whether the last [`lead`](Janitor::lead) left this server leading.
     pub fn is_leader(&self) -> bool {
-        self.guard.is_some()
+        self.lease.is_some()
     }
 
-    /// One tick of the loop: [`lead`](Janitor::lead), then [`run_once`] at `now` if leading.
+    /// One tick of the loop: [`lead_at`](Janitor::lead_at), then a round at `now` if leading,
+    /// which ends early if the lease is lost meanwhile.
     pub async fn tick(&mut self, now: i64) -> ApiResult<Option<JanitorReport>> {
-        if !self.lead().await? {
+        if !self.lead_at(now).await? {
             return Ok(None);
         }
-        run_once(&self.st, now).await.map(Some)
+        run_pass(&self.st, now, self.lease.as_mut()).await.map(Some)
     }
 
     /// Gives the leadership up at once, so another server's next step takes it.
     pub async fn resign(&mut self) {
-        if let Some(g) = self.guard.take() {
-            if let Err(e) = g.release().await {
-                tracing::warn!(role = ROLE, error = %e, "releasing janitor leadership");
+        if let Some(l) = self.lease.take() {
+            if let Err(e) = l.resign(&*self.st.store).await {
+                tracing::warn!(role = ROLE, error = %e, "resigning janitor leadership");
             }
         }
     }
 }
 
-/// Runs the janitor every `janitor_interval` for as long as the returned task lives. Errors are
-/// logged; the next tick tries again.
+/// Runs the janitor for as long as the returned task lives: a leadership step every third of the
+/// lease (`janitor_interval`), and a round every `janitor_interval` while leading (at once after
+/// taking over). Errors are logged; the next tick tries again.
 pub fn spawn(st: AppState) -> tokio::task::JoinHandle<()> {
-    let every = Duration::from_millis(st.settings.janitor_interval_ms.max(1));
+    let interval = st.settings.janitor_interval_ms.max(3) as i64;
+    let every = Duration::from_millis(interval as u64 / 3);
     tokio::spawn(async move {
         let mut janitor = Janitor::new(st);
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_round = 0;
         loop {
             ticks.tick().await;
-            match janitor.tick(now_ms()).await {
-                Ok(Some(r)) if r != JanitorReport::default() => {
+            let now = now_ms();
+            let was_leader = janitor.is_leader();
+            match janitor.lead_at(now).await {
+                Ok(true) if !was_leader || now >= next_round => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "janitor leadership step failed");
+                    continue;
+                }
+            }
+            next_round = now + interval;
+            match run_pass(&janitor.st, now, janitor.lease.as_mut()).await {
+                Ok(r) if r != JanitorReport::default() => {
                     tracing::info!(
                         timed_out_tasks = r.timed_out_tasks.len(),
                         expired_clusters = r.expired_clusters.len(),

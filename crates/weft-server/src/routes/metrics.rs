@@ -66,20 +66,12 @@ pub fn routes(api: Api) -> Api {
             .query_as(
                 "groupby",
                 "hour, day, week, month or year",
-                Param::OneOf(&["hour", "day", "week", "month", "year"]),
+                Param::OneOf(&GROUPS),
             )
             .query_as(
                 "timeunit",
                 "a time unit name such as seconds (default) or hours",
-                Param::OneOf(&[
-                    "nanoseconds",
-                    "microseconds",
-                    "milliseconds",
-                    "seconds",
-                    "minutes",
-                    "hours",
-                    "days",
-                ]),
+                Param::OneOf(&UNITS),
             )
             .ok(200, "usage", Body::Json("UsageReport"))
             .status(400, "bad start, end, groupby or timeunit")
@@ -117,6 +109,20 @@ async fn queues(
             .collect(),
     ))
 }
+
+/// What `groupby` may say.
+const GROUPS: [&str; 5] = ["hour", "day", "week", "month", "year"];
+
+/// What `timeunit` may say (in any case).
+const UNITS: [&str; 7] = [
+    "nanoseconds",
+    "microseconds",
+    "milliseconds",
+    "seconds",
+    "minutes",
+    "hours",
+    "days",
+];
 
 #[derive(Debug, Deserialize)]
 struct UsageQuery {
@@ -156,26 +162,17 @@ async fn usage(id: Identity, Query(q): Query<UsageQuery>) -> ApiResult<Json<Usag
         return Err(ApiError::BadRequest("start must not be after end".into()));
     }
     if let Some(g) = q.groupby.as_deref() {
-        if !["hour", "day", "week", "month", "year"].contains(&g) {
+        if !GROUPS.contains(&g) {
             return Err(ApiError::BadRequest(format!(
                 "groupby {g} is not one of hour, day, week, month, year"
             )));
         }
     }
     if let Some(u) = q.timeunit.as_deref() {
-        let units = [
-            "nanoseconds",
-            "microseconds",
-            "milliseconds",
-            "seconds",
-            "minutes",
-            "hours",
-            "days",
-        ];
-        if !units.contains(&u.to_ascii_lowercase().as_str()) {
+        if !UNITS.contains(&u.to_ascii_lowercase().as_str()) {
             return Err(ApiError::BadRequest(format!(
                 "timeunit {u} is not one of {}",
-                units.join(", ")
+                UNITS.join(", ")
             )));
         }
     }

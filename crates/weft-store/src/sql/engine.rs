@@ -33,8 +33,8 @@ use crate::engine::{
     ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskRow, TaskState,
     Write, GATE,
 };
-use crate::leader::{fnv1a64, Held};
-use crate::{Backend, LeaderGuard, Result, StoreError};
+use crate::leader::fnv1a64;
+use crate::{Backend, Leadership, Result, StoreError};
 
 /// How often a change set that lost a deadlock is retried.
 const MAX_DEADLOCK_RETRIES: usize = 16;
@@ -1050,17 +1050,59 @@ impl SqlStore {
         ))
     }
 
-    pub(crate) async fn try_lead_impl(&self, name: &str) -> Result<Option<LeaderGuard>> {
-        let held = match self.backend {
-            Backend::Sqlite => Held::try_local(&self.scope, name),
-            Backend::Postgres => {
-                let conn = self.writer.acquire().await?.detach();
-                Held::try_postgres(conn, name).await?
-            }
-        };
-        Ok(held.map(|inner| LeaderGuard {
-            name: name.to_string(),
-            inner,
-        }))
+    /// See [`Store::lead`](crate::Store::lead): one upsert that inserts the row, renews it for
+    /// its holder, or takes it over once its deadline has passed; `RETURNING` yields the term only
+    /// when it did one of these.
+    pub(crate) async fn lead_impl(
+        &self,
+        role: &str,
+        holder: &str,
+        now: i64,
+        lease_ms: i64,
+    ) -> Result<Option<i64>> {
+        let mut tx = self.write_tx().await?;
+        let term: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO leaders (role, holder, term, deadline) VALUES ($1, $2, 1, $4) \
+             ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, deadline = excluded.deadline, \
+             term = CASE WHEN leaders.holder = excluded.holder AND leaders.deadline >= $3 \
+             THEN leaders.term ELSE leaders.term + 1 END \
+             WHERE leaders.holder = excluded.holder OR leaders.deadline < $3 \
+             RETURNING term",
+        )
+        .bind(role)
+        .bind(holder)
+        .bind(now)
+        .bind(now + lease_ms)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(term)
+    }
+
+    pub(crate) async fn resign_impl(&self, role: &str, holder: &str) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query("UPDATE leaders SET deadline = 0 WHERE role = $1 AND holder = $2")
+            .bind(role)
+            .bind(holder)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn leader_impl(&self, role: &str) -> Result<Option<Leadership>> {
+        let row = sqlx::query("SELECT role, holder, term, deadline FROM leaders WHERE role = $1")
+            .bind(role)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.map(|r| {
+            Ok(Leadership {
+                role: r.try_get("role")?,
+                holder: r.try_get("holder")?,
+                term: r.try_get("term")?,
+                deadline: r.try_get("deadline")?,
+            })
+        })
+        .transpose()
     }
 }

@@ -3,13 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
-use sqlx::Connection;
 use weft_store::{
-    Backend, ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, SqlStore, Store,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, Lease, NodeRow, SqlStore, Store,
     StoreError, TaskRow, TaskState, Write, GATE,
 };
 
@@ -966,88 +964,99 @@ async fn queue_and_quota_counts(ctx: &Ctx) -> Result<()> {
 
 // ---- leader election ---------------------------------------------------------------------------
 
-/// The low 32 bits of the advisory lock key of a role, as `pg_locks.objid` shows them (the key is
-/// FNV-1a 64 of `weft-leader/<name>`, documented in `weft_store::LeaderGuard`).
-fn leader_objid(name: &str) -> i64 {
-    let key = format!("weft-leader/{name}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-    (key & 0xffff_ffff) as i64
-}
-
+/// Leadership is a lease row: exclusive while its deadline holds, taken over once it has passed
+/// (with a new term), renewed by its holder, given up by a resign; and the same from two stores
+/// on one database.
 async fn one_store_leads_at_a_time(ctx: &Ctx) -> Result<()> {
     let a = &*ctx.store;
     let b = SqlStore::connect(&ctx.url).await?;
-    let mut guard = a
-        .try_lead("janitor")
-        .await?
-        .context("the first store leads")?;
-    assert_eq!(guard.name(), "janitor");
-    assert!(guard.is_held().await);
-    assert!(
-        b.try_lead("janitor").await?.is_none(),
-        "the other store does not"
+    let t0 = 1_000_000;
+    assert_eq!(a.leader("janitor").await?, None);
+    assert_eq!(a.lead("janitor", "A", t0, 100).await?, Some(1));
+    assert_eq!(b.lead("janitor", "B", t0 + 50, 100).await?, None);
+    assert_eq!(
+        b.lead("janitor", "B", t0 + 100, 100).await?,
+        None,
+        "the deadline itself still holds"
     );
-    assert!(
-        a.try_lead("janitor").await?.is_none(),
-        "not twice, even in one store"
+    assert_eq!(
+        b.lead("balancer", "B", t0, 100).await?,
+        Some(1),
+        "roles are separate"
     );
-    let other_role = b
-        .try_lead("balancer")
-        .await?
-        .context("another role is free")?;
+    // Renewing keeps the term and moves the deadline.
+    assert_eq!(a.lead("janitor", "A", t0 + 90, 100).await?, Some(1));
+    assert_eq!(b.lead("janitor", "B", t0 + 150, 100).await?, None);
+    let row = b.leader("janitor").await?.context("a row")?;
+    assert_eq!(
+        (row.holder.as_str(), row.term, row.deadline),
+        ("A", 1, t0 + 190)
+    );
+    // Once it has passed, another takes it in a new term, and the old holder cannot renew.
+    assert_eq!(b.lead("janitor", "B", t0 + 191, 100).await?, Some(2));
+    assert_eq!(a.lead("janitor", "A", t0 + 200, 100).await?, None);
+    // A holder renewing after its own deadline (nobody took it meanwhile) starts a new term.
+    assert_eq!(b.lead("janitor", "B", t0 + 400, 100).await?, Some(3));
+    // A resign frees it at once; the next holder's term is higher still.
+    a.resign("janitor", "B-not").await?;
+    assert_eq!(
+        a.lead("janitor", "A", t0 + 401, 100).await?,
+        None,
+        "only the holder resigns"
+    );
+    b.resign("janitor", "B").await?;
+    assert_eq!(a.lead("janitor", "A", t0 + 402, 100).await?, Some(4));
 
-    guard.release().await?;
-    let b_guard = b
-        .try_lead("janitor")
-        .await?
-        .context("released: the other leads")?;
-    assert!(a.try_lead("janitor").await?.is_none());
-
-    // Dropping the guard releases it as well (on PostgreSQL once the server sees the
-    // connection close, so ask until it does).
-    drop(b_guard);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let regained = loop {
-        if let Some(g) = a.try_lead("janitor").await? {
-            break g;
+    // Concurrent takers of a free role: exactly one leads.
+    let mut takers = tokio::task::JoinSet::new();
+    for (i, s) in [SqlStore::connect(&ctx.url).await?, b.clone()]
+        .into_iter()
+        .enumerate()
+    {
+        for j in 0..4 {
+            let s = s.clone();
+            takers.spawn(async move { s.lead("free", &format!("h{i}.{j}"), t0, 100).await });
         }
-        ensure!(
-            Instant::now() < deadline,
-            "a dropped guard was never released"
-        );
-        tokio::task::yield_now().await;
-    };
-    assert!(b.try_lead("janitor").await?.is_none());
-
-    if a.backend() == Backend::Postgres {
-        // Losing the connection loses the leadership: end the session that holds the lock
-        // (waiting until it is gone), then the guard knows and the other store leads.
-        let mut regained = regained;
-        let mut admin = sqlx::AnyConnection::connect(&ctx.url).await?;
-        let holders: Vec<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
-             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-             AND objid = $1",
-        )
-        .bind(leader_objid("janitor"))
-        .fetch_all(&mut admin)
-        .await?;
-        assert_eq!(holders.len(), 1, "one session holds the janitor lock");
-        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 10000)")
-            .bind(holders[0])
-            .fetch_one(&mut admin)
-            .await?;
-        assert!(ended);
-        admin.close().await?;
-        assert!(!regained.is_held().await);
-        assert!(b.try_lead("janitor").await?.is_some());
-        drop(other_role);
-    } else {
-        drop((regained, other_role));
     }
+    let terms: Vec<Option<i64>> = takers
+        .join_all()
+        .await
+        .into_iter()
+        .collect::<std::result::Result<_, _>>()?;
+    assert_eq!(terms.iter().flatten().count(), 1, "one of {terms:?} leads");
+
+    // The helper: a lease knows its deadline by its own clock and renews past half of it.
+    let mut lease = Lease::take(a, "helper", "A", 100, t0)
+        .await?
+        .context("free")?;
+    assert!(Lease::take(&b, "helper", "B", 100, t0 + 10)
+        .await?
+        .is_none());
+    assert!(lease.keep(a, t0 + 10).await, "early: no renewal needed");
+    assert_eq!(a.leader("helper").await?.context("row")?.deadline, t0 + 100);
+    assert!(lease.keep(a, t0 + 60).await, "past half: renewed");
+    assert_eq!(lease.deadline(), t0 + 160);
+    assert_eq!(a.leader("helper").await?.context("row")?.deadline, t0 + 160);
+    assert!(!lease.keep(a, t0 + 160).await, "a passed lease is not kept");
+    let mut taken = Lease::take(&b, "helper", "B", 100, t0 + 161)
+        .await?
+        .context("passed: B takes it")?;
+    assert_eq!(taken.term(), lease.term() + 1);
+    // A leader that froze before its deadline and woke after the takeover finds it lost.
+    let mut frozen = Lease::take(&b, "frozen", "A", 100, t0)
+        .await?
+        .context("free")?;
+    assert_eq!(a.lead("frozen", "B", t0 + 101, 100).await?, Some(2));
+    assert!(
+        !frozen.renew(a, t0 + 99).await?,
+        "taken over: lost even by A's clock"
+    );
+    assert!(!frozen.keep(a, t0 + 99).await, "and stays lost");
+    assert!(taken.keep(&b, t0 + 220).await);
+    taken.resign(&b).await?;
+    assert!(Lease::take(a, "helper", "A", 100, t0 + 221)
+        .await?
+        .is_some());
     b.close().await;
     Ok(())
 }

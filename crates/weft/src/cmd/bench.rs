@@ -20,8 +20,8 @@ use weft_server::config::RawConfig;
 
 /// Tasks each node runs: CREATE, CONFIRM, BOOTSTRAP and three actions of three services.
 const TASKS_PER_NODE: u64 = 12;
-const TENANT: &str = "bench";
-const PROVISIONER: &str = "bench";
+pub(super) const TENANT: &str = "bench";
+pub(super) const PROVISIONER: &str = "bench";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -33,6 +33,9 @@ pub struct Args {
 enum What {
     /// Tasks per second through take and finish, and the time of a 1,000-node create.
     Queue(QueueArgs),
+    /// One create of N nodes of the 20-service catalog: time to active, tasks/s, bytes sent per
+    /// task, peak RSS.
+    Create(super::bench_create::CreateArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -70,27 +73,36 @@ struct QueueArgs {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let What::Queue(q) = args.what;
-    super::server::runtime()?.block_on(queue(q))?;
+    match args.what {
+        What::Queue(q) => super::server::runtime()?.block_on(queue(q))?,
+        What::Create(c) => super::server::runtime()?.block_on(super::bench_create::run(c))?,
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Where the server is.
-struct Server {
-    api: String,
-    internal: String,
-    database_url: String,
+pub(super) struct Server {
+    pub(super) api: String,
+    pub(super) internal: String,
+    pub(super) database_url: String,
     /// Keeps the in-process server's data directory.
     _dir: Option<tempfile::TempDir>,
 }
 
 async fn start_in_process(q: &QueueArgs) -> anyhow::Result<Server> {
+    start_server(&q.database, q.database_url.as_deref()).await
+}
+
+/// A server in this process on `database` (sqlite in a temp dir, or postgres at `database_url`).
+pub(super) async fn start_server(
+    database: &str,
+    database_url: Option<&str>,
+) -> anyhow::Result<Server> {
     let dir = tempfile::tempdir()?;
-    let database_url = match q.database.as_str() {
+    let database_url = match database {
         "sqlite" => format!("sqlite://{}", dir.path().join("weft.db").display()),
-        "postgres" => q
-            .database_url
-            .clone()
+        "postgres" => database_url
+            .map(str::to_string)
             .ok_or_else(|| anyhow!("--database postgres needs --database-url"))?,
         other => bail!("--database {other}: expected sqlite or postgres"),
     };
@@ -134,20 +146,7 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         .pool_max_idle_per_host(2000)
         .build()?;
     let tenant_id = setup(&http, &server).await?;
-    // Keep the provisioner registered: the janitor drops one that stops heartbeating.
-    let (hb_http, hb_url) = (
-        http.clone(),
-        format!(
-            "{}/v2/provisioners/{PROVISIONER}/heartbeat",
-            server.internal
-        ),
-    );
-    tokio::spawn(async move {
-        loop {
-            let _ = hb_http.post(&hb_url).body(r#"{"usage":{}}"#).send().await;
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        }
-    });
+    keep_registered(&http, &server);
     let backend = if server.database_url.starts_with("sqlite") {
         "sqlite"
     } else {
@@ -180,7 +179,7 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
             clusters.push(cluster);
         }
         let t0 = Instant::now();
-        let (done, errors) = drive(&http, &server, &tenant_id, workers, total).await?;
+        let Driven { done, errors, .. } = drive(&http, &server, &tenant_id, workers, total).await?;
         let secs = t0.elapsed().as_secs_f64();
         for cluster in &clusters {
             check_active(&http, &server, cluster).await?;
@@ -195,7 +194,8 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         let cluster = create(&http, &server, "big", q.create_nodes).await?;
         let posted = t0.elapsed().as_secs_f64();
         let total = plan_size(&http, &server, &cluster).await?;
-        let (done, errors) = drive(&http, &server, &tenant_id, q.create_workers, total).await?;
+        let Driven { done, errors, .. } =
+            drive(&http, &server, &tenant_id, q.create_workers, total).await?;
         check_active(&http, &server, &cluster).await?;
         let secs = t0.elapsed().as_secs_f64();
         println!(
@@ -208,7 +208,24 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn send(
+/// Keeps the bench's provisioner registered: the janitor drops one that stops heartbeating.
+pub(super) fn keep_registered(http: &reqwest::Client, server: &Server) {
+    let (http, url) = (
+        http.clone(),
+        format!(
+            "{}/v2/provisioners/{PROVISIONER}/heartbeat",
+            server.internal
+        ),
+    );
+    tokio::spawn(async move {
+        loop {
+            let _ = http.post(&url).body(r#"{"usage":{}}"#).send().await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+}
+
+pub(super) async fn send(
     http: &reqwest::Client,
     method: reqwest::Method,
     url: &str,
@@ -233,12 +250,12 @@ async fn send(
     Ok(text)
 }
 
-const SA: Option<(&str, &str)> = Some(("admin", "superadmin"));
-const ADMIN: Option<(&str, &str)> = Some(("admin", TENANT));
+pub(super) const SA: Option<(&str, &str)> = Some(("admin", "superadmin"));
+pub(super) const ADMIN: Option<(&str, &str)> = Some(("admin", TENANT));
 
 /// Tenant, provisioner, plugin types and a catalog of three independent services. Returns the
 /// tenant id.
-async fn setup(http: &reqwest::Client, s: &Server) -> anyhow::Result<String> {
+pub(super) async fn setup(http: &reqwest::Client, s: &Server) -> anyhow::Result<String> {
     use reqwest::Method;
     let (api, int) = (&s.api, &s.internal);
     let store = weft_store::open(&s.database_url).await?;
@@ -301,7 +318,7 @@ async fn setup(http: &reqwest::Client, s: &Server) -> anyhow::Result<String> {
     Ok(id)
 }
 
-async fn create(
+pub(super) async fn create(
     http: &reqwest::Client,
     s: &Server,
     name: &str,
@@ -319,7 +336,11 @@ async fn create(
 }
 
 /// Tasks in the cluster's plan.
-async fn plan_size(http: &reqwest::Client, s: &Server, cluster: &str) -> anyhow::Result<u64> {
+pub(super) async fn plan_size(
+    http: &reqwest::Client,
+    s: &Server,
+    cluster: &str,
+) -> anyhow::Result<u64> {
     let url = format!("{}/v2/clusters/{cluster}/plans", s.api);
     let text = send(http, reqwest::Method::GET, &url, ADMIN, None).await?;
     let plans: Vec<Value> = serde_json::from_str(&text)?;
@@ -335,7 +356,11 @@ async fn plan_size(http: &reqwest::Client, s: &Server, cluster: &str) -> anyhow:
         .unwrap_or(0) as u64)
 }
 
-async fn check_active(http: &reqwest::Client, s: &Server, cluster: &str) -> anyhow::Result<()> {
+pub(super) async fn check_active(
+    http: &reqwest::Client,
+    s: &Server,
+    cluster: &str,
+) -> anyhow::Result<()> {
     let url = format!("{}/v2/clusters/{cluster}/status", s.api);
     let text = send(http, reqwest::Method::GET, &url, ADMIN, None).await?;
     let v: Value = serde_json::from_str(&text)?;
@@ -362,14 +387,17 @@ impl Taken {
     /// (large) `config` last: a load driver reads the two it needs from the head of the text rather
     /// than keeping and scanning the whole payload, which on this machine would take CPU from the
     /// server it measures. Falls back to parsing everything if the head does not hold them.
-    async fn receive(mut r: reqwest::Response) -> anyhow::Result<Taken> {
+    async fn receive(mut r: reqwest::Response, bytes: &AtomicU64) -> anyhow::Result<Taken> {
         let mut text = Vec::new();
         while let Some(chunk) = r.chunk().await? {
+            bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
             text.extend_from_slice(&chunk);
             if text.len() >= HEAD {
                 if let Some(task) = Taken::from_head(&text) {
                     // The rest is read (the connection is reused) but not kept.
-                    while r.chunk().await?.is_some() {}
+                    while let Some(rest) = r.chunk().await? {
+                        bytes.fetch_add(rest.len() as u64, Ordering::Relaxed);
+                    }
                     return Ok(task);
                 }
             }
@@ -396,15 +424,25 @@ impl Taken {
     }
 }
 
-/// Runs `workers` workers until `total` tasks have been finished; returns how many were and how
-/// many finishes were answered 500 (and retried).
-async fn drive(
+/// What a run of [`drive`] did.
+pub(super) struct Driven {
+    /// Tasks finished.
+    pub(super) done: u64,
+    /// Finishes answered 500 (and retried).
+    pub(super) errors: u64,
+    /// Bytes of task payloads the server sent.
+    pub(super) payload_bytes: u64,
+}
+
+/// Runs `workers` workers until `total` tasks have been finished.
+pub(super) async fn drive(
     http: &reqwest::Client,
     s: &Server,
     tenant_id: &str,
     workers: usize,
     total: u64,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<Driven> {
+    let bytes = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -414,7 +452,7 @@ async fn drive(
     let mut handles = Vec::new();
     for w in 0..workers {
         let (http, done, stop) = (http.clone(), done.clone(), stop.clone());
-        let (errors, addresses) = (errors.clone(), addresses.clone());
+        let (errors, addresses, bytes) = (errors.clone(), addresses.clone(), bytes.clone());
         let (take_url, finish_url) = (take_url.clone(), finish_url.clone());
         let ids = json!({"workerId": format!("w{w}"), "provisionerId": PROVISIONER, "tenantId": tenant_id});
         handles.push(tokio::spawn(async move {
@@ -430,7 +468,7 @@ async fn drive(
                 if status != 200 {
                     bail!("take: {status}: {}", r.text().await?);
                 }
-                let task = Taken::receive(r).await?;
+                let task = Taken::receive(r, &bytes).await?;
                 let mut body = ids.clone();
                 body["taskId"] = json!(task.task_id);
                 body["status"] = json!(0);
@@ -466,5 +504,9 @@ async fn drive(
     for h in handles {
         h.await??;
     }
-    Ok((done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed)))
+    Ok(Driven {
+        done: done.load(Ordering::Relaxed),
+        errors: errors.load(Ordering::Relaxed),
+        payload_bytes: bytes.load(Ordering::Relaxed),
+    })
 }

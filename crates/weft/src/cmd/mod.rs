@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod bench_create;
 pub mod cli;
 pub mod down;
 pub mod plan;

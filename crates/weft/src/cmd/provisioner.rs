@@ -52,7 +52,8 @@ pub const EXAMPLE_SCRIPTS: [(&str, &str); 7] = [
 /// Arguments of `weft provisioner`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The server's provisioner API (its internal port).
+    /// The server's provisioner API (its internal port); several servers on one database as a
+    /// comma-separated list, used in turn when one cannot be reached.
     #[arg(long, env = "WEFT_SERVER", default_value = "http://127.0.0.1:55055")]
     server: String,
     /// Provisioner id [default: provisioner-<host>-<pid>].

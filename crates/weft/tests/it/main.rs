@@ -1,10 +1,12 @@
 //! End-to-end tests of the `weft` binary: real processes, real ports, a real SQLite file.
 
+mod bench;
 mod cli;
 mod cli_hostpool;
 mod cli_sweep; // weft provider sweep
 mod crash;
 mod crash_up;
+mod failover; // several servers on one PostgreSQL (issue 21)
 mod guide;
 mod hostpool_ssh;
 mod lost_provisioner;

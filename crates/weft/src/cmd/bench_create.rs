@@ -1,0 +1,203 @@
+//! `weft bench create`: one create of N nodes of the planner benchmark's 20-service catalog (4
+//! services on every node, 13 spread over 3 master nodes, 3 on every other node), run to `active`
+//! by instant workers over HTTP against a server in this process. Reports the time to active,
+//! tasks per second, the bytes of task payloads sent per task, and the process's peak RSS (server
+//! and driver together: they share the process). With `-o json` the last line is one JSON object.
+
+use std::time::Instant;
+
+use anyhow::bail;
+use serde_json::{json, Value};
+
+use super::bench::{
+    check_active, drive, keep_registered, plan_size, send, setup, start_server, Driven, ADMIN,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// Nodes of the cluster.
+    #[arg(long, default_value_t = 1000)]
+    nodes: u64,
+    /// Concurrent instant workers.
+    #[arg(long, default_value_t = 100)]
+    workers: usize,
+    /// The server's database: sqlite (temp dir) or postgres (needs --database-url).
+    #[arg(long, default_value = "sqlite")]
+    database: String,
+    /// PostgreSQL URL, with --database postgres.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// table (default) or json (the last line is one object).
+    #[arg(short = 'o', long, default_value = "table")]
+    output: String,
+}
+
+const EVERY: [&str; 4] = ["hosts", "firewall", "base", "monitoring-agent"];
+const MASTERS: [&str; 13] = [
+    "zookeeper-server",
+    "hadoop-hdfs-namenode",
+    "hadoop-hdfs-secondarynamenode",
+    "hadoop-yarn-resourcemanager",
+    "hadoop-mapreduce-historyserver",
+    "hbase-master",
+    "hive-metastore",
+    "hive-server2",
+    "oozie",
+    "hue",
+    "mysql-server",
+    "spark-history",
+    "kafka-broker",
+];
+const WORKERS: [&str; 3] = [
+    "hadoop-hdfs-datanode",
+    "hadoop-yarn-nodemanager",
+    "hbase-regionserver",
+];
+const FULL: [&str; 5] = ["install", "configure", "initialize", "start", "stop"];
+
+fn service(name: &str, actions: &[&str], runtime: &[&str], install: &[&str]) -> Value {
+    let acts: serde_json::Map<String, Value> = actions
+        .iter()
+        .map(|a| {
+            let script = format!("{name}-{a}.sh");
+            (
+                a.to_string(),
+                json!({"type": "shell", "fields": {"script": script}}),
+            )
+        })
+        .collect();
+    json!({"name": name, "provisioner": {"actions": acts},
+           "dependencies": {"runtime": {"requires": runtime}, "install": {"requires": install}}})
+}
+
+/// The planner benchmark's services, with its dependencies.
+fn services() -> Vec<Value> {
+    let mut out = vec![
+        service("hosts", &["configure"], &[], &[]),
+        service(
+            "firewall",
+            &["install", "configure", "start", "stop"],
+            &[],
+            &[],
+        ),
+        service("base", &["install"], &[], &[]),
+        service("monitoring-agent", &FULL, &["hosts"], &["base"]),
+    ];
+    let mut prev = "hosts";
+    for m in MASTERS {
+        out.push(service(m, &FULL, &[prev], &["base"]));
+        prev = m;
+    }
+    let needs = [
+        ["hadoop-hdfs-namenode", "hosts"],
+        ["hadoop-yarn-resourcemanager", "hadoop-hdfs-datanode"],
+        ["hbase-master", "hadoop-hdfs-datanode"],
+    ];
+    for (w, needs) in WORKERS.iter().zip(needs) {
+        out.push(service(w, &FULL, &needs, &["base"]));
+    }
+    out
+}
+
+/// Masters in three groups on three nodes of their own, workers together on every other node.
+fn template() -> Value {
+    let all: Vec<&str> = EVERY
+        .iter()
+        .chain(&MASTERS)
+        .chain(&WORKERS)
+        .copied()
+        .collect();
+    let (a, b, c) = (&MASTERS[..5], &MASTERS[5..9], &MASTERS[9..]);
+    let one: serde_json::Map<String, Value> = MASTERS
+        .iter()
+        .map(|m| (m.to_string(), json!({"quantities": {"min": 1, "max": 1}})))
+        .collect();
+    let apart = |x: &str, y: &str| json!([x, y]);
+    json!({"name": "bench20",
+        "compatibility": {"services": all, "hardwaretypes": ["small"], "imagetypes": ["host"]},
+        "defaults": {"services": all, "provider": "local", "hardwaretype": "small", "imagetype": "host"},
+        "constraints": {"size": {"min": 4, "max": weft_model::MAX_CLUSTER_SIZE}, "services": one,
+            "layout": {"mustcoexist": [a, b, c, WORKERS, EVERY],
+                "cantcoexist": [apart(a[0], b[0]), apart(a[0], c[0]), apart(b[0], c[0]),
+                    apart(a[0], WORKERS[0]), apart(b[0], WORKERS[0]), apart(c[0], WORKERS[0])]}}})
+}
+
+/// The process's peak resident set (VmHWM), in bytes; 0 where /proc does not say.
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
+    if !matches!(a.output.as_str(), "table" | "json") {
+        bail!("-o {}: expected table or json", a.output);
+    }
+    let server = start_server(&a.database, a.database_url.as_deref()).await?;
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(600))
+        .pool_max_idle_per_host(2000)
+        .build()?;
+    let tenant_id = setup(&http, &server).await?;
+    keep_registered(&http, &server);
+    let entities = services()
+        .into_iter()
+        .map(|s| ("services", s))
+        .chain([("clustertemplates", template())]);
+    for (kind, v) in entities {
+        let url = format!(
+            "{}/v2/{kind}/{}",
+            server.api,
+            v["name"].as_str().unwrap_or("")
+        );
+        send(&http, reqwest::Method::PUT, &url, ADMIN, Some(v)).await?;
+    }
+
+    let t0 = Instant::now();
+    let body = json!({"name": "big", "clusterTemplate": "bench20", "numMachines": a.nodes});
+    let url = format!("{}/v2/clusters", server.api);
+    let text = send(&http, reqwest::Method::POST, &url, ADMIN, Some(body)).await?;
+    let posted = t0.elapsed().as_secs_f64();
+    let id: Value = serde_json::from_str(&text)?;
+    let id = id["id"].as_str().unwrap_or_default().to_string();
+    let total = plan_size(&http, &server, &id).await?;
+    let Driven {
+        done,
+        errors,
+        payload_bytes,
+    } = drive(&http, &server, &tenant_id, a.workers, total).await?;
+    check_active(&http, &server, &id).await?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let report = json!({
+        "database": a.database,
+        "nodes": a.nodes,
+        "workers": a.workers,
+        "tasks": done,
+        "post_seconds": posted,
+        "seconds": seconds,
+        "tasks_per_s": done as f64 / seconds,
+        "bytes_per_task": payload_bytes / done.max(1),
+        "bytes_total": payload_bytes,
+        "finishes_answered_500": errors,
+        "peak_rss_bytes": peak_rss_bytes(),
+    });
+    if a.output == "json" {
+        println!("{report}");
+    } else {
+        println!(
+            "create of {} nodes ({done} tasks) with {} instant workers on {}: POST answered in \
+             {posted:.2} s, active after {seconds:.2} s ({:.0} tasks/s); payloads {} bytes per \
+             task; peak RSS {} MiB",
+            a.nodes,
+            a.workers,
+            a.database,
+            done as f64 / seconds,
+            payload_bytes / done.max(1),
+            peak_rss_bytes() / (1024 * 1024)
+        );
+    }
+    Ok(())
+}
