@@ -230,6 +230,7 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         routes::cluster_ops::UpgradeReq,
         routes::cluster_ops::CountReq,
         routes::nodes::PropsReq,
+        routes::solve::SolveRequest, // layout preview
         weft_model::ClusterSummary,
         weft_model::ClusterDetails,
         weft_model::ClusterStatusView,

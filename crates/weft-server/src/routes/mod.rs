@@ -13,6 +13,7 @@ pub mod params; // what routes read from requests
 pub mod plugins;
 pub mod profile;
 pub mod provisioners;
+pub mod solve; // layout preview (weft addition)
 pub mod sweep; // provider sweep
 pub mod tasks;
 pub mod tenants;
@@ -29,6 +30,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = nodes::routes(api);
     let api = hostpools::routes(api); // host pools
     let api = sweep::routes(api); // provider sweep
+    let api = solve::routes(api); // layout preview
     let api = tenants::routes(api);
     let api = plugins::external_routes(api, resource_limit);
     let api = profile::routes(api);

@@ -1,6 +1,7 @@
 //! The tenant admin's pages: list, create, edit and delete the catalog's entities (providers,
 //! hardware types, image types, services, cluster and partial templates), plugin resources (upload,
-//! stage, recall, sync), and catalog import and export. Every page needs the admin role (403 page
+//! stage, recall, sync), catalog import and export, and the host pools (each host-pool provider's
+//! hosts and the node that holds each). Every page needs the admin role (403 page
 //! otherwise); the API checks again.
 
 use std::collections::BTreeMap;
@@ -26,6 +27,8 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/admin/plugins/action", post(plugin_action))
         .route("/ui/admin/catalog", get(import_export).post(import))
         .route("/ui/admin/catalog/export", get(export))
+        .route("/ui/admin/hostpools", get(hostpools))
+        .route("/ui/admin/{kind}/{name}/json", get(json_form))
         .route("/ui/admin/{kind}", get(list))
         .route("/ui/admin/{kind}/new", get(new_form).post(save_new))
         .route("/ui/admin/{kind}/{name}", get(edit_form).post(save_edit))
@@ -202,13 +205,6 @@ fn kind_of(ctx: &Ctx, path: &str) -> Result<&'static Kind, Response> {
         .ok_or_else(|| ctx.error_page(StatusCode::NOT_FOUND, &format!("no such page: {path}")))
 }
 
-fn kinds_nav() -> Value {
-    KINDS
-        .iter()
-        .map(|k| json!({"path": k.path, "plural": k.plural}))
-        .collect()
-}
-
 #[derive(Debug, Deserialize, Default)]
 struct Notice {
     notice: Option<String>,
@@ -224,7 +220,7 @@ async fn list(ctx: Ctx, Path(kind): Path<String>, Query(n): Query<Notice>) -> Pa
         k.plural,
         k.path,
         json!({"kind": k.path, "label": k.label, "plural": k.plural, "items": items,
-               "kinds": kinds_nav(), "notice": n.notice, "error": n.error}),
+               "notice": n.notice, "error": n.error}),
     ))
 }
 
@@ -313,7 +309,7 @@ fn form_page(
         &title,
         k.path,
         json!({"kind": k.path, "label": k.label, "plural": k.plural, "editing": editing,
-               "fields": fields, "extra": extra, "errors": errors, "kinds": kinds_nav()}),
+               "fields": fields, "extra": extra, "errors": errors}),
     )
 }
 
@@ -350,7 +346,17 @@ async fn edit_form(ctx: Ctx, Path((kind, name)): Path<(String, String)>) -> Page
     ))
 }
 
-async fn save(
+/// The JSON form of an entity (`new` for a new one): the second tab of the structured editors.
+async fn json_form(ctx: Ctx, Path((kind, name)): Path<(String, String)>) -> Page {
+    if name == "new" {
+        new_form(ctx, Path(kind)).await
+    } else {
+        edit_form(ctx, Path((kind, name))).await
+    }
+}
+
+/// Saves an entity from the JSON form (also the structured editors' second tab).
+pub(super) async fn save(
     ctx: Ctx,
     kind: String,
     name: Option<String>,
@@ -591,4 +597,40 @@ async fn export(ctx: Ctx) -> Page {
         r.body,
     )
         .into_response())
+}
+
+/// The hosts of every host-pool provider, each with the cluster and node that hold it.
+async fn hostpools(ctx: Ctx) -> Page {
+    ctx.require(Role::Admin)?;
+    let providers: Vec<Value> = ctx.get_json("/v2/providers").await?;
+    let nodes: Vec<Value> = ctx.get_json("/v2/nodes").await.unwrap_or_default();
+    let hostname = |id: &Value| {
+        nodes
+            .iter()
+            .find(|n| n["id"] == *id)
+            .and_then(|n| n["properties"]["hostname"].as_str())
+            .map(String::from)
+    };
+    let mut pools = Vec::new();
+    for p in providers
+        .iter()
+        .filter(|p| p["providertype"] == weft_model::hostpool::HOSTPOOL)
+    {
+        let name = p["name"].as_str().unwrap_or_default();
+        let mut hosts: Vec<Value> = ctx
+            .get_json(&format!("/v2/providers/{}/hosts", enc(name)))
+            .await?;
+        for h in &mut hosts {
+            if let Some(n) = hostname(&h["nodeId"]) {
+                h["nodeHostname"] = json!(n);
+            }
+        }
+        pools.push(json!({"provider": name, "hosts": hosts}));
+    }
+    Ok(ctx.page(
+        "hostpools.html",
+        "Host pools",
+        "hostpools",
+        json!({"pools": pools}),
+    ))
 }

@@ -1,23 +1,19 @@
-//! The user's pages: the template catalog, the cluster list, creating a cluster (with the plan
-//! preview of a dry run before confirming), a cluster's detail page with its actions, and the live
-//! event stream of a cluster's latest job.
+//! The user's pages: the template catalog, the cluster list, and creating a cluster (with the
+//! plan preview of a dry run before confirming). A cluster's own page is in `cluster`.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::time::Duration;
 
-use axum::extract::{Path, Query};
+use axum::extract::Query;
 use axum::http::{Method, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Form, Router};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::html::{enc, field_of};
 use super::session::Ctx;
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 
 type Page = Result<Response, Response>;
 
@@ -26,9 +22,6 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/catalog", get(catalog))
         .route("/ui/clusters", get(list))
         .route("/ui/clusters/new", get(new_form).post(new_submit))
-        .route("/ui/clusters/{id}", get(detail))
-        .route("/ui/clusters/{id}/action", post(action))
-        .route("/ui/clusters/{id}/events", get(events))
 }
 
 async fn catalog(ctx: Ctx) -> Page {
@@ -42,18 +35,65 @@ async fn catalog(ctx: Ctx) -> Page {
 }
 
 #[derive(Debug, Deserialize, Default)]
-struct Notice {
+struct ListQuery {
     notice: Option<String>,
     error: Option<String>,
+    /// Words that must all appear in the name, id, template or services.
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    template: String,
+    #[serde(default)]
+    owner: String,
 }
 
-async fn list(ctx: Ctx, Query(n): Query<Notice>) -> Page {
-    let clusters: Vec<Value> = ctx.get_json("/v2/clusters").await?;
+/// Whether a cluster summary passes the list's search and filters.
+fn listed(c: &Value, q: &ListQuery) -> bool {
+    let is = |want: &str, have: &Value| want.is_empty() || have.as_str() == Some(want);
+    let hay = format!(
+        "{} {} {} {}",
+        c["name"].as_str().unwrap_or_default(),
+        c["id"].as_str().unwrap_or_default(),
+        c["clusterTemplate"]["name"].as_str().unwrap_or_default(),
+        strings(&c["services"]).join(" ")
+    )
+    .to_lowercase();
+    is(&q.status, &c["status"])
+        && is(&q.template, &c["clusterTemplate"]["name"])
+        && is(&q.owner, &c["ownerId"])
+        && q.q
+            .to_lowercase()
+            .split_whitespace()
+            .all(|w| hay.contains(w))
+}
+
+/// The distinct values of `f` over the clusters, sorted.
+fn distinct(clusters: &[Value], f: impl Fn(&Value) -> &Value) -> Vec<String> {
+    let set: std::collections::BTreeSet<String> = clusters
+        .iter()
+        .filter_map(|c| f(c).as_str().map(String::from))
+        .collect();
+    set.into_iter().collect()
+}
+
+async fn list(ctx: Ctx, Query(q): Query<ListQuery>) -> Page {
+    let all: Vec<Value> = ctx.get_json("/v2/clusters").await?;
+    let filters = json!({
+        "status": distinct(&all, |c| &c["status"]),
+        "template": distinct(&all, |c| &c["clusterTemplate"]["name"]),
+        "owner": distinct(&all, |c| &c["ownerId"]),
+    });
+    let total = all.len();
+    let clusters: Vec<Value> = all.into_iter().filter(|c| listed(c, &q)).collect();
     Ok(ctx.page(
         "clusters.html",
         "Clusters",
         "clusters",
-        json!({ "clusters": clusters, "notice": n.notice, "error": n.error }),
+        json!({ "clusters": clusters, "total": total, "filters": filters,
+                "query": {"q": q.q, "status": q.status, "template": q.template, "owner": q.owner},
+                "notice": q.notice, "error": q.error }),
     ))
 }
 
@@ -95,30 +135,16 @@ const CREATE_FIELDS: [(&str, &str); 8] = [
 async fn new_form(ctx: Ctx, Query(q): Query<BTreeMap<String, String>>) -> Page {
     let mut f = NewCluster {
         template: q.get("template").cloned().unwrap_or_default(),
+        name: q.get("name").cloned().unwrap_or_default(),
         ..Default::default()
     };
-    if !f.template.is_empty() {
-        let t = ctx
-            .get(&format!("/v2/clustertemplates/{}", enc(&f.template)))
-            .await;
-        if t.ok() {
-            let t = t.value();
-            let d = &t["defaults"];
-            f.services = d["services"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default();
-            f.size = t["constraints"]["size"]["min"]
-                .as_u64()
-                .unwrap_or(1)
-                .max(1)
-                .to_string();
-        }
+    if let Some(t) = template_facts(&ctx, &f.template).await {
+        f.services = strings(&t["defaults"]["services"]).join(", ");
+        f.size = t["constraints"]["size"]["min"]
+            .as_u64()
+            .unwrap_or(1)
+            .max(1)
+            .to_string();
     }
     if f.size.is_empty() {
         f.size = "1".into();
@@ -126,11 +152,56 @@ async fn new_form(ctx: Ctx, Query(q): Query<BTreeMap<String, String>>) -> Page {
     new_page(&ctx, StatusCode::OK, &f, None, BTreeMap::new()).await
 }
 
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(String::from))
+        .collect()
+}
+
+/// The template `name` resolved (parents and partials merged), as the API resolves it.
+async fn template_facts(ctx: &Ctx, name: &str) -> Option<Value> {
+    if name.is_empty() {
+        return None;
+    }
+    let t = ctx
+        .get(&format!("/v2/clustertemplates/{}", enc(name)))
+        .await;
+    if !t.ok() {
+        return None;
+    }
+    let r = ctx.api(Method::POST, "/v2/resolve", Some(t.text())).await;
+    Some(if r.ok() { r.value() } else { t.value() })
+}
+
+/// The services a create form offers for template `t`: its compatible services (all of the
+/// tenant's when it lists none) plus its defaults, each with whether it is chosen.
+fn service_choices(t: &Value, all: &[Value], chosen: &[&str]) -> Vec<Value> {
+    let mut names = strings(&t["compatibility"]["services"]);
+    if names.is_empty() {
+        names = all
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect();
+    }
+    for d in strings(&t["defaults"]["services"]) {
+        if !names.contains(&d) {
+            names.push(d);
+        }
+    }
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| json!({"name": n, "checked": chosen.contains(&n.as_str())}))
+        .collect()
+}
+
 async fn new_page(
     ctx: &Ctx,
     status: StatusCode,
     f: &NewCluster,
-    plan: Option<Value>,
+    preview: Option<Value>,
     errors: BTreeMap<String, String>,
 ) -> Page {
     let mut choices = Map::new();
@@ -145,13 +216,29 @@ async fn new_page(
         let names: Vec<Value> = items.iter().map(|i| i["name"].clone()).collect();
         choices.insert(kind.into(), Value::Array(names));
     }
+    let t = template_facts(ctx, &f.template).await;
+    let chosen = service_list(&f.services);
+    let all = choices["services"].as_array().cloned().unwrap_or_default();
+    let service_boxes = t
+        .as_ref()
+        .map(|t| service_choices(t, &all, &chosen))
+        .unwrap_or_default();
+    let size = t.as_ref().map(|t| t["constraints"]["size"].clone());
     Ok(ctx.page_status(
         status,
         "cluster_new.html",
         "Create a cluster",
         "create",
-        json!({ "f": f, "choices": choices, "plan": plan, "errors": errors }),
+        json!({ "f": f, "choices": choices, "preview": preview, "errors": errors,
+                "service_boxes": service_boxes, "size": size }),
     ))
+}
+
+fn service_list(s: &str) -> Vec<&str> {
+    s.split([',', ' ', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// The API request of a create form; an error names the form field at fault.
@@ -169,12 +256,7 @@ fn create_request(f: &NewCluster) -> Result<Value, (String, String)> {
         })?;
         req.insert("numMachines".into(), json!(n));
     }
-    let services: Vec<&str> = f
-        .services
-        .split([',', ' ', '\n'])
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let services = service_list(&f.services);
     if !services.is_empty() {
         req.insert("services".into(), json!(services));
     }
@@ -216,7 +298,51 @@ fn error_map(message: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(key, message.to_string())])
 }
 
-async fn new_submit(ctx: Ctx, Form(f): Form<NewCluster>) -> Page {
+/// The create form's fields; checked service boxes (`svc_<name>`) become `services`.
+fn new_cluster(form: &BTreeMap<String, String>) -> NewCluster {
+    let get = |k: &str| form.get(k).cloned().unwrap_or_default();
+    let boxes: Vec<&str> = form.keys().filter_map(|k| k.strip_prefix("svc_")).collect();
+    NewCluster {
+        name: get("name"),
+        template: get("template"),
+        size: get("size"),
+        services: if boxes.is_empty() {
+            get("services")
+        } else {
+            boxes.join(", ")
+        },
+        provider: get("provider"),
+        hardwaretype: get("hardwaretype"),
+        imagetype: get("imagetype"),
+        config: get("config"),
+        step: get("step"),
+    }
+}
+
+/// The solver's layout for the form (grouped), or its explanation of why there is none.
+async fn layout_preview(ctx: &Ctx, req: &Value) -> Result<Value, String> {
+    let mut q =
+        json!({"clusterTemplate": req["clusterTemplate"], "numMachines": req["numMachines"]});
+    for k in ["services", "provider", "hardwaretype", "imagetype"] {
+        if !req[k].is_null() {
+            q[k] = req[k].clone();
+        }
+    }
+    let r = ctx
+        .api(Method::POST, "/v2/solve", Some(q.to_string()))
+        .await;
+    if !r.ok() {
+        return Err(r.message());
+    }
+    let v = r.value();
+    match v["explanation"].as_str() {
+        Some(e) => Err(e.to_string()),
+        None => Ok(v["layout"].clone()),
+    }
+}
+
+async fn new_submit(ctx: Ctx, Form(form): Form<BTreeMap<String, String>>) -> Page {
+    let f = new_cluster(&form);
     let req = match create_request(&f) {
         Ok(r) => r,
         Err((field, m)) => {
@@ -231,240 +357,51 @@ async fn new_submit(ctx: Ctx, Form(f): Form<NewCluster>) -> Page {
         }
     };
     let confirm = f.step == "create";
-    let path = if confirm {
-        "/v2/clusters"
+    if confirm {
+        let r = ctx
+            .api(Method::POST, "/v2/clusters", Some(req.to_string()))
+            .await;
+        if !r.ok() {
+            let m = r.message();
+            return new_page(&ctx, StatusCode::BAD_REQUEST, &f, None, error_map(&m)).await;
+        }
+        let id = r.value()["id"].as_str().unwrap_or_default().to_string();
+        return Ok(Redirect::to(&format!("/ui/clusters/{id}")).into_response());
+    }
+    // The preview: the layout first (with the solver's explanation at the size field when there
+    // is none), then the plan of a dry run.
+    let layout = if req["numMachines"].is_null() || req["clusterTemplate"] == "" {
+        Value::Null
     } else {
-        "/v2/clusters?dryrun=true"
+        match layout_preview(&ctx, &req).await {
+            Ok(l) => l,
+            Err(m) => {
+                let errors = BTreeMap::from([("size".to_string(), m)]);
+                return new_page(&ctx, StatusCode::BAD_REQUEST, &f, None, errors).await;
+            }
+        }
     };
-    let r = ctx.api(Method::POST, path, Some(req.to_string())).await;
+    let r = ctx
+        .api(
+            Method::POST,
+            "/v2/clusters?dryrun=true",
+            Some(req.to_string()),
+        )
+        .await;
     if !r.ok() {
         let m = r.message();
         return new_page(&ctx, StatusCode::BAD_REQUEST, &f, None, error_map(&m)).await;
     }
-    if confirm {
-        let id = r.value()["id"].as_str().unwrap_or_default().to_string();
-        return Ok(Redirect::to(&format!("/ui/clusters/{id}")).into_response());
-    }
-    new_page(&ctx, StatusCode::OK, &f, Some(r.value()), BTreeMap::new()).await
-}
-
-/// The states of a job's tasks (gates left out), read as the plans route reads them.
-async fn task_states(ctx: &Ctx, id: &str, job_id: &str) -> BTreeMap<String, String> {
-    let Ok(row) = weft_engine::view::visible(&ctx.state.engine, &ctx.who.caller(), id).await else {
-        return BTreeMap::new();
-    };
-    let Ok(tasks) = ctx.state.store.list_tasks(&row.tenant_id, job_id).await else {
-        return BTreeMap::new();
-    };
-    tasks
-        .into_iter()
-        .filter(|t| t.cluster_id == row.id && t.action != weft_engine::GATE)
-        .map(|t| (t.id, t.state.as_str().to_string()))
-        .collect()
-}
-
-async fn detail(ctx: Ctx, Path(id): Path<String>, Query(n): Query<Notice>) -> Page {
-    let c: Value = ctx.get_json(&format!("/v2/clusters/{}", enc(&id))).await?;
-    let job = c["latestJobId"].as_str().unwrap_or_default().to_string();
-    let (plan, states) = if job.is_empty() {
-        (Value::Null, BTreeMap::new())
-    } else {
-        let p = ctx
-            .get(&format!("/v2/clusters/{}/plans/{}", enc(&id), enc(&job)))
-            .await;
-        (p.value(), task_states(&ctx, &id, &job).await)
-    };
-    let mut failures = Vec::new();
-    for node in c["nodes"].as_array().into_iter().flatten() {
-        for a in node["actions"].as_array().into_iter().flatten() {
-            if a["status"] == "failed" {
-                failures.push(json!({
-                    "node": node["id"], "hostname": node["properties"]["hostname"],
-                    "action": a["action"], "service": a["service"], "task": a["taskId"],
-                    "stderr": a["stderr"], "stdout": a["stdout"], "time": a["statusTime"],
-                }));
-            }
-        }
-    }
-    let services: Vec<Value> = ctx.get_json("/v2/services").await.unwrap_or_default();
-    let installed: Vec<&str> = c["services"]
+    let plan = r.value();
+    let tasks: usize = plan["stages"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let addable: Vec<Value> = services
-        .iter()
-        .map(|s| s["name"].clone())
-        .filter(|s| s.as_str().is_some_and(|s| !installed.contains(&s)))
-        .collect();
-    let title = format!("Cluster {}", c["name"].as_str().unwrap_or(&id));
-    Ok(ctx.page(
-        "cluster.html",
-        &title,
-        "clusters",
-        json!({
-            "c": c, "plan": plan, "states": states, "failures": failures, "addable": addable,
-            "config": serde_json::to_string_pretty(&c["config"]).unwrap_or_default(),
-            "notice": n.notice, "error": n.error,
-        }),
-    ))
-}
-
-#[derive(Debug, Deserialize, Default)]
-struct ActionForm {
-    op: String,
-    #[serde(default)]
-    count: String,
-    #[serde(default)]
-    service: String,
-    #[serde(default)]
-    config: String,
-    #[serde(default)]
-    restart: Option<String>,
-    #[serde(default)]
-    hours: String,
-}
-
-/// The API call a cluster action makes: method, path, body.
-fn action_call(id: &str, f: &ActionForm) -> Result<(Method, String, Option<Value>), String> {
-    let base = format!("/v2/clusters/{}", enc(id));
-    let count = || -> Result<i64, String> {
-        f.count
-            .trim()
-            .parse::<i64>()
-            .map_err(|_| "the number of nodes must be a whole number".to_string())
-    };
-    Ok(match f.op.as_str() {
-        "delete" => (Method::DELETE, base, None),
-        "expand" => (
-            Method::POST,
-            format!("{base}/nodes"),
-            Some(json!({"count": count()?})),
-        ),
-        "shrink" => (
-            Method::DELETE,
-            format!("{base}/nodes"),
-            Some(json!({"count": count()?})),
-        ),
-        "add-service" => (
-            Method::POST,
-            format!("{base}/services"),
-            Some(json!({"services": [f.service.trim()]})),
-        ),
-        "remove-service" => (
-            Method::DELETE,
-            format!("{base}/services/{}", enc(f.service.trim())),
-            None,
-        ),
-        "start" | "stop" | "restart" => (Method::POST, format!("{base}/services/{}", f.op), None),
-        "pause" | "resume" | "abort" => (Method::POST, format!("{base}/{}", f.op), None),
-        "reconfigure" => {
-            let config: Value = serde_json::from_str(&f.config)
-                .map_err(|e| format!("config is not valid JSON: {e}"))?;
-            (
-                Method::PUT,
-                format!("{base}/config"),
-                Some(json!({"config": config, "restart": f.restart.is_some()})),
-            )
-        }
-        "extend" => {
-            let hours: f64 = f
-                .hours
-                .trim()
-                .parse()
-                .map_err(|_| "the lease extension must be a number of hours".to_string())?;
-            let expire = now_ms() + (hours * 3_600_000.0) as i64;
-            (Method::POST, base, Some(json!({"expireTime": expire})))
-        }
-        other => return Err(format!("unknown action {other}")),
-    })
-}
-
-async fn action(ctx: Ctx, Path(id): Path<String>, Form(f): Form<ActionForm>) -> Response {
-    let back = |key: &str, m: &str| {
-        let target = if f.op == "delete" && key == "notice" {
-            format!("/ui/clusters?{key}={}", enc(m))
-        } else {
-            format!("/ui/clusters/{}?{key}={}", enc(&id), enc(m))
-        };
-        Redirect::to(&target).into_response()
-    };
-    let (method, path, body) = match action_call(&id, &f) {
-        Ok(c) => c,
-        Err(m) => return back("error", &m),
-    };
-    let r = ctx.api(method, &path, body.map(|b| b.to_string())).await;
-    if r.ok() {
-        back("notice", &format!("{} started", f.op.replace('-', " ")))
-    } else {
-        back("error", &r.message())
-    }
-}
-
-/// What the live view shows of a cluster: its status, the latest job's progress and task states.
-async fn snapshot(ctx: &Ctx, id: &str) -> Option<Value> {
-    let r = ctx.get(&format!("/v2/clusters/{}", enc(id))).await;
-    if !r.ok() {
-        return None;
-    }
-    let c = r.value();
-    let job = c["latestJobId"].as_str().unwrap_or_default().to_string();
-    let tasks = if job.is_empty() {
-        BTreeMap::new()
-    } else {
-        task_states(ctx, id, &job).await
-    };
-    Some(json!({
-        "status": c["status"], "job": job, "progress": c["progress"],
-        "message": c["message"], "tasks": tasks,
-    }))
-}
-
-/// Server-sent events: a `state` event with the cluster's [`snapshot`] whenever it changes, checked
-/// on each job notice of the cluster and every second.
-async fn events(ctx: Ctx, Path(id): Path<String>) -> Response {
-    let Some(n) = weft_engine::parse_cluster_id(&id) else {
-        return StatusCode::NOT_FOUND.into_response();
-    };
-    if snapshot(&ctx, &id).await.is_none() {
-        return StatusCode::NOT_FOUND.into_response();
-    }
-    let rx = ctx.state.engine.events.subscribe();
-    let tenant = ctx.who.tenant.id.clone();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let start = (ctx, id, rx, tick, String::new(), tenant, n);
-    let stream = futures_util::stream::unfold(
-        start,
-        |(ctx, id, mut rx, mut tick, last, tenant, n)| async move {
-            let mut first = last.is_empty();
-            loop {
-                if !first {
-                    tokio::select! {
-                        ev = rx.recv() => match ev {
-                            Ok(e) if e.tenant_id != tenant || e.cluster_id != n => continue,
-                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                            _ => {}
-                        },
-                        _ = tick.tick() => {}
-                    }
-                }
-                first = false;
-                let snap = snapshot(&ctx, &id).await?.to_string();
-                if snap != last {
-                    let ev = Event::default().event("state").data(snap.clone());
-                    return Some((
-                        Ok::<Event, Infallible>(ev),
-                        (ctx, id, rx, tick, snap, tenant, n),
-                    ));
-                }
-            }
-        },
-    );
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+        .filter_map(Value::as_array)
+        .map(Vec::len)
+        .sum();
+    let preview = json!({"layout": layout, "plan": plan, "tasks": tasks});
+    new_page(&ctx, StatusCode::OK, &f, Some(preview), BTreeMap::new()).await
 }
 
 #[cfg(test)]

@@ -34,6 +34,20 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("templates/provisioners.html"),
     ),
     ("metrics.html", include_str!("templates/metrics.html")),
+    ("apikeys.html", include_str!("templates/apikeys.html")),
+    ("hostpools.html", include_str!("templates/hostpools.html")),
+    (
+        "template_editor.html",
+        include_str!("templates/template_editor.html"),
+    ),
+    (
+        "service_editor.html",
+        include_str!("templates/service_editor.html"),
+    ),
+    (
+        "solve_preview.html",
+        include_str!("templates/solve_preview.html"),
+    ),
 ];
 
 const CSS: &str = include_str!("static/style.css");
@@ -45,6 +59,7 @@ pub fn environment() -> minijinja::Environment<'static> {
     let mut env = minijinja::Environment::new();
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
     env.add_filter("time", |ms: i64| fmt_time(ms));
+    env.add_filter("bound", |n: minijinja::Value| fmt_bound(&n));
     for (name, src) in TEMPLATES {
         if let Err(e) = env.add_template(name, src) {
             panic!("ui template {name}: {e:#}");
@@ -137,6 +152,16 @@ pub fn fmt_time(ms: i64) -> String {
     )
 }
 
+/// A count or limit as people read it: Coopr's 2147483647 (and anything above) as `unbounded`.
+pub fn fmt_bound(n: &minijinja::Value) -> String {
+    match i64::try_from(n.clone()) {
+        Ok(v) if v >= weft_model::UNBOUNDED as i64 => "unbounded".into(),
+        Ok(v) => v.to_string(),
+        Err(_) if n.is_undefined() || n.is_none() => "unbounded".into(),
+        Err(_) => n.to_string(),
+    }
+}
+
 /// Percent-encodes a query or path value.
 pub fn enc(s: &str) -> String {
     let mut out = String::new();
@@ -182,6 +207,16 @@ mod tests {
         assert_eq!(field_of("name must be specified", &f), Some("name"));
         assert_eq!(field_of("namespace is odd", &f), None);
         assert_eq!(field_of("something else", &f), None);
+    }
+
+    #[test]
+    fn unbounded_limits_read_as_words() {
+        assert_eq!(
+            fmt_bound(&minijinja::Value::from(2_147_483_647_i64)),
+            "unbounded"
+        );
+        assert_eq!(fmt_bound(&minijinja::Value::from(5)), "5");
+        assert_eq!(fmt_bound(&minijinja::Value::UNDEFINED), "unbounded");
     }
 
     #[test]

@@ -8,12 +8,16 @@
 //! (used for file uploads). Live job progress comes from a server-sent event stream
 //! (`/ui/clusters/{id}/events`), driven by [`AppState::events`] and a periodic refresh.
 //!
-//! Modules: `clusters` (catalog, cluster list, create with plan preview, detail, actions, events),
-//! `admin` (catalog entities, plugin resources, import and export), `superadmin` (tenants,
+//! Modules: `clusters` (catalog, cluster list, create with plan preview), `cluster` (one cluster's
+//! page: node x service grid, job swimlanes, job history, actions, events),
+//! `admin` (catalog entities as JSON forms, plugin resources, import and export, host pools),
+//! `editors` (structured editors of templates, with a live solve preview, and of services), `superadmin` (tenants,
 //! provisioners, queue metrics), `html` (templates, static files and small helpers).
 
 mod admin;
+mod cluster;
 mod clusters;
+mod editors;
 mod html;
 mod session;
 mod superadmin;
@@ -57,7 +61,9 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/ui/logout", post(logout))
         .route("/ui/api/{*path}", any(proxy))
         .merge(clusters::routes())
+        .merge(cluster::routes())
         .merge(admin::routes())
+        .merge(editors::routes())
         .merge(superadmin::routes())
         .layer(Extension(ui))
 }

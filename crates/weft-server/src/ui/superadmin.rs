@@ -1,5 +1,5 @@
 //! The superadmin's pages: tenants (workers and quotas), provisioners (capacity, usage, last
-//! heartbeat) and queue metrics.
+//! heartbeat), API keys (made, listed, revoked; a secret shown once) and queue metrics.
 
 use axum::extract::{Path, Query};
 use axum::http::{Method, StatusCode};
@@ -22,6 +22,8 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/super/tenants/{name}/delete", post(delete_tenant))
         .route("/ui/super/provisioners", get(provisioners))
         .route("/ui/super/metrics", get(metrics))
+        .route("/ui/super/apikeys", get(apikeys).post(make_apikey))
+        .route("/ui/super/apikeys/{id}/delete", post(revoke_apikey))
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -172,4 +174,65 @@ async fn metrics(ctx: Ctx) -> Page {
         "metrics",
         json!({"queues": queues}),
     ))
+}
+
+async fn apikeys_page(ctx: &Ctx, n: Notice, made: Value) -> Page {
+    let keys: Vec<Value> = ctx.get_json("/v2/apikeys").await?;
+    let tenants: Vec<Value> = ctx.get_json("/v2/tenants").await.unwrap_or_default();
+    let names: Vec<Value> = tenants.iter().map(|t| t["name"].clone()).collect();
+    Ok(ctx.page(
+        "apikeys.html",
+        "API keys",
+        "apikeys",
+        json!({"keys": keys, "tenants": names, "made": made,
+               "notice": n.notice, "error": n.error}),
+    ))
+}
+
+async fn apikeys(ctx: Ctx, Query(n): Query<Notice>) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    apikeys_page(&ctx, n, Value::Null).await
+}
+
+#[derive(Debug, Deserialize)]
+struct KeyForm {
+    #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    admin: Option<String>,
+}
+
+/// Makes a key and shows its secret on the page it answers (the only time it is shown).
+async fn make_apikey(ctx: Ctx, Form(f): Form<KeyForm>) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    let body =
+        json!({"tenant": f.tenant.trim(), "user": f.user.trim(), "admin": f.admin.is_some()});
+    let r = ctx
+        .api(Method::POST, "/v2/apikeys", Some(body.to_string()))
+        .await;
+    let n = Notice::default();
+    if r.ok() {
+        apikeys_page(&ctx, n, r.value()).await
+    } else {
+        let n = Notice {
+            error: Some(r.message()),
+            ..n
+        };
+        apikeys_page(&ctx, n, Value::Null).await
+    }
+}
+
+async fn revoke_apikey(ctx: Ctx, Path(id): Path<String>) -> Page {
+    ctx.require(Role::SuperAdmin)?;
+    let r = ctx
+        .api(Method::DELETE, &format!("/v2/apikeys/{}", enc(&id)), None)
+        .await;
+    let (k, m) = if r.ok() {
+        ("notice", "API key revoked".to_string())
+    } else {
+        ("error", r.message())
+    };
+    Ok(Redirect::to(&format!("/ui/super/apikeys?{k}={}", enc(&m))).into_response())
 }

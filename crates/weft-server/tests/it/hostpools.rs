@@ -376,6 +376,19 @@ async fn clusters_take_matching_hosts_all_or_nothing_and_give_them_back() {
         lent.insert(hid);
     }
     assert_eq!(lent, BTreeSet::from(["h1".to_string(), "h2".to_string()]));
+    // The UI's host-pool page: each host, and the cluster and node holding it; no key.
+    let cookie = crate::ui::login(&h, T, "admin", "").await;
+    let page = crate::ui::page(&h, &cookie, "/ui/admin/hostpools").await;
+    let page = keyless(page.expect(200)).text();
+    assert!(page.contains("(3 hosts, 2 lent)"), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/ui/clusters/{c1}\">cluster #{c1}</a>")),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>h3</td>") && page.contains("free"),
+        "{page}"
+    );
     let create_task = crate::clusters::take(&h, &tid, "w1")
         .await
         .expect("a CREATE task");

@@ -13,7 +13,7 @@ use crate::clusters::{drain, setup, T};
 use crate::common::{Harness, Port, Resp};
 
 /// Logs in through the form; returns the session cookie (`name=value`).
-async fn login(h: &Harness, tenant: &str, user: &str, key: &str) -> String {
+pub async fn login(h: &Harness, tenant: &str, user: &str, key: &str) -> String {
     let r = form(
         h,
         None,
@@ -59,7 +59,7 @@ async fn form(h: &Harness, cookie: Option<&str>, path: &str, fields: &[(&str, &s
         .await
 }
 
-async fn page(h: &Harness, cookie: &str, path: &str) -> Resp {
+pub async fn page(h: &Harness, cookie: &str, path: &str) -> Resp {
     let req = Request::builder()
         .uri(path)
         .header("cookie", cookie)
@@ -135,6 +135,8 @@ async fn roles_decide_navigation_and_pages() {
         "/ui/super/tenants",
         "/ui/super/provisioners",
         "/ui/super/metrics",
+        "/ui/super/apikeys",
+        "/ui/admin/hostpools",
     ] {
         let r = page(&h, &user, p).await;
         assert_eq!(r.status.as_u16(), 403, "{p}");
@@ -160,6 +162,7 @@ async fn roles_decide_navigation_and_pages() {
         "/ui/admin/catalog",
         "/ui/admin/services/a",
         "/ui/admin/clustertemplates/new",
+        "/ui/admin/hostpools",
     ] {
         page(&h, &admin, p).await.expect(200);
     }
@@ -184,6 +187,26 @@ async fn roles_decide_navigation_and_pages() {
     assert!(t.contains("<td>p1</td>") && t.contains("s ago"), "{t}");
     let t = page(&h, &sa, "/ui/super/metrics").await.expect(200).text();
     assert!(t.contains("<td>acme</td>"), "{t}");
+    // Quotas left unbounded read as such, not as 2147483647.
+    let t = page(&h, &sa, "/ui/super/tenants").await.expect(200).text();
+    assert!(
+        t.contains("<td>unbounded</td>") && !t.contains(">2147483647<"),
+        "{t}"
+    );
+    // API keys: made (the secret shown once), listed, revoked.
+    let t = form(
+        &h,
+        Some(&sa),
+        "/ui/super/apikeys",
+        &[("tenant", T), ("user", "carol")],
+    )
+    .await
+    .expect(200)
+    .text();
+    assert!(
+        t.contains("id=\"secret\"") && t.contains("<td>carol</td>"),
+        "{t}"
+    );
 
     // Logging out ends the session.
     let r = form(&h, Some(&user), "/ui/logout", &[]).await;
@@ -311,8 +334,14 @@ async fn a_user_creates_a_cluster_through_the_preview_and_watches_it() {
         .await
         .expect(200)
         .text();
+    // The size starts at the template's minimum; its services are checkboxes, defaults checked.
     assert!(
-        t.contains("<label for=\"name\">") && t.contains("value=\"a, b\""),
+        t.contains("<label for=\"name\">")
+            && t.contains("id=\"size\" name=\"size\" type=\"number\" min=\"1\" value=\"1\""),
+        "{t}"
+    );
+    assert!(
+        t.contains("id=\"svc-a\" checked") && t.contains("id=\"svc-b\" checked"),
         "{t}"
     );
     // Bad size: the API's message next to the size field.
@@ -358,7 +387,8 @@ async fn a_user_creates_a_cluster_through_the_preview_and_watches_it() {
         .await
         .expect(200)
         .text();
-    assert!(t.contains("Plan preview: CLUSTER_CREATE"), "{t}");
+    assert!(t.contains("id=\"layout-preview\""), "{t}");
+    assert!(t.contains("Plan: cluster create"), "{t}");
     assert!(t.contains("id=\"confirm\""));
     assert!(t.contains("CREATE") && t.contains("INSTALL"));
     let list = h
@@ -382,6 +412,11 @@ async fn a_user_creates_a_cluster_through_the_preview_and_watches_it() {
     assert!(t.contains("class=\"task state-queued\""), "{t}");
     let list = page(&h, &user, "/ui/clusters").await.expect(200).text();
     assert!(list.contains(&format!("href=\"/ui/clusters/{id}\">c1</a>")));
+
+    // Delete stays a button while the job runs, and the page shows the server's answer to it
+    // (today a 409: a job is still underway).
+    assert!(!t.contains("id=\"delete\" disabled"), "{t}");
+    assert!(t.contains("The running job is aborted first."), "{t}");
 
     // Job control from the cluster page: pause, then resume (issue 13).
     assert!(
@@ -442,7 +477,14 @@ async fn a_user_creates_a_cluster_through_the_preview_and_watches_it() {
 
     let t = page(&h, &user, &loc).await.expect(200).text();
     assert!(t.contains("status-active"));
-    assert!(t.contains("access_v4: 10.1.0."), "addresses shown: {t}");
+    assert!(
+        t.contains("<span class=\"addr\">10.1.0."),
+        "addresses shown: {t}"
+    );
+    assert!(
+        t.contains("data-cell=") && t.contains(">running</span>"),
+        "the grid: {t}"
+    );
     // Actions go through the API; a bad one shows its message.
     let r = form(
         &h,
@@ -496,8 +538,12 @@ async fn failed_tasks_show_their_output() {
     let loc = r.headers["location"].to_str().unwrap().to_string();
     drain(&h, &tid, |t| t["taskName"] == "INSTALL").await;
     let t = page(&h, &user, &loc).await.expect(200).text();
-    assert!(t.contains("Failed tasks"), "{t}");
+    assert!(t.contains("install failed"), "{t}");
     assert!(t.contains("<pre class=\"stderr\">it broke</pre>"), "{t}");
+    assert!(
+        t.contains("attempt 3 of 3"),
+        "retries shown as attempts: {t}"
+    );
     assert!(t.contains("class=\"task state-failed\""));
 }
 
@@ -581,6 +627,171 @@ async fn the_browser_reaches_the_api_through_the_session() {
     assert_eq!(r.status.as_u16(), 303, "no session: to the login page");
 }
 
+#[tokio::test]
+async fn editors_save_templates_and_services_and_preview_layouts() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let admin = login(&h, T, "admin", "").await;
+    // Template t (a on one node at most, b everywhere): the preview lists the sizes with a layout.
+    let t = page(&h, &admin, "/ui/admin/clustertemplates/t")
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        t.contains("id=\"solve-preview\"") && t.contains("1 to 10 nodes"),
+        "{t}"
+    );
+    assert!(
+        t.contains("href=\"/ui/admin/clustertemplates/t/json\""),
+        "a JSON tab: {t}"
+    );
+    page(&h, &admin, "/ui/admin/clustertemplates/t/json")
+        .await
+        .expect(200);
+    // The live preview of an unsaved template, from the editor's fields.
+    let fields = [
+        ("_editor", "template"),
+        ("name", "t2"),
+        ("def:svc:a", "on"),
+        ("def:svc:b", "on"),
+        ("def:provider", "local"),
+        ("size:min", "2"),
+        ("size:max", "4"),
+        ("c:a:max", "1"),
+        ("cant:0:a", "on"),
+        ("cant:0:b", "on"),
+        ("preview:size", "3"),
+        ("preview:provider", "local"),
+    ];
+    let r = form(&h, Some(&admin), "/ui/admin/solve-preview", &fields)
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        r.contains("2 to 4 nodes") && r.contains("id=\"solve-layout\""),
+        "{r}"
+    );
+    let mut big = fields.to_vec();
+    big.retain(|(k, _)| *k != "preview:size");
+    big.push(("preview:size", "9"));
+    let r = form(&h, Some(&admin), "/ui/admin/solve-preview", &big)
+        .await
+        .expect(200)
+        .text();
+    assert!(r.contains("id=\"solve-explanation\""), "{r}");
+    // Saved: the template as the fields say.
+    let r = form(&h, Some(&admin), "/ui/admin/clustertemplates/new", &fields).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let saved = h
+        .get(crate::common::admin(T), "/v2/clustertemplates/t2")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(saved["constraints"]["size"], json!({"min": 2, "max": 4}));
+    assert_eq!(
+        saved["constraints"]["services"]["a"]["quantities"]["max"],
+        1
+    );
+    assert_eq!(
+        saved["constraints"]["layout"]["cantcoexist"],
+        json!([["a", "b"]])
+    );
+    assert_eq!(saved["defaults"]["services"], json!(["a", "b"]));
+
+    // The service editor: the action's declared field and an undeclared one, kept on save.
+    let t = page(&h, &admin, "/ui/admin/services/b")
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        t.contains("name=\"act:install:shell:script\" value=\"install-b.sh\""),
+        "{t}"
+    );
+    assert!(t.contains("name=\"act:install:shell:me\""), "{t}");
+    let base = h
+        .get(crate::common::admin(T), "/v2/services/b")
+        .await
+        .expect(200)
+        .text();
+    let edit = [
+        ("_editor", "service"),
+        ("_base", base.as_str()),
+        ("name", "b"),
+        ("dep:runtime.requires:a", "on"),
+        ("dep:install.uses:a", "on"),
+        ("act:install:type", "shell"),
+        ("act:install:shell:script", "install-b2.sh"),
+        ("act:install:shell:me", "%host.self%"),
+        ("act:start:type", "shell"),
+        ("act:start:shell:script", "start-b.sh"),
+    ];
+    let r = form(&h, Some(&admin), "/ui/admin/services/b", &edit).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let s = h
+        .get(crate::common::admin(T), "/v2/services/b")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        s["provisioner"]["actions"]["install"]["fields"],
+        json!({"script": "install-b2.sh", "me": "%host.self%"})
+    );
+    assert!(s["provisioner"]["actions"]["stop"].is_null(), "{s}");
+    assert_eq!(s["dependencies"]["install"]["uses"], json!(["a"]));
+}
+
+#[tokio::test]
+async fn the_solve_route_previews_layouts_and_explains() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let who = crate::common::user("bob", T);
+    let r = h
+        .post(
+            who,
+            "/v2/solve",
+            json!({"clusterTemplate": "t", "numMachines": 3, "sizes": true}).to_string(),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        r["layout"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["count"].as_u64().unwrap())
+            .sum::<u64>(),
+        3
+    );
+    assert_eq!(r["sizes"]["ranges"], json!([[1, 10]]));
+    let r = h
+        .post(
+            who,
+            "/v2/solve",
+            json!({"clusterTemplate": "t", "numMachines": 11}).to_string(),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert!(r["layout"].is_null() && r["explanation"].is_string(), "{r}");
+    h.post(
+        who,
+        "/v2/solve",
+        json!({"clusterTemplate": "nope"}).to_string(),
+    )
+    .await
+    .expect(404);
+    h.post(who, "/v2/solve", json!({}).to_string())
+        .await
+        .expect(400);
+    h.post(who, "/v2/solve", json!({"clusterTemplat": "t"}).to_string())
+        .await
+        .expect(400);
+    // Nothing was created.
+    let list = h.get(who, "/v2/clusters").await.expect(200).json();
+    assert_eq!(list, json!([]));
+}
+
 /// The cluster page's Delete button works while a job runs (issue 13): the job is aborted, the
 /// running task ends, and the delete follows.
 #[tokio::test]
@@ -608,6 +819,9 @@ async fn delete_from_the_cluster_page_while_a_job_runs() {
     )
     .await;
     assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    // The server's answer is on the page it leads to.
+    let to = r.headers["location"].to_str().unwrap().to_string();
+    assert!(to.starts_with("/ui/clusters?notice=delete"), "{to}");
     assert_eq!(
         crate::clusters::finish(&h, &tid, "w1", &running, 0, "").await,
         200

@@ -77,6 +77,10 @@ const RULES_BEYOND_THE_SCHEMA: &[(&str, &str)] = &[
         "the template decides the size range, services and types",
     ),
     (
+        "POST /v2/solve",
+        "exactly one of clusterTemplate and template; the template must parse and name what exists",
+    ),
+    (
         "GET /v2/metrics/nodes/usage",
         "start must not be after end; tenant must be the caller's (405, as Coopr)",
     ),

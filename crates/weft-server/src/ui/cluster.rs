@@ -1,0 +1,680 @@
+//! A cluster's page: the node x service grid (what people think of as the cluster), the chosen
+//! job as one swimlane per node with each task's attempts and output, the job history, and a
+//! button for every action; plus the live event stream of the latest job.
+//!
+//! The page is built from the API's answers (cluster details, plans) and two read-only looks at
+//! the store that the API has no route for: the states of a job's tasks and the cluster's jobs.
+//! [`view`] turns those answers into what the template shows; it is pure and unit-tested.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query};
+use axum::http::{Method, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::html::enc;
+use super::session::Ctx;
+use crate::state::{now_ms, AppState};
+
+type Page = Result<Response, Response>;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/ui/clusters/{id}", get(detail))
+        .route("/ui/clusters/{id}/action", post(action))
+        .route("/ui/clusters/{id}/events", get(events))
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct DetailQuery {
+    notice: Option<String>,
+    error: Option<String>,
+    /// Show this job instead of the latest one.
+    job: Option<String>,
+}
+
+/// The states of a job's tasks (gates left out), by task id.
+async fn task_states(ctx: &Ctx, id: &str, job_id: &str) -> BTreeMap<String, String> {
+    let Ok(row) = weft_engine::view::visible(&ctx.state.engine, &ctx.who.caller(), id).await else {
+        return BTreeMap::new();
+    };
+    let Ok(tasks) = ctx.state.store.list_tasks(&row.tenant_id, job_id).await else {
+        return BTreeMap::new();
+    };
+    tasks
+        .into_iter()
+        .filter(|t| t.cluster_id == row.id && t.action != weft_store::GATE)
+        .map(|t| (t.id, t.state.as_str().to_string()))
+        .collect()
+}
+
+/// The cluster's jobs, newest first: id, action, outcome, start time.
+async fn jobs(ctx: &Ctx, id: &str) -> Vec<Value> {
+    let Ok(row) = weft_engine::view::visible(&ctx.state.engine, &ctx.who.caller(), id).await else {
+        return Vec::new();
+    };
+    let Ok(mut jobs) = ctx.state.store.list_jobs(&row.tenant_id, row.id).await else {
+        return Vec::new();
+    };
+    jobs.sort_by(|a, b| b.create_time.cmp(&a.create_time).then(b.id.cmp(&a.id)));
+    jobs.into_iter()
+        .map(|j| json!({"id": j.id, "action": j.action, "status": j.status, "time": j.create_time}))
+        .collect()
+}
+
+async fn detail(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) -> Page {
+    let c: Value = ctx.get_json(&format!("/v2/clusters/{}", enc(&id))).await?;
+    let latest = c["latestJobId"].as_str().unwrap_or_default().to_string();
+    let job = q
+        .job
+        .clone()
+        .filter(|j| !j.is_empty())
+        .unwrap_or(latest.clone());
+    let (plan, states) = if job.is_empty() {
+        (Value::Null, BTreeMap::new())
+    } else {
+        let p = ctx
+            .get(&format!("/v2/clusters/{}/plans/{}", enc(&id), enc(&job)))
+            .await;
+        let plan = if p.ok() { p.value() } else { Value::Null };
+        (plan, task_states(&ctx, &id, &job).await)
+    };
+    let services: Vec<Value> = ctx.get_json("/v2/services").await.unwrap_or_default();
+    let known: Vec<String> = services
+        .iter()
+        .filter_map(|s| s["name"].as_str().map(String::from))
+        .collect();
+    let v = view(&c, &plan, &states, ctx.state.settings.max_action_retries);
+    let title = format!("Cluster {}", c["name"].as_str().unwrap_or(&id));
+    let mut extra = json!({
+        "c": c, "job": job, "latest": latest, "jobs": jobs(&ctx, &id).await,
+        "addable": addable(&c, &known),
+        "notice": q.notice, "error": q.error,
+    });
+    if let (Some(e), Value::Object(v)) = (extra.as_object_mut(), v) {
+        e.extend(v);
+    }
+    Ok(ctx.page("cluster.html", &title, "clusters", extra))
+}
+
+/// The tenant's services the cluster does not have yet.
+fn addable(c: &Value, known: &[String]) -> Vec<String> {
+    let have = strings(&c["services"]);
+    known
+        .iter()
+        .filter(|s| !have.contains(s))
+        .cloned()
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(String::from))
+        .collect()
+}
+
+/// What a node is called on the page: its hostname, else its number.
+fn node_label(n: &Value) -> String {
+    match n["properties"]["hostname"].as_str() {
+        Some(h) if !h.is_empty() => h.to_string(),
+        _ => format!("node {}", n["properties"]["nodenum"].as_u64().unwrap_or(0)),
+    }
+}
+
+/// The state of a service on a node, from the node's last action for it.
+pub fn service_state(actions: &[Value], service: &str) -> (String, &'static str) {
+    let Some(a) = actions.iter().rev().find(|a| a["service"] == service) else {
+        return ("planned".into(), "planned");
+    };
+    let action = a["action"].as_str().unwrap_or_default();
+    let (done, doing) = match action {
+        "INSTALL" => ("installed", "installing"),
+        "CONFIGURE" => ("configured", "configuring"),
+        "INITIALIZE" => ("initialized", "initializing"),
+        "START" => ("running", "starting"),
+        "STOP" => ("stopped", "stopping"),
+        "REMOVE" => ("removed", "removing"),
+        _ => ("done", "working"),
+    };
+    match a["status"].as_str() {
+        Some("complete") => (done.into(), if done == "running" { "ok" } else { "idle" }),
+        Some("in_progress") => (doing.into(), "busy"),
+        _ => (format!("{} failed", action.to_lowercase()), "bad"),
+    }
+}
+
+/// Whether a service has run START successfully on some node.
+fn started(nodes: &[Value], service: &str) -> bool {
+    nodes.iter().any(|n| {
+        let actions = n["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        service_state(actions, service).0 == "running"
+    })
+}
+
+/// The services a link's URL template refers to (`%host.service.web%` names `web`).
+fn link_services(url: &str) -> Vec<String> {
+    url.split('%')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|m| m.split_once("service.").map(|(_, s)| s))
+        .map(|s| s.split('.').next().unwrap_or(s).to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// A human duration of `ms` milliseconds.
+pub fn duration(ms: i64) -> String {
+    match ms {
+        i64::MIN..=0 => "0 s".into(),
+        1..=9_999 => format!("{:.1} s", ms as f64 / 1000.0),
+        10_000..=119_999 => format!("{} s", ms / 1000),
+        _ => format!("{} min {} s", ms / 60_000, (ms % 60_000) / 1000),
+    }
+}
+
+/// The page's model: `grid` (services, and per node its label, addresses, types and one cell per
+/// service), `links` (with `live` false while a service it names has not started), `lanes` (per
+/// node the tasks of the plan in stage order, each with its attempts) and `services_summary`.
+pub fn view(
+    c: &Value,
+    plan: &Value,
+    states: &BTreeMap<String, String>,
+    max_attempts: u32,
+) -> Value {
+    let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let services = strings(&c["services"]);
+    let rows: Vec<Value> = nodes
+        .iter()
+        .map(|n| {
+            let actions = n["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let held: Vec<String> = n["services"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["name"].as_str().map(String::from))
+                .collect();
+            let cells: Vec<Value> = services
+                .iter()
+                .map(|s| {
+                    if !held.contains(s) {
+                        return json!({"service": s, "held": false});
+                    }
+                    let (text, tone) = service_state(actions, s);
+                    json!({"service": s, "held": true, "state": text, "tone": tone})
+                })
+                .collect();
+            let p = &n["properties"];
+            json!({
+                "id": n["id"], "label": node_label(n), "addresses": p["ipaddresses"],
+                "hardware": p["hardwaretype"], "image": p["imagetype"], "cells": cells,
+            })
+        })
+        .collect();
+    let raw_links = c["clusterTemplate"]["links"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let links: Vec<Value> = c["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, l)| {
+            let url = l["url"].as_str().unwrap_or_default();
+            let raw = raw_links
+                .get(i)
+                .and_then(|r| r["url"].as_str())
+                .unwrap_or(url);
+            let waiting: Vec<String> = link_services(raw)
+                .into_iter()
+                .filter(|s| !started(nodes, s))
+                .collect();
+            let live = waiting.is_empty() && !url.contains('%') && !url.is_empty();
+            json!({"label": l["label"], "url": url, "live": live, "waiting": waiting})
+        })
+        .collect();
+    let summary: Vec<Value> = services
+        .iter()
+        .map(|s| {
+            let on = rows
+                .iter()
+                .filter(|r| {
+                    r["cells"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["service"] == s.as_str() && c["held"] == true)
+                })
+                .count();
+            json!({"name": s, "nodes": on})
+        })
+        .collect();
+    json!({
+        "grid": {"services": services, "rows": rows},
+        "links": links,
+        "lanes": lanes(nodes, plan, states, max_attempts),
+        "services_summary": summary,
+    })
+}
+
+/// The plan's tasks as one lane per node, in stage order, each with its attempts (from the node's
+/// action history) and state.
+fn lanes(
+    nodes: &[Value],
+    plan: &Value,
+    states: &BTreeMap<String, String>,
+    max_attempts: u32,
+) -> Vec<Value> {
+    let mut order: Vec<String> = Vec::new();
+    let mut by_node: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (stage, tasks) in plan["stages"].as_array().into_iter().flatten().enumerate() {
+        for t in tasks.as_array().into_iter().flatten() {
+            let node_id = t["nodeId"].as_str().unwrap_or_default().to_string();
+            let id = t["id"].as_str().unwrap_or_default();
+            let node = nodes.iter().find(|n| n["id"] == node_id.as_str());
+            let attempts: Vec<Value> = node
+                .and_then(|n| n["actions"].as_array())
+                .into_iter()
+                .flatten()
+                .filter(|a| a["taskId"] == id)
+                .map(|a| {
+                    let took = a["statusTime"].as_i64().unwrap_or(0)
+                        - a["submitTime"].as_i64().unwrap_or(0);
+                    json!({"status": a["status"], "duration": duration(took),
+                           "stdout": a["stdout"], "stderr": a["stderr"]})
+                })
+                .collect();
+            let n = attempts.len();
+            // The server numbers attempts and says how many a task may have; else the setting.
+            let max_attempts = node
+                .and_then(|n| n["actions"].as_array())
+                .into_iter()
+                .flatten()
+                .filter(|a| a["taskId"] == id)
+                .filter_map(|a| a["maxAttempts"].as_u64())
+                .next_back()
+                .unwrap_or(u64::from(max_attempts));
+            let attempt = if n > 1 {
+                format!("attempt {n} of {max_attempts}")
+            } else {
+                String::new()
+            };
+            let state = states.get(id).cloned().unwrap_or_else(|| "planned".into());
+            if !by_node.contains_key(&node_id) {
+                order.push(node_id.clone());
+            }
+            by_node.entry(node_id).or_default().push(json!({
+                "id": id, "name": t["taskName"], "service": t["service"], "stage": stage + 1,
+                "state": state, "attempt": attempt, "last": attempts.last(),
+                "earlier": attempts.get(..n.saturating_sub(1)),
+            }));
+        }
+    }
+    order
+        .into_iter()
+        .map(|node_id| {
+            let node = nodes.iter().find(|n| n["id"] == node_id.as_str());
+            let (label, hardware) = match node {
+                Some(n) => (node_label(n), n["properties"]["hardwaretype"].clone()),
+                None => ("a removed node".to_string(), Value::Null),
+            };
+            json!({"node": node_id, "label": label, "hardware": hardware,
+                   "tasks": by_node.remove(&node_id).unwrap_or_default()})
+        })
+        .collect()
+}
+
+/// The API call a cluster action makes: method, path, body. `f` is the submitted form.
+fn action_call(
+    id: &str,
+    f: &BTreeMap<String, String>,
+) -> Result<(Method, String, Option<Value>), String> {
+    let get = |k: &str| f.get(k).map(|s| s.trim()).unwrap_or_default();
+    let base = format!("/v2/clusters/{}", enc(id));
+    let count = || -> Result<i64, String> {
+        get("count")
+            .parse::<i64>()
+            .map_err(|_| "the number of nodes must be a whole number".to_string())
+    };
+    let service = get("service");
+    Ok(match get("op") {
+        "delete" => (Method::DELETE, base, None),
+        "expand" => (
+            Method::POST,
+            format!("{base}/nodes"),
+            Some(json!({"count": count()?})),
+        ),
+        "shrink" => (
+            Method::DELETE,
+            format!("{base}/nodes"),
+            Some(json!({"count": count()?})),
+        ),
+        "add-service" if service.is_empty() => return Err("choose a service to add".into()),
+        "add-service" => (
+            Method::POST,
+            format!("{base}/services"),
+            Some(json!({"services": [service]})),
+        ),
+        "remove-service" => (
+            Method::DELETE,
+            format!("{base}/services/{}", enc(service)),
+            None,
+        ),
+        op @ ("start" | "stop" | "restart") if service.is_empty() => {
+            (Method::POST, format!("{base}/services/{op}"), None)
+        }
+        op @ ("start" | "stop" | "restart" | "upgrade") => (
+            Method::POST,
+            format!("{base}/services/{}/{op}", enc(service)),
+            None,
+        ),
+        op @ ("pause" | "resume" | "abort") => (Method::POST, format!("{base}/{op}"), None),
+        "reconfigure" => {
+            let config = config_from_form(f)?;
+            (
+                Method::PUT,
+                format!("{base}/config"),
+                Some(json!({"config": config, "restart": f.contains_key("restart")})),
+            )
+        }
+        "reconfigure-json" => {
+            let config: Value = serde_json::from_str(get("config"))
+                .map_err(|e| format!("config is not valid JSON: {e}"))?;
+            (
+                Method::PUT,
+                format!("{base}/config"),
+                Some(json!({"config": config, "restart": f.contains_key("restart")})),
+            )
+        }
+        "extend" => {
+            let hours: f64 = get("hours")
+                .parse()
+                .ok()
+                .filter(|h: &f64| h.is_finite() && *h > 0.0)
+                .ok_or_else(|| {
+                    "the lease extension must be a positive number of hours".to_string()
+                })?;
+            let expire = now_ms() + (hours * 3_600_000.0) as i64;
+            (Method::POST, base, Some(json!({"expireTime": expire})))
+        }
+        other => return Err(format!("unknown action {other}")),
+    })
+}
+
+/// The config of the reconfigure form: rows `k{i}` / `v{i}` (`t{i}` = `string` keeps a value a
+/// string; otherwise a value that reads as JSON is taken as JSON). Rows with an empty key drop out.
+pub fn config_from_form(f: &BTreeMap<String, String>) -> Result<Value, String> {
+    let mut config = Map::new();
+    for i in 0.. {
+        let Some(key) = f.get(&format!("k{i}")) else {
+            break;
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            continue;
+        }
+        let raw = f
+            .get(&format!("v{i}"))
+            .map(String::as_str)
+            .unwrap_or_default();
+        let as_string = f.get(&format!("t{i}")).is_some_and(|t| t == "string");
+        let value = if as_string {
+            Value::String(raw.to_string())
+        } else {
+            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+        };
+        if config.insert(key.to_string(), value).is_some() {
+            return Err(format!("config key {key} is given twice"));
+        }
+    }
+    Ok(Value::Object(config))
+}
+
+async fn action(
+    ctx: Ctx,
+    Path(id): Path<String>,
+    Form(f): Form<BTreeMap<String, String>>,
+) -> Response {
+    let op = f.get("op").cloned().unwrap_or_default();
+    let back = |key: &str, m: &str| {
+        let target = if op == "delete" && key == "notice" {
+            format!("/ui/clusters?{key}={}", enc(m))
+        } else {
+            format!("/ui/clusters/{}?{key}={}", enc(&id), enc(m))
+        };
+        Redirect::to(&target).into_response()
+    };
+    let (method, path, body) = match action_call(&id, &f) {
+        Ok(c) => c,
+        Err(m) => return back("error", &m),
+    };
+    let r = ctx.api(method, &path, body.map(|b| b.to_string())).await;
+    let what = match f
+        .get("service")
+        .filter(|s| !s.is_empty() && op != "add-service" && op != "remove-service")
+    {
+        Some(s) => format!("{op} {s}"),
+        None => op.replace('-', " "),
+    };
+    if r.ok() {
+        let said = r.text();
+        let said = said.trim();
+        if said.is_empty() || said.starts_with('{') || said.starts_with('[') {
+            back("notice", &format!("{what} started"))
+        } else {
+            back("notice", &format!("{what}: {said}"))
+        }
+    } else {
+        back("error", &format!("{what}: {}", r.message()))
+    }
+}
+
+/// What the live view shows of a cluster: its status, the latest job's progress, task states and
+/// each node's service states (`cells`, keyed `nodeId/service`).
+async fn snapshot(ctx: &Ctx, id: &str) -> Option<Value> {
+    let r = ctx.get(&format!("/v2/clusters/{}", enc(id))).await;
+    if !r.ok() {
+        return None;
+    }
+    let c = r.value();
+    let job = c["latestJobId"].as_str().unwrap_or_default().to_string();
+    let tasks = if job.is_empty() {
+        BTreeMap::new()
+    } else {
+        task_states(ctx, id, &job).await
+    };
+    let mut cells = Map::new();
+    for n in c["nodes"].as_array().into_iter().flatten() {
+        let actions = n["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        for s in n["services"].as_array().into_iter().flatten() {
+            let name = s["name"].as_str().unwrap_or_default();
+            let (text, tone) = service_state(actions, name);
+            let key = format!("{}/{name}", n["id"].as_str().unwrap_or_default());
+            cells.insert(key, json!([text, tone]));
+        }
+    }
+    Some(json!({
+        "status": c["status"], "job": job, "progress": c["progress"],
+        "message": c["message"], "tasks": tasks, "cells": cells,
+    }))
+}
+
+/// Server-sent events: a `state` event with the cluster's [`snapshot`] whenever it changes, checked
+/// on each job notice of the cluster and every second.
+async fn events(ctx: Ctx, Path(id): Path<String>) -> Response {
+    let Some(n) = weft_engine::parse_cluster_id(&id) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if snapshot(&ctx, &id).await.is_none() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let rx = ctx.state.engine.events.subscribe();
+    let tenant = ctx.who.tenant.id.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let start = (ctx, id, rx, tick, String::new(), tenant, n);
+    let stream = futures_util::stream::unfold(
+        start,
+        |(ctx, id, mut rx, mut tick, last, tenant, n)| async move {
+            let mut first = last.is_empty();
+            loop {
+                if !first {
+                    tokio::select! {
+                        ev = rx.recv() => match ev {
+                            Ok(e) if e.tenant_id != tenant || e.cluster_id != n => continue,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                            _ => {}
+                        },
+                        _ = tick.tick() => {}
+                    }
+                }
+                first = false;
+                let snap = snapshot(&ctx, &id).await?.to_string();
+                if snap != last {
+                    let ev = Event::default().event("state").data(snap.clone());
+                    return Some((
+                        Ok::<Event, Infallible>(ev),
+                        (ctx, id, rx, tick, snap, tenant, n),
+                    ));
+                }
+            }
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn actions_become_api_calls() {
+        let (m, p, b) = action_call("7", &form(&[("op", "expand"), ("count", "2")])).unwrap();
+        assert_eq!(
+            (m, p.as_str(), b),
+            (
+                Method::POST,
+                "/v2/clusters/7/nodes",
+                Some(json!({"count": 2}))
+            )
+        );
+        let (m, p, _) = action_call("7", &form(&[("op", "restart"), ("service", "web")])).unwrap();
+        assert_eq!(
+            (m, p.as_str()),
+            (Method::POST, "/v2/clusters/7/services/web/restart")
+        );
+        let (_, p, _) = action_call("7", &form(&[("op", "restart")])).unwrap();
+        assert_eq!(p, "/v2/clusters/7/services/restart");
+        assert!(action_call("7", &form(&[("op", "add-service"), ("service", "")])).is_err());
+        assert!(action_call("7", &form(&[("op", "extend"), ("hours", "-1")])).is_err());
+        assert!(action_call("7", &form(&[("op", "shrink"), ("count", "x")])).is_err());
+    }
+
+    #[test]
+    fn the_config_form_keeps_types() {
+        let f = form(&[
+            ("k0", "port"),
+            ("v0", "8080"),
+            ("t0", "json"),
+            ("k1", "name"),
+            ("v1", "8080"),
+            ("t1", "string"),
+            ("k2", ""),
+            ("v2", "dropped"),
+            ("k3", "flags"),
+            ("v3", "{\"a\": true}"),
+            ("k4", "plain"),
+            ("v4", "hello world"),
+        ]);
+        assert_eq!(
+            config_from_form(&f).unwrap(),
+            json!({"port": 8080, "name": "8080", "flags": {"a": true}, "plain": "hello world"})
+        );
+        assert!(config_from_form(&form(&[("k0", "a"), ("k1", "a")])).is_err());
+    }
+
+    #[test]
+    fn service_states_read_the_last_action() {
+        let a = |action: &str, status: &str| json!({"service": "web", "action": action, "status": status});
+        assert_eq!(service_state(&[], "web").0, "planned");
+        assert_eq!(
+            service_state(&[a("INSTALL", "complete"), a("START", "complete")], "web"),
+            ("running".into(), "ok")
+        );
+        assert_eq!(
+            service_state(&[a("START", "complete"), a("STOP", "in_progress")], "web").0,
+            "stopping"
+        );
+        assert_eq!(
+            service_state(&[a("START", "failed")], "web"),
+            ("start failed".into(), "bad")
+        );
+    }
+
+    #[test]
+    fn links_wait_for_their_services() {
+        assert_eq!(
+            link_services("http://%host.service.web%:80/%ip.service.db%"),
+            ["web", "db"]
+        );
+        let c = json!({
+            "services": ["web"],
+            "nodes": [{"id": "n1", "properties": {"hostname": "h1", "nodenum": 1},
+                       "services": [{"name": "web"}],
+                       "actions": [{"taskId": "t1", "service": "web", "action": "INSTALL", "status": "complete"}]}],
+            "clusterTemplate": {"links": [{"label": "site", "url": "http://%host.service.web%/"}]},
+            "links": [{"label": "site", "url": "http://h1/"}],
+        });
+        let v = view(&c, &Value::Null, &BTreeMap::new(), 3);
+        assert_eq!(v["links"][0]["live"], false);
+        assert_eq!(v["links"][0]["waiting"], json!(["web"]));
+        assert_eq!(v["grid"]["rows"][0]["cells"][0]["state"], "installed");
+    }
+
+    #[test]
+    fn lanes_name_nodes_and_count_attempts() {
+        let c = json!({
+            "services": ["web"],
+            "nodes": [{"id": "n1", "properties": {"hostname": "h1", "nodenum": 1}, "services": [],
+                       "actions": [
+                         {"taskId": "t1", "service": "web", "action": "INSTALL", "status": "failed", "submitTime": 0, "statusTime": 1500, "stderr": "boom"},
+                         {"taskId": "t1", "service": "web", "action": "INSTALL", "status": "complete", "submitTime": 2000, "statusTime": 2500}]}],
+        });
+        let plan = json!({"stages": [[{"id": "t1", "taskName": "INSTALL", "nodeId": "n1", "service": "web"}],
+                                      [{"id": "t2", "taskName": "DELETE", "nodeId": "gone", "service": ""}]]});
+        let states = BTreeMap::from([("t1".to_string(), "complete".to_string())]);
+        let v = view(&c, &plan, &states, 3);
+        let lanes = v["lanes"].as_array().unwrap();
+        assert_eq!(lanes[0]["label"], "h1");
+        assert_eq!(lanes[0]["tasks"][0]["attempt"], "attempt 2 of 3");
+        assert_eq!(lanes[0]["tasks"][0]["earlier"][0]["stderr"], "boom");
+        assert_eq!(lanes[0]["tasks"][0]["last"]["duration"], "0.5 s");
+        assert_eq!(lanes[1]["label"], "a removed node");
+        assert_eq!(lanes[1]["tasks"][0]["state"], "planned");
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(duration(1500), "1.5 s");
+        assert_eq!(duration(42_000), "42 s");
+        assert_eq!(duration(185_000), "3 min 5 s");
+    }
+}
