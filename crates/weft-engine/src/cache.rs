@@ -144,69 +144,9 @@ impl PayloadCache {
         if let Some(s) = old.as_ref().filter(|s| fresh(s, stamp)) {
             return Ok(s.clone());
         }
-        let (owner, body) = match old.as_ref().filter(|s| s.stamp.rev == stamp.rev) {
-            Some(s) => (s.owner.clone(), s.body.clone()),
-            None => {
-                let row = store
-                    .get_cluster(tenant_id, cluster_id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or("the task's cluster no longer exists")?;
-                let body: ClusterBody = from_body(&row.body).map_err(|e| e.to_string())?;
-                (row.owner, Arc::new(body))
-            }
-        };
-        let nodes = match old
-            .as_ref()
-            .filter(|s| s.stamp.nodes_rev == stamp.nodes_rev)
-        {
-            Some(s) => s.nodes.clone(),
-            None => {
-                let revs = store
-                    .node_revs(tenant_id, cluster_id)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let changed = revs
-                    .iter()
-                    .filter(|(id, rev)| {
-                        old.as_ref()
-                            .and_then(|s| s.nodes.get(id))
-                            .is_none_or(|n| n.rev != *rev)
-                    })
-                    .count();
-                let mut nodes = BTreeMap::new();
-                if changed > BULK {
-                    let rows = store
-                        .list_nodes(tenant_id, cluster_id)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    for row in rows {
-                        let n = cached(row.rev, &row.body)?;
-                        nodes.insert(row.id, n);
-                    }
-                    return self.finish(key, stamp, owner, body, nodes);
-                }
-                for (id, rev) in revs {
-                    let known = old
-                        .as_ref()
-                        .and_then(|s| s.nodes.get(&id))
-                        .filter(|n| n.rev == rev);
-                    if let Some(n) = known {
-                        nodes.insert(id, n.clone());
-                        continue;
-                    }
-                    let Some(row) = store
-                        .get_node(tenant_id, &id)
-                        .await
-                        .map_err(|e| e.to_string())?
-                    else {
-                        continue; // deleted since the list was read
-                    };
-                    nodes.insert(id, cached(row.rev, &row.body)?);
-                }
-                nodes
-            }
-        };
+        let (owner, body) =
+            read_cluster(store, tenant_id, cluster_id, old.as_deref(), stamp).await?;
+        let nodes = read_nodes(store, tenant_id, cluster_id, old.as_deref(), stamp).await?;
         self.finish(key, stamp, owner, body, nodes)
     }
 
@@ -222,6 +162,80 @@ impl PayloadCache {
         self.put(key, snap.clone());
         Ok(snap)
     }
+}
+
+/// The cluster's owner and body: from `old` when the cluster row has not changed since.
+async fn read_cluster(
+    store: &dyn Store,
+    tenant_id: &str,
+    cluster_id: u64,
+    old: Option<&Snapshot>,
+    stamp: ClusterStamp,
+) -> Result<(String, Arc<ClusterBody>), String> {
+    if let Some(s) = old.filter(|s| s.stamp.rev == stamp.rev) {
+        return Ok((s.owner.clone(), s.body.clone()));
+    }
+    let row = store
+        .get_cluster(tenant_id, cluster_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the task's cluster no longer exists")?;
+    let body: ClusterBody = from_body(&row.body).map_err(|e| e.to_string())?;
+    Ok((row.owner, Arc::new(body)))
+}
+
+/// The cluster's nodes: `old`'s when no node changed; else the changed ones read one by one, or
+/// all at once when more than [`BULK`] changed.
+async fn read_nodes(
+    store: &dyn Store,
+    tenant_id: &str,
+    cluster_id: u64,
+    old: Option<&Snapshot>,
+    stamp: ClusterStamp,
+) -> Result<BTreeMap<String, Arc<CachedNode>>, String> {
+    if let Some(s) = old.filter(|s| s.stamp.nodes_rev == stamp.nodes_rev) {
+        return Ok(s.nodes.clone());
+    }
+    let revs = store
+        .node_revs(tenant_id, cluster_id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let known = |id: &str, rev: i64| {
+        old.and_then(|s| s.nodes.get(id))
+            .filter(|n| n.rev == rev)
+            .cloned()
+    };
+    let changed = revs
+        .iter()
+        .filter(|(id, rev)| known(id, *rev).is_none())
+        .count();
+    let mut nodes = BTreeMap::new();
+    if changed > BULK {
+        let rows = store
+            .list_nodes(tenant_id, cluster_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        for row in rows {
+            let n = cached(row.rev, &row.body)?;
+            nodes.insert(row.id, n);
+        }
+        return Ok(nodes);
+    }
+    for (id, rev) in revs {
+        if let Some(n) = known(&id, rev) {
+            nodes.insert(id, n);
+            continue;
+        }
+        let Some(row) = store
+            .get_node(tenant_id, &id)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            continue; // deleted since the list was read
+        };
+        nodes.insert(id, cached(row.rev, &row.body)?);
+    }
+    Ok(nodes)
 }
 
 /// Whether a snapshot is as new as `stamp` (a newer one, built by a concurrent rebuild, is fine).

@@ -11,6 +11,7 @@ use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, T
 
 use super::body::{from_body, to_body, ClusterBody, JobBody, TaskBody};
 use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind};
+use crate::cache::Snapshot;
 use crate::error::{EngineError, EngineResult};
 use crate::ids::end_gate;
 use crate::jobs::{failure_status, success_status};
@@ -198,64 +199,83 @@ async fn payload(
     task: &TaskRow,
     stamp: Option<ClusterStamp>,
 ) -> Result<String, String> {
-    let internal = |e: EngineError| e.to_string();
     let snap = st
         .payloads
         .snapshot(st.store.as_ref(), &task.tenant_id, task.cluster_id, stamp)
         .await?;
-    let body = &snap.body;
     let me = snap
         .node(&task.node_id)
         .ok_or("the task's node no longer exists")?;
-    let action = ProvisionerAction::ALL
-        .into_iter()
-        .find(|a| a.upper() == task.action);
     let mut config = Map::new();
-    let cluster_config = Value::Object(body.config.clone());
-    let is_service_task = !task.service.is_empty();
-    if is_service_task {
-        let svc = me
-            .services
-            .iter()
-            .chain(body.leaving.iter())
-            .find(|s| s.name == task.service)
-            .ok_or("the task's service is not on its node")?;
-        let spec = action
-            .and_then(|a| svc.provisioner.actions.get(&a))
-            .cloned()
-            .unwrap_or_default();
-        let fields = serde_json::to_value(&spec.fields).unwrap_or(Value::Null);
-        let (cluster_config, fields) = if has_macros(&cluster_config) || has_macros(&fields) {
-            // Against the nodes that stay, unless this task's own node is leaving.
-            let layout = if snap.body.retiring.contains(&me.id) {
-                &snap.layout_all
-            } else {
-                &snap.layout
-            };
-            let ctx = MacroContext::new(layout, &snap.owner).map_err(|e| e.to_string())?;
-            let c = ctx
-                .expand_value(Some(&me.id), &cluster_config)
-                .map_err(|e| format!("cluster config: {e}"))?;
-            let f = ctx
-                .expand_value(Some(&me.id), &fields)
-                .map_err(|e| format!("service {} fields: {e}", svc.name))?;
-            (c, f)
-        } else {
-            (cluster_config, fields)
-        };
+    let cluster_config = Value::Object(snap.body.config.clone());
+    if task.service.is_empty() {
         config.insert("cluster".into(), cluster_config);
-        config.insert(
-            "service".into(),
-            json!({"name": svc.name, "action": {"type": spec.automator, "fields": fields}}),
-        );
     } else {
-        config.insert("cluster".into(), cluster_config);
+        let (cluster, service) = service_config(&snap, me, task, cluster_config)?;
+        config.insert("cluster".into(), cluster);
+        config.insert("service".into(), service);
     }
+    add_node_config(&mut config, &snap.body, me, task)?;
+    // Results are written last and may shadow anything, `nodes` included.
+    let nodes = (!config.contains_key("nodes")).then_some(&*snap.nodes_json);
+    serialize_payload(task, &config, nodes)
+}
+
+/// A service task's cluster config and `service` section, macros expanded against the nodes that
+/// stay (or every node, when this task's own node is leaving).
+fn service_config(
+    snap: &Snapshot,
+    me: &Node,
+    task: &TaskRow,
+    cluster_config: Value,
+) -> Result<(Value, Value), String> {
+    let svc = me
+        .services
+        .iter()
+        .chain(snap.body.leaving.iter())
+        .find(|s| s.name == task.service)
+        .ok_or("the task's service is not on its node")?;
+    let spec = ProvisionerAction::ALL
+        .into_iter()
+        .find(|a| a.upper() == task.action)
+        .and_then(|a| svc.provisioner.actions.get(&a))
+        .cloned()
+        .unwrap_or_default();
+    let fields = serde_json::to_value(&spec.fields).unwrap_or(Value::Null);
+    let (cluster_config, fields) = if has_macros(&cluster_config) || has_macros(&fields) {
+        let layout = if snap.body.retiring.contains(&me.id) {
+            &snap.layout_all
+        } else {
+            &snap.layout
+        };
+        let ctx = MacroContext::new(layout, &snap.owner).map_err(|e| e.to_string())?;
+        let c = ctx
+            .expand_value(Some(&me.id), &cluster_config)
+            .map_err(|e| format!("cluster config: {e}"))?;
+        let f = ctx
+            .expand_value(Some(&me.id), &fields)
+            .map_err(|e| format!("service {} fields: {e}", svc.name))?;
+        (c, f)
+    } else {
+        (cluster_config, fields)
+    };
+    let service = json!({"name": svc.name, "action": {"type": spec.automator, "fields": fields}});
+    Ok((cluster_config, service))
+}
+
+/// The node's properties, the automators to bootstrap, the provider with its secrets, and the
+/// node's provisioner results (last: they may shadow anything).
+fn add_node_config(
+    config: &mut Map<String, Value>,
+    body: &ClusterBody,
+    me: &Node,
+    task: &TaskRow,
+) -> Result<(), String> {
     let props = serde_json::to_value(&me.properties).map_err(|e| e.to_string())?;
     if let Value::Object(p) = props {
         config.extend(p);
     }
-    let task_body: TaskBody = from_body(&task.body).map_err(internal)?;
+    let task_body: TaskBody = from_body(&task.body).map_err(|e: EngineError| e.to_string())?;
     if !task_body.automators.is_empty() {
         config.insert("automators".into(), json!(task_body.automators));
     }
@@ -270,8 +290,15 @@ async fn payload(
     for (k, v) in &me.provisioner_results {
         config.insert(k.clone(), v.clone());
     }
-    // Results are written last and may shadow anything, `nodes` included.
-    let nodes = (!config.contains_key("nodes")).then_some(&*snap.nodes_json);
+    Ok(())
+}
+
+/// Writes the payload: the ids first (a worker may read them from the head), `config` last.
+fn serialize_payload(
+    task: &TaskRow,
+    config: &Map<String, Value>,
+    nodes: Option<&serde_json::value::RawValue>,
+) -> Result<String, String> {
     #[derive(serde::Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Payload<'a> {
@@ -294,7 +321,7 @@ async fn payload(
             task_name: &task.action,
             node_id: &task.node_id,
             config: Config {
-                fields: &config,
+                fields: config,
                 nodes,
             },
         },
