@@ -7,6 +7,23 @@ use weft_model::{lenient, ClusterTemplate, EntityKind, PartialTemplate};
 use crate::error::{EngineError, EngineResult};
 use crate::Engine;
 
+/// The tenant's template `name` as saved (not resolved).
+pub async fn saved_template(
+    st: &Engine,
+    tenant_id: &str,
+    name: &str,
+) -> EngineResult<ClusterTemplate> {
+    let doc = st
+        .store
+        .get_entity(tenant_id, EntityKind::ClusterTemplate, name, None)
+        .await?
+        .ok_or_else(|| EngineError::NotInCatalog {
+            kind: "cluster template",
+            name: name.to_string(),
+        })?;
+    Ok(lenient::from_value(doc)?)
+}
+
 /// Resolves a template's parents and partials from the tenant's catalog.
 pub async fn resolve_in_tenant(
     st: &Engine,
@@ -22,15 +39,7 @@ pub async fn resolve_in_tenant(
                 parent.name
             )));
         }
-        let doc = st
-            .store
-            .get_entity(tenant_id, EntityKind::ClusterTemplate, &parent.name, None)
-            .await?
-            .ok_or_else(|| EngineError::NotInCatalog {
-                kind: "cluster template",
-                name: parent.name.clone(),
-            })?;
-        chain.push(lenient::from_value(doc)?);
+        chain.push(saved_template(st, tenant_id, &parent.name).await?);
     }
     let mut resolved: Option<ClusterTemplate> = None;
     while let Some(t) = chain.pop() {

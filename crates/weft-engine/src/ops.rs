@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 use weft_model::{
-    lenient, ClusterStatus, ClusterTemplate, EntityKind, MachineType, Node, PlanView, Service,
+    ClusterStatus, ClusterTemplate, EntityKind, MachineType, Node, PlanView, Service,
 };
 use weft_planner::Operation;
 use weft_solver::{Catalog, Change, ExistingNode, Layout, TypeOffer};
@@ -14,7 +14,7 @@ use weft_solver::{Catalog, Change, ExistingNode, Layout, TypeOffer};
 use weft_store::{ChangeSet, Expect, Write};
 
 use crate::body::{to_body, ClusterBody};
-use crate::catalog::{resolve_in_tenant, typed_list};
+use crate::catalog::{resolve_in_tenant, saved_template, typed_list};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{
@@ -247,15 +247,8 @@ async fn current_template(
     tenant_id: &str,
     name: &str,
 ) -> EngineResult<ClusterTemplate> {
-    let doc = st
-        .store
-        .get_entity(tenant_id, EntityKind::ClusterTemplate, name, None)
-        .await?
-        .ok_or_else(|| EngineError::NotInCatalog {
-            kind: "cluster template",
-            name: name.to_string(),
-        })?;
-    resolve_in_tenant(st, tenant_id, lenient::from_value::<ClusterTemplate>(doc)?).await
+    let own = saved_template(st, tenant_id, name).await?;
+    resolve_in_tenant(st, tenant_id, own).await
 }
 
 /// Whether a solved layout keeps every node of the cluster with the services it has.

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use weft_model::{lenient, ClusterTemplate, EntityKind, MachineType, Service};
 use weft_solver::{Catalog, TypeOffer};
 
-use crate::catalog::{resolve_in_tenant, typed_list};
+use crate::catalog::{resolve_in_tenant, saved_template, typed_list};
 use crate::error::{EngineError, EngineResult};
 use crate::{Caller, Engine};
 
@@ -94,17 +94,7 @@ async fn template_of(st: &Engine, tenant: &str, t: &TemplateRef) -> EngineResult
     let own: ClusterTemplate = match t {
         TemplateRef::Draft(body) => lenient::from_value(body.clone())
             .map_err(|e| EngineError::Invalid(format!("template: {e}")))?,
-        TemplateRef::Saved(name) => {
-            let doc = st
-                .store
-                .get_entity(tenant, EntityKind::ClusterTemplate, name, None)
-                .await?
-                .ok_or_else(|| EngineError::NotInCatalog {
-                    kind: "cluster template",
-                    name: name.clone(),
-                })?;
-            lenient::from_value(doc)?
-        }
+        TemplateRef::Saved(name) => saved_template(st, tenant, name).await?,
     };
     resolve_in_tenant(st, tenant, own).await
 }
