@@ -17,7 +17,9 @@
 //!   transactions serialize with sqlx's through SQLite's write lock and the busy timeout.
 //! * **PostgreSQL** uses one pool for both. Writes that compute `max(version) + 1` can race under
 //!   READ COMMITTED; the loser hits the primary key and the whole transaction is retried, so
-//!   concurrent writers neither fail nor lose a write.
+//!   concurrent writers neither fail nor lose a write. The engine's change sets and takes skip the
+//!   pool: writer tasks with connections of their own batch them, one transaction per batch
+//!   (`pg_writer.rs`).
 
 use std::collections::BTreeMap;
 use std::future::Future;

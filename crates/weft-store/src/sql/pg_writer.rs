@@ -1,12 +1,13 @@
-//! PostgreSQL: the engine's hot operations through one connection of their own, with group commit.
+//! PostgreSQL: the engine's hot operations through connections of their own, with group commit.
 //!
 //! The same design as SQLite's writer thread (`writer.rs`): committing a change set and leasing
-//! the next task are each **one message** to a task that owns a dedicated connection. The task
-//! runs every message waiting in its queue in **one transaction**, so that a stale change set (or
-//! one that fails otherwise) fails alone while the others commit (see [`run_batch`]: savepoints
-//! only when a statement failed, since each costs a round trip); it
-//! answers nobody before `COMMIT` has succeeded, so a caller that got `Ok` has its write
-//! committed, and a failed `COMMIT` fails the whole batch. Operations run in the order they
+//! the next task are each **one message** to a writer task that owns dedicated connections (there
+//! are [`WRITERS`] of them; a change set goes to its cluster's). A writer runs every message
+//! waiting in its queue in **one transaction**, so that a stale change set (or one that fails
+//! otherwise) fails alone while the others commit (see [`run_batch`]: savepoints only once a
+//! statement failed, since each costs a round trip); it answers nobody before `COMMIT` has
+//! succeeded, so a caller that got `Ok` has its write committed, and a failed `COMMIT` fails the
+//! whole batch. Operations run in the order they
 //! arrived, each seeing the writes of those before it in its batch. One durable commit (one WAL
 //! flush) then serves a whole batch instead of one per operation, and it overlaps the next batch
 //! (see [`run`]), which meets the committing one's writes as any concurrent transaction does: a
