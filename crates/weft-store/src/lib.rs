@@ -50,6 +50,10 @@ pub enum StoreError {
     /// A statement on the SQLite writer thread failed.
     #[error("database error: {0}")]
     Sqlite(String),
+    /// PostgreSQL's writer task could not run a batch (connection lost, `COMMIT` failed) or has
+    /// stopped: nothing of the operation was committed.
+    #[error("database error: {0}")]
+    Writer(String),
     /// The schema could not be brought to the current version.
     #[error("migration failed: {0}")]
     Migration(String),

@@ -17,7 +17,9 @@
 //!   transactions serialize with sqlx's through SQLite's write lock and the busy timeout.
 //! * **PostgreSQL** uses one pool for both. Writes that compute `max(version) + 1` can race under
 //!   READ COMMITTED; the loser hits the primary key and the whole transaction is retried, so
-//!   concurrent writers neither fail nor lose a write.
+//!   concurrent writers neither fail nor lose a write. The engine's change sets and takes skip the
+//!   pool: writer tasks with connections of their own batch them, one transaction per batch
+//!   (`pg_writer.rs`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -40,8 +42,9 @@ use crate::{
 };
 
 mod engine;
-mod hostpool;
-mod writer; // HostPoolStore for SqlStore (host pools)
+mod hostpool; // HostPoolStore for SqlStore (host pools)
+mod pg_writer;
+mod writer;
 
 /// How many times a write that lost a version race is retried before giving up.
 const MAX_VERSION_RETRIES: usize = 64;
@@ -60,6 +63,9 @@ pub struct SqlStore {
     /// SQLite (a file): the thread that runs the engine's frequent reads. `None` where
     /// `sqlite_writer` is.
     sqlite_reader: Option<writer::SqliteReader>,
+    /// PostgreSQL: the task that runs the engine's hot operations with group commit
+    /// (`pg_writer.rs`). `None` on SQLite.
+    pg_writer: Option<pg_writer::PgWriter>,
 }
 
 impl SqlStore {
@@ -80,6 +86,7 @@ impl SqlStore {
                     writer,
                     sqlite_writer: None,
                     sqlite_reader: None,
+                    pg_writer: None,
                 };
                 store.prepare().await?;
                 if url.contains(":memory:") || url.contains("mode=memory") {
@@ -101,7 +108,7 @@ impl SqlStore {
                 let pool = AnyPoolOptions::new()
                     .max_connections(16)
                     .acquire_timeout(Duration::from_secs(30))
-                    .connect_with(opts)
+                    .connect_with(opts.clone())
                     .await?;
                 let store = SqlStore {
                     backend,
@@ -109,9 +116,13 @@ impl SqlStore {
                     writer: pool,
                     sqlite_writer: None,
                     sqlite_reader: None,
+                    pg_writer: None,
                 };
                 store.prepare().await?;
-                store
+                SqlStore {
+                    pg_writer: Some(pg_writer::PgWriter::start(opts)),
+                    ..store
+                }
             }
         };
         Ok(store)

@@ -3,8 +3,9 @@
 //!
 //! # Atomicity of [`commit`](SqlStore::commit_changes)
 //!
-//! A change set is one write transaction: expectations are checked first, then the writes apply in
-//! order, and a failed expectation rolls everything back.
+//! A change set is one write transaction (or, on the writer thread or task of `writer.rs` and
+//! `pg_writer.rs`, one savepoint-like part of a batch's transaction): expectations are checked
+//! first, then the writes apply in order, and a failed expectation rolls everything back.
 //!
 //! * **SQLite**: `BEGIN IMMEDIATE` on the one writer connection serializes every writer, so a plain
 //!   read of `rev` is already exclusive.
@@ -26,7 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, AnyConnection, Row};
 
 use super::{parse_json, to_i64, to_u32, to_u64, SqlStore};
 use crate::engine::{
@@ -275,24 +276,20 @@ pub(super) const QUOTA_COUNTS: &str = "SELECT \
       ON k.tenant_id = n.tenant_id AND k.id = n.cluster_id \
       WHERE n.tenant_id = $1 AND k.status <> 'terminated') AS n";
 
-/// Checks a quota inside `tx`; on PostgreSQL it first waits for the tenant's quota lock, held
+/// Checks a quota on `conn`, inside its transaction; on PostgreSQL it first waits for the tenant's quota lock, held
 /// until the transaction ends, so the next check counts what this one commits.
-async fn check_quota(
-    tx: &mut Transaction<'static, Any>,
-    backend: Backend,
-    q: &Quota,
-) -> Result<()> {
+async fn check_quota(conn: &mut AnyConnection, backend: Backend, q: &Quota) -> Result<()> {
     if backend == Backend::Postgres {
         let objid = fnv1a64(q.tenant_id.as_bytes()) as u32 as i32;
         sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1, $2)) AS l")
             .bind(QUOTA_LOCK_CLASS)
             .bind(objid)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
     }
     let row = sqlx::query(QUOTA_COUNTS)
         .bind(&q.tenant_id)
-        .fetch_one(&mut **tx)
+        .fetch_one(&mut *conn)
         .await?;
     q.check(
         to_u64(row.try_get("c")?, "cluster count")?,
@@ -310,13 +307,13 @@ pub(super) fn targets(cs: &ChangeSet) -> Vec<Target<'_>> {
     targets
 }
 
-fn is_deadlock(e: &StoreError) -> bool {
+pub(super) fn is_deadlock(e: &StoreError) -> bool {
     matches!(e, StoreError::Database(sqlx::Error::Database(d))
         if matches!(d.code().as_deref(), Some("40P01" | "40001")))
 }
 
-/// Checks one expectation inside `tx`, locking the row on PostgreSQL.
-async fn check(tx: &mut Transaction<'static, Any>, backend: Backend, t: &Target<'_>) -> Result<()> {
+/// Checks one expectation on `conn`, inside its transaction, locking the row on PostgreSQL.
+async fn check(conn: &mut AnyConnection, backend: Backend, t: &Target<'_>) -> Result<()> {
     let pg = backend == Backend::Postgres;
     if pg && t.rev == 0 {
         let key = format!("{}/{}/{}", t.table, t.tenant_id, t.id);
@@ -325,7 +322,7 @@ async fn check(tx: &mut Transaction<'static, Any>, backend: Backend, t: &Target<
         sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1, $2)) AS l")
             .bind(ROW_LOCK_CLASS)
             .bind(objid)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
     }
     let sql = check_sql(t, backend);
@@ -334,7 +331,7 @@ async fn check(tx: &mut Transaction<'static, Any>, backend: Backend, t: &Target<
         Id::Num(n) => q.bind(to_i64(n)),
         Id::Text(s) => q.bind(s),
     };
-    check_found(t, q.fetch_optional(&mut **tx).await?)
+    check_found(t, q.fetch_optional(&mut *conn).await?)
 }
 
 /// The statement that reads an expected row's revision (`$1` tenant, `$2` id).
@@ -504,13 +501,9 @@ pub(super) fn statements(w: &Write) -> Vec<(&'static str, Vec<Param>)> {
     }
 }
 
-/// Applies one write inside `tx`; a [`Write::Release`] adds the job-end gates it completed to
+/// Applies one write on `conn`, inside its transaction; a [`Write::Release`] adds the job-end gates it completed to
 /// `ended`.
-async fn apply(
-    tx: &mut Transaction<'static, Any>,
-    w: &Write,
-    ended: &mut Vec<String>,
-) -> Result<()> {
+async fn apply(conn: &mut AnyConnection, w: &Write, ended: &mut Vec<String>) -> Result<()> {
     if let Write::Release {
         tenant_id,
         ids,
@@ -518,7 +511,7 @@ async fn apply(
         now,
     } = w
     {
-        return release(tx, tenant_id, ids.clone(), *queue, *now, ended).await;
+        return release(conn, tenant_id, ids.clone(), *queue, *now, ended).await;
     }
     for (sql, params) in statements(w) {
         let mut q = sqlx::query(sql);
@@ -529,7 +522,7 @@ async fn apply(
                 Param::Null => q.bind(None::<String>),
             };
         }
-        q.execute(&mut **tx).await?;
+        q.execute(&mut *conn).await?;
     }
     Ok(())
 }
@@ -538,7 +531,7 @@ async fn apply(
 /// reads the row's old values on the right-hand side, so "this decrement reached zero on a
 /// pending task" is `deps_remaining = 1 AND state = 'pending'` there.
 async fn release(
-    tx: &mut Transaction<'static, Any>,
+    conn: &mut AnyConnection,
     tenant_id: &str,
     mut todo: Vec<String>,
     queue: bool,
@@ -551,7 +544,7 @@ async fn release(
             .bind(id.as_str())
             .bind(i64::from(queue))
             .bind(now)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *conn)
             .await?;
         // Absent, or already released by as many predecessors as it has: nothing to count.
         if let Some(row) = row {
@@ -635,9 +628,35 @@ pub(super) static TASK_WITH_JOB_SQL: LazyLock<String> = LazyLock::new(|| {
     format!("SELECT {TASK_COLUMNS}, {JOB_OF_TASK} FROM tasks WHERE tenant_id = $1 AND id = $2")
 });
 
+/// A change set's checks and writes on `conn`, inside a transaction (or savepoint) the caller
+/// opened and ends. Returns the job-end gates its releases completed.
+pub(super) async fn apply_change_set(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    quotas: &[&Quota],
+    targets: &[Target<'_>],
+    writes: &[Write],
+) -> Result<Vec<String>> {
+    // Quota locks first, row locks after, in every transaction: no lock-order deadlock.
+    for q in quotas {
+        check_quota(conn, backend, q).await?;
+    }
+    for t in targets {
+        check(conn, backend, t).await?;
+    }
+    let mut ended = Vec::new();
+    for w in writes {
+        apply(conn, w, &mut ended).await?;
+    }
+    Ok(ended)
+}
+
 impl SqlStore {
     pub(crate) async fn commit_changes(&self, cs: &ChangeSet) -> Result<Vec<String>> {
         if let Some(w) = &self.sqlite_writer {
+            return w.commit(cs).await;
+        }
+        if let Some(w) = &self.pg_writer {
             return w.commit(cs).await;
         }
         let targets = targets(cs);
@@ -661,17 +680,7 @@ impl SqlStore {
         writes: &[Write],
     ) -> Result<Vec<String>> {
         let mut tx = self.write_tx().await?;
-        // Quota locks first, row locks after, in every transaction: no lock-order deadlock.
-        for q in quotas {
-            check_quota(&mut tx, self.backend, q).await?;
-        }
-        for t in targets {
-            check(&mut tx, self.backend, t).await?;
-        }
-        let mut ended = Vec::new();
-        for w in writes {
-            apply(&mut tx, w, &mut ended).await?;
-        }
+        let ended = apply_change_set(&mut tx, self.backend, quotas, targets, writes).await?;
         tx.commit().await?;
         Ok(ended)
     }
@@ -847,6 +856,9 @@ impl SqlStore {
         deadline: i64,
     ) -> Result<Option<Taken>> {
         if let Some(w) = &self.sqlite_writer {
+            return w.take(tenant_id, owner, now, deadline).await;
+        }
+        if let Some(w) = &self.pg_writer {
             return w.take(tenant_id, owner, now, deadline).await;
         }
         // One statement is its own transaction: no BEGIN and COMMIT round trips.

@@ -70,6 +70,10 @@ struct QueueArgs {
     /// Workers of the create-time run.
     #[arg(long, default_value_t = 100)]
     create_workers: usize,
+    /// In-process servers on the one database (postgres only), the workers spread over them in
+    /// turn: several servers on one PostgreSQL against one.
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -89,8 +93,16 @@ pub(super) struct Server {
     _dir: Option<tempfile::TempDir>,
 }
 
-async fn start_in_process(q: &QueueArgs) -> anyhow::Result<Server> {
-    start_server(&q.database, q.database_url.as_deref()).await
+/// `--servers` servers in this process, all on the one database.
+async fn start_in_process(q: &QueueArgs) -> anyhow::Result<Vec<Server>> {
+    if q.servers > 1 && q.database != "postgres" {
+        bail!("--servers {} needs --database postgres", q.servers);
+    }
+    let mut servers = Vec::new();
+    for _ in 0..q.servers.max(1) {
+        servers.push(start_server(&q.database, q.database_url.as_deref()).await?);
+    }
+    Ok(servers)
 }
 
 /// A server in this process on `database` (sqlite in a temp dir, or postgres at `database_url`).
@@ -132,28 +144,30 @@ pub(super) async fn start_server(
 }
 
 async fn queue(q: QueueArgs) -> anyhow::Result<()> {
-    let server = match &q.server {
-        Some(api) => Server {
+    let servers = match &q.server {
+        Some(api) => vec![Server {
             api: api.trim_end_matches('/').to_string(),
             internal: q.internal.clone().expect("clap requires it"),
             database_url: q.database_url.clone().expect("clap requires it"),
             _dir: None,
-        },
+        }],
         None => start_in_process(&q).await?,
     };
+    let server = &servers[0];
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(2000)
         .build()?;
-    let tenant_id = setup(&http, &server).await?;
-    keep_registered(&http, &server);
+    let tenant_id = setup(&http, server).await?;
+    keep_registered(&http, server);
     let backend = if server.database_url.starts_with("sqlite") {
         "sqlite"
     } else {
         "postgres"
     };
     println!(
-        "weft bench queue: {backend}, server {}, {} cores",
+        "weft bench queue: {backend}, {} server(s) {}, {} cores",
+        servers.len(),
         if q.server.is_some() {
             "external"
         } else {
@@ -174,15 +188,16 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         let mut total = 0;
         for c in 0..nodes.div_ceil(per_cluster) {
             let size = per_cluster.min(nodes - c * per_cluster);
-            let cluster = create(&http, &server, &format!("q{i}-{c}"), size).await?;
-            total += plan_size(&http, &server, &cluster).await?;
+            let cluster = create(&http, server, &format!("q{i}-{c}"), size).await?;
+            total += plan_size(&http, server, &cluster).await?;
             clusters.push(cluster);
         }
         let t0 = Instant::now();
-        let Driven { done, errors, .. } = drive(&http, &server, &tenant_id, workers, total).await?;
+        let Driven { done, errors, .. } =
+            drive_on(&http, &servers, &tenant_id, workers, total).await?;
         let secs = t0.elapsed().as_secs_f64();
         for cluster in &clusters {
-            check_active(&http, &server, cluster).await?;
+            check_active(&http, server, cluster).await?;
         }
         println!(
             "| {backend} | {workers} | {nodes} | {done} | {secs:.2} | {:.0} | {errors} |",
@@ -191,12 +206,12 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
     }
     if q.create_nodes > 0 {
         let t0 = Instant::now();
-        let cluster = create(&http, &server, "big", q.create_nodes).await?;
+        let cluster = create(&http, server, "big", q.create_nodes).await?;
         let posted = t0.elapsed().as_secs_f64();
-        let total = plan_size(&http, &server, &cluster).await?;
+        let total = plan_size(&http, server, &cluster).await?;
         let Driven { done, errors, .. } =
-            drive(&http, &server, &tenant_id, q.create_workers, total).await?;
-        check_active(&http, &server, &cluster).await?;
+            drive_on(&http, &servers, &tenant_id, q.create_workers, total).await?;
+        check_active(&http, server, &cluster).await?;
         let secs = t0.elapsed().as_secs_f64();
         println!(
             "\ncreate of {} nodes ({done} tasks) with {} instant workers on {backend}: \
@@ -442,18 +457,36 @@ pub(super) async fn drive(
     workers: usize,
     total: u64,
 ) -> anyhow::Result<Driven> {
+    drive_on(http, std::slice::from_ref(s), tenant_id, workers, total).await
+}
+
+/// [`drive`] with the workers spread over `servers` in turn (worker `w` on server `w % n`).
+async fn drive_on(
+    http: &reqwest::Client,
+    servers: &[Server],
+    tenant_id: &str,
+    workers: usize,
+    total: u64,
+) -> anyhow::Result<Driven> {
     let bytes = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let addresses = Arc::new(AtomicU64::new(1));
-    let take_url: Arc<str> = format!("{}/v2/tasks/take", s.internal).into();
-    let finish_url: Arc<str> = format!("{}/v2/tasks/finish", s.internal).into();
+    let urls: Vec<(Arc<str>, Arc<str>)> = servers
+        .iter()
+        .map(|s| {
+            (
+                format!("{}/v2/tasks/take", s.internal).into(),
+                format!("{}/v2/tasks/finish", s.internal).into(),
+            )
+        })
+        .collect();
     let mut handles = Vec::new();
     for w in 0..workers {
         let (http, done, stop) = (http.clone(), done.clone(), stop.clone());
         let (errors, addresses, bytes) = (errors.clone(), addresses.clone(), bytes.clone());
-        let (take_url, finish_url) = (take_url.clone(), finish_url.clone());
+        let (take_url, finish_url) = urls[w % urls.len()].clone();
         let ids = json!({"workerId": format!("w{w}"), "provisionerId": PROVISIONER, "tenantId": tenant_id});
         handles.push(tokio::spawn(async move {
             let take_body = ids.to_string();

@@ -1,0 +1,338 @@
+//! PostgreSQL: the engine's hot operations through connections of their own, with group commit.
+//!
+//! The same design as SQLite's writer thread (`writer.rs`): committing a change set and leasing
+//! the next task are each **one message** to a writer task that owns dedicated connections (there
+//! are [`WRITERS`] of them; a change set goes to its cluster's). A writer runs every message
+//! waiting in its queue in **one transaction**, so that a stale change set (or one that fails
+//! otherwise) fails alone while the others commit (see [`run_batch`]: savepoints only once a
+//! statement failed, since each costs a round trip); it answers nobody before `COMMIT` has
+//! succeeded, so a caller that got `Ok` has its write committed, and a failed `COMMIT` fails the
+//! whole batch. Operations run in the order they
+//! arrived, each seeing the writes of those before it in its batch. One durable commit (one WAL
+//! flush) then serves a whole batch instead of one per operation, and it overlaps the next batch
+//! (see [`run`]), which meets the committing one's writes as any concurrent transaction does: a
+//! row lock or advisory lock waits for the `COMMIT`, then reads what it committed.
+//!
+//! The checks and writes are the very statements of [`SqlStore::commit_changes`]'s own path
+//! (`apply_change_set`: `FOR UPDATE` row locks, advisory locks for rows expected not to exist,
+//! the quota lock), prepared once on this connection and cached, so the compare-and-swap
+//! semantics across servers are unchanged: another server's writer waits on the row locks a batch
+//! holds until it commits, then re-reads the committed revision. A deadlock with another server's
+//! batch rolls back the one operation's savepoint (which releases the locks it took) and runs it
+//! again; the operations before it keep theirs.
+//!
+//! A batch holds its locks until its `COMMIT`, and a stopped server (SIGSTOP) would hold them
+//! forever: the connection sets `idle_in_transaction_session_timeout`, so PostgreSQL ends such a
+//! session (rolling its batch back, which nobody was answered for), and `lock_timeout`, so an
+//! operation that waits too long on another session's lock fails alone instead of stalling the
+//! batch. At most [`MAX_BATCH`] operations share a transaction: each writing savepoint takes a
+//! subtransaction id, and PostgreSQL tracks only 64 of them per session cheaply.
+//!
+//! [`SqlStore::commit_changes`]: super::SqlStore::commit_changes
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use sqlx::any::AnyConnectOptions;
+use sqlx::{AnyConnection, Connection, Executor};
+use tokio::sync::{mpsc, oneshot};
+
+use super::engine::{apply_change_set, is_deadlock, quotas, take_sql, taken_from_row, targets};
+use crate::engine::{ChangeSet, Quota, Taken, Write};
+use crate::leader::fnv1a64;
+use crate::{Backend, Result, StoreError};
+
+/// At most this many operations share one transaction (see the module's text).
+const MAX_BATCH: usize = 60;
+
+/// How often an operation that lost a deadlock is run again inside its batch.
+const MAX_DEADLOCK_RETRIES: usize = 16;
+
+/// Set on the writer's connection (see the module's text).
+const SESSION_SETTINGS: &str = "SET idle_in_transaction_session_timeout = '10s'; \
+     SET lock_timeout = '10s'";
+
+/// How many writer tasks a store runs. One connection's batch runs its statements one round trip
+/// after the other, and each operation waits for its whole batch: several writers keep PostgreSQL
+/// busy meanwhile. A change set goes to the writer of its cluster (see [`lane`]), so the row locks
+/// of one cluster's job (its gates, its job row) are taken within one writer, in order, and two
+/// writers rarely wait on each other; a deadlock between them is rolled back and run again.
+const WRITERS: usize = 4;
+
+/// The handle to the writer tasks. Cheap to clone; the tasks end (closing their connections)
+/// when the last handle is dropped.
+#[derive(Debug, Clone)]
+pub(crate) struct PgWriter {
+    lanes: Vec<mpsc::UnboundedSender<Op>>,
+    /// Takes go to the writers in turn.
+    next: Arc<AtomicUsize>,
+}
+
+/// The writer a change set goes to: by the tenant and cluster of its first write that names one.
+fn lane(cs: &ChangeSet) -> usize {
+    let key = cs.writes.iter().find_map(|w| match w {
+        Write::Cluster(c) => Some((c.tenant_id.as_str(), c.id)),
+        Write::Node(n) => Some((n.tenant_id.as_str(), n.cluster_id)),
+        Write::Job(j) => Some((j.tenant_id.as_str(), j.cluster_id)),
+        Write::Task(t) => Some((t.tenant_id.as_str(), t.cluster_id)),
+        Write::DeleteNode { .. } | Write::Release { .. } => None,
+    });
+    key.map_or(0, |(tenant, cluster)| {
+        let h = fnv1a64(format!("{tenant}/{cluster}").as_bytes());
+        (h % WRITERS as u64) as usize
+    })
+}
+
+enum Job {
+    Commit(ChangeSet),
+    Take {
+        tenant_id: String,
+        owner: String,
+        now: i64,
+        deadline: i64,
+    },
+}
+
+enum Done {
+    Committed(Vec<String>),
+    Taken(Option<Box<Taken>>),
+}
+
+struct Op {
+    job: Job,
+    reply: oneshot::Sender<Result<Done>>,
+}
+
+impl PgWriter {
+    /// Starts the writer task; it connects with `opts` on its first batch (and again after a
+    /// batch lost its connection).
+    pub(crate) fn start(opts: AnyConnectOptions) -> PgWriter {
+        let lanes = (0..WRITERS)
+            .map(|_| {
+                let (ops, rx) = mpsc::unbounded_channel();
+                tokio::spawn(run(opts.clone(), rx));
+                ops
+            })
+            .collect();
+        PgWriter {
+            lanes,
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    async fn call(&self, lane: usize, job: Job) -> Result<Done> {
+        let stopped = || StoreError::Writer("the PostgreSQL writer task has stopped".into());
+        let (reply, answer) = oneshot::channel();
+        self.lanes[lane % self.lanes.len()]
+            .send(Op { job, reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    pub(crate) async fn commit(&self, cs: &ChangeSet) -> Result<Vec<String>> {
+        match self.call(lane(cs), Job::Commit(cs.clone())).await? {
+            Done::Committed(ended) => Ok(ended),
+            Done::Taken(_) => unreachable!("a commit is answered with what it ended"),
+        }
+    }
+
+    pub(crate) async fn take(
+        &self,
+        tenant_id: &str,
+        owner: &str,
+        now: i64,
+        deadline: i64,
+    ) -> Result<Option<Taken>> {
+        let job = Job::Take {
+            tenant_id: tenant_id.to_string(),
+            owner: owner.to_string(),
+            now,
+            deadline,
+        };
+        let lane = self.next.fetch_add(1, Ordering::Relaxed);
+        match self.call(lane, job).await? {
+            Done::Taken(taken) => Ok(taken.map(|t| *t)),
+            Done::Committed(_) => unreachable!("a take is answered with its task"),
+        }
+    }
+}
+
+/// The writer task: runs batches until every handle is gone.
+///
+/// A batch's `COMMIT` (a WAL flush: hundreds of microseconds on a disk) runs while the next
+/// batch's statements run on a second connection, so the flush does not stall the queue. At most
+/// one batch is committing at a time, and it runs no statement any more, so the running batch may
+/// wait on its locks but never the other way round: the two cannot deadlock.
+async fn run(opts: AnyConnectOptions, mut ops: mpsc::UnboundedReceiver<Op>) {
+    let mut idle: Option<AnyConnection> = None;
+    let mut committing: Option<Committing> = None;
+    while let Some(first) = ops.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match ops.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let conn = match idle.take() {
+            Some(c) => Ok(c),
+            None => connect(&opts).await,
+        };
+        let mut conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                let e = e.to_string();
+                tracing::error!(error = %e, "PostgreSQL writer: cannot connect");
+                fail_all(batch, &e);
+                continue;
+            }
+        };
+        let mut results = Vec::with_capacity(batch.len());
+        let ran = run_batch(&mut conn, &batch, &mut results).await;
+        // The batch before this one has committed (or failed) before this one commits.
+        if let Some(previous) = committing.take() {
+            idle = previous.await.ok().flatten();
+        }
+        match ran {
+            Ok(()) => committing = Some(tokio::spawn(commit(conn, batch, results))),
+            Err(e) => {
+                // The session's state is unknown: dropping the connection ends its transaction.
+                fail_batch(batch, &e);
+            }
+        }
+    }
+    if let Some(last) = committing {
+        let _ = last.await;
+    }
+}
+
+/// A batch's `COMMIT` in flight; it hands its connection back when that can be used again.
+type Committing = tokio::task::JoinHandle<Option<AnyConnection>>;
+
+/// Commits a batch whose statements have run, then answers its operations.
+async fn commit(
+    mut conn: AnyConnection,
+    batch: Vec<Op>,
+    results: Vec<Result<Done>>,
+) -> Option<AnyConnection> {
+    if let Err(e) = conn.execute(sqlx::raw_sql("COMMIT")).await {
+        fail_batch(batch, &e.into());
+        return None;
+    }
+    for (op, r) in batch.into_iter().zip(results) {
+        // A caller that has gone away (its request was cancelled) is not an error.
+        let _ = op.reply.send(r);
+    }
+    Some(conn)
+}
+
+fn fail_batch(batch: Vec<Op>, e: &StoreError) {
+    let e = e.to_string();
+    tracing::error!(error = %e, "PostgreSQL writer: the batch is rolled back");
+    fail_all(batch, &e);
+}
+
+async fn connect(opts: &AnyConnectOptions) -> Result<AnyConnection> {
+    let mut c = AnyConnection::connect_with(opts).await?;
+    c.execute(sqlx::raw_sql(SESSION_SETTINGS)).await?;
+    Ok(c)
+}
+
+fn fail_all(batch: Vec<Op>, e: &str) {
+    for op in batch {
+        let _ = op.reply.send(Err(StoreError::Writer(format!(
+            "PostgreSQL writer batch failed: {e}"
+        ))));
+    }
+}
+
+/// Runs `batch`'s statements in one transaction, left open for [`commit`], pushing each
+/// operation's result to `results`. `Err` when the transaction itself failed (then nothing of it
+/// will be committed).
+///
+/// First without savepoints (a round trip less per operation): an operation that fails only by
+/// a stale expectation or a quota has written nothing (its checks run before its writes) and
+/// leaves the transaction usable. Any other failure (a statement error, which aborts a
+/// PostgreSQL transaction, or a deadlock) rolls the whole batch back, and it runs again with a
+/// savepoint per operation. Nobody has been answered yet, so running it again is invisible.
+async fn run_batch(
+    conn: &mut AnyConnection,
+    batch: &[Op],
+    results: &mut Vec<Result<Done>>,
+) -> Result<()> {
+    conn.execute(sqlx::raw_sql("BEGIN")).await?;
+    for op in batch {
+        match run_op(conn, &op.job).await {
+            Err(e) if !matches!(e, StoreError::Stale(_) | StoreError::QuotaExceeded(_)) => {
+                tracing::debug!(error = %e, "PostgreSQL writer: running the batch again with savepoints");
+                conn.execute(sqlx::raw_sql("ROLLBACK")).await?;
+                results.clear();
+                return run_batch_carefully(conn, batch, results).await;
+            }
+            r => results.push(r),
+        }
+    }
+    Ok(())
+}
+
+/// [`run_batch`] with each operation inside a savepoint, so that a failing one rolls back alone.
+async fn run_batch_carefully(
+    conn: &mut AnyConnection,
+    batch: &[Op],
+    results: &mut Vec<Result<Done>>,
+) -> Result<()> {
+    // One round trip opens the transaction and the first savepoint; the next ones each release
+    // the savepoint before and open their own.
+    let mut open = "BEGIN; SAVEPOINT op";
+    for op in batch {
+        let mut tries = 0;
+        let r = loop {
+            conn.execute(sqlx::raw_sql(open)).await?;
+            open = "RELEASE SAVEPOINT op; SAVEPOINT op";
+            let r = run_op(conn, &op.job).await;
+            if r.is_err() {
+                // Undoes the operation's writes and releases the locks it took.
+                conn.execute(sqlx::raw_sql("ROLLBACK TO SAVEPOINT op"))
+                    .await?;
+            }
+            match r {
+                Err(e) if is_deadlock(&e) && tries < MAX_DEADLOCK_RETRIES => {
+                    tries += 1;
+                    tracing::debug!(tries, "operation lost a deadlock, running it again");
+                }
+                other => break other,
+            }
+        };
+        results.push(r);
+    }
+    Ok(())
+}
+
+async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
+    match job {
+        Job::Commit(cs) => {
+            let quotas: Vec<&Quota> = quotas(cs).collect();
+            let targets = targets(cs);
+            let ended =
+                apply_change_set(conn, Backend::Postgres, &quotas, &targets, &cs.writes).await?;
+            Ok(Done::Committed(ended))
+        }
+        Job::Take {
+            tenant_id,
+            owner,
+            now,
+            deadline,
+        } => {
+            let sql = take_sql(Backend::Postgres);
+            let row = sqlx::query(&sql)
+                .bind(tenant_id.as_str())
+                .bind(owner.as_str())
+                .bind(*deadline)
+                .bind(*now)
+                .fetch_optional(&mut *conn)
+                .await?;
+            let taken = row.as_ref().map(taken_from_row).transpose()?;
+            Ok(Done::Taken(taken.map(Box::new)))
+        }
+    }
+}
