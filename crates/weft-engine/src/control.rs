@@ -14,7 +14,8 @@ use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, TaskRow, TaskState, Writ
 use crate::body::{from_body, to_body, ClusterBody, JobBody};
 use crate::error::{EngineError, EngineResult};
 use crate::jobs::failure_status;
-use crate::{notify, now_ms, retry_stale, store_err, Engine, JobEventKind, GATE};
+use crate::view::visible;
+use crate::{notify, now_ms, retry_stale, store_err, Caller, Engine, JobEventKind, GATE};
 
 /// What a cluster's latest job is doing, as read with its cluster.
 pub struct Running {
@@ -35,6 +36,16 @@ pub async fn running_job(st: &Engine, row: &ClusterRow) -> EngineResult<Option<R
     };
     let job = st.store.get_job(&now.tenant_id, &job_id).await?;
     Ok(job.map(|job| Running { cluster: now, job }))
+}
+
+/// Pauses the running job of cluster `id`, as `who` sees it (nothing to pause is no error).
+pub async fn pause_cluster(st: &Engine, who: &Caller, id: &str) -> EngineResult<()> {
+    pause(st, &visible(st, who, id).await?).await
+}
+
+/// Resumes the paused job of cluster `id`, as `who` sees it (nothing to resume is no error).
+pub async fn resume_cluster(st: &Engine, who: &Caller, id: &str) -> EngineResult<()> {
+    resume(st, &visible(st, who, id).await?).await
 }
 
 /// Pauses the cluster's running job: its queued tasks go back to waiting; running ones finish.

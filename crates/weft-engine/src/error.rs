@@ -26,12 +26,21 @@ pub enum EngineError {
     /// A cluster that is not there (or not the caller's tenant's).
     #[error("cluster {0} not found.")]
     ClusterNotFound(String),
+    /// A service that the cluster does not run.
+    #[error("service {service} is not on cluster {cluster}")]
+    ServiceNotOnCluster { service: String, cluster: String },
+    /// A service that the cluster runs and the catalog no longer has.
+    #[error("service {0} no longer exists")]
+    ServiceGone(String),
     /// A node that is not there (or not the caller's to see).
     #[error("node {0} not found.")]
     NodeNotFound(String),
     /// A node record written as new whose id is taken.
     #[error("node {0} already exists")]
     NodeExists(String),
+    /// A cluster that is not there (or not the caller's), or has no job yet, asked for its plans.
+    #[error("Plans for cluster {0} not found.")]
+    PlansNotFound(String),
     /// A job that is not there.
     #[error("job {0} not found.")]
     JobNotFound(String),

@@ -71,10 +71,29 @@ async fn run_pass(
     mut lease: Option<&mut Lease>,
 ) -> EngineResult<JanitorReport> {
     let mut report = JanitorReport::default();
+    let finished = time_out_tasks(st, now, &mut lease, &mut report).await?
+        && complete_ended_jobs(st, &mut lease, &mut report).await?
+        && delete_expired_clusters(st, now, &mut lease, &mut report).await?
+        && give_hosts_back(st, now, &mut lease).await
+        && drop_silent_provisioners(st, now, &mut lease, &mut report).await?;
+    if finished && !report.dropped_provisioners.is_empty() {
+        workers::rebalance(st).await?;
+    }
+    Ok(report)
+}
+
+/// Fails the tasks whose lease ran out (each then retries or fails its job). Each step of a pass
+/// answers whether the pass may go on: false once the leadership is lost.
+async fn time_out_tasks(
+    st: &Engine,
+    now: i64,
+    lease: &mut Option<&mut Lease>,
+    report: &mut JanitorReport,
+) -> EngineResult<bool> {
     let timeout_s = st.settings.task_timeout_ms / 1000;
     for task in st.store.expired_tasks(now).await? {
-        if !may_go_on(st, &mut lease).await {
-            return Ok(report);
+        if !may_go_on(st, lease).await {
+            return Ok(false);
         }
         let message = format!("timed out after {timeout_s} s");
         match fail_expired(st, &task, now, &message).await {
@@ -89,11 +108,19 @@ async fn run_pass(
             }
         }
     }
+    Ok(true)
+}
+
+/// Completes jobs whose end gate completed when a server stopped before the job did.
+async fn complete_ended_jobs(
+    st: &Engine,
+    lease: &mut Option<&mut Lease>,
+    report: &mut JanitorReport,
+) -> EngineResult<bool> {
     for job in st.store.ended_jobs().await? {
-        if !may_go_on(st, &mut lease).await {
-            return Ok(report);
+        if !may_go_on(st, lease).await {
+            return Ok(false);
         }
-        // A server stopped between completing a job's end gate and the job.
         match complete_job(st, &job.tenant_id, &job.id).await {
             Ok(()) => {
                 tracing::info!(job_id = %job.id, cluster_id = job.cluster_id, "ended job completed");
@@ -105,9 +132,19 @@ async fn run_pass(
             }
         }
     }
+    Ok(true)
+}
+
+/// Starts the delete of every cluster whose lease ran out.
+async fn delete_expired_clusters(
+    st: &Engine,
+    now: i64,
+    lease: &mut Option<&mut Lease>,
+    report: &mut JanitorReport,
+) -> EngineResult<bool> {
     for cluster in st.store.expired_clusters(now).await? {
-        if !may_go_on(st, &mut lease).await {
-            return Ok(report);
+        if !may_go_on(st, lease).await {
+            return Ok(false);
         }
         match start_delete(st, &cluster).await {
             Ok(Some(job_id)) => {
@@ -120,17 +157,31 @@ async fn run_pass(
             }
         }
     }
-    if !may_go_on(st, &mut lease).await {
-        return Ok(report);
+    Ok(true)
+}
+
+/// Host pools: hosts whose node is gone or whose cluster is terminated go back to their pool.
+async fn give_hosts_back(st: &Engine, now: i64, lease: &mut Option<&mut Lease>) -> bool {
+    if !may_go_on(st, lease).await {
+        return false;
     }
-    // Host pools: hosts whose node is gone or whose cluster is terminated go back to their pool.
     if let Err(e) = crate::hostpool::sweep(st, now).await {
         tracing::warn!(error = %e, "giving pool hosts back");
     }
+    true
+}
+
+/// Drops provisioners that missed their heartbeats and fails over the tasks they held.
+async fn drop_silent_provisioners(
+    st: &Engine,
+    now: i64,
+    lease: &mut Option<&mut Lease>,
+    report: &mut JanitorReport,
+) -> EngineResult<bool> {
     let silent_since = now - st.settings.provisioner_timeout_ms;
     for p in st.store.list_provisioners().await? {
-        if !may_go_on(st, &mut lease).await {
-            return Ok(report);
+        if !may_go_on(st, lease).await {
+            return Ok(false);
         }
         if p.last_heartbeat_ms < silent_since && st.store.delete_provisioner(&p.id).await? {
             st.provisioners.forget(&p.id);
@@ -143,10 +194,7 @@ async fn run_pass(
             report.dropped_provisioners.push(p.id);
         }
     }
-    if !report.dropped_provisioners.is_empty() {
-        workers::rebalance(st).await?;
-    }
-    Ok(report)
+    Ok(true)
 }
 
 /// One server's janitor: its lease on the leadership, if it holds it.

@@ -37,6 +37,20 @@ pub async fn load(st: &Engine, row: ClusterRow) -> EngineResult<Loaded> {
     })
 }
 
+/// The nodes with every copy of `def`'s service replaced by `def` (an upgrade, or its rollback).
+pub fn with_definition(nodes: &[Node], def: &Service) -> Vec<Node> {
+    nodes
+        .iter()
+        .map(|n| {
+            let mut n = n.clone();
+            for s in n.services.iter_mut().filter(|s| s.name == def.name) {
+                *s = def.clone();
+            }
+            n
+        })
+        .collect()
+}
+
 /// 409 unless the cluster's status is one of `allowed`.
 pub fn require_status(row: &ClusterRow, allowed: &[ClusterStatus]) -> EngineResult<()> {
     match ClusterStatus::parse(&row.status) {

@@ -14,20 +14,22 @@
 //! and releases its successors.
 //!
 //! Entry points, one per operation:
-//! * clusters: [`create::create_cluster`] (and its dry run), [`jobs::start_job`] with the
-//!   operations of [`ops`] (reconfigure, add services, expand, shrink, upgrade, service actions),
-//!   [`delete::delete_cluster`], [`control`] (pause, resume, abort),
-//!   [`rollback::after_failed_job`] (automatic rollbacks);
+//! * clusters: [`create::create_cluster`] (and its dry run); the operations of [`ops`]
+//!   ([`ops::reconfigure`], [`ops::add_services`], [`ops::remove_service`], [`ops::expand`],
+//!   [`ops::shrink`], [`ops::upgrade`], [`ops::service_action`], [`ops::set_lease`],
+//!   [`ops::sync_template`]), each of which starts its job with [`jobs::start_job`];
+//!   [`delete::delete_cluster`]; [`control::pause_cluster`], [`control::resume_cluster`],
+//!   [`rollback::abort_cluster`]; [`rollback::after_failed_job`] (automatic rollbacks);
 //! * tasks: [`work::take`], [`work::finish`], [`work::fail_over_leases`];
 //! * reading: [`view`] (clusters, nodes, jobs and plans as the API shows them), [`catalog`]
-//!   (templates resolved in a tenant);
+//!   (templates resolved in a tenant), [`preview::preview_layout`] (a layout without a cluster);
 //! * background: [`janitor`], [`callbacks`], [`hostpool::spawn`] (hosts back to their pools),
 //!   [`workers::rebalance`] (tenants' workers placed on provisioners).
 //!
 //! Modules, bottom up: `error`, `metrics` (process counters), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
 //! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `hostpool` (lending pool hosts to nodes),
-//! `jobs` (starting jobs), `control`, `create`, `ops`, `delete`, `rollback`, `work` (take and
+//! `jobs` (starting jobs), `control`, `create`, `ops`, `preview`, `delete`, `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 
@@ -48,6 +50,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod nodes;
 pub mod ops;
+pub mod preview;
 pub mod retry;
 pub mod rollback;
 pub mod view;

@@ -4,18 +4,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde_json::{Map, Value};
 use weft_model::{
     lenient, ClusterStatus, ClusterTemplate, EntityKind, MachineType, Node, PlanView, Service,
 };
 use weft_planner::Operation;
 use weft_solver::{Catalog, Change, ExistingNode, Layout, TypeOffer};
 
-use weft_store::{ChangeSet, ClusterRow, Expect, Write};
+use weft_store::{ChangeSet, Expect, Write};
 
 use crate::body::{to_body, ClusterBody};
 use crate::catalog::{resolve_in_tenant, typed_list};
 use crate::error::{EngineError, EngineResult};
-use crate::jobs::{hostname, load, require_status, start_job, Loaded, MachineTypes};
+use crate::ids::cluster_id_text;
+use crate::jobs::{
+    hostname, load, require_status, start_job, with_definition, Loaded, MachineTypes,
+};
 use crate::view::visible;
 use crate::{store_err, Caller, Engine};
 
@@ -299,15 +303,16 @@ fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
     Ok(())
 }
 
-/// Adds `k` nodes to the cluster `row` (active), within the tenant's `maxNodes`; returns the plan
-/// only for a dry run.
+/// Adds `k` nodes to cluster `id` (active), within the tenant's `maxNodes`; returns the plan only
+/// for a dry run.
 pub async fn expand(
     st: &Engine,
     who: &Caller,
-    row: ClusterRow,
+    id: &str,
     k: u64,
     dry_run: bool,
 ) -> EngineResult<Option<PlanView>> {
+    let row = visible(st, who, id).await?;
     require_status(&row, &[ClusterStatus::Active])?;
     let tenant = &who.tenant;
     let (_, nodes) = st.store.count_clusters(&tenant.id).await?;
@@ -322,4 +327,181 @@ pub async fn expand(
     let c = load(st, row).await?;
     let body = c.body.clone();
     relayout(st, &c, &Change::Expand(k), Operation::Expand, body, dry_run).await
+}
+
+/// Removes the `k` newest nodes of cluster `id` (active), as far as the template allows; returns
+/// the plan only for a dry run.
+pub async fn shrink(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    k: u64,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    let c = load_in(st, who, id, &[ClusterStatus::Active]).await?;
+    let body = c.body.clone();
+    relayout(st, &c, &Change::Shrink(k), Operation::Shrink, body, dry_run).await
+}
+
+/// Gives cluster `id` (active or inconsistent) a whole new `config` and configures its services
+/// with it, restarting them when `restart`; returns the plan only for a dry run.
+pub async fn reconfigure(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    config: Map<String, Value>,
+    restart: bool,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    let allowed = [ClusterStatus::Active, ClusterStatus::Inconsistent];
+    let c = load_in(st, who, id, &allowed).await?;
+    let mut body = c.body.clone();
+    body.config = config;
+    in_place(st, &c, Operation::Reconfigure { restart }, body, dry_run).await
+}
+
+/// Adds services of the cluster's template to cluster `id` (active), placing them with the
+/// solver; returns the plan only for a dry run.
+pub async fn add_services(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    services: Vec<String>,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    if services.is_empty() {
+        return Err(invalid("services must name at least one service".into()));
+    }
+    let c = load_in(st, who, id, &[ClusterStatus::Active]).await?;
+    let mut body = c.body.clone();
+    for s in &services {
+        if !body.services.contains(s) {
+            body.services.push(s.clone());
+        }
+    }
+    let change = Change::AddServices(services);
+    relayout(st, &c, &change, Operation::AddServices, body, dry_run).await
+}
+
+/// Removes `service` from cluster `id` (active); nodes left with nothing leave. Returns the plan
+/// only for a dry run.
+pub async fn remove_service(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    service: &str,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    let c = load_with(st, who, id, service).await?;
+    require_status(&c.row, &[ClusterStatus::Active])?;
+    let mut body = c.body.clone();
+    body.services.retain(|s| s != service);
+    let change = Change::RemoveService(service.to_string());
+    let op = Operation::RemoveService {
+        service: service.to_string(),
+    };
+    relayout(st, &c, &change, op, body, dry_run).await
+}
+
+/// What a user can ask every service of a cluster, or one, to do in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceAction {
+    Start,
+    Stop,
+    Restart,
+}
+
+impl ServiceAction {
+    /// `start`, `stop` or `restart`, as the API's path says it.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "start" => Some(Self::Start),
+            "stop" => Some(Self::Stop),
+            "restart" => Some(Self::Restart),
+            _ => None,
+        }
+    }
+
+    fn operation(self, service: Option<String>) -> Operation {
+        match self {
+            Self::Start => Operation::Start { service },
+            Self::Stop => Operation::Stop { service },
+            Self::Restart => Operation::Restart { service },
+        }
+    }
+}
+
+/// Starts, stops or restarts `service` (or every service) of cluster `id` (active); returns the
+/// plan only for a dry run.
+pub async fn service_action(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    action: ServiceAction,
+    service: Option<&str>,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    let c = match service {
+        Some(svc) => {
+            let c = load_with(st, who, id, svc).await?;
+            require_status(&c.row, &[ClusterStatus::Active])?;
+            c
+        }
+        None => load_in(st, who, id, &[ClusterStatus::Active]).await?,
+    };
+    let op = action.operation(service.map(str::to_string));
+    let body = c.body.clone();
+    in_place(st, &c, op, body, dry_run).await
+}
+
+/// Upgrades `service` on cluster `id` (active) to its current definition in the catalog,
+/// `batch_size` nodes at a time; returns the plan only for a dry run.
+pub async fn upgrade(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    service: &str,
+    batch_size: usize,
+    dry_run: bool,
+) -> EngineResult<Option<PlanView>> {
+    let c = load_with(st, who, id, service).await?;
+    require_status(&c.row, &[ClusterStatus::Active])?;
+    let defs: Vec<Service> = typed_list(st, &c.row.tenant_id, EntityKind::Service).await?;
+    let new_def = defs
+        .into_iter()
+        .find(|s| s.name == service)
+        .ok_or_else(|| EngineError::ServiceGone(service.to_string()))?;
+    let after = with_definition(&c.nodes, &new_def);
+    let op = Operation::Upgrade {
+        service: service.to_string(),
+        batch_size: batch_size.max(1),
+    };
+    let s = start_job(st, &c, op, &c.nodes, after, c.body.clone(), vec![], dry_run).await?;
+    Ok(dry_run.then_some(s.plan))
+}
+
+/// Cluster `id` as `who` sees it, loaded, when its status is one of `allowed` (any if empty).
+async fn load_in(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    allowed: &[ClusterStatus],
+) -> EngineResult<Loaded> {
+    let row = visible(st, who, id).await?;
+    if !allowed.is_empty() {
+        require_status(&row, allowed)?;
+    }
+    load(st, row).await
+}
+
+/// Cluster `id` as `who` sees it, loaded, when it runs `service` (whatever its status).
+async fn load_with(st: &Engine, who: &Caller, id: &str, service: &str) -> EngineResult<Loaded> {
+    let c = load_in(st, who, id, &[]).await?;
+    if !c.body.services.iter().any(|s| s == service) {
+        return Err(EngineError::ServiceNotOnCluster {
+            service: service.to_string(),
+            cluster: cluster_id_text(c.row.id),
+        });
+    }
+    Ok(c)
 }

@@ -1,13 +1,25 @@
 //! What follows a failed job: a create that asked for it is deleted, and a failed upgrade is rolled
-//! back to the service's previous definition.
+//! back to the service's previous definition. A user's abort ends here too: it fails the job.
 
-use weft_model::{ClusterStatus, Node};
+use weft_model::ClusterStatus;
 use weft_planner::Operation;
 
+use crate::control::{abort, Stopped};
 use crate::delete::start_delete;
 use crate::error::EngineResult;
-use crate::jobs::{load, start_job};
-use crate::Engine;
+use crate::jobs::{load, start_job, with_definition};
+use crate::view::visible;
+use crate::{Caller, Engine};
+
+/// `POST .../abort`: aborts the running create of cluster `id`, as `who` sees it; when nothing of
+/// it still runs, what follows a failed job starts at once (otherwise its last task starts it).
+pub async fn abort_cluster(st: &Engine, who: &Caller, id: &str) -> EngineResult<()> {
+    let row = visible(st, who, id).await?;
+    if abort(st, &row).await? == Stopped::Settled {
+        after_failed_job(st, &row.tenant_id, row.id).await;
+    }
+    Ok(())
+}
 
 /// After a job failed and its cluster settled: a cluster whose delete aborted the job, or a create
 /// that asked for it, is deleted, and a failed upgrade is rolled back to the service's previous
@@ -46,17 +58,7 @@ async fn rollback(st: &Engine, tenant_id: &str, cluster_id: u64) -> EngineResult
             return Ok(());
         };
         let name = from.service.name.clone();
-        let after: Vec<Node> = c
-            .nodes
-            .iter()
-            .map(|n| {
-                let mut n = n.clone();
-                for s in n.services.iter_mut().filter(|s| s.name == name) {
-                    *s = from.service.clone();
-                }
-                n
-            })
-            .collect();
+        let after = with_definition(&c.nodes, &from.service);
         let op = Operation::RollbackUpgrade {
             service: name,
             batch_size: from.batch_size,

@@ -356,6 +356,38 @@ pub async fn status(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterStatus
     })
 }
 
+/// The plans of every job of cluster `id`, as `who` sees it, oldest first.
+pub async fn plans(st: &Engine, who: &Caller, id: &str) -> EngineResult<Vec<PlanView>> {
+    let none = || EngineError::PlansNotFound(id.to_string());
+    let row = visible(st, who, id).await.map_err(|_| none())?;
+    let jobs = st.store.list_jobs(&who.tenant.id, row.id).await?;
+    if jobs.is_empty() {
+        return Err(none());
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in &jobs {
+        out.push(plan(st, j).await?);
+    }
+    Ok(out)
+}
+
+/// The plan of job `job_id` of cluster `id`, as `who` sees it.
+pub async fn job_plan(st: &Engine, who: &Caller, id: &str, job_id: &str) -> EngineResult<PlanView> {
+    let row = visible(st, who, id).await?;
+    let prefix = format!("{}-", cluster_id_text(row.id));
+    let bad = || EngineError::Invalid(format!("job {job_id} is not a job of cluster {id}"));
+    if !job_id.starts_with(&prefix) {
+        return Err(bad());
+    }
+    let job = st
+        .store
+        .get_job(&who.tenant.id, job_id)
+        .await?
+        .filter(|j| j.cluster_id == row.id)
+        .ok_or_else(bad)?;
+    plan(st, &job).await
+}
+
 /// A job's plan in Coopr's format. The current stage is the first with a task not complete.
 pub async fn plan(st: &Engine, job: &JobRow) -> EngineResult<PlanView> {
     let body: JobBody = from_body(&job.body)?;

@@ -50,7 +50,7 @@ use russh::keys::ssh_key::LineEnding;
 use russh::keys::{HashAlg, PrivateKey};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType};
+use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
 
 use crate::plugin::Provider;
 use crate::ssh;
@@ -984,9 +984,9 @@ impl Provider for DockerProvider {
     async fn machines(
         &self,
         fields: &serde_json::Map<String, Value>,
-    ) -> Result<Vec<crate::sweep::Tagged>, PluginError> {
+    ) -> Result<Vec<SweptMachine>, PluginError> {
         let endpoint = fields.get("endpoint").and_then(Value::as_str);
-        crate::sweep::docker_machines(endpoint).await
+        labelled_containers(endpoint).await
     }
 
     async fn delete(&self, task: &Task) -> PluginResult {
@@ -1032,6 +1032,43 @@ impl Provider for DockerProvider {
             ..Default::default()
         })
     }
+}
+
+/// The containers (any state) with a `weft.node` label on the Docker Engine at `endpoint`
+/// (`None`: `DOCKER_HOST`, else the local socket).
+async fn labelled_containers(endpoint: Option<&str>) -> Result<Vec<SweptMachine>, PluginError> {
+    let docker = match endpoint.filter(|e| !e.is_empty()) {
+        Some(e) => Docker::connect_with_host(e),
+        None => Docker::connect_with_defaults(),
+    }
+    .map_err(|e| PluginError::fatal(format!("docker endpoint: {e}")))?;
+    let list = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_string(),
+                vec![LABEL_NODE.to_string()],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| PluginError::retryable(format!("listing containers: {e}")))?;
+    Ok(list
+        .into_iter()
+        .filter_map(|c| {
+            let labels = c.labels.unwrap_or_default();
+            let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            let name = c.names?.first()?.trim_start_matches('/').to_string();
+            Some(SweptMachine {
+                providertype: NAME.into(),
+                providerid: name,
+                node: label(LABEL_NODE),
+                cluster: label(LABEL_CLUSTER),
+                tenant: label(LABEL_TENANT),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+            })
+        })
+        .collect())
 }
 
 #[cfg(test)]

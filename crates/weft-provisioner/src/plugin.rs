@@ -32,7 +32,7 @@ pub trait Provider: Send + Sync {
     async fn machines(
         &self,
         _fields: &serde_json::Map<String, serde_json::Value>,
-    ) -> Result<Vec<crate::sweep::Tagged>, PluginError> {
+    ) -> Result<Vec<weft_model::SweptMachine>, PluginError> {
         Err(PluginError::fatal(format!(
             "provider type {} cannot list its machines",
             self.plugin_type().name

@@ -8,22 +8,19 @@
 //! removes one through the provider's own DELETE (by its id and by its marks), so a sweep deletes
 //! exactly what a DELETE of that node would.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bollard::query_parameters::ListContainersOptions;
-use bollard::Docker;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use weft_model::{SweepError, SweepReport};
 
-use crate::aws::{AwsProvider, TAG_CLUSTER, TAG_NODE, TAG_TENANT};
-use crate::docker::{LABEL_CLUSTER, LABEL_NODE, LABEL_TENANT};
 use crate::plugin::Provider;
 use crate::task::{Action, PluginError, Task};
 
-/// A machine weft marked as a node's (the wire type of the sweep's answer).
+/// A machine weft marked as a node's (the wire type of the sweep's answer; each provider that
+/// can list what it made answers these from `Provider::machines`).
 pub type Tagged = weft_model::SweptMachine;
 
 /// The machines of `machines` whose node is not in `live`.
@@ -32,63 +29,6 @@ pub fn orphans(machines: Vec<Tagged>, live: &BTreeSet<String>) -> Vec<Tagged> {
         .into_iter()
         .filter(|m| !live.contains(&m.node))
         .collect()
-}
-
-/// The live EC2 instances with a `weft:node` tag, for the provider fields `fields`.
-pub async fn aws_machines(
-    p: &AwsProvider,
-    fields: &Map<String, Value>,
-) -> Result<Vec<Tagged>, PluginError> {
-    let tag = |i: &crate::aws::ec2::Instance, k: &str| i.tags.get(k).cloned().unwrap_or_default();
-    Ok(p.tagged_instances(fields)
-        .await?
-        .into_iter()
-        .map(|i| Tagged {
-            providertype: crate::aws::NAME.into(),
-            node: tag(&i, TAG_NODE),
-            cluster: tag(&i, TAG_CLUSTER),
-            tenant: tag(&i, TAG_TENANT),
-            providerid: i.id,
-            state: i.state,
-        })
-        .collect())
-}
-
-/// The containers (any state) with a `weft.node` label on the Docker Engine at `endpoint`
-/// (`None`: `DOCKER_HOST`, else the local socket).
-pub async fn docker_machines(endpoint: Option<&str>) -> Result<Vec<Tagged>, PluginError> {
-    let docker = match endpoint.filter(|e| !e.is_empty()) {
-        Some(e) => Docker::connect_with_host(e),
-        None => Docker::connect_with_defaults(),
-    }
-    .map_err(|e| PluginError::fatal(format!("docker endpoint: {e}")))?;
-    let list = docker
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(HashMap::from([(
-                "label".to_string(),
-                vec![LABEL_NODE.to_string()],
-            )])),
-            ..Default::default()
-        }))
-        .await
-        .map_err(|e| PluginError::retryable(format!("listing containers: {e}")))?;
-    Ok(list
-        .into_iter()
-        .filter_map(|c| {
-            let labels = c.labels.unwrap_or_default();
-            let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
-            let name = c.names?.first()?.trim_start_matches('/').to_string();
-            Some(Tagged {
-                providertype: crate::docker::NAME.into(),
-                providerid: name,
-                node: label(LABEL_NODE),
-                cluster: label(LABEL_CLUSTER),
-                tenant: label(LABEL_TENANT),
-                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-            })
-        })
-        .collect())
 }
 
 /// The DELETE task that removes an orphan with its provider (`fields` are the provider's).

@@ -112,7 +112,24 @@ pub struct Settings {
     pub provisioner_token_file: Option<PathBuf>,
 }
 
+/// How often a provisioner sends its heartbeat (weft-provisioner's default), in milliseconds.
+const HEARTBEAT_MS: i64 = 5_000;
+
 impl Settings {
+    /// Values that are valid but probably not meant: each a sentence for the log at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.provisioner_timeout_ms < 3 * HEARTBEAT_MS {
+            out.push(format!(
+                "provisioner_timeout ({} s) is shorter than three provisioner heartbeats ({} s): a \
+                 provisioner that is only slow will be dropped and the tasks it runs given to others",
+                self.provisioner_timeout_ms / 1000,
+                3 * HEARTBEAT_MS / 1000
+            ));
+        }
+        out
+    }
+
     /// The settings the engine reads.
     pub fn engine(&self) -> weft_engine::EngineSettings {
         weft_engine::EngineSettings {
@@ -172,102 +189,25 @@ impl RawConfig {
 
     /// Validates and fills in defaults.
     pub fn resolve(self) -> Result<Settings, ConfigError> {
-        let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from(".weft"));
-        // Absolute, so that nothing below depends on the working directory of whoever uses it.
-        let data_dir = std::path::absolute(&data_dir).map_err(|e| ConfigError::Key {
-            key: "data_dir",
-            message: format!("{}: {e}", data_dir.display()),
-        })?;
-        let bind_text = self.bind.unwrap_or_else(|| "127.0.0.1".into());
-        let bind: IpAddr = bind_text.trim().parse().map_err(|_| ConfigError::Key {
-            key: "bind",
-            message: format!("\"{bind_text}\" is not an IP address"),
-        })?;
-        let port = self.port.unwrap_or(55054);
-        let internal_port = self.internal_port.unwrap_or(55055);
-        if port != 0 && port == internal_port {
-            return Err(ConfigError::Key {
-                key: "internal_port",
-                message: format!("must differ from port ({port})"),
-            });
-        }
-        let database_url = match self.database {
-            Some(d)
-                if d.starts_with("sqlite:")
-                    || d.starts_with("postgres://")
-                    || d.starts_with("postgresql://") =>
-            {
-                d
-            }
-            Some(d) => {
-                return Err(ConfigError::Key {
-                    key: "database",
-                    message: format!("\"{d}\" is not a sqlite:// or postgres:// URL"),
-                })
-            }
-            None => format!("sqlite://{}", data_dir.join("weft.db").display()),
-        };
-        let auth = match self.auth.as_deref().map(str::trim) {
-            None | Some("none") => AuthMode::None,
-            Some("apikey") => AuthMode::ApiKey,
-            Some(other) => {
-                return Err(ConfigError::Key {
-                    key: "auth",
-                    message: format!("\"{other}\" is not one of none, apikey"),
-                })
-            }
-        };
-        let limit =
-            |key: &'static str, v: Option<u64>, default: u64| -> Result<usize, ConfigError> {
-                let v = v.unwrap_or(default);
-                if v == 0 {
-                    return Err(ConfigError::Key {
-                        key,
-                        message: "must be greater than 0".into(),
-                    });
-                }
-                usize::try_from(v).map_err(|_| ConfigError::Key {
-                    key,
-                    message: "is too large".into(),
-                })
-            };
+        let data_dir = absolute_data_dir(self.data_dir.clone())?;
+        let (bind, port, internal_port) = self.addresses()?;
+        let database_url = database_url(self.database.clone(), &data_dir)?;
+        let auth = auth_mode(self.auth.as_deref())?;
         let task_timeout = self.task_timeout.unwrap_or(1800);
         if task_timeout == 0 || task_timeout > 7 * 24 * 3600 {
-            return Err(ConfigError::Key {
-                key: "task_timeout",
-                message: "must be 1 to 604800 seconds".into(),
-            });
+            return Err(key_error("task_timeout", "must be 1 to 604800 seconds"));
         }
         let max_action_retries = self.max_action_retries.unwrap_or(3);
         if max_action_retries == 0 {
-            return Err(ConfigError::Key {
-                key: "max_action_retries",
-                message: "must be at least 1".into(),
-            });
+            return Err(key_error("max_action_retries", "must be at least 1"));
         }
-        let positive =
-            |key: &'static str, v: Option<u64>, default: u64| -> Result<u64, ConfigError> {
-                match v.unwrap_or(default) {
-                    0 => Err(ConfigError::Key {
-                        key,
-                        message: "must be greater than 0".into(),
-                    }),
-                    n if n > 7 * 24 * 3600 => Err(ConfigError::Key {
-                        key,
-                        message: "must be at most 604800 seconds".into(),
-                    }),
-                    n => Ok(n),
-                }
-            };
-        let janitor_interval = positive("janitor_interval", self.janitor_interval, 10)?;
-        let provisioner_timeout = positive("provisioner_timeout", self.provisioner_timeout, 120)?;
-        let callback_timeout = positive("callback_timeout", self.callback_timeout, 10)?;
+        let janitor_interval = seconds("janitor_interval", self.janitor_interval, 10)?;
+        let provisioner_timeout = seconds("provisioner_timeout", self.provisioner_timeout, 120)?;
+        let callback_timeout = seconds("callback_timeout", self.callback_timeout, 10)?;
         if let Some(u) = &self.callback_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(ConfigError::Key {
-                    key: "callback_url",
-                    message: format!("\"{u}\" is not an http:// or https:// URL"),
-                });
+                let message = format!("\"{u}\" is not an http:// or https:// URL");
+                return Err(key_error("callback_url", &message));
             }
         }
         let blank = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
@@ -285,8 +225,12 @@ impl RawConfig {
             callback_timeout_ms: callback_timeout * 1000,
             task_timeout_ms: task_timeout as i64 * 1000,
             max_action_retries,
-            body_limit: limit("body_limit", self.body_limit, 1 << 20)?,
-            resource_body_limit: limit("resource_body_limit", self.resource_body_limit, 100 << 20)?,
+            body_limit: byte_limit("body_limit", self.body_limit, 1 << 20)?,
+            resource_body_limit: byte_limit(
+                "resource_body_limit",
+                self.resource_body_limit,
+                100 << 20,
+            )?,
             data_dir,
             port,
             internal_port,
@@ -294,6 +238,85 @@ impl RawConfig {
             database_url,
             auth,
         })
+    }
+
+    /// The address both listeners bind, the external port and the internal one (which differ).
+    fn addresses(&self) -> Result<(IpAddr, u16, u16), ConfigError> {
+        let bind_text = self.bind.clone().unwrap_or_else(|| "127.0.0.1".into());
+        let bind: IpAddr = bind_text.trim().parse().map_err(|_| ConfigError::Key {
+            key: "bind",
+            message: format!("\"{bind_text}\" is not an IP address"),
+        })?;
+        let port = self.port.unwrap_or(55054);
+        let internal_port = self.internal_port.unwrap_or(55055);
+        if port != 0 && port == internal_port {
+            let message = format!("must differ from port ({port})");
+            return Err(key_error("internal_port", &message));
+        }
+        Ok((bind, port, internal_port))
+    }
+}
+
+fn key_error(key: &'static str, message: &str) -> ConfigError {
+    ConfigError::Key {
+        key,
+        message: message.to_string(),
+    }
+}
+
+/// The data directory, absolute, so that nothing below depends on the working directory of
+/// whoever uses it. Default `./.weft`.
+fn absolute_data_dir(dir: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(".weft"));
+    std::path::absolute(&dir).map_err(|e| ConfigError::Key {
+        key: "data_dir",
+        message: format!("{}: {e}", dir.display()),
+    })
+}
+
+/// A `sqlite:` or `postgres://` URL; default SQLite in the data directory.
+fn database_url(database: Option<String>, data_dir: &Path) -> Result<String, ConfigError> {
+    match database {
+        Some(d)
+            if d.starts_with("sqlite:")
+                || d.starts_with("postgres://")
+                || d.starts_with("postgresql://") =>
+        {
+            Ok(d)
+        }
+        Some(d) => {
+            let message = format!("\"{d}\" is not a sqlite:// or postgres:// URL");
+            Err(key_error("database", &message))
+        }
+        None => Ok(format!("sqlite://{}", data_dir.join("weft.db").display())),
+    }
+}
+
+fn auth_mode(auth: Option<&str>) -> Result<AuthMode, ConfigError> {
+    match auth.map(str::trim) {
+        None | Some("none") => Ok(AuthMode::None),
+        Some("apikey") => Ok(AuthMode::ApiKey),
+        Some(other) => {
+            let message = format!("\"{other}\" is not one of none, apikey");
+            Err(key_error("auth", &message))
+        }
+    }
+}
+
+/// A size in bytes: more than 0.
+fn byte_limit(key: &'static str, v: Option<u64>, default: u64) -> Result<usize, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(key_error(key, "must be greater than 0")),
+        v => usize::try_from(v).map_err(|_| key_error(key, "is too large")),
+    }
+}
+
+/// A duration in seconds: 1 to a week.
+fn seconds(key: &'static str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(key_error(key, "must be greater than 0")),
+        n if n > 7 * 24 * 3600 => Err(key_error(key, "must be at most 604800 seconds")),
+        n => Ok(n),
     }
 }
 
@@ -333,6 +356,21 @@ mod tests {
         assert!(e.unwrap_err().message().contains("invalid type"));
         let e: Result<RawConfig, _> = toml::from_str("colour = 1");
         assert!(e.unwrap_err().message().contains("colour"));
+    }
+
+    #[test]
+    fn a_provisioner_timeout_within_three_heartbeats_is_warned_about() {
+        let quiet = RawConfig::default().resolve().unwrap();
+        assert!(quiet.warnings().is_empty());
+        let short = RawConfig {
+            provisioner_timeout: Some(10),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let w = short.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("provisioner_timeout (10 s)"), "{w:?}");
     }
 
     #[test]

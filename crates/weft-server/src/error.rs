@@ -90,6 +90,9 @@ impl From<EngineError> for ApiError {
             e @ (E::NotInCatalog { .. }
             | E::ClusterNotFound(_)
             | E::NodeNotFound(_)
+            | E::ServiceNotOnCluster { .. }
+            | E::ServiceGone(_)
+            | E::PlansNotFound(_)
             | E::JobNotFound(_)) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }

@@ -48,7 +48,7 @@ use russh::keys::ssh_key::LineEnding;
 use russh::keys::PrivateKey;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType};
+use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
 
 use self::client::{ec2_endpoint, QueryClient, EC2_VERSION};
 use self::ec2::{Ec2, Instance, RunSpec, Timing, LIVE_STATES};
@@ -708,8 +708,8 @@ impl Provider for AwsProvider {
     async fn machines(
         &self,
         fields: &serde_json::Map<String, Value>,
-    ) -> Result<Vec<crate::sweep::Tagged>, PluginError> {
-        crate::sweep::aws_machines(self, fields).await
+    ) -> Result<Vec<SweptMachine>, PluginError> {
+        tagged_machines(self, fields).await
     }
 
     async fn delete(&self, task: &Task) -> PluginResult {
@@ -745,6 +745,26 @@ impl Provider for AwsProvider {
             ..Default::default()
         })
     }
+}
+
+/// The live EC2 instances with a `weft:node` tag, for the provider fields `fields`.
+async fn tagged_machines(
+    p: &AwsProvider,
+    fields: &Map<String, Value>,
+) -> Result<Vec<SweptMachine>, PluginError> {
+    let tag = |i: &ec2::Instance, k: &str| i.tags.get(k).cloned().unwrap_or_default();
+    Ok(p.tagged_instances(fields)
+        .await?
+        .into_iter()
+        .map(|i| SweptMachine {
+            providertype: NAME.into(),
+            node: tag(&i, TAG_NODE),
+            cluster: tag(&i, TAG_CLUSTER),
+            tenant: tag(&i, TAG_TENANT),
+            providerid: i.id,
+            state: i.state,
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -402,10 +402,36 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146097 + doe - 719468
 }
 
+/// The code and message of an error body: Nova's `{"itemNotFound": {"code", "message"}}`,
+/// Keystone's `{"error": {"code", "title", "message"}}`, or a text body.
+pub fn error_parts(body: &Value) -> (Option<String>, String) {
+    match body {
+        Value::Object(m) if m.len() == 1 => {
+            let (kind, inner) = m.iter().next().expect("one entry");
+            let message = inner
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| inner.to_string());
+            let code = if kind == "error" {
+                inner
+                    .get("title")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            } else {
+                Some(kind.clone())
+            };
+            (code, message)
+        }
+        Value::String(s) => (None, s.chars().take(500).collect()),
+        other => (None, other.to_string().chars().take(500).collect()),
+    }
+}
+
 /// A failed token request as a [`CloudError`]: Keystone's `{"error": {code, title, message}}` or
 /// Rackspace's `{"unauthorized": {code, message}}`.
 pub fn auth_error(api: &'static str, status: u16, body: &Value) -> CloudError {
-    let (code, message) = super::nova::error_parts(body);
+    let (code, message) = error_parts(body);
     CloudError::from_status(
         api,
         status,

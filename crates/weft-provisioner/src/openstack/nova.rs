@@ -66,36 +66,10 @@ fn without_url(e: &reqwest::Error) -> String {
     s
 }
 
-/// The code and message of an error body: Nova's `{"itemNotFound": {"code", "message"}}`,
-/// Keystone's `{"error": {"code", "title", "message"}}`, or a text body.
-pub fn error_parts(body: &Value) -> (Option<String>, String) {
-    match body {
-        Value::Object(m) if m.len() == 1 => {
-            let (kind, inner) = m.iter().next().expect("one entry");
-            let message = inner
-                .get("message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| inner.to_string());
-            let code = if kind == "error" {
-                inner
-                    .get("title")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            } else {
-                Some(kind.clone())
-            };
-            (code, message)
-        }
-        Value::String(s) => (None, s.chars().take(500).collect()),
-        other => (None, other.to_string().chars().take(500).collect()),
-    }
-}
-
 /// A failed compute call as a [`CloudError`], with Nova's code, message and `Retry-After` (or the
 /// body's `retryAfter`).
 pub fn nova_error(a: &Answer) -> CloudError {
-    let (code, message) = error_parts(&a.body);
+    let (code, message) = identity::error_parts(&a.body);
     let body_retry = a
         .body
         .as_object()
@@ -448,13 +422,14 @@ mod tests {
         assert_eq!(e.message, "slow down");
         assert_eq!(e.retry_after, Some(Duration::from_secs(7)));
         assert!(e.retryable);
-        let (code, message) =
-            error_parts(&json!({"error": {"code": 401, "title": "Unauthorized", "message": "no"}}));
+        let (code, message) = identity::error_parts(
+            &json!({"error": {"code": 401, "title": "Unauthorized", "message": "no"}}),
+        );
         assert_eq!(
             (code.as_deref(), message.as_str()),
             (Some("Unauthorized"), "no")
         );
-        assert_eq!(error_parts(&json!("plain text")).1, "plain text");
+        assert_eq!(identity::error_parts(&json!("plain text")).1, "plain text");
         let e = nova_error(&Answer {
             status: 409,
             body: json!({"conflictingRequest": {"code": 409, "message": "busy"}}),

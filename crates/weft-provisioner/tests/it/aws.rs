@@ -534,7 +534,7 @@ async fn sweep_finds_an_instance_made_behind_weft_s_back_and_deletes_it() {
         .await
         .expect("an instance that is not weft's");
 
-    let found = sweep::aws_machines(&p, &fields).await.expect("listing");
+    let found = p.machines(&fields).await.expect("listing");
     let nodes: BTreeSet<&str> = found.iter().map(|t| t.node.as_str()).collect();
     assert_eq!(nodes, BTreeSet::from(["n-live", "n-rogue"]), "{found:?}");
     let orphans = sweep::orphans(found, &BTreeSet::from(["n-live".to_string()]));
@@ -547,7 +547,7 @@ async fn sweep_finds_an_instance_made_behind_weft_s_back_and_deletes_it() {
 
     let del = sweep::delete_task(&orphans[0], &fields, Duration::from_secs(30));
     p.delete(&del).await.expect("the sweep's delete");
-    let left = sweep::aws_machines(&p, &fields).await.unwrap();
+    let left = p.machines(&fields).await.unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(
         left[0].providerid,

@@ -58,7 +58,9 @@ async fn sweep_finds_a_container_made_behind_weft_s_back() {
         IMAGE,
         "600",
     ]);
-    let found = sweep::docker_machines(None).await.expect("listing");
+    let dir = tempfile::tempdir().unwrap();
+    let p = DockerProvider::new(dir.path());
+    let found = p.machines(&Map::new()).await.expect("listing");
     let mine: Vec<_> = found.iter().filter(|t| t.node == node).cloned().collect();
     assert_eq!(mine.len(), 1, "{found:?}");
     assert_eq!(mine[0].providerid, name);
@@ -73,8 +75,6 @@ async fn sweep_finds_a_container_made_behind_weft_s_back() {
     let orphans = sweep::orphans(mine, &BTreeSet::new());
     assert_eq!(orphans.len(), 1);
 
-    let dir = tempfile::tempdir().unwrap();
-    let p = DockerProvider::new(dir.path());
     p.delete(&sweep::delete_task(
         &orphans[0],
         &Map::new(),
@@ -82,7 +82,7 @@ async fn sweep_finds_a_container_made_behind_weft_s_back() {
     ))
     .await
     .expect("the sweep's delete");
-    let left = sweep::docker_machines(None).await.unwrap();
+    let left = p.machines(&Map::new()).await.unwrap();
     assert!(left.iter().all(|t| t.node != node), "{left:?}");
 }
 

@@ -10,22 +10,15 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weft_model::{lenient, ClusterStatus, EntityKind, Service};
-use weft_planner::Operation;
-use weft_solver::Change;
+use weft_model::lenient;
 
 use super::params::{parse_body, DryRun};
 use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use weft_engine::catalog::typed_list;
-use weft_engine::cluster_id_text;
-use weft_engine::control;
-use weft_engine::jobs::{load, require_status, start_job, Loaded};
-use weft_engine::ops::{in_place, relayout};
-
-use ClusterStatus::{Active, Inconsistent};
+use weft_engine::ops::{self, ServiceAction};
+use weft_engine::{control, rollback};
 
 fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
     op(tag, summary)
@@ -191,7 +184,7 @@ async fn lease(
     body: Bytes,
 ) -> ApiResult<()> {
     let req: LeaseReq = lenient::from_value(optional_body(&body)?)?;
-    Ok(weft_engine::ops::set_lease(&st.engine, &who.caller(), &id, req.expire_time).await?)
+    Ok(ops::set_lease(&st.engine, &who.caller(), &id, req.expire_time).await?)
 }
 
 /// `POST /v2/clusters/{id}`: the lease's new end.
@@ -223,20 +216,12 @@ async fn reconfigure(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    let req: ConfigReq = lenient::from_value(optional_body(&body)?)
-        .map_err(|_| ApiError::BadRequest("Invalid request body.".into()))?;
-    let config = req
-        .config
-        .ok_or_else(|| ApiError::BadRequest("Invalid request body.".into()))?;
-    require_status(&row, &[Active, Inconsistent])?;
-    let c = load(&st.engine, row).await?;
-    let mut body = c.body.clone();
-    body.config = config;
-    let op = Operation::Reconfigure {
-        restart: req.restart.unwrap_or(true),
-    };
-    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
+    let invalid = || ApiError::BadRequest("Invalid request body.".into());
+    let req: ConfigReq = lenient::from_value(optional_body(&body)?).map_err(|_| invalid())?;
+    let config = req.config.ok_or_else(invalid)?;
+    let restart = req.restart.unwrap_or(true);
+    let plan = ops::reconfigure(&st.engine, &who.caller(), &id, config, restart, d.on()).await?;
+    Ok(answer(plan))
 }
 
 /// `POST /v2/clusters/{id}/services`.
@@ -256,45 +241,16 @@ async fn add_services(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let req: ServicesReq = parse_body(&body, "{\"services\": [...]}")?;
-    if req.services.is_empty() {
-        return Err(ApiError::BadRequest(
-            "services must name at least one service".into(),
-        ));
-    }
-    require_status(&row, &[Active])?;
-    let c = load(&st.engine, row).await?;
-    let mut body = c.body.clone();
-    for s in &req.services {
-        if !body.services.contains(s) {
-            body.services.push(s.clone());
-        }
-    }
-    let change = Change::AddServices(req.services);
-    Ok(answer(
-        relayout(
-            &st.engine,
-            &c,
-            &change,
-            Operation::AddServices,
-            body,
-            d.on(),
-        )
-        .await?,
-    ))
+    let plan = ops::add_services(&st.engine, &who.caller(), &id, req.services, d.on()).await?;
+    Ok(answer(plan))
 }
 
-fn runtime_op(action: &str, service: Option<String>) -> ApiResult<Operation> {
-    Ok(match action {
-        "start" => Operation::Start { service },
-        "stop" => Operation::Stop { service },
-        "restart" => Operation::Restart { service },
-        other => {
-            return Err(ApiError::NotFound(format!(
-                "unknown service action {other}: expected start, stop or restart"
-            )))
-        }
+fn service_action(action: &str) -> ApiResult<ServiceAction> {
+    ServiceAction::parse(action).ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "unknown service action {action}: expected start, stop or restart"
+        ))
     })
 }
 
@@ -304,23 +260,9 @@ async fn all_services(
     Path((id, action)): Path<(String, String)>,
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    let op = runtime_op(&action, None)?;
-    require_status(&row, &[Active])?;
-    let c = load(&st.engine, row).await?;
-    let body = c.body.clone();
-    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
-}
-
-fn require_service(c: &Loaded, svc: &str) -> ApiResult<()> {
-    if c.body.services.iter().any(|s| s == svc) {
-        Ok(())
-    } else {
-        Err(ApiError::NotFound(format!(
-            "service {svc} is not on cluster {}",
-            cluster_id_text(c.row.id)
-        )))
-    }
+    let action = service_action(&action)?;
+    let plan = ops::service_action(&st.engine, &who.caller(), &id, action, None, d.on()).await?;
+    Ok(answer(plan))
 }
 
 /// `POST /v2/clusters/{id}/services/{svc}/upgrade`.
@@ -340,51 +282,16 @@ async fn one_service(
     Query(d): Query<DryRun>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    let c = load(&st.engine, row.clone()).await?;
-    require_service(&c, &svc)?;
-    if action == "upgrade" {
+    let (e, who) = (&st.engine, who.caller());
+    let plan = if action == "upgrade" {
         let req: UpgradeReq = lenient::from_value(optional_body(&body)?)?;
-        require_status(&row, &[Active])?;
-        let defs: Vec<Service> =
-            typed_list(&st.engine, &row.tenant_id, EntityKind::Service).await?;
-        let new_def = defs
-            .into_iter()
-            .find(|s| s.name == svc)
-            .ok_or_else(|| ApiError::NotFound(format!("service {svc} no longer exists")))?;
-        let after: Vec<_> = c
-            .nodes
-            .iter()
-            .map(|n| {
-                let mut n = n.clone();
-                for s in n.services.iter_mut().filter(|s| s.name == svc) {
-                    *s = new_def.clone();
-                }
-                n
-            })
-            .collect();
         let batch = req.batch_size.unwrap_or(1).max(1) as usize;
-        let op = Operation::Upgrade {
-            service: svc,
-            batch_size: batch,
-        };
-        let s = start_job(
-            &st.engine,
-            &c,
-            op,
-            &c.nodes,
-            after,
-            c.body.clone(),
-            vec![],
-            d.on(),
-        )
-        .await?;
-        return Ok(answer(d.on().then_some(s.plan)));
-    }
-    let op = runtime_op(&action, Some(svc))?;
-    require_status(&row, &[Active])?;
-    let body = c.body.clone();
-    Ok(answer(in_place(&st.engine, &c, op, body, d.on()).await?))
+        ops::upgrade(e, &who, &id, &svc, batch, d.on()).await?
+    } else {
+        let action = service_action(&action)?;
+        ops::service_action(e, &who, &id, action, Some(&svc), d.on()).await?
+    };
+    Ok(answer(plan))
 }
 
 async fn remove_service(
@@ -393,17 +300,8 @@ async fn remove_service(
     Path((id, svc)): Path<(String, String)>,
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    let c = load(&st.engine, row.clone()).await?;
-    require_service(&c, &svc)?;
-    require_status(&row, &[Active])?;
-    let mut body = c.body.clone();
-    body.services.retain(|s| s != &svc);
-    let change = Change::RemoveService(svc.clone());
-    let op = Operation::RemoveService { service: svc };
-    Ok(answer(
-        relayout(&st.engine, &c, &change, op, body, d.on()).await?,
-    ))
+    let plan = ops::remove_service(&st.engine, &who.caller(), &id, &svc, d.on()).await?;
+    Ok(answer(plan))
 }
 
 /// `POST` and `DELETE /v2/clusters/{id}/nodes`.
@@ -439,10 +337,9 @@ async fn expand(
     Query(q): Query<NodesQuery>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let d = DryRun { dryrun: q.dryrun };
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let k = count(&body, q.count)?;
-    let plan = weft_engine::ops::expand(&st.engine, &who.caller(), row, k, d.on()).await?;
+    let dry_run = DryRun { dryrun: q.dryrun }.on();
+    let plan = ops::expand(&st.engine, &who.caller(), &id, k, dry_run).await?;
     Ok(answer(plan))
 }
 
@@ -453,23 +350,10 @@ async fn shrink(
     Query(q): Query<NodesQuery>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let d = DryRun { dryrun: q.dryrun };
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
     let k = count(&body, q.count)?;
-    require_status(&row, &[Active])?;
-    let c = load(&st.engine, row).await?;
-    let body = c.body.clone();
-    Ok(answer(
-        relayout(
-            &st.engine,
-            &c,
-            &Change::Shrink(k),
-            Operation::Shrink,
-            body,
-            d.on(),
-        )
-        .await?,
-    ))
+    let dry_run = DryRun { dryrun: q.dryrun }.on();
+    let plan = ops::shrink(&st.engine, &who.caller(), &id, k, dry_run).await?;
+    Ok(answer(plan))
 }
 
 async fn sync_template(
@@ -477,12 +361,11 @@ async fn sync_template(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    Ok(weft_engine::ops::sync_template(&st.engine, &who.caller(), &id).await?)
+    Ok(ops::sync_template(&st.engine, &who.caller(), &id).await?)
 }
 
 async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    Ok(control::pause(&st.engine, &row).await?)
+    Ok(control::pause_cluster(&st.engine, &who.caller(), &id).await?)
 }
 
 async fn resume(
@@ -490,14 +373,9 @@ async fn resume(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<()> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    Ok(control::resume(&st.engine, &row).await?)
+    Ok(control::resume_cluster(&st.engine, &who.caller(), &id).await?)
 }
 
 async fn abort(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {
-    let row = weft_engine::view::visible(&st.engine, &who.caller(), &id).await?;
-    if control::abort(&st.engine, &row).await? == control::Stopped::Settled {
-        weft_engine::rollback::after_failed_job(&st.engine, &row.tenant_id, row.id).await;
-    }
-    Ok(())
+    Ok(rollback::abort_cluster(&st.engine, &who.caller(), &id).await?)
 }

@@ -21,7 +21,7 @@ use crate::state::AppState;
 use weft_engine::body::{from_body, ClusterBody};
 use weft_engine::create::create_cluster;
 use weft_engine::delete::delete_cluster;
-use weft_engine::{cluster_id_text, view};
+use weft_engine::view;
 
 pub fn routes(api: Api) -> Api {
     let t = "clusters";
@@ -208,19 +208,7 @@ async fn plans(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<PlanView>>> {
-    let none = || ApiError::NotFound(format!("Plans for cluster {id} not found."));
-    let row = view::visible(&st.engine, &who.caller(), &id)
-        .await
-        .map_err(|_| none())?;
-    let jobs = st.store.list_jobs(&who.tenant.id, row.id).await?;
-    if jobs.is_empty() {
-        return Err(none());
-    }
-    let mut out = Vec::new();
-    for j in &jobs {
-        out.push(view::plan(&st.engine, j).await?);
-    }
-    Ok(Json(out))
+    Ok(Json(view::plans(&st.engine, &who.caller(), &id).await?))
 }
 
 async fn plan(
@@ -228,19 +216,9 @@ async fn plan(
     who: Identity,
     Path((id, job_id)): Path<(String, String)>,
 ) -> ApiResult<Json<PlanView>> {
-    let row = view::visible(&st.engine, &who.caller(), &id).await?;
-    let prefix = format!("{}-", cluster_id_text(row.id));
-    let bad = || ApiError::BadRequest(format!("job {job_id} is not a job of cluster {id}"));
-    if !job_id.starts_with(&prefix) {
-        return Err(bad());
-    }
-    let job = st
-        .store
-        .get_job(&who.tenant.id, &job_id)
-        .await?
-        .filter(|j| j.cluster_id == row.id)
-        .ok_or_else(bad)?;
-    Ok(Json(view::plan(&st.engine, &job).await?))
+    Ok(Json(
+        view::job_plan(&st.engine, &who.caller(), &id, &job_id).await?,
+    ))
 }
 
 async fn config(

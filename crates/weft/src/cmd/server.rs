@@ -123,6 +123,9 @@ pub struct UpArgs {
 
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
+    for w in settings.warnings() {
+        eprintln!("weft server: warning: {w}");
+    }
     let settings_tokens = settings.provisioner_token_file.clone();
     super::runtime::runtime()?.block_on(async {
         let (external, internal) = bind_ports(&settings, "weft server").await?;
