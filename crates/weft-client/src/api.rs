@@ -144,6 +144,14 @@ fn seg(s: &str) -> String {
     out
 }
 
+/// Which of a cluster's nodes an answer of [`ApiClient::cluster_page`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodesPage {
+    pub total: usize,
+    pub offset: usize,
+    pub count: usize,
+}
+
 /// A client of one server's external API, as one identity.
 #[derive(Debug, Clone)]
 pub struct ApiClient {
@@ -189,6 +197,20 @@ impl ApiClient {
         body: Option<Vec<u8>>,
         content_type: &str,
     ) -> ClientResult<bytes::Bytes> {
+        Ok(self
+            .call_with_headers(method, path, body, content_type)
+            .await?
+            .0)
+    }
+
+    /// [`ApiClient::call`], with the answer's headers.
+    pub async fn call_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+    ) -> ClientResult<(bytes::Bytes, reqwest::header::HeaderMap)> {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .http
@@ -208,6 +230,7 @@ impl ApiClient {
             source,
         })?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let bytes = resp
             .bytes()
             .await
@@ -222,7 +245,7 @@ impl ApiClient {
                 body: String::from_utf8_lossy(&bytes).into_owned(),
             });
         }
-        Ok(bytes)
+        Ok((bytes, headers))
     }
 
     fn decode<T: DeserializeOwned>(&self, path: &str, bytes: &[u8]) -> ClientResult<T> {
@@ -288,6 +311,32 @@ impl ApiClient {
 
     pub async fn cluster(&self, id: &str) -> ClientResult<ClusterDetails> {
         self.get(&format!("/v2/clusters/{}", seg(id))).await
+    }
+
+    /// `GET /v2/clusters/{id}?offset=&limit=`: the cluster with one page of its nodes, and where
+    /// the page is (the `Weft-Nodes-*` headers).
+    pub async fn cluster_page(
+        &self,
+        id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> ClientResult<(ClusterDetails, NodesPage)> {
+        let path = format!("/v2/clusters/{}?offset={offset}&limit={limit}", seg(id));
+        let (bytes, headers) = self.call_with_headers(Method::GET, &path, None, "").await?;
+        let details: ClusterDetails = self.decode(&path, &bytes)?;
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        let count = details.nodes.len();
+        let page = NodesPage {
+            total: header("weft-nodes-total").unwrap_or(offset + count),
+            offset: header("weft-nodes-offset").unwrap_or(offset),
+            count: header("weft-nodes-count").unwrap_or(count),
+        };
+        Ok((details, page))
     }
 
     pub async fn cluster_status(&self, id: &str) -> ClientResult<ClusterStatusView> {

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 pub mod api;
+pub mod nodes;
 pub mod tokens;
 
 /// What can go wrong talking to the server.
@@ -119,6 +120,8 @@ pub struct Client {
     current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     http: reqwest::Client,
     tokens: Option<std::sync::Arc<tokens::Tokens>>,
+    /// The clusters' `nodes` maps, shared by every clone (every worker) of this client.
+    nodes: std::sync::Arc<nodes::NodesCache>,
 }
 
 impl Client {
@@ -150,6 +153,7 @@ impl Client {
             current: Default::default(),
             http,
             tokens: None,
+            nodes: Default::default(),
         })
     }
 
@@ -259,6 +263,9 @@ impl Client {
     }
 
     /// `POST /v2/tasks/take`: the task JSON, or `None` when the tenant's queue is empty (204).
+    /// The worker announces [`weft_model::NODES_BY_REVISION`]: a task that names a revision of
+    /// its cluster's `nodes` map gets the map from this client's cache (fetched or brought up to
+    /// date first), so the task is the one the contract describes.
     pub async fn take(
         &self,
         provisioner_id: &str,
@@ -267,6 +274,7 @@ impl Client {
     ) -> ClientResult<Option<Value>> {
         let body = serde_json::json!({
             "provisionerId": provisioner_id, "workerId": worker_id, "tenantId": tenant_id,
+            "capabilities": [weft_model::NODES_BY_REVISION],
         });
         let (resp, url) = self
             .send("/v2/tasks/take", |h, url| h.post(url).json(&body))
@@ -293,7 +301,86 @@ impl Client {
                 message: "not a JSON object".into(),
             });
         }
+        let mut task = task;
+        if let Some(wanted) = task.get("nodesRevision").and_then(Value::as_str) {
+            let cluster = match &task["clusterId"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let map = self
+                .nodes_map(provisioner_id, tenant_id, &cluster, wanted)
+                .await?;
+            nodes::splice(&mut task, &map);
+        }
         Ok(Some(task))
+    }
+
+    /// The cluster's `nodes` map at `wanted` or newer: the one held, else fetched (the changes
+    /// since the one held). A task is leased by then: a failed fetch is tried again a few times.
+    async fn nodes_map(
+        &self,
+        provisioner_id: &str,
+        tenant_id: &str,
+        cluster: &str,
+        wanted: &str,
+    ) -> ClientResult<std::sync::Arc<nodes::HeldMap>> {
+        if let Some(m) = self.nodes.covering(tenant_id, cluster, wanted) {
+            return Ok(m);
+        }
+        let gate = self.nodes.gate(tenant_id, cluster);
+        let _fetching = gate.lock().await;
+        if let Some(m) = self.nodes.covering(tenant_id, cluster, wanted) {
+            return Ok(m);
+        }
+        let held = self.nodes.held(tenant_id, cluster);
+        let since = held.as_ref().map(|m| m.revision.clone());
+        let mut attempt = 0;
+        let answer = loop {
+            match self
+                .fetch_nodes(provisioner_id, tenant_id, cluster, since.as_deref())
+                .await
+            {
+                Ok(a) => break a,
+                Err(e) if attempt < 4 && e.status().is_none_or(|s| s >= 500) => {
+                    tracing::warn!(cluster, attempt, error = %e, "fetching the nodes map failed");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut map = held.as_deref().cloned().unwrap_or_default();
+        map.apply(answer);
+        Ok(self.nodes.keep(tenant_id, cluster, map))
+    }
+
+    /// `POST /v2/tasks/nodes`.
+    pub async fn fetch_nodes(
+        &self,
+        provisioner_id: &str,
+        tenant_id: &str,
+        cluster: &str,
+        since: Option<&str>,
+    ) -> ClientResult<weft_model::TaskNodes> {
+        let body = serde_json::json!({
+            "provisionerId": provisioner_id, "tenantId": tenant_id, "clusterId": cluster,
+            "since": since,
+        });
+        let (resp, url) = self
+            .send("/v2/tasks/nodes", |h, url| h.post(url).json(&body))
+            .await?;
+        let resp = Self::expect_ok(resp, &url).await?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|source| ClientError::Transport {
+                url: url.clone(),
+                source,
+            })?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+            url,
+            message: e.to_string(),
+        })
     }
 
     /// `POST /v2/tasks/finish`.

@@ -10,9 +10,19 @@
 //! The cache never answers older data than the stamp read at the start of a lookup: the stamp is
 //! bumped in the same transaction as every write of a cluster or its nodes. Several servers on one
 //! database each keep their own cache; nothing needs invalidating across them.
+//!
+//! Workers that cache the `nodes` map themselves (weft's provisioner) get a [`MapRevision`] in
+//! their payloads instead of the map, and the map's changes since the revision they hold from
+//! [`Snapshot::nodes_since`]. Each snapshot numbers its map: a node's properties carry the
+//! sequence number of the snapshot that first held them, and a snapshot is built from the one
+//! before it (a *lineage*), so the changes since a revision of the same lineage are the nodes
+//! numbered after it and the ids that left after it. A revision of another lineage or process gets
+//! the whole map. The layout and the whole serialized map are built on first use only: a take of
+//! a worker that caches the map, or of a provider task, never needs them.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::value::RawValue;
 use weft_model::Node;
@@ -25,12 +35,43 @@ use super::body::{from_body, ClusterBody};
 /// Clusters kept; the least recently used goes first.
 const CAPACITY: usize = 256;
 
+/// Ids that left a map, remembered per lineage; past this many a new lineage starts (workers then
+/// fetch the whole map once).
+const MAX_REMOVED: usize = 4096;
+
 /// One node as payloads use it.
 pub struct CachedNode {
     pub rev: i64,
     pub node: Node,
     /// `node.properties` as JSON.
-    props_json: String,
+    props_json: Box<RawValue>,
+}
+
+/// A revision of a cluster's `nodes` map in this process: which process, which lineage of
+/// snapshots, which snapshot. Written as `instance.lineage.seq` (an opaque text to workers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapRevision {
+    instance: u64,
+    lineage: u64,
+    seq: u64,
+}
+
+impl MapRevision {
+    pub fn text(&self) -> String {
+        format!("{:x}.{}.{}", self.instance, self.lineage, self.seq)
+    }
+
+    fn parse(s: &str) -> Option<MapRevision> {
+        let mut parts = s.split('.');
+        let instance = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let lineage = parts.next()?.parse().ok()?;
+        let seq = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some(MapRevision {
+            instance,
+            lineage,
+            seq,
+        })
+    }
 }
 
 /// A cluster as payloads use it, at one [`ClusterStamp`].
@@ -39,27 +80,138 @@ pub struct Snapshot {
     pub owner: String,
     pub body: Arc<ClusterBody>,
     nodes: BTreeMap<String, Arc<CachedNode>>,
-    /// The nodes that stay (all but those the running job retires), by nodenum, as the macro
-    /// expander wants them: a layout change configures against the layout it makes.
-    pub layout: Vec<PlanNode>,
-    /// Every node, retiring ones too (for the tasks of a retiring node itself).
-    pub layout_all: Vec<PlanNode>,
-    /// `{nodeId: properties, ...}` of every node that stays.
-    pub nodes_json: Box<RawValue>,
+    /// The nodes of the map (all but those the running job retires), each with the sequence
+    /// number of the snapshot that first held its properties.
+    staying: BTreeMap<String, u64>,
+    /// Ids that left the map in this lineage, with the sequence number they left at, oldest first.
+    removed: Vec<(String, u64)>,
+    revision: MapRevision,
+    layout: OnceLock<Vec<PlanNode>>,
+    layout_all: OnceLock<Vec<PlanNode>>,
+    nodes_json: OnceLock<Result<Box<RawValue>, String>>,
 }
 
 impl Snapshot {
     pub fn node(&self, id: &str) -> Option<&Node> {
         self.nodes.get(id).map(|n| &n.node)
     }
+
+    /// The revision of this snapshot's `nodes` map.
+    pub fn revision(&self) -> MapRevision {
+        self.revision
+    }
+
+    /// The nodes that stay (all but those the running job retires), by nodenum, as the macro
+    /// expander wants them: a layout change configures against the layout it makes.
+    pub fn layout(&self) -> &[PlanNode] {
+        self.layout.get_or_init(|| {
+            self.layout_all()
+                .iter()
+                .filter(|n| self.staying.contains_key(&n.id))
+                .cloned()
+                .collect()
+        })
+    }
+
+    /// Every node, retiring ones too (for the tasks of a retiring node itself).
+    pub fn layout_all(&self) -> &[PlanNode] {
+        self.layout_all.get_or_init(|| {
+            let mut all: Vec<PlanNode> = self
+                .nodes
+                .values()
+                .map(|n| plan_node(&n.node.id, &n.node.properties))
+                .collect();
+            all.sort_by(|a, b| (a.nodenum, &a.id).cmp(&(b.nodenum, &b.id)));
+            all
+        })
+    }
+
+    /// `{nodeId: properties, ...}` of every node that stays, serialized once.
+    pub fn nodes_json(&self) -> Result<&RawValue, String> {
+        self.nodes_json
+            .get_or_init(|| {
+                let map: BTreeMap<&str, &RawValue> = self
+                    .staying
+                    .keys()
+                    .filter_map(|id| Some((id.as_str(), &*self.nodes.get(id)?.props_json)))
+                    .collect();
+                serde_json::value::to_raw_value(&map).map_err(|e| e.to_string())
+            })
+            .as_deref()
+            .map_err(Clone::clone)
+    }
+
+    /// The answer of `POST /v2/tasks/nodes` (a `weft_model::TaskNodes` as JSON): the changes of
+    /// the map since `since` if that is a revision of this snapshot's lineage, else the whole map.
+    pub fn nodes_since(&self, since: Option<&str>) -> Result<String, String> {
+        #[derive(serde::Serialize)]
+        struct Answer<'a, N: serde::Serialize> {
+            revision: String,
+            full: bool,
+            nodes: N,
+            removed: Vec<&'a str>,
+        }
+        let revision = self.revision.text();
+        let base = since.and_then(MapRevision::parse).filter(|r| {
+            r.instance == self.revision.instance
+                && r.lineage == self.revision.lineage
+                && r.seq <= self.revision.seq
+        });
+        let Some(base) = base else {
+            let nodes = self.nodes_json()?;
+            let answer = Answer {
+                revision,
+                full: true,
+                nodes,
+                removed: vec![],
+            };
+            return serde_json::to_string(&answer).map_err(|e| e.to_string());
+        };
+        let nodes: BTreeMap<&str, &RawValue> = self
+            .staying
+            .iter()
+            .filter(|(_, seen)| **seen > base.seq)
+            .filter_map(|(id, _)| Some((id.as_str(), &*self.nodes.get(id)?.props_json)))
+            .collect();
+        let removed = self
+            .removed
+            .iter()
+            .filter(|(id, at)| *at > base.seq && !self.staying.contains_key(id))
+            .map(|(id, _)| id.as_str())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let answer = Answer {
+            revision,
+            full: false,
+            nodes,
+            removed,
+        };
+        serde_json::to_string(&answer).map_err(|e| e.to_string())
+    }
 }
 
-#[derive(Default)]
 pub struct PayloadCache {
     inner: Mutex<Inner>,
     /// One rebuild per cluster at a time: concurrent takes of a cluster whose nodes just changed
     /// wait for the first one's rebuild instead of each reading the nodes again.
     building: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    /// This process's mark in map revisions: a revision another server (or an earlier run of this
+    /// one) handed out is never mistaken for one of ours.
+    instance: u64,
+    /// Numbers snapshots, in the order they are built.
+    seq: AtomicU64,
+}
+
+impl Default for PayloadCache {
+    fn default() -> Self {
+        PayloadCache {
+            inner: Mutex::default(),
+            building: Mutex::default(),
+            instance: rand::random(),
+            seq: AtomicU64::new(0),
+        }
+    }
 }
 
 /// A cluster: tenant id and cluster id.
@@ -85,17 +237,23 @@ impl PayloadCache {
         })
     }
 
-    fn put(&self, key: Key, snap: Arc<Snapshot>) {
+    /// Keeps `snap`, built from `old`, and returns it; or returns the newer snapshot a concurrent
+    /// rebuild kept meanwhile. A snapshot kept in place of another than the one it was built from
+    /// starts a lineage of its own, so that every lineage is one chain of snapshots.
+    fn put(&self, key: Key, old: Option<&Arc<Snapshot>>, mut snap: Snapshot) -> Arc<Snapshot> {
         let mut g = self.inner.lock().expect("cache lock");
         g.clock += 1;
         let now = g.clock;
-        // Never replace a newer snapshot with an older one built concurrently.
-        if let Some((_, old)) = g.entries.get(&key) {
-            if (old.stamp.rev, old.stamp.nodes_rev) > (snap.stamp.rev, snap.stamp.nodes_rev) {
-                return;
+        if let Some((_, cur)) = g.entries.get(&key) {
+            if (cur.stamp.rev, cur.stamp.nodes_rev) > (snap.stamp.rev, snap.stamp.nodes_rev) {
+                return cur.clone();
+            }
+            if !old.is_some_and(|o| Arc::ptr_eq(o, cur)) {
+                snap.new_lineage();
             }
         }
-        g.entries.insert(key, (now, snap));
+        let snap = Arc::new(snap);
+        g.entries.insert(key, (now, snap.clone()));
         if g.entries.len() > CAPACITY {
             if let Some(oldest) = g
                 .entries
@@ -107,6 +265,7 @@ impl PayloadCache {
                 self.building.lock().expect("cache lock").remove(&oldest);
             }
         }
+        snap
     }
 
     /// The cluster as of `stamp` (the caller has just read it; `None` if it found no cluster row,
@@ -121,11 +280,7 @@ impl PayloadCache {
         let key = (tenant_id.to_string(), cluster_id);
         let stamp = match stamp {
             Some(s) => s,
-            None => store
-                .cluster_stamp(tenant_id, cluster_id)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("the task's cluster no longer exists")?,
+            None => current_stamp(store, tenant_id, cluster_id).await?,
         };
         if let Some(s) = self.get(&key).filter(|s| fresh(s, stamp)) {
             return Ok(s);
@@ -147,21 +302,61 @@ impl PayloadCache {
         let (owner, body) =
             read_cluster(store, tenant_id, cluster_id, old.as_deref(), stamp).await?;
         let nodes = read_nodes(store, tenant_id, cluster_id, old.as_deref(), stamp).await?;
-        self.finish(key, stamp, owner, body, nodes)
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let revision = MapRevision {
+            instance: self.instance,
+            lineage: old.as_ref().map_or(seq, |o| o.revision.lineage),
+            seq,
+        };
+        let snap = build(revision, old.as_deref(), stamp, owner, body, nodes);
+        Ok(self.put(key, old.as_ref(), snap))
     }
 
-    fn finish(
+    /// The cluster body and one node as of `stamp`, for a task that needs no other node (a
+    /// provider task of a worker that caches the map): from the snapshot when it is fresh, else
+    /// the body (cached while the cluster row is unchanged) and the one node row, so that a
+    /// stream of CONFIRMs, each changing a node, does not rebuild the snapshot for each take.
+    pub async fn node_view(
         &self,
-        key: Key,
-        stamp: ClusterStamp,
-        owner: String,
-        body: Arc<ClusterBody>,
-        nodes: BTreeMap<String, Arc<CachedNode>>,
-    ) -> Result<Arc<Snapshot>, String> {
-        let snap = Arc::new(build(stamp, owner, body, nodes)?);
-        self.put(key, snap.clone());
-        Ok(snap)
+        store: &dyn Store,
+        tenant_id: &str,
+        cluster_id: u64,
+        node_id: &str,
+        stamp: Option<ClusterStamp>,
+    ) -> Result<(Arc<ClusterBody>, Node), String> {
+        let key = (tenant_id.to_string(), cluster_id);
+        let stamp = match stamp {
+            Some(s) => s,
+            None => current_stamp(store, tenant_id, cluster_id).await?,
+        };
+        let cached = self.get(&key);
+        if let Some(s) = cached.as_ref().filter(|s| fresh(s, stamp)) {
+            let node = s.node(node_id).ok_or("the task's node no longer exists")?;
+            return Ok((s.body.clone(), node.clone()));
+        }
+        let (_, body) =
+            read_cluster(store, tenant_id, cluster_id, cached.as_deref(), stamp).await?;
+        let row = store
+            .get_node(tenant_id, node_id)
+            .await
+            .map_err(|e| e.to_string())?
+            .filter(|r| r.cluster_id == cluster_id)
+            .ok_or("the task's node no longer exists")?;
+        let node: Node = from_body(&row.body).map_err(|e| e.to_string())?;
+        Ok((body, node))
     }
+}
+
+async fn current_stamp(
+    store: &dyn Store,
+    tenant_id: &str,
+    cluster_id: u64,
+) -> Result<ClusterStamp, String> {
+    Ok(store
+        .cluster_stamp(tenant_id, cluster_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the task's cluster no longer exists")?)
 }
 
 /// The cluster's owner and body: from `old` when the cluster row has not changed since.
@@ -245,7 +440,8 @@ fn fresh(s: &Snapshot, stamp: ClusterStamp) -> bool {
 
 fn cached(rev: i64, body: &serde_json::Value) -> Result<Arc<CachedNode>, String> {
     let node: Node = from_body(body).map_err(|e| e.to_string())?;
-    let props_json = serde_json::to_string(&node.properties).map_err(|e| e.to_string())?;
+    let props_json =
+        serde_json::value::to_raw_value(&node.properties).map_err(|e| e.to_string())?;
     Ok(Arc::new(CachedNode {
         rev,
         node,
@@ -253,48 +449,59 @@ fn cached(rev: i64, body: &serde_json::Value) -> Result<Arc<CachedNode>, String>
     }))
 }
 
+/// A snapshot at `revision`, built from `old` (the one cached before, if any): a node of the map
+/// keeps the number `old` gave it while its properties are the same.
 fn build(
+    revision: MapRevision,
+    old: Option<&Snapshot>,
     stamp: ClusterStamp,
     owner: String,
     body: Arc<ClusterBody>,
     nodes: BTreeMap<String, Arc<CachedNode>>,
-) -> Result<Snapshot, String> {
-    let retiring: std::collections::BTreeSet<&str> =
-        body.retiring.iter().map(String::as_str).collect();
-    let mut layout_all: Vec<PlanNode> = nodes
-        .values()
-        .map(|n| plan_node(&n.node.id, &n.node.properties))
-        .collect();
-    layout_all.sort_by(|a, b| (a.nodenum, &a.id).cmp(&(b.nodenum, &b.id)));
-    let layout: Vec<PlanNode> = layout_all
+) -> Snapshot {
+    let old = old.filter(|o| o.revision.lineage == revision.lineage);
+    let retiring: BTreeSet<&str> = body.retiring.iter().map(String::as_str).collect();
+    let seen_before = |id: &str, n: &CachedNode| -> Option<u64> {
+        let o = old?;
+        let before = o.nodes.get(id)?;
+        let same = std::ptr::eq(&**before, n) || before.props_json.get() == n.props_json.get();
+        o.staying.get(id).copied().filter(|_| same)
+    };
+    let staying: BTreeMap<String, u64> = nodes
         .iter()
-        .filter(|n| !retiring.contains(n.id.as_str()))
-        .cloned()
+        .filter(|(id, _)| !retiring.contains(id.as_str()))
+        .map(|(id, n)| (id.clone(), seen_before(id, n).unwrap_or(revision.seq)))
         .collect();
-    let mut json = String::with_capacity(nodes.values().map(|n| n.props_json.len() + 40).sum());
-    json.push('{');
-    let staying = nodes
-        .iter()
-        .filter(|(id, _)| !retiring.contains(id.as_str()));
-    for (i, (id, n)) in staying.enumerate() {
-        if i > 0 {
-            json.push(',');
-        }
-        json.push_str(&serde_json::to_string(id).map_err(|e| e.to_string())?);
-        json.push(':');
-        json.push_str(&n.props_json);
+    let mut removed = old.map(|o| o.removed.clone()).unwrap_or_default();
+    if let Some(o) = old {
+        let left = o.staying.keys().filter(|id| !staying.contains_key(*id));
+        removed.extend(left.map(|id| (id.clone(), revision.seq)));
     }
-    json.push('}');
-    let nodes_json = RawValue::from_string(json).map_err(|e| e.to_string())?;
-    Ok(Snapshot {
+    let mut snap = Snapshot {
         stamp,
         owner,
         body,
         nodes,
-        layout,
-        layout_all,
-        nodes_json,
-    })
+        staying,
+        removed,
+        revision,
+        layout: OnceLock::new(),
+        layout_all: OnceLock::new(),
+        nodes_json: OnceLock::new(),
+    };
+    if snap.removed.len() > MAX_REMOVED {
+        snap.new_lineage();
+    }
+    snap
+}
+
+impl Snapshot {
+    /// Makes this snapshot the first of a lineage: every revision handed out before gets the
+    /// whole map.
+    fn new_lineage(&mut self) {
+        self.revision.lineage = self.revision.seq;
+        self.removed.clear();
+    }
 }
 
 /// How long a provisioner seen registered is trusted without reading the store again. Deletes in
@@ -367,5 +574,123 @@ impl LeaseCache {
             .lock()
             .expect("cache lock")
             .remove(&(tenant.to_string(), id.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn body(retiring: &[&str]) -> Arc<ClusterBody> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "provider": {"name": "p", "providertype": "local"},
+                "template": {"name": "t"},
+                "services": [], "dns_suffix": "local", "retiring": retiring,
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn node(id: &str, rev: i64, host: &str) -> Arc<CachedNode> {
+        let n = json!({"id": id, "clusterId": "1", "services": [], "properties": {
+            "nodenum": 1000, "hostname": host, "hardwaretype": "h", "imagetype": "i", "sshuser": "u"}});
+        cached(rev, &n).unwrap()
+    }
+
+    fn snap(
+        old: Option<&Snapshot>,
+        seq: u64,
+        retiring: &[&str],
+        nodes: &[(&str, i64, &str)],
+    ) -> Snapshot {
+        let revision = MapRevision {
+            instance: 7,
+            lineage: old.map_or(seq, |o| o.revision.lineage),
+            seq,
+        };
+        let stamp = ClusterStamp {
+            rev: 1,
+            nodes_rev: seq as i64,
+        };
+        let nodes = nodes
+            .iter()
+            .map(|(id, rev, host)| {
+                let same = old.and_then(|o| o.nodes.get(*id)).filter(|n| n.rev == *rev);
+                (
+                    id.to_string(),
+                    same.cloned().unwrap_or_else(|| node(id, *rev, host)),
+                )
+            })
+            .collect();
+        build(revision, old, stamp, "o".into(), body(retiring), nodes)
+    }
+
+    fn since(s: &Snapshot, r: Option<&Snapshot>) -> Value {
+        let text = r.map(|r| r.revision.text());
+        serde_json::from_str(&s.nodes_since(text.as_deref()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn changes_since_a_revision_hold_what_moved_and_what_left() {
+        let a = snap(
+            None,
+            1,
+            &[],
+            &[("n1", 1, "h1"), ("n2", 1, "h2"), ("n3", 1, "h3")],
+        );
+        let whole = since(&a, None);
+        assert_eq!(whole["full"], true);
+        assert_eq!(whole["nodes"].as_object().unwrap().len(), 3);
+        assert_eq!(
+            whole["nodes"].to_string(),
+            a.nodes_json().unwrap().get(),
+            "the whole map is the payloads' map"
+        );
+
+        // n2 renamed, n3 retired by a shrink, n1 written with the same properties (results only).
+        let b = snap(
+            Some(&a),
+            2,
+            &["n3"],
+            &[("n1", 2, "h1"), ("n2", 2, "h2b"), ("n3", 1, "h3")],
+        );
+        let d = since(&b, Some(&a));
+        assert_eq!(d["full"], false);
+        assert_eq!(
+            d["nodes"],
+            json!({"n2": serde_json::to_value(&b.nodes["n2"].node.properties).unwrap()})
+        );
+        assert_eq!(d["removed"], json!(["n3"]));
+        assert_eq!(since(&b, Some(&b))["nodes"], json!({}));
+        assert_eq!(b.layout().len(), 2, "the macros see the nodes that stay");
+        assert_eq!(b.layout_all().len(), 3);
+
+        // n3 stays after all: it comes back, and is no longer listed as removed.
+        let c = snap(
+            Some(&b),
+            3,
+            &[],
+            &[("n1", 2, "h1"), ("n2", 2, "h2b"), ("n3", 1, "h3")],
+        );
+        let d = since(&c, Some(&a));
+        assert_eq!(d["removed"], json!([]));
+        assert_eq!(
+            d["nodes"].as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["n2", "n3"]
+        );
+        assert_eq!(since(&c, Some(&b))["nodes"].as_object().unwrap().len(), 1);
+
+        // A revision of another server or lineage, or nonsense, gets the whole map.
+        let mut other = c.revision;
+        other.instance = 8;
+        for r in [other.text(), "1.2".into(), "x.y.z".into()] {
+            let d: Value = serde_json::from_str(&c.nodes_since(Some(&r)).unwrap()).unwrap();
+            assert_eq!(d["full"], true, "{r}");
+        }
+        let mut fresh = snap(Some(&c), 4, &[], &[("n1", 2, "h1")]);
+        fresh.new_lineage();
+        assert_eq!(since(&fresh, Some(&c))["full"], true);
     }
 }

@@ -5,6 +5,7 @@
 use serde_json::{json, Map, Value};
 use weft_model::{
     ClusterStatus, FinishTaskRequest, JobStatus, Node, ProvisionerAction, TakeTaskRequest,
+    TaskNodesRequest, NODES_BY_REVISION,
 };
 use weft_planner::MacroContext;
 use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, TaskState, Write};
@@ -60,9 +61,11 @@ async fn worker(
 }
 
 /// `POST /v2/tasks/take`: the next task's payload (JSON text), or `None` when the tenant's queue
-/// is empty.
+/// is empty. A worker that can do [`NODES_BY_REVISION`] gets the payload without `config.nodes`
+/// (provider tasks) or with `nodesRevision` in its place (see [`task_nodes`]).
 pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<String>> {
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
+    let by_revision = req.can(NODES_BY_REVISION);
     let timeout = st.settings.task_timeout_ms;
     loop {
         let now = now_ms();
@@ -97,7 +100,7 @@ pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<Stri
             drop_task(st, &task).await?;
             continue;
         }
-        match payload(st, &task, taken.cluster).await {
+        match payload(st, &task, taken.cluster, by_revision).await {
             Ok(p) => {
                 tracing::info!(task_id = %task.id, job_id = %task.job_id, cluster_id = task.cluster_id,
                     provisioner = %w.provisioner_id, action = %task.action, "task taken");
@@ -193,12 +196,81 @@ impl serde::Serialize for Config<'_> {
     }
 }
 
-/// The task JSON a worker receives (contract §5.11). `Err` carries a message for the task's failure.
-async fn payload(
+/// `POST /v2/tasks/nodes`: the `nodes` map of a cluster of the worker's tenant as of now, as the
+/// changes since `since` when that is a revision this server handed out (JSON text of a
+/// `weft_model::TaskNodes`).
+pub async fn task_nodes(st: &Engine, req: TaskNodesRequest) -> EngineResult<String> {
+    let provisioner_id = required(&req.provisioner_id, "provisionerId")?;
+    let tenant_id = required(&req.tenant_id, "tenantId")?;
+    let cluster = required(&req.cluster_id, "clusterId")?;
+    let cluster_id = crate::ids::parse_cluster_id(&cluster).ok_or_else(|| {
+        EngineError::Invalid(format!("clusterId {cluster:?} is not a cluster id"))
+    })?;
+    if !st
+        .provisioners
+        .is_registered(st.store.as_ref(), &provisioner_id)
+        .await?
+    {
+        return Err(EngineError::NotRegistered(provisioner_id));
+    }
+    let Some(stamp) = st.store.cluster_stamp(&tenant_id, cluster_id).await? else {
+        return Err(EngineError::ClusterNotFound(cluster));
+    };
+    let snap = st
+        .payloads
+        .snapshot(st.store.as_ref(), &tenant_id, cluster_id, Some(stamp))
+        .await
+        .map_err(EngineError::Internal)?;
+    snap.nodes_since(req.since.as_deref())
+        .map_err(EngineError::Internal)
+}
+
+/// CREATE, CONFIRM and DELETE: tasks of a provider plugin, which reads no other node.
+fn is_provider_task(task: &TaskRow) -> bool {
+    task.service.is_empty()
+        && [
+            ProvisionerAction::Create,
+            ProvisionerAction::Confirm,
+            ProvisionerAction::Delete,
+        ]
+        .iter()
+        .any(|a| a.upper() == task.action)
+}
+
+/// The payload of a provider task for a worker that caches the `nodes` map: no map at all, and
+/// built from the cluster body and the task's own node without a snapshot of the cluster.
+async fn provider_payload(
     st: &Engine,
     task: &TaskRow,
     stamp: Option<ClusterStamp>,
 ) -> Result<String, String> {
+    let (body, me) = st
+        .payloads
+        .node_view(
+            st.store.as_ref(),
+            &task.tenant_id,
+            task.cluster_id,
+            &task.node_id,
+            stamp,
+        )
+        .await?;
+    let mut config = Map::new();
+    config.insert("cluster".into(), Value::Object(body.config.clone()));
+    add_node_config(&mut config, &body, &me, task)?;
+    serialize_payload(task, &config, Nodes::Neither)
+}
+
+/// The task JSON a worker receives (contract §5.11): with the whole `nodes` map, or (`by_revision`)
+/// with the revision of the map instead. `Err` carries a message for the task's failure.
+async fn payload(
+    st: &Engine,
+    task: &TaskRow,
+    stamp: Option<ClusterStamp>,
+    by_revision: bool,
+) -> Result<String, String> {
+    if by_revision && is_provider_task(task) {
+        return provider_payload(st, task, stamp).await;
+    }
     let snap = st
         .payloads
         .snapshot(st.store.as_ref(), &task.tenant_id, task.cluster_id, stamp)
@@ -217,7 +289,13 @@ async fn payload(
     }
     add_node_config(&mut config, &snap.body, me, task)?;
     // Results are written last and may shadow anything, `nodes` included.
-    let nodes = (!config.contains_key("nodes")).then_some(&*snap.nodes_json);
+    let nodes = if config.contains_key("nodes") {
+        Nodes::Neither
+    } else if by_revision {
+        Nodes::Revision(snap.revision().text())
+    } else {
+        Nodes::Map(snap.nodes_json()?)
+    };
     serialize_payload(task, &config, nodes)
 }
 
@@ -244,9 +322,9 @@ fn service_config(
     let fields = serde_json::to_value(&spec.fields).unwrap_or(Value::Null);
     let (cluster_config, fields) = if has_macros(&cluster_config) || has_macros(&fields) {
         let layout = if snap.body.retiring.contains(&me.id) {
-            &snap.layout_all
+            snap.layout_all()
         } else {
-            &snap.layout
+            snap.layout()
         };
         let ctx = MacroContext::new(layout, &snap.owner).map_err(|e| e.to_string())?;
         let c = ctx
@@ -293,11 +371,22 @@ fn add_node_config(
     Ok(())
 }
 
-/// Writes the payload: the ids first (a worker may read them from the head), `config` last.
+/// What a payload says of the cluster's `nodes` map.
+enum Nodes<'a> {
+    /// The map itself, as `config.nodes` (contract §5.11).
+    Map(&'a serde_json::value::RawValue),
+    /// `nodesRevision`: the revision of the map the worker reads through [`task_nodes`].
+    Revision(String),
+    /// Nothing: a provider task of a worker that caches the map, or results that shadow `nodes`.
+    Neither,
+}
+
+/// Writes the payload: the ids (and the map's revision) first, so a worker may read them from the
+/// head, `config` last.
 fn serialize_payload(
     task: &TaskRow,
     config: &Map<String, Value>,
-    nodes: Option<&serde_json::value::RawValue>,
+    nodes: Nodes<'_>,
 ) -> Result<String, String> {
     #[derive(serde::Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -307,8 +396,15 @@ fn serialize_payload(
         cluster_id: String,
         task_name: &'a str,
         node_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        nodes_revision: Option<String>,
         config: Config<'a>,
     }
+    let (nodes, nodes_revision) = match nodes {
+        Nodes::Map(m) => (Some(m), None),
+        Nodes::Revision(r) => (None, Some(r)),
+        Nodes::Neither => (None, None),
+    };
     // Sized for the nodes map up front: growing a buffer of hundreds of KB by doubling copies it
     // several times.
     let mut out = Vec::with_capacity(nodes.map_or(0, |n| n.get().len()) + 4096);
@@ -320,6 +416,7 @@ fn serialize_payload(
             cluster_id: cluster_id_text(task.cluster_id),
             task_name: &task.action,
             node_id: &task.node_id,
+            nodes_revision,
             config: Config {
                 fields: config,
                 nodes,

@@ -139,6 +139,7 @@ async fn run_worker(e: &Engine) -> usize {
             worker_id: Some("w1".into()),
             provisioner_id: Some("p1".into()),
             tenant_id: Some("t-acme".into()),
+            ..Default::default()
         };
         let Some(task) = take(e, req).await.unwrap() else {
             return ran;

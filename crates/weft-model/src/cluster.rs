@@ -399,6 +399,95 @@ pub struct TakeTaskRequest {
     pub provisioner_id: Option<String>,
     #[serde(rename = "tenantId", default, deserialize_with = "lenient::opt_string")]
     pub tenant_id: Option<String>,
+    /// What the worker can do beyond the contract; unknown names are ignored. With
+    /// [`NODES_BY_REVISION`] the payload carries `nodesRevision` instead of `config.nodes`, and
+    /// the worker reads the map through `POST /v2/tasks/nodes`.
+    #[serde(default, deserialize_with = "capabilities")]
+    pub capabilities: Vec<String>,
+}
+
+/// A list of capability names, or one name alone.
+fn capabilities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(#[serde(deserialize_with = "lenient::strings")] Vec<String>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => Vec::new(),
+        Some(OneOrMany::One(s)) => vec![s],
+        Some(OneOrMany::Many(v)) => v,
+    })
+}
+
+/// The capability of a worker that caches a cluster's `nodes` map (weft's own provisioner): its
+/// payloads name a revision of the map instead of carrying it.
+pub const NODES_BY_REVISION: &str = "nodesByRevision";
+
+/// Whether a worker holding the map at revision `held` may use it for a task at revision `wanted`:
+/// revisions are `instance.lineage.seq`, and one of the same server instance and lineage with a
+/// sequence number at least as high is at least as new.
+pub fn nodes_revision_covers(held: &str, wanted: &str) -> bool {
+    let split = |r: &str| {
+        let (head, seq) = r.rsplit_once('.')?;
+        Some((head.to_string(), seq.parse::<u64>().ok()?))
+    };
+    match (split(held), split(wanted)) {
+        (Some((h, hs)), Some((w, ws))) => h == w && hs >= ws,
+        _ => held == wanted,
+    }
+}
+
+impl TakeTaskRequest {
+    /// Whether the worker said it can do `capability`.
+    pub fn can(&self, capability: &str) -> bool {
+        self.capabilities.iter().any(|c| c == capability)
+    }
+}
+
+/// `POST /v2/tasks/nodes`: a cluster's `nodes` map (contract §5.11's `config.nodes`) as of now,
+/// whole or as the changes since a revision the worker holds.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TaskNodesRequest {
+    #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
+    pub worker_id: Option<String>,
+    #[serde(
+        rename = "provisionerId",
+        default,
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub provisioner_id: Option<String>,
+    #[serde(rename = "tenantId", default, deserialize_with = "lenient::opt_string")]
+    pub tenant_id: Option<String>,
+    /// The cluster, as a task's `clusterId` names it.
+    #[serde(
+        rename = "clusterId",
+        default,
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub cluster_id: Option<String>,
+    /// The revision of the map the worker holds (a `revision` this route answered): the answer
+    /// is then the changes since. Absent, unknown or too old: the whole map.
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub since: Option<String>,
+}
+
+/// The answer of `POST /v2/tasks/nodes`, `revision` first (a worker may read it from the head).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TaskNodes {
+    /// The revision this answer brings the worker's map to.
+    pub revision: String,
+    /// True: `nodes` is the whole map (drop what was held). False: `nodes` holds the nodes added
+    /// or changed since `since`, and `removed` the ids that left.
+    pub full: bool,
+    /// `{nodeId: properties}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub nodes: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub removed: Vec<String>,
 }
 
 /// `POST /v2/tasks/finish`.

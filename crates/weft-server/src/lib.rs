@@ -246,6 +246,8 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ClusterStatus,
         weft_model::JobStatus,
         weft_model::TakeTaskRequest,
+        weft_model::TaskNodesRequest,
+        weft_model::TaskNodes,
         weft_model::FinishTaskRequest,
     ))
 )]

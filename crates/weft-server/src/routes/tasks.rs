@@ -1,12 +1,13 @@
 //! `/v2/tasks/take` and `/v2/tasks/finish` on the internal port: how provisioner workers get work
-//! and report results (contract §4.12).
+//! and report results (contract §4.12); `/v2/tasks/nodes` serves a cluster's `nodes` map to
+//! workers that cache it (weft's own provisioner) instead of reading it in every payload.
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodFilter;
-use weft_model::{FinishTaskRequest, TakeTaskRequest};
+use weft_model::{FinishTaskRequest, TakeTaskRequest, TaskNodesRequest};
 
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
@@ -32,6 +33,20 @@ pub fn routes(api: Api) -> Api {
     )
     .route(
         MethodFilter::POST,
+        "/v2/tasks/nodes",
+        nodes,
+        op(
+            "tasks",
+            "A cluster's nodes map as of now: whole, or the changes since a revision the worker holds",
+        )
+        .body(Body::Json("TaskNodesRequest"))
+        .ok(200, "the map or its changes", Body::Json("TaskNodes"))
+        .status(400, "a field is missing")
+        .status(403, "Provisioner X is not registered.")
+        .status(404, "no such cluster in the tenant"),
+    )
+    .route(
+        MethodFilter::POST,
         "/v2/tasks/finish",
         finish,
         op("tasks", "Report a task's result (status 0 is success)")
@@ -49,6 +64,12 @@ async fn take(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
         Some(task) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], task).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
+}
+
+async fn nodes(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
+    let req: TaskNodesRequest = parse_body(&body, "{provisionerId, tenantId, clusterId, since}")?;
+    let answer = work::task_nodes(&st.engine, req).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], answer).into_response())
 }
 
 async fn finish(State(st): State<AppState>, body: Bytes) -> ApiResult<()> {

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::html::enc;
-use super::session::Ctx;
+use super::session::{ApiResp, Ctx};
 use crate::state::{now_ms, AppState};
 
 type Page = Result<Response, Response>;
@@ -38,20 +38,88 @@ struct DetailQuery {
     error: Option<String>,
     /// Show this job instead of the latest one.
     job: Option<String>,
+    /// The first node of the page shown.
+    offset: Option<usize>,
 }
 
-/// The states of a job's tasks (gates left out), by task id.
-async fn task_states(ctx: &Ctx, id: &str, job_id: &str) -> BTreeMap<String, String> {
+/// Nodes a page shows (the grid, the lanes and the live view): a 10,000-node cluster is never
+/// read whole for a page or a poll.
+pub const PAGE: usize = 100;
+
+/// The cluster's details with the page of nodes from `offset`, and where that page is.
+async fn cluster_page(ctx: &Ctx, id: &str, offset: usize) -> Result<(Value, Value), ApiResp> {
+    let r = ctx
+        .get(&format!(
+            "/v2/clusters/{}?offset={offset}&limit={PAGE}",
+            enc(id)
+        ))
+        .await;
+    if !r.ok() {
+        return Err(r);
+    }
+    let c = r.value();
+    let shown = c["nodes"].as_array().map_or(0, Vec::len);
+    let header = |name: &str| {
+        r.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    let total = header("weft-nodes-total").unwrap_or(offset + shown);
+    let offset = header("weft-nodes-offset").unwrap_or(offset);
+    Ok((c, page_info(offset, shown, total)))
+}
+
+/// What the pager shows: the range, and the offsets of the pages before and after (null at an end).
+pub fn page_info(offset: usize, shown: usize, total: usize) -> Value {
+    let end = offset + shown;
+    json!({
+        "offset": offset, "first": (offset + 1).min(end), "end": end, "total": total,
+        "paged": offset > 0 || end < total,
+        "prev": (offset > 0).then(|| offset.saturating_sub(PAGE)),
+        "next": (end < total).then_some(end),
+    })
+}
+
+/// The states of a job's tasks (gates left out), by task id: all of them, or for a cluster shown a
+/// page at a time, those of the page's nodes that have started (the rest show as planned).
+async fn task_states(ctx: &Ctx, id: &str, job_id: &str, page: &[&str]) -> BTreeMap<String, String> {
     let Ok(row) = weft_engine::view::visible(&ctx.state.engine, &ctx.who.caller(), id).await else {
         return BTreeMap::new();
     };
-    let Ok(tasks) = ctx.state.store.list_tasks(&row.tenant_id, job_id).await else {
+    let tasks = if page.is_empty() {
+        ctx.state.store.list_tasks(&row.tenant_id, job_id).await
+    } else {
+        let mut all = Vec::new();
+        let mut failed = None;
+        for node in page {
+            match ctx.state.store.node_tasks(&row.tenant_id, node, 500).await {
+                Ok(t) => all.extend(t.into_iter().filter(|t| t.job_id == job_id)),
+                Err(e) => failed = Some(e),
+            }
+        }
+        failed.map_or(Ok(all), Err)
+    };
+    let Ok(tasks) = tasks else {
         return BTreeMap::new();
     };
     tasks
         .into_iter()
         .filter(|t| t.cluster_id == row.id && t.action != weft_store::GATE)
         .map(|t| (t.id, t.state.as_str().to_string()))
+        .collect()
+}
+
+/// The ids of the nodes shown when they are a page of a larger cluster; empty when all are shown.
+fn paged_nodes<'a>(c: &'a Value, page: &Value) -> Vec<&'a str> {
+    if page["paged"] != true {
+        return Vec::new();
+    }
+    c["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["id"].as_str())
         .collect()
 }
 
@@ -70,7 +138,9 @@ async fn jobs(ctx: &Ctx, id: &str) -> Vec<Value> {
 }
 
 async fn detail(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) -> Page {
-    let c: Value = ctx.get_json(&format!("/v2/clusters/{}", enc(&id))).await?;
+    let (c, page) = cluster_page(&ctx, &id, q.offset.unwrap_or(0))
+        .await
+        .map_err(|r| ctx.error_page(r.status, &r.message()))?;
     let latest = c["latestJobId"].as_str().unwrap_or_default().to_string();
     let job = q
         .job
@@ -84,18 +154,28 @@ async fn detail(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) 
             .get(&format!("/v2/clusters/{}/plans/{}", enc(&id), enc(&job)))
             .await;
         let plan = if p.ok() { p.value() } else { Value::Null };
-        (plan, task_states(&ctx, &id, &job).await)
+        (
+            plan,
+            task_states(&ctx, &id, &job, &paged_nodes(&c, &page)).await,
+        )
     };
     let services: Vec<Value> = ctx.get_json("/v2/services").await.unwrap_or_default();
     let known: Vec<String> = services
         .iter()
         .filter_map(|s| s["name"].as_str().map(String::from))
         .collect();
-    let v = view(&c, &plan, &states, ctx.state.settings.max_action_retries);
+    let paged = page["paged"] == true;
+    let v = view(
+        &c,
+        &plan,
+        &states,
+        ctx.state.settings.max_action_retries,
+        paged,
+    );
     let title = format!("Cluster {}", c["name"].as_str().unwrap_or(&id));
     let mut extra = json!({
         "c": c, "job": job, "latest": latest, "jobs": jobs(&ctx, &id).await,
-        "addable": addable(&c, &known),
+        "addable": addable(&c, &known), "page": page,
         "notice": q.notice, "error": q.error,
     });
     if let (Some(e), Value::Object(v)) = (extra.as_object_mut(), v) {
@@ -189,6 +269,7 @@ pub fn view(
     plan: &Value,
     states: &BTreeMap<String, String>,
     max_attempts: u32,
+    paged: bool,
 ) -> Value {
     let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     let services = strings(&c["services"]);
@@ -261,26 +342,35 @@ pub fn view(
     json!({
         "grid": {"services": services, "rows": rows},
         "links": links,
-        "lanes": lanes(nodes, plan, states, max_attempts),
+        "lanes": lanes(nodes, plan, states, max_attempts, paged),
         "services_summary": summary,
     })
 }
 
 /// The plan's tasks as one lane per node, in stage order, each with its attempts (from the node's
-/// action history) and state.
+/// action history) and state. `paged`: `nodes` are a page of the cluster, and only their lanes
+/// are shown (else a task's node missing from `nodes` has left the cluster).
 fn lanes(
     nodes: &[Value],
     plan: &Value,
     states: &BTreeMap<String, String>,
     max_attempts: u32,
+    paged: bool,
 ) -> Vec<Value> {
+    let index: std::collections::HashMap<&str, &Value> = nodes
+        .iter()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
     let mut order: Vec<String> = Vec::new();
     let mut by_node: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for (stage, tasks) in plan["stages"].as_array().into_iter().flatten().enumerate() {
         for t in tasks.as_array().into_iter().flatten() {
             let node_id = t["nodeId"].as_str().unwrap_or_default().to_string();
             let id = t["id"].as_str().unwrap_or_default();
-            let node = nodes.iter().find(|n| n["id"] == node_id.as_str());
+            let node = index.get(node_id.as_str()).copied();
+            if paged && node.is_none() {
+                continue;
+            }
             let attempts: Vec<Value> = node
                 .and_then(|n| n["actions"].as_array())
                 .into_iter()
@@ -322,7 +412,7 @@ fn lanes(
     order
         .into_iter()
         .map(|node_id| {
-            let node = nodes.iter().find(|n| n["id"] == node_id.as_str());
+            let node = index.get(node_id.as_str()).copied();
             let (label, hardware) = match node {
                 Some(n) => (node_label(n), n["properties"]["hardwaretype"].clone()),
                 None => ("a removed node".to_string(), Value::Null),
@@ -480,17 +570,13 @@ async fn action(
 
 /// What the live view shows of a cluster: its status, the latest job's progress, task states and
 /// each node's service states (`cells`, keyed `nodeId/service`).
-async fn snapshot(ctx: &Ctx, id: &str) -> Option<Value> {
-    let r = ctx.get(&format!("/v2/clusters/{}", enc(id))).await;
-    if !r.ok() {
-        return None;
-    }
-    let c = r.value();
+async fn snapshot(ctx: &Ctx, id: &str, offset: usize) -> Option<Value> {
+    let (c, page) = cluster_page(ctx, id, offset).await.ok()?;
     let job = c["latestJobId"].as_str().unwrap_or_default().to_string();
     let tasks = if job.is_empty() {
         BTreeMap::new()
     } else {
-        task_states(ctx, id, &job).await
+        task_states(ctx, id, &job, &paged_nodes(&c, &page)).await
     };
     let mut cells = Map::new();
     for n in c["nodes"].as_array().into_iter().flatten() {
@@ -509,12 +595,14 @@ async fn snapshot(ctx: &Ctx, id: &str) -> Option<Value> {
 }
 
 /// Server-sent events: a `state` event with the cluster's [`snapshot`] whenever it changes, checked
-/// on each job notice of the cluster and every second.
-async fn events(ctx: Ctx, Path(id): Path<String>) -> Response {
+/// on each job notice of the cluster and every second; `?offset=` picks the page of nodes, as on
+/// the page.
+async fn events(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) -> Response {
     let Some(n) = weft_engine::parse_cluster_id(&id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    if snapshot(&ctx, &id).await.is_none() {
+    let offset = q.offset.unwrap_or(0);
+    if snapshot(&ctx, &id, offset).await.is_none() {
         return StatusCode::NOT_FOUND.into_response();
     }
     let rx = ctx.state.engine.events.subscribe();
@@ -524,7 +612,7 @@ async fn events(ctx: Ctx, Path(id): Path<String>) -> Response {
     let start = (ctx, id, rx, tick, String::new(), tenant, n);
     let stream = futures_util::stream::unfold(
         start,
-        |(ctx, id, mut rx, mut tick, last, tenant, n)| async move {
+        move |(ctx, id, mut rx, mut tick, last, tenant, n)| async move {
             let mut first = last.is_empty();
             loop {
                 if !first {
@@ -538,7 +626,7 @@ async fn events(ctx: Ctx, Path(id): Path<String>) -> Response {
                     }
                 }
                 first = false;
-                let snap = snapshot(&ctx, &id).await?.to_string();
+                let snap = snapshot(&ctx, &id, offset).await?.to_string();
                 if snap != last {
                     let ev = Event::default().event("state").data(snap.clone());
                     return Some((
@@ -643,7 +731,7 @@ mod tests {
             "clusterTemplate": {"links": [{"label": "site", "url": "http://%host.service.web%/"}]},
             "links": [{"label": "site", "url": "http://h1/"}],
         });
-        let v = view(&c, &Value::Null, &BTreeMap::new(), 3);
+        let v = view(&c, &Value::Null, &BTreeMap::new(), 3, false);
         assert_eq!(v["links"][0]["live"], false);
         assert_eq!(v["links"][0]["waiting"], json!(["web"]));
         assert_eq!(v["grid"]["rows"][0]["cells"][0]["state"], "installed");
@@ -661,7 +749,7 @@ mod tests {
         let plan = json!({"stages": [[{"id": "t1", "taskName": "INSTALL", "nodeId": "n1", "service": "web"}],
                                       [{"id": "t2", "taskName": "DELETE", "nodeId": "gone", "service": ""}]]});
         let states = BTreeMap::from([("t1".to_string(), "complete".to_string())]);
-        let v = view(&c, &plan, &states, 3);
+        let v = view(&c, &plan, &states, 3, false);
         let lanes = v["lanes"].as_array().unwrap();
         assert_eq!(lanes[0]["label"], "h1");
         assert_eq!(lanes[0]["tasks"][0]["attempt"], "attempt 2 of 3");
@@ -669,6 +757,33 @@ mod tests {
         assert_eq!(lanes[0]["tasks"][0]["last"]["duration"], "0.5 s");
         assert_eq!(lanes[1]["label"], "a removed node");
         assert_eq!(lanes[1]["tasks"][0]["state"], "planned");
+        let paged = view(&c, &plan, &states, 3, true);
+        assert_eq!(
+            paged["lanes"].as_array().unwrap().len(),
+            1,
+            "a page shows the lanes of its own nodes only"
+        );
+    }
+
+    #[test]
+    fn pages_say_where_they_are() {
+        let p = page_info(0, 3, 3);
+        assert_eq!(p["paged"], false);
+        let p = page_info(0, PAGE, 10_000);
+        assert_eq!(
+            (p["first"].clone(), p["end"].clone()),
+            (json!(1), json!(PAGE))
+        );
+        assert_eq!(
+            (p["prev"].clone(), p["next"].clone()),
+            (Value::Null, json!(PAGE))
+        );
+        let p = page_info(9_950, 50, 10_000);
+        assert_eq!(
+            (p["prev"].clone(), p["next"].clone()),
+            (json!(9_850), Value::Null)
+        );
+        assert_eq!(p["paged"], true);
     }
 
     #[test]

@@ -110,6 +110,7 @@ impl FromRequestParts<AppState> for Ctx {
 #[derive(Debug)]
 pub struct ApiResp {
     pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
     pub body: Bytes,
 }
 
@@ -176,6 +177,7 @@ impl Ctx {
             Err(e) => {
                 return ApiResp {
                     status: StatusCode::BAD_REQUEST,
+                    headers: Default::default(),
                     body: Bytes::from(e.to_string()),
                 }
             }
@@ -185,10 +187,15 @@ impl Ctx {
             Err(never) => match never {},
         };
         let status = resp.status();
+        let headers = resp.headers().clone();
         let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap_or_default();
-        ApiResp { status, body }
+        ApiResp {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub async fn get(&self, path: &str) -> ApiResp {

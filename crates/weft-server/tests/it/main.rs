@@ -16,6 +16,7 @@ mod isolation;
 mod janitor;
 mod layers; // the layer order of ARCHITECTURE.md
 mod metrics_profile;
+mod nodes_map; // payloads without the nodes map (issue 24)
 mod openapi;
 mod outbound;
 mod plugins;

@@ -194,7 +194,7 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         }
         let t0 = Instant::now();
         let Driven { done, errors, .. } =
-            drive_on(&http, &servers, &tenant_id, workers, total).await?;
+            drive_on(&http, &servers, &tenant_id, workers, total, true).await?;
         let secs = t0.elapsed().as_secs_f64();
         for cluster in &clusters {
             check_active(&http, server, cluster).await?;
@@ -210,7 +210,7 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         let posted = t0.elapsed().as_secs_f64();
         let total = plan_size(&http, server, &cluster).await?;
         let Driven { done, errors, .. } =
-            drive_on(&http, &servers, &tenant_id, q.create_workers, total).await?;
+            drive_on(&http, &servers, &tenant_id, q.create_workers, total, true).await?;
         check_active(&http, server, &cluster).await?;
         let secs = t0.elapsed().as_secs_f64();
         println!(
@@ -395,6 +395,12 @@ struct Taken {
     task_id: String,
     #[serde(rename = "taskName")]
     task_name: String,
+    #[serde(rename = "clusterId", default)]
+    cluster_id: String,
+    /// The revision of the cluster's `nodes` map the task needs (the workers announce
+    /// `nodesByRevision`, as weft's provisioner does).
+    #[serde(rename = "nodesRevision", default)]
+    nodes_revision: Option<String>,
 }
 
 impl Taken {
@@ -425,17 +431,86 @@ impl Taken {
 
     fn from_head(text: &[u8]) -> Option<Taken> {
         let head = &text[..text.len().min(HEAD)];
-        let field = |key: &str| -> Option<String> {
-            let pat = format!("\"{key}\":\"");
-            let at = head.windows(pat.len()).position(|w| w == pat.as_bytes())? + pat.len();
-            let len = head[at..].iter().position(|b| *b == b'"' || *b == b'\\')?;
-            (head[at + len] == b'"')
-                .then(|| String::from_utf8_lossy(&head[at..at + len]).into_owned())
-        };
+        // The revision, when there is one, comes before `config`.
+        let config = find(head, "\"config\":").unwrap_or(head.len());
         Some(Taken {
-            task_id: field("taskId")?,
-            task_name: field("taskName")?,
+            task_id: field(head, "taskId")?,
+            task_name: field(head, "taskName")?,
+            cluster_id: field(head, "clusterId")?,
+            nodes_revision: field(&head[..config], "nodesRevision"),
         })
+    }
+}
+
+fn find(text: &[u8], pat: &str) -> Option<usize> {
+    text.windows(pat.len()).position(|w| w == pat.as_bytes())
+}
+
+/// The string value of `"key":"..."` in `text` (no escapes), if it is there whole.
+fn field(text: &[u8], key: &str) -> Option<String> {
+    let pat = format!("\"{key}\":\"");
+    let at = find(text, &pat)? + pat.len();
+    let len = text[at..].iter().position(|b| *b == b'"' || *b == b'\\')?;
+    (text[at + len] == b'"').then(|| String::from_utf8_lossy(&text[at..at + len]).into_owned())
+}
+
+/// What the workers of one [`drive`] hold of each cluster's `nodes` map, as one provisioner does
+/// (weft_client's `NodesCache`): its revision only, since no-op workers never read the map; the
+/// bytes of every fetch are counted.
+#[derive(Default)]
+struct HeldMaps {
+    revisions: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// One fetch at a time.
+    fetching: tokio::sync::Mutex<()>,
+    bytes: AtomicU64,
+    fetches: AtomicU64,
+}
+
+impl HeldMaps {
+    fn covers(&self, cluster: &str, wanted: &str) -> Option<String> {
+        let held = self.revisions.lock().expect("lock");
+        let r = held.get(cluster)?;
+        weft_model::nodes_revision_covers(r, wanted).then(|| r.clone())
+    }
+
+    /// Brings the cluster's map to `wanted` or newer: the changes since the revision held.
+    async fn ensure(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        ids: &Value,
+        cluster: &str,
+        wanted: &str,
+    ) -> anyhow::Result<()> {
+        if self.covers(cluster, wanted).is_some() {
+            return Ok(());
+        }
+        let _one = self.fetching.lock().await;
+        if self.covers(cluster, wanted).is_some() {
+            return Ok(());
+        }
+        let since = self.revisions.lock().expect("lock").get(cluster).cloned();
+        let body = json!({"provisionerId": ids["provisionerId"], "tenantId": ids["tenantId"],
+            "clusterId": cluster, "since": since});
+        let mut r = http.post(url).body(body.to_string()).send().await?;
+        if r.status() != 200 {
+            bail!("nodes: {}: {}", r.status(), r.text().await?);
+        }
+        let mut head = Vec::new();
+        while let Some(chunk) = r.chunk().await? {
+            self.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            if head.len() < HEAD {
+                head.extend_from_slice(&chunk[..chunk.len().min(HEAD)]);
+            }
+        }
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let revision =
+            field(&head, "revision").ok_or_else(|| anyhow!("nodes: no revision in the answer"))?;
+        self.revisions
+            .lock()
+            .expect("lock")
+            .insert(cluster.to_string(), revision);
+        Ok(())
     }
 }
 
@@ -447,17 +522,51 @@ pub(super) struct Driven {
     pub(super) errors: u64,
     /// Bytes of task payloads the server sent.
     pub(super) payload_bytes: u64,
+    /// Bytes of `nodes` maps the server sent (`POST /v2/tasks/nodes`), and how many answers.
+    pub(super) nodes_bytes: u64,
+    pub(super) nodes_fetches: u64,
 }
 
-/// Runs `workers` workers until `total` tasks have been finished.
+/// Runs `workers` workers until `total` tasks have been finished. With `by_revision` they announce
+/// `nodesByRevision` and fetch each cluster's `nodes` map when a task names a newer revision, as
+/// weft's provisioner does; without it they get the map in every payload, as Coopr's did.
 pub(super) async fn drive(
     http: &reqwest::Client,
     s: &Server,
     tenant_id: &str,
     workers: usize,
     total: u64,
+    by_revision: bool,
 ) -> anyhow::Result<Driven> {
-    drive_on(http, std::slice::from_ref(s), tenant_id, workers, total).await
+    drive_on(
+        http,
+        std::slice::from_ref(s),
+        tenant_id,
+        workers,
+        total,
+        by_revision,
+    )
+    .await
+}
+
+/// One server's routes for the instant workers, and the node maps held from it.
+#[derive(Clone)]
+struct ServerUrls {
+    take_url: Arc<str>,
+    finish_url: Arc<str>,
+    nodes_url: Arc<str>,
+    maps: Arc<HeldMaps>,
+}
+
+impl ServerUrls {
+    fn of(s: &Server) -> Self {
+        ServerUrls {
+            take_url: format!("{}/v2/tasks/take", s.internal).into(),
+            finish_url: format!("{}/v2/tasks/finish", s.internal).into(),
+            nodes_url: format!("{}/v2/tasks/nodes", s.internal).into(),
+            maps: Arc::new(HeldMaps::default()),
+        }
+    }
 }
 
 /// [`drive`] with the workers spread over `servers` in turn (worker `w` on server `w % n`).
@@ -467,29 +576,32 @@ async fn drive_on(
     tenant_id: &str,
     workers: usize,
     total: u64,
+    by_revision: bool,
 ) -> anyhow::Result<Driven> {
     let bytes = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let addresses = Arc::new(AtomicU64::new(1));
-    let urls: Vec<(Arc<str>, Arc<str>)> = servers
-        .iter()
-        .map(|s| {
-            (
-                format!("{}/v2/tasks/take", s.internal).into(),
-                format!("{}/v2/tasks/finish", s.internal).into(),
-            )
-        })
-        .collect();
+    // Per server: its routes, and the maps held from it (revisions are a server process's own).
+    let urls: Vec<ServerUrls> = servers.iter().map(ServerUrls::of).collect();
     let mut handles = Vec::new();
     for w in 0..workers {
         let (http, done, stop) = (http.clone(), done.clone(), stop.clone());
         let (errors, addresses, bytes) = (errors.clone(), addresses.clone(), bytes.clone());
-        let (take_url, finish_url) = urls[w % urls.len()].clone();
+        let ServerUrls {
+            take_url,
+            finish_url,
+            nodes_url,
+            maps,
+        } = urls[w % urls.len()].clone();
         let ids = json!({"workerId": format!("w{w}"), "provisionerId": PROVISIONER, "tenantId": tenant_id});
         handles.push(tokio::spawn(async move {
-            let take_body = ids.to_string();
+            let mut take_body = ids.clone();
+            if by_revision {
+                take_body["capabilities"] = json!([weft_model::NODES_BY_REVISION]);
+            }
+            let take_body = take_body.to_string();
             while !stop.load(Ordering::Relaxed) {
                 let r = http.post(&*take_url).body(take_body.clone()).send().await?;
                 let status = r.status().as_u16();
@@ -502,6 +614,10 @@ async fn drive_on(
                     bail!("take: {status}: {}", r.text().await?);
                 }
                 let task = Taken::receive(r, &bytes).await?;
+                if let Some(wanted) = &task.nodes_revision {
+                    maps.ensure(&http, &nodes_url, &ids, &task.cluster_id, wanted)
+                        .await?;
+                }
                 let mut body = ids.clone();
                 body["taskId"] = json!(task.task_id);
                 body["status"] = json!(0);
@@ -541,5 +657,13 @@ async fn drive_on(
         done: done.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
         payload_bytes: bytes.load(Ordering::Relaxed),
+        nodes_bytes: urls
+            .iter()
+            .map(|u| u.maps.bytes.load(Ordering::Relaxed))
+            .sum(),
+        nodes_fetches: urls
+            .iter()
+            .map(|u| u.maps.fetches.load(Ordering::Relaxed))
+            .sum(),
     })
 }

@@ -27,6 +27,10 @@ pub struct CreateArgs {
     /// PostgreSQL URL, with --database postgres.
     #[arg(long)]
     database_url: Option<String>,
+    /// Workers that get the whole `nodes` map in every payload, as Coopr's did (by default they
+    /// announce `nodesByRevision` and fetch the map when it changed, as weft's provisioner does).
+    #[arg(long)]
+    nodes_in_payload: bool,
     /// table (default) or json (the last line is one object).
     #[arg(short = 'o', long, default_value = "table")]
     output: String,
@@ -168,7 +172,18 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         done,
         errors,
         payload_bytes,
-    } = drive(&http, &server, &tenant_id, a.workers, total).await?;
+        nodes_bytes,
+        nodes_fetches,
+    } = drive(
+        &http,
+        &server,
+        &tenant_id,
+        a.workers,
+        total,
+        !a.nodes_in_payload,
+    )
+    .await?;
+    let bytes_total = payload_bytes + nodes_bytes;
     check_active(&http, &server, &id).await?;
     let seconds = t0.elapsed().as_secs_f64();
     let report = json!({
@@ -179,8 +194,12 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         "post_seconds": posted,
         "seconds": seconds,
         "tasks_per_s": done as f64 / seconds,
-        "bytes_per_task": payload_bytes / done.max(1),
-        "bytes_total": payload_bytes,
+        "nodes_in_payload": a.nodes_in_payload,
+        "bytes_per_task": bytes_total / done.max(1),
+        "bytes_total": bytes_total,
+        "payload_bytes": payload_bytes,
+        "nodes_map_bytes": nodes_bytes,
+        "nodes_map_fetches": nodes_fetches,
         "finishes_answered_500": errors,
         "peak_rss_bytes": peak_rss_bytes(),
     });
@@ -189,13 +208,14 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
     } else {
         println!(
             "create of {} nodes ({done} tasks) with {} instant workers on {}: POST answered in \
-             {posted:.2} s, active after {seconds:.2} s ({:.0} tasks/s); payloads {} bytes per \
-             task; peak RSS {} MiB",
+             {posted:.2} s, active after {seconds:.2} s ({:.0} tasks/s); {} bytes per task \
+             (payloads and {nodes_fetches} nodes-map fetches of {nodes_bytes} bytes); peak RSS \
+             {} MiB",
             a.nodes,
             a.workers,
             a.database,
             done as f64 / seconds,
-            payload_bytes / done.max(1),
+            bytes_total / done.max(1),
             peak_rss_bytes() / (1024 * 1024)
         );
     }

@@ -91,7 +91,8 @@ document.querySelectorAll("input[data-filter]").forEach(function (box) {
   var el = document.getElementById("cluster");
   if (!el || !window.EventSource) { return; }
   var id = el.getAttribute("data-cluster");
-  var src = new EventSource("/ui/clusters/" + encodeURIComponent(id) + "/events");
+  var offset = el.getAttribute("data-offset") || "0";
+  var src = new EventSource("/ui/clusters/" + encodeURIComponent(id) + "/events?offset=" + encodeURIComponent(offset));
   var jobEl = document.getElementById("job") || el;
   var shownJob = jobEl.getAttribute("data-job") || "";
   var latestJob = jobEl.getAttribute("data-latest") || "";

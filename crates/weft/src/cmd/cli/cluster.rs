@@ -81,10 +81,16 @@ enum Cmd {
         #[arg(long)]
         status: Option<String>,
     },
-    /// Show a cluster: nodes, services, addresses, lease, last job.
+    /// Show a cluster: nodes (a page of them), services, addresses, lease, last job.
     Show {
         /// The cluster id.
         id: String,
+        /// The first node shown (0 is the first).
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// Nodes shown, 1 to 1000; the last line says how to see the next page.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: u64,
     },
     /// The status of a cluster's latest job.
     Status {
@@ -367,12 +373,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             println!("{t}");
             Ok(())
         }
-        Cmd::Show { id } => {
-            let d = ctx.block(c.cluster(&id))?;
+        Cmd::Show { id, offset, limit } => {
+            let (d, page) = ctx.block(c.cluster_page(&id, offset, limit as usize))?;
             if ctx.json() {
                 return print_json(&d);
             }
             show_cluster(&d);
+            if let Some(more) = page_note(&id, page) {
+                println!("{more}");
+            }
             Ok(())
         }
         Cmd::Status { id } => {
@@ -784,6 +793,22 @@ fn show_cluster(d: &ClusterDetails) {
     }
 }
 
+/// Which nodes a page showed and how to see the next, when the cluster has more.
+fn page_note(id: &str, p: weft_client::api::NodesPage) -> Option<String> {
+    let end = p.offset + p.count;
+    if p.offset == 0 && end >= p.total {
+        return None;
+    }
+    let mut note = format!("nodes {} to {end} of {}", (p.offset + 1).min(end), p.total);
+    if end < p.total {
+        note += &format!(
+            "; next: weft cluster show {id} --offset {end} --limit {}",
+            p.count.max(1)
+        );
+    }
+    Some(note)
+}
+
 fn logs(ctx: &Ctx, d: &ClusterDetails, only_failed: bool) -> anyhow::Result<()> {
     let mut out = Vec::new();
     for n in &d.nodes {
@@ -952,6 +977,29 @@ mod tests {
             serde_json::json!({"kv": {"port": 7000, "name": "x"}, "on": true})
         );
         assert!(apply_kv(&mut Map::new(), &["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn a_page_says_where_it_is_and_how_to_see_the_next() {
+        use weft_client::api::NodesPage;
+        let p = |offset, count, total| NodesPage {
+            total,
+            offset,
+            count,
+        };
+        assert_eq!(
+            page_note("7", p(0, 3, 3)),
+            None,
+            "a whole cluster needs no note"
+        );
+        assert_eq!(
+            page_note("7", p(0, 100, 10_000)).unwrap(),
+            "nodes 1 to 100 of 10000; next: weft cluster show 7 --offset 100 --limit 100"
+        );
+        assert_eq!(
+            page_note("7", p(9_900, 100, 10_000)).unwrap(),
+            "nodes 9901 to 10000 of 10000"
+        );
     }
 
     #[test]
