@@ -302,10 +302,11 @@ pub async fn expand(
     st: &Engine,
     who: &Caller,
     id: &str,
-    k: u64,
+    k: Option<u64>,
     dry_run: bool,
 ) -> EngineResult<Option<PlanView>> {
     let row = visible(st, who, id).await?;
+    let k = node_count(k)?;
     require_status(&row, &[ClusterStatus::Active])?;
     let tenant = &who.tenant;
     let (_, nodes) = st.store.count_clusters(&tenant.id).await?;
@@ -328,12 +329,26 @@ pub async fn shrink(
     st: &Engine,
     who: &Caller,
     id: &str,
-    k: u64,
+    k: Option<u64>,
     dry_run: bool,
 ) -> EngineResult<Option<PlanView>> {
-    let c = load_in(st, who, id, &[ClusterStatus::Active]).await?;
+    let row = visible(st, who, id).await?;
+    let k = node_count(k)?;
+    require_status(&row, &[ClusterStatus::Active])?;
+    let c = load(st, row).await?;
     let body = c.body.clone();
     relayout(st, &c, &Change::Shrink(k), Operation::Shrink, body, dry_run).await
+}
+
+/// The number of nodes an expand or shrink asks for, checked after the cluster was found (an
+/// unknown cluster is a 404 whatever the count).
+fn node_count(k: Option<u64>) -> EngineResult<u64> {
+    match k {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(EngineError::Invalid(
+            "count must be a number of nodes greater than 0".into(),
+        )),
+    }
 }
 
 /// Gives cluster `id` (active or inconsistent) a whole new `config` and configures its services

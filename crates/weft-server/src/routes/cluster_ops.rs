@@ -314,14 +314,10 @@ pub struct CountReq {
     count: Option<u64>,
 }
 
-fn count(body: &Bytes, query: Option<u64>) -> ApiResult<u64> {
+/// The count from the body or else the query; the engine checks it after finding the cluster.
+fn count(body: &Bytes, query: Option<u64>) -> ApiResult<Option<u64>> {
     let req: CountReq = lenient::from_value(optional_body(body)?)?;
-    match req.count.or(query) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(ApiError::BadRequest(
-            "count must be a number of nodes greater than 0".into(),
-        )),
-    }
+    Ok(req.count.or(query))
 }
 
 #[derive(Debug, Deserialize)]
