@@ -224,10 +224,13 @@ pub enum ProvisionerAction {
     Start,
     Stop,
     Delete,
+    /// weft extension: checks that the service is healthy (a script that exits 0 when it is).
+    /// Run only by health jobs (`POST /v2/clusters/{id}/health`), never by lifecycle plans.
+    Healthcheck,
 }
 
 impl ProvisionerAction {
-    pub const ALL: [ProvisionerAction; 10] = [
+    pub const ALL: [ProvisionerAction; 11] = [
         ProvisionerAction::Create,
         ProvisionerAction::Confirm,
         ProvisionerAction::Bootstrap,
@@ -238,6 +241,7 @@ impl ProvisionerAction {
         ProvisionerAction::Start,
         ProvisionerAction::Stop,
         ProvisionerAction::Delete,
+        ProvisionerAction::Healthcheck,
     ];
 
     /// Upper-case name, as in tasks, plans and node actions (`CREATE`).
@@ -253,6 +257,7 @@ impl ProvisionerAction {
             ProvisionerAction::Start => "START",
             ProvisionerAction::Stop => "STOP",
             ProvisionerAction::Delete => "DELETE",
+            ProvisionerAction::Healthcheck => "HEALTHCHECK",
         }
     }
 
@@ -310,6 +315,10 @@ fn dependency_class<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Dependency
 }
 
 /// One service action: the automator type and its admin fields.
+///
+/// weft extension, for the `healthcheck` action only: `timeout` (seconds one try may run),
+/// `tries` (how many tries before the service counts as unhealthy) and `interval` (seconds
+/// between tries). Coopr knows none of them; each is left out when not set.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceAction {
@@ -317,6 +326,57 @@ pub struct ServiceAction {
     pub automator: String,
     #[serde(default, deserialize_with = "lenient::string_map")]
     pub fields: BTreeMap<String, String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_u64"
+    )]
+    pub timeout: Option<u64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_u64"
+    )]
+    pub tries: Option<u64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_u64"
+    )]
+    pub interval: Option<u64>,
+}
+
+/// How a `healthcheck` action runs: the action's settings with the defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct HealthcheckSpec {
+    /// Seconds one try may run.
+    pub timeout: u64,
+    /// Tries before the service counts as unhealthy.
+    pub tries: u64,
+    /// Seconds between tries.
+    pub interval: u64,
+}
+
+impl HealthcheckSpec {
+    pub const DEFAULT_TIMEOUT: u64 = 30;
+    pub const DEFAULT_TRIES: u64 = 3;
+    pub const DEFAULT_INTERVAL: u64 = 5;
+    /// Bounds that validation enforces (inclusive).
+    pub const TIMEOUT_RANGE: (u64, u64) = (1, 3600);
+    pub const TRIES_RANGE: (u64, u64) = (1, 100);
+    pub const INTERVAL_RANGE: (u64, u64) = (0, 3600);
+}
+
+impl ServiceAction {
+    /// The health check settings of this action, defaults filled in.
+    pub fn healthcheck_spec(&self) -> HealthcheckSpec {
+        HealthcheckSpec {
+            timeout: self.timeout.unwrap_or(HealthcheckSpec::DEFAULT_TIMEOUT),
+            tries: self.tries.unwrap_or(HealthcheckSpec::DEFAULT_TRIES),
+            interval: self.interval.unwrap_or(HealthcheckSpec::DEFAULT_INTERVAL),
+        }
+    }
 }
 
 /// `{"actions": {"install": {...}, ...}}`.

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod entity;
 pub mod error;
+pub mod health;
 pub mod hostpool;
 pub mod lenient;
 pub mod plugin;
@@ -18,6 +19,10 @@ pub mod validate;
 pub use cluster::*;
 pub use entity::*;
 pub use error::ModelError;
+pub use health::{
+    ClusterHealth, HealthReport, HealthRun, HealthState, NodeHealth, ServiceHealth,
+    HEALTH_RESULT_KEY,
+};
 pub use hostpool::{HostSpec, HostState, LabelSelector, PoolHost, PoolHostRequest};
 pub use plugin::*;
 pub use sweep::{SweepError, SweepReport, SweptMachine}; // provider sweep

@@ -1,8 +1,8 @@
 //! Validation rules that need no store: names, sizes, leases, plugin specs.
 
 use crate::{
-    ClusterTemplate, MachineType, ModelError, PartialTemplate, PluginType, Provider,
-    ResourceFormat, Service, TenantSpecification,
+    ClusterTemplate, HealthcheckSpec, MachineType, ModelError, PartialTemplate, PluginType,
+    Provider, ProvisionerAction, ResourceFormat, Service, ServiceAction, TenantSpecification,
 };
 
 /// Checks an entity name: 1..255 characters of `[A-Za-z0-9_.-]`.
@@ -65,19 +65,51 @@ impl Validate for Service {
     fn validate(&self) -> Result<(), ModelError> {
         validate_name("name", &self.name)?;
         for (action, spec) in &self.provisioner.actions {
+            let prefix = format!(
+                "provisioner.actions.{}",
+                action.upper().to_ascii_lowercase()
+            );
             if spec.automator.trim().is_empty() {
-                let field = format!(
-                    "provisioner.actions.{}.type",
-                    action.upper().to_ascii_lowercase()
-                );
+                let field = format!("{prefix}.type");
                 return Err(ModelError::invalid(
                     &field,
                     format!("{field} must name an automator type"),
                 ));
             }
+            validate_health_settings(&prefix, *action, spec)?;
         }
         Ok(())
     }
+}
+
+/// `timeout`, `tries` and `interval` belong to `healthcheck` only, each within its bounds.
+fn validate_health_settings(
+    prefix: &str,
+    action: ProvisionerAction,
+    spec: &ServiceAction,
+) -> Result<(), ModelError> {
+    let settings = [
+        ("timeout", spec.timeout, HealthcheckSpec::TIMEOUT_RANGE),
+        ("tries", spec.tries, HealthcheckSpec::TRIES_RANGE),
+        ("interval", spec.interval, HealthcheckSpec::INTERVAL_RANGE),
+    ];
+    for (name, value, (min, max)) in settings {
+        let Some(v) = value else { continue };
+        let field = format!("{prefix}.{name}");
+        if action != ProvisionerAction::Healthcheck {
+            return Err(ModelError::invalid(
+                &field,
+                format!("{field}: only the healthcheck action takes {name} (put an automator's own settings in fields)"),
+            ));
+        }
+        if v < min || v > max {
+            return Err(ModelError::invalid(
+                &field,
+                format!("{field} must be between {min} and {max}, not {v}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn validate_template_parts(
@@ -234,6 +266,56 @@ impl Validate for TenantSpecification {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn healthcheck_settings_are_bounded_and_belong_to_healthcheck_only() {
+        let svc = |action: &str, extra: &str| {
+            let body = format!(
+                r#"{{"name":"s","provisioner":{{"actions":{{"{action}":{{"type":"shell","fields":{{"script":"x"}}{extra}}}}}}}}}"#
+            );
+            crate::lenient::parse_as::<Service>(body.as_bytes(), "a service")
+        };
+        let ok = svc("healthcheck", r#","timeout":"10","tries":2,"interval":0"#).unwrap();
+        ok.validate().unwrap();
+        let spec = ok.provisioner.actions[&ProvisionerAction::Healthcheck].healthcheck_spec();
+        assert_eq!((spec.timeout, spec.tries, spec.interval), (10, 2, 0));
+        let defaults = svc("healthcheck", "").unwrap();
+        let spec = defaults.provisioner.actions[&ProvisionerAction::Healthcheck].healthcheck_spec();
+        assert_eq!((spec.timeout, spec.tries, spec.interval), (30, 3, 5));
+        let s = serde_json::to_value(&defaults).unwrap();
+        assert!(
+            s["provisioner"]["actions"]["healthcheck"]
+                .get("tries")
+                .is_none(),
+            "unset settings stay out of the wire format: {s}"
+        );
+        for (action, extra, field) in [
+            (
+                "healthcheck",
+                r#","timeout":0"#,
+                "provisioner.actions.healthcheck.timeout",
+            ),
+            (
+                "healthcheck",
+                r#","tries":101"#,
+                "provisioner.actions.healthcheck.tries",
+            ),
+            (
+                "healthcheck",
+                r#","interval":3601"#,
+                "provisioner.actions.healthcheck.interval",
+            ),
+            ("start", r#","tries":2"#, "provisioner.actions.start.tries"),
+        ] {
+            let e = svc(action, extra).unwrap().validate().unwrap_err();
+            assert_eq!(e.field(), Some(field), "{e}");
+        }
+        let e = svc("healthcheck", r#","tries":"many""#).unwrap_err();
+        assert!(
+            e.to_string().contains("tries"),
+            "a value of the wrong type names its field: {e}"
+        );
+    }
 
     #[test]
     fn names() {

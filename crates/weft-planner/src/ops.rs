@@ -65,6 +65,10 @@ pub enum Operation {
     },
     /// Move to a new template version: any difference between `before` and `after`.
     ChangeTemplate,
+    /// weft extension: run the HEALTHCHECK of every service that declares one, on every node
+    /// (or only on `nodes`), and nothing else. The layout does not change. Health runs and
+    /// future health gates (a rolling change checking a batch) plan through this one operation.
+    Healthcheck { nodes: Option<BTreeSet<String>> },
 }
 
 impl Operation {
@@ -84,6 +88,7 @@ impl Operation {
             Operation::Upgrade { .. } => "upgrade",
             Operation::RollbackUpgrade { .. } => "rollback-upgrade",
             Operation::ChangeTemplate => "change-template",
+            Operation::Healthcheck { .. } => "healthcheck",
         }
     }
 
@@ -104,6 +109,7 @@ impl Operation {
             Operation::Upgrade { .. } => "UPGRADE_SERVICE",
             Operation::RollbackUpgrade { .. } => "ROLLBACK_UPGRADE",
             Operation::ChangeTemplate => "CHANGE_TEMPLATE",
+            Operation::Healthcheck { .. } => "CLUSTER_HEALTHCHECK",
         }
     }
 }
@@ -433,6 +439,37 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
                     });
                 }
                 batches.push(batch);
+            }
+        }
+        Operation::Healthcheck { nodes: only } => {
+            same_layout()?;
+            if let Some(bad) = only
+                .iter()
+                .flatten()
+                .find(|id| !after_map.contains_key(id.as_str()))
+            {
+                return Err(PlanError::BadParameter {
+                    operation: name,
+                    problem: format!("node {bad} is not in the cluster"),
+                });
+            }
+            let checked = |s: &&String| {
+                catalog
+                    .get(*s)
+                    .is_some_and(|svc| svc.provisioner.actions.contains_key(&A::Healthcheck))
+            };
+            for n in after
+                .iter()
+                .filter(|n| only.as_ref().is_none_or(|o| o.contains(&n.id)))
+            {
+                let then = chains(&mut n.services.iter().filter(checked), &[A::Healthcheck]);
+                if !then.is_empty() {
+                    programs.push(NodeProgram {
+                        node: pos[n.id.as_str()],
+                        then,
+                        ..Default::default()
+                    });
+                }
             }
         }
     }

@@ -66,7 +66,8 @@ impl Plan {
                 let mut line = format!(
                     "  {:<5}{:<11}{:<width$}",
                     label(Vertex::Task(i)),
-                    t.action.upper(),
+                    // A space after the name, so that HEALTHCHECK (11 letters) stays apart too.
+                    format!("{} ", t.action.upper()),
                     t.node_id
                 );
                 if !what.is_empty() {
