@@ -84,6 +84,9 @@ pub struct TaskBody {
     pub stdout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// HEALTHCHECK tasks: what the check found (kept here, not on the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<weft_model::HealthReport>,
     /// Earlier attempts that failed and were retried, oldest first (at most [`MAX_RETRIED`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retried: Vec<Attempt>,

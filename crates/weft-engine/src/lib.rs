@@ -29,7 +29,7 @@
 //! Modules, bottom up: `error`, `metrics` (process counters), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
 //! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `hostpool` (lending pool hosts to nodes),
-//! `jobs` (starting jobs), `control`, `create`, `ops`, `preview`, `delete`, `rollback`, `work` (take and
+//! `jobs` (starting jobs), `control`, `health`, `create`, `ops`, `preview`, `delete`, `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 
@@ -43,6 +43,7 @@ pub mod create;
 pub mod delete;
 pub mod error;
 pub mod events;
+pub mod health;
 pub mod hostpool;
 pub mod ids;
 pub mod janitor;

@@ -2,10 +2,11 @@
 //! builds its payload (contract §5.11); `finish` records the result, updates the node, releases the
 //! task's successors, retries or fails, and completes the job and the cluster.
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use weft_model::{
-    ClusterStatus, FinishTaskRequest, JobStatus, Node, ProvisionerAction, TakeTaskRequest,
-    TaskNodesRequest, NODES_BY_REVISION,
+    ClusterStatus, FinishTaskRequest, HealthReport, JobStatus, Node, ProvisionerAction,
+    TakeTaskRequest, TaskNodesRequest, HEALTH_RESULT_KEY, NODES_BY_REVISION,
 };
 use weft_planner::MacroContext;
 use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, TaskState, Write};
@@ -337,7 +338,14 @@ fn service_config(
     } else {
         (cluster_config, fields)
     };
-    let service = json!({"name": svc.name, "action": {"type": spec.automator, "fields": fields}});
+    let mut action = json!({"type": spec.automator, "fields": fields});
+    if task.action == ProvisionerAction::Healthcheck.upper() {
+        let h = spec.healthcheck_spec();
+        action["timeout"] = json!(h.timeout);
+        action["tries"] = json!(h.tries);
+        action["interval"] = json!(h.interval);
+    }
+    let service = json!({"name": svc.name, "action": action});
     Ok((cluster_config, service))
 }
 
@@ -527,7 +535,10 @@ async fn finish_step(
     }
     let (job_status, job_rev) =
         job.ok_or_else(|| EngineError::Internal("task without job".into()))?;
-    let ok = req.status == Some(0);
+    // A health check that fails is a finding, not a failed task: it is not retried (the
+    // provisioner already tried) and it does not fail the health run.
+    let health = health_report(&task, req);
+    let ok = req.status == Some(0) || health.is_some();
     let mut cs = ChangeSet::new();
     cs.expect(Expect::task(&task));
     update_node(st, &mut cs, tenant, &task, req, ok).await?;
@@ -541,6 +552,7 @@ async fn finish_step(
     tbody.finish_time = now;
     tbody.stdout = req.stdout.as_deref().map(trim_log);
     tbody.stderr = req.stderr.as_deref().map(trim_log);
+    tbody.health = health;
     let job_paused = job_status == JobStatus::Paused.as_str();
     let job_running = job_status == JobStatus::Running.as_str() || job_paused;
     if ok && job_running {
@@ -642,7 +654,35 @@ fn still_to_finish(w: &Worker, task: &TaskRow) -> EngineResult<bool> {
     }
 }
 
-/// The task's node gets the addresses and hostname of a success and the results the worker sent.
+/// What a HEALTHCHECK task found (`None` for other tasks): the provisioner's report under
+/// `result.health`; else healthy when it exited 0 (a provisioner that knows no reports), and
+/// unhealthy with the failure's message when it did not (or its lease ran out).
+fn health_report(task: &TaskRow, req: &FinishTaskRequest) -> Option<HealthReport> {
+    if task.action != ProvisionerAction::Healthcheck.upper() {
+        return None;
+    }
+    let reported = req
+        .result
+        .as_ref()
+        .and_then(|r| r.get(HEALTH_RESULT_KEY))
+        .and_then(|v| HealthReport::deserialize(v).ok());
+    Some(match reported {
+        Some(r) if req.status == Some(0) => r,
+        _ if req.status == Some(0) => HealthReport {
+            healthy: true,
+            tries: 1,
+            message: None,
+        },
+        _ => HealthReport {
+            healthy: false,
+            tries: 0,
+            message: Some(failure_message(task, req)),
+        },
+    })
+}
+
+/// The task's node gets the addresses and hostname of a success and the results the worker sent
+/// (a health check's results stay with its task).
 async fn update_node(
     st: &Engine,
     cs: &mut ChangeSet,
@@ -651,6 +691,9 @@ async fn update_node(
     req: &FinishTaskRequest,
     ok: bool,
 ) -> EngineResult<()> {
+    if task.action == ProvisionerAction::Healthcheck.upper() {
+        return Ok(());
+    }
     let addresses = req.ipaddresses.as_ref().is_some_and(|m| !m.is_empty());
     let hostname = req.hostname.as_ref().filter(|h| !h.trim().is_empty());
     let results = req.result.as_ref().is_some_and(|m| !m.is_empty());

@@ -387,10 +387,31 @@ pub struct ServiceProvisioner {
     pub actions: BTreeMap<ProvisionerAction, ServiceAction>,
 }
 
+/// Actions keyed by their lower-case names. Keys are read as text first, so that an error in an
+/// action's body names its action (`provisioner.actions.healthcheck.tries`).
 fn actions_map<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<ProvisionerAction, ServiceAction>, D::Error> {
-    Ok(Option::<BTreeMap<ProvisionerAction, ServiceAction>>::deserialize(d)?.unwrap_or_default())
+    use serde::de::Error;
+    let by_name = Option::<BTreeMap<String, ServiceAction>>::deserialize(d)?.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for (name, action) in by_name {
+        let key = ProvisionerAction::ALL
+            .into_iter()
+            .find(|a| a.upper().to_ascii_lowercase() == name)
+            .ok_or_else(|| {
+                let known: Vec<String> = ProvisionerAction::ALL
+                    .iter()
+                    .map(|a| a.upper().to_ascii_lowercase())
+                    .collect();
+                D::Error::custom(format!(
+                    "unknown action `{name}`, expected one of {}",
+                    known.join(", ")
+                ))
+            })?;
+        out.insert(key, action);
+    }
+    Ok(out)
 }
 
 fn service_provisioner<'de, D: serde::Deserializer<'de>>(

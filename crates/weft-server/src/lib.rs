@@ -221,6 +221,11 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::SweptMachine,    // provider sweep
         weft_model::SweepReport,     // provider sweep
         weft_model::SweepError,      // provider sweep
+        weft_model::ClusterHealth,   // health runs
+        weft_model::NodeHealth,      // health runs
+        weft_model::ServiceHealth,   // health runs
+        weft_model::HealthState,     // health runs
+        weft_model::HealthRun,       // health runs
         routes::metrics::QueueMetrics,
         routes::metrics::UsageReport,
         weft_model::ClusterCreateRequest,

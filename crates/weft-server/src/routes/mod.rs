@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod cluster_ops;
 pub mod clusters;
 pub mod entities;
+pub mod health; // health runs (weft addition)
 pub mod hostpools; // host pools (weft addition)
 pub mod metrics;
 pub mod nodes;
@@ -27,6 +28,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = catalog::routes(api);
     let api = clusters::routes(api);
     let api = cluster_ops::routes(api);
+    let api = health::routes(api); // health runs
     let api = nodes::routes(api);
     let api = hostpools::routes(api); // host pools
     let api = sweep::routes(api); // provider sweep

@@ -11,6 +11,7 @@ mod clusters;
 mod common;
 mod delete_running;
 mod entities;
+mod health; // health runs (issue 20)
 mod hostpools;
 mod isolation;
 mod janitor;
