@@ -39,6 +39,7 @@ pub mod cloud;
 pub mod contract;
 pub mod docker;
 pub mod google;
+pub mod health;
 pub mod hostpool;
 pub mod joyent;
 pub mod local;

@@ -71,6 +71,11 @@ pub trait Automator: Send + Sync {
     async fn remove(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Remove, task).await
     }
+    /// One try of a service's health check: success means healthy. [`run_automator`] runs it
+    /// with the check's tries, interval and time-out (see [`crate::health`]).
+    async fn healthcheck(&self, task: &Task) -> PluginResult {
+        self.service_action(Action::Healthcheck, task).await
+    }
 }
 
 /// Runs one action of an automator.
@@ -83,6 +88,9 @@ pub async fn run_automator(a: &dyn Automator, action: Action, task: &Task) -> Pl
         Action::Start => a.start(task).await,
         Action::Stop => a.stop(task).await,
         Action::Remove => a.remove(task).await,
+        Action::Healthcheck => {
+            crate::health::check(task, |t| async move { a.healthcheck(&t).await }).await
+        }
         other => Err(PluginError::fatal(format!(
             "{} is not an automator action",
             other.lower()

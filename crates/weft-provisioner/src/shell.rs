@@ -15,6 +15,9 @@
 //! - `WEFT_SERVICE_IPS_<SERVICE>` and `WEFT_SERVICE_HOSTS_<SERVICE>`: the bind addresses and hostnames
 //!   of the nodes running each service, comma-separated, in node number order.
 //!
+//! A `healthcheck` action is the same script run as one try of [`crate::health::check`]: exit 0
+//! means healthy (the action's `timeout` bounds each try, as well as the `timeout` field).
+//!
 //! A non-zero exit fails the task with its output; a script still running at the time-out is killed
 //! with its whole process group and reported. BOOTSTRAP copies every script of the script
 //! directories to the node. The node is reached through the transport the provider named in its

@@ -85,10 +85,12 @@ pub enum Action {
     Start,
     Stop,
     Remove,
+    /// weft's health check of a service (run by health jobs only).
+    Healthcheck,
 }
 
 impl Action {
-    pub const ALL: [Action; 10] = [
+    pub const ALL: [Action; 11] = [
         Action::Create,
         Action::Confirm,
         Action::Delete,
@@ -99,6 +101,7 @@ impl Action {
         Action::Start,
         Action::Stop,
         Action::Remove,
+        Action::Healthcheck,
     ];
 
     /// The service actions an automator runs for a service (besides BOOTSTRAP, which is per node).
@@ -123,6 +126,7 @@ impl Action {
             Action::Start => "start",
             Action::Stop => "stop",
             Action::Remove => "remove",
+            Action::Healthcheck => "healthcheck",
         }
     }
 

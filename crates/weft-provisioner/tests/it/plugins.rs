@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use weft_provisioner::contract::{self, AutomatorFixture};
 use weft_provisioner::local::LocalProvider;
+use weft_provisioner::plugin::run_automator;
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::task::Action;
 use weft_provisioner::{Automator, Provider};
@@ -284,4 +285,111 @@ async fn addresses_in_use_or_held_by_live_processes_are_never_handed_out() {
         "never an address a live process of its node holds"
     );
     delete("fresh-a", a).await;
+}
+
+/// A HEALTHCHECK task of the shell automator on a fresh local node, with `script` and the
+/// check's settings.
+async fn health_task(
+    local: &LocalProvider,
+    node_id: &str,
+    script: &str,
+    settings: Value,
+) -> weft_provisioner::Task {
+    let mut node = local_node(local, node_id).await;
+    let mut action = json!({"type": "shell", "fields": {"script": script}});
+    for (k, v) in settings.as_object().unwrap() {
+        action[k] = v.clone();
+    }
+    node.insert("service".into(), json!({"name": "s", "action": action}));
+    contract::task(Action::Healthcheck, node_id, node, Duration::from_secs(60))
+}
+
+fn health_of(out: &weft_provisioner::TaskOutput) -> weft_model::HealthReport {
+    serde_json::from_value(out.result["health"].clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_shell_healthcheck_tries_until_healthy_or_out_of_tries() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalProvider::new(dir.path());
+    let shell = ShellAutomator::new(vec![]);
+    // Healthy from the third try on (each try counts itself in the node directory).
+    let script = "#!/bin/bash\nn=$(( $(cat tries 2>/dev/null || echo 0) + 1 ))\necho $n > tries\necho \"try $n\"\n[ $n -ge 3 ] || { echo \"not yet\" >&2; exit 7; }\n";
+    let settings = json!({"tries": 3, "interval": 0, "timeout": 10});
+    let t = health_task(&local, "h1", script, settings).await;
+    let out = run_automator(&shell, Action::Healthcheck, &t)
+        .await
+        .unwrap();
+    let r = health_of(&out);
+    assert!(r.healthy && r.tries == 3, "{r:?}");
+    assert!(
+        out.stdout.contains("try 3"),
+        "the last try's output: {out:?}"
+    );
+
+    // Two tries are not enough: unhealthy, and still a task that succeeded.
+    let settings = json!({"tries": 2, "interval": 0, "timeout": 10});
+    let t = health_task(&local, "h2", script, settings).await;
+    let out = run_automator(&shell, Action::Healthcheck, &t)
+        .await
+        .unwrap();
+    let r = health_of(&out);
+    assert!(!r.healthy && r.tries == 2, "{r:?}");
+    assert!(r.message.unwrap().contains("exited with 7"));
+    assert!(
+        out.stdout.contains("try 2") && out.stderr.contains("not yet"),
+        "{out:?}"
+    );
+
+    // The interval separates the tries.
+    let settings = json!({"tries": 2, "interval": 1, "timeout": 10});
+    let t = health_task(&local, "h3", "#!/bin/bash\nexit 1\n", settings).await;
+    let started = std::time::Instant::now();
+    let out = run_automator(&shell, Action::Healthcheck, &t)
+        .await
+        .unwrap();
+    assert!(!health_of(&out).healthy);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A check without a script cannot pass: one try, unhealthy, with the reason.
+    let t = health_task(&local, "h4", "", json!({"tries": 5, "interval": 30})).await;
+    let r = health_of(
+        &run_automator(&shell, Action::Healthcheck, &t)
+            .await
+            .unwrap(),
+    );
+    assert!(!r.healthy && r.tries == 1, "{r:?}");
+    assert!(r.message.unwrap().contains("script field is required"));
+}
+
+#[tokio::test]
+async fn a_shell_healthcheck_that_hangs_is_cut_at_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalProvider::new(dir.path());
+    let shell = ShellAutomator::new(vec![]);
+    let settings = json!({"tries": 1, "interval": 0, "timeout": 1});
+    let t = health_task(
+        &local,
+        "h5",
+        "#!/bin/bash\necho waiting\nsleep 30\n",
+        settings,
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let out = run_automator(&shell, Action::Healthcheck, &t)
+        .await
+        .unwrap();
+    let r = health_of(&out);
+    assert!(!r.healthy && r.tries == 1, "{r:?}");
+    assert!(r.message.unwrap().contains("timed out after 1s"));
+    assert!(out.stdout.contains("waiting"));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
 }
