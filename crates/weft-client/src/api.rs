@@ -475,6 +475,18 @@ impl ApiClient {
         self.call(Method::POST, &path, None, "").await.map(drop)
     }
 
+    /// `POST /v2/clusters/{id}/health`: starts a health run (weft's extension).
+    pub async fn health_run(&self, id: &str) -> ClientResult<weft_model::HealthRun> {
+        let path = format!("/v2/clusters/{}/health", seg(id));
+        let bytes = self.call(Method::POST, &path, None, "").await?;
+        self.decode(&path, &bytes)
+    }
+
+    /// `GET /v2/clusters/{id}/health`: the latest health run's node x service grid.
+    pub async fn health(&self, id: &str) -> ClientResult<weft_model::ClusterHealth> {
+        self.get(&format!("/v2/clusters/{}/health", seg(id))).await
+    }
+
     pub async fn plans(&self, id: &str) -> ClientResult<Vec<PlanView>> {
         self.get(&format!("/v2/clusters/{}/plans", seg(id))).await
     }

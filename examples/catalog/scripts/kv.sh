@@ -16,6 +16,7 @@ case "$action" in
     daemon kv python3 kv.py --bind "$WEFT_IP" --port "$port" --data data.json ${follow:+--follow "$follow"}
     wait_http "http://$WEFT_IP:$port/health" ;;
   stop) cd "$dir" 2>/dev/null && stop_daemon kv || true ;;
+  health) check_http "http://$WEFT_IP:$port/health" ok ;;
   remove) rm -rf "$dir"; echo "removed $dir" ;;
   *) echo "unknown action $action" >&2; exit 2 ;;
 esac

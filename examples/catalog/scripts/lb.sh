@@ -12,6 +12,7 @@ case "$action" in
     daemon lb python3 lb.py --bind "$WEFT_IP" --port "$port" --backends "$backends" --conf "$dir/lb.conf"
     wait_http "http://$WEFT_IP:$port/health" ;;
   stop) cd "$dir" 2>/dev/null && stop_daemon lb || true ;;
+  health) check_http "http://$WEFT_IP:$port/" '"greeting"' ;;
   remove) rm -rf "$dir"; echo "removed $dir" ;;
   *) echo "unknown action $action" >&2; exit 2 ;;
 esac

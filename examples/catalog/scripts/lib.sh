@@ -42,3 +42,25 @@ while True:
     time.sleep(0.1)
 PY
 }
+
+# check_http URL [WANT [AVOID]]: one request to URL (the health checks); fails unless it answers
+# 200 with WANT in its body and without AVOID. Prints what it got.
+check_http() {
+  python3 - "$1" "${2:-}" "${3:-}" <<'PY'
+import sys, urllib.request
+url, want, avoid = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    with urllib.request.urlopen(url, timeout=3) as r:
+        body = r.read().decode(errors="replace")
+except Exception as e:
+    print("%s: %s" % (url, e), file=sys.stderr)
+    sys.exit(1)
+print("%s: %s" % (url, body[:300]))
+if want and want not in body:
+    print("the answer lacks %r" % want, file=sys.stderr)
+    sys.exit(1)
+if avoid and avoid in body:
+    print("the answer says %r" % avoid, file=sys.stderr)
+    sys.exit(1)
+PY
+}

@@ -17,6 +17,7 @@ case "$action" in
       --greeting "${WEFT_CONFIG_WEB_GREETING:-hello}"
     wait_http "http://$WEFT_IP:$port/health" ;;
   stop) cd "$dir" 2>/dev/null && stop_daemon web || true ;;
+  health) check_http "http://$WEFT_IP:$port/" '"greeting"' "store unreachable" ;;
   remove) rm -rf "$dir"; echo "removed $dir" ;;
   *) echo "unknown action $action" >&2; exit 2 ;;
 esac

@@ -823,3 +823,67 @@ fn admin_commands_manage_tenants_provisioners_resources_and_keys() {
     ]);
     assert!(!up(&["resource", "list", at[0], at[1], at[2], "--tenant", TENANT]).contains("setup"));
 }
+
+#[test]
+fn cluster_health_runs_the_checks_and_exits_5_when_one_fails() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    // Service a checks itself; b declares no check.
+    let admin = ApiClient::new(
+        &s.api,
+        Identity {
+            tenant: TENANT.into(),
+            user: "admin".into(),
+            api_key: None,
+        },
+    )
+    .unwrap();
+    let mut a: Value =
+        s.rt.block_on(admin.entity(weft_client::api::Kind::Service, "a"))
+            .unwrap();
+    a["provisioner"]["actions"]["healthcheck"] =
+        json!({"type": "shell", "fields": {"script": "check-a.sh"}, "tries": 1});
+    s.rt.block_on(admin.put_entity(weft_client::api::Kind::Service, "a", &a))
+        .unwrap();
+    s.ok(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "2",
+        "--wait",
+    ]);
+    let id = "00000001";
+
+    // The fake worker finishes HEALTHCHECK with status 0: healthy.
+    let out = s.ok(&["cluster", "health", id]);
+    assert!(out.contains("healthy") && out.contains("none"), "{out}");
+    let grid: weft_model::ClusterHealth = s.json(&["cluster", "health", id]);
+    assert!(grid.healthy && grid.finished(), "{grid:?}");
+    assert_eq!(
+        grid.cells(weft_model::HealthState::Healthy).count(),
+        1,
+        "a runs on one node: {grid:?}"
+    );
+
+    // A failing check: exit 5, the grid says which, the cluster stays active.
+    s.fail.store(true, Ordering::SeqCst);
+    let err = s.fails(&["cluster", "health", id], 5);
+    assert!(err.contains("not healthy"), "{err}");
+    s.fail.store(false, Ordering::SeqCst);
+    let latest = s.run(&["cluster", "health", id, "--latest"]);
+    assert_eq!(
+        latest.status.code(),
+        Some(5),
+        "--latest runs nothing and says the same"
+    );
+    let text = String::from_utf8_lossy(&latest.stdout);
+    assert!(
+        text.contains("unhealthy") && text.contains("disk full"),
+        "{text}"
+    );
+    let status: Value = s.json(&["cluster", "status", id]);
+    assert_eq!(status["status"], "active", "{status}");
+}

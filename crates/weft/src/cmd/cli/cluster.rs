@@ -7,11 +7,12 @@ use clap::Subcommand;
 use serde_json::{Map, Value};
 use weft_client::api::{CreateCluster, Kind, Started};
 use weft_model::{
-    ClusterDetails, ClusterStatus, ClusterTemplate, JobStatus, Node, NodeActionStatus, PlanView,
+    ClusterDetails, ClusterHealth, ClusterStatus, ClusterTemplate, HealthState, JobStatus, Node,
+    NodeActionStatus, PlanView,
 };
 
 use super::plan_view::{groups, render_groups, summary, NodeKinds};
-use super::{print_json, table, time, Conn, Ctx, JobFailed, UsageError};
+use super::{print_json, table, time, Conn, Ctx, JobFailed, Unhealthy, UsageError};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -262,6 +263,18 @@ enum Cmd {
     Wait {
         /// The cluster id.
         id: String,
+    },
+    /// Run the services' health checks now, wait for them and show a node x service grid
+    /// (exit 5 if any service is not healthy). With --latest, show the latest run instead.
+    Health {
+        /// The cluster id.
+        id: String,
+        /// Show the latest run's grid; run nothing.
+        #[arg(long)]
+        latest: bool,
+        /// How long to wait for the checks (e.g. 5m).
+        #[arg(long, default_value = "10m", value_parser = super::duration::parse)]
+        timeout: Duration,
     },
 }
 
@@ -548,7 +561,101 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Cmd::Health {
+            id,
+            latest,
+            timeout,
+        } => health(&ctx, &id, latest, timeout),
     }
+}
+
+/// `weft cluster health`: runs the checks (unless `latest`), waits for the run to end, shows the
+/// grid; [`Unhealthy`] (exit 5) when a checked service is not healthy.
+fn health(ctx: &Ctx, id: &str, latest: bool, timeout: Duration) -> anyhow::Result<()> {
+    let job = if latest {
+        None
+    } else {
+        Some(ctx.block(ctx.client.health_run(id))?.job_id)
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    let grid = loop {
+        let g = ctx.block(ctx.client.health(id))?;
+        let ours = job.is_none() || g.job_id == job;
+        if (ours && g.finished()) || std::time::Instant::now() >= deadline {
+            break g;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    if ctx.json() {
+        print_json(&grid)?;
+    } else {
+        show_health(&grid);
+    }
+    let bad = grid.cells(HealthState::Unhealthy).count() + grid.cells(HealthState::Unknown).count();
+    if bad > 0 {
+        let not_done = if grid.finished() {
+            ""
+        } else {
+            " (the run had not ended)"
+        };
+        return Err(Unhealthy(format!(
+            "cluster {id}: {bad} service check(s) not healthy{not_done}"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The grid: one row per node, one column per service (`-` where the node does not run it), then
+/// the output of each check that is not healthy.
+fn show_health(g: &ClusterHealth) {
+    let mut services: Vec<&str> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.services.iter().map(|s| s.service.as_str()))
+        .collect();
+    services.sort();
+    services.dedup();
+    let mut header = vec!["node", "host"];
+    header.extend(services.iter().copied());
+    let mut t = table(&header);
+    for n in &g.nodes {
+        let mut row = vec![n.nodenum.to_string(), n.hostname.clone()];
+        for s in &services {
+            row.push(
+                n.services
+                    .iter()
+                    .find(|c| c.service == *s)
+                    .map_or("-", |c| c.state.as_str())
+                    .to_string(),
+            );
+        }
+        t.add_row(row);
+    }
+    println!("{t}");
+    for state in [HealthState::Unhealthy, HealthState::Unknown] {
+        for (n, s) in g.cells(state) {
+            let out = s.output.as_deref().unwrap_or("").trim();
+            println!(
+                "{} on {} ({}): {}",
+                s.service,
+                n.hostname,
+                state.as_str(),
+                out
+            );
+        }
+    }
+    let job = g.job_id.as_deref().unwrap_or("none");
+    println!(
+        "cluster {}: {} (health run {job}, {})",
+        g.cluster_id,
+        if g.healthy { "healthy" } else { "not healthy" },
+        if g.job_status.is_empty() {
+            "never run"
+        } else {
+            g.job_status.as_str()
+        }
+    );
 }
 
 /// Pauses, resumes or aborts the cluster's job.

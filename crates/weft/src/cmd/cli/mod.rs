@@ -26,7 +26,7 @@ mod ssh; // `weft cluster ssh`
 /// Text for `weft --help`: the exit codes of the client commands.
 pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
 2 the server refused the call (4xx), 3 server error (5xx) or server unreachable, 4 a job waited for \
-(--wait) failed.";
+(--wait) failed, 5 `cluster health` found a service not healthy.";
 
 /// The heading of the flags every client command takes, listed apart from a command's own.
 const GLOBAL: &str = "Global options";
@@ -196,6 +196,18 @@ impl std::fmt::Display for JobFailed {
 
 impl std::error::Error for JobFailed {}
 
+/// `weft cluster health` found a service unhealthy, or could not check it (exit 5).
+#[derive(Debug)]
+pub struct Unhealthy(pub String);
+
+impl std::fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unhealthy {}
+
 /// Runs a client command; prints the error and maps it to the documented exit code.
 pub fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
     match dispatch(cmd, bin) {
@@ -217,6 +229,9 @@ pub fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<JobFailed>().is_some() {
         return 4;
+    }
+    if e.downcast_ref::<Unhealthy>().is_some() {
+        return 5;
     }
     match e.downcast_ref::<ClientError>() {
         Some(ClientError::Status { status, .. }) if (400..500).contains(status) => 2,
@@ -420,6 +435,7 @@ mod tests {
         assert_eq!(exit_code(&status(404)), 2);
         assert_eq!(exit_code(&status(500)), 3);
         assert_eq!(exit_code(&JobFailed("x".into()).into()), 4);
+        assert_eq!(exit_code(&Unhealthy("x".into()).into()), 5);
         assert_eq!(exit_code(&UsageError("x".into()).into()), 1);
     }
 }
