@@ -79,6 +79,34 @@ async fn run_job(s: &Server, id: &str, method: Method, path: &str, body: Option<
     wait_status(s, id, "active").await;
 }
 
+/// Runs the cluster's health checks and waits for the grid of that run; the cluster stays active.
+async fn health_run(s: &Server, id: &str) -> Value {
+    let path = format!("/v2/clusters/{id}/health");
+    let (code, run) = s.ext(Method::POST, T, &path, None).await;
+    assert_eq!(code, 200, "{run}");
+    let grid = until(Duration::from_secs(120), "the health run", || async {
+        let g = s.ext(Method::GET, T, &path, None).await.1;
+        (g["jobId"] == run["jobId"] && g["jobStatus"] != "running").then_some(g)
+    })
+    .await;
+    assert_eq!(status(s, id).await["status"], "active");
+    grid
+}
+
+/// Every (service, state) of a health grid.
+fn health_states(grid: &Value) -> BTreeSet<(String, String)> {
+    grid["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| n["services"].as_array().unwrap())
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (text("service"), text("state"))
+        })
+        .collect()
+}
+
 async fn get(http: &reqwest::Client, url: &str) -> Option<String> {
     let r = http.get(url).send().await.ok()?;
     if !r.status().is_success() {
@@ -195,12 +223,27 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
     .await;
     assert_eq!(seen, web);
 
+    // The example services' health checks pass while they run...
+    let grid = health_run(&s, &id).await;
+    assert_eq!(grid["healthy"], true, "{grid}");
+    assert!(
+        health_states(&grid).iter().all(|(_, st)| st == "healthy"),
+        "{grid}"
+    );
+
     // Stop, start and restart through the API.
     let lb_url = format!("http://{lb}:8000/");
     run_job(&s, &id, Method::POST, "services/stop", None).await;
     assert!(
         get(&s.http, &lb_url).await.is_none(),
         "stopped services do not answer"
+    );
+    // ... and fail once they are stopped.
+    let grid = health_run(&s, &id).await;
+    assert_eq!(grid["healthy"], false, "{grid}");
+    assert!(
+        health_states(&grid).iter().all(|(_, st)| st == "unhealthy"),
+        "{grid}"
     );
     run_job(&s, &id, Method::POST, "services/start", None).await;
     assert!(
