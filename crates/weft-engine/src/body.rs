@@ -135,3 +135,13 @@ pub fn plan_node(id: &str, p: &weft_model::NodeProperties) -> PlanNode {
         services: p.services.iter().cloned().collect(),
     }
 }
+
+/// The end of a log or an output kept in a task's body: the last `max` bytes of `s` at most,
+/// cut at a character boundary.
+pub(crate) fn end_of(s: &str, max: usize) -> &str {
+    let mut start = s.len().saturating_sub(max);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}

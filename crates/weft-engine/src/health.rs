@@ -19,7 +19,7 @@ use weft_model::{
 use weft_planner::{Operation, PlanInput};
 use weft_store::{ChangeSet, Expect, JobRow, TaskRow, TaskState, Write};
 
-use crate::body::{from_body, plan_nodes, TaskBody};
+use crate::body::{end_of, from_body, plan_nodes, TaskBody};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{job_id, job_rows, load, require_status, Loaded};
@@ -180,18 +180,6 @@ fn cell(service: &str, declared: bool, task: Option<&TaskRow>) -> EngineResult<S
     .map(str::trim)
     .filter(|s| !s.is_empty())
     .collect();
-    out.output = (!text.is_empty()).then(|| tail(&text.join("\n")));
+    out.output = (!text.is_empty()).then(|| end_of(&text.join("\n"), MAX_OUTPUT).to_string());
     Ok(out)
-}
-
-/// The end of `s`, at most [`MAX_OUTPUT`] bytes, cut at a character boundary.
-fn tail(s: &str) -> String {
-    if s.len() <= MAX_OUTPUT {
-        return s.to_string();
-    }
-    let mut start = s.len() - MAX_OUTPUT;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    s[start..].to_string()
 }

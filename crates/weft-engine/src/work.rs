@@ -11,7 +11,7 @@ use weft_model::{
 use weft_planner::MacroContext;
 use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, TaskState, Write};
 
-use super::body::{from_body, to_body, ClusterBody, JobBody, TaskBody};
+use super::body::{end_of, from_body, to_body, ClusterBody, JobBody, TaskBody};
 use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind};
 use crate::cache::Snapshot;
 use crate::error::{EngineError, EngineResult};
@@ -510,11 +510,7 @@ fn trim_log(s: &str) -> String {
     if s.len() <= MAX_LOG {
         return s.to_string();
     }
-    let mut start = s.len() - MAX_LOG;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("[snipped]{}", &s[start..])
+    format!("[snipped]{}", end_of(s, MAX_LOG))
 }
 
 #[tracing::instrument(skip_all, fields(task_id = %task_id, job_id = tracing::field::Empty, cluster_id = tracing::field::Empty))]
