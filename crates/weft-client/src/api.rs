@@ -410,9 +410,13 @@ impl ApiClient {
         id: &str,
         config: &Map<String, Value>,
         restart: bool,
+        rollout: Option<&weft_model::RolloutSpec>,
         dry_run: bool,
     ) -> ClientResult<Started> {
-        let body = serde_json::json!({ "config": config, "restart": restart });
+        let mut body = serde_json::json!({ "config": config, "restart": restart });
+        if let Some(r) = rollout {
+            body["rollout"] = serde_json::json!(r);
+        }
         let path = format!("/v2/clusters/{}/config", seg(id));
         self.started(Method::PUT, &path, Some(&body), dry_run).await
     }
@@ -428,6 +432,7 @@ impl ApiClient {
         id: &str,
         service: Option<&str>,
         action: &str,
+        rollout: Option<&weft_model::RolloutSpec>,
         dry_run: bool,
     ) -> ClientResult<Started> {
         let path = match service {
@@ -439,8 +444,17 @@ impl ApiClient {
             ),
             None => format!("/v2/clusters/{}/services/{}", seg(id), seg(action)),
         };
-        self.started::<Value>(Method::POST, &path, None, dry_run)
-            .await
+        match rollout {
+            Some(r) => {
+                let body = serde_json::json!({ "rollout": r });
+                self.started(Method::POST, &path, Some(&body), dry_run)
+                    .await
+            }
+            None => {
+                self.started::<Value>(Method::POST, &path, None, dry_run)
+                    .await
+            }
+        }
     }
 
     /// `POST /v2/clusters/{id}/services/{svc}/upgrade` `{"batchSize": n}`.
@@ -449,12 +463,16 @@ impl ApiClient {
         id: &str,
         service: &str,
         batch_size: Option<u64>,
+        rollout: Option<&weft_model::RolloutSpec>,
         dry_run: bool,
     ) -> ClientResult<Started> {
-        let body = match batch_size {
+        let mut body = match batch_size {
             Some(n) => serde_json::json!({ "batchSize": n }),
             None => serde_json::json!({}),
         };
+        if let Some(r) = rollout {
+            body["rollout"] = serde_json::json!(r);
+        }
         let path = format!("/v2/clusters/{}/services/{}/upgrade", seg(id), seg(service));
         self.started(Method::POST, &path, Some(&body), dry_run)
             .await

@@ -63,6 +63,13 @@ pub struct JobBody {
     pub total: u64,
     #[serde(default)]
     pub message: Option<String>,
+    /// A rolling change: its policy and what became of it (`changed_nodes` is read from the
+    /// tasks when shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<weft_model::RolloutReport>,
+    /// A rolling reconfigure: the cluster's config before it, what a revert restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_before: Option<Map<String, Value>>,
 }
 
 /// A task's body.

@@ -410,6 +410,7 @@ fn plan_create(
             .filter_map(|s| by_name.get(s).map(|d| (*d).clone()))
             .collect(),
         config: Value::Object(new.body.config.clone()),
+        rollout: None,
     };
     let plan = weft_planner::plan(&Operation::Create, &input)
         .map_err(|e| EngineError::NoPlan(e.to_string()))?;

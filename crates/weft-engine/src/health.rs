@@ -83,6 +83,7 @@ fn plan_checks(c: &Loaded, nodes: Option<BTreeSet<String>>) -> EngineResult<weft
         after: plan_nodes(&c.nodes),
         services: defs.into_values().collect(),
         config: serde_json::Value::Object(c.body.config.clone()),
+        rollout: None,
     };
     weft_planner::plan(&Operation::Healthcheck { nodes }, &input)
         .map_err(|e| EngineError::NoPlan(e.to_string()))

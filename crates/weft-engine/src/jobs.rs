@@ -5,8 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
-use weft_model::{ClusterStatus, JobStatus, MachineType, Node, NodeProperties, PlanView, Service};
-use weft_planner::{Operation, Plan, PlanInput, Vertex};
+use weft_model::{
+    ClusterStatus, JobStatus, MachineType, Node, NodeProperties, PlanView, Rollout, RolloutReport,
+    Service,
+};
+use weft_planner::{Operation, Plan, PlanInput, RolloutPlan, Vertex};
 use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, NodeRow, TaskRow, TaskState, Write};
 
 use crate::body::{from_body, plan_nodes, to_body, ClusterBody, JobBody, TaskBody};
@@ -78,7 +81,30 @@ pub fn preview(plan: &weft_planner::Plan, cluster_id: String) -> EngineResult<Pl
         action: plan.action.clone(),
         current_stage: 0,
         stages,
+        rollout: None,
     })
+}
+
+/// An operation to start, and how it rolls when it is a rolling change.
+pub struct JobOp {
+    pub op: Operation,
+    /// The plan's batches and gates.
+    pub rollout: Option<RolloutPlan>,
+    /// The policy the job records (what a failed gate does).
+    pub policy: Option<Rollout>,
+    /// A rolling reconfigure: the config a revert restores.
+    pub config_before: Option<Map<String, Value>>,
+}
+
+impl From<Operation> for JobOp {
+    fn from(op: Operation) -> Self {
+        JobOp {
+            op,
+            rollout: None,
+            policy: None,
+            config_before: None,
+        }
+    }
 }
 
 /// What a call that changes a cluster answers: the job's plan (for a dry run, the plan that would run).
@@ -94,22 +120,42 @@ pub struct Started {
 pub async fn start_job(
     st: &Engine,
     c: &Loaded,
-    op: Operation,
+    op: impl Into<JobOp>,
     before: &[Node],
     mut after: Vec<Node>,
     mut body: ClusterBody,
     retire: Vec<String>,
     dry_run: bool,
 ) -> EngineResult<Started> {
-    let plan = plan_change(&op, before, &after, &body)?;
+    let JobOp {
+        op,
+        rollout,
+        policy,
+        config_before,
+    } = op.into();
+    let plan = plan_change(&op, rollout, before, &after, &body)?;
     let cid = cluster_id_text(c.row.id);
+    let report = policy.map(|policy| RolloutReport {
+        policy,
+        changed_nodes: vec![],
+        failed_gate: None,
+        outcome: None,
+        revert_job: None,
+        message: None,
+    });
     if dry_run {
-        return Ok(Started {
-            plan: preview(&plan, cid)?,
-        });
+        let mut plan = preview(&plan, cid)?;
+        plan.rollout = report.map(Box::new);
+        return Ok(Started { plan });
     }
     let job_id = job_id(st, c.row.id).await?;
-    let (job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now_ms())?;
+    let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now_ms())?;
+    if report.is_some() {
+        let mut jb: JobBody = from_body(&job.body)?;
+        jb.rollout = report;
+        jb.config_before = config_before;
+        job.body = to_body(&jb)?;
+    }
     body.message = None;
     body.retiring = retire;
     body.upgrade_from = upgrade_from(&op, before);
@@ -154,6 +200,7 @@ pub async fn start_job(
 /// either side uses.
 fn plan_change(
     op: &Operation,
+    rollout: Option<RolloutPlan>,
     before: &[Node],
     after: &[Node],
     body: &ClusterBody,
@@ -169,6 +216,7 @@ fn plan_change(
         after: plan_nodes(after),
         services: defs.into_values().collect(),
         config: Value::Object(body.config.clone()),
+        rollout,
     };
     weft_planner::plan(op, &input).map_err(|e| EngineError::NoPlan(e.to_string()))
 }
@@ -526,7 +574,7 @@ fn job_row(at: &RowsOf, plan: &Plan, end_deps: u32) -> EngineResult<JobRow> {
         body: to_body(&JobBody {
             stages,
             total: plan.tasks.len() as u64,
-            message: None,
+            ..Default::default()
         })?,
     })
 }

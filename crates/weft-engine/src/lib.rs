@@ -43,6 +43,7 @@ pub mod create;
 pub mod delete;
 pub mod error;
 pub mod events;
+mod gate;
 pub mod health;
 pub mod hostpool;
 pub mod ids;

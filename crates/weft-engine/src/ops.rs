@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 use weft_model::{
-    ClusterStatus, ClusterTemplate, EntityKind, MachineType, Node, PlanView, Service,
+    ClusterStatus, ClusterTemplate, EntityKind, MachineType, Node, PlanView, Rollout, RolloutSpec,
+    Service,
 };
-use weft_planner::Operation;
+use weft_planner::{Operation, RolloutPlan};
 use weft_solver::{Catalog, Change, ExistingNode, Layout, TypeOffer};
 
 use weft_store::{ChangeSet, Expect, Write};
@@ -18,7 +19,7 @@ use crate::catalog::{resolve_in_tenant, saved_template, typed_list};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{
-    hostname, load, require_status, start_job, with_definition, Loaded, MachineTypes,
+    hostname, load, require_status, start_job, with_definition, JobOp, Loaded, MachineTypes,
 };
 use crate::view::visible;
 use crate::{store_err, Caller, Engine};
@@ -123,7 +124,7 @@ pub fn nodes_after(
 pub async fn in_place(
     st: &Engine,
     c: &Loaded,
-    op: Operation,
+    op: impl Into<JobOp>,
     body: ClusterBody,
     dry_run: bool,
 ) -> EngineResult<Option<PlanView>> {
@@ -352,20 +353,57 @@ fn node_count(k: Option<u64>) -> EngineResult<u64> {
 }
 
 /// Gives cluster `id` (active or inconsistent) a whole new `config` and configures its services
-/// with it, restarting them when `restart`; returns the plan only for a dry run.
+/// with it, restarting them when `restart`, rolling when a rollout is asked for or the template has
+/// one; returns the plan only for a dry run.
 pub async fn reconfigure(
     st: &Engine,
     who: &Caller,
     id: &str,
     config: Map<String, Value>,
     restart: bool,
+    rollout: Option<&RolloutSpec>,
     dry_run: bool,
 ) -> EngineResult<Option<PlanView>> {
     let allowed = [ClusterStatus::Active, ClusterStatus::Inconsistent];
     let c = load_in(st, who, id, &allowed).await?;
     let mut body = c.body.clone();
     body.config = config;
-    in_place(st, &c, Operation::Reconfigure { restart }, body, dry_run).await
+    let mut job = rolling(
+        Operation::Reconfigure { restart },
+        rollout_policy(&c, rollout)?,
+    );
+    if job.policy.is_some() {
+        job.config_before = Some(c.body.config.clone());
+    }
+    in_place(st, &c, job, body, dry_run).await
+}
+
+/// The rollout of an upgrade, restart or reconfigure of `c`: the request's `rollout`, each field
+/// falling back to the template's `administration.rollout`; none when neither is given.
+fn rollout_policy(c: &Loaded, spec: Option<&RolloutSpec>) -> EngineResult<Option<Rollout>> {
+    let template = c.body.template.administration.rollout.as_ref();
+    let defaults = template
+        .map(|t| t.policy(None, "administration.rollout"))
+        .transpose()?;
+    Ok(match spec {
+        Some(s) => Some(s.policy(defaults.as_ref(), "rollout")?),
+        None => defaults,
+    })
+}
+
+/// `op` as a job, rolling when there is a policy.
+fn rolling(op: Operation, policy: Option<Rollout>) -> JobOp {
+    JobOp {
+        op,
+        rollout: policy.map(|p| RolloutPlan {
+            canaries: p.canaries as usize,
+            max_in_flight: p.max_in_flight,
+            gates: true,
+            nodes: None,
+        }),
+        policy,
+        config_before: None,
+    }
 }
 
 /// Adds services of the cluster's template to cluster `id` (active), placing them with the
@@ -439,14 +477,15 @@ impl ServiceAction {
     }
 }
 
-/// Starts, stops or restarts `service` (or every service) of cluster `id` (active); returns the
-/// plan only for a dry run.
+/// Starts, stops or restarts `service` (or every service) of cluster `id` (active); a restart rolls
+/// when a rollout is asked for or the template has one. Returns the plan only for a dry run.
 pub async fn service_action(
     st: &Engine,
     who: &Caller,
     id: &str,
     action: ServiceAction,
     service: Option<&str>,
+    rollout: Option<&RolloutSpec>,
     dry_run: bool,
 ) -> EngineResult<Option<PlanView>> {
     let c = match service {
@@ -458,18 +497,30 @@ pub async fn service_action(
         None => load_in(st, who, id, &[ClusterStatus::Active]).await?,
     };
     let op = action.operation(service.map(str::to_string));
+    let job = match action {
+        ServiceAction::Restart => rolling(op, rollout_policy(&c, rollout)?),
+        _ if rollout.is_some() => {
+            return Err(EngineError::Model(weft_model::ModelError::invalid(
+                "rollout",
+                "rollout applies to restart, upgrade and reconfigure, not to start or stop",
+            )))
+        }
+        _ => op.into(),
+    };
     let body = c.body.clone();
-    in_place(st, &c, op, body, dry_run).await
+    in_place(st, &c, job, body, dry_run).await
 }
 
 /// Upgrades `service` on cluster `id` (active) to its current definition in the catalog,
-/// `batch_size` nodes at a time; returns the plan only for a dry run.
+/// `batch_size` nodes at a time, or as a rollout when one is asked for or the template has one;
+/// returns the plan only for a dry run.
 pub async fn upgrade(
     st: &Engine,
     who: &Caller,
     id: &str,
     service: &str,
     batch_size: usize,
+    rollout: Option<&RolloutSpec>,
     dry_run: bool,
 ) -> EngineResult<Option<PlanView>> {
     let c = load_with(st, who, id, service).await?;
@@ -484,7 +535,18 @@ pub async fn upgrade(
         service: service.to_string(),
         batch_size: batch_size.max(1),
     };
-    let s = start_job(st, &c, op, &c.nodes, after, c.body.clone(), vec![], dry_run).await?;
+    let job = rolling(op, rollout_policy(&c, rollout)?);
+    let s = start_job(
+        st,
+        &c,
+        job,
+        &c.nodes,
+        after,
+        c.body.clone(),
+        vec![],
+        dry_run,
+    )
+    .await?;
     Ok(dry_run.then_some(s.plan))
 }
 

@@ -421,13 +421,38 @@ pub async fn plan(st: &Engine, job: &JobRow) -> EngineResult<PlanView> {
             })
         })
         .unwrap_or(body.stages.len());
+    let rollout = body.rollout.map(|mut r| {
+        r.changed_nodes = changed_nodes(&body.stages, &by_id);
+        Box::new(r)
+    });
     Ok(PlanView {
         id: job.id.clone(),
         cluster_id: cluster_id_text(job.cluster_id),
         action: job.action.clone(),
         current_stage: current as u64,
         stages,
+        rollout,
     })
+}
+
+/// The nodes of a job whose change has started (a task other than a health check has run or
+/// runs), in stage order: what a rollout changed, and what its revert undoes.
+pub fn changed_nodes(
+    stages: &[Vec<String>],
+    tasks: &std::collections::BTreeMap<&str, &weft_store::TaskRow>,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in stages
+        .iter()
+        .flatten()
+        .filter_map(|id| tasks.get(id.as_str()))
+    {
+        let check = t.action == weft_model::ProvisionerAction::Healthcheck.upper();
+        if t.attempts > 0 && !check && !out.contains(&t.node_id) {
+            out.push(t.node_id.clone());
+        }
+    }
+    out
 }
 
 #[cfg(test)]

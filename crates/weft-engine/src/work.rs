@@ -551,6 +551,11 @@ async fn finish_step(
     tbody.health = health;
     let job_paused = job_status == JobStatus::Paused.as_str();
     let job_running = job_status == JobStatus::Running.as_str() || job_paused;
+    if job_running && tbody.health.as_ref().is_some_and(|h| !h.healthy) {
+        if let Some(job) = crate::gate::rollout_job(st, &task).await? {
+            return gate_failed(st, cs, &task, done, tbody, &job, now).await;
+        }
+    }
     if ok && job_running {
         done.state = TaskState::Complete;
         done.body = to_body(&tbody)?;
@@ -604,6 +609,45 @@ async fn finish_step(
     }
     // A failed job may have just settled its cluster: roll back what asked to be.
     crate::rollback::after_failed_job(st, tenant, cluster.id).await;
+    Ok(())
+}
+
+/// A rollout's health gate found the task's service unhealthy: the rollout stops before its next
+/// batch, pausing or failing the job (`gate`); a failed job settles the cluster and starts what
+/// follows (a revert).
+async fn gate_failed(
+    st: &Engine,
+    mut cs: ChangeSet,
+    task: &TaskRow,
+    done: TaskRow,
+    tbody: TaskBody,
+    job: &JobRow,
+    now: i64,
+) -> EngineResult<()> {
+    let tenant = &task.tenant_id;
+    let stop = crate::gate::stop_rollout(st, &mut cs, done, tbody, job).await?;
+    let failed = match stop {
+        crate::gate::Stop::Paused => None,
+        crate::gate::Stop::Failed(failed) => {
+            let cluster = st
+                .store
+                .get_cluster(tenant, task.cluster_id)
+                .await?
+                .ok_or_else(|| EngineError::Internal("task without cluster".into()))?;
+            settle_failed_job(st, &mut cs, &failed, &cluster, &task.id).await?;
+            Some(failed)
+        }
+    };
+    st.store.commit(&cs).await.map_err(store_err)?;
+    crate::metrics::task_finished(task, st.settings.task_timeout_ms, now);
+    tracing::warn!(task_id = %task.id, job_id = %job.id, cluster_id = task.cluster_id,
+        service = %task.service, node = %task.node_id, paused = failed.is_none(),
+        "health gate failed; rollout stopped");
+    if let Some(job) = failed {
+        crate::metrics::job_ended(&job.action, false);
+        notify(st, JobEventKind::Failure, tenant, task.cluster_id, &job.id);
+        crate::rollback::after_failed_job(st, tenant, task.cluster_id).await;
+    }
     Ok(())
 }
 

@@ -383,6 +383,9 @@ pub struct PlanView {
     #[serde(rename = "currentStage")]
     pub current_stage: u64,
     pub stages: Vec<Vec<PlanTask>>,
+    /// weft extension: a rolling change's policy and what became of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Box<crate::RolloutReport>>,
 }
 
 /// `POST /v2/tasks/take`.

@@ -692,11 +692,17 @@ pub struct LeaseDuration {
 }
 
 /// `{"leaseduration": {...}}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Administration {
     #[serde(default, deserialize_with = "lease")]
     pub leaseduration: LeaseDuration,
+    /// weft extension: the defaults of rolling upgrades, restarts and reconfigures of clusters
+    /// made from this template (each field of a request's `rollout` falls back to these). With it
+    /// set, those operations roll (canaries, batches, health gates) even when a request names no
+    /// rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 fn lease<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LeaseDuration, D::Error> {

@@ -12,6 +12,7 @@ pub mod hostpool;
 pub mod lenient;
 pub mod plugin;
 pub mod resolve;
+pub mod rollout;
 pub mod sweep; // provider sweep
 pub mod tenant;
 pub mod validate;
@@ -25,6 +26,9 @@ pub use health::{
 };
 pub use hostpool::{HostSpec, HostState, LabelSelector, PoolHost, PoolHostRequest};
 pub use plugin::*;
+pub use rollout::{
+    GateFailure, MaxInFlight, OnFailure, Rollout, RolloutOutcome, RolloutReport, RolloutSpec,
+};
 pub use sweep::{SweepError, SweepReport, SweptMachine}; // provider sweep
 pub use tenant::*;
 pub use validate::{validate_name, Validate};

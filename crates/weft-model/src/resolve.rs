@@ -113,7 +113,7 @@ pub fn merge_template(
         out.constraints.size = own.constraints.size;
     }
     if own.administration != Default::default() || parent.is_none() {
-        out.administration = own.administration;
+        out.administration = own.administration.clone();
     }
     for l in &own.links {
         if !out.links.contains(l) {

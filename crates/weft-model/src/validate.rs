@@ -115,10 +115,14 @@ fn validate_health_settings(
 fn validate_template_parts(
     name: &str,
     constraints: &crate::Constraints,
-    lease: &crate::LeaseDuration,
+    admin: &crate::Administration,
     dns_suffix: Option<&str>,
 ) -> Result<(), ModelError> {
     validate_name("name", name)?;
+    let lease = &admin.leaseduration;
+    if let Some(r) = &admin.rollout {
+        r.policy(None, "administration.rollout")?;
+    }
     let size = &constraints.size;
     if size.min < 1 {
         return Err(ModelError::invalid(
@@ -189,7 +193,7 @@ impl Validate for ClusterTemplate {
         validate_template_parts(
             &self.name,
             &self.constraints,
-            &self.administration.leaseduration,
+            &self.administration,
             self.defaults.dns_suffix.as_deref(),
         )
     }
@@ -200,7 +204,7 @@ impl Validate for PartialTemplate {
         validate_template_parts(
             &self.name,
             &self.constraints,
-            &self.administration.leaseduration,
+            &self.administration,
             self.defaults.dns_suffix.as_deref(),
         )
     }

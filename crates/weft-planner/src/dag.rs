@@ -544,6 +544,11 @@ impl<'a> Builder<'a> {
         out
     }
 
+    /// How many tasks the builder holds.
+    pub(crate) fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
     /// Service tasks grouped by (action, service id), task indices in creation order.
     pub(crate) fn service_groups(&self) -> HashMap<(ProvisionerAction, u32), Vec<usize>> {
         let mut out: HashMap<(ProvisionerAction, u32), Vec<usize>> = HashMap::new();

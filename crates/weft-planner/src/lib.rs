@@ -12,7 +12,7 @@
 //!
 //! Modules: `ops` (operations and their programs), `deps` (service dependency rules), `dag` (the
 //! plan graph, ordering, stages, readiness), `macros`, `render` (text and JSON), `layout` (input
-//! nodes), `error`.
+//! nodes), `rollout` (batches and health gates of rolling changes), `error`.
 
 mod dag;
 mod deps;
@@ -21,9 +21,11 @@ mod layout;
 pub mod macros;
 mod ops;
 mod render;
+mod rollout;
 
 pub use dag::{Edge, EdgeKind, Plan, PlannedTask, Tracker, Vertex};
 pub use error::PlanError;
 pub use layout::{PlanNode, DEFAULT_IP_TYPE};
 pub use macros::MacroContext;
 pub use ops::{plan, Operation, PlanInput};
+pub use rollout::RolloutPlan;

@@ -28,6 +28,7 @@ use crate::deps::{rule, Class, DepGraph, Direction};
 use crate::error::PlanError;
 use crate::layout::{sorted, PlanNode};
 use crate::macros;
+use crate::rollout::{gate_checks, RolloutPlan};
 
 /// A cluster operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +131,10 @@ pub struct PlanInput {
     /// The cluster config (macro-expanded per task later; here only scanned for node references).
     #[serde(default)]
     pub config: Value,
+    /// weft extension: do an upgrade, a restart or a reconfigure as a rolling change (batches,
+    /// health gates; see `rollout`). `None` keeps the operation's own shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutPlan>,
 }
 
 const INSTALL_CHAIN: [A; 4] = [A::Install, A::Configure, A::Initialize, A::Start];
@@ -239,8 +244,42 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
         }
     };
 
+    let rollout = input.rollout.as_ref();
+    if rollout.is_some()
+        && !matches!(
+            op,
+            Operation::Upgrade { .. } | Operation::Restart { .. } | Operation::Reconfigure { .. }
+        )
+    {
+        return Err(PlanError::BadParameter {
+            operation: name,
+            problem: "a rollout applies only to upgrade, restart and reconfigure".into(),
+        });
+    }
+    // A rollout's own node list must name nodes of the cluster.
+    if let Some(bad) = rollout
+        .and_then(|r| r.nodes.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|id| !after_map.contains_key(id.as_str()))
+    {
+        return Err(PlanError::BadParameter {
+            operation: name,
+            problem: format!("node {bad} is not in the cluster"),
+        });
+    }
+    let takes_part = |n: &PlanNode| {
+        rollout
+            .and_then(|r| r.nodes.as_ref())
+            .is_none_or(|o| o.contains(&n.id))
+    };
+
     let mut programs: Vec<NodeProgram> = Vec::new();
-    let mut batches: Vec<Vec<usize>> = Vec::new(); // program indices per upgrade batch
+    // Program indices per batch (upgrades and rollouts): a batch starts when the previous one is
+    // done (and, in a rollout, its health gate).
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    // Rollouts: per batch, the services each of its nodes changes (what its health gate checks).
+    let mut changed: Vec<BTreeMap<usize, Vec<String>>> = Vec::new();
     match op {
         Operation::Create => {
             if !before.is_empty() {
@@ -339,7 +378,7 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             } else {
                 &[A::Configure]
             };
-            for n in &after {
+            let mut add = |n: &PlanNode| {
                 programs.push(NodeProgram {
                     node: pos[n.id.as_str()],
                     pre: vec![A::Bootstrap],
@@ -347,6 +386,25 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
                     automators: automators(n),
                     ..Default::default()
                 });
+                programs.len() - 1
+            };
+            match rollout {
+                None => after.iter().for_each(|n| {
+                    add(n);
+                }),
+                Some(r) => {
+                    let hosts: Vec<&PlanNode> =
+                        after.iter().copied().filter(|n| takes_part(n)).collect();
+                    for group in r.batches(&hosts) {
+                        batches.push(group.iter().map(|n| add(n)).collect());
+                        changed.push(
+                            group
+                                .iter()
+                                .map(|n| (pos[n.id.as_str()], n.services.iter().cloned().collect()))
+                                .collect(),
+                        );
+                    }
+                }
             }
         }
         Operation::Start { service }
@@ -360,6 +418,12 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             };
             let selected: BTreeSet<String> = match service {
                 None => cluster.clone(),
+                // A rolling restart restarts the service alone: what depends on it keeps running,
+                // and its health is checked by the gates.
+                Some(s) if rollout.is_some() => {
+                    on_cluster(s)?;
+                    BTreeSet::from([s.clone()])
+                }
                 Some(s) => {
                     on_cluster(s)?;
                     let mut set: BTreeSet<String> = graph
@@ -373,15 +437,31 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
                     set
                 }
             };
-            for n in &after {
-                let mut svcs = n.services.intersection(&selected);
-                let then = chains(&mut svcs, actions);
-                if !then.is_empty() {
+            let hosts: Vec<&PlanNode> = after
+                .iter()
+                .copied()
+                .filter(|n| takes_part(n) && !n.services.is_disjoint(&selected))
+                .collect();
+            let groups = match rollout {
+                Some(r) => r.batches(&hosts),
+                None => vec![hosts],
+            };
+            for group in groups {
+                let mut batch = Vec::new();
+                let mut touched = BTreeMap::new();
+                for n in group {
+                    let svcs: Vec<String> = n.services.intersection(&selected).cloned().collect();
+                    batch.push(programs.len());
                     programs.push(NodeProgram {
                         node: pos[n.id.as_str()],
-                        then,
+                        then: chains(&mut svcs.iter(), actions),
                         ..Default::default()
                     });
+                    touched.insert(pos[n.id.as_str()], svcs);
+                }
+                if rollout.is_some() {
+                    batches.push(batch);
+                    changed.push(touched);
                 }
             }
         }
@@ -419,12 +499,22 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
                 }
                 hosts.retain(|n| only.contains(&n.id));
             }
-            let mut groups: Vec<&[&PlanNode]> = hosts.chunks(*batch_size).collect();
+            hosts.retain(|n| takes_part(n));
+            let mut groups: Vec<Vec<&PlanNode>> = match rollout {
+                Some(r) => r.batches(&hosts),
+                None => hosts.chunks(*batch_size).map(<[_]>::to_vec).collect(),
+            };
             if matches!(op, Operation::RollbackUpgrade { .. }) {
                 groups.reverse();
             }
             for group in groups {
                 let mut batch = Vec::new();
+                changed.push(
+                    group
+                        .iter()
+                        .map(|n| (pos[n.id.as_str()], vec![service.clone()]))
+                        .collect(),
+                );
                 for n in group {
                     batch.push(programs.len());
                     programs.push(NodeProgram {
@@ -493,13 +583,31 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             .get(s)
             .is_some_and(|svc| svc.provisioner.actions.contains_key(&a))
     };
-    let made: Vec<_> = programs.iter().map(|p| b.add_program(p, defined)).collect();
+    // In a rollout, which batch each task belongs to (dependency rules hold within a batch).
+    let mut program_batch: Vec<Option<usize>> = vec![None; programs.len()];
+    if rollout.is_some() {
+        for (k, batch) in batches.iter().enumerate() {
+            for &p in batch {
+                program_batch[p] = Some(k);
+            }
+        }
+    }
+    let mut task_batch: Vec<Option<usize>> = Vec::with_capacity(expected);
+    let made: Vec<_> = programs
+        .iter()
+        .zip(&program_batch)
+        .map(|(p, &k)| {
+            let m = b.add_program(p, defined);
+            task_batch.resize(b.task_count(), k);
+            m
+        })
+        .collect();
 
     // Dependency rules between service tasks, across nodes. Keys are sorted before gates are made
     // so that gate numbers are deterministic.
     let groups = b.service_groups();
     let mut resolved: HashMap<(u32, A), Vec<u32>> = HashMap::new();
-    let mut needs: HashMap<(A, u32), Vec<usize>> = HashMap::new();
+    let mut needs: HashMap<(A, u32, Option<usize>), Vec<usize>> = HashMap::new();
     let service_tasks: Vec<(usize, A, u32)> = b.service_tasks().collect();
     for (task, action, service) in service_tasks {
         let Some((class, dir, wanted)) = rule(action) else {
@@ -516,14 +624,22 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
                 .collect()
         });
         for &d in targets.iter() {
-            needs.entry((wanted, d)).or_default().push(task);
+            needs
+                .entry((wanted, d, task_batch[task]))
+                .or_default()
+                .push(task);
         }
     }
-    let mut keys: Vec<(A, u32)> = needs.keys().copied().collect();
-    keys.sort_by(|x, y| (x.0, b.service_name(x.1)).cmp(&(y.0, b.service_name(y.1))));
+    let mut keys: Vec<(A, u32, Option<usize>)> = needs.keys().copied().collect();
+    keys.sort_by(|x, y| (x.0, b.service_name(x.1), x.2).cmp(&(y.0, b.service_name(y.1), y.2)));
     for key in keys {
-        if let Some(from) = groups.get(&key) {
-            b.barrier(from, &needs[&key]);
+        if let Some(from) = groups.get(&(key.0, key.1)) {
+            let from: Vec<usize> = from
+                .iter()
+                .copied()
+                .filter(|&t| task_batch[t] == key.2)
+                .collect();
+            b.barrier(&from, &needs[&key]);
         }
     }
 
@@ -564,17 +680,50 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
         b.barrier(&confirms, &heads);
     }
 
-    // Upgrade batches: a batch starts when the previous one is done.
-    for w in batches.windows(2) {
-        let sinks: Vec<usize> = w[0]
+    // Batches: a batch starts when the previous one is done, and in a rollout its health gate:
+    // the checks of what the batch changed and of what depends on it.
+    let gates = rollout.is_some_and(|r| r.gates);
+    let everyone: Vec<(usize, &BTreeSet<String>)> = after
+        .iter()
+        .map(|n| (pos[n.id.as_str()], &n.services))
+        .collect();
+    let dependents = |s: &str| -> Vec<String> {
+        graph
+            .reachable(Class::Runtime, Direction::Reverse, s)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    };
+    let has_check = |s: &str| defined(s, A::Healthcheck);
+    for (k, batch) in batches.iter().enumerate() {
+        let mut done: Vec<usize> = batch
             .iter()
             .flat_map(|&p| made[p].sinks.iter().copied())
             .collect();
-        let sources: Vec<usize> = w[1]
-            .iter()
-            .flat_map(|&p| made[p].sources.iter().copied())
-            .collect();
-        b.barrier(&sinks, &sources);
+        if gates {
+            let checks = gate_checks(&changed[k], &everyone, dependents, has_check);
+            let mut gate: Vec<usize> = Vec::new();
+            for (node, services) in checks {
+                let p = NodeProgram {
+                    node,
+                    then: chains(&mut services.iter(), &[A::Healthcheck]),
+                    ..Default::default()
+                };
+                gate.extend(b.add_program(&p, defined).sinks);
+            }
+            if !gate.is_empty() {
+                b.barrier(&done, &gate);
+                done = gate;
+            }
+        }
+        if let Some(next) = batches.get(k + 1) {
+            let sources: Vec<usize> = next
+                .iter()
+                .flat_map(|&p| made[p].sources.iter().copied())
+                .collect();
+            b.barrier(&done, &sources);
+        }
     }
 
     b.finish(op.cluster_action())

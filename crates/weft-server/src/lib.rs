@@ -226,6 +226,11 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ServiceHealth,   // health runs
         weft_model::HealthState,     // health runs
         weft_model::HealthRun,       // health runs
+        weft_model::RolloutSpec,     // rolling changes
+        weft_model::Rollout,         // rolling changes
+        weft_model::RolloutReport,   // rolling changes
+        weft_model::RolloutOutcome,  // rolling changes
+        weft_model::GateFailure,     // rolling changes
         routes::metrics::QueueMetrics,
         routes::metrics::UsageReport,
         weft_model::ClusterCreateRequest,

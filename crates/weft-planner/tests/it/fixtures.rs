@@ -213,6 +213,7 @@ pub fn cases(
         after,
         services: services.clone(),
         config: config.clone(),
+        rollout: None,
     };
     let smaller: Vec<PlanNode> = layout[..layout.len() - 1].to_vec();
     let mut template_after = layout.clone();

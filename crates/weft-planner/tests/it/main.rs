@@ -4,5 +4,6 @@
 mod fixtures;
 mod macros;
 mod property;
+mod rollouts;
 mod rules;
 mod snapshots;

@@ -251,6 +251,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         } else {
             json!({})
         },
+        rollout: None,
     };
     let p = match plan(&case.op, &input) {
         Ok(p) => p,

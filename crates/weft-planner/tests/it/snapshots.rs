@@ -81,6 +81,7 @@ fn healthcheck_runs_only_declared_checks() {
         after: layout.clone(),
         services,
         config: json!({}),
+        rollout: None,
     };
     let all = plan(&Operation::Healthcheck { nodes: None }, &input).unwrap();
     assert!(all

@@ -10,7 +10,7 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weft_model::lenient;
+use weft_model::{lenient, RolloutSpec};
 
 use super::params::{parse_body, DryRun};
 use crate::api::{op, Api, Body, Param};
@@ -72,8 +72,10 @@ pub fn routes(api: Api) -> Api {
         all_services,
         changed(
             t,
-            "start, stop or restart every service (the last segment is the action)",
-        ),
+            "start, stop or restart every service (the last segment is the action; a restart \
+             takes {\"rollout\": {...}})",
+        )
+        .optional_body(Body::Json("UpgradeRequest")),
     )
     .route(
         MethodFilter::DELETE,
@@ -87,7 +89,8 @@ pub fn routes(api: Api) -> Api {
         one_service,
         changed(
             t,
-            "start, stop, restart or upgrade one service ({\"batchSize\": n} for upgrade)",
+            "start, stop, restart or upgrade one service ({\"batchSize\": n} for upgrade; \
+             {\"rollout\": {...}} for restart and upgrade)",
         )
         .optional_body(Body::Json("UpgradeRequest")),
     )
@@ -207,6 +210,24 @@ pub struct ConfigReq {
     /// Restart the services after configuring them (default true).
     #[serde(default, deserialize_with = "lenient::opt_bool")]
     restart: Option<bool>,
+    /// weft extension: roll the change through the cluster (canaries, batches, health gates).
+    #[schema(value_type = Option<RolloutSpec>)]
+    rollout: Option<Value>,
+}
+
+/// A request's `rollout`: an object, checked field by field by the engine.
+fn rollout_of(v: Option<Value>) -> ApiResult<Option<RolloutSpec>> {
+    let bad = || {
+        ApiError::from(weft_model::ModelError::invalid(
+            "rollout",
+            "rollout must be an object with canaries, maxInFlight and onFailure",
+        ))
+    };
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => serde_json::from_value(v).map(Some).map_err(|_| bad()),
+        Some(_) => Err(bad()),
+    }
 }
 
 async fn reconfigure(
@@ -220,7 +241,18 @@ async fn reconfigure(
     let req: ConfigReq = lenient::from_value(optional_body(&body)?).map_err(|_| invalid())?;
     let config = req.config.ok_or_else(invalid)?;
     let restart = req.restart.unwrap_or(true);
-    let plan = ops::reconfigure(&st.engine, &who.caller(), &id, config, restart, d.on()).await?;
+    let rollout = rollout_of(req.rollout)?;
+    let who = who.caller();
+    let plan = ops::reconfigure(
+        &st.engine,
+        &who,
+        &id,
+        config,
+        restart,
+        rollout.as_ref(),
+        d.on(),
+    )
+    .await?;
     Ok(answer(plan))
 }
 
@@ -259,9 +291,22 @@ async fn all_services(
     who: Identity,
     Path((id, action)): Path<(String, String)>,
     Query(d): Query<DryRun>,
+    body: Bytes,
 ) -> ApiResult<Response> {
     let action = service_action(&action)?;
-    let plan = ops::service_action(&st.engine, &who.caller(), &id, action, None, d.on()).await?;
+    let req: UpgradeReq = lenient::from_value(optional_body(&body)?)?;
+    let rollout = rollout_of(req.rollout)?;
+    let who = who.caller();
+    let plan = ops::service_action(
+        &st.engine,
+        &who,
+        &id,
+        action,
+        None,
+        rollout.as_ref(),
+        d.on(),
+    )
+    .await?;
     Ok(answer(plan))
 }
 
@@ -273,6 +318,10 @@ pub struct UpgradeReq {
     #[serde(rename = "batchSize", default, deserialize_with = "lenient::opt_u64")]
     #[schema(minimum = 1, value_type = u64)]
     batch_size: Option<u64>,
+    /// weft extension, for restart and upgrade: roll the change through the cluster (canaries,
+    /// batches, health gates); `batchSize` is then not used.
+    #[schema(value_type = Option<RolloutSpec>)]
+    rollout: Option<Value>,
 }
 
 async fn one_service(
@@ -283,13 +332,14 @@ async fn one_service(
     body: Bytes,
 ) -> ApiResult<Response> {
     let (e, who) = (&st.engine, who.caller());
+    let req: UpgradeReq = lenient::from_value(optional_body(&body)?)?;
+    let rollout = rollout_of(req.rollout)?;
     let plan = if action == "upgrade" {
-        let req: UpgradeReq = lenient::from_value(optional_body(&body)?)?;
         let batch = req.batch_size.unwrap_or(1).max(1) as usize;
-        ops::upgrade(e, &who, &id, &svc, batch, d.on()).await?
+        ops::upgrade(e, &who, &id, &svc, batch, rollout.as_ref(), d.on()).await?
     } else {
         let action = service_action(&action)?;
-        ops::service_action(e, &who, &id, action, Some(&svc), d.on()).await?
+        ops::service_action(e, &who, &id, action, Some(&svc), rollout.as_ref(), d.on()).await?
     };
     Ok(answer(plan))
 }

@@ -334,6 +334,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         after,
         services,
         config: serde_json::Value::Object(template.defaults.config.clone()),
+        rollout: None,
     };
     let plan = weft_planner::plan(&op, &input)?;
     match args.format {

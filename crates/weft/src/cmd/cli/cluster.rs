@@ -36,6 +36,34 @@ pub struct JobFlags {
     verbose: bool,
 }
 
+/// Flags of the calls that can roll a change through the cluster (restart, upgrade, reconfigure).
+/// Any of them makes the change a rollout; unset ones take the template's defaults, then one
+/// canary, one node at a time and pause.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RolloutFlags {
+    /// Roll: nodes changed first, in a batch of their own (0 for none).
+    #[arg(long)]
+    canaries: Option<u64>,
+    /// Roll: nodes changed at once after the canaries, a count or a percentage ("25%").
+    #[arg(long)]
+    max_in_flight: Option<String>,
+    /// Roll: what a failed health gate does, pause or rollback.
+    #[arg(long)]
+    on_failure: Option<String>,
+}
+
+impl RolloutFlags {
+    /// The request's `rollout`, when any flag is set (the server checks the values).
+    fn spec(&self) -> Option<weft_model::RolloutSpec> {
+        let spec = weft_model::RolloutSpec {
+            canaries: self.canaries.map(Value::from),
+            max_in_flight: self.max_in_flight.clone().map(Value::from),
+            on_failure: self.on_failure.clone().map(Value::from),
+        };
+        (!spec.is_empty()).then_some(spec)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Create a cluster from a template: shows the plan, then creates.
@@ -157,6 +185,8 @@ enum Cmd {
         #[arg(long)]
         no_restart: bool,
         #[command(flatten)]
+        rollout: RolloutFlags,
+        #[command(flatten)]
         job: JobFlags,
     },
     /// Start every service, or one.
@@ -177,12 +207,14 @@ enum Cmd {
         #[command(flatten)]
         job: JobFlags,
     },
-    /// Restart every service, or one.
+    /// Restart every service, or one (rolling, with --canaries / --max-in-flight / --on-failure).
     Restart {
         /// The cluster id.
         id: String,
         /// Only this service [default: every service].
         service: Option<String>,
+        #[command(flatten)]
+        rollout: RolloutFlags,
         #[command(flatten)]
         job: JobFlags,
     },
@@ -192,9 +224,11 @@ enum Cmd {
         id: String,
         /// The service.
         service: String,
-        /// Nodes upgraded at a time.
+        /// Nodes upgraded at a time (without a rollout).
         #[arg(long)]
         batch_size: Option<u64>,
+        #[command(flatten)]
+        rollout: RolloutFlags,
         #[command(flatten)]
         job: JobFlags,
     },
@@ -460,23 +494,33 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             id,
             config,
             no_restart,
+            rollout,
             job,
         } => {
             let mut current = ctx.block(c.cluster_config(&id))?;
             apply_kv(&mut current, &config)?;
-            let r = ctx.block(c.reconfigure(&id, &current, !no_restart, job.dry_run))?;
+            let spec = rollout.spec();
+            let restart = !no_restart;
+            let r = ctx.block(c.reconfigure(&id, &current, restart, spec.as_ref(), job.dry_run))?;
             started(&ctx, &id, r, &job, &format!("reconfiguring cluster {id}"))
         }
-        Cmd::Start { id, service, job } => service_action(&ctx, &id, service, "start", &job),
-        Cmd::Stop { id, service, job } => service_action(&ctx, &id, service, "stop", &job),
-        Cmd::Restart { id, service, job } => service_action(&ctx, &id, service, "restart", &job),
+        Cmd::Start { id, service, job } => service_action(&ctx, &id, service, "start", None, &job),
+        Cmd::Stop { id, service, job } => service_action(&ctx, &id, service, "stop", None, &job),
+        Cmd::Restart {
+            id,
+            service,
+            rollout,
+            job,
+        } => service_action(&ctx, &id, service, "restart", rollout.spec(), &job),
         Cmd::Upgrade {
             id,
             service,
             batch_size,
+            rollout,
             job,
         } => {
-            let r = ctx.block(c.upgrade(&id, &service, batch_size, job.dry_run))?;
+            let spec = rollout.spec();
+            let r = ctx.block(c.upgrade(&id, &service, batch_size, spec.as_ref(), job.dry_run))?;
             started(
                 &ctx,
                 &id,
@@ -674,12 +718,16 @@ fn service_action(
     id: &str,
     service: Option<String>,
     action: &str,
+    rollout: Option<weft_model::RolloutSpec>,
     job: &JobFlags,
 ) -> anyhow::Result<()> {
-    let r = ctx.block(
-        ctx.client
-            .service_action(id, service.as_deref(), action, job.dry_run),
-    )?;
+    let r = ctx.block(ctx.client.service_action(
+        id,
+        service.as_deref(),
+        action,
+        rollout.as_ref(),
+        job.dry_run,
+    ))?;
     let what = match &service {
         Some(s) => format!("{action} {s} on cluster {id}"),
         None => format!("{action} every service on cluster {id}"),

@@ -194,6 +194,7 @@ mod tests {
             action: "CLUSTER_CREATE".into(),
             current_stage: 0,
             stages,
+            rollout: None,
         }
     }
 
