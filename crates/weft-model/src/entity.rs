@@ -227,10 +227,13 @@ pub enum ProvisionerAction {
     /// weft extension: checks that the service is healthy (a script that exits 0 when it is).
     /// Run only by health jobs (`POST /v2/clusters/{id}/health`), never by lifecycle plans.
     Healthcheck,
+    /// weft extension: asks a node's provider whether its machine still exists (a drift check,
+    /// `POST /v2/clusters/{id}/check`). A node-level action; services never declare it.
+    Status,
 }
 
 impl ProvisionerAction {
-    pub const ALL: [ProvisionerAction; 11] = [
+    pub const ALL: [ProvisionerAction; 12] = [
         ProvisionerAction::Create,
         ProvisionerAction::Confirm,
         ProvisionerAction::Bootstrap,
@@ -242,6 +245,7 @@ impl ProvisionerAction {
         ProvisionerAction::Stop,
         ProvisionerAction::Delete,
         ProvisionerAction::Healthcheck,
+        ProvisionerAction::Status,
     ];
 
     /// Upper-case name, as in tasks, plans and node actions (`CREATE`).
@@ -258,10 +262,11 @@ impl ProvisionerAction {
             ProvisionerAction::Stop => "STOP",
             ProvisionerAction::Delete => "DELETE",
             ProvisionerAction::Healthcheck => "HEALTHCHECK",
+            ProvisionerAction::Status => "STATUS",
         }
     }
 
-    /// Hardware (node-level) actions: CREATE, CONFIRM, BOOTSTRAP, DELETE.
+    /// Hardware (node-level) actions: CREATE, CONFIRM, BOOTSTRAP, DELETE, STATUS.
     pub fn is_hardware(self) -> bool {
         matches!(
             self,
@@ -269,6 +274,7 @@ impl ProvisionerAction {
                 | ProvisionerAction::Confirm
                 | ProvisionerAction::Bootstrap
                 | ProvisionerAction::Delete
+                | ProvisionerAction::Status
         )
     }
 
@@ -774,6 +780,16 @@ pub struct ClusterTemplate {
     pub administration: Administration,
     #[serde(default, deserialize_with = "lenient::vec")]
     pub links: Vec<Link>,
+    /// weft extension: the janitor's periodic check replaces a node whose machine is gone by
+    /// itself (one at a time, a bounded number per hour). Left out of the JSON when false, so
+    /// Coopr's format is unchanged.
+    #[serde(
+        rename = "autoReplace",
+        default,
+        deserialize_with = "lenient::bool",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub auto_replace: bool,
 }
 
 /// A partial template: defaults and compatibility that cluster templates include.

@@ -5,6 +5,7 @@
 //! that do not need a store. It does no IO.
 
 pub mod cluster;
+pub mod drift;
 pub mod entity;
 pub mod error;
 pub mod health;
@@ -18,6 +19,10 @@ pub mod tenant;
 pub mod validate;
 
 pub use cluster::*;
+pub use drift::{
+    AutoReplacement, DriftReport, DriftRun, MachineReport, MachineState, NodeDrift, ReplaceRun,
+    STATUS_RESULT_KEY,
+};
 pub use entity::*;
 pub use error::ModelError;
 pub use health::{

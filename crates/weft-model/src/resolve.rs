@@ -120,6 +120,7 @@ pub fn merge_template(
             out.links.push(l.clone());
         }
     }
+    out.auto_replace = own.auto_replace || out.auto_replace;
     out.name = own.name.clone();
     out.label = own.label.clone().or(out.label);
     out.description = own.description.clone().or(out.description);

@@ -69,6 +69,12 @@ impl Validate for Service {
                 "provisioner.actions.{}",
                 action.upper().to_ascii_lowercase()
             );
+            if *action == ProvisionerAction::Status {
+                return Err(ModelError::invalid(
+                    &prefix,
+                    format!("{prefix}: status is asked of a node's provider; a service cannot declare it"),
+                ));
+            }
             if spec.automator.trim().is_empty() {
                 let field = format!("{prefix}.type");
                 return Err(ModelError::invalid(

@@ -12,7 +12,8 @@
 //!
 //! Modules: `ops` (operations and their programs), `deps` (service dependency rules), `dag` (the
 //! plan graph, ordering, stages, readiness), `macros`, `render` (text and JSON), `layout` (input
-//! nodes), `rollout` (batches and health gates of rolling changes), `error`.
+//! nodes), `rollout` (batches and health gates of rolling changes), `repair` (drift checks and node
+//! replacement), `error`.
 
 mod dag;
 mod deps;
@@ -21,6 +22,7 @@ mod layout;
 pub mod macros;
 mod ops;
 mod render;
+mod repair;
 mod rollout;
 
 pub use dag::{Edge, EdgeKind, Plan, PlannedTask, Tracker, Vertex};

@@ -28,6 +28,7 @@ use crate::deps::{rule, Class, DepGraph, Direction};
 use crate::error::PlanError;
 use crate::layout::{sorted, PlanNode};
 use crate::macros;
+use crate::repair;
 use crate::rollout::{gate_checks, RolloutPlan};
 
 /// A cluster operation.
@@ -70,6 +71,12 @@ pub enum Operation {
     /// (or only on `nodes`), and nothing else. The layout does not change. Health runs and
     /// future health gates (a rolling change checking a batch) plan through this one operation.
     Healthcheck { nodes: Option<BTreeSet<String>> },
+    /// weft extension: a drift check: STATUS of every node's machine (or only of `nodes`), then
+    /// the HEALTHCHECK of its services that declare one. The layout does not change (see `repair`).
+    Check { nodes: Option<BTreeSet<String>> },
+    /// weft extension: replace one node's machine with a new one of the same id, hardware, image
+    /// and services, and refresh the configuration of the others (see `repair`).
+    ReplaceNode { node: String },
 }
 
 impl Operation {
@@ -90,6 +97,8 @@ impl Operation {
             Operation::RollbackUpgrade { .. } => "rollback-upgrade",
             Operation::ChangeTemplate => "change-template",
             Operation::Healthcheck { .. } => "healthcheck",
+            Operation::Check { .. } => "check",
+            Operation::ReplaceNode { .. } => "replace-node",
         }
     }
 
@@ -111,6 +120,8 @@ impl Operation {
             Operation::RollbackUpgrade { .. } => "ROLLBACK_UPGRADE",
             Operation::ChangeTemplate => "CHANGE_TEMPLATE",
             Operation::Healthcheck { .. } => "CLUSTER_HEALTHCHECK",
+            Operation::Check { .. } => "CLUSTER_CHECK",
+            Operation::ReplaceNode { .. } => "REPLACE_NODE",
         }
     }
 }
@@ -274,6 +285,18 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             .is_none_or(|o| o.contains(&n.id))
     };
 
+    let after_sorted: Vec<&PlanNode> = nodes
+        .iter()
+        .copied()
+        .filter(|n| after_map.contains_key(n.id.as_str()))
+        .collect();
+    let repair_input = || repair::Input {
+        operation: name,
+        nodes: &after_sorted,
+        pos: &pos,
+        catalog: &catalog,
+        graph: &graph,
+    };
     let mut programs: Vec<NodeProgram> = Vec::new();
     // Program indices per batch (upgrades and rollouts): a batch starts when the previous one is
     // done (and, in a rollout, its health gate).
@@ -561,6 +584,14 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
                     });
                 }
             }
+        }
+        Operation::Check { nodes: only } => {
+            same_layout()?;
+            programs = repair::check(&repair_input(), only.as_ref())?;
+        }
+        Operation::ReplaceNode { node } => {
+            same_layout()?;
+            programs = repair::replace(&repair_input(), node)?;
         }
     }
 

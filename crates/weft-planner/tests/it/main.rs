@@ -4,6 +4,7 @@
 mod fixtures;
 mod macros;
 mod property;
+mod repair;
 mod rollouts;
 mod rules;
 mod snapshots;

@@ -1,0 +1,142 @@
+//! Drift (weft's extension): what is really there. What a provisioner reports for one `STATUS`
+//! task, and what `GET /v2/clusters/{id}/check` answers: each node's machine as its provider sees
+//! it, each service's health, and machines that carry the cluster's marks but belong to no node.
+
+use serde::{Deserialize, Serialize};
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+use crate::{ServiceHealth, SweptMachine};
+
+/// The key of a `STATUS` task's `result` under which a provisioner reports [`MachineReport`].
+pub const STATUS_RESULT_KEY: &str = "machine";
+
+/// A node's machine as its provider sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum MachineState {
+    /// The machine exists and runs.
+    Running,
+    /// The machine exists but does not run (a stopped container or instance; a local node none of
+    /// whose processes is alive).
+    Stopped,
+    /// The provider has no such machine.
+    Missing,
+    /// Not checked yet, or the provider could not say.
+    Unknown,
+}
+
+impl MachineState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineState::Running => "running",
+            MachineState::Stopped => "stopped",
+            MachineState::Missing => "missing",
+            MachineState::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the machine is gone or not running (what a check reports as drift).
+    pub fn is_drift(self) -> bool {
+        matches!(self, MachineState::Stopped | MachineState::Missing)
+    }
+}
+
+/// What a provisioner says about one node's machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct MachineReport {
+    pub state: MachineState,
+    /// The provider's own words (its state name, or why it could not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One node of a check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct NodeDrift {
+    pub id: String,
+    #[serde(default)]
+    pub hostname: String,
+    pub nodenum: u64,
+    pub machine: MachineState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Each service's health, as in `GET /v2/clusters/{id}/health`.
+    pub services: Vec<ServiceHealth>,
+}
+
+/// A node the janitor replaced by itself (a template with `autoReplace`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct AutoReplacement {
+    pub node: String,
+    #[serde(rename = "jobId")]
+    pub job_id: String,
+    /// When it started (milliseconds since the epoch).
+    pub at: i64,
+}
+
+/// `GET /v2/clusters/{id}/check`: the cluster's latest check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct DriftReport {
+    #[serde(rename = "clusterId")]
+    pub cluster_id: String,
+    /// The check's job, if the cluster ever had one.
+    #[serde(rename = "jobId", default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// That job's status (`running`, `complete`, `failed`...); empty when there was no check.
+    #[serde(rename = "jobStatus", default)]
+    pub job_status: String,
+    /// Something is not as weft left it: a machine missing or stopped, a service unhealthy, or
+    /// an orphan machine.
+    pub drift: bool,
+    pub nodes: Vec<NodeDrift>,
+    /// Machines with the cluster's marks that belong to no node of it (found when the check
+    /// started; only providers that can list their machines: aws, docker).
+    #[serde(default)]
+    pub orphans: Vec<SweptMachine>,
+    /// Why orphans could not be looked for, when they could not.
+    #[serde(
+        rename = "orphansUnknown",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub orphans_unknown: Option<String>,
+    /// Nodes the janitor replaced by itself, newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacements: Vec<AutoReplacement>,
+}
+
+impl DriftReport {
+    /// Whether the check has ended (it is neither running nor paused).
+    pub fn finished(&self) -> bool {
+        !matches!(self.job_status.as_str(), "running" | "paused")
+    }
+}
+
+/// `POST /v2/clusters/{id}/check`: the check that was started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct DriftRun {
+    #[serde(rename = "clusterId")]
+    pub cluster_id: String,
+    #[serde(rename = "jobId")]
+    pub job_id: String,
+    /// How many tasks it runs (a STATUS per node, and the health checks).
+    pub tasks: u64,
+}
+
+/// `POST /v2/clusters/{id}/nodes/{node}/replace`: the replace job that was started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ReplaceRun {
+    #[serde(rename = "clusterId")]
+    pub cluster_id: String,
+    #[serde(rename = "jobId")]
+    pub job_id: String,
+    pub node: String,
+}
