@@ -505,6 +505,26 @@ impl ApiClient {
         self.get(&format!("/v2/clusters/{}/health", seg(id))).await
     }
 
+    /// `POST /v2/clusters/{id}/check`: starts a drift check (weft's extension).
+    pub async fn check_run(&self, id: &str) -> ClientResult<weft_model::DriftRun> {
+        let path = format!("/v2/clusters/{}/check", seg(id));
+        let bytes = self.call(Method::POST, &path, None, "").await?;
+        self.decode(&path, &bytes)
+    }
+
+    /// `GET /v2/clusters/{id}/check`: the latest drift check.
+    pub async fn check(&self, id: &str) -> ClientResult<weft_model::DriftReport> {
+        self.get(&format!("/v2/clusters/{}/check", seg(id))).await
+    }
+
+    /// `POST /v2/clusters/{id}/nodes/{node}/replace` (weft's extension): replaces a node's
+    /// machine (or, `dry_run`, answers the plan).
+    pub async fn replace_node(&self, id: &str, node: &str, dry_run: bool) -> ClientResult<Started> {
+        let path = format!("/v2/clusters/{}/nodes/{}/replace", seg(id), seg(node));
+        self.started(Method::POST, &path, None::<&Value>, dry_run)
+            .await
+    }
+
     pub async fn plans(&self, id: &str) -> ClientResult<Vec<PlanView>> {
         self.get(&format!("/v2/clusters/{}/plans", seg(id))).await
     }

@@ -43,6 +43,36 @@ pub struct ClusterBody {
     /// starts its delete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_requested: bool,
+    /// Drift checks: the latest check, the orphans it found, what the janitor replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftRecord>,
+}
+
+/// What a cluster keeps of its drift checks (see `drift`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DriftRecord {
+    /// The latest check's job and when it started.
+    #[serde(default)]
+    pub job_id: Option<String>,
+    #[serde(default)]
+    pub started: i64,
+    /// Machines with the cluster's marks that belong to no node, found when it started.
+    #[serde(default)]
+    pub orphans: Vec<weft_model::SweptMachine>,
+    /// Why orphans could not be looked for.
+    #[serde(default)]
+    pub orphans_unknown: Option<String>,
+    /// The check whose findings were recorded last (by the janitor) and what it found: nodes
+    /// whose machine is missing or stopped, and `node/service` pairs found unhealthy.
+    #[serde(default)]
+    pub recorded_job: Option<String>,
+    #[serde(default)]
+    pub missing: Vec<String>,
+    #[serde(default)]
+    pub unhealthy: Vec<String>,
+    /// Nodes the janitor replaced by itself (the last hour's and a few more).
+    #[serde(default)]
+    pub replacements: Vec<weft_model::AutoReplacement>,
 }
 
 /// What an upgrade replaced, so that a failed upgrade can be rolled back.
@@ -94,6 +124,9 @@ pub struct TaskBody {
     /// HEALTHCHECK tasks: what the check found (kept here, not on the node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<weft_model::HealthReport>,
+    /// STATUS tasks: what the provider said of the machine (kept here, not on the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<weft_model::MachineReport>,
     /// Earlier attempts that failed and were retried, oldest first (at most [`MAX_RETRIED`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retried: Vec<Attempt>,

@@ -27,6 +27,11 @@ pub struct EngineSettings {
     pub callback_command: Option<String>,
     /// How long one callback may take.
     pub callback_timeout_ms: u64,
+    /// How often the janitor checks each active cluster for drift (`drift`); 0: never.
+    pub check_interval_ms: u64,
+    /// How many nodes of one cluster the janitor replaces by itself per hour (templates with
+    /// `autoReplace`).
+    pub auto_replace_per_hour: u32,
 }
 
 /// What the engine asks of the world outside the store, which weft-server provides over HTTP: the
@@ -38,6 +43,18 @@ pub trait Messenger: Send + Sync {
     /// POSTs a job notice to a callback URL within `limit`; an error is a short text for the log
     /// (never the URL, which may carry a token).
     async fn post_json(&self, url: &str, body: &Value, limit: Duration) -> Result<(), String>;
+    /// The machines with weft's marks for `tenant` that a provisioner having `providertype`
+    /// lists with the provider's fields `fields` (secrets included), except those of the nodes in
+    /// `known` (a drift check's orphans). An error says why they could not be listed.
+    async fn machines(
+        &self,
+        _tenant: &str,
+        _providertype: &str,
+        _fields: &Value,
+        _known: &[String],
+    ) -> Result<Vec<weft_model::SweptMachine>, String> {
+        Err("no provisioner can be asked".into())
+    }
 }
 
 /// A [`Messenger`] that tells nobody (tests, tools).

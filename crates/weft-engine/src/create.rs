@@ -263,6 +263,7 @@ impl NewCluster {
             secrets: inputs.secrets.clone(),
             retiring: Vec::new(),
             leaving: Vec::new(),
+            drift: None,
             rollback_on_failure: req.rollback_on_failure,
             upgrade_from: None,
             delete_requested: false,

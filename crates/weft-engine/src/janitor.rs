@@ -4,7 +4,9 @@
 //! same retry and failure logic as a worker's finish), jobs whose end gate completed without the
 //! job (a server stopped in between) complete, clusters whose lease ran out get their
 //! CLUSTER_DELETE job, and provisioners silent for longer than `provisioner_timeout` are dropped and
-//! their tenants' workers placed elsewhere. Tests call it with a chosen `now`.
+//! their tenants' workers placed elsewhere; with `check_interval`, active clusters are checked for
+//! drift and nodes of `autoReplace` templates replaced (see `drift`). Tests call it with a chosen
+//! `now`.
 //!
 //! Several servers may share one PostgreSQL database; only the one holding the store's `janitor`
 //! lease ([`weft_store::Lease`], as long as `janitor_interval`) runs rounds. [`Janitor::lead`] is
@@ -40,6 +42,8 @@ pub struct JanitorReport {
     pub failed_over_tasks: Vec<String>,
     /// Ids of the jobs completed because their end gate was complete (a server stopped between).
     pub completed_jobs: Vec<String>,
+    /// Drift checks started and recorded, nodes replaced (only with `check_interval`).
+    pub drift: crate::drift::DriftPass,
 }
 
 /// One janitor round at time `now` (milliseconds since the epoch). A failure on one task or
@@ -75,11 +79,33 @@ async fn run_pass(
         && complete_ended_jobs(st, &mut lease, &mut report).await?
         && delete_expired_clusters(st, now, &mut lease, &mut report).await?
         && give_hosts_back(st, now, &mut lease).await
-        && drop_silent_provisioners(st, now, &mut lease, &mut report).await?;
+        && drop_silent_provisioners(st, now, &mut lease, &mut report).await?
+        && check_drift(st, now, &mut lease, &mut report).await;
     if finished && !report.dropped_provisioners.is_empty() {
         workers::rebalance(st).await?;
     }
     Ok(report)
+}
+
+/// Drift checks of active clusters, and automatic replacements (see `drift`); off unless
+/// `check_interval` is set. A failure is logged; the round goes on.
+async fn check_drift(
+    st: &Engine,
+    now: i64,
+    lease: &mut Option<&mut Lease>,
+    report: &mut JanitorReport,
+) -> bool {
+    if st.settings.check_interval_ms == 0 {
+        return true;
+    }
+    if !may_go_on(st, lease).await {
+        return false;
+    }
+    match crate::drift::janitor_pass(st, now).await {
+        Ok(pass) => report.drift = pass,
+        Err(e) => tracing::error!(error = %e, "drift checks failed"),
+    }
+    true
 }
 
 /// Fails the tasks whose lease ran out (each then retries or fails its job). Each step of a pass

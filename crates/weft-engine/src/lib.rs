@@ -18,7 +18,8 @@
 //!   ([`ops::reconfigure`], [`ops::add_services`], [`ops::remove_service`], [`ops::expand`],
 //!   [`ops::shrink`], [`ops::upgrade`], [`ops::service_action`], [`ops::set_lease`],
 //!   [`ops::sync_template`]), each of which starts its job with [`jobs::start_job`];
-//!   [`delete::delete_cluster`]; [`control::pause_cluster`], [`control::resume_cluster`],
+//!   [`delete::delete_cluster`]; [`replace::replace_node`]; [`drift::run_check`] and
+//!   [`drift::latest`] (drift checks); [`control::pause_cluster`], [`control::resume_cluster`],
 //!   [`rollback::abort_cluster`]; [`rollback::after_failed_job`] (automatic rollbacks);
 //! * tasks: [`work::take`], [`work::finish`], [`work::fail_over_leases`];
 //! * reading: [`view`] (clusters, nodes, jobs and plans as the API shows them), [`catalog`]
@@ -29,7 +30,8 @@
 //! Modules, bottom up: `error`, `metrics` (process counters), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
 //! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `hostpool` (lending pool hosts to nodes),
-//! `jobs` (starting jobs), `control`, `health`, `create`, `ops`, `preview`, `delete`, `rollback`, `work` (take and
+//! `jobs` (starting jobs), `control`, `health`, `replace` (replacing a node), `create`, `ops`,
+//! `preview`, `delete`, `drift` (drift checks, automatic replacement), `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 
@@ -41,6 +43,7 @@ pub mod context;
 pub mod control;
 pub mod create;
 pub mod delete;
+pub mod drift;
 pub mod error;
 pub mod events;
 mod gate;
@@ -53,6 +56,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod ops;
 pub mod preview;
+pub mod replace;
 pub mod retry;
 pub mod rollback;
 pub mod view;

@@ -226,13 +226,14 @@ pub async fn task_nodes(st: &Engine, req: TaskNodesRequest) -> EngineResult<Stri
         .map_err(EngineError::Internal)
 }
 
-/// CREATE, CONFIRM and DELETE: tasks of a provider plugin, which reads no other node.
+/// CREATE, CONFIRM, DELETE and STATUS: tasks of a provider plugin, which reads no other node.
 fn is_provider_task(task: &TaskRow) -> bool {
     task.service.is_empty()
         && [
             ProvisionerAction::Create,
             ProvisionerAction::Confirm,
             ProvisionerAction::Delete,
+            ProvisionerAction::Status,
         ]
         .iter()
         .any(|a| a.upper() == task.action)
@@ -534,7 +535,9 @@ async fn finish_step(
     // A health check that fails is a finding, not a failed task: it is not retried (the
     // provisioner already tried) and it does not fail the health run.
     let health = health_report(&task, req);
-    let ok = req.status == Some(0) || health.is_some();
+    // Likewise a STATUS: a missing machine (or a provider that could not say) is a finding.
+    let machine = crate::drift::status_report(&task, req);
+    let ok = req.status == Some(0) || health.is_some() || machine.is_some();
     let mut cs = ChangeSet::new();
     cs.expect(Expect::task(&task));
     update_node(st, &mut cs, tenant, &task, req, ok).await?;
@@ -549,6 +552,7 @@ async fn finish_step(
     tbody.stdout = req.stdout.as_deref().map(trim_log);
     tbody.stderr = req.stderr.as_deref().map(trim_log);
     tbody.health = health;
+    tbody.machine = machine;
     let job_paused = job_status == JobStatus::Paused.as_str();
     let job_running = job_status == JobStatus::Running.as_str() || job_paused;
     if job_running && tbody.health.as_ref().is_some_and(|h| !h.healthy) {
@@ -731,7 +735,9 @@ async fn update_node(
     req: &FinishTaskRequest,
     ok: bool,
 ) -> EngineResult<()> {
-    if task.action == ProvisionerAction::Healthcheck.upper() {
+    if task.action == ProvisionerAction::Healthcheck.upper()
+        || task.action == ProvisionerAction::Status.upper()
+    {
         return Ok(());
     }
     let addresses = req.ipaddresses.as_ref().is_some_and(|m| !m.is_empty());

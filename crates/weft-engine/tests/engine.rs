@@ -106,6 +106,8 @@ async fn fixture(max_clusters: u64) -> Fixture {
         callback_url: None,
         callback_command: None,
         callback_timeout_ms: 1_000,
+        check_interval_ms: 0,
+        auto_replace_per_hour: 2,
     };
     Fixture {
         engine: Engine::new(store, settings, Arc::new(Quiet)),

@@ -50,9 +50,9 @@ use russh::keys::ssh_key::LineEnding;
 use russh::keys::{HashAlg, PrivateKey};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
+use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType, SweptMachine};
 
-use crate::plugin::Provider;
+use crate::plugin::{status_output, Provider};
 use crate::ssh;
 use crate::task::{PluginError, PluginResult, Task, TaskOutput};
 
@@ -979,6 +979,44 @@ impl Provider for DockerProvider {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// One inspection of the node's container: missing, running, or stopped (any other state).
+    async fn status(&self, task: &Task) -> PluginResult {
+        let name = providerid(task).unwrap_or_else(|| container_name(task));
+        if !valid_container_name(&name) {
+            return Ok(status_output(
+                MachineState::Missing,
+                Some(format!("providerid {name} is not a container")),
+            ));
+        }
+        let engine = self.engine(task).await?;
+        let c = match engine.docker.inspect_container(&name, None).await {
+            Ok(c) => c,
+            Err(e) if not_found(&e) => {
+                return Ok(status_output(
+                    MachineState::Missing,
+                    Some(format!("container {name} does not exist")),
+                ))
+            }
+            Err(e) => return Err(engine_error(&format!("inspecting container {name}"), e)),
+        };
+        let state = c.state.unwrap_or_default();
+        let status = state.status.map(|s| s.to_string()).unwrap_or_default();
+        Ok(if state.running.unwrap_or(false) {
+            status_output(
+                MachineState::Running,
+                Some(format!("container {name} {status}")),
+            )
+        } else {
+            status_output(
+                MachineState::Stopped,
+                Some(format!(
+                    "container {name} is {status} (exit code {})",
+                    state.exit_code.unwrap_or_default()
+                )),
+            )
+        })
     }
 
     async fn machines(

@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use weft_model::{ParamSpec, PluginType};
 
-use crate::plugin::Provider;
+use weft_model::MachineState;
+
+use crate::plugin::{status_output, Provider};
 use crate::task::{PluginError, PluginResult, Task, TaskOutput};
 use crate::transport::{kill_group, proc_stat, NODE_MARK, PGID_FILE};
 
@@ -439,6 +441,38 @@ impl Provider for LocalProvider {
             ),
             stdout: format!("node {id} at {ip}\n"),
             ..Default::default()
+        })
+    }
+
+    /// A local node exists while its `node.json` does; it runs while a process marked with its
+    /// id is alive. So a node whose processes were killed behind weft's back is `stopped` (and
+    /// its services' checks fail), and one whose directory was removed is `missing`. (A node
+    /// that runs no process at all, services stopped or none that leave one, is `stopped` too.)
+    async fn status(&self, task: &Task) -> PluginResult {
+        let Some(id) = providerid(task).filter(|id| valid_id(id)) else {
+            return Ok(status_output(
+                MachineState::Missing,
+                Some("no local providerid: CREATE never ran".into()),
+            ));
+        };
+        if self.read_node(&id).await.is_none() {
+            let dir = self.node_dir(&id);
+            return Ok(status_output(
+                MachineState::Missing,
+                Some(format!("{} is gone", dir.display())),
+            ));
+        }
+        let probe = id.clone();
+        let alive = tokio::task::spawn_blocking(move || marked_alive(&probe))
+            .await
+            .unwrap_or(false);
+        Ok(if alive {
+            status_output(MachineState::Running, None)
+        } else {
+            status_output(
+                MachineState::Stopped,
+                Some(format!("no process of node {id} is alive")),
+            )
         })
     }
 

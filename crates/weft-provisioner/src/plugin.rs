@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use weft_model::PluginType;
+use weft_model::{MachineReport, MachineState, PluginType, STATUS_RESULT_KEY};
 
 use crate::task::{Action, PluginError, PluginResult, Task, TaskOutput};
 
@@ -26,6 +26,19 @@ pub trait Provider: Send + Sync {
     async fn confirm(&self, task: &Task) -> PluginResult;
     /// Removes the machine and everything it made. A missing or unknown `providerid` is success.
     async fn delete(&self, task: &Task) -> PluginResult;
+    /// Whether the node's machine still exists and runs (a drift check's STATUS), answered as
+    /// `result.machine` ([`weft_model::MachineReport`], see [`status_output`]). A missing machine
+    /// is a finding, not a failure. The default uses CONFIRM's lookup: a confirmed machine runs,
+    /// one CONFIRM fails for good on is missing, and any other failure leaves it unknown.
+    /// Providers with a cheaper call override it.
+    async fn status(&self, task: &Task) -> PluginResult {
+        let (state, message) = match self.confirm(task).await {
+            Ok(_) => (MachineState::Running, None),
+            Err(e) if !e.retryable => (MachineState::Missing, Some(e.message)),
+            Err(e) => (MachineState::Unknown, Some(e.message)),
+        };
+        Ok(status_output(state, message))
+    }
     /// Every machine that carries this provider's marks of a weft node, for the provider fields
     /// `fields` (what `weft provider sweep` compares with the live nodes). The default: the
     /// provider cannot list what it made.
@@ -38,6 +51,27 @@ pub trait Provider: Send + Sync {
             self.plugin_type().name
         )))
     }
+}
+
+/// A STATUS task's answer: `result.machine` with `state` and, when given, `message`.
+pub fn status_output(state: MachineState, message: Option<String>) -> TaskOutput {
+    let report = MachineReport {
+        state,
+        message: message.clone(),
+    };
+    let mut out = TaskOutput {
+        stdout: format!(
+            "machine {}{}\n",
+            state.as_str(),
+            message.map(|m| format!(": {m}")).unwrap_or_default()
+        ),
+        ..Default::default()
+    };
+    out.result.insert(
+        STATUS_RESULT_KEY.into(),
+        serde_json::to_value(report).unwrap_or_default(),
+    );
+    out
 }
 
 /// Sets up services on machines (contract §4.6). `task.action_fields()` holds the action's fields.
@@ -104,6 +138,7 @@ pub async fn run_provider(p: &dyn Provider, action: Action, task: &Task) -> Plug
         Action::Create => p.create(task).await,
         Action::Confirm => p.confirm(task).await,
         Action::Delete => p.delete(task).await,
+        Action::Status => p.status(task).await,
         other => Err(PluginError::fatal(format!(
             "{} is not a provider action",
             other.lower()
@@ -147,13 +182,13 @@ impl Plugins {
         self.automators.values().map(|a| a.plugin_type()).collect()
     }
 
-    /// Runs a task with the plugin it names (contract §4.5): CREATE, CONFIRM and DELETE go to the
+    /// Runs a task with the plugin it names (contract §4.5): CREATE, CONFIRM, DELETE and STATUS go to the
     /// provider named by `config.provider.providertype`; BOOTSTRAP runs the bootstrap of each
     /// automator in `config.automators`, merging what they answer; the service actions go to the
     /// automator named by `config.service.action.type`.
     pub async fn run(&self, task: &Task) -> PluginResult {
         match task.action {
-            Action::Create | Action::Confirm | Action::Delete => {
+            Action::Create | Action::Confirm | Action::Delete | Action::Status => {
                 let name = task.provider_type().ok_or_else(|| {
                     PluginError::fatal("task has no config.provider.providertype")
                 })?;

@@ -87,10 +87,12 @@ pub enum Action {
     Remove,
     /// weft's health check of a service (run by health jobs only).
     Healthcheck,
+    /// weft's question to a provider: does the node's machine still exist (drift checks only).
+    Status,
 }
 
 impl Action {
-    pub const ALL: [Action; 11] = [
+    pub const ALL: [Action; 12] = [
         Action::Create,
         Action::Confirm,
         Action::Delete,
@@ -102,6 +104,7 @@ impl Action {
         Action::Stop,
         Action::Remove,
         Action::Healthcheck,
+        Action::Status,
     ];
 
     /// The service actions an automator runs for a service (besides BOOTSTRAP, which is per node).
@@ -127,6 +130,7 @@ impl Action {
             Action::Stop => "stop",
             Action::Remove => "remove",
             Action::Healthcheck => "healthcheck",
+            Action::Status => "status",
         }
     }
 

@@ -59,6 +59,12 @@ pub struct RawConfig {
     /// `<data_dir>/provisioner.token`, made with a random token when missing. Unset with
     /// `auth = none`: the internal port checks nothing (bind it to a private network).
     pub provisioner_token_file: Option<PathBuf>,
+    /// Seconds between drift checks of every active cluster of every tenant, run by the janitor
+    /// (`POST /v2/clusters/{id}/check`; templates with `autoReplace` get missing nodes replaced).
+    /// Default 0: off.
+    pub check_interval: Option<u64>,
+    /// How many nodes of one cluster the janitor replaces by itself per hour. Default 2.
+    pub auto_replace_per_hour: Option<u32>,
 }
 
 /// The keys and their environment variables, for messages and `--help`.
@@ -79,6 +85,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("callback_command", "WEFT_CALLBACK_COMMAND"),
     ("callback_timeout", "WEFT_CALLBACK_TIMEOUT"),
     ("provisioner_token_file", "WEFT_PROVISIONER_TOKEN_FILE"),
+    ("check_interval", "WEFT_CHECK_INTERVAL"),
+    ("auto_replace_per_hour", "WEFT_AUTO_REPLACE_PER_HOUR"),
 ];
 
 /// A configuration error, naming the key at fault.
@@ -110,6 +118,9 @@ pub struct Settings {
     pub callback_timeout_ms: u64,
     /// Where provisioner tokens are read (`None`: the internal port checks no token).
     pub provisioner_token_file: Option<PathBuf>,
+    /// Drift checks by the janitor (0: off).
+    pub check_interval_ms: u64,
+    pub auto_replace_per_hour: u32,
 }
 
 /// How often a provisioner sends its heartbeat (weft-provisioner's default), in milliseconds.
@@ -140,6 +151,8 @@ impl Settings {
             callback_url: self.callback_url.clone(),
             callback_command: self.callback_command.clone(),
             callback_timeout_ms: self.callback_timeout_ms,
+            check_interval_ms: self.check_interval_ms,
+            auto_replace_per_hour: self.auto_replace_per_hour,
         }
     }
 }
@@ -184,6 +197,8 @@ impl RawConfig {
             callback_command: over.callback_command.or(self.callback_command),
             callback_timeout: over.callback_timeout.or(self.callback_timeout),
             provisioner_token_file: over.provisioner_token_file.or(self.provisioner_token_file),
+            check_interval: over.check_interval.or(self.check_interval),
+            auto_replace_per_hour: over.auto_replace_per_hour.or(self.auto_replace_per_hour),
         }
     }
 
@@ -216,7 +231,14 @@ impl RawConfig {
             (None, AuthMode::ApiKey) => Some(data_dir.join("provisioner.token")),
             (None, AuthMode::None) => None,
         };
+        let check_interval = self.check_interval.unwrap_or(0);
+        if check_interval > 7 * 24 * 3600 {
+            return Err(key_error("check_interval", "must be 0 (off) to 604800 seconds"));
+        }
+        let auto_replace_per_hour = self.auto_replace_per_hour.unwrap_or(2);
         Ok(Settings {
+            check_interval_ms: check_interval * 1000,
+            auto_replace_per_hour,
             provisioner_token_file,
             janitor_interval_ms: janitor_interval * 1000,
             provisioner_timeout_ms: provisioner_timeout as i64 * 1000,

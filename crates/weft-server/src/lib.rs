@@ -226,6 +226,12 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ServiceHealth,   // health runs
         weft_model::HealthState,     // health runs
         weft_model::HealthRun,       // health runs
+        weft_model::DriftRun,        // drift checks
+        weft_model::DriftReport,     // drift checks
+        weft_model::NodeDrift,       // drift checks
+        weft_model::MachineState,    // drift checks
+        weft_model::AutoReplacement, // drift checks
+        weft_model::ReplaceRun,      // node replacement
         weft_model::RolloutSpec,     // rolling changes
         weft_model::Rollout,         // rolling changes
         weft_model::RolloutReport,   // rolling changes

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use weft_model::{EntityKind, PluginType};
+use weft_model::{EntityKind, PluginType, SweepReport};
 use weft_store::{ProvisionerRecord, Store, SUPERADMIN};
 
 use weft_engine::cache::ProvisionerCache;
@@ -39,6 +39,26 @@ impl weft_engine::Messenger for Courier {
 
     async fn post_json(&self, url: &str, body: &Value, limit: Duration) -> Result<(), String> {
         post_json(url, body, limit).await
+    }
+
+    async fn machines(
+        &self,
+        tenant: &str,
+        providertype: &str,
+        fields: &Value,
+        known: &[String],
+    ) -> Result<Vec<weft_model::SweptMachine>, String> {
+        let body = serde_json::json!({
+            "providertype": providertype,
+            "fields": fields,
+            "tenant": tenant,
+            "live": known,
+            "delete": false,
+        });
+        let report = ask_sweep(&self.outbound, &*self.store, tenant, providertype, &body)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(report.machines)
     }
 }
 
@@ -408,4 +428,67 @@ pub fn spawn_resources(st: &Courier, tenant_id: &str) -> tokio::task::JoinHandle
     let st = st.clone();
     let tenant_id = tenant_id.to_string();
     tokio::spawn(async move { log_outcome("resources", push_resources(&st, &tenant_id).await) })
+}
+
+/// How long a provisioner may take to list (and delete) the machines of a sweep.
+const SWEEP_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Where a provisioner lists the machines with weft's marks (a provider sweep, a drift check).
+fn sweep_url(p: &ProvisionerRecord) -> String {
+    let host = if p.host.contains(':') && !p.host.starts_with('[') {
+        format!("[{}]", p.host)
+    } else {
+        p.host.clone()
+    };
+    format!("http://{host}:{}/v2/sweep", p.port)
+}
+
+/// Asks the provisioners (those serving the tenant first, then the freshest) until one that has
+/// the provider type answers.
+pub async fn ask_sweep(
+    outbound: &Outbound,
+    store: &dyn Store,
+    tenant: &str,
+    providertype: &str,
+    body: &Value,
+) -> ApiResult<SweepReport> {
+    let mut all = store.list_provisioners().await?;
+    all.sort_by_key(|p| {
+        let serving = p.assignments.get(tenant).is_some_and(|n| *n > 0);
+        (!serving, -p.last_heartbeat_ms)
+    });
+    let mut unreachable = Vec::new();
+    for p in &all {
+        match outbound
+            .post_json(&sweep_url(p), body, SWEEP_TIMEOUT)
+            .await
+        {
+            Ok((200, text)) => {
+                return serde_json::from_str(&text).map_err(|e| {
+                    ApiError::Internal(format!("provisioner {} sweep answer: {e}", p.id))
+                })
+            }
+            Ok((404, _)) => continue,
+            Ok((400, text)) => return Err(ApiError::BadRequest(text)),
+            Ok((status, text)) => {
+                return Err(ApiError::Internal(format!(
+                    "provisioner {} answered {status}: {}",
+                    p.id,
+                    text.trim()
+                )))
+            }
+            Err(e) => {
+                tracing::warn!(provisioner = %p.id, error = %e, "sweep call failed");
+                unreachable.push(p.id.clone());
+            }
+        }
+    }
+    Err(ApiError::Conflict(format!(
+        "no live provisioner has provider type {providertype}{}",
+        if unreachable.is_empty() {
+            String::new()
+        } else {
+            format!(" (unreachable: {})", unreachable.join(", "))
+        }
+    )))
 }

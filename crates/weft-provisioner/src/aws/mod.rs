@@ -48,13 +48,13 @@ use russh::keys::ssh_key::LineEnding;
 use russh::keys::PrivateKey;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
+use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType, SweptMachine};
 
 use self::client::{ec2_endpoint, QueryClient, EC2_VERSION};
 use self::ec2::{Ec2, Instance, RunSpec, Timing, LIVE_STATES};
 use self::sigv4::Credentials;
 use crate::cloud::{poll_until, CloudError, Poll};
-use crate::plugin::Provider;
+use crate::plugin::{status_output, Provider};
 use crate::ssh;
 use crate::task::{PluginError, PluginResult, Task, TaskOutput};
 
@@ -643,6 +643,30 @@ impl Provider for AwsProvider {
         };
         out.result.insert("providerid".into(), json!(inst.id));
         Ok(out)
+    }
+
+    /// One DescribeInstances of the node's instance: unknown to EC2, shutting down or terminated
+    /// is missing; running is running; pending, stopping or stopped is stopped.
+    async fn status(&self, task: &Task) -> PluginResult {
+        let Some(id) = providerid(task).filter(|id| valid_instance_id(id)) else {
+            return Ok(status_output(
+                MachineState::Missing,
+                Some("no instance id: CREATE never answered".into()),
+            ));
+        };
+        let ec2 = self.ec2(task)?;
+        let (state, message) = match ec2.instance(&id).await? {
+            None => (MachineState::Missing, format!("instance {id} is not known to EC2")),
+            Some(i) => {
+                let state = match i.state.as_str() {
+                    "running" => MachineState::Running,
+                    "shutting-down" | "terminated" => MachineState::Missing,
+                    _ => MachineState::Stopped,
+                };
+                (state, format!("instance {id} is {}", i.state))
+            }
+        };
+        Ok(status_output(state, Some(message)))
     }
 
     async fn confirm(&self, task: &Task) -> PluginResult {

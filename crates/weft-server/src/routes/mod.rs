@@ -5,6 +5,7 @@ pub mod apikeys;
 pub mod catalog;
 pub mod cluster_ops;
 pub mod clusters;
+pub mod drift; // drift checks, node replacement (weft addition)
 pub mod entities;
 pub mod health; // health runs (weft addition)
 pub mod hostpools; // host pools (weft addition)
@@ -29,6 +30,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = clusters::routes(api);
     let api = cluster_ops::routes(api);
     let api = health::routes(api); // health runs
+    let api = drift::routes(api); // drift checks, node replacement
     let api = nodes::routes(api);
     let api = hostpools::routes(api); // host pools
     let api = sweep::routes(api); // provider sweep

@@ -9,7 +9,6 @@
 //! machines in the same account never look orphaned.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::routing::MethodFilter;
@@ -17,16 +16,12 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_model::{EntityKind, SweepReport};
-use weft_store::ProvisionerRecord;
 
 use super::entities::not_found;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::state::AppState;
-
-/// How long a provisioner may take to list and delete.
-const SWEEP_TIMEOUT: Duration = Duration::from_secs(900);
 
 pub fn routes(api: Api) -> Api {
     api.route(
@@ -85,7 +80,8 @@ async fn sweep(
         "live": live_nodes(&st, &tenant).await?,
         "delete": flag.on(),
     });
-    let mut report = ask_provisioners(&st, &tenant, &providertype, &body).await?;
+    let mut report =
+        crate::outbound::ask_sweep(&st.outbound, &*st.store, &tenant, &providertype, &body).await?;
     report.machines.retain(|m| m.tenant == tenant);
     tracing::info!(tenant_id = %tenant, provider = %name, found = report.machines.len(),
         deleted = report.deleted.len(), "provider swept");
@@ -110,63 +106,4 @@ async fn live_nodes(st: &AppState, tenant: &str) -> ApiResult<BTreeSet<String>> 
         .filter(|n| live.contains(&n.cluster_id))
         .map(|n| n.id)
         .collect())
-}
-
-fn sweep_url(p: &ProvisionerRecord) -> String {
-    let host = if p.host.contains(':') && !p.host.starts_with('[') {
-        format!("[{}]", p.host)
-    } else {
-        p.host.clone()
-    };
-    format!("http://{host}:{}/v2/sweep", p.port)
-}
-
-/// Asks the provisioners (those serving the tenant first, then the freshest) until one that has
-/// the provider type answers.
-async fn ask_provisioners(
-    st: &AppState,
-    tenant: &str,
-    providertype: &str,
-    body: &Value,
-) -> ApiResult<SweepReport> {
-    let mut all = st.store.list_provisioners().await?;
-    all.sort_by_key(|p| {
-        let serving = p.assignments.get(tenant).is_some_and(|n| *n > 0);
-        (!serving, -p.last_heartbeat_ms)
-    });
-    let mut unreachable = Vec::new();
-    for p in &all {
-        match st
-            .outbound
-            .post_json(&sweep_url(p), body, SWEEP_TIMEOUT)
-            .await
-        {
-            Ok((200, text)) => {
-                return serde_json::from_str(&text).map_err(|e| {
-                    ApiError::Internal(format!("provisioner {} sweep answer: {e}", p.id))
-                })
-            }
-            Ok((404, _)) => continue,
-            Ok((400, text)) => return Err(ApiError::BadRequest(text)),
-            Ok((status, text)) => {
-                return Err(ApiError::Internal(format!(
-                    "provisioner {} answered {status}: {}",
-                    p.id,
-                    text.trim()
-                )))
-            }
-            Err(e) => {
-                tracing::warn!(provisioner = %p.id, error = %e, "sweep call failed");
-                unreachable.push(p.id.clone());
-            }
-        }
-    }
-    Err(ApiError::Conflict(format!(
-        "no live provisioner has provider type {providertype}{}",
-        if unreachable.is_empty() {
-            String::new()
-        } else {
-            format!(" (unreachable: {})", unreachable.join(", "))
-        }
-    )))
 }

@@ -71,6 +71,13 @@ pub struct ServerArgs {
     /// changes) [default with --auth apikey: <data dir>/provisioner.token, made when missing].
     #[arg(long, env = "WEFT_PROVISIONER_TOKEN_FILE")]
     provisioner_token_file: Option<PathBuf>,
+    /// Time between the janitor's drift checks of every active cluster (10m; plain seconds too;
+    /// 0 or unset: off). Templates with autoReplace get missing nodes replaced.
+    #[arg(long, env = "WEFT_CHECK_INTERVAL", value_parser = seconds)]
+    check_interval: Option<u64>,
+    /// Nodes of one cluster the janitor replaces by itself per hour [default: 2].
+    #[arg(long, env = "WEFT_AUTO_REPLACE_PER_HOUR")]
+    auto_replace_per_hour: Option<u32>,
 }
 
 impl ServerArgs {
@@ -97,6 +104,8 @@ impl ServerArgs {
             callback_command: self.callback_command,
             callback_timeout: self.callback_timeout,
             provisioner_token_file: self.provisioner_token_file,
+            check_interval: self.check_interval,
+            auto_replace_per_hour: self.auto_replace_per_hour,
         };
         Ok(file.overlay(flags).resolve()?)
     }

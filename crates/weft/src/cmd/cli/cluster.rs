@@ -310,6 +310,29 @@ enum Cmd {
         #[arg(long, default_value = "10m", value_parser = super::duration::parse)]
         timeout: Duration,
     },
+    /// Check what is really there: each node's machine (does it still exist and run?), the
+    /// services' health checks, and machines with the cluster's marks that belong to no node.
+    /// Waits for the check (exit 5 if any drift is found). With --latest, show the latest check.
+    Check {
+        /// The cluster id.
+        id: String,
+        /// Show the latest check; run nothing.
+        #[arg(long)]
+        latest: bool,
+        /// How long to wait for the check (e.g. 5m).
+        #[arg(long, default_value = "10m", value_parser = super::duration::parse)]
+        timeout: Duration,
+    },
+    /// Replace a node: delete its machine if it still exists, make a new one with the same node
+    /// id, hardware, image and services, set them up, and re-configure the other nodes.
+    ReplaceNode {
+        /// The cluster id.
+        id: String,
+        /// The node id.
+        node: String,
+        #[command(flatten)]
+        job: JobFlags,
+    },
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -610,6 +633,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             latest,
             timeout,
         } => health(&ctx, &id, latest, timeout),
+        Cmd::Check {
+            id,
+            latest,
+            timeout,
+        } => super::drift::check(&ctx, &id, latest, timeout),
+        Cmd::ReplaceNode { id, node, job } => {
+            let r = ctx.block(c.replace_node(&id, &node, job.dry_run))?;
+            started(&ctx, &id, r, &job, &format!("replacing node {node} of cluster {id}"))
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use weft_client::ClientError;
 mod admin;
 mod catalog;
 mod cluster;
+mod drift; // `weft cluster check`
 pub mod config;
 pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
