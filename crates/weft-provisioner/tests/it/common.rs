@@ -29,6 +29,11 @@ pub struct Server {
 impl Server {
     /// A server with the example catalog loaded into the superadmin and tenant `tenant`.
     pub async fn start(tenant: &str) -> (Server, String) {
+        Server::start_with(tenant, RawConfig::default()).await
+    }
+
+    /// [`Server::start`] with the settings of `extra` (those it sets) over the test's.
+    pub async fn start_with(tenant: &str, extra: RawConfig) -> (Server, String) {
         let dir = tempfile::tempdir().expect("temp dir");
         let settings = RawConfig {
             data_dir: Some(dir.path().join("server")),
@@ -38,6 +43,7 @@ impl Server {
             auth: Some("none".into()),
             ..Default::default()
         }
+        .overlay(extra)
         .resolve()
         .expect("settings");
         std::fs::create_dir_all(dir.path().join("server")).expect("dir");

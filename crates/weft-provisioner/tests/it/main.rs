@@ -6,6 +6,7 @@ mod automators;
 mod aws;
 mod common;
 mod docker;
+mod drift; // drift checks and node replacement
 mod e2e;
 mod google;
 mod hostpool;
