@@ -629,3 +629,148 @@ async fn a_docker_cluster_whose_image_is_missing_fails_with_the_reason_and_leave
     assert!(labelled("network", &labels).is_empty());
     agent.shutdown().await;
 }
+
+// ---- drift: a container removed behind weft's back, an orphan, and replace-node ----
+
+/// Runs a drift check and waits for its report.
+async fn check(s: &Server, id: &str) -> Value {
+    let path = format!("/v2/clusters/{id}/check");
+    let (code, run) = s.ext(Method::POST, T, &path, None).await;
+    assert_eq!(code, 200, "{run}");
+    let r = until(Duration::from_secs(120), "the check", || async {
+        let r = s.ext(Method::GET, T, &path, None).await.1;
+        (r["jobId"] == run["jobId"] && r["jobStatus"] != "running").then_some(r)
+    })
+    .await;
+    assert_eq!(r["jobStatus"], "complete", "{r}");
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removed_container_is_found_by_a_check_and_replace_node_brings_it_back() {
+    if !ready() {
+        return;
+    }
+    let (s, tenant_id) = Server::start(T).await;
+    let agent = agent(&s, "p-docker-drift", &tenant_id).await;
+    let (code, c) = s
+        .ext(
+            Method::POST,
+            T,
+            "/v2/clusters",
+            Some(json!({"name": "drift", "clusterTemplate": "kv-web-docker", "numMachines": 4})),
+        )
+        .await;
+    assert_eq!(code, 200, "{c}");
+    let id = c["id"].as_str().unwrap().to_string();
+    let labels = vec![
+        format!("{LABEL_CLUSTER}={id}"),
+        format!("{LABEL_TENANT}={tenant_id}"),
+    ];
+    let _cleanup = Cleanup::labels(&labels);
+    let c = wait_status(&s, &id, "active", &FAILED).await;
+    let (web, _) = running(&c, "web");
+    let (_, primary) = running(&c, "kv-primary");
+    let (_, lb) = running(&c, "lb");
+    let (primary, lb) = (primary[0].clone(), lb[0].clone());
+    let r = s
+        .http
+        .put(format!("http://{primary}:7000/kv/message"))
+        .body("written to the primary")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    behind_balancer(&s, &lb, &web).await;
+
+    let r = check(&s, &id).await;
+    assert_eq!(r["drift"], false, "{r}");
+    assert!(r["orphansUnknown"].is_null(), "docker lists its machines: {r}");
+
+    // A web node (not the balancer's, not the primary's) loses its container, and a container
+    // with the cluster's marks but no node appears.
+    let victim = c["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| {
+            let svcs = n["properties"]["services"].as_array().unwrap();
+            svcs.contains(&json!("web"))
+                && !svcs.contains(&json!("lb"))
+                && !svcs.contains(&json!("kv-primary"))
+        })
+        .expect("a web node")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gone = labelled("container", &[format!("weft.node={victim}")]);
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    docker(&["rm", "-f", "-v", &gone[0]]).unwrap();
+    let orphan = unique("orphan");
+    docker(&[
+        "create",
+        "--name",
+        &orphan,
+        "--label",
+        &labels[0],
+        "--label",
+        &labels[1],
+        "--label",
+        "weft.node=ghost",
+        IMAGE,
+        "true",
+    ])
+    .unwrap();
+
+    let r = check(&s, &id).await;
+    assert_eq!(r["drift"], true, "{r}");
+    let n = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == victim.as_str())
+        .unwrap();
+    assert_eq!(n["machine"], "missing", "{r}");
+    let others_running = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["id"] != victim.as_str())
+        .all(|n| n["machine"] == "running");
+    assert!(others_running, "{r}");
+    let orphans: Vec<&str> = r["orphans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["providerid"].as_str().unwrap())
+        .collect();
+    assert_eq!(orphans, vec![orphan.as_str()], "{r}");
+    assert_eq!(cluster(&s, &id).await["status"], "active");
+
+    // Replaced: a new container for the same node, every web node behind the balancer again.
+    let c = run_job(
+        &s,
+        &id,
+        Method::POST,
+        &format!("nodes/{victim}/replace"),
+        None,
+    )
+    .await;
+    assert_eq!(running(&c, "web").0, web);
+    assert_eq!(
+        labelled("container", &[format!("weft.node={victim}")]).len(),
+        1
+    );
+    behind_balancer(&s, &lb, &web).await;
+    docker(&["rm", "-f", &orphan]).unwrap();
+    let r = check(&s, &id).await;
+    assert_eq!(r["drift"], false, "{r}");
+
+    let (code, body) = s
+        .ext(Method::DELETE, T, &format!("/v2/clusters/{id}"), None)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    wait_status(&s, &id, "terminated", &["incomplete", "inconsistent"]).await;
+    assert!(labelled("container", &labels).is_empty());
+    agent.shutdown().await;
+}
