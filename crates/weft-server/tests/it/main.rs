@@ -10,6 +10,7 @@ mod cluster_ops;
 mod clusters;
 mod common;
 mod delete_running;
+mod drift;
 mod entities;
 mod health; // health runs (issue 20)
 mod hostpools;

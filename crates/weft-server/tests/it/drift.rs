@@ -1,0 +1,178 @@
+//! Drift (weft's extension): `POST /v2/clusters/{id}/check` asks each node's provider about its
+//! machine (STATUS) without touching the cluster's status; `GET` answers what it found;
+//! `POST /v2/clusters/{id}/nodes/{node}/replace` rebuilds one node.
+
+use axum::http::Method;
+use serde_json::{json, Value};
+
+use crate::clusters::{create, drain, setup, take, T};
+use crate::common::{admin, Harness};
+
+async fn finish_status(h: &Harness, tid: &str, task: &Value, status: i64, result: Value) {
+    let body = json!({"workerId": "w1", "provisionerId": "p1", "tenantId": tid,
+        "taskId": task["taskId"], "status": status, "stdout": "asked", "stderr": "no answer", "result": result});
+    h.internal(Method::POST, "/v2/tasks/finish", body.to_string())
+        .await
+        .expect(200);
+}
+
+fn machines(r: &Value) -> Vec<String> {
+    r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["machine"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_check_reports_each_machine_and_leaves_the_cluster_active() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    let id = create(&h, a, 3).await;
+    drain(&h, &tid, |_| false).await;
+    let path = format!("/v2/clusters/{id}/check");
+
+    // Before any check: nothing known, nothing found.
+    let r = h.get(a, &path).await.expect(200).json();
+    assert!(r.get("jobId").is_none(), "{r}");
+    assert_eq!(r["drift"], false);
+    assert!(machines(&r).iter().all(|m| m == "unknown"), "{r}");
+
+    let run = h.post(a, &path, "").await.expect(200).json();
+    assert_eq!(run["tasks"], 3, "a STATUS per node (no service declares a check)");
+    let status = h.get(a, &format!("/v2/clusters/{id}/status")).await.json();
+    assert_eq!(status["status"], "active", "a check leaves the status alone");
+
+    // One machine runs, one is missing, and one provider fails to answer: a finding each,
+    // nothing retried, and the check completes.
+    let mut taken = Vec::new();
+    while let Some(t) = take(&h, &tid, "w1").await {
+        assert_eq!(t["taskName"], "STATUS");
+        assert_eq!(t["config"]["provider"]["providertype"], "local");
+        assert_eq!(
+            t["config"]["provider"]["provisioner"]["token"], "s3cret",
+            "the provider's secrets reach the provider"
+        );
+        match taken.len() {
+            0 => {
+                let m = json!({"machine": {"state": "running"}});
+                finish_status(&h, &tid, &t, 0, m).await
+            }
+            1 => {
+                let m = json!({"machine": {"state": "missing", "message": "gone"}});
+                finish_status(&h, &tid, &t, 0, m).await
+            }
+            _ => finish_status(&h, &tid, &t, 1, json!({})).await,
+        }
+        taken.push(t);
+        assert!(taken.len() <= 3, "a failed STATUS is not retried");
+    }
+    let r = h.get(a, &path).await.expect(200).json();
+    assert_eq!(r["jobId"], run["jobId"]);
+    assert_eq!(r["jobStatus"], "complete", "{r}");
+    assert_eq!(r["drift"], true);
+    let mut m = machines(&r);
+    m.sort();
+    assert_eq!(m, ["missing", "running", "unknown"], "{r}");
+    let missing = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["machine"] == "missing")
+        .unwrap();
+    assert_eq!(missing["message"], "gone");
+    let unknown = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["machine"] == "unknown")
+        .unwrap();
+    assert_eq!(unknown["message"], "no answer", "{r}");
+    // No provisioner here can list machines: orphans are not known, and the report says why.
+    assert!(r["orphansUnknown"].is_string(), "{r}");
+    let c = h.get(a, &format!("/v2/clusters/{id}")).await.json();
+    assert_eq!(c["status"], "active");
+    assert!(
+        !c.to_string().contains("\"machine\""),
+        "STATUS results stay off the nodes"
+    );
+
+    // Replace the missing node: a dry run plans it, an unknown node is a 404 naming it.
+    let node = missing["id"].as_str().unwrap().to_string();
+    let body = h
+        .post(a, &format!("/v2/clusters/{id}/nodes/nope/replace"), "")
+        .await
+        .expect(404)
+        .text();
+    assert!(body.contains("nope"), "{body}");
+    let plan = h
+        .post(
+            a,
+            &format!("/v2/clusters/{id}/nodes/{node}/replace?dryrun=true"),
+            "",
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(plan["action"], "REPLACE_NODE");
+    let run = h
+        .post(a, &format!("/v2/clusters/{id}/nodes/{node}/replace"), "")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(run["node"], node.as_str());
+    assert_eq!(
+        h.get(a, &format!("/v2/clusters/{id}/status")).await.json()["status"],
+        "pending"
+    );
+    // While it runs, neither a check nor another replacement may start.
+    h.post(a, &path, "").await.expect(409);
+    h.post(a, &format!("/v2/clusters/{id}/nodes/{node}/replace"), "")
+        .await
+        .expect(409);
+    let tasks = drain(&h, &tid, |_| false).await;
+    let on_node: Vec<&str> = tasks
+        .iter()
+        .filter(|t| t["nodeId"] == node.as_str())
+        .map(|t| t["taskName"].as_str().unwrap())
+        .collect();
+    assert_eq!(&on_node[..4], ["DELETE", "CREATE", "CONFIRM", "BOOTSTRAP"]);
+    assert!(tasks
+        .iter()
+        .filter(|t| t["nodeId"] != node.as_str())
+        .all(|t| ["CONFIGURE", "STOP", "START"].contains(&t["taskName"].as_str().unwrap())));
+    let c = h.get(a, &format!("/v2/clusters/{id}")).await.json();
+    assert_eq!(c["status"], "active");
+    assert_eq!(c["nodes"].as_array().unwrap().len(), 3, "the same nodes");
+}
+
+#[tokio::test]
+async fn unknown_clusters_are_refused() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let a = admin(T);
+    h.get(a, "/v2/clusters/00000999/check").await.expect(404);
+    h.post(a, "/v2/clusters/00000999/check", "")
+        .await
+        .expect(404);
+    h.post(a, "/v2/clusters/00000999/nodes/x/replace", "")
+        .await
+        .expect(404);
+}
+
+#[tokio::test]
+async fn a_service_cannot_declare_status() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let a = admin(T);
+    let mut svc = h.get(a, "/v2/services/a").await.json();
+    svc["provisioner"]["actions"]["status"] = json!({"type": "shell", "fields": {"script": "x"}});
+    let body = h
+        .put(a, "/v2/services/a", svc.to_string())
+        .await
+        .expect(400)
+        .text();
+    assert!(body.contains("provisioner.actions.status"), "{body}");
+}
