@@ -351,10 +351,7 @@ async fn write_body(st: &Engine, c: Loaded, body: ClusterBody) -> EngineResult<L
 pub fn replacement_candidate(r: &DriftReport) -> Option<&NodeDrift> {
     r.nodes.iter().find(|n| match n.machine {
         MachineState::Missing => true,
-        MachineState::Stopped => n
-            .services
-            .iter()
-            .any(|s| s.state == HealthState::Unhealthy),
+        MachineState::Stopped => n.services.iter().any(|s| s.state == HealthState::Unhealthy),
         _ => false,
     })
 }

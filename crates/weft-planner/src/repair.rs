@@ -100,11 +100,7 @@ pub(crate) fn replace(input: &Input<'_>, node: &str) -> Result<Vec<NodeProgram>,
     let dependents: BTreeSet<&String> = target
         .services
         .iter()
-        .filter_map(|s| {
-            input
-                .graph
-                .reachable(Class::Runtime, Direction::Reverse, s)
-        })
+        .filter_map(|s| input.graph.reachable(Class::Runtime, Direction::Reverse, s))
         .flatten()
         .collect();
     let mut out = Vec::with_capacity(input.nodes.len());

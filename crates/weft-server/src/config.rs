@@ -233,7 +233,10 @@ impl RawConfig {
         };
         let check_interval = self.check_interval.unwrap_or(0);
         if check_interval > 7 * 24 * 3600 {
-            return Err(key_error("check_interval", "must be 0 (off) to 604800 seconds"));
+            return Err(key_error(
+                "check_interval",
+                "must be 0 (off) to 604800 seconds",
+            ));
         }
         let auto_replace_per_hour = self.auto_replace_per_hour.unwrap_or(2);
         Ok(Settings {

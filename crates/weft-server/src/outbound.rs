@@ -459,10 +459,7 @@ pub async fn ask_sweep(
     });
     let mut unreachable = Vec::new();
     for p in &all {
-        match outbound
-            .post_json(&sweep_url(p), body, SWEEP_TIMEOUT)
-            .await
-        {
+        match outbound.post_json(&sweep_url(p), body, SWEEP_TIMEOUT).await {
             Ok((200, text)) => {
                 return serde_json::from_str(&text).map_err(|e| {
                     ApiError::Internal(format!("provisioner {} sweep answer: {e}", p.id))

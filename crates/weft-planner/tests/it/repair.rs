@@ -26,7 +26,14 @@ fn three_checked() -> PlanInput {
         .iter_mut()
         .filter(|s| s.name == "web" || s.name == "db")
     {
-        let automator = s.provisioner.actions.values().next().unwrap().automator.clone();
+        let automator = s
+            .provisioner
+            .actions
+            .values()
+            .next()
+            .unwrap()
+            .automator
+            .clone();
         s.provisioner.actions.insert(
             A::Healthcheck,
             ServiceAction {
@@ -89,19 +96,16 @@ fn a_check_asks_every_machine_then_runs_the_declared_checks() {
 
     let nope: BTreeSet<String> = ["nope".to_string()].into();
     let e = plan(&Operation::Check { nodes: Some(nope) }, &input).unwrap_err();
-    assert!(e.to_string().contains("node nope is not in the cluster"), "{e}");
+    assert!(
+        e.to_string().contains("node nope is not in the cluster"),
+        "{e}"
+    );
 }
 
 #[test]
 fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
     let input = three_checked();
-    let p = plan(
-        &Operation::ReplaceNode {
-            node: "n1".into(),
-        },
-        &input,
-    )
-    .unwrap();
+    let p = plan(&Operation::ReplaceNode { node: "n1".into() }, &input).unwrap();
     insta::assert_snapshot!("three-replace-node", p.render_text());
     assert_eq!(p.action, "REPLACE_NODE");
     // The node itself: a new machine, then its services from scratch.
@@ -115,7 +119,12 @@ fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
         position(&p, "n1", A::Start, Some("db")),
     ];
     for w in chain.windows(2) {
-        assert!(before(&p, w[0], w[1]), "{:?} then {:?}", p.tasks[w[0]], p.tasks[w[1]]);
+        assert!(
+            before(&p, w[0], w[1]),
+            "{:?} then {:?}",
+            p.tasks[w[0]],
+            p.tasks[w[1]]
+        );
     }
     // The others re-configure after its CONFIRM; app needs db at runtime (and web needs app), so
     // they also restart, app only after the new db started, web after app.
@@ -128,8 +137,14 @@ fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
         let app_start = position(&p, n, A::Start, Some("app"));
         assert!(before(&p, db_start, app_start), "{n}: app starts after db");
         let web_start = position(&p, n, A::Start, Some("web"));
-        assert!(before(&p, app_start, web_start), "{n}: web starts after app");
-        assert!(p.tasks.iter().all(|t| t.node_id != n || t.service.is_some()));
+        assert!(
+            before(&p, app_start, web_start),
+            "{n}: web starts after app"
+        );
+        assert!(p
+            .tasks
+            .iter()
+            .all(|t| t.node_id != n || t.service.is_some()));
     }
 
     let e = plan(
@@ -139,7 +154,10 @@ fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
         &input,
     )
     .unwrap_err();
-    assert!(e.to_string().contains("node nope is not in the cluster"), "{e}");
+    assert!(
+        e.to_string().contains("node nope is not in the cluster"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -656,7 +656,10 @@ impl Provider for AwsProvider {
         };
         let ec2 = self.ec2(task)?;
         let (state, message) = match ec2.instance(&id).await? {
-            None => (MachineState::Missing, format!("instance {id} is not known to EC2")),
+            None => (
+                MachineState::Missing,
+                format!("instance {id} is not known to EC2"),
+            ),
             Some(i) => {
                 let state = match i.state.as_str() {
                     "running" => MachineState::Running,

@@ -685,7 +685,10 @@ async fn a_removed_container_is_found_by_a_check_and_replace_node_brings_it_back
 
     let r = check(&s, &id).await;
     assert_eq!(r["drift"], false, "{r}");
-    assert!(r["orphansUnknown"].is_null(), "docker lists its machines: {r}");
+    assert!(
+        r["orphansUnknown"].is_null(),
+        "docker lists its machines: {r}"
+    );
 
     // A web node (not the balancer's, not the primary's) loses its container, and a container
     // with the cluster's marks but no node appears.

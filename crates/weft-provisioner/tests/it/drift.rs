@@ -117,18 +117,22 @@ fn kill_node_processes(id: &str) -> usize {
 /// The web nodes the balancer at `lb` answers from, asked until it is every one of `want`.
 async fn serving(s: &Server, lb: &str, want: &BTreeSet<String>) {
     let url = format!("http://{lb}:8000/");
-    until(Duration::from_secs(30), "every web node serving", || async {
-        let mut seen = BTreeSet::new();
-        for _ in 0..(2 * want.len() + 4) {
-            let r = s.http.get(&url).send().await.ok()?;
-            let v: Value = r.json().await.ok()?;
-            if v["greeting"] != "hello from weft" {
-                return None;
+    until(
+        Duration::from_secs(30),
+        "every web node serving",
+        || async {
+            let mut seen = BTreeSet::new();
+            for _ in 0..(2 * want.len() + 4) {
+                let r = s.http.get(&url).send().await.ok()?;
+                let v: Value = r.json().await.ok()?;
+                if v["greeting"] != "hello from weft" {
+                    return None;
+                }
+                seen.insert(v["node"].as_str()?.to_string());
             }
-            seen.insert(v["node"].as_str()?.to_string());
-        }
-        (seen == *want).then_some(())
-    })
+            (seen == *want).then_some(())
+        },
+    )
     .await
 }
 
@@ -282,22 +286,30 @@ async fn with_auto_replace_the_janitor_replaces_a_dead_node_by_itself() {
     let (victim, lb) = victim(&c);
     let check_path = format!("/v2/clusters/{id}/check");
     // The janitor checks by itself, and finds nothing.
-    until(Duration::from_secs(60), "a clean periodic check", || async {
-        let r = s.ext(Method::GET, T, &check_path, None).await.1;
-        (r["jobStatus"] == "complete" && r["drift"] == false).then_some(())
-    })
+    until(
+        Duration::from_secs(60),
+        "a clean periodic check",
+        || async {
+            let r = s.ext(Method::GET, T, &check_path, None).await.1;
+            (r["jobStatus"] == "complete" && r["drift"] == false).then_some(())
+        },
+    )
     .await;
 
     assert!(kill_node_processes(&victim) > 0);
     // ... then finds the dead node and replaces it, once.
-    let r = until(Duration::from_secs(180), "an automatic replacement", || async {
-        let r = s.ext(Method::GET, T, &check_path, None).await.1;
-        r["replacements"]
-            .as_array()
-            .and_then(|a| a.first())
-            .filter(|a| a["jobId"].as_str().is_some_and(|j| !j.is_empty()))
-            .map(|_| r.clone())
-    })
+    let r = until(
+        Duration::from_secs(180),
+        "an automatic replacement",
+        || async {
+            let r = s.ext(Method::GET, T, &check_path, None).await.1;
+            r["replacements"]
+                .as_array()
+                .and_then(|a| a.first())
+                .filter(|a| a["jobId"].as_str().is_some_and(|j| !j.is_empty()))
+                .map(|_| r.clone())
+        },
+    )
     .await;
     let done = &r["replacements"][0];
     assert_eq!(done["node"], victim.as_str(), "{r}");
@@ -310,10 +322,14 @@ async fn with_auto_replace_the_janitor_replaces_a_dead_node_by_itself() {
     .await;
     wait_active(&s, &id).await;
     serving(&s, &lb, &web).await;
-    until(Duration::from_secs(120), "a clean check after it", || async {
-        let r = s.ext(Method::GET, T, &check_path, None).await.1;
-        (r["jobStatus"] == "complete" && r["drift"] == false).then_some(r)
-    })
+    until(
+        Duration::from_secs(120),
+        "a clean check after it",
+        || async {
+            let r = s.ext(Method::GET, T, &check_path, None).await.1;
+            (r["jobStatus"] == "complete" && r["drift"] == false).then_some(r)
+        },
+    )
     .await;
     let r = s.ext(Method::GET, T, &check_path, None).await.1;
     assert_eq!(r["replacements"].as_array().unwrap().len(), 1, "{r}");

@@ -69,7 +69,9 @@ async fn run(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<DriftRun>> {
-    Ok(Json(drift::run_check(&st.engine, &who.caller(), &id).await?))
+    Ok(Json(
+        drift::run_check(&st.engine, &who.caller(), &id).await?,
+    ))
 }
 
 async fn latest(

@@ -41,9 +41,15 @@ async fn a_check_reports_each_machine_and_leaves_the_cluster_active() {
     assert!(machines(&r).iter().all(|m| m == "unknown"), "{r}");
 
     let run = h.post(a, &path, "").await.expect(200).json();
-    assert_eq!(run["tasks"], 3, "a STATUS per node (no service declares a check)");
+    assert_eq!(
+        run["tasks"], 3,
+        "a STATUS per node (no service declares a check)"
+    );
     let status = h.get(a, &format!("/v2/clusters/{id}/status")).await.json();
-    assert_eq!(status["status"], "active", "a check leaves the status alone");
+    assert_eq!(
+        status["status"], "active",
+        "a check leaves the status alone"
+    );
 
     // One machine runs, one is missing, and one provider fails to answer: a finding each,
     // nothing retried, and the check completes.

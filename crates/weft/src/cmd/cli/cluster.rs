@@ -640,7 +640,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         } => super::drift::check(&ctx, &id, latest, timeout),
         Cmd::ReplaceNode { id, node, job } => {
             let r = ctx.block(c.replace_node(&id, &node, job.dry_run))?;
-            started(&ctx, &id, r, &job, &format!("replacing node {node} of cluster {id}"))
+            started(
+                &ctx,
+                &id,
+                r,
+                &job,
+                &format!("replacing node {node} of cluster {id}"),
+            )
         }
     }
 }

@@ -16,8 +16,8 @@ use weft_client::ClientError;
 mod admin;
 mod catalog;
 mod cluster;
-mod drift; // `weft cluster check`
 pub mod config;
+mod drift; // `weft cluster check`
 pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
 mod plan_view; // plans grouped for people
