@@ -9,7 +9,7 @@
 //! the latest check's job and orphans ([`DriftRecord`]); [`report`] reads the rest from the job's
 //! tasks.
 //!
-//! The janitor ([`janitor_pass`]) checks every active cluster of every tenant each
+//! The janitor ([`tend`] on each of the [`active_clusters`]) checks every active cluster of every tenant each
 //! `check_interval` (off by default), records what each ended check found on the cluster, and
 //! for templates with `autoReplace` replaces one node at a time (at most `auto_replace_per_hour`
 //! per cluster and hour): a node whose machine is missing, or stopped with a service found
@@ -238,33 +238,33 @@ pub struct DriftPass {
     pub replaced: Vec<(u64, String, String)>,
 }
 
-/// The janitor's drift work at time `now` (nothing when `check_interval` is 0): for each active
-/// cluster of each tenant, record its ended check, replace a node when its template asks for it,
-/// and start a new check once the last one is older than the interval. A failure on one cluster
-/// is logged and the pass goes on.
-pub async fn janitor_pass(st: &Engine, now: i64) -> EngineResult<DriftPass> {
-    let mut pass = DriftPass::default();
-    let interval = st.settings.check_interval_ms as i64;
-    if interval <= 0 {
-        return Ok(pass);
-    }
+/// The active clusters of every tenant.
+pub async fn active_clusters(st: &Engine) -> EngineResult<Vec<weft_store::ClusterRow>> {
+    let mut out = Vec::new();
     for tenant in st.store.list_tenants().await? {
         let clusters = st.store.list_clusters(&tenant.id, None).await?;
-        for row in clusters
-            .into_iter()
-            .filter(|c| c.status == ClusterStatus::Active.as_str())
-        {
-            let id = row.id;
-            if let Err(e) = tend(st, row, now, interval, &mut pass).await {
-                tracing::warn!(cluster_id = id, error = %e, "drift check round failed");
-            }
-        }
+        out.extend(
+            clusters
+                .into_iter()
+                .filter(|c| c.status == ClusterStatus::Active.as_str()),
+        );
     }
-    Ok(pass)
+    Ok(out)
 }
 
-/// One active cluster's drift work (see [`janitor_pass`]).
-async fn tend(
+/// One active cluster's drift work: record its ended check (and replace a node when its template
+/// asks for it), and start a new check once the last one is older than `check_interval`. A
+/// failure is logged.
+pub async fn tend(st: &Engine, row: weft_store::ClusterRow, now: i64, pass: &mut DriftPass) {
+    let id = row.id;
+    let interval = st.settings.check_interval_ms as i64;
+    if let Err(e) = tend_one(st, row, now, interval, pass).await {
+        tracing::warn!(cluster_id = id, error = %e, "drift check round failed");
+    }
+}
+
+/// One active cluster's drift work (see [`tend`]).
+async fn tend_one(
     st: &Engine,
     row: weft_store::ClusterRow,
     now: i64,

@@ -80,7 +80,7 @@ async fn run_pass(
         && delete_expired_clusters(st, now, &mut lease, &mut report).await?
         && give_hosts_back(st, now, &mut lease).await
         && drop_silent_provisioners(st, now, &mut lease, &mut report).await?
-        && check_drift(st, now, &mut lease, &mut report).await;
+        && check_drift(st, now, &mut lease, &mut report).await?;
     if finished && !report.dropped_provisioners.is_empty() {
         workers::rebalance(st).await?;
     }
@@ -88,24 +88,23 @@ async fn run_pass(
 }
 
 /// Drift checks of active clusters, and automatic replacements (see `drift`); off unless
-/// `check_interval` is set. A failure is logged; the round goes on.
+/// `check_interval` is set. A failure on one cluster is logged; the round goes on.
 async fn check_drift(
     st: &Engine,
     now: i64,
     lease: &mut Option<&mut Lease>,
     report: &mut JanitorReport,
-) -> bool {
+) -> EngineResult<bool> {
     if st.settings.check_interval_ms == 0 {
-        return true;
+        return Ok(true);
     }
-    if !may_go_on(st, lease).await {
-        return false;
+    for row in crate::drift::active_clusters(st).await? {
+        if !may_go_on(st, lease).await {
+            return Ok(false);
+        }
+        crate::drift::tend(st, row, now, &mut report.drift).await;
     }
-    match crate::drift::janitor_pass(st, now).await {
-        Ok(pass) => report.drift = pass,
-        Err(e) => tracing::error!(error = %e, "drift checks failed"),
-    }
-    true
+    Ok(true)
 }
 
 /// Fails the tasks whose lease ran out (each then retries or fails its job). Each step of a pass
