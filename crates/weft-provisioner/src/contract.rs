@@ -1,14 +1,15 @@
 //! The contract test suite every plugin passes: [`provider_contract`] for providers and
 //! [`automator_contract`] for automators. They run a real plugin through its lifecycle and assert
 //! the rules the agent and the server rely on: a valid plugin type; CREATE and DELETE idempotent;
-//! DELETE of nothing is success; CONFIRM answers both addresses; bad input is a non-retryable
+//! DELETE of nothing is success; CONFIRM answers both addresses; STATUS finds a confirmed machine
+//! and no deleted one; bad input is a non-retryable
 //! error, never a panic; a failing action reports its output; a hanging one ends at the time-out.
 //! They panic on a broken rule, so call them from tests.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use weft_model::{PluginType, Validate};
+use weft_model::{MachineReport, MachineState, PluginType, Validate, STATUS_RESULT_KEY};
 
 use crate::plugin::{run_automator, Automator, Provider};
 use crate::task::{Action, PluginError, Task, TaskOutput};
@@ -19,6 +20,26 @@ pub fn task(action: Action, node_id: &str, config: Map<String, Value>, timeout: 
         "jobId": "contract-job", "clusterId": "contract", "taskName": action.lower().to_uppercase(),
         "nodeId": node_id, "config": config});
     Task::from_json(raw, timeout).expect("a well-formed task")
+}
+
+/// What STATUS answers for the node (`result.machine.state`), which must be a report.
+async fn machine_state(
+    p: &dyn Provider,
+    node_id: &str,
+    config: &Map<String, Value>,
+    timeout: Duration,
+) -> MachineState {
+    let out = ok(
+        p.status(&task(Action::Status, node_id, config.clone(), timeout))
+            .await,
+        "status",
+    );
+    let report: MachineReport = out
+        .result
+        .get(STATUS_RESULT_KEY)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .expect("status answers result.machine");
+    report.state
 }
 
 /// The plugin type is valid and its `required` sets name declared fields.
@@ -121,10 +142,22 @@ pub async fn provider_contract_on(
         "confirm is stable"
     );
 
+    let state = machine_state(p, node_id, &made, timeout).await;
+    assert_ne!(
+        state,
+        MachineState::Missing,
+        "status finds a confirmed machine"
+    );
+
     ok(
         p.delete(&task(Action::Delete, node_id, made.clone(), timeout))
             .await,
         "delete",
+    );
+    let state = machine_state(p, node_id, &made, timeout).await;
+    assert!(
+        !matches!(state, MachineState::Running | MachineState::Stopped),
+        "status finds no deleted machine: {state:?}"
     );
     ok(
         p.delete(&task(Action::Delete, node_id, made.clone(), timeout))
