@@ -140,3 +140,40 @@ pub struct ReplaceRun {
     pub job_id: String,
     pub node: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::ClusterTemplate;
+
+    #[test]
+    fn auto_replace_is_read_leniently_inherited_and_left_out_when_false() {
+        let t: ClusterTemplate =
+            serde_json::from_value(json!({"name": "t", "autoReplace": "true"})).unwrap();
+        assert!(t.auto_replace);
+        assert_eq!(serde_json::to_value(&t).unwrap()["autoReplace"], true);
+        let plain: ClusterTemplate = serde_json::from_value(json!({"name": "p"})).unwrap();
+        assert!(!plain.auto_replace);
+        let out = serde_json::to_value(&plain).unwrap();
+        assert!(out.get("autoReplace").is_none(), "Coopr's format: {out}");
+        let child: ClusterTemplate =
+            serde_json::from_value(json!({"name": "c", "extends": {"name": "t"}})).unwrap();
+        let merged = crate::resolve::merge_template(&child, Some(&t), &[]).unwrap();
+        assert!(merged.auto_replace, "a child inherits autoReplace");
+    }
+
+    #[test]
+    fn a_machine_report_on_the_wire() {
+        let r: MachineReport = serde_json::from_value(json!({"state": "missing"})).unwrap();
+        assert_eq!(r.state, MachineState::Missing);
+        assert!(r.state.is_drift() && MachineState::Stopped.is_drift());
+        assert!(!MachineState::Running.is_drift() && !MachineState::Unknown.is_drift());
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"state": "missing"})
+        );
+        assert!(serde_json::from_value::<MachineReport>(json!({"state": "gone"})).is_err());
+    }
+}

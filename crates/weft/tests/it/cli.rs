@@ -887,3 +887,61 @@ fn cluster_health_runs_the_checks_and_exits_5_when_one_fails() {
     let status: Value = s.json(&["cluster", "status", id]);
     assert_eq!(status["status"], "active", "{status}");
 }
+
+#[test]
+fn cluster_check_exits_5_on_drift_and_replace_node_rebuilds_a_node() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    let admin = ApiClient::new(
+        &s.api,
+        Identity {
+            tenant: TENANT.into(),
+            user: "admin".into(),
+            api_key: None,
+        },
+    )
+    .unwrap();
+    let mut a: Value =
+        s.rt.block_on(admin.entity(weft_client::api::Kind::Service, "a"))
+            .unwrap();
+    a["provisioner"]["actions"]["healthcheck"] =
+        json!({"type": "shell", "fields": {"script": "check-a.sh"}, "tries": 1});
+    s.rt.block_on(admin.put_entity(weft_client::api::Kind::Service, "a", &a))
+        .unwrap();
+    s.ok(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "2",
+        "--wait",
+    ]);
+    let id = "00000001";
+
+    // The fake worker answers STATUS without a report (unknown: no drift) and the check healthy.
+    let r: weft_model::DriftReport = s.json(&["cluster", "check", id]);
+    assert!(!r.drift && r.finished(), "{r:?}");
+    assert_eq!(r.nodes.len(), 2);
+    let out = s.ok(&["cluster", "check", id, "--latest"]);
+    assert!(out.contains("no drift"), "{out}");
+
+    // A failing check is drift: exit 5, and the cluster stays active.
+    s.fail.store(true, Ordering::SeqCst);
+    let err = s.fails(&["cluster", "check", id], 5);
+    assert!(err.contains("drift found"), "{err}");
+    s.fail.store(false, Ordering::SeqCst);
+    let status: Value = s.json(&["cluster", "status", id]);
+    assert_eq!(status["status"], "active", "{status}");
+
+    // Replace a node: a dry run shows the plan, then the job runs; an unknown node is exit 2.
+    let node = r.nodes[0].id.clone();
+    let plan = s.ok(&["cluster", "replace-node", id, &node, "--dry-run", "-v"]);
+    assert!(plan.contains("DELETE") && plan.contains("CREATE"), "{plan}");
+    s.ok(&["cluster", "replace-node", id, &node, "--wait"]);
+    let status: Value = s.json(&["cluster", "status", id]);
+    assert_eq!(status["status"], "active", "{status}");
+    let err = s.fails(&["cluster", "replace-node", id, "nope"], 2);
+    assert!(err.contains("nope"), "{err}");
+}
