@@ -182,3 +182,103 @@ async fn a_service_cannot_declare_status() {
         .text();
     assert!(body.contains("provisioner.actions.status"), "{body}");
 }
+
+async fn cluster_status(h: &Harness, id: &str) -> Value {
+    h.get(admin(T), &format!("/v2/clusters/{id}/status"))
+        .await
+        .json()["status"]
+        .clone()
+}
+
+/// A janitor round at `now`, provisioner `p1` alive.
+async fn round(h: &Harness, now: i64) -> weft_engine::janitor::JanitorReport {
+    let st = &h.app.state.engine;
+    st.store
+        .heartbeat_provisioner("p1", &std::collections::BTreeMap::new(), now)
+        .await
+        .unwrap();
+    weft_engine::janitor::run_once(st, now).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_janitor_checks_and_replaces_a_missing_node_once_per_hour_at_most() {
+    let h = Harness::with(|raw| {
+        raw.check_interval = Some(1);
+        raw.auto_replace_per_hour = Some(1);
+    })
+    .await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    let mut tpl = h.get(a, "/v2/clustertemplates/t").await.expect(200).json();
+    tpl["autoReplace"] = json!(true);
+    h.put(a, "/v2/clustertemplates/t", tpl.to_string())
+        .await
+        .expect(200);
+    let id = create(&h, a, 2).await;
+    drain(&h, &tid, |_| false).await;
+    let cid: u64 = id.parse().unwrap();
+
+    // A round starts a check; one machine is missing.
+    let now = weft_server::state::now_ms();
+    let r = round(&h, now).await;
+    assert_eq!(r.drift.checks.len(), 1, "{r:?}");
+    let mut missing = None;
+    while let Some(t) = take(&h, &tid, "w1").await {
+        let state = if missing.is_none() {
+            missing = t["nodeId"].as_str().map(String::from);
+            "missing"
+        } else {
+            "running"
+        };
+        finish_status(&h, &tid, &t, 0, json!({"machine": {"state": state}})).await;
+    }
+    let missing = missing.unwrap();
+
+    // The next round records it and replaces the node.
+    let r = round(&h, now + 10).await;
+    assert_eq!(r.drift.recorded, vec![cid]);
+    assert_eq!(r.drift.replaced.len(), 1, "{r:?}");
+    assert_eq!(r.drift.replaced[0].1, missing);
+    assert_eq!(cluster_status(&h, &id).await, "pending");
+    let tasks = drain(&h, &tid, |_| false).await;
+    assert!(tasks
+        .iter()
+        .any(|t| t["nodeId"] == missing.as_str() && t["taskName"] == "CREATE"));
+    assert_eq!(cluster_status(&h, &id).await, "active");
+
+    // Later, both machines are missing: recorded, but the hourly bound holds.
+    let r = round(&h, now + 2_000).await;
+    assert_eq!(r.drift.checks.len(), 1, "{r:?}");
+    while let Some(t) = take(&h, &tid, "w1").await {
+        finish_status(&h, &tid, &t, 0, json!({"machine": {"state": "missing"}})).await;
+    }
+    let r = round(&h, now + 2_010).await;
+    assert_eq!(r.drift.recorded, vec![cid]);
+    assert!(r.drift.replaced.is_empty(), "{r:?}");
+    assert_eq!(cluster_status(&h, &id).await, "active");
+    let report = h
+        .get(a, &format!("/v2/clusters/{id}/check"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(report["drift"], true);
+    let done = report["replacements"].as_array().unwrap();
+    assert_eq!(done.len(), 1, "{report}");
+    assert_eq!(done[0]["node"], missing.as_str());
+    assert!(done[0]["jobId"].as_str().is_some_and(|j| !j.is_empty()));
+}
+
+#[tokio::test]
+async fn periodic_checks_are_off_by_default() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let id = create(&h, admin(T), 1).await;
+    drain(&h, &tid, |_| false).await;
+    let r = round(&h, weft_server::state::now_ms()).await;
+    assert_eq!(r.drift, Default::default());
+    let report = h
+        .get(admin(T), &format!("/v2/clusters/{id}/check"))
+        .await
+        .json();
+    assert!(report.get("jobId").is_none(), "{report}");
+}
