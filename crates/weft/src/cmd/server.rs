@@ -128,6 +128,10 @@ pub struct UpArgs {
     /// whatever this says.
     #[arg(long, env = "WEFT_TASK_TIMEOUT", value_parser = seconds)]
     task_timeout: Option<u64>,
+    /// Time between drift checks of every active cluster (10m; plain seconds too) [default: off].
+    /// Templates with autoReplace get nodes whose machine is gone replaced.
+    #[arg(long, env = "WEFT_CHECK_INTERVAL", value_parser = seconds)]
+    check_interval: Option<u64>,
 }
 
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -160,6 +164,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         port: args.port,
         internal_port: args.internal_port,
         task_timeout: args.task_timeout,
+        check_interval: args.check_interval,
         bind: Some("127.0.0.1".into()),
         auth: Some("none".into()),
         ..Default::default()
