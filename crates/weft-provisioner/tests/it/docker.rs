@@ -777,3 +777,115 @@ async fn a_removed_container_is_found_by_a_check_and_replace_node_brings_it_back
     assert!(labelled("container", &labels).is_empty());
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_auto_replace_the_janitor_brings_back_a_removed_container() {
+    if !ready() {
+        return;
+    }
+    let (s, tenant_id) = Server::start_with(
+        T,
+        weft_server::config::RawConfig {
+            janitor_interval: Some(1),
+            check_interval: Some(1),
+            ..Default::default()
+        },
+    )
+    .await;
+    let agent = agent(&s, "p-docker-auto", &tenant_id).await;
+    let (_, mut tpl) = s
+        .ext(Method::GET, T, "/v2/clustertemplates/kv-web-docker", None)
+        .await;
+    tpl["name"] = json!("kv-web-docker-auto");
+    tpl["autoReplace"] = json!(true);
+    let (code, body) = s
+        .ext(Method::POST, T, "/v2/clustertemplates", Some(tpl))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, c) = s
+        .ext(
+            Method::POST,
+            T,
+            "/v2/clusters",
+            Some(
+                json!({"name": "auto", "clusterTemplate": "kv-web-docker-auto", "numMachines": 4}),
+            ),
+        )
+        .await;
+    assert_eq!(code, 200, "{c}");
+    let id = c["id"].as_str().unwrap().to_string();
+    let labels = vec![
+        format!("{LABEL_CLUSTER}={id}"),
+        format!("{LABEL_TENANT}={tenant_id}"),
+    ];
+    let _cleanup = Cleanup::labels(&labels);
+    let c = wait_status(&s, &id, "active", &FAILED).await;
+    let (web, _) = running(&c, "web");
+    let (_, primary) = running(&c, "kv-primary");
+    let (_, lb) = running(&c, "lb");
+    let (primary, lb) = (primary[0].clone(), lb[0].clone());
+    let r = s
+        .http
+        .put(format!("http://{primary}:7000/kv/message"))
+        .body("written to the primary")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    behind_balancer(&s, &lb, &web).await;
+
+    // A web node's container goes; the janitor's check finds it and replaces the node.
+    let victim = c["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| {
+            let svcs = n["properties"]["services"].as_array().unwrap();
+            svcs.contains(&json!("web"))
+                && !svcs.contains(&json!("lb"))
+                && !svcs.contains(&json!("kv-primary"))
+        })
+        .expect("a web node")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gone = labelled("container", &[format!("weft.node={victim}")]);
+    docker(&["rm", "-f", "-v", &gone[0]]).unwrap();
+    let check_path = format!("/v2/clusters/{id}/check");
+    let r = until(
+        Duration::from_secs(180),
+        "an automatic replacement",
+        || async {
+            let r = s.ext(Method::GET, T, &check_path, None).await.1;
+            r["replacements"]
+                .as_array()
+                .and_then(|a| a.first())
+                .filter(|a| a["jobId"].as_str().is_some_and(|j| !j.is_empty()))
+                .map(|_| r.clone())
+        },
+    )
+    .await;
+    assert_eq!(r["replacements"][0]["node"], victim.as_str(), "{r}");
+    let job = r["replacements"][0]["jobId"].as_str().unwrap().to_string();
+    until(Duration::from_secs(240), "the replacement done", || async {
+        let c = cluster(&s, &id).await;
+        assert!(
+            !FAILED.contains(&c["status"].as_str().unwrap_or_default()),
+            "{c}"
+        );
+        (c["latestJobId"] == job.as_str() && c["status"] == "active").then_some(())
+    })
+    .await;
+    assert_eq!(
+        labelled("container", &[format!("weft.node={victim}")]).len(),
+        1
+    );
+    behind_balancer(&s, &lb, &web).await;
+
+    let (code, body) = s
+        .ext(Method::DELETE, T, &format!("/v2/clusters/{id}"), None)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    wait_status(&s, &id, "terminated", &["incomplete", "inconsistent"]).await;
+    agent.shutdown().await;
+}
