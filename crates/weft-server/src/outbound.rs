@@ -55,8 +55,16 @@ impl weft_engine::Messenger for Courier {
             "live": known,
             "delete": false,
         });
-        let report = ask_sweep(&self.outbound, &*self.store, tenant, providertype, &body)
+        // A check waits for this before it starts: a provisioner gets a minute to list.
+        let asked = ask_sweep(&self.outbound, &*self.store, tenant, providertype, &body);
+        let report = tokio::time::timeout(MACHINES_TIMEOUT, asked)
             .await
+            .map_err(|_| {
+                format!(
+                    "no provisioner listed the machines within {} s",
+                    MACHINES_TIMEOUT.as_secs()
+                )
+            })?
             .map_err(|e| e.to_string())?;
         Ok(report.machines)
     }
@@ -429,6 +437,9 @@ pub fn spawn_resources(st: &Courier, tenant_id: &str) -> tokio::task::JoinHandle
     let tenant_id = tenant_id.to_string();
     tokio::spawn(async move { log_outcome("resources", push_resources(&st, &tenant_id).await) })
 }
+
+/// How long the provisioners may take to list the machines of a drift check.
+const MACHINES_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a provisioner may take to list (and delete) the machines of a sweep.
 const SWEEP_TIMEOUT: Duration = Duration::from_secs(900);
