@@ -27,6 +27,8 @@ pub struct EngineSettings {
     pub callback_command: Option<String>,
     /// How long one callback may take.
     pub callback_timeout_ms: u64,
+    /// The most nodes a cluster may have (creates and expands).
+    pub max_cluster_size: u64,
 }
 
 /// What the engine asks of the world outside the store, which weft-server provides over HTTP: the

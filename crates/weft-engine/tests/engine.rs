@@ -106,6 +106,7 @@ async fn fixture(max_clusters: u64) -> Fixture {
         callback_url: None,
         callback_command: None,
         callback_timeout_ms: 1_000,
+        max_cluster_size: weft_model::MAX_CLUSTER_SIZE,
     };
     Fixture {
         engine: Engine::new(store, settings, Arc::new(Quiet)),
