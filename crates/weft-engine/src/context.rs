@@ -32,6 +32,8 @@ pub struct EngineSettings {
     /// How many nodes of one cluster the janitor replaces by itself per hour (templates with
     /// `autoReplace`).
     pub auto_replace_per_hour: u32,
+    /// The most nodes a cluster may have (creates and expands).
+    pub max_cluster_size: u64,
 }
 
 /// What the engine asks of the world outside the store, which weft-server provides over HTTP: the

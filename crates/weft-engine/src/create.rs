@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 use weft_model::{
     lenient, ClusterCreateRequest, ClusterStatus, ClusterTemplate, EntityKind, JobStatus,
-    MachineType, ParameterType, PluginType, Provider, Service, MAX_CLUSTER_SIZE,
+    MachineType, ParameterType, PluginType, Provider, Service,
 };
 use weft_planner::{Operation, Plan, PlanInput};
 use weft_solver::{Catalog, Layout, TypeOffer};
@@ -38,7 +38,7 @@ pub async fn create_cluster(
     req: ClusterCreateRequest,
     dry_run: bool,
 ) -> EngineResult<Created> {
-    let size = validate(&req)?;
+    let size = validate(&req, st.settings.max_cluster_size)?;
     check_quota(st, &who.tenant, size).await?;
     let inputs = gather(st, &who.tenant.id, &req, size).await?;
     // A dry run takes no id: it must change nothing, not even a counter.
@@ -61,7 +61,7 @@ pub async fn create_cluster(
 }
 
 /// Checks what a create request says on its own; returns the cluster size.
-fn validate(req: &ClusterCreateRequest) -> EngineResult<u64> {
+fn validate(req: &ClusterCreateRequest, max_size: u64) -> EngineResult<u64> {
     if req.name.trim().is_empty() {
         return Err(EngineError::Invalid(
             "cluster name must be specified".into(),
@@ -82,9 +82,9 @@ fn validate(req: &ClusterCreateRequest) -> EngineResult<u64> {
             ))
         }
     };
-    if size > MAX_CLUSTER_SIZE {
+    if size > max_size {
         return Err(EngineError::Invalid(format!(
-            "cluster size {size} is above the server's limit of {MAX_CLUSTER_SIZE}"
+            "cluster size {size} is above the server's limit of {max_size} (max_cluster_size)"
         )));
     }
     if let Some(s) = &req.dns_suffix {

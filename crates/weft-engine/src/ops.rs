@@ -320,6 +320,13 @@ pub async fn expand(
         });
     }
     let c = load(st, row).await?;
+    let size = c.nodes.len() as u64 + k;
+    if size > st.settings.max_cluster_size {
+        return Err(invalid(format!(
+            "cluster size {size} is above the server's limit of {} (max_cluster_size)",
+            st.settings.max_cluster_size
+        )));
+    }
     let body = c.body.clone();
     relayout(st, &c, &Change::Expand(k), Operation::Expand, body, dry_run).await
 }

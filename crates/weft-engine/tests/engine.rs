@@ -108,6 +108,7 @@ async fn fixture(max_clusters: u64) -> Fixture {
         callback_timeout_ms: 1_000,
         check_interval_ms: 0,
         auto_replace_per_hour: 2,
+        max_cluster_size: weft_model::MAX_CLUSTER_SIZE,
     };
     Fixture {
         engine: Engine::new(store, settings, Arc::new(Quiet)),

@@ -41,5 +41,9 @@ pub use validate::{validate_name, Validate};
 /// Coopr's "unbounded" integer: Java's `Integer.MAX_VALUE`.
 pub const UNBOUNDED: u64 = 2_147_483_647;
 
-/// The largest cluster the server accepts (`server.max.cluster.size`).
+/// The largest cluster the server accepts by default (Coopr's `server.max.cluster.size`); the
+/// server's `max_cluster_size` setting changes it, up to [`LARGEST_CLUSTER`].
 pub const MAX_CLUSTER_SIZE: u64 = 10_000;
+
+/// The most nodes weft plans for one cluster, whatever the server's `max_cluster_size` says.
+pub const LARGEST_CLUSTER: u64 = 100_000;

@@ -196,12 +196,12 @@ fn whole(v: &Value) -> Option<u64> {
 
 fn canaries(v: &Value, field: &str) -> Result<u64, ModelError> {
     match whole(v) {
-        Some(n) if n <= crate::MAX_CLUSTER_SIZE => Ok(n),
+        Some(n) if n <= crate::LARGEST_CLUSTER => Ok(n),
         _ => Err(ModelError::invalid(
             field,
             format!(
                 "{field} must be a whole number of nodes from 0 to {}",
-                crate::MAX_CLUSTER_SIZE
+                crate::LARGEST_CLUSTER
             ),
         )),
     }

@@ -53,6 +53,9 @@ pub struct RawConfig {
     pub callback_command: Option<String>,
     /// Seconds a callback may take before it is abandoned. Default 10.
     pub callback_timeout: Option<u64>,
+    /// The most nodes a cluster may have (Coopr's `server.max.cluster.size`). Default 10000, at
+    /// most 100000.
+    pub max_cluster_size: Option<u64>,
     /// The provisioner token file: one token per line; provisioners present one on the internal
     /// port, and the server presents the first to provisioners. Read again when it changes, so
     /// tokens rotate without a restart. Default with `auth = apikey`:
@@ -84,6 +87,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("callback_url", "WEFT_CALLBACK_URL"),
     ("callback_command", "WEFT_CALLBACK_COMMAND"),
     ("callback_timeout", "WEFT_CALLBACK_TIMEOUT"),
+    ("max_cluster_size", "WEFT_MAX_CLUSTER_SIZE"),
     ("provisioner_token_file", "WEFT_PROVISIONER_TOKEN_FILE"),
     ("check_interval", "WEFT_CHECK_INTERVAL"),
     ("auto_replace_per_hour", "WEFT_AUTO_REPLACE_PER_HOUR"),
@@ -116,6 +120,7 @@ pub struct Settings {
     pub callback_url: Option<String>,
     pub callback_command: Option<String>,
     pub callback_timeout_ms: u64,
+    pub max_cluster_size: u64,
     /// Where provisioner tokens are read (`None`: the internal port checks no token).
     pub provisioner_token_file: Option<PathBuf>,
     /// Drift checks by the janitor (0: off).
@@ -153,6 +158,7 @@ impl Settings {
             callback_timeout_ms: self.callback_timeout_ms,
             check_interval_ms: self.check_interval_ms,
             auto_replace_per_hour: self.auto_replace_per_hour,
+            max_cluster_size: self.max_cluster_size,
         }
     }
 }
@@ -196,6 +202,7 @@ impl RawConfig {
             callback_url: over.callback_url.or(self.callback_url),
             callback_command: over.callback_command.or(self.callback_command),
             callback_timeout: over.callback_timeout.or(self.callback_timeout),
+            max_cluster_size: over.max_cluster_size.or(self.max_cluster_size),
             provisioner_token_file: over.provisioner_token_file.or(self.provisioner_token_file),
             check_interval: over.check_interval.or(self.check_interval),
             auto_replace_per_hour: over.auto_replace_per_hour.or(self.auto_replace_per_hour),
@@ -219,6 +226,13 @@ impl RawConfig {
         let janitor_interval = seconds("janitor_interval", self.janitor_interval, 10)?;
         let provisioner_timeout = seconds("provisioner_timeout", self.provisioner_timeout, 120)?;
         let callback_timeout = seconds("callback_timeout", self.callback_timeout, 10)?;
+        let max_cluster_size = self
+            .max_cluster_size
+            .unwrap_or(weft_model::MAX_CLUSTER_SIZE);
+        if !(1..=weft_model::LARGEST_CLUSTER).contains(&max_cluster_size) {
+            let message = format!("must be 1 to {}", weft_model::LARGEST_CLUSTER);
+            return Err(key_error("max_cluster_size", &message));
+        }
         if let Some(u) = &self.callback_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 let message = format!("\"{u}\" is not an http:// or https:// URL");
@@ -248,6 +262,7 @@ impl RawConfig {
             callback_url: blank(self.callback_url),
             callback_command: blank(self.callback_command),
             callback_timeout_ms: callback_timeout * 1000,
+            max_cluster_size,
             task_timeout_ms: task_timeout as i64 * 1000,
             max_action_retries,
             body_limit: byte_limit("body_limit", self.body_limit, 1 << 20)?,

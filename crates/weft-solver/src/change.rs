@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use weft_model::MAX_CLUSTER_SIZE;
+use weft_model::LARGEST_CLUSTER;
 
 use crate::explain::{and_list, explain};
 use crate::input::{Catalog, Change, ExistingNode};
@@ -188,10 +188,10 @@ fn check_size(cat: &Catalog<'_>, size: u64) -> Result<(), SolveError> {
     if size == 0 {
         return Err(SolveError::SizeZero);
     }
-    if size > MAX_CLUSTER_SIZE {
+    if size > LARGEST_CLUSTER {
         return Err(SolveError::SizeAboveLimit {
             size,
-            limit: MAX_CLUSTER_SIZE,
+            limit: LARGEST_CLUSTER,
         });
     }
     let c = t.constraints.size;

@@ -7,8 +7,9 @@ pub enum SolveError {
     /// The requested size is 0.
     #[error("cluster size must be at least 1")]
     SizeZero,
-    /// The requested size is above the server's limit (`MAX_CLUSTER_SIZE`).
-    #[error("cluster size {size} is above the server limit of {limit} nodes")]
+    /// The requested size is above the most weft plans (`LARGEST_CLUSTER`); the server's own,
+    /// lower limit is checked before the solver runs.
+    #[error("cluster size {size} is above the largest cluster weft plans ({limit} nodes)")]
     SizeAboveLimit { size: u64, limit: u64 },
     /// The requested size is outside the template's size constraint.
     #[error("cluster size {size} is outside template {template}'s size range {min} to {max}")]

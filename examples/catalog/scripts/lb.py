@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A round-robin HTTP load balancer for GET: each request goes to the next backend (host:port)."""
-import argparse, os, threading, urllib.request
+import argparse, os, threading, urllib.error, urllib.request
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
 p = argparse.ArgumentParser()
@@ -13,8 +13,9 @@ lock = threading.Lock()
 state = {"mtime": None, "backends": [b for b in a.backends.split(",") if b], "next": 0}
 
 
-def next_backend():
-    """The next backend, round robin; the conf file is re-read when it changes (expand, shrink)."""
+def next_backends():
+    """Every backend, starting with the next one round robin; the conf file is re-read when it
+    changes (expand, shrink)."""
     with lock:
         if a.conf:
             try:
@@ -28,29 +29,37 @@ def next_backend():
                 pass
         bs = state["backends"]
         if not bs:
-            return None
-        b = bs[state["next"] % len(bs)]
+            return []
+        i = state["next"] % len(bs)
         state["next"] += 1
-        return b
+        return bs[i:] + bs[:i]
 
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             code, body, ctype = 200, b"ok", "text/plain"
         else:
-            b = next_backend()
-            try:
-                if b is None:
-                    raise RuntimeError("no backends")
-                with urllib.request.urlopen("http://%s%s" % (b, self.path), timeout=5) as r:
-                    code, body, ctype = r.status, r.read(), r.headers.get("Content-Type", "text/plain")
-            except Exception as e:
-                code, body, ctype = 502, ("backend %s: %s" % (b, e)).encode(), "text/plain"
+            code, body, ctype = self.forward()
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def forward(self):
+        """Sends the request to the next backend; one that cannot be reached (stopped, restarting)
+        is skipped for the next, each backend tried at most once, as balancers do for idempotent
+        requests. An answer from a backend, whatever its status, is passed on."""
+        err = "no backends"
+        for b in next_backends():
+            try:
+                with urllib.request.urlopen("http://%s%s" % (b, self.path), timeout=5) as r:
+                    return r.status, r.read(), r.headers.get("Content-Type", "text/plain")
+            except urllib.error.HTTPError as e:
+                return e.code, e.read(), e.headers.get("Content-Type", "text/plain")
+            except (OSError, urllib.error.URLError) as e:
+                err = "backend %s: %s" % (b, e)
+        return 502, ("no backend answered: %s" % err).encode(), "text/plain"
 
     def log_message(self, *args):
         pass

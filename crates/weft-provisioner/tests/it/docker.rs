@@ -574,6 +574,42 @@ async fn kv_web_docker_cluster_serves_across_containers_expands_shrinks_and_leav
     agent.shutdown().await;
 }
 
+/// Issue 20 on the Docker provider: a rolling restart of web keeps the balancer answering every
+/// request, and a broken upgrade stops at its canary and is rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollouts_on_docker_nodes_keep_the_balancer_serving() {
+    if !ready() {
+        return;
+    }
+    let (s, tenant_id) = Server::start(T).await;
+    let agent = agent(&s, "p-docker-roll", &tenant_id).await;
+    let (code, c) = s
+        .ext(
+            Method::POST,
+            T,
+            "/v2/clusters",
+            Some(json!({"name": "roll", "clusterTemplate": "kv-web-docker", "numMachines": 5})),
+        )
+        .await;
+    assert_eq!(code, 200, "{c}");
+    let id = c["id"].as_str().unwrap().to_string();
+    let labels = vec![
+        format!("{LABEL_CLUSTER}={id}"),
+        format!("{LABEL_TENANT}={tenant_id}"),
+    ];
+    let _cleanup = Cleanup::labels(&labels);
+    let c = wait_status(&s, &id, "active", &FAILED).await;
+    let (_, lb) = running(&c, "lb");
+    crate::rolling::rollouts_keep_serving(&s, T, &id, &lb[0]).await;
+    let (code, body) = s
+        .ext(Method::DELETE, T, &format!("/v2/clusters/{id}"), None)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    wait_status(&s, &id, "terminated", &["incomplete", "inconsistent"]).await;
+    assert!(labelled("container", &labels).is_empty());
+    agent.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_docker_cluster_whose_image_is_missing_fails_with_the_reason_and_leaves_nothing() {
     if !ready() {

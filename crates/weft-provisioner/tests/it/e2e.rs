@@ -357,3 +357,54 @@ async fn kv_web_cluster_runs_serves_and_is_deleted_without_a_trace() {
         .await;
     assert_eq!(code, 404, "the provisioner unregistered on shutdown");
 }
+
+/// Issue 20 on the local provider: a rolling restart of web keeps the balancer answering every
+/// request, and a broken upgrade stops at its canary and is rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollouts_on_local_nodes_keep_the_balancer_serving() {
+    let (s, tenant_id) = Server::start(T).await;
+    let agent = s.agent("p-roll").await;
+    let r = s
+        .http
+        .put(format!("http://{}/v2/tenants/{tenant_id}", agent.addr()))
+        .json(&json!({"workers": 4, "resources": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (code, c) = s
+        .ext(
+            Method::POST,
+            T,
+            "/v2/clusters",
+            Some(json!({"name": "roll", "clusterTemplate": "kv-web", "numMachines": 5})),
+        )
+        .await;
+    assert_eq!(code, 200, "{c}");
+    let id = c["id"].as_str().unwrap().to_string();
+    let c = wait_status(&s, &id, "active").await;
+    let lb = c["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| {
+            n["properties"]["services"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("lb"))
+        })
+        .map(|n| {
+            n["properties"]["ipaddresses"]["bind_v4"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .unwrap();
+    crate::rolling::rollouts_keep_serving(&s, T, &id, &lb).await;
+    let (code, body) = s
+        .ext(Method::DELETE, T, &format!("/v2/clusters/{id}"), None)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    wait_status(&s, &id, "terminated").await;
+    agent.shutdown().await;
+}

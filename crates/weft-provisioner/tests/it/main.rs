@@ -14,5 +14,6 @@ mod joyent;
 mod openstack;
 mod plugins;
 mod retry; // no orphans: killed CREATEs retried
+mod rolling; // rolling changes on kv-web (issue 20)
 mod ssh;
 mod sweep;

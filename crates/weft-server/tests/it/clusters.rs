@@ -642,3 +642,38 @@ async fn cluster_details_page_their_nodes() {
             .expect(400);
     }
 }
+
+#[tokio::test]
+async fn the_servers_max_cluster_size_bounds_creates_and_expands() {
+    let h = Harness::with(|r| r.max_cluster_size = Some(3)).await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    let body = json!({"name": "x", "clusterTemplate": "t", "numMachines": 4, "providerFields": {"token": "x"}});
+    let r = h.post(a, "/v2/clusters", body.to_string()).await;
+    assert_eq!(r.status.as_u16(), 400);
+    assert!(
+        r.text().contains("limit of 3 (max_cluster_size)"),
+        "{}",
+        r.text()
+    );
+    let id = create(&h, a, 3).await;
+    drain(&h, &tid, |_| false).await;
+    let r = h
+        .post(
+            a,
+            &format!("/v2/clusters/{id}/nodes"),
+            json!({"count": 1}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 400);
+    assert!(r.text().contains("cluster size 4"), "{}", r.text());
+    for bad in [0, 100_001] {
+        let e = weft_server::config::RawConfig {
+            max_cluster_size: Some(bad),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(e.to_string().contains("max_cluster_size"), "{e}");
+    }
+}

@@ -8,7 +8,7 @@ use crate::clusters::{create, drain, setup, take, T};
 use crate::common::{admin, Harness};
 
 /// Gives service `name` a shell healthcheck with `extra` settings.
-async fn with_healthcheck(h: &Harness, name: &str, extra: Value) -> u16 {
+pub(crate) async fn with_healthcheck(h: &Harness, name: &str, extra: Value) -> u16 {
     let a = admin(T);
     let mut svc = h.get(a, &format!("/v2/services/{name}")).await.json();
     let mut check = json!({"type": "shell", "fields": {"script": format!("check-{name}.sh")}});

@@ -25,6 +25,7 @@ mod plugins;
 mod prometheus;
 mod provisioners;
 mod quotas;
+mod rollouts; // rolling changes (issue 20)
 mod secrets;
 mod slow_clients;
 mod status_identity;

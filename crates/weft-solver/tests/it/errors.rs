@@ -9,7 +9,7 @@ use crate::common::{names, solve_text, template};
 #[test]
 fn size_limits() {
     let t = template(r#"{"name":"t","constraints":{"size":{"min":2,"max":4}}}"#);
-    let got: Vec<String> = [0, 1, 5, 10_001]
+    let got: Vec<String> = [0, 1, 5, 100_001]
         .iter()
         .map(|n| solve_text(&t, &["s"], &["c"], &["a"], *n))
         .collect();
@@ -17,7 +17,7 @@ fn size_limits() {
         error: cluster size must be at least 1
         error: cluster size 1 is outside template t's size range 2 to 4
         error: cluster size 5 is outside template t's size range 2 to 4
-        error: cluster size 10001 is above the server limit of 10000 nodes
+        error: cluster size 100001 is above the largest cluster weft plans (100000 nodes)
     "#]]
     .assert_eq(&got.concat());
     let big = template(r#"{"name":"big"}"#);

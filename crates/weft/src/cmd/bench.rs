@@ -123,6 +123,8 @@ pub(super) async fn start_server(
         database: Some(database_url.clone()),
         port: Some(0),
         internal_port: Some(0),
+        // Benchmarks go past the default limit of 10,000 nodes.
+        max_cluster_size: Some(weft_model::LARGEST_CLUSTER),
         ..Default::default()
     }
     .resolve()?;

@@ -120,7 +120,7 @@ fn template() -> Value {
     json!({"name": "bench20",
         "compatibility": {"services": all, "hardwaretypes": ["small"], "imagetypes": ["host"]},
         "defaults": {"services": all, "provider": "local", "hardwaretype": "small", "imagetype": "host"},
-        "constraints": {"size": {"min": 4, "max": weft_model::MAX_CLUSTER_SIZE}, "services": one,
+        "constraints": {"size": {"min": 4, "max": weft_model::LARGEST_CLUSTER}, "services": one,
             "layout": {"mustcoexist": [a, b, c, WORKERS, EVERY],
                 "cantcoexist": [apart(a[0], b[0]), apart(a[0], c[0]), apart(b[0], c[0]),
                     apart(a[0], WORKERS[0]), apart(b[0], WORKERS[0]), apart(c[0], WORKERS[0])]}}})

@@ -67,6 +67,9 @@ pub struct ServerArgs {
     /// How long a callback may take before it is abandoned (10s; plain seconds too) [default: 10s].
     #[arg(long, env = "WEFT_CALLBACK_TIMEOUT", value_parser = seconds)]
     callback_timeout: Option<u64>,
+    /// The most nodes a cluster may have, up to 100000 [default: 10000].
+    #[arg(long, env = "WEFT_MAX_CLUSTER_SIZE")]
+    max_cluster_size: Option<u64>,
     /// Provisioner token file, one token per line (first presented, all accepted; re-read when it
     /// changes) [default with --auth apikey: <data dir>/provisioner.token, made when missing].
     #[arg(long, env = "WEFT_PROVISIONER_TOKEN_FILE")]
@@ -103,6 +106,7 @@ impl ServerArgs {
             callback_url: self.callback_url,
             callback_command: self.callback_command,
             callback_timeout: self.callback_timeout,
+            max_cluster_size: self.max_cluster_size,
             provisioner_token_file: self.provisioner_token_file,
             check_interval: self.check_interval,
             auto_replace_per_hour: self.auto_replace_per_hour,

@@ -889,6 +889,57 @@ fn cluster_health_runs_the_checks_and_exits_5_when_one_fails() {
 }
 
 #[test]
+fn restart_upgrade_and_reconfigure_take_rollout_flags() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    s.ok(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "3",
+        "--wait",
+    ]);
+    let id = "00000001";
+    // A bad value is the server's 400, naming the field (exit 2).
+    let err = s.fails(&["cluster", "restart", id, "--max-in-flight", "0"], 2);
+    assert!(err.contains("rollout.maxInFlight"), "{err}");
+    let err = s.fails(&["cluster", "upgrade", id, "a", "--on-failure", "maybe"], 2);
+    assert!(err.contains("rollout.onFailure"), "{err}");
+    // The dry run shows the policy; the rolling restart runs to the end.
+    let plan: Value = s.json(&[
+        "cluster",
+        "restart",
+        id,
+        "--canaries",
+        "0",
+        "--max-in-flight",
+        "50%",
+        "--dry-run",
+    ]);
+    assert_eq!(
+        plan["rollout"]["policy"],
+        json!({"canaries": 0, "maxInFlight": "50%", "onFailure": "pause"}),
+        "{plan}"
+    );
+    s.ok(&["cluster", "restart", id, "--max-in-flight", "1", "--wait"]);
+    s.ok(&[
+        "cluster",
+        "reconfigure",
+        id,
+        "--config",
+        "x=1",
+        "--max-in-flight",
+        "2",
+        "--wait",
+    ]);
+    let status: Value = s.json(&["cluster", "status", id]);
+    assert_eq!(status["status"], "active", "{status}");
+}
+
+#[test]
 fn cluster_check_exits_5_on_drift_and_replace_node_rebuilds_a_node() {
     let s = Server::start();
     s.login();
