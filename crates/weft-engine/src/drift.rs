@@ -22,13 +22,13 @@ use weft_model::{
     AutoReplacement, ClusterStatus, DriftReport, DriftRun, FinishTaskRequest, HealthState,
     MachineReport, MachineState, NodeDrift, ProvisionerAction, SweptMachine, STATUS_RESULT_KEY,
 };
-use weft_planner::{Operation, PlanInput};
+use weft_planner::Operation;
 use weft_store::{ChangeSet, Expect, JobRow, TaskRow, TaskState, Write};
 
-use crate::body::{from_body, plan_nodes, to_body, ClusterBody, DriftRecord, TaskBody};
+use crate::body::{from_body, to_body, ClusterBody, DriftRecord, TaskBody};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
-use crate::jobs::{job_id, job_rows, load, require_status, Loaded};
+use crate::jobs::{job_id, job_rows, load, plan_in_place, require_status, Loaded};
 use crate::view::visible;
 use crate::{notify, now_ms, retry_stale, store_err, Caller, Engine, JobEventKind};
 
@@ -53,7 +53,7 @@ pub async fn run_check(st: &Engine, who: &Caller, id: &str) -> EngineResult<Drif
 /// and the cluster's drift record are committed at once, guarded by the cluster's revision.
 #[tracing::instrument(skip_all, fields(cluster_id = c.row.id))]
 pub async fn start_check(st: &Engine, c: &Loaded) -> EngineResult<DriftRun> {
-    let plan = plan_check(c)?;
+    let plan = plan_in_place(c, &Operation::Check { nodes: None })?;
     let (orphans, orphans_unknown) = match find_orphans(st, c).await {
         Ok(found) => (found, None),
         Err(why) => (Vec::new(), Some(why)),
@@ -88,23 +88,6 @@ pub async fn start_check(st: &Engine, c: &Loaded) -> EngineResult<DriftRun> {
         job_id,
         tasks: plan.tasks.len() as u64,
     })
-}
-
-/// The plan of a check over the cluster's current layout.
-fn plan_check(c: &Loaded) -> EngineResult<weft_planner::Plan> {
-    let mut defs = BTreeMap::new();
-    for s in c.nodes.iter().flat_map(|n| n.services.iter()) {
-        defs.entry(s.name.clone()).or_insert_with(|| s.clone());
-    }
-    let input = PlanInput {
-        before: vec![],
-        after: plan_nodes(&c.nodes),
-        services: defs.into_values().collect(),
-        config: Value::Object(c.body.config.clone()),
-        rollout: None,
-    };
-    weft_planner::plan(&Operation::Check { nodes: None }, &input)
-        .map_err(|e| EngineError::NoPlan(e.to_string()))
 }
 
 /// The machines with the cluster's marks that belong to none of its nodes, as a provisioner

@@ -16,13 +16,13 @@ use weft_model::{
     ClusterHealth, ClusterStatus, HealthRun, HealthState, NodeHealth, ProvisionerAction,
     ServiceHealth,
 };
-use weft_planner::{Operation, PlanInput};
+use weft_planner::Operation;
 use weft_store::{ChangeSet, Expect, JobRow, TaskRow, TaskState, Write};
 
-use crate::body::{end_of, from_body, plan_nodes, TaskBody};
+use crate::body::{end_of, from_body, TaskBody};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
-use crate::jobs::{job_id, job_rows, load, require_status, Loaded};
+use crate::jobs::{job_id, job_rows, load, plan_in_place, require_status, Loaded};
 use crate::view::visible;
 use crate::{notify, now_ms, store_err, Caller, Engine, JobEventKind};
 
@@ -49,7 +49,7 @@ pub async fn start_checks(
     c: &Loaded,
     nodes: Option<BTreeSet<String>>,
 ) -> EngineResult<HealthRun> {
-    let plan = plan_checks(c, nodes)?;
+    let plan = plan_in_place(c, &Operation::Healthcheck { nodes })?;
     let job_id = job_id(st, c.row.id).await?;
     let (job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now_ms())?;
     let mut cs = ChangeSet::new();
@@ -70,23 +70,6 @@ pub async fn start_checks(
         job_id,
         checks: plan.tasks.len() as u64,
     })
-}
-
-/// The plan of a health run over the cluster's current layout.
-fn plan_checks(c: &Loaded, nodes: Option<BTreeSet<String>>) -> EngineResult<weft_planner::Plan> {
-    let mut defs = BTreeMap::new();
-    for s in c.nodes.iter().flat_map(|n| n.services.iter()) {
-        defs.entry(s.name.clone()).or_insert_with(|| s.clone());
-    }
-    let input = PlanInput {
-        before: vec![],
-        after: plan_nodes(&c.nodes),
-        services: defs.into_values().collect(),
-        config: serde_json::Value::Object(c.body.config.clone()),
-        rollout: None,
-    };
-    weft_planner::plan(&Operation::Healthcheck { nodes }, &input)
-        .map_err(|e| EngineError::NoPlan(e.to_string()))
 }
 
 /// `GET /v2/clusters/{id}/health`: the grid of the cluster's latest health run (every checked

@@ -196,6 +196,11 @@ pub async fn start_job(
     })
 }
 
+/// The plan of an operation that keeps the cluster's layout and config (health runs, checks).
+pub fn plan_in_place(c: &Loaded, op: &Operation) -> EngineResult<Plan> {
+    plan_change(op, None, &[], &c.nodes, &c.body)
+}
+
 /// The plan of `op` from the nodes `before` to the nodes `after`, with every service definition
 /// either side uses.
 fn plan_change(
