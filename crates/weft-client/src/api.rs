@@ -759,6 +759,7 @@ mod tests {
             workers: 4,
             max_clusters: 2,
             max_nodes: 9,
+            check_interval: 0,
         };
         let w = TenantWrite {
             tenant: &spec,

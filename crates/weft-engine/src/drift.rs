@@ -9,8 +9,9 @@
 //! the latest check's job and orphans ([`DriftRecord`]); [`report`] reads the rest from the job's
 //! tasks.
 //!
-//! The janitor ([`tend`] on each of the [`active_clusters`]) checks every active cluster of every tenant each
-//! `check_interval` (off by default), records what each ended check found on the cluster, and
+//! The janitor ([`tend`] on each of the [`active_clusters`]) checks every active cluster of a
+//! tenant each `checkInterval` of the tenant, else each `check_interval` of the server (off by
+//! default), records what each ended check found on the cluster, and
 //! for templates with `autoReplace` replaces one node at a time (at most `auto_replace_per_hour`
 //! per cluster and hour): a node whose machine is missing, or stopped with a service found
 //! unhealthy, unless the cluster's services were stopped on purpose (its latest job a stop).
@@ -221,26 +222,40 @@ pub struct DriftPass {
     pub replaced: Vec<(u64, String, String)>,
 }
 
-/// The active clusters of every tenant.
-pub async fn active_clusters(st: &Engine) -> EngineResult<Vec<weft_store::ClusterRow>> {
+/// The active clusters of every tenant whose checks are on, each with its tenant's interval in
+/// milliseconds: the tenant's `checkInterval`, else the server's `check_interval` (0: off).
+pub async fn active_clusters(st: &Engine) -> EngineResult<Vec<(weft_store::ClusterRow, i64)>> {
     let mut out = Vec::new();
     for tenant in st.store.list_tenants().await? {
+        let interval = match tenant.spec.check_interval {
+            0 => st.settings.check_interval_ms as i64,
+            s => s as i64 * 1000,
+        };
+        if interval == 0 {
+            continue;
+        }
         let clusters = st.store.list_clusters(&tenant.id, None).await?;
         out.extend(
             clusters
                 .into_iter()
-                .filter(|c| c.status == ClusterStatus::Active.as_str()),
+                .filter(|c| c.status == ClusterStatus::Active.as_str())
+                .map(|c| (c, interval)),
         );
     }
     Ok(out)
 }
 
 /// One active cluster's drift work: record its ended check (and replace a node when its template
-/// asks for it), and start a new check once the last one is older than `check_interval`. A
+/// asks for it), and start a new check once the last one is older than `interval` milliseconds. A
 /// failure is logged.
-pub async fn tend(st: &Engine, row: weft_store::ClusterRow, now: i64, pass: &mut DriftPass) {
+pub async fn tend(
+    st: &Engine,
+    row: weft_store::ClusterRow,
+    interval: i64,
+    now: i64,
+    pass: &mut DriftPass,
+) {
     let id = row.id;
-    let interval = st.settings.check_interval_ms as i64;
     if let Err(e) = tend_one(st, row, now, interval, pass).await {
         tracing::warn!(cluster_id = id, error = %e, "drift check round failed");
     }

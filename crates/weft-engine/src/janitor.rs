@@ -87,22 +87,20 @@ async fn run_pass(
     Ok(report)
 }
 
-/// Drift checks of active clusters, and automatic replacements (see `drift`); off unless
-/// `check_interval` is set. A failure on one cluster is logged; the round goes on.
+/// Drift checks of active clusters, and automatic replacements (see `drift`); off unless the
+/// server's `check_interval` or a tenant's `checkInterval` is set. A failure on one cluster is
+/// logged; the round goes on.
 async fn check_drift(
     st: &Engine,
     now: i64,
     lease: &mut Option<&mut Lease>,
     report: &mut JanitorReport,
 ) -> EngineResult<bool> {
-    if st.settings.check_interval_ms == 0 {
-        return Ok(true);
-    }
-    for row in crate::drift::active_clusters(st).await? {
+    for (row, interval) in crate::drift::active_clusters(st).await? {
         if !may_go_on(st, lease).await {
             return Ok(false);
         }
-        crate::drift::tend(st, row, now, &mut report.drift).await;
+        crate::drift::tend(st, row, interval, now, &mut report.drift).await;
     }
     Ok(true)
 }

@@ -34,6 +34,19 @@ pub struct TenantSpecification {
         deserialize_with = "lenient::u64_or_unbounded"
     )]
     pub max_nodes: u64,
+    /// weft extension: seconds between the janitor's drift checks of this tenant's active
+    /// clusters (0, the default: the server's `check_interval`, itself off by default).
+    #[serde(
+        rename = "checkInterval",
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "lenient::u64"
+    )]
+    pub check_interval: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn unbounded() -> u64 {

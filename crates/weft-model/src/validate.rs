@@ -269,7 +269,14 @@ impl Validate for PluginType {
 
 impl Validate for TenantSpecification {
     fn validate(&self) -> Result<(), ModelError> {
-        validate_name("tenant.name", &self.name)
+        validate_name("tenant.name", &self.name)?;
+        if self.check_interval > 7 * 24 * 3600 {
+            return Err(ModelError::invalid(
+                "checkInterval",
+                "checkInterval must be 0 (the server's) to 604800 seconds",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -394,6 +394,17 @@ CREATE TABLE leaders (
 );
 "#,
     },
+    // Drift checks per tenant (issue 20): seconds between the janitor's checks, 0 for the server's.
+    Migration {
+        version: 7,
+        description: "tenants: check_interval",
+        sqlite: r#"
+ALTER TABLE tenants ADD COLUMN check_interval BIGINT NOT NULL DEFAULT 0;
+"#,
+        postgres: r#"
+ALTER TABLE tenants ADD COLUMN check_interval BIGINT NOT NULL DEFAULT 0;
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

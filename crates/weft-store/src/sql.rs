@@ -298,6 +298,7 @@ fn tenant_from_row(row: &AnyRow) -> Result<Tenant> {
             workers: to_u32(row.try_get("workers")?, "tenant workers")?,
             max_clusters: to_u64(row.try_get("max_clusters")?, "tenant maxClusters")?,
             max_nodes: to_u64(row.try_get("max_nodes")?, "tenant maxNodes")?,
+            check_interval: to_u64(row.try_get("check_interval")?, "tenant checkInterval")?,
         },
         create_time: row.try_get("create_time")?,
     })
@@ -356,7 +357,8 @@ fn api_key_from_row(row: &AnyRow) -> Result<ApiKeyRecord> {
     })
 }
 
-const TENANT_COLUMNS: &str = "id, name, description, workers, max_clusters, max_nodes, create_time";
+const TENANT_COLUMNS: &str =
+    "id, name, description, workers, max_clusters, max_nodes, check_interval, create_time";
 const RESOURCE_COLUMNS: &str = "tenant_id, ptype, plugin, rtype, name, version, live, slated";
 const PROVISIONER_COLUMNS: &str =
     "id, host, port, capacity_total, assignments, usage, last_heartbeat";
@@ -455,8 +457,9 @@ impl Store for SqlStore {
     async fn insert_tenant(&self, tenant: &Tenant) -> Result<()> {
         let mut tx = self.write_tx().await?;
         let res = sqlx::query(
-            "INSERT INTO tenants (id, name, description, workers, max_clusters, max_nodes, create_time) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO tenants \
+             (id, name, description, workers, max_clusters, max_nodes, check_interval, create_time) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(tenant.id.as_str())
         .bind(tenant.spec.name.as_str())
@@ -464,6 +467,7 @@ impl Store for SqlStore {
         .bind(i64::from(tenant.spec.workers))
         .bind(to_i64(tenant.spec.max_clusters))
         .bind(to_i64(tenant.spec.max_nodes))
+        .bind(to_i64(tenant.spec.check_interval))
         .bind(tenant.create_time)
         .execute(&mut *tx)
         .await;
@@ -479,14 +483,15 @@ impl Store for SqlStore {
     async fn update_tenant(&self, tenant: &Tenant) -> Result<()> {
         let mut tx = self.write_tx().await?;
         sqlx::query(
-            "UPDATE tenants SET description = $2, workers = $3, max_clusters = $4, max_nodes = $5 \
-             WHERE id = $1",
+            "UPDATE tenants SET description = $2, workers = $3, max_clusters = $4, max_nodes = $5, \
+             check_interval = $6 WHERE id = $1",
         )
         .bind(tenant.id.as_str())
         .bind(tenant.spec.description.as_deref())
         .bind(i64::from(tenant.spec.workers))
         .bind(to_i64(tenant.spec.max_clusters))
         .bind(to_i64(tenant.spec.max_nodes))
+        .bind(to_i64(tenant.spec.check_interval))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -60,6 +60,7 @@ impl Server {
                 workers: 4,
                 max_clusters: weft_model::UNBOUNDED,
                 max_nodes: weft_model::UNBOUNDED,
+                check_interval: 0,
             },
             create_time: 0,
         };

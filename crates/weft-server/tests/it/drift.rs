@@ -282,3 +282,48 @@ async fn periodic_checks_are_off_by_default() {
         .json();
     assert!(report.get("jobId").is_none(), "{report}");
 }
+
+#[tokio::test]
+async fn a_tenants_check_interval_turns_its_checks_on() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let id = create(&h, admin(T), 1).await;
+    drain(&h, &tid, |_| false).await;
+    let sa = crate::common::SA;
+    let put = |spec: Value| {
+        let h = &h;
+        async move {
+            h.put(
+                sa,
+                &format!("/v2/tenants/{T}"),
+                json!({ "tenant": spec }).to_string(),
+            )
+            .await
+        }
+    };
+    let r = put(json!({"name": T, "workers": 0, "checkInterval": 999_999_999})).await;
+    assert_eq!(r.status.as_u16(), 400);
+    assert!(r.text().contains("checkInterval"), "{}", r.text());
+    put(json!({"name": T, "workers": 0, "checkInterval": "60"}))
+        .await
+        .expect(200);
+    let t = h
+        .get(sa, &format!("/v2/tenants/{T}"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(t["checkInterval"], 60, "{t}");
+    // The server's check_interval is off; the tenant's is on.
+    let now = weft_server::state::now_ms();
+    let r = round(&h, now).await;
+    assert_eq!(r.drift.checks.len(), 1, "{r:?}");
+    assert_eq!(r.drift.checks[0].0, id.parse::<u64>().unwrap());
+    while let Some(t) = take(&h, &tid, "w1").await {
+        finish_status(&h, &tid, &t, 0, json!({"machine": {"state": "running"}})).await;
+    }
+    // Recorded next round; no new check before the minute is up, one after it.
+    let r = round(&h, now + 10).await;
+    assert!(r.drift.checks.is_empty(), "{r:?}");
+    let r = round(&h, now + 61_000).await;
+    assert_eq!(r.drift.checks.len(), 1, "{r:?}");
+}

@@ -26,6 +26,7 @@ fn tenant(id: &str, name: &str, workers: u32) -> Tenant {
             workers,
             max_clusters: 10,
             max_nodes: UNBOUNDED,
+            check_interval: 0,
         },
         create_time: 1_700_000_000_000,
     }
@@ -105,6 +106,7 @@ async fn schema_is_current_and_superadmin_exists(ctx: &Ctx) -> Result<()> {
             workers: 0,
             max_clusters: UNBOUNDED,
             max_nodes: UNBOUNDED,
+            check_interval: 0,
         }
     );
     assert_eq!(s.tenant_by_id(SUPERADMIN).await?, Some(sa));

@@ -256,6 +256,7 @@ pub async fn open_up_store(settings: &Settings) -> anyhow::Result<(weft_server::
             workers: 0,
             max_clusters: weft_model::UNBOUNDED,
             max_nodes: weft_model::UNBOUNDED,
+            check_interval: 0,
         };
         let tenant = Tenant {
             id: uuid::Uuid::new_v4().to_string(),

@@ -228,6 +228,7 @@ impl Server {
             workers: 1,
             max_clusters: weft_model::UNBOUNDED,
             max_nodes: weft_model::UNBOUNDED,
+            check_interval: 0,
         };
         let c = Client::new(internal).unwrap();
         c.register(&Registration {

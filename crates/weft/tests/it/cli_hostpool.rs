@@ -40,6 +40,7 @@ async fn setup(api: &str, internal: &str) {
             workers: 0,
             max_clusters: weft_model::UNBOUNDED,
             max_nodes: weft_model::UNBOUNDED,
+            check_interval: 0,
         },
         false,
     )

@@ -83,6 +83,7 @@ async fn setup(s: &Cli) -> Agent {
         workers: 0,
         max_clusters: weft_model::UNBOUNDED,
         max_nodes: weft_model::UNBOUNDED,
+        check_interval: 0,
     };
     sa.create_tenant(&spec, false).await.unwrap();
     let data = s.dir.path().join("provisioner");

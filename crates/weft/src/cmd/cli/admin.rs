@@ -124,6 +124,7 @@ pub fn tenant(a: TenantArgs) -> anyhow::Result<()> {
                 workers: fields.workers.unwrap_or(0),
                 max_clusters: fields.max_clusters.unwrap_or(weft_model::UNBOUNDED),
                 max_nodes: fields.max_nodes.unwrap_or(weft_model::UNBOUNDED),
+                check_interval: 0,
             };
             ctx.block(c.create_tenant(&spec, bootstrap))?;
             done(
