@@ -93,6 +93,16 @@ pub struct Finish {
     pub ipaddresses: Option<BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Map<String, Value>>,
+    /// Set by [`Client::finish_and_take`]: the server takes the worker's next task in the same
+    /// request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<TakeNext>,
+}
+
+/// The take a finish asks for (`next`): with the capabilities a take announces.
+#[derive(Debug, Clone, Serialize)]
+pub struct TakeNext {
+    pub capabilities: Vec<&'static str>,
 }
 
 /// `providertypes` or `automatortypes`.
@@ -279,6 +289,31 @@ impl Client {
         let (resp, url) = self
             .send("/v2/tasks/take", |h, url| h.post(url).json(&body))
             .await?;
+        self.taken(resp, url, provisioner_id, tenant_id).await
+    }
+
+    /// `POST /v2/tasks/finish` with `next`: records the finish and takes the worker's next task
+    /// in one request, answered as [`Client::take`] answers.
+    pub async fn finish_and_take(&self, finish: &Finish) -> ClientResult<Option<Value>> {
+        let mut finish = finish.clone();
+        finish.next = Some(TakeNext {
+            capabilities: vec![weft_model::NODES_BY_REVISION],
+        });
+        let (resp, url) = self
+            .send("/v2/tasks/finish", |h, url| h.post(url).json(&finish))
+            .await?;
+        self.taken(resp, url, &finish.provisioner_id, &finish.tenant_id)
+            .await
+    }
+
+    /// A take's answer: the task (its `nodes` map spliced in from the cache), or `None` for 204.
+    async fn taken(
+        &self,
+        resp: reqwest::Response,
+        url: String,
+        provisioner_id: &str,
+        tenant_id: &str,
+    ) -> ClientResult<Option<Value>> {
         if resp.status() == reqwest::StatusCode::NO_CONTENT {
             return Ok(None);
         }

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::value::RawValue;
-use weft_model::Node;
+use weft_model::{Node, Service};
 use weft_planner::PlanNode;
 use weft_store::{ClusterStamp, Store, TaskRow};
 
@@ -42,9 +42,34 @@ const MAX_REMOVED: usize = 4096;
 /// One node as payloads use it.
 pub struct CachedNode {
     pub rev: i64,
+    /// The node, its `services` moved to [`CachedNode::services`].
     pub node: Node,
+    /// The node's services, one list shared by the nodes of a snapshot that have the same ones
+    /// (each holds its services' whole definitions, some 4 KB of JSON: a 10,000-node cluster's
+    /// nodes hold a handful of distinct lists).
+    pub services: Arc<[Service]>,
     /// `node.properties` as JSON.
     props_json: Box<RawValue>,
+}
+
+/// The distinct service lists of the nodes parsed for one snapshot.
+#[derive(Default)]
+struct SharedServices(Vec<Arc<[Service]>>);
+
+impl SharedServices {
+    /// Past this many distinct lists, a node keeps a list of its own.
+    const MAX: usize = 64;
+
+    fn share(&mut self, services: Vec<Service>) -> Arc<[Service]> {
+        if let Some(same) = self.0.iter().find(|s| ***s == *services) {
+            return same.clone();
+        }
+        let list: Arc<[Service]> = services.into();
+        if self.0.len() < Self::MAX {
+            self.0.push(list.clone());
+        }
+        list
+    }
 }
 
 /// A revision of a cluster's `nodes` map in this process: which process, which lineage of
@@ -92,8 +117,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn node(&self, id: &str) -> Option<&Node> {
-        self.nodes.get(id).map(|n| &n.node)
+    /// A node, with its services.
+    pub fn node(&self, id: &str) -> Option<&CachedNode> {
+        self.nodes.get(id).map(|n| &**n)
     }
 
     /// The revision of this snapshot's `nodes` map.
@@ -332,7 +358,9 @@ impl PayloadCache {
         let cached = self.get(&key);
         if let Some(s) = cached.as_ref().filter(|s| fresh(s, stamp)) {
             let node = s.node(node_id).ok_or("the task's node no longer exists")?;
-            return Ok((s.body.clone(), node.clone()));
+            let mut node_copy = node.node.clone();
+            node_copy.services = node.services.to_vec();
+            return Ok((s.body.clone(), node_copy));
         }
         let (_, body) =
             read_cluster(store, tenant_id, cluster_id, cached.as_deref(), stamp).await?;
@@ -405,14 +433,15 @@ async fn read_nodes(
         .filter(|(id, rev)| known(id, *rev).is_none())
         .count();
     let mut nodes = BTreeMap::new();
+    let mut shared = SharedServices::default();
     if changed > BULK {
         let rows = store
-            .list_nodes(tenant_id, cluster_id)
+            .node_texts(tenant_id, cluster_id)
             .await
             .map_err(|e| e.to_string())?;
-        for row in rows {
-            let n = cached(row.rev, &row.body)?;
-            nodes.insert(row.id, n);
+        for (id, rev, text) in rows {
+            let node: Node = serde_json::from_str(&text).map_err(|e| format!("node {id}: {e}"))?;
+            nodes.insert(id, cached_node(rev, node, &mut shared)?);
         }
         return Ok(nodes);
     }
@@ -428,7 +457,8 @@ async fn read_nodes(
         else {
             continue; // deleted since the list was read
         };
-        nodes.insert(id, cached(row.rev, &row.body)?);
+        let node: Node = from_body(&row.body).map_err(|e| e.to_string())?;
+        nodes.insert(id, cached_node(row.rev, node, &mut shared)?);
     }
     Ok(nodes)
 }
@@ -438,13 +468,18 @@ fn fresh(s: &Snapshot, stamp: ClusterStamp) -> bool {
     s.stamp.rev >= stamp.rev && s.stamp.nodes_rev >= stamp.nodes_rev
 }
 
-fn cached(rev: i64, body: &serde_json::Value) -> Result<Arc<CachedNode>, String> {
-    let node: Node = from_body(body).map_err(|e| e.to_string())?;
+fn cached_node(
+    rev: i64,
+    mut node: Node,
+    shared: &mut SharedServices,
+) -> Result<Arc<CachedNode>, String> {
     let props_json =
         serde_json::value::to_raw_value(&node.properties).map_err(|e| e.to_string())?;
+    let services = shared.share(std::mem::take(&mut node.services));
     Ok(Arc::new(CachedNode {
         rev,
         node,
+        services,
         props_json,
     }))
 }
@@ -596,7 +631,12 @@ mod tests {
     fn node(id: &str, rev: i64, host: &str) -> Arc<CachedNode> {
         let n = json!({"id": id, "clusterId": "1", "services": [], "properties": {
             "nodenum": 1000, "hostname": host, "hardwaretype": "h", "imagetype": "i", "sshuser": "u"}});
-        cached(rev, &n).unwrap()
+        cached_node(
+            rev,
+            serde_json::from_value(n).unwrap(),
+            &mut SharedServices::default(),
+        )
+        .unwrap()
     }
 
     fn snap(
@@ -630,6 +670,29 @@ mod tests {
     fn since(s: &Snapshot, r: Option<&Snapshot>) -> Value {
         let text = r.map(|r| r.revision.text());
         serde_json::from_str(&s.nodes_since(text.as_deref()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn nodes_with_the_same_services_share_one_list() {
+        let svc = |name: &str| {
+            json!({"name": name, "provisioner": {"actions": {
+            "install": {"type": "shell", "fields": {"script": format!("{name}.sh")}}}}})
+        };
+        let node = |id: &str, services: Value| -> Node {
+            serde_json::from_value(json!({"id": id, "clusterId": "1", "services": services,
+                "properties": {"nodenum": 1000, "hostname": id, "hardwaretype": "h",
+                    "imagetype": "i", "sshuser": "u"}}))
+            .unwrap()
+        };
+        let mut shared = SharedServices::default();
+        let a = cached_node(1, node("a", json!([svc("x"), svc("y")])), &mut shared).unwrap();
+        let b = cached_node(1, node("b", json!([svc("x"), svc("y")])), &mut shared).unwrap();
+        let c = cached_node(1, node("c", json!([svc("x")])), &mut shared).unwrap();
+        assert!(Arc::ptr_eq(&a.services, &b.services));
+        assert!(!Arc::ptr_eq(&a.services, &c.services));
+        assert_eq!(a.services.len(), 2);
+        assert_eq!(c.services[0].name, "x");
+        assert!(a.node.services.is_empty(), "moved to the shared list");
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub async fn create_cluster(
     if dry_run {
         return Ok(Created::Plan(crate::jobs::preview(&plan, String::new())?));
     }
-    commit_create(st, &who.tenant, new, &inputs.provider, &plan).await
+    commit_create(st, &who.tenant, new, &inputs.provider, plan).await
 }
 
 /// Checks what a create request says on its own; returns the cluster size.
@@ -425,7 +425,7 @@ async fn commit_create(
     tenant: &Tenant,
     new: NewCluster,
     provider: &Provider,
-    plan: &Plan,
+    plan: Plan,
 ) -> EngineResult<Created> {
     let NewCluster {
         mut row,
@@ -438,7 +438,9 @@ async fn commit_create(
     // no stages), then CLUSTER_CREATE.
     let solve = solved_job(&tenant.id, cluster_id, job_id(st, cluster_id).await?, now)?;
     let job_id = job_id(st, cluster_id).await?;
-    let (job, tasks) = job_rows(&tenant.id, cluster_id, &job_id, plan, now)?;
+    let (job, tasks) = job_rows(&tenant.id, cluster_id, &job_id, &plan, now)?;
+    // A 10,000-node plan is some 240,000 tasks: gone before the rows are written.
+    drop(plan);
     row.latest_job = Some(job_id.clone());
     row.body = to_body(&body)?;
     // Host pools: a host for each node, taken before anything is recorded (409 if the pool is short).
@@ -468,7 +470,7 @@ async fn commit_create(
         ],
         writes,
     };
-    let committed = st.store.commit(&cs).await;
+    let committed = st.store.commit_owned(cs).await;
     hosts.settle(st, committed.is_ok()).await; // host pools: in use, or back in the pool
     committed.map_err(store_err)?;
     tracing::info!(cluster_id, job_id = %job_id, nodes = size, "cluster create job started");

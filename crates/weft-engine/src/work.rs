@@ -13,7 +13,7 @@ use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, T
 
 use super::body::{end_of, from_body, to_body, ClusterBody, JobBody, TaskBody};
 use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind};
-use crate::cache::Snapshot;
+use crate::cache::{CachedNode, Snapshot};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::end_gate;
 use crate::jobs::{failure_status, success_status};
@@ -289,7 +289,7 @@ async fn payload(
         config.insert("cluster".into(), cluster);
         config.insert("service".into(), service);
     }
-    add_node_config(&mut config, &snap.body, me, task)?;
+    add_node_config(&mut config, &snap.body, &me.node, task)?;
     // Results are written last and may shadow anything, `nodes` included.
     let nodes = if config.contains_key("nodes") {
         Nodes::Neither
@@ -305,7 +305,7 @@ async fn payload(
 /// stay (or every node, when this task's own node is leaving).
 fn service_config(
     snap: &Snapshot,
-    me: &Node,
+    me: &CachedNode,
     task: &TaskRow,
     cluster_config: Value,
 ) -> Result<(Value, Value), String> {
@@ -323,17 +323,17 @@ fn service_config(
         .unwrap_or_default();
     let fields = serde_json::to_value(&spec.fields).unwrap_or(Value::Null);
     let (cluster_config, fields) = if has_macros(&cluster_config) || has_macros(&fields) {
-        let layout = if snap.body.retiring.contains(&me.id) {
+        let layout = if snap.body.retiring.contains(&me.node.id) {
             snap.layout_all()
         } else {
             snap.layout()
         };
         let ctx = MacroContext::new(layout, &snap.owner).map_err(|e| e.to_string())?;
         let c = ctx
-            .expand_value(Some(&me.id), &cluster_config)
+            .expand_value(Some(&me.node.id), &cluster_config)
             .map_err(|e| format!("cluster config: {e}"))?;
         let f = ctx
-            .expand_value(Some(&me.id), &fields)
+            .expand_value(Some(&me.node.id), &fields)
             .map_err(|e| format!("service {} fields: {e}", svc.name))?;
         (c, f)
     } else {
@@ -444,6 +444,24 @@ pub async fn finish(st: &Engine, req: FinishTaskRequest) -> EngineResult<()> {
         return Err(EngineError::Invalid("status must be specified".into()));
     }
     retry_stale(|| finish_step(st, &w, &task_id, &req)).await
+}
+
+/// `POST /v2/tasks/finish` with `next`: records the finish, then takes the worker's next task as
+/// [`take`] does. A finish that arrives twice is applied once, so a worker whose answer was lost
+/// sends it again and gets a task then.
+pub async fn finish_and_take(
+    st: &Engine,
+    mut req: FinishTaskRequest,
+) -> EngineResult<Option<String>> {
+    let next = req.next.take().unwrap_or_default();
+    let take_req = TakeTaskRequest {
+        worker_id: req.worker_id.clone(),
+        provisioner_id: req.provisioner_id.clone(),
+        tenant_id: req.tenant_id.clone(),
+        capabilities: next.capabilities,
+    };
+    finish(st, req).await?;
+    take(st, take_req).await
 }
 
 /// Fails a task whose lease ran out before `now` (the janitor), through the same retry and failure

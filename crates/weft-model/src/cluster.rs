@@ -523,4 +523,18 @@ pub struct FinishTaskRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<Map<String, Value>>,
+    /// weft extension: the worker's next task in the same request. Present, the server takes it
+    /// once this finish is recorded and answers as `POST /v2/tasks/take` does (200 with the task,
+    /// 204 when there is none), so that a worker makes one request per task instead of two.
+    #[serde(default)]
+    pub next: Option<TakeNext>,
+}
+
+/// What a finish that takes the worker's next task asks of that take.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TakeNext {
+    /// As a take's `capabilities`.
+    #[serde(default, deserialize_with = "capabilities")]
+    pub capabilities: Vec<String>,
 }

@@ -411,18 +411,30 @@ async fn worker_loop(
 ) {
     let global = inner.stopping.subscribe();
     tracing::debug!(%tenant_id, %worker_id, "worker started");
+    // The task the last finish took (`next`), if it took one.
+    let mut next = None;
     loop {
-        if *stop.borrow() || *global.borrow() {
+        let stopping = || *stop.borrow() || *global.borrow();
+        if next.is_none() && stopping() {
             break;
         }
         // A take in flight is never cancelled: the server may already have leased a task to this
         // worker, and a dropped answer would strand it until its lease expires.
-        let taken = inner
-            .client
-            .take(&inner.cfg.id, &worker_id, &tenant_id)
-            .await;
+        let taken = match next.take() {
+            Some(task) => Ok(Some(task)),
+            None => {
+                inner
+                    .client
+                    .take(&inner.cfg.id, &worker_id, &tenant_id)
+                    .await
+            }
+        };
         match taken {
-            Ok(Some(task)) => run_and_finish(&inner, &tenant_id, &worker_id, task).await,
+            Ok(Some(task)) => {
+                // A worker that is not stopping takes its next task with the finish.
+                let take_next = !stopping();
+                next = run_and_finish(&inner, &tenant_id, &worker_id, task, take_next).await;
+            }
             Ok(None) => {
                 if pause(inner.cfg.poll_interval, &mut stop).await || *global.borrow() {
                     break;
@@ -439,8 +451,15 @@ async fn worker_loop(
     tracing::debug!(%tenant_id, %worker_id, "worker stopped");
 }
 
-/// Runs one task and reports it. Never panics: a plugin that panics fails its task.
-async fn run_and_finish(inner: &Arc<Inner>, tenant_id: &str, worker_id: &str, raw: Value) {
+/// Runs one task and reports it; with `take_next` the report takes the worker's next task too,
+/// which it returns. Never panics: a plugin that panics fails its task.
+async fn run_and_finish(
+    inner: &Arc<Inner>,
+    tenant_id: &str,
+    worker_id: &str,
+    raw: Value,
+    take_next: bool,
+) -> Option<Value> {
     let task_id = raw
         .get("taskId")
         .and_then(Value::as_str)
@@ -501,15 +520,21 @@ async fn run_and_finish(inner: &Arc<Inner>, tenant_id: &str, worker_id: &str, ra
         }
     }
     if task_id.is_empty() {
-        return;
+        return None;
     }
-    // The result matters: try a few times before giving the task up to the server's time-out.
+    // The result matters: try a few times before giving the task up to the server's time-out. A
+    // finish is applied once however often it arrives, so one whose answer was lost is sent again.
     for attempt in 0..5u32 {
-        match inner.client.finish(&finish).await {
-            Ok(()) => return,
+        let sent = if take_next {
+            inner.client.finish_and_take(&finish).await
+        } else {
+            inner.client.finish(&finish).await.map(|()| None)
+        };
+        match sent {
+            Ok(next) => return next,
             Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => {
                 tracing::warn!(%task_id, error = %e, "finish refused");
-                return;
+                return None;
             }
             Err(e) => {
                 tracing::warn!(%task_id, attempt, error = %e, "finish failed");
@@ -520,4 +545,5 @@ async fn run_and_finish(inner: &Arc<Inner>, tenant_id: &str, worker_id: &str, ra
             }
         }
     }
+    None
 }

@@ -265,6 +265,7 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::TaskNodesRequest,
         weft_model::TaskNodes,
         weft_model::FinishTaskRequest,
+        weft_model::TakeNext,
     ))
 )]
 struct Components;

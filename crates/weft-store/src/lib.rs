@@ -300,6 +300,12 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn commit(&self, cs: &ChangeSet) -> Result<()> {
         self.commit_released(cs).await.map(|_| ())
     }
+    /// [`commit`](Store::commit) of a change set the caller gives up: a large one (a create's
+    /// tens of thousands of task rows) is written from the rows themselves, without the copy of
+    /// every statement's parameters that a borrowed one needs on SQLite's writer thread.
+    async fn commit_owned(&self, cs: ChangeSet) -> Result<()> {
+        self.commit(&cs).await
+    }
     /// [`commit`](Store::commit), answering the ids of the successor-less gates (job ends) that
     /// the change set's [`Write::Release`]s completed.
     async fn commit_released(&self, cs: &ChangeSet) -> Result<Vec<String>>;
@@ -327,6 +333,14 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn cluster_stamp(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterStamp>>;
     /// `(id, rev)` of each of a cluster's nodes, by id: what a cache of the nodes compares.
     async fn node_revs(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<(String, i64)>>;
+    /// `(id, rev, body as JSON text)` of each of a cluster's nodes, by id: what a cache parses
+    /// into its own types without a [`serde_json::Value`] of every body on the way (a node's
+    /// body holds its services' definitions, some 4 KB of JSON and ten times that as a `Value`).
+    async fn node_texts(
+        &self,
+        tenant_id: &str,
+        cluster_id: u64,
+    ) -> Result<Vec<(String, i64, String)>>;
     /// How many of a job's tasks are in each state, gates not counted.
     async fn task_counts(&self, tenant_id: &str, job_id: &str) -> Result<BTreeMap<TaskState, u64>>;
     /// The last `limit` tasks taken on a node (`started_at > 0`), gates not counted, oldest first:

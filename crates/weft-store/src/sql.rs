@@ -988,6 +988,13 @@ impl Store for SqlStore {
         self.commit_changes(cs).await
     }
 
+    async fn commit_owned(&self, cs: ChangeSet) -> Result<()> {
+        match &self.sqlite_writer {
+            Some(w) => w.commit_owned(cs).await.map(drop),
+            None => self.commit_changes(&cs).await.map(drop),
+        }
+    }
+
     async fn next_id(&self, counter: &str) -> Result<u64> {
         self.next_id_impl(counter).await
     }
@@ -1034,6 +1041,14 @@ impl Store for SqlStore {
 
     async fn node_revs(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<(String, i64)>> {
         self.node_revs_impl(tenant_id, cluster_id).await
+    }
+
+    async fn node_texts(
+        &self,
+        tenant_id: &str,
+        cluster_id: u64,
+    ) -> Result<Vec<(String, i64, String)>> {
+        self.node_texts_impl(tenant_id, cluster_id).await
     }
 
     async fn task_counts(&self, tenant_id: &str, job_id: &str) -> Result<BTreeMap<TaskState, u64>> {

@@ -49,21 +49,35 @@ pub fn routes(api: Api) -> Api {
         MethodFilter::POST,
         "/v2/tasks/finish",
         finish,
-        op("tasks", "Report a task's result (status 0 is success)")
-            .body(Body::Json("FinishTaskRequest"))
-            .status(200, "recorded (a repeated finish is applied once)")
-            .status(400, "a field is missing")
-            .status(403, "Provisioner X is not registered.")
-            .status(417, "Worker is not the owner of the task"),
+        op(
+            "tasks",
+            "Report a task's result (status 0 is success); with `next`, take the worker's next task too",
+        )
+        .body(Body::Json("FinishTaskRequest"))
+        .ok(
+            200,
+            "recorded (a repeated finish is applied once); with `next`, the worker's next task \
+             (text/plain, as a take answers)",
+            Body::AnyJson,
+        )
+        .status(204, "with `next`: recorded, and nothing to do")
+        .status(400, "a field is missing")
+        .status(403, "Provisioner X is not registered.")
+        .status(417, "Worker is not the owner of the task"),
     )
 }
 
 async fn take(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let req: TakeTaskRequest = parse_body(&body, "{workerId, provisionerId, tenantId}")?;
-    Ok(match work::take(&st.engine, req).await? {
+    Ok(task_answer(work::take(&st.engine, req).await?))
+}
+
+/// A take's answer: the task as text/plain (as Coopr sent it), or 204.
+fn task_answer(task: Option<String>) -> Response {
+    match task {
         Some(task) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], task).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
-    })
+    }
 }
 
 async fn nodes(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
@@ -72,7 +86,11 @@ async fn nodes(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
     Ok(([(header::CONTENT_TYPE, "application/json")], answer).into_response())
 }
 
-async fn finish(State(st): State<AppState>, body: Bytes) -> ApiResult<()> {
+async fn finish(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let req: FinishTaskRequest = parse_body(&body, "a finish request")?;
-    Ok(work::finish(&st.engine, req).await?)
+    if req.next.is_some() {
+        return Ok(task_answer(work::finish_and_take(&st.engine, req).await?));
+    }
+    work::finish(&st.engine, req).await?;
+    Ok(StatusCode::OK.into_response())
 }

@@ -175,3 +175,81 @@ async fn the_nodes_route_answers_the_whole_map_then_only_changes() {
         .await
         .expect(403);
 }
+
+/// `next` in a finish (issue 24): weft's client finishes each task and takes the next in one
+/// request, through a whole create; the tasks are those a take gives (the map spliced in from the
+/// client's cache); the last finish answers 204; a finish without `next` still answers an empty
+/// 200, and one sent again with `next` is applied once and takes nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_with_next_takes_the_workers_next_task_through_a_whole_create() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let id = create(&h, admin(T), 3).await;
+    let client = weft_client::Client::new(&serve(&h).await).unwrap();
+    let finish_of = |task: &Value| {
+        let mut f = weft_client::Finish {
+            worker_id: "w1".into(),
+            provisioner_id: "p1".into(),
+            tenant_id: tid.clone(),
+            task_id: task["taskId"].as_str().unwrap().into(),
+            ..Default::default()
+        };
+        if task["taskName"] == "CONFIRM" {
+            let n = task["config"]["nodenum"].as_u64().unwrap();
+            let ip = format!("10.1.0.{}", n - 990);
+            let ips = [
+                ("access_v4".to_string(), ip.clone()),
+                ("bind_v4".to_string(), ip),
+            ];
+            f.ipaddresses = Some(ips.into());
+        }
+        f
+    };
+    let mut task = client.take("p1", "w1", &tid).await.unwrap().unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut last = None;
+    for i in 0.. {
+        assert!(i < 200, "the job does not end");
+        assert!(
+            seen.insert(task["taskId"].to_string()),
+            "taken twice: {task}"
+        );
+        if !is_provider(&task) {
+            let nodes = task["config"]["nodes"]
+                .as_object()
+                .expect("the map is spliced in");
+            assert_eq!(nodes.len(), 3, "{task}");
+        }
+        let f = finish_of(&task);
+        match client.finish_and_take(&f).await.unwrap() {
+            Some(next) => task = next,
+            None => {
+                last = Some(f);
+                break;
+            }
+        }
+    }
+    let status = h
+        .get(admin(T), &format!("/v2/clusters/{id}/status"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(status["status"], "active", "{status}");
+    // The last finish again: applied once, nothing to take.
+    let last = last.unwrap();
+    assert_eq!(client.finish_and_take(&last).await.unwrap(), None);
+    let mut body = serde_json::to_value(&last).unwrap();
+    body.as_object_mut().unwrap().remove("next");
+    let r = h
+        .internal(Method::POST, "/v2/tasks/finish", body.to_string())
+        .await
+        .expect(200);
+    assert_eq!(r.text(), "");
+    // `next` names what it asks in the field: not an object is a 400 that says so.
+    body["next"] = json!(true);
+    let r = h
+        .internal(Method::POST, "/v2/tasks/finish", body.to_string())
+        .await
+        .expect(400);
+    assert!(r.text().contains("next"), "{}", r.text());
+}

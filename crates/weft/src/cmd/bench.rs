@@ -74,6 +74,10 @@ struct QueueArgs {
     /// turn: several servers on one PostgreSQL against one.
     #[arg(long, default_value_t = 1)]
     servers: usize,
+    /// Workers take each task with a request of its own, as Coopr's did (by default a finish takes
+    /// the worker's next task, `next`, as weft's provisioner does).
+    #[arg(long)]
+    separate_takes: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -89,8 +93,49 @@ pub(super) struct Server {
     pub(super) api: String,
     pub(super) internal: String,
     pub(super) database_url: String,
-    /// Keeps the in-process server's data directory.
+    /// Keeps the server's data directory.
     _dir: Option<tempfile::TempDir>,
+    /// The server's own process, when it runs in one (killed when dropped).
+    pub(super) process: Option<ServerProcess>,
+}
+
+/// A `weft server` child process.
+pub(super) struct ServerProcess(std::process::Child);
+
+impl ServerProcess {
+    /// The process's `/proc/<pid>/status` line `key` in bytes (a `kB` figure), 0 where /proc does
+    /// not say.
+    pub(super) fn status_bytes(&self, key: &str) -> u64 {
+        proc_status_bytes(&format!("/proc/{}/status", self.0.id()), key)
+    }
+
+    /// CPU seconds (user, system) the process has used, from `/proc/<pid>/stat`.
+    pub(super) fn cpu_seconds(&self) -> (f64, f64) {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces), from field 3 on.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+        (tick(11), tick(12))
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `/proc/.../status` line `key` (a `kB` figure) in bytes; 0 where the file does not say.
+pub(super) fn proc_status_bytes(path: &str, key: &str) -> u64 {
+    let status = std::fs::read_to_string(path).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 /// `--servers` servers in this process, all on the one database.
@@ -111,13 +156,7 @@ pub(super) async fn start_server(
     database_url: Option<&str>,
 ) -> anyhow::Result<Server> {
     let dir = tempfile::tempdir()?;
-    let database_url = match database {
-        "sqlite" => format!("sqlite://{}", dir.path().join("weft.db").display()),
-        "postgres" => database_url
-            .map(str::to_string)
-            .ok_or_else(|| anyhow!("--database postgres needs --database-url"))?,
-        other => bail!("--database {other}: expected sqlite or postgres"),
-    };
+    let database_url = database_at(database, database_url, &dir)?;
     let settings = RawConfig {
         data_dir: Some(dir.path().to_path_buf()),
         database: Some(database_url.clone()),
@@ -142,6 +181,71 @@ pub(super) async fn start_server(
         internal,
         database_url,
         _dir: Some(dir),
+        process: None,
+    })
+}
+
+/// The database URL of a bench server: SQLite in `dir`, or PostgreSQL at `url`.
+fn database_at(
+    database: &str,
+    url: Option<&str>,
+    dir: &tempfile::TempDir,
+) -> anyhow::Result<String> {
+    Ok(match database {
+        "sqlite" => format!("sqlite://{}", dir.path().join("weft.db").display()),
+        "postgres" => url
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("--database postgres needs --database-url"))?,
+        other => bail!("--database {other}: expected sqlite or postgres"),
+    })
+}
+
+/// A server in a `weft server` process of its own on `database`, so that its memory and CPU are
+/// measured apart from the load driver's. Returns once it answers `/status`.
+pub(super) async fn spawn_server(
+    database: &str,
+    database_url: Option<&str>,
+) -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let database_url = database_at(database, database_url, &dir)?;
+    let free_port = || -> anyhow::Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let (port, internal_port) = (free_port()?, free_port()?);
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .arg("server")
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--database", &database_url])
+        .args(["--port", &port.to_string()])
+        .args(["--internal-port", &internal_port.to_string()])
+        // Benchmarks go past the default limit of 10,000 nodes.
+        .args([
+            "--max-cluster-size",
+            &weft_model::LARGEST_CLUSTER.to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .context("starting weft server")?;
+    let process = ServerProcess(child);
+    let api = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let t0 = Instant::now();
+    // Polled: the child says nothing else when it is ready.
+    while http.get(format!("{api}/status")).send().await.is_err() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            bail!("weft server did not answer on {api} within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Server {
+        api,
+        internal: format!("http://127.0.0.1:{internal_port}"),
+        database_url,
+        _dir: Some(dir),
+        process: Some(process),
     })
 }
 
@@ -152,6 +256,7 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
             internal: q.internal.clone().expect("clap requires it"),
             database_url: q.database_url.clone().expect("clap requires it"),
             _dir: None,
+            process: None,
         }],
         None => start_in_process(&q).await?,
     };
@@ -195,8 +300,16 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
             clusters.push(cluster);
         }
         let t0 = Instant::now();
-        let Driven { done, errors, .. } =
-            drive_on(&http, &servers, &tenant_id, workers, total, true).await?;
+        let Driven { done, errors, .. } = drive_on(
+            &http,
+            &servers,
+            &tenant_id,
+            workers,
+            total,
+            true,
+            !q.separate_takes,
+        )
+        .await?;
         let secs = t0.elapsed().as_secs_f64();
         for cluster in &clusters {
             check_active(&http, server, cluster).await?;
@@ -211,8 +324,16 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         let cluster = create(&http, server, "big", q.create_nodes).await?;
         let posted = t0.elapsed().as_secs_f64();
         let total = plan_size(&http, server, &cluster).await?;
-        let Driven { done, errors, .. } =
-            drive_on(&http, &servers, &tenant_id, q.create_workers, total, true).await?;
+        let Driven { done, errors, .. } = drive_on(
+            &http,
+            &servers,
+            &tenant_id,
+            q.create_workers,
+            total,
+            true,
+            !q.separate_takes,
+        )
+        .await?;
         check_active(&http, server, &cluster).await?;
         let secs = t0.elapsed().as_secs_f64();
         println!(
@@ -527,11 +648,18 @@ pub(super) struct Driven {
     /// Bytes of `nodes` maps the server sent (`POST /v2/tasks/nodes`), and how many answers.
     pub(super) nodes_bytes: u64,
     pub(super) nodes_fetches: u64,
+    /// Takes answered 204 (nothing ready for the worker).
+    pub(super) empty_takes: u64,
+    /// Mean time from sending a take (that got a task) or a finish to its whole answer, in ms (a
+    /// finish that takes the next task included).
+    pub(super) take_ms: f64,
+    pub(super) finish_ms: f64,
 }
 
 /// Runs `workers` workers until `total` tasks have been finished. With `by_revision` they announce
 /// `nodesByRevision` and fetch each cluster's `nodes` map when a task names a newer revision, as
-/// weft's provisioner does; without it they get the map in every payload, as Coopr's did.
+/// weft's provisioner does; without it they get the map in every payload, as Coopr's did. With
+/// `one_request` each finish takes the worker's next task (`next`), as weft's provisioner does.
 pub(super) async fn drive(
     http: &reqwest::Client,
     s: &Server,
@@ -539,6 +667,7 @@ pub(super) async fn drive(
     workers: usize,
     total: u64,
     by_revision: bool,
+    one_request: bool,
 ) -> anyhow::Result<Driven> {
     drive_on(
         http,
@@ -547,8 +676,23 @@ pub(super) async fn drive(
         workers,
         total,
         by_revision,
+        one_request,
     )
     .await
+}
+
+/// The capabilities a worker announces when it takes.
+fn take_body_capabilities(by_revision: bool) -> Vec<&'static str> {
+    if by_revision {
+        vec![weft_model::NODES_BY_REVISION]
+    } else {
+        Vec::new()
+    }
+}
+
+/// `micros` over `n` events, in milliseconds.
+fn mean_ms(micros: &AtomicU64, n: u64) -> f64 {
+    micros.load(Ordering::Relaxed) as f64 / 1000.0 / n.max(1) as f64
 }
 
 /// One server's routes for the instant workers, and the node maps held from it.
@@ -579,10 +723,14 @@ async fn drive_on(
     workers: usize,
     total: u64,
     by_revision: bool,
+    one_request: bool,
 ) -> anyhow::Result<Driven> {
     let bytes = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let empty = Arc::new(AtomicU64::new(0));
+    // Microseconds spent in takes that got a task and in finishes, and how many such takes.
+    let waited = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let stop = Arc::new(AtomicBool::new(false));
     let addresses = Arc::new(AtomicU64::new(1));
     // Per server: its routes, and the maps held from it (revisions are a server process's own).
@@ -591,6 +739,7 @@ async fn drive_on(
     for w in 0..workers {
         let (http, done, stop) = (http.clone(), done.clone(), stop.clone());
         let (errors, addresses, bytes) = (errors.clone(), addresses.clone(), bytes.clone());
+        let (empty, waited) = (empty.clone(), waited.clone());
         let ServerUrls {
             take_url,
             finish_url,
@@ -604,18 +753,30 @@ async fn drive_on(
                 take_body["capabilities"] = json!([weft_model::NODES_BY_REVISION]);
             }
             let take_body = take_body.to_string();
+            // The task the last finish took (`next`), if it took one.
+            let mut held: Option<Taken> = None;
             while !stop.load(Ordering::Relaxed) {
-                let r = http.post(&*take_url).body(take_body.clone()).send().await?;
-                let status = r.status().as_u16();
-                if status == 204 {
-                    // Nothing ready: this node's next task waits on another worker.
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    continue;
-                }
-                if status != 200 {
-                    bail!("take: {status}: {}", r.text().await?);
-                }
-                let task = Taken::receive(r, &bytes).await?;
+                let task = match held.take() {
+                    Some(task) => task,
+                    None => {
+                        let sent = Instant::now();
+                        let r = http.post(&*take_url).body(take_body.clone()).send().await?;
+                        let status = r.status().as_u16();
+                        if status == 204 {
+                            empty.fetch_add(1, Ordering::Relaxed);
+                            // Nothing ready: this node's next task waits on another worker.
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            continue;
+                        }
+                        if status != 200 {
+                            bail!("take: {status}: {}", r.text().await?);
+                        }
+                        let task = Taken::receive(r, &bytes).await?;
+                        waited[0].fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
+                        waited[2].fetch_add(1, Ordering::Relaxed);
+                        task
+                    }
+                };
                 if let Some(wanted) = &task.nodes_revision {
                     maps.ensure(&http, &nodes_url, &ids, &task.cluster_id, wanted)
                         .await?;
@@ -629,21 +790,32 @@ async fn drive_on(
                     let ip = format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255);
                     body["ipaddresses"] = json!({"access_v4": ip, "bind_v4": ip});
                 }
+                if one_request {
+                    body["next"] = json!({"capabilities": take_body_capabilities(by_revision)});
+                }
                 let body = body.to_string();
                 let mut tries = 0;
                 loop {
+                    let sent = Instant::now();
                     let r = http.post(&*finish_url).body(body.clone()).send().await?;
                     let status = r.status().as_u16();
-                    let text = r.text().await?;
-                    match status {
-                        200 => break,
-                        // A real worker retries a finish the server could not apply.
-                        500 if tries < 20 => {
-                            tries += 1;
-                            errors.fetch_add(1, Ordering::Relaxed);
+                    if status == 200 && one_request {
+                        held = Some(Taken::receive(r, &bytes).await?);
+                    } else if status != 204 || !one_request {
+                        let text = r.text().await?;
+                        match status {
+                            200 => {}
+                            // A real worker retries a finish the server could not apply.
+                            500 if tries < 20 => {
+                                tries += 1;
+                                errors.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            _ => bail!("finish: {status}: {text}"),
                         }
-                        _ => bail!("finish: {status}: {text}"),
                     }
+                    waited[1].fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    break;
                 }
                 if done.fetch_add(1, Ordering::Relaxed) + 1 >= total {
                     stop.store(true, Ordering::Relaxed);
@@ -658,6 +830,9 @@ async fn drive_on(
     Ok(Driven {
         done: done.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
+        empty_takes: empty.load(Ordering::Relaxed),
+        take_ms: mean_ms(&waited[0], waited[2].load(Ordering::Relaxed)),
+        finish_ms: mean_ms(&waited[1], done.load(Ordering::Relaxed)),
         payload_bytes: bytes.load(Ordering::Relaxed),
         nodes_bytes: urls
             .iter()

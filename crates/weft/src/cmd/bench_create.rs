@@ -1,8 +1,10 @@
 //! `weft bench create`: one create of N nodes of the planner benchmark's 20-service catalog (4
 //! services on every node, 13 spread over 3 master nodes, 3 on every other node), run to `active`
 //! by instant workers over HTTP against a server in this process. Reports the time to active,
-//! tasks per second, the bytes of task payloads sent per task, and the process's peak RSS (server
-//! and driver together: they share the process). With `-o json` the last line is one JSON object.
+//! tasks per second, the bytes of task payloads sent per task, and the server's peak RSS and CPU
+//! time: the server runs in a `weft server` process of its own (`--in-process` runs it beside the
+//! driver, as before session 9, and then reports the process's figures, driver included). With
+//! `-o json` the last line is one JSON object.
 
 use std::time::Instant;
 
@@ -10,7 +12,8 @@ use anyhow::bail;
 use serde_json::{json, Value};
 
 use super::bench::{
-    check_active, drive, keep_registered, plan_size, send, setup, start_server, Driven, ADMIN,
+    check_active, drive, keep_registered, plan_size, proc_status_bytes, send, setup, spawn_server,
+    start_server, Driven, ADMIN,
 };
 
 #[derive(Debug, clap::Args)]
@@ -31,6 +34,14 @@ pub struct CreateArgs {
     /// announce `nodesByRevision` and fetch the map when it changed, as weft's provisioner does).
     #[arg(long)]
     nodes_in_payload: bool,
+    /// Workers take each task with a request of its own, as Coopr's did (by default a finish takes
+    /// the worker's next task, `next`, as weft's provisioner does).
+    #[arg(long)]
+    separate_takes: bool,
+    /// Run the server in this process, beside the load driver (its RSS and CPU are then counted
+    /// with the driver's).
+    #[arg(long)]
+    in_process: bool,
     /// table (default) or json (the last line is one object).
     #[arg(short = 'o', long, default_value = "table")]
     output: String,
@@ -126,21 +137,15 @@ fn template() -> Value {
                     apart(a[0], WORKERS[0]), apart(b[0], WORKERS[0]), apart(c[0], WORKERS[0])]}}})
 }
 
-/// The process's peak resident set (VmHWM), in bytes; 0 where /proc does not say.
-fn peak_rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
     if !matches!(a.output.as_str(), "table" | "json") {
         bail!("-o {}: expected table or json", a.output);
     }
-    let server = start_server(&a.database, a.database_url.as_deref()).await?;
+    let server = if a.in_process {
+        start_server(&a.database, a.database_url.as_deref()).await?
+    } else {
+        spawn_server(&a.database, a.database_url.as_deref()).await?
+    };
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(600))
         .pool_max_idle_per_host(2000)
@@ -174,6 +179,9 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         payload_bytes,
         nodes_bytes,
         nodes_fetches,
+        empty_takes,
+        take_ms,
+        finish_ms,
     } = drive(
         &http,
         &server,
@@ -181,11 +189,17 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         a.workers,
         total,
         !a.nodes_in_payload,
+        !a.separate_takes,
     )
     .await?;
     let bytes_total = payload_bytes + nodes_bytes;
     check_active(&http, &server, &id).await?;
     let seconds = t0.elapsed().as_secs_f64();
+    let driver_rss = proc_status_bytes("/proc/self/status", "VmHWM");
+    let (peak_rss, (cpu_user, cpu_sys)) = match &server.process {
+        Some(p) => (p.status_bytes("VmHWM"), p.cpu_seconds()),
+        None => (driver_rss, (0.0, 0.0)),
+    };
     let report = json!({
         "database": a.database,
         "nodes": a.nodes,
@@ -195,13 +209,21 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         "seconds": seconds,
         "tasks_per_s": done as f64 / seconds,
         "nodes_in_payload": a.nodes_in_payload,
+        "separate_takes": a.separate_takes,
         "bytes_per_task": bytes_total / done.max(1),
         "bytes_total": bytes_total,
         "payload_bytes": payload_bytes,
         "nodes_map_bytes": nodes_bytes,
         "nodes_map_fetches": nodes_fetches,
         "finishes_answered_500": errors,
-        "peak_rss_bytes": peak_rss_bytes(),
+        "takes_answered_204": empty_takes,
+        "take_ms_mean": take_ms,
+        "finish_ms_mean": finish_ms,
+        "server_in_process": a.in_process,
+        "peak_rss_bytes": peak_rss,
+        "driver_peak_rss_bytes": driver_rss,
+        "server_cpu_user_s": cpu_user,
+        "server_cpu_system_s": cpu_sys,
     });
     if a.output == "json" {
         println!("{report}");
@@ -209,14 +231,19 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         println!(
             "create of {} nodes ({done} tasks) with {} instant workers on {}: POST answered in \
              {posted:.2} s, active after {seconds:.2} s ({:.0} tasks/s); {} bytes per task \
-             (payloads and {nodes_fetches} nodes-map fetches of {nodes_bytes} bytes); peak RSS \
-             {} MiB",
+             (payloads and {nodes_fetches} nodes-map fetches of {nodes_bytes} bytes); server \
+             peak RSS {} MiB{}; server CPU {cpu_user:.1} s user, {cpu_sys:.1} s system",
             a.nodes,
             a.workers,
             a.database,
             done as f64 / seconds,
             bytes_total / done.max(1),
-            peak_rss_bytes() / (1024 * 1024)
+            peak_rss / (1024 * 1024),
+            if a.in_process {
+                " (driver included)"
+            } else {
+                ""
+            }
         );
     }
     Ok(())
