@@ -89,7 +89,7 @@ async fn revert_rollout(st: &Engine, c: &Loaded, job: &JobRow, jb: JobBody) -> E
     if report.outcome.is_some() {
         return Ok(()); // decided already
     }
-    let tasks = st.store.list_tasks(&job.tenant_id, &job.id).await?;
+    let tasks = st.store.list_task_heads(&job.tenant_id, &job.id).await?;
     let by_id = tasks.iter().map(|t| (t.id.as_str(), t)).collect();
     let changed = changed_nodes(&jb.stages, &by_id);
     let outcome = match revert_job(c, job, &jb, &changed) {

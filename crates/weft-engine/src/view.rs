@@ -391,8 +391,8 @@ pub async fn job_plan(st: &Engine, who: &Caller, id: &str, job_id: &str) -> Engi
 /// A job's plan in Coopr's format. The current stage is the first with a task not complete.
 pub async fn plan(st: &Engine, job: &JobRow) -> EngineResult<PlanView> {
     let body: JobBody = from_body(&job.body)?;
-    let tasks = st.store.list_tasks(&job.tenant_id, &job.id).await?;
-    let by_id: std::collections::BTreeMap<&str, &weft_store::TaskRow> =
+    let tasks = st.store.list_task_heads(&job.tenant_id, &job.id).await?;
+    let by_id: std::collections::BTreeMap<&str, &weft_store::TaskHead> =
         tasks.iter().map(|t| (t.id.as_str(), t)).collect();
     let stages: Vec<Vec<PlanTask>> = body
         .stages
@@ -439,7 +439,7 @@ pub async fn plan(st: &Engine, job: &JobRow) -> EngineResult<PlanView> {
 /// runs), in stage order: what a rollout changed, and what its revert undoes.
 pub fn changed_nodes(
     stages: &[Vec<String>],
-    tasks: &std::collections::BTreeMap<&str, &weft_store::TaskRow>,
+    tasks: &std::collections::BTreeMap<&str, &weft_store::TaskHead>,
 ) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for t in stages

@@ -947,7 +947,7 @@ async fn settle_failed_job(
     cs.write(Write::Job(job.clone()));
     let running = st
         .store
-        .list_tasks(&job.tenant_id, &job.id)
+        .list_task_heads(&job.tenant_id, &job.id)
         .await?
         .iter()
         .any(|t| t.state == TaskState::InProgress && t.id != finishing);

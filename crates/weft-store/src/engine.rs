@@ -127,6 +127,18 @@ impl FromStr for TaskState {
     }
 }
 
+/// A task as a job's plan shows it: its row without body, successors and lease (what a stage
+/// view of 240,000 tasks reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskHead {
+    pub id: String,
+    pub node_id: String,
+    pub action: String,
+    pub service: String,
+    pub state: TaskState,
+    pub attempts: u32,
+}
+
 /// A task (one action on one node) as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskRow {

@@ -27,8 +27,8 @@ mod migrate;
 mod sql;
 
 pub use engine::{
-    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskRow, TaskState,
-    Write, GATE,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
+    TaskState, Write, GATE,
 };
 pub use hostpool::{
     HostDelete, HostLease, HostPoolStore, HostRequest, PoolHostRow, Reservation, ShortGroup,
@@ -329,6 +329,8 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     /// A job's tasks, by id (compared by length first, so the zero-padded counter of Coopr's task
     /// ids sorts numerically past its padding).
     async fn list_tasks(&self, tenant_id: &str, job_id: &str) -> Result<Vec<TaskRow>>;
+    /// [`list_tasks`](Store::list_tasks) without what a plan view does not show.
+    async fn list_task_heads(&self, tenant_id: &str, job_id: &str) -> Result<Vec<TaskHead>>;
     /// A cluster's revision and its nodes' revision; `None` if the cluster does not exist.
     async fn cluster_stamp(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterStamp>>;
     /// `(id, rev)` of each of a cluster's nodes, by id: what a cache of the nodes compares.

@@ -33,7 +33,7 @@ use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
 
 use crate::engine::{
-    ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskRow, TaskState,
+    ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskHead, TaskRow, TaskState,
 };
 use crate::migrate;
 use crate::{
@@ -1033,6 +1033,10 @@ impl Store for SqlStore {
 
     async fn list_tasks(&self, tenant_id: &str, job_id: &str) -> Result<Vec<TaskRow>> {
         self.list_tasks_impl(tenant_id, job_id).await
+    }
+
+    async fn list_task_heads(&self, tenant_id: &str, job_id: &str) -> Result<Vec<TaskHead>> {
+        self.list_task_heads_impl(tenant_id, job_id).await
     }
 
     async fn cluster_stamp(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterStamp>> {

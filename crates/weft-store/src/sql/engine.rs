@@ -31,8 +31,8 @@ use sqlx::{Any, AnyConnection, Row};
 
 use super::{parse_json, to_i64, to_u32, to_u64, SqlStore};
 use crate::engine::{
-    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskRow, TaskState,
-    Write, GATE,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
+    TaskState, Write, GATE,
 };
 use crate::leader::fnv1a64;
 use crate::{Backend, Leadership, Result, StoreError};
@@ -172,6 +172,17 @@ pub(super) fn task_from_row(row: &impl Cols) -> Result<TaskRow> {
         started_at: row.get("started_at")?,
         rev: row.get("rev")?,
         body: parse_json(&row.get::<String>("body")?, "task body")?,
+    })
+}
+
+fn task_head_from_row(row: &impl Cols) -> Result<TaskHead> {
+    Ok(TaskHead {
+        id: row.get("id")?,
+        node_id: row.get("node_id")?,
+        action: row.get("action")?,
+        service: row.get("service")?,
+        state: row.get::<String>("state")?.parse()?,
+        attempts: to_u32(row.get("attempts")?, "task attempts")?,
     })
 }
 
@@ -853,6 +864,23 @@ impl SqlStore {
         rows.iter().map(task_from_row).collect()
     }
 
+    pub(crate) async fn list_task_heads_impl(
+        &self,
+        tenant_id: &str,
+        job_id: &str,
+    ) -> Result<Vec<TaskHead>> {
+        let sql = format!(
+            "SELECT id, node_id, action, service, state, attempts FROM tasks \
+             WHERE tenant_id = $1 AND job_id = $2 ORDER BY {BY_ID}"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(job_id)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(task_head_from_row).collect()
+    }
+
     pub(crate) async fn take_task_impl(
         &self,
         tenant_id: &str,
@@ -929,21 +957,8 @@ impl SqlStore {
         tenant_id: &str,
         cluster_id: u64,
     ) -> Result<Vec<(String, i64)>> {
-        const SQL: &str =
-            "SELECT id, rev FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 ORDER BY id";
-        if let Some(r) = &self.sqlite_reader {
-            let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
-            let rev = |row: &rusqlite::Row<'_>| Ok((Cols::get(row, "id")?, Cols::get(row, "rev")?));
-            return r.query(SQL.into(), params, rev).await;
-        }
-        let rows = sqlx::query(SQL)
-            .bind(tenant_id)
-            .bind(to_i64(cluster_id))
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("id")?, r.try_get("rev")?)))
-            .collect()
+        let rows = self.cluster_nodes(tenant_id, cluster_id, false).await?;
+        Ok(rows.into_iter().map(|(id, rev, _)| (id, rev)).collect())
     }
 
     pub(crate) async fn node_texts_impl(
@@ -951,21 +966,33 @@ impl SqlStore {
         tenant_id: &str,
         cluster_id: u64,
     ) -> Result<Vec<(String, i64, String)>> {
-        const SQL: &str =
-            "SELECT id, rev, body FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 \
-             ORDER BY id";
+        self.cluster_nodes(tenant_id, cluster_id, true).await
+    }
+
+    /// `(id, rev, body)` of a cluster's nodes by id; the body empty unless `with_body`.
+    async fn cluster_nodes(
+        &self,
+        tenant_id: &str,
+        cluster_id: u64,
+        with_body: bool,
+    ) -> Result<Vec<(String, i64, String)>> {
+        let body = if with_body { "body" } else { "'' AS body" };
+        let sql = format!(
+            "SELECT id, rev, {body} FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 \
+             ORDER BY id"
+        );
         if let Some(r) = &self.sqlite_reader {
             let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
-            let text = |row: &rusqlite::Row<'_>| {
+            let row = |row: &rusqlite::Row<'_>| {
                 Ok((
                     Cols::get(row, "id")?,
                     Cols::get(row, "rev")?,
                     Cols::get(row, "body")?,
                 ))
             };
-            return r.query(SQL.into(), params, text).await;
+            return r.query(sql, params, row).await;
         }
-        let rows = sqlx::query(SQL)
+        let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(to_i64(cluster_id))
             .fetch_all(&self.reader)
