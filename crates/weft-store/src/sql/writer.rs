@@ -195,6 +195,24 @@ impl SqliteWriter {
             .await
     }
 
+    /// Runs `sql` (a write that returns at most one integer) on the writer thread, in its turn.
+    pub(crate) async fn scalar(
+        &self,
+        sql: &'static str,
+        params: Vec<Param>,
+    ) -> Result<Option<i64>> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(sql)?;
+            bind(&mut stmt, &params)?;
+            let mut rows = stmt.raw_query();
+            Ok(match rows.next()? {
+                Some(row) => Some(row.get::<_, i64>(0)?),
+                None => None,
+            })
+        })
+        .await
+    }
+
     pub(crate) async fn task_with_job(&self, tenant_id: &str, id: &str) -> Result<TaskWithJob> {
         let (tenant_id, id) = (tenant_id.to_string(), id.to_string());
         self.call(move |conn| task_with_job(conn, &tenant_id, &id))
