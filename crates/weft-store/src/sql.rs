@@ -43,6 +43,8 @@ use crate::{
 
 mod engine;
 mod hostpool; // HostPoolStore for SqlStore (host pools)
+mod pg_reader;
+use pg_reader::ReadOn;
 mod pg_writer;
 mod writer;
 
@@ -66,6 +68,9 @@ pub struct SqlStore {
     /// PostgreSQL: the task that runs the engine's hot operations with group commit
     /// (`pg_writer.rs`). `None` on SQLite.
     pg_writer: Option<pg_writer::PgWriter>,
+    /// PostgreSQL: connections for the engine's frequent reads, without sqlx's pings
+    /// (`pg_reader.rs`). `None` on SQLite.
+    pg_reader: Option<pg_reader::PgReader>,
 }
 
 impl SqlStore {
@@ -87,6 +92,7 @@ impl SqlStore {
                     sqlite_writer: None,
                     sqlite_reader: None,
                     pg_writer: None,
+                    pg_reader: None,
                 };
                 store.prepare().await?;
                 if url.contains(":memory:") || url.contains("mode=memory") {
@@ -117,9 +123,11 @@ impl SqlStore {
                     sqlite_writer: None,
                     sqlite_reader: None,
                     pg_writer: None,
+                    pg_reader: None,
                 };
                 store.prepare().await?;
                 SqlStore {
+                    pg_reader: Some(pg_reader::PgReader::new(opts.clone())),
                     pg_writer: Some(pg_writer::PgWriter::start(opts)),
                     ..store
                 }
@@ -888,10 +896,7 @@ impl Store for SqlStore {
 
     async fn get_provisioner(&self, id: &str) -> Result<Option<ProvisionerRecord>> {
         let sql = format!("SELECT {PROVISIONER_COLUMNS} FROM provisioners WHERE id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(&self.reader)
-            .await?;
+        let row = sqlx::query(&sql).bind(id).fetch_optional_on(self).await?;
         row.as_ref().map(provisioner_from_row).transpose()
     }
 

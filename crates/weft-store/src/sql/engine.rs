@@ -29,6 +29,7 @@ use std::sync::LazyLock;
 use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, Row};
 
+use super::pg_reader::ReadOn;
 use super::{parse_json, to_i64, to_u32, to_u64, SqlStore};
 use crate::engine::{
     ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
@@ -90,11 +91,45 @@ pub(super) trait Cols {
 pub(super) trait ColType:
     for<'r> sqlx::Decode<'r, Any> + sqlx::Type<Any> + rusqlite::types::FromSql
 {
+    /// The value of a row given as a JSON object (PostgreSQL's batch function, `pg_batch.sql`);
+    /// `None` when it has another type.
+    fn from_json(v: &serde_json::Value) -> Option<Self>;
 }
-impl ColType for i64 {}
-impl ColType for String {}
-impl ColType for Option<i64> {}
-impl ColType for Option<String> {}
+impl ColType for i64 {
+    fn from_json(v: &serde_json::Value) -> Option<Self> {
+        v.as_i64()
+    }
+}
+impl ColType for String {
+    fn from_json(v: &serde_json::Value) -> Option<Self> {
+        v.as_str().map(str::to_string)
+    }
+}
+impl ColType for Option<i64> {
+    fn from_json(v: &serde_json::Value) -> Option<Self> {
+        if v.is_null() {
+            Some(None)
+        } else {
+            v.as_i64().map(Some)
+        }
+    }
+}
+impl ColType for Option<String> {
+    fn from_json(v: &serde_json::Value) -> Option<Self> {
+        if v.is_null() {
+            Some(None)
+        } else {
+            v.as_str().map(|s| Some(s.to_string()))
+        }
+    }
+}
+
+impl Cols for serde_json::Map<String, serde_json::Value> {
+    fn get<T: ColType>(&self, name: &str) -> Result<T> {
+        let v = self.get(name).unwrap_or(&serde_json::Value::Null);
+        T::from_json(v).ok_or_else(|| StoreError::Corrupt(format!("column {name}: {v}")))
+    }
+}
 
 impl Cols for AnyRow {
     fn get<T: ColType>(&self, name: &str) -> Result<T> {
@@ -731,7 +766,7 @@ impl SqlStore {
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(to_i64(id))
-            .fetch_optional(&self.reader)
+            .fetch_optional_on(self)
             .await?;
         row.as_ref().map(cluster_from_row).transpose()
     }
@@ -748,7 +783,7 @@ impl SqlStore {
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(owner)
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         rows.iter().map(cluster_from_row).collect()
     }
@@ -769,7 +804,7 @@ impl SqlStore {
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(to_i64(cluster_id))
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         rows.iter().map(node_from_row).collect()
     }
@@ -787,7 +822,7 @@ impl SqlStore {
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(node_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional_on(self)
             .await?;
         row.as_ref().map(node_from_row).transpose()
     }
@@ -796,10 +831,7 @@ impl SqlStore {
         let sql = format!(
             "SELECT {NODE_COLUMNS} FROM nodes WHERE tenant_id = $1 ORDER BY cluster_id, nodenum, id"
         );
-        let rows = sqlx::query(&sql)
-            .bind(tenant_id)
-            .fetch_all(&self.reader)
-            .await?;
+        let rows = sqlx::query(&sql).bind(tenant_id).fetch_all_on(self).await?;
         rows.iter().map(node_from_row).collect()
     }
 
@@ -812,7 +844,7 @@ impl SqlStore {
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(job_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional_on(self)
             .await?;
         row.as_ref().map(job_from_row).transpose()
     }
@@ -829,7 +861,7 @@ impl SqlStore {
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(to_i64(cluster_id))
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         rows.iter().map(job_from_row).collect()
     }
@@ -843,7 +875,7 @@ impl SqlStore {
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(task_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional_on(self)
             .await?;
         row.as_ref().map(task_from_row).transpose()
     }
@@ -859,7 +891,7 @@ impl SqlStore {
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(job_id)
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         rows.iter().map(task_from_row).collect()
     }
@@ -876,7 +908,7 @@ impl SqlStore {
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(job_id)
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         rows.iter().map(task_head_from_row).collect()
     }
@@ -916,7 +948,7 @@ impl SqlStore {
         let row = sqlx::query(&TASK_WITH_JOB_SQL)
             .bind(tenant_id)
             .bind(task_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional_on(self)
             .await?;
         row.map(|r| Ok((task_from_row(&r)?, job_of_task(&r)?)))
             .transpose()
@@ -941,7 +973,7 @@ impl SqlStore {
         let row = sqlx::query(SQL)
             .bind(tenant_id)
             .bind(to_i64(id))
-            .fetch_optional(&self.reader)
+            .fetch_optional_on(self)
             .await?;
         row.map(|r| {
             Ok(ClusterStamp {
@@ -995,7 +1027,7 @@ impl SqlStore {
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(to_i64(cluster_id))
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("id")?, r.try_get("rev")?, r.try_get("body")?)))
@@ -1013,7 +1045,7 @@ impl SqlStore {
         ))
         .bind(tenant_id)
         .bind(job_id)
-        .fetch_all(&self.reader)
+        .fetch_all_on(self)
         .await?;
         let mut counts = BTreeMap::new();
         for row in &rows {
@@ -1037,7 +1069,7 @@ impl SqlStore {
             .bind(tenant_id)
             .bind(node_id)
             .bind(i64::from(limit))
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
         tasks.reverse();
@@ -1050,7 +1082,7 @@ impl SqlStore {
              (SELECT 1 FROM tasks t WHERE t.tenant_id = j.tenant_id AND t.id = j.id || '-end' \
               AND t.state = 'complete') ORDER BY j.tenant_id, j.id"
         );
-        let rows = sqlx::query(&sql).fetch_all(&self.reader).await?;
+        let rows = sqlx::query(&sql).fetch_all_on(self).await?;
         rows.iter().map(job_from_row).collect()
     }
 
@@ -1059,7 +1091,7 @@ impl SqlStore {
             "SELECT {TASK_COLUMNS} FROM tasks WHERE state = 'in_progress' AND lease_deadline < $1 \
              ORDER BY lease_deadline, tenant_id, id"
         );
-        let rows = sqlx::query(&sql).bind(now).fetch_all(&self.reader).await?;
+        let rows = sqlx::query(&sql).bind(now).fetch_all_on(self).await?;
         rows.iter().map(task_from_row).collect()
     }
 
@@ -1073,7 +1105,7 @@ impl SqlStore {
         let rows = sqlx::query(&sql)
             .bind(i32::try_from(prefix.chars().count()).unwrap_or(i32::MAX))
             .bind(&prefix)
-            .fetch_all(&self.reader)
+            .fetch_all_on(self)
             .await?;
         rows.iter().map(task_from_row).collect()
     }
@@ -1083,7 +1115,7 @@ impl SqlStore {
             "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE status IN ('active', 'incomplete') \
              AND expire_time > 0 AND expire_time < $1 ORDER BY expire_time, tenant_id, id"
         );
-        let rows = sqlx::query(&sql).bind(now).fetch_all(&self.reader).await?;
+        let rows = sqlx::query(&sql).bind(now).fetch_all_on(self).await?;
         rows.iter().map(cluster_from_row).collect()
     }
 
@@ -1095,7 +1127,7 @@ impl SqlStore {
              SELECT tenant_id, state, COUNT(*) AS n FROM tasks WHERE state = 'in_progress' \
              GROUP BY tenant_id, state",
         )
-        .fetch_all(&self.reader)
+        .fetch_all_on(self)
         .await?;
         let mut counts: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         for row in &rows {
@@ -1176,7 +1208,7 @@ impl SqlStore {
     pub(crate) async fn leader_impl(&self, role: &str) -> Result<Option<Leadership>> {
         let row = sqlx::query("SELECT role, holder, term, deadline FROM leaders WHERE role = $1")
             .bind(role)
-            .fetch_optional(&self.reader)
+            .fetch_optional_on(self)
             .await?;
         row.map(|r| {
             Ok(Leadership {

@@ -37,8 +37,13 @@ use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
-use super::engine::{apply_change_set, is_deadlock, quotas, take_sql, taken_from_row, targets};
-use crate::engine::{ChangeSet, Quota, Taken, Write};
+use serde_json::{json, Value};
+
+use super::engine::{
+    apply_change_set, check_found, is_deadlock, quotas, take_sql, taken_from_row, targets,
+};
+use super::to_i64;
+use crate::engine::{ChangeSet, Expect, NodeRow, Quota, Taken, TaskRow, Write};
 use crate::leader::fnv1a64;
 use crate::{Backend, Result, StoreError};
 
@@ -235,6 +240,7 @@ fn fail_batch(batch: Vec<Op>, e: &StoreError) {
 async fn connect(opts: &AnyConnectOptions) -> Result<AnyConnection> {
     let mut c = AnyConnection::connect_with(opts).await?;
     c.execute(sqlx::raw_sql(SESSION_SETTINGS)).await?;
+    c.execute(sqlx::raw_sql(BATCH_FUNCTION)).await?;
     Ok(c)
 }
 
@@ -261,16 +267,30 @@ async fn run_batch(
     results: &mut Vec<Result<Done>>,
 ) -> Result<()> {
     conn.execute(sqlx::raw_sql("BEGIN")).await?;
-    for op in batch {
-        match run_op(conn, &op.job).await {
-            Err(e) if !matches!(e, StoreError::Stale(_) | StoreError::QuotaExceeded(_)) => {
+    let mut at = 0;
+    while at < batch.len() {
+        // The batch function runs the operations it can in one round trip; the others run
+        // statement by statement.
+        let hot = batch[at..].iter().take_while(|op| is_hot(&op.job)).count();
+        let ran = if hot > 0 {
+            run_hot(conn, batch[at..at + hot].iter().map(|op| &op.job)).await
+        } else {
+            run_op(conn, &batch[at].job).await.map(|r| vec![Ok(r)])
+        };
+        let ran = ran.or_else(|e| match e {
+            StoreError::Stale(_) | StoreError::QuotaExceeded(_) => Ok(vec![Err(e)]),
+            e => Err(e),
+        });
+        match ran {
+            Ok(answers) => results.extend(answers),
+            Err(e) => {
                 tracing::debug!(error = %e, "PostgreSQL writer: running the batch again with savepoints");
                 conn.execute(sqlx::raw_sql("ROLLBACK")).await?;
                 results.clear();
                 return run_batch_carefully(conn, batch, results).await;
             }
-            r => results.push(r),
         }
+        at += hot.max(1);
     }
     Ok(())
 }
@@ -309,6 +329,10 @@ async fn run_batch_carefully(
 }
 
 async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
+    if is_hot(job) {
+        let mut answers = run_hot(conn, std::iter::once(job)).await?;
+        return answers.pop().unwrap_or_else(|| Err(no_answer()));
+    }
     match job {
         Job::Commit(cs) => {
             let quotas: Vec<&Quota> = quotas(cs).collect();
@@ -333,6 +357,138 @@ async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
                 .await?;
             let taken = row.as_ref().map(taken_from_row).transpose()?;
             Ok(Done::Taken(taken.map(Box::new)))
+        }
+    }
+}
+
+// The batch function (`pg_batch.sql`): a batch's takes and the change sets of finishes in one
+// round trip, instead of one per check, write and release.
+
+/// Creates `pg_temp.weft_batch` on a writer's connection.
+const BATCH_FUNCTION: &str = include_str!("pg_batch.sql");
+
+/// Whether the batch function can run `job`: a take, or a change set that only checks rows of
+/// tasks, jobs and nodes that exist and writes tasks, nodes and releases. Quotas, clusters and
+/// rows expected not to exist (their advisory locks) run statement by statement.
+fn is_hot(job: &Job) -> bool {
+    let Job::Commit(cs) = job else {
+        return true;
+    };
+    cs.expect.iter().all(|e| {
+        matches!(e, Expect::TaskRev { rev, .. } | Expect::JobRev { rev, .. }
+            | Expect::NodeRev { rev, .. } if *rev > 0)
+    }) && cs
+        .writes
+        .iter()
+        .all(|w| matches!(w, Write::Task(_) | Write::Node(_) | Write::Release { .. }))
+}
+
+/// Runs `jobs` (each [`is_hot`]) through the batch function in the open transaction. `Err` when
+/// the statement failed (the transaction is then aborted); else one answer per job, `Stale` for a
+/// change set whose expectation failed (it wrote nothing).
+async fn run_hot<'a>(
+    conn: &mut AnyConnection,
+    jobs: impl Iterator<Item = &'a Job> + Clone,
+) -> Result<Vec<Result<Done>>> {
+    let ops: Vec<Value> = jobs.clone().map(hot_op).collect();
+    let answers: String = sqlx::query_scalar("SELECT pg_temp.weft_batch($1::jsonb)::text")
+        .bind(Value::Array(ops).to_string())
+        .fetch_one(&mut *conn)
+        .await?;
+    let answers: Vec<Value> = serde_json::from_str(&answers)
+        .map_err(|e| StoreError::Corrupt(format!("batch function answer: {e}")))?;
+    if answers.len() != jobs.clone().count() {
+        return Err(no_answer());
+    }
+    Ok(jobs.zip(answers).map(|(j, a)| hot_answer(j, a)).collect())
+}
+
+fn no_answer() -> StoreError {
+    StoreError::Corrupt("the batch function did not answer every operation".into())
+}
+
+/// `job` as the batch function's JSON (see `pg_batch.sql`).
+fn hot_op(job: &Job) -> Value {
+    match job {
+        Job::Take {
+            tenant_id,
+            owner,
+            now,
+            deadline,
+        } => json!({"take": {"tenant_id": tenant_id, "owner": owner, "now": now,
+            "deadline": deadline}}),
+        Job::Commit(cs) => {
+            let expect: Vec<Value> = targets(cs)
+                .iter()
+                .map(|t| {
+                    json!({"t": t.table, "tenant_id": t.tenant_id, "id": t.id.to_string(),
+                        "rev": t.rev, "w": t.written})
+                })
+                .collect();
+            let writes: Vec<Value> = cs.writes.iter().filter_map(hot_write).collect();
+            json!({"expect": expect, "writes": writes})
+        }
+    }
+}
+
+fn hot_write(w: &Write) -> Option<Value> {
+    Some(match w {
+        Write::Task(t) => json!({ "task": task_json(t) }),
+        Write::Node(n) => json!({ "node": node_json(n) }),
+        Write::Release {
+            tenant_id,
+            ids,
+            queue,
+            now,
+        } => json!({"release": {"tenant_id": tenant_id, "ids": ids, "queue": queue, "now": now}}),
+        _ => return None,
+    })
+}
+
+/// A task row as `jsonb_populate_record` reads it (the columns `statements` writes).
+fn task_json(t: &TaskRow) -> Value {
+    json!({
+        "tenant_id": t.tenant_id, "id": t.id, "cluster_id": to_i64(t.cluster_id),
+        "job_id": t.job_id, "node_id": t.node_id, "action": t.action, "service": t.service,
+        "state": t.state.as_str(), "attempts": t.attempts, "deps_remaining": t.deps_remaining,
+        "successors": serde_json::to_string(&t.successors)
+            .expect("a list of strings always serializes"),
+        "lease_owner": t.lease_owner, "lease_deadline": t.lease_deadline,
+        "queued_at": t.queued_at, "started_at": t.started_at, "rev": 1,
+        "body": t.body.to_string(),
+    })
+}
+
+/// A node row as `jsonb_populate_record` reads it.
+fn node_json(n: &NodeRow) -> Value {
+    json!({
+        "tenant_id": n.tenant_id, "id": n.id, "cluster_id": to_i64(n.cluster_id),
+        "nodenum": to_i64(n.nodenum), "rev": 1, "body": n.body.to_string(),
+    })
+}
+
+/// The batch function's answer `a` to `job`.
+fn hot_answer(job: &Job, a: Value) -> Result<Done> {
+    let bad = || StoreError::Corrupt(format!("batch function answer: {a}"));
+    match job {
+        Job::Take { .. } => match a.get("taken") {
+            Some(Value::Null) => Ok(Done::Taken(None)),
+            Some(Value::Object(row)) => Ok(Done::Taken(Some(Box::new(taken_from_row(row)?)))),
+            _ => Err(bad()),
+        },
+        Job::Commit(cs) => {
+            if let Some(i) = a.get("stale").and_then(Value::as_u64) {
+                let targets = targets(cs);
+                let t = targets.get(i as usize).ok_or_else(bad)?;
+                check_found(t, a.get("found").and_then(Value::as_i64))?;
+                return Err(bad());
+            }
+            let ended = a.get("ended").and_then(Value::as_array).ok_or_else(bad)?;
+            let ended = ended
+                .iter()
+                .map(|g| g.as_str().map(str::to_string).ok_or_else(bad))
+                .collect::<Result<_>>()?;
+            Ok(Done::Committed(ended))
         }
     }
 }

@@ -1,0 +1,201 @@
+-- The PostgreSQL writer's hot path in one statement per batch (pg_writer.rs, "The batch function").
+-- Created on each writer connection as a temporary function, so that each server runs its own
+-- version and an upgrade never swaps it under a running one.
+--
+-- `ops` is a JSON array of operations, run in the caller's transaction; it answers a JSON array
+-- with one answer per operation, in their order:
+--   {"take": {"tenant_id", "owner", "deadline", "now"}}
+--       leases the tenant's next queued task; answers {"taken": row or null}, the row with the
+--       columns of take_sql (engine.rs): the task's, job_status, job_rev, cluster_rev, nodes_rev.
+--   {"expect": [{"t", "tenant_id", "id", "rev", "w"}], "writes": [...]}
+--       a change set: every expected row is locked (FOR UPDATE when the set writes it, "w", else
+--       FOR SHARE) in the order given (the canonical one) and its revision compared; the first
+--       that differs answers {"stale": its index, "found": its revision or null} and the set
+--       writes nothing. Else its writes run in order and it answers {"ended": [job-end gates]}.
+--       A write is {"task": row}, {"node": row} or {"release": {"tenant_id", "ids", "queue",
+--       "now"}}, with the very semantics of `statements` and `RELEASE_SQL` in engine.rs.
+-- The change sets run first, in their order, then the takes, a tenant's together: one scan of the
+-- queue's index leases the oldest queued tasks, the oldest to the first take. Nobody has been
+-- answered, so the operations of a batch are concurrent and any order of them is one they could
+-- have arrived in.
+-- Any other failure (a deadlock, a lock time-out) raises, and the caller runs the batch again one
+-- operation at a time.
+--
+-- Arrays are walked by index, not with set-returning functions: a PL/pgSQL expression is
+-- evaluated in place, while every SQL statement starts an executor.
+CREATE OR REPLACE FUNCTION pg_temp.weft_batch(ops jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n int := jsonb_array_length(ops);
+    answers jsonb[] := array_fill(NULL::jsonb, ARRAY[jsonb_array_length(ops)]);
+    takes jsonb := '[]';
+    tenants text[] := '{}';
+    op jsonb;
+    e jsonb;
+    w jsonb;
+    k int;
+    i int;
+    found_rev bigint;
+    stale jsonb;
+    ended text[];
+    todo text[];
+    tid text;
+    p_tenant text;
+    p_queue boolean;
+    p_now bigint;
+    r record;
+BEGIN
+    FOR k IN 0 .. n - 1 LOOP
+        op := ops->k;
+        IF op ? 'take' THEN
+            takes := takes || jsonb_build_array(op->'take' || jsonb_build_object('n', k + 1));
+            IF NOT (op->'take'->>'tenant_id') = ANY (tenants) THEN
+                tenants := tenants || (op->'take'->>'tenant_id');
+            END IF;
+            CONTINUE;
+        END IF;
+
+        stale := NULL;
+        FOR i IN 0 .. jsonb_array_length(op->'expect') - 1 LOOP
+            e := op->'expect'->i;
+            found_rev := NULL;
+            p_tenant := e->>'tenant_id';
+            tid := e->>'id';
+            CASE (e->>'t') || '/' || (e->>'w')
+                WHEN 'tasks/true' THEN
+                    SELECT rev INTO found_rev FROM tasks WHERE tenant_id = p_tenant AND id = tid
+                        FOR UPDATE;
+                WHEN 'tasks/false' THEN
+                    SELECT rev INTO found_rev FROM tasks WHERE tenant_id = p_tenant AND id = tid
+                        FOR SHARE;
+                WHEN 'jobs/true' THEN
+                    SELECT rev INTO found_rev FROM jobs WHERE tenant_id = p_tenant AND id = tid
+                        FOR UPDATE;
+                WHEN 'jobs/false' THEN
+                    SELECT rev INTO found_rev FROM jobs WHERE tenant_id = p_tenant AND id = tid
+                        FOR SHARE;
+                WHEN 'nodes/true' THEN
+                    SELECT rev INTO found_rev FROM nodes WHERE tenant_id = p_tenant AND id = tid
+                        FOR UPDATE;
+                WHEN 'nodes/false' THEN
+                    SELECT rev INTO found_rev FROM nodes WHERE tenant_id = p_tenant AND id = tid
+                        FOR SHARE;
+            END CASE;
+            IF found_rev IS DISTINCT FROM (e->>'rev')::bigint THEN
+                stale := jsonb_build_object('stale', i, 'found', found_rev);
+                EXIT;
+            END IF;
+        END LOOP;
+        IF stale IS NOT NULL THEN
+            answers[k + 1] := stale;
+            CONTINUE;
+        END IF;
+
+        ended := '{}';
+        FOR i IN 0 .. jsonb_array_length(op->'writes') - 1 LOOP
+            w := op->'writes'->i;
+            IF w ? 'task' THEN
+                INSERT INTO tasks SELECT * FROM jsonb_populate_record(NULL::tasks, w->'task')
+                ON CONFLICT (tenant_id, id) DO UPDATE SET
+                    cluster_id = excluded.cluster_id, job_id = excluded.job_id,
+                    node_id = excluded.node_id, action = excluded.action,
+                    service = excluded.service, state = excluded.state,
+                    attempts = excluded.attempts, deps_remaining = excluded.deps_remaining,
+                    successors = excluded.successors, lease_owner = excluded.lease_owner,
+                    lease_deadline = excluded.lease_deadline, queued_at = excluded.queued_at,
+                    started_at = excluded.started_at, rev = tasks.rev + 1, body = excluded.body;
+            ELSIF w ? 'node' THEN
+                w := w->'node';
+                INSERT INTO nodes SELECT * FROM jsonb_populate_record(NULL::nodes, w)
+                ON CONFLICT (tenant_id, id) DO UPDATE SET
+                    cluster_id = excluded.cluster_id, nodenum = excluded.nodenum,
+                    rev = nodes.rev + 1, body = excluded.body;
+                UPDATE clusters SET nodes_rev = nodes_rev + 1
+                    WHERE tenant_id = w->>'tenant_id' AND id = (w->>'cluster_id')::bigint;
+            ELSE
+                w := w->'release';
+                p_tenant := w->>'tenant_id';
+                p_queue := (w->>'queue')::boolean;
+                p_now := (w->>'now')::bigint;
+                todo := '{}';
+                FOR i IN 0 .. jsonb_array_length(w->'ids') - 1 LOOP
+                    todo := todo || (w->'ids'->>i);
+                END LOOP;
+                WHILE cardinality(todo) > 0 LOOP
+                    tid := todo[cardinality(todo)];
+                    todo := todo[1:cardinality(todo) - 1];
+                    UPDATE tasks SET deps_remaining = deps_remaining - 1,
+                        state = CASE
+                            WHEN deps_remaining = 1 AND state = 'pending' AND action = 'GATE'
+                                THEN 'complete'
+                            WHEN deps_remaining = 1 AND state = 'pending' AND p_queue
+                                THEN 'queued'
+                            ELSE state END,
+                        queued_at = CASE
+                            WHEN deps_remaining = 1 AND state = 'pending' AND action <> 'GATE'
+                                AND p_queue THEN p_now
+                            ELSE queued_at END,
+                        rev = rev + 1
+                    WHERE tenant_id = p_tenant AND id = tid AND deps_remaining > 0
+                    RETURNING deps_remaining, state, action,
+                        CASE WHEN deps_remaining = 0 AND action = 'GATE' THEN successors
+                            ELSE '[]' END AS successors
+                    INTO r;
+                    IF FOUND AND r.deps_remaining = 0 AND r.action = 'GATE'
+                        AND r.state = 'complete' THEN
+                        e := r.successors::jsonb;
+                        IF jsonb_array_length(e) = 0 THEN
+                            ended := ended || tid;
+                        END IF;
+                        FOR i IN 0 .. jsonb_array_length(e) - 1 LOOP
+                            todo := todo || (e->>i);
+                        END LOOP;
+                    END IF;
+                END LOOP;
+            END IF;
+        END LOOP;
+        answers[k + 1] := jsonb_build_object('ended', to_jsonb(ended));
+    END LOOP;
+
+    FOREACH p_tenant IN ARRAY tenants LOOP
+        -- The tenant's takes in their order (k), and as many of its oldest queued tasks that no
+        -- other transaction holds, oldest first: the k-th take gets the k-th task.
+        FOR r IN
+            WITH who AS (
+                SELECT (t->>'n')::int AS n, t->>'owner' AS owner,
+                    (t->>'deadline')::bigint AS deadline, (t->>'now')::bigint AS now,
+                    row_number() OVER (ORDER BY (t->>'n')::int) AS k
+                FROM jsonb_array_elements(takes) AS t WHERE t->>'tenant_id' = p_tenant),
+            picked AS (
+                SELECT q.id, row_number() OVER (ORDER BY q.queued_at, q.id) AS k
+                FROM (SELECT id, queued_at FROM tasks
+                    WHERE tenant_id = p_tenant AND state = 'queued'
+                        AND queued_at <= (SELECT min(now) FROM who)
+                    ORDER BY queued_at, id LIMIT (SELECT count(*) FROM who)
+                    FOR UPDATE SKIP LOCKED) AS q)
+            UPDATE tasks SET state = 'in_progress', lease_owner = who.owner,
+                lease_deadline = who.deadline, attempts = attempts + 1, started_at = who.now,
+                rev = rev + 1
+            FROM picked JOIN who USING (k)
+            WHERE tasks.tenant_id = p_tenant AND tasks.id = picked.id
+            RETURNING who.n AS taker, tasks.*,
+                (SELECT j.status FROM jobs j WHERE j.tenant_id = tasks.tenant_id
+                    AND j.id = tasks.job_id) AS job_status,
+                (SELECT j.rev FROM jobs j WHERE j.tenant_id = tasks.tenant_id
+                    AND j.id = tasks.job_id) AS job_rev,
+                (SELECT c.rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id
+                    AND c.id = tasks.cluster_id) AS cluster_rev,
+                (SELECT c.nodes_rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id
+                    AND c.id = tasks.cluster_id) AS nodes_rev
+        LOOP
+            answers[r.taker] := jsonb_build_object('taken', to_jsonb(r) - 'taker');
+        END LOOP;
+    END LOOP;
+    FOR k IN 1 .. n LOOP
+        IF answers[k] IS NULL THEN
+            answers[k] := jsonb_build_object('taken', NULL);
+        END IF;
+    END LOOP;
+    RETURN to_jsonb(answers);
+END
+$fn$;
