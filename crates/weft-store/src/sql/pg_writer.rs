@@ -7,19 +7,35 @@
 //! otherwise) fails alone while the others commit (see [`run_batch`]: savepoints only once a
 //! statement failed, since each costs a round trip); it answers nobody before `COMMIT` has
 //! succeeded, so a caller that got `Ok` has its write committed, and a failed `COMMIT` fails the
-//! whole batch. Operations run in the order they
-//! arrived, each seeing the writes of those before it in its batch. One durable commit (one WAL
-//! flush) then serves a whole batch instead of one per operation, and it overlaps the next batch
-//! (see [`run`]), which meets the committing one's writes as any concurrent transaction does: a
-//! row lock or advisory lock waits for the `COMMIT`, then reads what it committed.
+//! whole batch. Operations run in the order they arrived, each seeing the writes of those before
+//! it in its batch (but for takes, below). One durable commit (one WAL flush) then serves a whole
+//! batch instead of one per operation, and it overlaps the next batch (see [`run`]), which meets
+//! the committing one's writes as any concurrent transaction does: a row lock or advisory lock
+//! waits for the `COMMIT`, then reads what it committed.
 //!
-//! The checks and writes are the very statements of [`SqlStore::commit_changes`]'s own path
-//! (`apply_change_set`: `FOR UPDATE` row locks, advisory locks for rows expected not to exist,
-//! the quota lock), prepared once on this connection and cached, so the compare-and-swap
-//! semantics across servers are unchanged: another server's writer waits on the row locks a batch
-//! holds until it commits, then re-reads the committed revision. A deadlock with another server's
-//! batch rolls back the one operation's savepoint (which releases the locks it took) and runs it
-//! again; the operations before it keep theirs.
+//! # The batch function
+//!
+//! Takes and the change sets of finishes (row checks of tasks, jobs and nodes, writes of tasks
+//! and nodes, releases; see [`is_hot`]) run in **one statement per batch**: a PL/pgSQL function
+//! (`pg_batch.sql`) that each writer connection creates as a temporary function, so every server
+//! runs its own version. It takes the batch as JSON and answers each operation; its checks, locks
+//! and writes are those of the statement path below, so the compare-and-swap semantics are the
+//! same. Statement by statement a finish and a take were six round trips; the batch is one.
+//! Within it, change sets run first and then the takes, a tenant's in one scan of the queue's
+//! index: nobody has been answered, so the batch's operations are concurrent and this is an
+//! order they could have arrived in. The tasks a batch releases are locked first, sorted, so that
+//! two servers' batches never take a shared join gate and a task in opposite orders.
+//!
+//! # The statement path
+//!
+//! Other change sets (creates with their quotas, cluster and job writes, deletes) run the very
+//! statements of [`SqlStore::commit_changes`]'s own path (`apply_change_set`: `FOR UPDATE` row
+//! locks, advisory locks for rows expected not to exist, the quota lock), prepared once on this
+//! connection and cached, so the compare-and-swap semantics across servers are unchanged: another
+//! server's writer waits on the row locks a batch holds until it commits, then re-reads the
+//! committed revision. A deadlock with another server's batch rolls back the one operation's
+//! savepoint (which releases the locks it took) and runs it again; the operations before it keep
+//! theirs.
 //!
 //! A batch holds its locks until its `COMMIT`, and a stopped server (SIGSTOP) would hold them
 //! forever: the connection sets `idle_in_transaction_session_timeout`, so PostgreSQL ends such a
@@ -57,12 +73,13 @@ const MAX_DEADLOCK_RETRIES: usize = 16;
 const SESSION_SETTINGS: &str = "SET idle_in_transaction_session_timeout = '10s'; \
      SET lock_timeout = '10s'";
 
-/// How many writer tasks a store runs. One connection's batch runs its statements one round trip
-/// after the other, and each operation waits for its whole batch: several writers keep PostgreSQL
-/// busy meanwhile. A change set goes to the writer of its cluster (see [`lane`]), so the row locks
-/// of one cluster's job (its gates, its job row) are taken within one writer, in order, and two
-/// writers rarely wait on each other; a deadlock between them is rolled back and run again.
-const WRITERS: usize = 4;
+/// How many writer tasks a store runs. A change set goes to the writer of its cluster (see
+/// [`lane`]), so the row locks of one cluster's job (its gates, its job row) are taken within one
+/// writer, in order; a deadlock between writers is rolled back and run again. Since a batch is one
+/// round trip (the batch function), one writer per server keeps PostgreSQL busy: on the 2-core
+/// machine of BENCHMARKS.md, two writers per server were no faster with one server and 15% slower
+/// with two (smaller batches, more statements per task).
+const WRITERS: usize = 1;
 
 /// The handle to the writer tasks. Cheap to clone; the tasks end (closing their connections)
 /// when the last handle is dropped.
