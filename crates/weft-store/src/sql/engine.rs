@@ -549,7 +549,11 @@ pub(super) fn statements(w: &Write) -> Vec<(&'static str, Vec<Param>)> {
 
 /// Applies one write on `conn`, inside its transaction; a [`Write::Release`] adds the job-end gates it completed to
 /// `ended`.
-async fn apply(conn: &mut AnyConnection, w: &Write, ended: &mut Vec<String>) -> Result<()> {
+pub(super) async fn apply(
+    conn: &mut AnyConnection,
+    w: &Write,
+    ended: &mut Vec<String>,
+) -> Result<()> {
     if let Write::Release {
         tenant_id,
         ids,
@@ -679,6 +683,23 @@ pub(super) static TASK_WITH_JOB_SQL: LazyLock<String> = LazyLock::new(|| {
     format!("SELECT {TASK_COLUMNS}, {JOB_OF_TASK} FROM tasks WHERE tenant_id = $1 AND id = $2")
 });
 
+/// A change set's quotas and expectations on `conn`, inside its transaction.
+pub(super) async fn check_all(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    quotas: &[&Quota],
+    targets: &[Target<'_>],
+) -> Result<()> {
+    // Quota locks first, row locks after, in every transaction: no lock-order deadlock.
+    for q in quotas {
+        check_quota(conn, backend, q).await?;
+    }
+    for t in targets {
+        check(conn, backend, t).await?;
+    }
+    Ok(())
+}
+
 /// A change set's checks and writes on `conn`, inside a transaction (or savepoint) the caller
 /// opened and ends. Returns the job-end gates its releases completed.
 pub(super) async fn apply_change_set(
@@ -688,13 +709,7 @@ pub(super) async fn apply_change_set(
     targets: &[Target<'_>],
     writes: &[Write],
 ) -> Result<Vec<String>> {
-    // Quota locks first, row locks after, in every transaction: no lock-order deadlock.
-    for q in quotas {
-        check_quota(conn, backend, q).await?;
-    }
-    for t in targets {
-        check(conn, backend, t).await?;
-    }
+    check_all(conn, backend, quotas, targets).await?;
     let mut ended = Vec::new();
     for w in writes {
         apply(conn, w, &mut ended).await?;

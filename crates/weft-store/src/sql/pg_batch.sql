@@ -12,8 +12,10 @@
 --       FOR SHARE) in the order given (the canonical one) and its revision compared; the first
 --       that differs answers {"stale": its index, "found": its revision or null} and the set
 --       writes nothing. Else its writes run in order and it answers {"ended": [job-end gates]}.
---       A write is {"task": row}, {"node": row} or {"release": {"tenant_id", "ids", "queue",
---       "now"}}, with the very semantics of `statements` and `RELEASE_SQL` in engine.rs.
+--       A write is {"tasks": [rows with distinct ids]}, {"node": row} or {"release":
+--       {"tenant_id", "ids", "queue", "now"}}, with the very semantics of `statements` and
+--       `RELEASE_SQL` in engine.rs. Without "expect" it only writes (pg_writer.rs runs the
+--       writes of other change sets so, after their checks, a create's tasks in few statements).
 -- The change sets run first, in their order, then the takes, a tenant's together: one scan of the
 -- queue's index leases the oldest queued tasks, the oldest to the first take. Nobody has been
 -- answered, so the operations of a batch are concurrent and any order of them is one they could
@@ -105,8 +107,8 @@ BEGIN
         ended := '{}';
         FOR i IN 0 .. jsonb_array_length(op->'writes') - 1 LOOP
             w := op->'writes'->i;
-            IF w ? 'task' THEN
-                INSERT INTO tasks SELECT * FROM jsonb_populate_record(NULL::tasks, w->'task')
+            IF w ? 'tasks' THEN
+                INSERT INTO tasks SELECT * FROM jsonb_populate_recordset(NULL::tasks, w->'tasks')
                 ON CONFLICT (tenant_id, id) DO UPDATE SET
                     cluster_id = excluded.cluster_id, job_id = excluded.job_id,
                     node_id = excluded.node_id, action = excluded.action,

@@ -46,6 +46,7 @@
 //!
 //! [`SqlStore::commit_changes`]: super::SqlStore::commit_changes
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -56,7 +57,7 @@ use tokio::sync::{mpsc, oneshot};
 use serde_json::{json, Value};
 
 use super::engine::{
-    apply_change_set, check_found, is_deadlock, quotas, take_sql, taken_from_row, targets,
+    apply, check_all, check_found, is_deadlock, quotas, take_sql, taken_from_row, targets,
 };
 use super::to_i64;
 use crate::engine::{ChangeSet, Expect, NodeRow, Quota, Taken, TaskRow, Write};
@@ -353,10 +354,8 @@ async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
     match job {
         Job::Commit(cs) => {
             let quotas: Vec<&Quota> = quotas(cs).collect();
-            let targets = targets(cs);
-            let ended =
-                apply_change_set(conn, Backend::Postgres, &quotas, &targets, &cs.writes).await?;
-            Ok(Done::Committed(ended))
+            check_all(conn, Backend::Postgres, &quotas, &targets(cs)).await?;
+            Ok(Done::Committed(write_all(conn, &cs.writes).await?))
         }
         Job::Take {
             tenant_id,
@@ -394,10 +393,7 @@ fn is_hot(job: &Job) -> bool {
     cs.expect.iter().all(|e| {
         matches!(e, Expect::TaskRev { rev, .. } | Expect::JobRev { rev, .. }
             | Expect::NodeRev { rev, .. } if *rev > 0)
-    }) && cs
-        .writes
-        .iter()
-        .all(|w| matches!(w, Write::Task(_) | Write::Node(_) | Write::Release { .. }))
+    }) && cs.writes.iter().all(is_hot_write)
 }
 
 /// Runs `jobs` (each [`is_hot`]) through the batch function in the open transaction. `Err` when
@@ -407,17 +403,23 @@ async fn run_hot<'a>(
     conn: &mut AnyConnection,
     jobs: impl Iterator<Item = &'a Job> + Clone,
 ) -> Result<Vec<Result<Done>>> {
-    let ops: Vec<Value> = jobs.clone().map(hot_op).collect();
+    let answers = call_batch(conn, jobs.clone().map(hot_op).collect()).await?;
+    Ok(jobs.zip(answers).map(|(j, a)| hot_answer(j, a)).collect())
+}
+
+/// Calls the batch function with `ops`; its answers, one per operation.
+async fn call_batch(conn: &mut AnyConnection, ops: Vec<Value>) -> Result<Vec<Value>> {
+    let n = ops.len();
     let answers: String = sqlx::query_scalar("SELECT pg_temp.weft_batch($1::jsonb)::text")
         .bind(Value::Array(ops).to_string())
         .fetch_one(&mut *conn)
         .await?;
     let answers: Vec<Value> = serde_json::from_str(&answers)
         .map_err(|e| StoreError::Corrupt(format!("batch function answer: {e}")))?;
-    if answers.len() != jobs.clone().count() {
+    if answers.len() != n {
         return Err(no_answer());
     }
-    Ok(jobs.zip(answers).map(|(j, a)| hot_answer(j, a)).collect())
+    Ok(answers)
 }
 
 fn no_answer() -> StoreError {
@@ -442,24 +444,83 @@ fn hot_op(job: &Job) -> Value {
                         "rev": t.rev, "w": t.written})
                 })
                 .collect();
-            let writes: Vec<Value> = cs.writes.iter().filter_map(hot_write).collect();
-            json!({"expect": expect, "writes": writes})
+            json!({"expect": expect, "writes": hot_writes(&cs.writes)})
         }
     }
 }
 
-fn hot_write(w: &Write) -> Option<Value> {
-    Some(match w {
-        Write::Task(t) => json!({ "task": task_json(t) }),
-        Write::Node(n) => json!({ "node": node_json(n) }),
-        Write::Release {
-            tenant_id,
-            ids,
-            queue,
-            now,
-        } => json!({"release": {"tenant_id": tenant_id, "ids": ids, "queue": queue, "now": now}}),
-        _ => return None,
-    })
+/// `writes` (tasks, nodes and releases) as the batch function's writes: consecutive task writes
+/// become one `tasks` write (one statement) of at most [`TASKS_PER_WRITE`] rows with distinct ids.
+fn hot_writes(writes: &[Write]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut tasks: Vec<Value> = Vec::new();
+    let mut ids: HashSet<&str> = HashSet::new();
+    let flush = |out: &mut Vec<Value>, tasks: &mut Vec<Value>, ids: &mut HashSet<&str>| {
+        if !tasks.is_empty() {
+            out.push(json!({ "tasks": std::mem::take(tasks) }));
+            ids.clear();
+        }
+    };
+    for w in writes {
+        if let Write::Task(t) = w {
+            if tasks.len() == TASKS_PER_WRITE || ids.contains(t.id.as_str()) {
+                flush(&mut out, &mut tasks, &mut ids);
+            }
+            ids.insert(&t.id);
+            tasks.push(task_json(t));
+            continue;
+        }
+        flush(&mut out, &mut tasks, &mut ids);
+        match w {
+            Write::Node(n) => out.push(json!({ "node": node_json(n) })),
+            Write::Release {
+                tenant_id,
+                ids,
+                queue,
+                now,
+            } => out.push(json!({"release": {"tenant_id": tenant_id, "ids": ids,
+                "queue": queue, "now": now}})),
+            _ => {}
+        }
+    }
+    flush(&mut out, &mut tasks, &mut ids);
+    out
+}
+
+/// At most this many task rows go in one statement of the batch function.
+const TASKS_PER_WRITE: usize = 2_000;
+
+/// Whether the batch function can run `w` (see [`hot_writes`]).
+fn is_hot_write(w: &Write) -> bool {
+    matches!(w, Write::Task(_) | Write::Node(_) | Write::Release { .. })
+}
+
+/// The writes of a change set checked by the statement path: its tasks, nodes and releases through
+/// the batch function (a create's thousands of tasks in a few statements), [`TASKS_PER_WRITE`]
+/// task rows per call, the others statement by statement. Returns the job-end gates released.
+async fn write_all(conn: &mut AnyConnection, writes: &[Write]) -> Result<Vec<String>> {
+    let mut ended = Vec::new();
+    let mut at = 0;
+    while at < writes.len() {
+        let run = writes[at..].iter().take_while(|w| is_hot_write(w)).count();
+        if run == 0 {
+            apply(conn, &writes[at], &mut ended).await?;
+            at += 1;
+            continue;
+        }
+        for w in hot_writes(&writes[at..at + run]) {
+            let op = json!({"expect": [], "writes": [w]});
+            let answer = call_batch(conn, vec![op]).await?.pop();
+            let gates = answer
+                .as_ref()
+                .and_then(|a| a.get("ended"))
+                .and_then(Value::as_array)
+                .ok_or_else(no_answer)?;
+            ended.extend(gates.iter().filter_map(|g| g.as_str().map(str::to_string)));
+        }
+        at += run;
+    }
+    Ok(ended)
 }
 
 /// A task row as `jsonb_populate_record` reads it (the columns `statements` writes).
