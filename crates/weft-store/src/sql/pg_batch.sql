@@ -47,17 +47,6 @@ DECLARE
     p_now bigint;
     r record;
 BEGIN
-    -- The tasks the batch releases are locked first, in one order (tenant, id) for every batch:
-    -- a join gate that takes releases from many nodes would otherwise be locked by two batches
-    -- in opposite orders (another server's), a deadlock that PostgreSQL resolves only after its
-    -- deadlock_timeout (a second by default).
-    PERFORM 1 FROM tasks t JOIN (
-        SELECT ow.v->'release'->>'tenant_id' AS tenant_id, x.id
-        FROM jsonb_array_elements(ops) AS o(v), jsonb_array_elements(o.v->'writes') AS ow(v),
-            jsonb_array_elements_text(ow.v->'release'->'ids') AS x(id)
-        WHERE ow.v ? 'release') AS rel ON t.tenant_id = rel.tenant_id AND t.id = rel.id
-    ORDER BY t.tenant_id, t.id FOR UPDATE OF t;
-
     FOR k IN 0 .. n - 1 LOOP
         op := ops->k;
         IF op ? 'take' THEN

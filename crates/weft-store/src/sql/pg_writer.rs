@@ -23,8 +23,8 @@
 //! same. Statement by statement a finish and a take were six round trips; the batch is one.
 //! Within it, change sets run first and then the takes, a tenant's in one scan of the queue's
 //! index: nobody has been answered, so the batch's operations are concurrent and this is an
-//! order they could have arrived in. The tasks a batch releases are locked first, sorted, so that
-//! two servers' batches never take a shared join gate and a task in opposite orders.
+//! order they could have arrived in. Its change sets go sorted by cluster, so that two servers'
+//! batches lock two clusters' join gates in the same order (see [`run_hot`]).
 //!
 //! # The statement path
 //!
@@ -93,16 +93,20 @@ pub(crate) struct PgWriter {
 
 /// The writer a change set goes to: by the tenant and cluster of its first write that names one.
 fn lane(cs: &ChangeSet) -> usize {
-    let key = cs.writes.iter().find_map(|w| match w {
+    cluster_of(cs).map_or(0, |(tenant, cluster)| {
+        let h = fnv1a64(format!("{tenant}/{cluster}").as_bytes());
+        (h % WRITERS as u64) as usize
+    })
+}
+
+/// The tenant and cluster of a change set's first write that names one.
+fn cluster_of(cs: &ChangeSet) -> Option<(&str, u64)> {
+    cs.writes.iter().find_map(|w| match w {
         Write::Cluster(c) => Some((c.tenant_id.as_str(), c.id)),
         Write::Node(n) => Some((n.tenant_id.as_str(), n.cluster_id)),
         Write::Job(j) => Some((j.tenant_id.as_str(), j.cluster_id)),
         Write::Task(t) => Some((t.tenant_id.as_str(), t.cluster_id)),
         Write::DeleteNode { .. } | Write::Release { .. } => None,
-    });
-    key.map_or(0, |(tenant, cluster)| {
-        let h = fnv1a64(format!("{tenant}/{cluster}").as_bytes());
-        (h % WRITERS as u64) as usize
     })
 }
 
@@ -291,7 +295,14 @@ async fn run_batch(
         // statement by statement.
         let hot = batch[at..].iter().take_while(|op| is_hot(&op.job)).count();
         let ran = if hot > 0 {
-            run_hot(conn, batch[at..at + hot].iter().map(|op| &op.job)).await
+            run_hot(
+                conn,
+                &batch[at..at + hot]
+                    .iter()
+                    .map(|op| &op.job)
+                    .collect::<Vec<_>>(),
+            )
+            .await
         } else {
             run_op(conn, &batch[at].job).await.map(|r| vec![Ok(r)])
         };
@@ -348,7 +359,7 @@ async fn run_batch_carefully(
 
 async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
     if is_hot(job) {
-        let mut answers = run_hot(conn, std::iter::once(job)).await?;
+        let mut answers = run_hot(conn, &[job]).await?;
         return answers.pop().unwrap_or_else(|| Err(no_answer()));
     }
     match job {
@@ -399,12 +410,29 @@ fn is_hot(job: &Job) -> bool {
 /// Runs `jobs` (each [`is_hot`]) through the batch function in the open transaction. `Err` when
 /// the statement failed (the transaction is then aborted); else one answer per job, `Stale` for a
 /// change set whose expectation failed (it wrote nothing).
-async fn run_hot<'a>(
-    conn: &mut AnyConnection,
-    jobs: impl Iterator<Item = &'a Job> + Clone,
-) -> Result<Vec<Result<Done>>> {
-    let answers = call_batch(conn, jobs.clone().map(hot_op).collect()).await?;
-    Ok(jobs.zip(answers).map(|(j, a)| hot_answer(j, a)).collect())
+///
+/// The change sets go to the function sorted by tenant and cluster: the rows several of them lock
+/// (a join gate that counts the nodes of a cluster down) are then locked in the same order by every
+/// batch, also by another server's, so two batches do not deadlock on two clusters' gates (which
+/// PostgreSQL resolves only after its `deadlock_timeout`, a second by default). Nobody has been
+/// answered, so the operations of a batch are concurrent and this is an order they could have
+/// arrived in.
+async fn run_hot(conn: &mut AnyConnection, jobs: &[&Job]) -> Result<Vec<Result<Done>>> {
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| match jobs[i] {
+        Job::Commit(cs) => cluster_of(cs),
+        Job::Take { .. } => None,
+    });
+    let answers = call_batch(conn, order.iter().map(|&i| hot_op(jobs[i])).collect()).await?;
+    let mut answered: Vec<Option<Value>> = vec![None; jobs.len()];
+    for (i, a) in order.into_iter().zip(answers) {
+        answered[i] = Some(a);
+    }
+    Ok(jobs
+        .iter()
+        .zip(answered)
+        .map(|(j, a)| hot_answer(j, a.ok_or_else(no_answer)?))
+        .collect())
 }
 
 /// Calls the batch function with `ops`; its answers, one per operation.
