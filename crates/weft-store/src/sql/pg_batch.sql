@@ -36,6 +36,7 @@ DECLARE
     e jsonb;
     w jsonb;
     k int;
+    k_rows bigint;
     i int;
     found_rev bigint;
     stale jsonb;
@@ -97,15 +98,24 @@ BEGIN
         FOR i IN 0 .. jsonb_array_length(op->'writes') - 1 LOOP
             w := op->'writes'->i;
             IF w ? 'tasks' THEN
-                INSERT INTO tasks SELECT * FROM jsonb_populate_recordset(NULL::tasks, w->'tasks')
-                ON CONFLICT (tenant_id, id) DO UPDATE SET
-                    cluster_id = excluded.cluster_id, job_id = excluded.job_id,
-                    node_id = excluded.node_id, action = excluded.action,
-                    service = excluded.service, state = excluded.state,
-                    attempts = excluded.attempts, deps_remaining = excluded.deps_remaining,
-                    successors = excluded.successors, lease_owner = excluded.lease_owner,
-                    lease_deadline = excluded.lease_deadline, queued_at = excluded.queued_at,
-                    started_at = excluded.started_at, rev = tasks.rev + 1, body = excluded.body;
+                -- An upsert as `statements` writes it, in two statements: most rows exist (a
+                -- finish), and an UPDATE finds them in one look-up of the primary key where
+                -- INSERT ... ON CONFLICT first tries to insert.
+                UPDATE tasks SET
+                    cluster_id = x.cluster_id, job_id = x.job_id, node_id = x.node_id,
+                    action = x.action, service = x.service, state = x.state,
+                    attempts = x.attempts, deps_remaining = x.deps_remaining,
+                    successors = x.successors, lease_owner = x.lease_owner,
+                    lease_deadline = x.lease_deadline, queued_at = x.queued_at,
+                    started_at = x.started_at, rev = tasks.rev + 1, body = x.body
+                FROM jsonb_populate_recordset(NULL::tasks, w->'tasks') AS x
+                WHERE tasks.tenant_id = x.tenant_id AND tasks.id = x.id;
+                GET DIAGNOSTICS k_rows = ROW_COUNT;
+                IF k_rows < jsonb_array_length(w->'tasks') THEN
+                    INSERT INTO tasks
+                        SELECT * FROM jsonb_populate_recordset(NULL::tasks, w->'tasks')
+                        ON CONFLICT (tenant_id, id) DO NOTHING;
+                END IF;
             ELSIF w ? 'node' THEN
                 w := w->'node';
                 INSERT INTO nodes SELECT * FROM jsonb_populate_record(NULL::nodes, w)
@@ -169,26 +179,22 @@ BEGIN
                     row_number() OVER (ORDER BY (t->>'n')::int) AS k
                 FROM jsonb_array_elements(takes) AS t WHERE t->>'tenant_id' = p_tenant),
             picked AS (
-                SELECT q.id, row_number() OVER (ORDER BY q.queued_at, q.id) AS k
-                FROM (SELECT id, queued_at FROM tasks
+                SELECT q.id, q.job_id, q.cluster_id,
+                    row_number() OVER (ORDER BY q.queued_at, q.id) AS k
+                FROM (SELECT id, job_id, cluster_id, queued_at FROM tasks
                     WHERE tenant_id = p_tenant AND state = 'queued'
                         AND queued_at <= (SELECT min(now) FROM who)
                     ORDER BY queued_at, id LIMIT (SELECT count(*) FROM who)
                     FOR UPDATE SKIP LOCKED) AS q)
             UPDATE tasks SET state = 'in_progress', lease_owner = who.owner,
-                lease_deadline = who.deadline, attempts = attempts + 1, started_at = who.now,
-                rev = rev + 1
+                lease_deadline = who.deadline, attempts = tasks.attempts + 1,
+                started_at = who.now, rev = tasks.rev + 1
             FROM picked JOIN who USING (k)
+                LEFT JOIN jobs j ON j.tenant_id = p_tenant AND j.id = picked.job_id
+                LEFT JOIN clusters c ON c.tenant_id = p_tenant AND c.id = picked.cluster_id
             WHERE tasks.tenant_id = p_tenant AND tasks.id = picked.id
-            RETURNING who.n AS taker, tasks.*,
-                (SELECT j.status FROM jobs j WHERE j.tenant_id = tasks.tenant_id
-                    AND j.id = tasks.job_id) AS job_status,
-                (SELECT j.rev FROM jobs j WHERE j.tenant_id = tasks.tenant_id
-                    AND j.id = tasks.job_id) AS job_rev,
-                (SELECT c.rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id
-                    AND c.id = tasks.cluster_id) AS cluster_rev,
-                (SELECT c.nodes_rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id
-                    AND c.id = tasks.cluster_id) AS nodes_rev
+            RETURNING who.n AS taker, tasks.*, j.status AS job_status, j.rev AS job_rev,
+                c.rev AS cluster_rev, c.nodes_rev AS nodes_rev
         LOOP
             answers[r.taker] := jsonb_build_object('taken', to_jsonb(r) - 'taker');
         END LOOP;
