@@ -16,6 +16,17 @@
 --       {"tenant_id", "ids", "queue", "now"}}, with the very semantics of `statements` and
 --       `RELEASE_SQL` in engine.rs. Without "expect" it only writes (pg_writer.rs runs the
 --       writes of other change sets so, after their checks, a create's tasks in few statements).
+--   {"flush": {"tasks": [rows with "k"], "releases": [{"k", "tenant_id", "id", "queue", "now"}],
+--              "guard": [[k, "tenant_id/id"]]}}
+--       the deferred task writes and releases of the change sets before it (pg_writer.rs,
+--       `batch_ops`), each entry tagged with the index k of its change set: a change set that
+--       was stale writes nothing, so its entries are left out. The rows are written in one
+--       statement; the releases in one statement per round, a row released n times counted down
+--       by n, and a gate completed by a round released in the next. The change set whose release
+--       completed a row is its last releaser, as if they had run one by one. A row released more
+--       often than it waits, or a cascade that reaches a task that a later change set of the
+--       window checked or wrote (`guard`), raises: the caller then runs the batch one operation
+--       at a time. Answers {}.
 -- The change sets run first, in their order, then the takes, a tenant's together: one scan of the
 -- queue's index leases the oldest queued tasks, the oldest to the first take. Nobody has been
 -- answered, so the operations of a batch are concurrent and any order of them is one they could
@@ -30,7 +41,6 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     n int := jsonb_array_length(ops);
     answers jsonb[] := array_fill(NULL::jsonb, ARRAY[jsonb_array_length(ops)]);
-    takes jsonb := '[]';
     tenants text[] := '{}';
     op jsonb;
     e jsonb;
@@ -47,14 +57,97 @@ DECLARE
     p_queue boolean;
     p_now bigint;
     r record;
+    stale_k int[] := '{}';
+    rel jsonb;
+    nxt jsonb;
 BEGIN
     FOR k IN 0 .. n - 1 LOOP
         op := ops->k;
         IF op ? 'take' THEN
-            takes := takes || jsonb_build_array(op->'take' || jsonb_build_object('n', k + 1));
             IF NOT (op->'take'->>'tenant_id') = ANY (tenants) THEN
                 tenants := tenants || (op->'take'->>'tenant_id');
             END IF;
+            CONTINUE;
+        END IF;
+        IF op ? 'flush' THEN
+            w := op->'flush';
+            UPDATE tasks SET
+                cluster_id = x.cluster_id, job_id = x.job_id, node_id = x.node_id,
+                action = x.action, service = x.service, state = x.state,
+                attempts = x.attempts, deps_remaining = x.deps_remaining,
+                successors = x.successors, lease_owner = x.lease_owner,
+                lease_deadline = x.lease_deadline, queued_at = x.queued_at,
+                started_at = x.started_at, rev = tasks.rev + 1, body = x.body
+            FROM jsonb_array_elements(w->'tasks') AS j, jsonb_populate_record(NULL::tasks, j) AS x
+            WHERE (j->>'k')::int <> ALL (stale_k)
+                AND tasks.tenant_id = x.tenant_id AND tasks.id = x.id;
+            GET DIAGNOSTICS k_rows = ROW_COUNT;
+            IF k_rows < jsonb_array_length(w->'tasks') THEN
+                INSERT INTO tasks SELECT x.*
+                    FROM jsonb_array_elements(w->'tasks') AS j,
+                        jsonb_populate_record(NULL::tasks, j) AS x
+                    WHERE (j->>'k')::int <> ALL (stale_k)
+                    ON CONFLICT (tenant_id, id) DO NOTHING;
+            END IF;
+            rel := w->'releases';
+            WHILE jsonb_array_length(rel) > 0 LOOP
+                nxt := '[]';
+                FOR r IN
+                    WITH x AS (
+                        SELECT (j->>'k')::int AS k, (j->>'tenant_id') COLLATE "C" AS tenant_id,
+                            (j->>'id') COLLATE "C" AS id,
+                            (j->>'queue')::boolean AS queue, (j->>'now')::bigint AS now, o
+                        FROM jsonb_array_elements(rel) WITH ORDINALITY AS a(j, o)
+                        WHERE (j->>'k')::int <> ALL (stale_k)),
+                    a AS (
+                        SELECT x.tenant_id, x.id, count(*) AS n,
+                            (array_agg(x.k ORDER BY x.o DESC))[1] AS k,
+                            (array_agg(x.queue ORDER BY x.o DESC))[1] AS queue,
+                            (array_agg(x.now ORDER BY x.o DESC))[1] AS now
+                        FROM x GROUP BY x.tenant_id, x.id ORDER BY x.tenant_id, x.id)
+                    UPDATE tasks SET deps_remaining = tasks.deps_remaining - a.n,
+                        state = CASE
+                            WHEN tasks.deps_remaining = a.n AND tasks.state = 'pending'
+                                AND tasks.action = 'GATE' THEN 'complete'
+                            WHEN tasks.deps_remaining = a.n AND tasks.state = 'pending' AND a.queue
+                                THEN 'queued'
+                            ELSE tasks.state END,
+                        queued_at = CASE
+                            WHEN tasks.deps_remaining = a.n AND tasks.state = 'pending'
+                                AND tasks.action <> 'GATE' AND a.queue THEN a.now
+                            ELSE tasks.queued_at END,
+                        rev = tasks.rev + a.n
+                    FROM a
+                    WHERE tasks.tenant_id = a.tenant_id AND tasks.id = a.id
+                        AND tasks.deps_remaining > 0
+                    RETURNING a.k, a.queue, a.now, tasks.tenant_id, tasks.id, tasks.deps_remaining,
+                        tasks.state, tasks.action,
+                        CASE WHEN tasks.deps_remaining = 0 AND tasks.action = 'GATE'
+                            THEN tasks.successors ELSE '[]' END AS successors
+                LOOP
+                    IF r.deps_remaining < 0 THEN
+                        RAISE EXCEPTION 'weft_batch: task % released more often than it waits', r.id;
+                    END IF;
+                    IF r.deps_remaining = 0 AND r.action = 'GATE' AND r.state = 'complete' THEN
+                        e := r.successors::jsonb;
+                        IF jsonb_array_length(e) = 0 THEN
+                            answers[r.k + 1] := jsonb_build_object('ended',
+                                (answers[r.k + 1]->'ended') || to_jsonb(r.id));
+                            CONTINUE;
+                        END IF;
+                        IF EXISTS (SELECT 1 FROM jsonb_array_elements(w->'guard') AS g,
+                                jsonb_array_elements_text(e) AS s
+                            WHERE (g->>0)::int > r.k AND g->>1 = r.tenant_id || '/' || s) THEN
+                            RAISE EXCEPTION 'weft_batch: gate % releases a task checked after it', r.id;
+                        END IF;
+                        nxt := nxt || (SELECT jsonb_agg(jsonb_build_object('k', r.k,
+                                'tenant_id', r.tenant_id, 'id', s, 'queue', r.queue, 'now', r.now))
+                            FROM jsonb_array_elements_text(e) AS s);
+                    END IF;
+                END LOOP;
+                rel := nxt;
+            END LOOP;
+            answers[k + 1] := '{}';
             CONTINUE;
         END IF;
 
@@ -91,6 +184,7 @@ BEGIN
         END LOOP;
         IF stale IS NOT NULL THEN
             answers[k + 1] := stale;
+            stale_k := stale_k || k;
             CONTINUE;
         END IF;
 
@@ -174,10 +268,12 @@ BEGIN
         -- other transaction holds, oldest first: the k-th take gets the k-th task.
         FOR r IN
             WITH who AS (
-                SELECT (t->>'n')::int AS n, t->>'owner' AS owner,
-                    (t->>'deadline')::bigint AS deadline, (t->>'now')::bigint AS now,
-                    row_number() OVER (ORDER BY (t->>'n')::int) AS k
-                FROM jsonb_array_elements(takes) AS t WHERE t->>'tenant_id' = p_tenant),
+                SELECT o.n::int AS n, o.op->'take'->>'owner' AS owner,
+                    (o.op->'take'->>'deadline')::bigint AS deadline,
+                    (o.op->'take'->>'now')::bigint AS now,
+                    row_number() OVER (ORDER BY o.n) AS k
+                FROM jsonb_array_elements(ops) WITH ORDINALITY AS o(op, n)
+                WHERE o.op ? 'take' AND o.op->'take'->>'tenant_id' = p_tenant),
             picked AS (
                 SELECT q.id, q.job_id, q.cluster_id,
                     row_number() OVER (ORDER BY q.queued_at, q.id) AS k

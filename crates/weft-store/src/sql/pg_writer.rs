@@ -24,7 +24,10 @@
 //! Within it, change sets run first and then the takes, a tenant's in one scan of the queue's
 //! index: nobody has been answered, so the batch's operations are concurrent and this is an
 //! order they could have arrived in. Its change sets go sorted by cluster, so that two servers'
-//! batches lock two clusters' join gates in the same order (see [`run_hot`]).
+//! batches lock two clusters' join gates in the same order (see [`run_hot`]). Their checks run one
+//! change set after the other, but their task writes and releases are deferred and run together,
+//! a statement for the rows and one per round of releases, wherever no later change set of the
+//! batch could tell (see [`batch_ops`]).
 //!
 //! # The statement path
 //!
@@ -54,7 +57,8 @@ use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::engine::{
     apply, check_all, check_found, is_deadlock, quotas, take_sql, taken_from_row, targets,
@@ -301,6 +305,7 @@ async fn run_batch(
                     .iter()
                     .map(|op| &op.job)
                     .collect::<Vec<_>>(),
+                Defer::Writes,
             )
             .await
         } else {
@@ -359,7 +364,8 @@ async fn run_batch_carefully(
 
 async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
     if is_hot(job) {
-        let mut answers = run_hot(conn, &[job]).await?;
+        // One by one, each write in its turn: exactly the statement path's semantics.
+        let mut answers = run_hot(conn, &[job], Defer::Nothing).await?;
         return answers.pop().unwrap_or_else(|| Err(no_answer()));
     }
     match job {
@@ -417,16 +423,22 @@ fn is_hot(job: &Job) -> bool {
 /// PostgreSQL resolves only after its `deadlock_timeout`, a second by default). Nobody has been
 /// answered, so the operations of a batch are concurrent and this is an order they could have
 /// arrived in.
-async fn run_hot(conn: &mut AnyConnection, jobs: &[&Job]) -> Result<Vec<Result<Done>>> {
+async fn run_hot(
+    conn: &mut AnyConnection,
+    jobs: &[&Job],
+    defer: Defer,
+) -> Result<Vec<Result<Done>>> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| match jobs[i] {
         Job::Commit(cs) => cluster_of(cs),
         Job::Take { .. } => None,
     });
-    let answers = call_batch(conn, order.iter().map(|&i| hot_op(jobs[i])).collect()).await?;
+    let ordered: Vec<&Job> = order.iter().map(|&i| jobs[i]).collect();
+    let (ops, at) = batch_ops(&ordered, defer);
+    let mut answers = call_batch(conn, &ops).await?;
     let mut answered: Vec<Option<Value>> = vec![None; jobs.len()];
-    for (i, a) in order.into_iter().zip(answers) {
-        answered[i] = Some(a);
+    for (i, op) in order.into_iter().zip(at) {
+        answered[i] = Some(std::mem::take(&mut answers[op]));
     }
     Ok(jobs
         .iter()
@@ -436,10 +448,12 @@ async fn run_hot(conn: &mut AnyConnection, jobs: &[&Job]) -> Result<Vec<Result<D
 }
 
 /// Calls the batch function with `ops`; its answers, one per operation.
-async fn call_batch(conn: &mut AnyConnection, ops: Vec<Value>) -> Result<Vec<Value>> {
+async fn call_batch(conn: &mut AnyConnection, ops: &[OpJson<'_>]) -> Result<Vec<Value>> {
     let n = ops.len();
+    let ops = serde_json::to_string(ops)
+        .map_err(|e| StoreError::Corrupt(format!("batch function operations: {e}")))?;
     let answers: String = sqlx::query_scalar("SELECT pg_temp.weft_batch($1::jsonb)::text")
-        .bind(Value::Array(ops).to_string())
+        .bind(ops)
         .fetch_one(&mut *conn)
         .await?;
     let answers: Vec<Value> = serde_json::from_str(&answers)
@@ -454,60 +468,251 @@ fn no_answer() -> StoreError {
     StoreError::Corrupt("the batch function did not answer every operation".into())
 }
 
-/// `job` as the batch function's JSON (see `pg_batch.sql`).
-fn hot_op(job: &Job) -> Value {
+/// `jobs` as the batch function's operations, and the index of each job's operation.
+///
+/// The task writes and releases of change sets are deferred to a `flush` operation, which writes
+/// a window of change sets' rows in one statement and counts their releases down in one statement
+/// per round, instead of a statement per row and release. The function still checks each change
+/// set in its turn, so a window ends (is flushed) before a change set that would see what the
+/// window writes: one that checks or writes a task row the window writes or releases, or releases
+/// one it writes. Releases of the same row by several change sets add up. A change set that
+/// writes a task twice, or writes and releases one, writes in its own order, at once (a window
+/// ends before it). What a cascade through a completed gate reaches is known only when it runs:
+/// the flush's `guard` lists the tasks that each change set of the window checked or wrote, and
+/// a cascade that reaches one checked after the releasing change set raises (the caller then runs
+/// the batch one operation at a time, with [`Defer::Nothing`]: each write in its turn). So does a
+/// row released more often than it waits, where one by one the extra releases count nothing.
+///
+/// Node writes are not deferred: they run in their change set's turn, so a later change set's
+/// check of a node row sees them as it would one by one.
+fn batch_ops<'a>(jobs: &[&'a Job], defer: Defer) -> (Vec<OpJson<'a>>, Vec<usize>) {
+    let mut ops = Vec::with_capacity(jobs.len() + 1);
+    let mut at = Vec::with_capacity(jobs.len());
+    let mut window = Window::default();
+    for job in jobs {
+        let Job::Commit(cs) = job else {
+            at.push(ops.len());
+            ops.push(hot_op(job));
+            continue;
+        };
+        let tasks = rows_of(cs);
+        let in_place = defer == Defer::Nothing || tasks.in_place();
+        if in_place || window.meets(&tasks) {
+            ops.extend(window.flush());
+        }
+        let k = ops.len();
+        at.push(k);
+        if in_place {
+            ops.push(hot_op(job));
+            continue;
+        }
+        let immediate = cs.writes.iter().filter(|w| matches!(w, Write::Node(_)));
+        ops.push(OpJson::Change {
+            expect: expect_json(cs),
+            writes: hot_writes(immediate),
+        });
+        window.defer(k, cs, &tasks);
+    }
+    ops.extend(window.flush());
+    (ops, at)
+}
+
+/// Whether [`batch_ops`] defers the task writes and releases of change sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Defer {
+    Writes,
+    Nothing,
+}
+
+/// The task rows a change set checks, writes and releases, each as (tenant, id).
+struct TaskRows<'a> {
+    checked: Vec<(&'a str, &'a str)>,
+    written: Vec<(&'a str, &'a str)>,
+    released: Vec<(&'a str, &'a str)>,
+}
+
+fn rows_of(cs: &ChangeSet) -> TaskRows<'_> {
+    let checked = cs
+        .expect
+        .iter()
+        .filter_map(|e| match e {
+            Expect::TaskRev { tenant_id, id, .. } => Some((tenant_id.as_str(), id.as_str())),
+            _ => None,
+        })
+        .collect();
+    let mut written = Vec::new();
+    let mut released = Vec::new();
+    for w in &cs.writes {
+        match w {
+            Write::Task(t) => written.push((t.tenant_id.as_str(), t.id.as_str())),
+            Write::Release { tenant_id, ids, .. } => {
+                released.extend(ids.iter().map(|id| (tenant_id.as_str(), id.as_str())))
+            }
+            _ => {}
+        }
+    }
+    TaskRows {
+        checked,
+        written,
+        released,
+    }
+}
+
+impl TaskRows<'_> {
+    /// Whether the change set's writes must run in their own order: it writes a task twice, or
+    /// writes and releases one.
+    fn in_place(&self) -> bool {
+        let mut seen = HashSet::new();
+        self.written.iter().any(|r| !seen.insert(*r))
+            || self.released.iter().any(|r| seen.contains(r))
+    }
+}
+
+/// The deferred writes of a window of change sets (see [`batch_ops`]).
+#[derive(Default)]
+struct Window<'a> {
+    tasks: Vec<TaskJson<'a>>,
+    releases: Vec<DeferredRelease<'a>>,
+    guard: Vec<(usize, String)>,
+    /// Task rows the window writes or releases.
+    pending: HashSet<(&'a str, &'a str)>,
+    /// Task rows the window writes.
+    written: HashSet<(&'a str, &'a str)>,
+}
+
+impl<'a> Window<'a> {
+    /// Whether a change set with these rows would see the window's writes.
+    fn meets(&self, rows: &TaskRows<'_>) -> bool {
+        rows.checked
+            .iter()
+            .chain(&rows.written)
+            .any(|r| self.pending.contains(r))
+            || rows.released.iter().any(|r| self.written.contains(r))
+    }
+
+    /// Defers the task writes and releases of change set `cs`, the batch's operation `k`.
+    fn defer(&mut self, k: usize, cs: &'a ChangeSet, rows: &TaskRows<'a>) {
+        for w in &cs.writes {
+            match w {
+                Write::Task(t) => self.tasks.push(TaskJson::of(t, Some(k))),
+                Write::Release {
+                    tenant_id,
+                    ids,
+                    queue,
+                    now,
+                } => self.releases.extend(ids.iter().map(|id| DeferredRelease {
+                    k,
+                    tenant_id,
+                    id,
+                    queue: *queue,
+                    now: *now,
+                })),
+                _ => {}
+            }
+        }
+        for (tenant, id) in rows.checked.iter().chain(&rows.written) {
+            self.guard.push((k, format!("{tenant}/{id}")));
+        }
+        self.pending
+            .extend(rows.written.iter().chain(&rows.released));
+        self.written.extend(&rows.written);
+    }
+
+    /// The flush operation of the window's writes, if any, and a new window.
+    fn flush(&mut self) -> Option<OpJson<'a>> {
+        if self.tasks.is_empty() && self.releases.is_empty() {
+            return None;
+        }
+        let w = std::mem::take(self);
+        Some(OpJson::Flush {
+            flush: FlushJson {
+                tasks: w.tasks,
+                releases: w.releases,
+                guard: w.guard,
+            },
+        })
+    }
+}
+
+/// A change set's expectations as the batch function's JSON.
+fn expect_json(cs: &ChangeSet) -> Vec<ExpectJson<'_>> {
+    targets(cs)
+        .into_iter()
+        .map(|t| ExpectJson {
+            t: t.table,
+            tenant_id: t.tenant_id,
+            id: t.id.to_string(),
+            rev: t.rev,
+            w: t.written,
+        })
+        .collect()
+}
+
+/// `job` as the batch function's JSON (see `pg_batch.sql`), its writes run at once.
+fn hot_op(job: &Job) -> OpJson<'_> {
     match job {
         Job::Take {
             tenant_id,
             owner,
             now,
             deadline,
-        } => json!({"take": {"tenant_id": tenant_id, "owner": owner, "now": now,
-            "deadline": deadline}}),
-        Job::Commit(cs) => {
-            let expect: Vec<Value> = targets(cs)
-                .iter()
-                .map(|t| {
-                    json!({"t": t.table, "tenant_id": t.tenant_id, "id": t.id.to_string(),
-                        "rev": t.rev, "w": t.written})
-                })
-                .collect();
-            json!({"expect": expect, "writes": hot_writes(&cs.writes)})
-        }
+        } => OpJson::Take {
+            take: TakeJson {
+                tenant_id,
+                owner,
+                now: *now,
+                deadline: *deadline,
+            },
+        },
+        Job::Commit(cs) => OpJson::Change {
+            expect: expect_json(cs),
+            writes: hot_writes(&cs.writes),
+        },
     }
 }
 
 /// `writes` (tasks, nodes and releases) as the batch function's writes: consecutive task writes
 /// become one `tasks` write (one statement) of at most [`TASKS_PER_WRITE`] rows with distinct ids.
-fn hot_writes(writes: &[Write]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    let mut tasks: Vec<Value> = Vec::new();
+fn hot_writes<'a>(writes: impl IntoIterator<Item = &'a Write>) -> Vec<WriteJson<'a>> {
+    let mut out = Vec::new();
+    let mut tasks = Vec::new();
     let mut ids: HashSet<&str> = HashSet::new();
-    let flush = |out: &mut Vec<Value>, tasks: &mut Vec<Value>, ids: &mut HashSet<&str>| {
-        if !tasks.is_empty() {
-            out.push(json!({ "tasks": std::mem::take(tasks) }));
-            ids.clear();
-        }
-    };
+    let flush =
+        |out: &mut Vec<WriteJson<'a>>, tasks: &mut Vec<TaskJson<'a>>, ids: &mut HashSet<&str>| {
+            if !tasks.is_empty() {
+                out.push(WriteJson::Tasks {
+                    tasks: std::mem::take(tasks),
+                });
+                ids.clear();
+            }
+        };
     for w in writes {
         if let Write::Task(t) = w {
             if tasks.len() == TASKS_PER_WRITE || ids.contains(t.id.as_str()) {
                 flush(&mut out, &mut tasks, &mut ids);
             }
             ids.insert(&t.id);
-            tasks.push(task_json(t));
+            tasks.push(TaskJson::of(t, None));
             continue;
         }
         flush(&mut out, &mut tasks, &mut ids);
         match w {
-            Write::Node(n) => out.push(json!({ "node": node_json(n) })),
+            Write::Node(n) => out.push(WriteJson::Node {
+                node: NodeJson::of(n),
+            }),
             Write::Release {
                 tenant_id,
                 ids,
                 queue,
                 now,
-            } => out.push(json!({"release": {"tenant_id": tenant_id, "ids": ids,
-                "queue": queue, "now": now}})),
+            } => out.push(WriteJson::Release {
+                release: ReleaseJson {
+                    tenant_id,
+                    ids,
+                    queue: *queue,
+                    now: *now,
+                },
+            }),
             _ => {}
         }
     }
@@ -537,8 +742,11 @@ async fn write_all(conn: &mut AnyConnection, writes: &[Write]) -> Result<Vec<Str
             continue;
         }
         for w in hot_writes(&writes[at..at + run]) {
-            let op = json!({"expect": [], "writes": [w]});
-            let answer = call_batch(conn, vec![op]).await?.pop();
+            let op = OpJson::Change {
+                expect: Vec::new(),
+                writes: vec![w],
+            };
+            let answer = call_batch(conn, &[op]).await?.pop();
             let gates = answer
                 .as_ref()
                 .and_then(|a| a.get("ended"))
@@ -551,26 +759,146 @@ async fn write_all(conn: &mut AnyConnection, writes: &[Write]) -> Result<Vec<Str
     Ok(ended)
 }
 
-/// A task row as `jsonb_populate_record` reads it (the columns `statements` writes).
-fn task_json(t: &TaskRow) -> Value {
-    json!({
-        "tenant_id": t.tenant_id, "id": t.id, "cluster_id": to_i64(t.cluster_id),
-        "job_id": t.job_id, "node_id": t.node_id, "action": t.action, "service": t.service,
-        "state": t.state.as_str(), "attempts": t.attempts, "deps_remaining": t.deps_remaining,
-        "successors": serde_json::to_string(&t.successors)
-            .expect("a list of strings always serializes"),
-        "lease_owner": t.lease_owner, "lease_deadline": t.lease_deadline,
-        "queued_at": t.queued_at, "started_at": t.started_at, "rev": 1,
-        "body": t.body.to_string(),
-    })
+/// One operation of the batch function, as its JSON (see `pg_batch.sql`).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum OpJson<'a> {
+    Take {
+        take: TakeJson<'a>,
+    },
+    Change {
+        expect: Vec<ExpectJson<'a>>,
+        writes: Vec<WriteJson<'a>>,
+    },
+    Flush {
+        flush: FlushJson<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct TakeJson<'a> {
+    tenant_id: &'a str,
+    owner: &'a str,
+    now: i64,
+    deadline: i64,
+}
+
+#[derive(Serialize)]
+struct ExpectJson<'a> {
+    t: &'static str,
+    tenant_id: &'a str,
+    id: String,
+    rev: i64,
+    w: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WriteJson<'a> {
+    Tasks { tasks: Vec<TaskJson<'a>> },
+    Node { node: NodeJson<'a> },
+    Release { release: ReleaseJson<'a> },
+}
+
+#[derive(Serialize)]
+struct ReleaseJson<'a> {
+    tenant_id: &'a str,
+    ids: &'a [String],
+    queue: bool,
+    now: i64,
+}
+
+#[derive(Serialize)]
+struct FlushJson<'a> {
+    tasks: Vec<TaskJson<'a>>,
+    releases: Vec<DeferredRelease<'a>>,
+    /// (k, "tenant/id") of the tasks each change set of the window checked or wrote.
+    guard: Vec<(usize, String)>,
+}
+
+/// A release deferred to a flush, by the batch's operation `k`.
+#[derive(Serialize)]
+struct DeferredRelease<'a> {
+    k: usize,
+    tenant_id: &'a str,
+    id: &'a str,
+    queue: bool,
+    now: i64,
+}
+
+/// A task row as `jsonb_populate_record` reads it (the columns `statements` writes), and when
+/// deferred to a flush, the batch's operation `k` that wrote it (a key the function ignores there).
+#[derive(Serialize)]
+struct TaskJson<'a> {
+    tenant_id: &'a str,
+    id: &'a str,
+    cluster_id: i64,
+    job_id: &'a str,
+    node_id: &'a str,
+    action: &'a str,
+    service: &'a str,
+    state: &'static str,
+    attempts: u32,
+    deps_remaining: u32,
+    successors: String,
+    lease_owner: Option<&'a str>,
+    lease_deadline: i64,
+    queued_at: i64,
+    started_at: i64,
+    rev: i64,
+    body: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    k: Option<usize>,
+}
+
+impl<'a> TaskJson<'a> {
+    fn of(t: &'a TaskRow, k: Option<usize>) -> Self {
+        TaskJson {
+            tenant_id: &t.tenant_id,
+            id: &t.id,
+            cluster_id: to_i64(t.cluster_id),
+            job_id: &t.job_id,
+            node_id: &t.node_id,
+            action: &t.action,
+            service: &t.service,
+            state: t.state.as_str(),
+            attempts: t.attempts,
+            deps_remaining: t.deps_remaining,
+            successors: serde_json::to_string(&t.successors)
+                .expect("a list of strings always serializes"),
+            lease_owner: t.lease_owner.as_deref(),
+            lease_deadline: t.lease_deadline,
+            queued_at: t.queued_at,
+            started_at: t.started_at,
+            rev: 1,
+            body: t.body.to_string(),
+            k,
+        }
+    }
 }
 
 /// A node row as `jsonb_populate_record` reads it.
-fn node_json(n: &NodeRow) -> Value {
-    json!({
-        "tenant_id": n.tenant_id, "id": n.id, "cluster_id": to_i64(n.cluster_id),
-        "nodenum": to_i64(n.nodenum), "rev": 1, "body": n.body.to_string(),
-    })
+#[derive(Serialize)]
+struct NodeJson<'a> {
+    tenant_id: &'a str,
+    id: &'a str,
+    cluster_id: i64,
+    nodenum: i64,
+    rev: i64,
+    body: String,
+}
+
+impl<'a> NodeJson<'a> {
+    fn of(n: &'a NodeRow) -> Self {
+        NodeJson {
+            tenant_id: &n.tenant_id,
+            id: &n.id,
+            cluster_id: to_i64(n.cluster_id),
+            nodenum: to_i64(n.nodenum),
+            rev: 1,
+            body: n.body.to_string(),
+        }
+    }
 }
 
 /// The batch function's answer `a` to `job`.
