@@ -13,15 +13,17 @@
 //!   a concurrent transaction changed it first, re-reads the committed revision; an expectation
 //!   that a row does not exist (`rev` 0) first takes a transaction-scoped advisory lock on the
 //!   row's key, so two creators of one row serialize and the second sees the first's row.
-//!   Expected rows are locked in one canonical order; a deadlock with another writer that still
-//!   happens (through the rows both write) is retried, after which the loser finds its
-//!   expectation stale.
+//!   Expected rows are locked in one canonical order; a deadlock with another server's writer
+//!   that still happens (through the rows both write) is retried by `pg_writer.rs`, after which
+//!   the loser finds its expectation stale.
 //!
 //! # The queue
 //!
 //! [`take_task`](SqlStore::take_task_impl) is one `UPDATE ... WHERE id = (SELECT ... LIMIT 1)
-//! RETURNING`; on PostgreSQL the inner select is `FOR UPDATE SKIP LOCKED`, so concurrent takers
-//! each lock a different queued task instead of waiting for (or sharing) the first.
+//! RETURNING` on SQLite. On PostgreSQL the batch function (`pg_batch.sql`) leases a tenant's
+//! oldest queued tasks for a batch's takes in one statement, `FOR UPDATE SKIP LOCKED`, so
+//! concurrent takers (another server's) each lock different tasks instead of waiting for the
+//! first.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -37,9 +39,6 @@ use crate::engine::{
 };
 use crate::leader::fnv1a64;
 use crate::{Backend, Leadership, Result, StoreError};
-
-/// How often a change set that lost a deadlock is retried.
-const MAX_DEADLOCK_RETRIES: usize = 16;
 
 /// The class of the advisory locks that guard the creation of rows ("weft" in ASCII).
 const ROW_LOCK_CLASS: i32 = 0x7765_6674;
@@ -649,19 +648,15 @@ pub(super) fn released(
 }
 
 /// Leases the tenant's next queued task (`$1` tenant, `$2` owner, `$3` deadline, `$4` now) and
-/// returns it with its job's status and its cluster's stamp. On PostgreSQL the inner select skips
-/// rows other takers have locked.
-pub(super) fn take_sql(backend: Backend) -> String {
-    let lock = match backend {
-        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-        Backend::Sqlite => "",
-    };
+/// returns it with its job's status and its cluster's stamp. SQLite's: PostgreSQL's takes run in
+/// the batch function (`pg_batch.sql`).
+pub(super) fn take_sql() -> String {
     format!(
         "UPDATE tasks SET state = 'in_progress', lease_owner = $2, lease_deadline = $3, \
          attempts = attempts + 1, started_at = $4, rev = rev + 1 \
          WHERE tenant_id = $1 AND state = 'queued' AND id = ( \
              SELECT id FROM tasks WHERE tenant_id = $1 AND state = 'queued' AND queued_at <= $4 \
-             ORDER BY queued_at, id LIMIT 1{lock}) \
+             ORDER BY queued_at, id LIMIT 1) \
          RETURNING {TASK_COLUMNS}, {JOB_OF_TASK}, \
          (SELECT rev FROM clusters c WHERE c.tenant_id = tasks.tenant_id \
           AND c.id = tasks.cluster_id) AS cluster_rev, \
@@ -725,28 +720,11 @@ impl SqlStore {
         if let Some(w) = &self.pg_writer {
             return w.commit(cs).await;
         }
-        let targets = targets(cs);
+        // An in-memory SQLite database, on its one connection: no writer thread, no deadlock.
         let quotas: Vec<&Quota> = quotas(cs).collect();
-        let mut tries = 0;
-        loop {
-            match self.try_commit(&quotas, &targets, &cs.writes).await {
-                Err(e) if is_deadlock(&e) && tries < MAX_DEADLOCK_RETRIES => {
-                    tries += 1;
-                    tracing::debug!(tries, "change set lost a deadlock, retrying");
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn try_commit(
-        &self,
-        quotas: &[&Quota],
-        targets: &[Target<'_>],
-        writes: &[Write],
-    ) -> Result<Vec<String>> {
         let mut tx = self.write_tx().await?;
-        let ended = apply_change_set(&mut tx, self.backend, quotas, targets, writes).await?;
+        let ended =
+            apply_change_set(&mut tx, self.backend, &quotas, &targets(cs), &cs.writes).await?;
         tx.commit().await?;
         Ok(ended)
     }
@@ -941,8 +919,8 @@ impl SqlStore {
         if let Some(w) = &self.pg_writer {
             return w.take(tenant_id, owner, now, deadline).await;
         }
-        // One statement is its own transaction: no BEGIN and COMMIT round trips.
-        let sql = take_sql(self.backend);
+        // An in-memory SQLite database. One statement is its own transaction.
+        let sql = take_sql();
         let q = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(owner)

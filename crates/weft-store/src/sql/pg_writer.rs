@@ -60,9 +60,7 @@ use tokio::sync::{mpsc, oneshot};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::engine::{
-    apply, check_all, check_found, is_deadlock, quotas, take_sql, taken_from_row, targets,
-};
+use super::engine::{apply, check_all, check_found, is_deadlock, quotas, taken_from_row, targets};
 use super::to_i64;
 use crate::engine::{ChangeSet, Expect, NodeRow, Quota, Taken, TaskRow, Write};
 use crate::leader::fnv1a64;
@@ -363,33 +361,16 @@ async fn run_batch_carefully(
 }
 
 async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
-    if is_hot(job) {
-        // One by one, each write in its turn: exactly the statement path's semantics.
-        let mut answers = run_hot(conn, &[job], Defer::Nothing).await?;
-        return answers.pop().unwrap_or_else(|| Err(no_answer()));
-    }
     match job {
-        Job::Commit(cs) => {
+        Job::Commit(cs) if !is_hot(job) => {
             let quotas: Vec<&Quota> = quotas(cs).collect();
             check_all(conn, Backend::Postgres, &quotas, &targets(cs)).await?;
             Ok(Done::Committed(write_all(conn, &cs.writes).await?))
         }
-        Job::Take {
-            tenant_id,
-            owner,
-            now,
-            deadline,
-        } => {
-            let sql = take_sql(Backend::Postgres);
-            let row = sqlx::query(&sql)
-                .bind(tenant_id.as_str())
-                .bind(owner.as_str())
-                .bind(*deadline)
-                .bind(*now)
-                .fetch_optional(&mut *conn)
-                .await?;
-            let taken = row.as_ref().map(taken_from_row).transpose()?;
-            Ok(Done::Taken(taken.map(Box::new)))
+        _ => {
+            // One by one, each write in its turn: exactly the statement path's semantics.
+            let mut answers = run_hot(conn, &[job], Defer::Nothing).await?;
+            answers.pop().unwrap_or_else(|| Err(no_answer()))
         }
     }
 }

@@ -390,7 +390,7 @@ fn take(
     now: i64,
     deadline: i64,
 ) -> Result<Option<Taken>> {
-    let mut stmt = conn.prepare_cached(&take_sql(Backend::Sqlite))?;
+    let mut stmt = conn.prepare_cached(&take_sql())?;
     bind(
         &mut stmt,
         &[

@@ -266,6 +266,7 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         .pool_max_idle_per_host(2000)
         .build()?;
     let tenant_id = setup(&http, server).await?;
+    refuse_leftovers(server, &tenant_id).await?;
     keep_registered(&http, server);
     let backend = if server.database_url.starts_with("sqlite") {
         "sqlite"
@@ -341,6 +342,20 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
              POST answered in {posted:.2} s, cluster active after {secs:.2} s \
              ({errors} finishes answered 500)",
             q.create_nodes, q.create_workers
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a database with queued or leased tasks of the bench's tenant: a run counts the tasks
+/// it drives, so an interrupted run's tasks would be taken too (or failed over by the janitor) and
+/// the run would never reach its count.
+async fn refuse_leftovers(server: &Server, tenant_id: &str) -> anyhow::Result<()> {
+    let store = weft_store::open(&server.database_url).await?;
+    if let Some((queued, leased)) = store.queue_counts().await?.get(tenant_id) {
+        bail!(
+            "the database holds {queued} queued and {leased} leased tasks of an earlier run; \
+             start from a fresh database"
         );
     }
     Ok(())
