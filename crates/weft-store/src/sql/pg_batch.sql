@@ -36,6 +36,35 @@
 --
 -- Arrays are walked by index, not with set-returning functions: a PL/pgSQL expression is
 -- evaluated in place, while every SQL statement starts an executor.
+-- Writes task rows (a JSON array of rows with distinct ids) as `statements` upserts them, but for
+-- the rows whose "k" is in `skip` (the change sets of a flush that were stale). In two statements:
+-- most rows exist (a finish), and an UPDATE finds each in one look-up of the primary key where
+-- INSERT ... ON CONFLICT first tries to insert it.
+CREATE OR REPLACE FUNCTION pg_temp.weft_write_tasks(rows jsonb, skip int[]) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    updated bigint;
+BEGIN
+    UPDATE tasks SET
+        cluster_id = x.cluster_id, job_id = x.job_id, node_id = x.node_id,
+        action = x.action, service = x.service, state = x.state,
+        attempts = x.attempts, deps_remaining = x.deps_remaining,
+        successors = x.successors, lease_owner = x.lease_owner,
+        lease_deadline = x.lease_deadline, queued_at = x.queued_at,
+        started_at = x.started_at, rev = tasks.rev + 1, body = x.body
+    FROM jsonb_array_elements(rows) AS j, jsonb_populate_record(NULL::tasks, j) AS x
+    WHERE COALESCE((j->>'k')::int, -1) <> ALL (skip)
+        AND tasks.tenant_id = x.tenant_id AND tasks.id = x.id;
+    GET DIAGNOSTICS updated = ROW_COUNT;
+    IF updated < jsonb_array_length(rows) THEN
+        INSERT INTO tasks SELECT x.*
+            FROM jsonb_array_elements(rows) AS j, jsonb_populate_record(NULL::tasks, j) AS x
+            WHERE COALESCE((j->>'k')::int, -1) <> ALL (skip)
+            ON CONFLICT (tenant_id, id) DO NOTHING;
+    END IF;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION pg_temp.weft_batch(ops jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -46,7 +75,6 @@ DECLARE
     e jsonb;
     w jsonb;
     k int;
-    k_rows bigint;
     i int;
     found_rev bigint;
     stale jsonb;
@@ -71,24 +99,7 @@ BEGIN
         END IF;
         IF op ? 'flush' THEN
             w := op->'flush';
-            UPDATE tasks SET
-                cluster_id = x.cluster_id, job_id = x.job_id, node_id = x.node_id,
-                action = x.action, service = x.service, state = x.state,
-                attempts = x.attempts, deps_remaining = x.deps_remaining,
-                successors = x.successors, lease_owner = x.lease_owner,
-                lease_deadline = x.lease_deadline, queued_at = x.queued_at,
-                started_at = x.started_at, rev = tasks.rev + 1, body = x.body
-            FROM jsonb_array_elements(w->'tasks') AS j, jsonb_populate_record(NULL::tasks, j) AS x
-            WHERE (j->>'k')::int <> ALL (stale_k)
-                AND tasks.tenant_id = x.tenant_id AND tasks.id = x.id;
-            GET DIAGNOSTICS k_rows = ROW_COUNT;
-            IF k_rows < jsonb_array_length(w->'tasks') THEN
-                INSERT INTO tasks SELECT x.*
-                    FROM jsonb_array_elements(w->'tasks') AS j,
-                        jsonb_populate_record(NULL::tasks, j) AS x
-                    WHERE (j->>'k')::int <> ALL (stale_k)
-                    ON CONFLICT (tenant_id, id) DO NOTHING;
-            END IF;
+            PERFORM pg_temp.weft_write_tasks(w->'tasks', stale_k);
             rel := w->'releases';
             WHILE jsonb_array_length(rel) > 0 LOOP
                 nxt := '[]';
@@ -192,24 +203,7 @@ BEGIN
         FOR i IN 0 .. jsonb_array_length(op->'writes') - 1 LOOP
             w := op->'writes'->i;
             IF w ? 'tasks' THEN
-                -- An upsert as `statements` writes it, in two statements: most rows exist (a
-                -- finish), and an UPDATE finds them in one look-up of the primary key where
-                -- INSERT ... ON CONFLICT first tries to insert.
-                UPDATE tasks SET
-                    cluster_id = x.cluster_id, job_id = x.job_id, node_id = x.node_id,
-                    action = x.action, service = x.service, state = x.state,
-                    attempts = x.attempts, deps_remaining = x.deps_remaining,
-                    successors = x.successors, lease_owner = x.lease_owner,
-                    lease_deadline = x.lease_deadline, queued_at = x.queued_at,
-                    started_at = x.started_at, rev = tasks.rev + 1, body = x.body
-                FROM jsonb_populate_recordset(NULL::tasks, w->'tasks') AS x
-                WHERE tasks.tenant_id = x.tenant_id AND tasks.id = x.id;
-                GET DIAGNOSTICS k_rows = ROW_COUNT;
-                IF k_rows < jsonb_array_length(w->'tasks') THEN
-                    INSERT INTO tasks
-                        SELECT * FROM jsonb_populate_recordset(NULL::tasks, w->'tasks')
-                        ON CONFLICT (tenant_id, id) DO NOTHING;
-                END IF;
+                PERFORM pg_temp.weft_write_tasks(w->'tasks', '{}');
             ELSIF w ? 'node' THEN
                 w := w->'node';
                 INSERT INTO nodes SELECT * FROM jsonb_populate_record(NULL::nodes, w)

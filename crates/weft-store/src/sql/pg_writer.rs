@@ -378,7 +378,8 @@ async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
 // The batch function (`pg_batch.sql`): a batch's takes and the change sets of finishes in one
 // round trip, instead of one per check, write and release.
 
-/// Creates `pg_temp.weft_batch` on a writer's connection.
+/// Creates `pg_temp.weft_batch` and its helper `pg_temp.weft_write_tasks` on a writer's
+/// connection.
 const BATCH_FUNCTION: &str = include_str!("pg_batch.sql");
 
 /// Whether the batch function can run `job`: a take, or a change set that only checks rows of
