@@ -25,7 +25,7 @@
 --       by n, and a gate completed by a round released in the next. The change set whose release
 --       completed a row is its last releaser, as if they had run one by one. A row released more
 --       often than it waits, or a cascade that reaches a task that a later change set of the
---       window checked or wrote (`guard`), raises: the caller then runs the batch one operation
+--       window checked, wrote or released (`guard`), raises: the caller then runs the batch one operation
 --       at a time. Answers {}.
 -- The change sets run first, in their order, then the takes, a tenant's together: one scan of the
 -- queue's index leases the oldest queued tasks, the oldest to the first take. Nobody has been
@@ -149,7 +149,7 @@ BEGIN
                         IF EXISTS (SELECT 1 FROM jsonb_array_elements(w->'guard') AS g,
                                 jsonb_array_elements_text(e) AS s
                             WHERE (g->>0)::int > r.k AND g->>1 = r.tenant_id || '/' || s) THEN
-                            RAISE EXCEPTION 'weft_batch: gate % releases a task checked after it', r.id;
+                            RAISE EXCEPTION 'weft_batch: gate % reaches a task touched after it', r.id;
                         END IF;
                         nxt := nxt || (SELECT jsonb_agg(jsonb_build_object('k', r.k,
                                 'tenant_id', r.tenant_id, 'id', s, 'queue', r.queue, 'now', r.now))

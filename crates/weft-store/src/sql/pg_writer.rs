@@ -460,8 +460,8 @@ fn no_answer() -> StoreError {
 /// one it writes. Releases of the same row by several change sets add up. A change set that
 /// writes a task twice, or writes and releases one, writes in its own order, at once (a window
 /// ends before it). What a cascade through a completed gate reaches is known only when it runs:
-/// the flush's `guard` lists the tasks that each change set of the window checked or wrote, and
-/// a cascade that reaches one checked after the releasing change set raises (the caller then runs
+/// the flush's `guard` lists the tasks that each change set of the window checked, wrote or
+/// released, and a cascade that reaches one touched after the releasing change set raises (the caller then runs
 /// the batch one operation at a time, with [`Defer::Nothing`]: each write in its turn). So does a
 /// row released more often than it waits, where one by one the extra releases count nothing.
 ///
@@ -592,7 +592,12 @@ impl<'a> Window<'a> {
                 _ => {}
             }
         }
-        for (tenant, id) in rows.checked.iter().chain(&rows.written) {
+        for (tenant, id) in rows
+            .checked
+            .iter()
+            .chain(&rows.written)
+            .chain(&rows.released)
+        {
             self.guard.push((k, format!("{tenant}/{id}")));
         }
         self.pending
@@ -794,7 +799,7 @@ struct ReleaseJson<'a> {
 struct FlushJson<'a> {
     tasks: Vec<TaskJson<'a>>,
     releases: Vec<DeferredRelease<'a>>,
-    /// (k, "tenant/id") of the tasks each change set of the window checked or wrote.
+    /// (k, "tenant/id") of the tasks each change set of the window checked, wrote or released.
     guard: Vec<(usize, String)>,
 }
 
@@ -906,5 +911,125 @@ fn hot_answer(job: &Job, a: Value) -> Result<Done> {
                 .collect::<Result<_>>()?;
             Ok(Done::Committed(ended))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::TaskState;
+    use serde_json::json;
+
+    fn task(id: &str) -> TaskRow {
+        TaskRow {
+            tenant_id: "t".into(),
+            cluster_id: 1,
+            job_id: "j".into(),
+            id: id.into(),
+            node_id: "n".into(),
+            action: "INSTALL".into(),
+            service: "s".into(),
+            state: TaskState::Complete,
+            attempts: 1,
+            deps_remaining: 0,
+            successors: Vec::new(),
+            lease_owner: None,
+            lease_deadline: 0,
+            queued_at: 0,
+            started_at: 0,
+            rev: 3,
+            body: json!({}),
+        }
+    }
+
+    /// A finish: checks and writes `id`, releases `next`.
+    fn finish(id: &str, next: &[&str]) -> Job {
+        let mut cs = ChangeSet::new();
+        cs.expect(Expect::TaskRev {
+            tenant_id: "t".into(),
+            id: id.into(),
+            rev: 3,
+        });
+        cs.write(Write::Task(task(id)));
+        cs.write(Write::Release {
+            tenant_id: "t".into(),
+            ids: next.iter().map(|s| s.to_string()).collect(),
+            queue: true,
+            now: 7,
+        });
+        Job::Commit(cs)
+    }
+
+    fn ops(jobs: &[Job], defer: Defer) -> (Vec<Value>, Vec<usize>) {
+        let jobs: Vec<&Job> = jobs.iter().collect();
+        let (ops, at) = batch_ops(&jobs, defer);
+        let ops = ops
+            .iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect();
+        (ops, at)
+    }
+
+    #[test]
+    fn finishes_that_touch_different_tasks_share_one_flush() {
+        let (ops, at) = ops(&[finish("a", &["g"]), finish("b", &["g"])], Defer::Writes);
+        assert_eq!(at, [0, 1]);
+        assert_eq!(ops.len(), 3);
+        assert_eq!(ops[0]["writes"], json!([]), "deferred, not run in place");
+        let flush = &ops[2]["flush"];
+        let ks: Vec<_> = flush["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["k"].clone())
+            .collect();
+        assert_eq!(ks, [json!(0), json!(1)]);
+        assert_eq!(
+            flush["releases"],
+            json!([{"k": 0, "tenant_id": "t", "id": "g", "queue": true, "now": 7},
+                   {"k": 1, "tenant_id": "t", "id": "g", "queue": true, "now": 7}])
+        );
+        assert_eq!(
+            flush["guard"],
+            json!([
+                [0, "t/a"],
+                [0, "t/a"],
+                [0, "t/g"],
+                [1, "t/b"],
+                [1, "t/b"],
+                [1, "t/g"]
+            ])
+        );
+    }
+
+    #[test]
+    fn a_window_is_flushed_before_a_change_set_that_would_see_its_writes() {
+        // b is released by the first finish and then checked by the second.
+        let (ops, at) = ops(&[finish("a", &["b"]), finish("b", &[])], Defer::Writes);
+        assert_eq!(at, [0, 2]);
+        assert!(ops[1].get("flush").is_some());
+        assert!(ops[3].get("flush").is_some());
+        assert_eq!(ops.len(), 4);
+    }
+
+    #[test]
+    fn a_change_set_that_writes_and_releases_one_task_writes_in_place() {
+        let (ops, at) = ops(&[finish("a", &["c"]), finish("b", &["b"])], Defer::Writes);
+        assert_eq!(at, [0, 2]);
+        assert!(ops[1].get("flush").is_some(), "the window ends before it");
+        assert_eq!(
+            ops[2]["writes"].as_array().unwrap().len(),
+            2,
+            "its own writes, in order"
+        );
+        assert_eq!(ops.len(), 3);
+    }
+
+    #[test]
+    fn one_by_one_nothing_is_deferred() {
+        let (ops, at) = ops(&[finish("a", &["g"]), finish("b", &["g"])], Defer::Nothing);
+        assert_eq!(at, [0, 1]);
+        assert_eq!(ops.len(), 2);
+        assert_eq!(ops[1]["writes"].as_array().unwrap().len(), 2);
     }
 }
