@@ -113,21 +113,42 @@ fn settle(api: &str, id: &str) -> Value {
     }
 }
 
-fn docker_ids(kind: &str, cluster: &str) -> String {
-    let out = std::process::Command::new("docker")
-        .args([kind, "ls", "-aq", "--filter"])
-        .arg(format!("label=weft.cluster={cluster}"))
-        .output()
-        .expect("docker");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+/// Containers or networks of one cluster. Cluster ids start at 1 on every test's server, so the
+/// tenant's id (a UUID) tells this test's apart from those of tests running beside it.
+fn docker_ids(kind: &str, tenant: &str, cluster: &str) -> String {
+    let all = if kind == "container" { "-aq" } else { "-q" };
+    docker(&[
+        kind,
+        "ls",
+        all,
+        "--filter",
+        &format!("label=weft.tenant={tenant}"),
+        "--filter",
+        &format!("label=weft.cluster={cluster}"),
+    ])
 }
 
-fn docker_networks(cluster: &str) -> String {
+/// The tenant label of a node's container (the default tenant's id in `weft up`).
+fn tenant_of_node(node: &str) -> String {
+    let filter = format!("label=weft.node={node}");
+    let format = "{{.Label \"weft.tenant\"}}";
+    docker(&[
+        "container",
+        "ls",
+        "-a",
+        "--filter",
+        &filter,
+        "--format",
+        format,
+    ])
+}
+
+fn docker(args: &[&str]) -> String {
     let out = std::process::Command::new("docker")
-        .args(["network", "ls", "-q", "--filter"])
-        .arg(format!("label=weft.cluster={cluster}"))
+        .args(args)
         .output()
         .expect("docker");
+    assert!(out.status.success(), "docker {args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -149,10 +170,16 @@ fn weft_down_removes_what_weft_up_left_running() {
         .filter_map(|n| n["id"].as_str().map(str::to_string))
         .collect();
     assert!(!crate::crash_up::node_processes(&nodes).is_empty());
+    let mut tenant = String::new();
     if let Some(id) = &boxed {
         let d = settle(&u.api, id);
         assert_eq!(d["status"], "active", "{}", d["message"]);
-        assert!(!docker_ids("container", id).is_empty());
+        tenant = tenant_of_node(d["nodes"][0]["id"].as_str().unwrap());
+        assert!(
+            !tenant.is_empty(),
+            "the node's container has a tenant label"
+        );
+        assert_eq!(docker_ids("container", &tenant, id).lines().count(), 3);
         // Real ssh with the cluster's key and the recorded host key.
         let node = &d["nodes"][0];
         let host = node["properties"]["hostname"].as_str().unwrap();
@@ -265,8 +292,8 @@ fn weft_down_removes_what_weft_up_left_running() {
         "node directories left"
     );
     if let Some(id) = &boxed {
-        assert_eq!(docker_ids("container", id), "", "containers left");
-        assert_eq!(docker_networks(id), "", "networks left");
+        assert_eq!(docker_ids("container", &tenant, id), "", "containers left");
+        assert_eq!(docker_ids("network", &tenant, id), "", "networks left");
     }
 
     // With weft up running, weft down goes through it (here: nothing left to do).
