@@ -1118,7 +1118,33 @@ async fn engine_rows_survive_reopening_and_go_with_their_tenant(ctx: &Ctx) -> Re
     Ok(())
 }
 
+/// A finish's change set (PostgreSQL: through the batch function, whose operations travel as a
+/// dollar-quoted literal) carries any text in its rows, quote and dollar signs included.
+async fn a_finish_carries_any_text(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let id = "00000001-001-001";
+    let t = task(A, "00000001-001", id, TaskState::InProgress, 0);
+    s.commit(&writes([Write::Task(t.clone())])).await?;
+    let text = "it's $w$ $$ $w1$ \\ \" \u{e9} $x$";
+    let done = at(&t, |r| {
+        r.state = TaskState::Complete;
+        r.body = json!({"stdout": text, "$w$": [text]});
+    });
+    let cs = ChangeSet {
+        expect: vec![Expect::TaskRev {
+            tenant_id: A.into(),
+            id: id.into(),
+            rev: 1,
+        }],
+        writes: vec![Write::Task(done.clone())],
+    };
+    s.commit(&cs).await?;
+    assert_eq!(s.get_task(A, id).await?, Some(at(&done, |r| r.rev = 2)));
+    Ok(())
+}
+
 contract_tests!(
+    a_finish_carries_any_text,
     commit_writes_rows_and_bumps_revisions,
     reads_are_ordered_and_filtered,
     a_stale_expectation_writes_nothing,
