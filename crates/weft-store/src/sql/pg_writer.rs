@@ -54,7 +54,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sqlx::any::AnyConnectOptions;
-use sqlx::{AnyConnection, Connection, Executor, Row};
+use sqlx::{AnyConnection, Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
 use serde::Serialize;
@@ -290,11 +290,11 @@ async fn run_batch(
     batch: &[Op],
     results: &mut Vec<Result<Done>>,
 ) -> Result<()> {
+    conn.execute(sqlx::raw_sql("BEGIN")).await?;
     let mut at = 0;
     while at < batch.len() {
-        // The batch function runs the operations it can in one round trip (the first also opens
-        // the transaction); the others run statement by statement.
-        let begin = at == 0;
+        // The batch function runs the operations it can in one round trip; the others run
+        // statement by statement.
         let hot = batch[at..].iter().take_while(|op| is_hot(&op.job)).count();
         let ran = if hot > 0 {
             run_hot(
@@ -304,13 +304,9 @@ async fn run_batch(
                     .map(|op| &op.job)
                     .collect::<Vec<_>>(),
                 Defer::Writes,
-                begin,
             )
             .await
         } else {
-            if begin {
-                conn.execute(sqlx::raw_sql("BEGIN")).await?;
-            }
             run_op(conn, &batch[at].job).await.map(|r| vec![Ok(r)])
         };
         let ran = ran.or_else(|e| match e {
@@ -373,7 +369,7 @@ async fn run_op(conn: &mut AnyConnection, job: &Job) -> Result<Done> {
         }
         _ => {
             // One by one, each write in its turn: exactly the statement path's semantics.
-            let mut answers = run_hot(conn, &[job], Defer::Nothing, false).await?;
+            let mut answers = run_hot(conn, &[job], Defer::Nothing).await?;
             answers.pop().unwrap_or_else(|| Err(no_answer()))
         }
     }
@@ -413,7 +409,6 @@ async fn run_hot(
     conn: &mut AnyConnection,
     jobs: &[&Job],
     defer: Defer,
-    begin: bool,
 ) -> Result<Vec<Result<Done>>> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| match jobs[i] {
@@ -422,7 +417,7 @@ async fn run_hot(
     });
     let ordered: Vec<&Job> = order.iter().map(|&i| jobs[i]).collect();
     let (ops, at) = batch_ops(&ordered, defer);
-    let mut answers = call_batch(conn, &ops, begin).await?;
+    let mut answers = call_batch(conn, &ops).await?;
     let mut answered: Vec<Option<Value>> = vec![None; jobs.len()];
     for (i, op) in order.into_iter().zip(at) {
         answered[i] = Some(std::mem::take(&mut answers[op]));
@@ -435,41 +430,20 @@ async fn run_hot(
 }
 
 /// Calls the batch function with `ops`; its answers, one per operation.
-///
-/// With `begin`, the same round trip opens the batch's transaction first (`BEGIN; SELECT ...` in
-/// one simple query, the operations as a dollar-quoted literal): a round trip less per batch.
-async fn call_batch(
-    conn: &mut AnyConnection,
-    ops: &[OpJson<'_>],
-    begin: bool,
-) -> Result<Vec<Value>> {
+async fn call_batch(conn: &mut AnyConnection, ops: &[OpJson<'_>]) -> Result<Vec<Value>> {
     let n = ops.len();
     let ops = serde_json::to_string(ops)
         .map_err(|e| StoreError::Corrupt(format!("batch function operations: {e}")))?;
-    let sql = format!(
-        "{}SELECT pg_temp.weft_batch({}::jsonb)::text",
-        if begin { "BEGIN; " } else { "" },
-        dollar_quoted(&ops)
-    );
-    let rows = conn.fetch_all(sqlx::raw_sql(&sql)).await?;
-    let answers: String = rows.first().ok_or_else(no_answer)?.try_get(0)?;
+    let answers: String = sqlx::query_scalar("SELECT pg_temp.weft_batch($1::jsonb)::text")
+        .bind(ops)
+        .fetch_one(&mut *conn)
+        .await?;
     let answers: Vec<Value> = serde_json::from_str(&answers)
         .map_err(|e| StoreError::Corrupt(format!("batch function answer: {e}")))?;
     if answers.len() != n {
         return Err(no_answer());
     }
     Ok(answers)
-}
-
-/// `text` as a PostgreSQL dollar-quoted string constant, with a tag that `text` does not hold.
-fn dollar_quoted(text: &str) -> String {
-    let mut tag = "$w$".to_string();
-    let mut i = 0;
-    while text.contains(&tag) {
-        i += 1;
-        tag = format!("$w{i}$");
-    }
-    format!("{tag}{text}{tag}")
 }
 
 fn no_answer() -> StoreError {
@@ -759,7 +733,7 @@ async fn write_all(conn: &mut AnyConnection, writes: &[Write]) -> Result<Vec<Str
                 expect: Vec::new(),
                 writes: vec![w],
             };
-            let answer = call_batch(conn, &[op], false).await?.pop();
+            let answer = call_batch(conn, &[op]).await?.pop();
             let gates = answer
                 .as_ref()
                 .and_then(|a| a.get("ended"))
@@ -945,12 +919,6 @@ mod tests {
     use super::*;
     use crate::engine::TaskState;
     use serde_json::json;
-
-    #[test]
-    fn dollar_quoting_picks_a_tag_the_text_does_not_hold() {
-        assert_eq!(dollar_quoted(r#"{"a":"it's"}"#), r#"$w${"a":"it's"}$w$"#);
-        assert_eq!(dollar_quoted("x $w$ y $w1$"), "$w2$x $w$ y $w1$$w2$");
-    }
 
     fn task(id: &str) -> TaskRow {
         TaskRow {

@@ -1118,8 +1118,8 @@ async fn engine_rows_survive_reopening_and_go_with_their_tenant(ctx: &Ctx) -> Re
     Ok(())
 }
 
-/// A finish's change set (PostgreSQL: through the batch function, whose operations travel as a
-/// dollar-quoted literal) carries any text in its rows, quote and dollar signs included.
+/// A finish's change set (PostgreSQL: through the batch function, whose operations travel as
+/// JSON) carries any text in its rows, quotes, backslashes and dollar signs included.
 async fn a_finish_carries_any_text(ctx: &Ctx) -> Result<()> {
     let s = &*ctx.store;
     let id = "00000001-001-001";
