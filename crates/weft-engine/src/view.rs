@@ -301,20 +301,7 @@ pub async fn details_page(
         Some(j) => Some(progress(st, &j).await?),
         None => None,
     };
-    let links = match weft_planner::MacroContext::new(&layout, &row.owner) {
-        Ok(ctx) => body
-            .template
-            .links
-            .iter()
-            .map(|l| weft_model::Link {
-                label: l.label.clone(),
-                url: ctx
-                    .expand_str(None, &l.url)
-                    .unwrap_or_else(|_| l.url.clone()),
-            })
-            .collect(),
-        Err(_) => body.template.links.clone(),
-    };
+    let links = cluster_links(&body.template.links, &layout, &row.owner);
     Ok((
         ClusterDetails {
             id: cluster_id_text(row.id),
@@ -339,6 +326,33 @@ pub async fn details_page(
         },
         info,
     ))
+}
+
+/// A template's links expanded against the cluster's nodes: Coopr's one string, and one URL per
+/// node where a link names a service on several nodes. A macro that cannot expand yet (no address)
+/// leaves the link's text as the template has it.
+fn cluster_links(
+    links: &[weft_model::Link],
+    layout: &[weft_planner::PlanNode],
+    owner: &str,
+) -> Vec<weft_model::ClusterLink> {
+    let ctx = weft_planner::MacroContext::new(layout, owner).ok();
+    links
+        .iter()
+        .map(|l| {
+            let url = ctx.as_ref().and_then(|c| c.expand_str(None, &l.url).ok());
+            let urls = ctx
+                .as_ref()
+                .and_then(|c| c.expand_each(&l.url).ok())
+                .filter(|u| u.len() > 1)
+                .unwrap_or_default();
+            weft_model::ClusterLink {
+                label: l.label.clone(),
+                url: url.unwrap_or_else(|| l.url.clone()),
+                urls,
+            }
+        })
+        .collect()
 }
 
 pub async fn status(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterStatusView> {

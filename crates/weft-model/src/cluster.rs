@@ -312,6 +312,20 @@ pub struct Node {
     pub links: Vec<Link>,
 }
 
+/// A template link as a cluster shows it: `url` expanded as Coopr expands it (a macro over a
+/// service on several nodes joins their values with commas, which is no URL), and weft's `urls`:
+/// one URL per node of that service, in node order (absent when the link names no such service).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ClusterLink {
+    #[serde(default)]
+    pub label: String,
+    #[serde(default)]
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
+}
+
 /// `GET /v2/clusters/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
@@ -340,7 +354,7 @@ pub struct ClusterDetails {
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub config: Map<String, Value>,
     #[serde(default)]
-    pub links: Vec<Link>,
+    pub links: Vec<ClusterLink>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

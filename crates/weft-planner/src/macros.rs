@@ -468,19 +468,75 @@ impl<'a> MacroContext<'a> {
         if !s.contains('%') {
             return Ok(s.to_string());
         }
+        self.expand_pieces(me, &scan(s)?, None)
+    }
+
+    /// Expands a link's `s` once per node of the first service that a plain macro of it names on
+    /// several nodes (`http://%host.service.web%/` over three web nodes: three URLs, in node
+    /// order), where [`expand_str`](Self::expand_str) joins them with commas into one string that
+    /// is no URL. Macros with `join(...)` or `map(...)`, or an index, keep their meaning; a string
+    /// naming no such service expands to one value.
+    pub fn expand_each(&self, s: &str) -> Result<Vec<String>, PlanError> {
+        if !s.contains('%') {
+            return Ok(vec![s.to_string()]);
+        }
         let pieces = scan(s)?;
+        let spread = pieces.iter().find_map(|p| match p {
+            Piece::Macro { expr, .. } => self.spread_service(expr),
+            _ => None,
+        });
+        match spread {
+            None => Ok(vec![self.expand_pieces(None, &pieces, None)?]),
+            Some(svc) => (0..self.with(svc).len())
+                .map(|i| self.expand_pieces(None, &pieces, Some((svc, i))))
+                .collect(),
+        }
+    }
+
+    /// The service a macro lists every node of when it names several (no index, no map, no join).
+    fn spread_service<'e>(&self, e: &'e Expr) -> Option<&'e str> {
+        match &e.name {
+            Name::HostOf(s) | Name::IpOf(_, s)
+                if e.index.is_none()
+                    && e.map.is_none()
+                    && e.join.is_none()
+                    && self.with(s).len() > 1 =>
+            {
+                Some(s.as_str())
+            }
+            _ => None,
+        }
+    }
+
+    /// Expands scanned `pieces`; `pin` = (service, i) reads the plain macros of that service as
+    /// its `i`-th node only.
+    fn expand_pieces(
+        &self,
+        me: Option<&str>,
+        pieces: &[Piece<'_>],
+        pin: Option<(&str, usize)>,
+    ) -> Result<String, PlanError> {
         let mut values = Vec::new();
         let mut any = false;
-        for p in &pieces {
+        for p in pieces {
             if let Piece::Macro { pos, raw, expr } = p {
-                let v = self.eval(me, *pos, raw, expr)?;
+                let v = match pin {
+                    Some((svc, i)) if self.spread_service(expr) == Some(svc) => {
+                        let pinned = Expr {
+                            index: Some(i),
+                            ..expr.clone()
+                        };
+                        self.eval(me, *pos, raw, &pinned)?
+                    }
+                    _ => self.eval(me, *pos, raw, expr)?,
+                };
                 any |= !matches!(v, Val::Null);
                 values.push(v);
             }
         }
-        let mut out = String::with_capacity(s.len());
+        let mut out = String::new();
         let mut vals = values.into_iter();
-        for p in &pieces {
+        for p in pieces {
             match p {
                 Piece::Text(t) => out.push_str(t),
                 Piece::Percent => out.push('%'),

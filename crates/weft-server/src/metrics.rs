@@ -132,6 +132,16 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
             label(action)
         );
     }
+    let _ = writeln!(
+        o,
+        "# HELP weft_ui_csp_reports_total Content-Security-Policy violations browsers reported on UI pages."
+    );
+    let _ = writeln!(o, "# TYPE weft_ui_csp_reports_total counter");
+    let _ = writeln!(
+        o,
+        "weft_ui_csp_reports_total {}",
+        crate::ui::CSP_REPORTS.load(std::sync::atomic::Ordering::Relaxed)
+    );
     Ok(out)
 }
 

@@ -204,3 +204,39 @@ fn json_values_expand_every_string_and_errors_carry_the_path() {
         "macro at hdfs.dirs[1], byte 0: in %bogus% at offset 0: unknown macro 'bogus'"
     );
 }
+
+#[test]
+fn links_expand_once_per_node_of_a_listed_service() {
+    let l = layout();
+    let ctx = MacroContext::new(&l, "alice").unwrap();
+    assert_eq!(
+        ctx.expand_each("http://%ip.service.zk%:2181/").unwrap(),
+        [
+            "http://10.0.0.10:2181/",
+            "http://10.0.0.11:2181/",
+            "http://10.0.0.12:2181/"
+        ]
+    );
+    // The same service named twice is the same node in each URL; another service stays whole.
+    assert_eq!(
+        ctx.expand_each("http://%host.service.dn%/?ip=%ip.service.dn%&nn=%host.service.nn%")
+            .unwrap(),
+        [
+            "http://b.example/?ip=10.0.0.11&nn=a.example",
+            "http://c.example/?ip=10.0.0.12&nn=a.example"
+        ]
+    );
+    // One node, an index, join(...) or no macro: one value, as expand_str gives it.
+    for s in [
+        "http://%host.service.nn%/",
+        "http://%host.service.zk[1]%/",
+        "zk://%join(host.service.zk,';')%/",
+        "http://example/",
+    ] {
+        assert_eq!(
+            ctx.expand_each(s).unwrap(),
+            [ctx.expand_str(None, s).unwrap()],
+            "{s}"
+        );
+    }
+}

@@ -173,7 +173,9 @@ async fn detail(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) 
         paged,
     );
     let title = format!("Cluster {}", c["name"].as_str().unwrap_or(&id));
+    let config_json = serde_json::to_string_pretty(&c["config"]).unwrap_or_default();
     let mut extra = json!({
+        "config_rows": config_rows(&c["config"]), "config_json": config_json,
         "c": c, "job": job, "latest": latest, "jobs": jobs(&ctx, &id).await,
         "addable": addable(&c, &known), "page": page,
         "notice": q.notice, "error": q.error,
@@ -184,12 +186,14 @@ async fn detail(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) 
     Ok(ctx.page("cluster.html", &title, "clusters", extra))
 }
 
-/// The tenant's services the cluster does not have yet.
+/// The services the cluster's template allows (its compatible services; every one of the
+/// tenant's when it lists none) that the cluster does not have yet.
 fn addable(c: &Value, known: &[String]) -> Vec<String> {
     let have = strings(&c["services"]);
+    let allowed = strings(&c["clusterTemplate"]["compatibility"]["services"]);
     known
         .iter()
-        .filter(|s| !have.contains(s))
+        .filter(|s| !have.contains(s) && (allowed.is_empty() || allowed.contains(s)))
         .cloned()
         .collect()
 }
@@ -210,26 +214,66 @@ fn node_label(n: &Value) -> String {
     }
 }
 
-/// The state of a service on a node, from the node's last action for it.
+/// A service's lifecycle on a node, read from the node's actions in order: the last lifecycle
+/// action (install, configure, initialize, start, stop, remove) says the state; health checks,
+/// drift checks and node-level work other than a new machine (`CREATE`, which starts the services
+/// over) leave it alone. Returns (state, tone).
 pub fn service_state(actions: &[Value], service: &str) -> (String, &'static str) {
-    let Some(a) = actions.iter().rev().find(|a| a["service"] == service) else {
-        return ("planned".into(), "planned");
-    };
-    let action = a["action"].as_str().unwrap_or_default();
-    let (done, doing) = match action {
+    let mut state = ("planned".to_string(), "planned");
+    for a in actions {
+        let action = a["action"].as_str().unwrap_or_default();
+        if action == "CREATE" {
+            state = ("planned".into(), "planned");
+            continue;
+        }
+        if a["service"] != service {
+            continue;
+        }
+        let Some((done, doing)) = lifecycle(action) else {
+            continue;
+        };
+        state = match a["status"].as_str() {
+            Some("complete") => (done.into(), if done == "running" { "ok" } else { "idle" }),
+            Some("in_progress") => (doing.into(), "busy"),
+            _ => (format!("{} failed", action.to_lowercase()), "bad"),
+        };
+    }
+    state
+}
+
+/// What a lifecycle action leaves a service as, and what it is while it runs.
+fn lifecycle(action: &str) -> Option<(&'static str, &'static str)> {
+    Some(match action {
         "INSTALL" => ("installed", "installing"),
         "CONFIGURE" => ("configured", "configuring"),
         "INITIALIZE" => ("initialized", "initializing"),
         "START" => ("running", "starting"),
         "STOP" => ("stopped", "stopping"),
         "REMOVE" => ("removed", "removing"),
-        _ => ("done", "working"),
-    };
-    match a["status"].as_str() {
-        Some("complete") => (done.into(), if done == "running" { "ok" } else { "idle" }),
-        Some("in_progress") => (doing.into(), "busy"),
-        _ => (format!("{} failed", action.to_lowercase()), "bad"),
+        _ => return None,
+    })
+}
+
+/// A service's health on a node: the last finished health check since its last lifecycle change
+/// (`healthy`, `unhealthy`), else `unknown`.
+pub fn service_health(actions: &[Value], service: &str) -> &'static str {
+    let mut health = "unknown";
+    for a in actions {
+        let action = a["action"].as_str().unwrap_or_default();
+        if action == "CREATE" {
+            health = "unknown";
+        }
+        if a["service"] != service {
+            continue;
+        }
+        match (action, a["status"].as_str()) {
+            ("HEALTHCHECK", Some("complete")) => health = "healthy",
+            ("HEALTHCHECK", Some("failed")) => health = "unhealthy",
+            (other, _) if lifecycle(other).is_some() => health = "unknown",
+            _ => {}
+        }
     }
+    health
 }
 
 /// Whether a service has run START successfully on some node.
@@ -261,9 +305,8 @@ pub fn duration(ms: i64) -> String {
     }
 }
 
-/// The page's model: `grid` (services, and per node its label, addresses, types and one cell per
-/// service), `links` (with `live` false while a service it names has not started), `lanes` (per
-/// node the tasks of the plan in stage order, each with its attempts) and `services_summary`.
+/// The page's model: `grid` and `links` ([`grid_and_links`]), `lanes` (per node the tasks of the
+/// plan in stage order, each with its attempts) and `services_summary`.
 pub fn view(
     c: &Value,
     plan: &Value,
@@ -272,39 +315,75 @@ pub fn view(
     paged: bool,
 ) -> Value {
     let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let services = strings(&c["services"]);
-    let rows: Vec<Value> = nodes
+    let mut v = grid_and_links(c);
+    let summary: Vec<Value> = strings(&c["services"])
         .iter()
-        .map(|n| {
-            let actions = n["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-            let held: Vec<String> = n["services"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s["name"].as_str().map(String::from))
-                .collect();
-            let cells: Vec<Value> = services
+        .map(|s| {
+            let on = nodes
                 .iter()
-                .map(|s| {
-                    if !held.contains(s) {
-                        return json!({"service": s, "held": false});
-                    }
-                    let (text, tone) = service_state(actions, s);
-                    json!({"service": s, "held": true, "state": text, "tone": tone})
-                })
-                .collect();
-            let p = &n["properties"];
-            json!({
-                "id": n["id"], "label": node_label(n), "addresses": p["ipaddresses"],
-                "hardware": p["hardwaretype"], "image": p["imagetype"], "cells": cells,
-            })
+                .filter(|n| held_services(n).iter().any(|h| h == s))
+                .count();
+            json!({"name": s, "nodes": on})
         })
         .collect();
+    v["lanes"] = json!(lanes(nodes, plan, states, max_attempts, paged));
+    v["services_summary"] = json!(summary);
+    v
+}
+
+/// The names of the services on node `n`.
+fn held_services(n: &Value) -> Vec<String> {
+    n["services"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str().map(String::from))
+        .collect()
+}
+
+/// What stays true while the page is open, rebuilt for every live update: `grid` (services, and
+/// per node its label, addresses, types and one cell per service: lifecycle state and, for
+/// services with a health check, health) and `links` (one target per URL; not live while a
+/// service a link names has not started).
+pub fn grid_and_links(c: &Value) -> Value {
+    let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let services = strings(&c["services"]);
+    let rows: Vec<Value> = nodes.iter().map(|n| grid_row(n, &services)).collect();
+    json!({"grid": {"services": services, "rows": rows}, "links": links(c, nodes)})
+}
+
+fn grid_row(n: &Value, services: &[String]) -> Value {
+    let actions = n["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let defs = n["services"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let cells: Vec<Value> = services
+        .iter()
+        .map(|s| {
+            let Some(def) = defs.iter().find(|d| d["name"] == s.as_str()) else {
+                return json!({"service": s, "held": false});
+            };
+            let (state, tone) = service_state(actions, s);
+            let checked = def["provisioner"]["actions"]["healthcheck"].is_object();
+            let health = checked.then(|| service_health(actions, s));
+            json!({"service": s, "held": true, "state": state, "tone": tone, "health": health})
+        })
+        .collect();
+    let p = &n["properties"];
+    json!({
+        "id": n["id"], "label": node_label(n), "addresses": p["ipaddresses"],
+        "hardware": p["hardwaretype"], "image": p["imagetype"], "cells": cells,
+    })
+}
+
+/// The cluster's links as the page shows them: per link its label, whether it is live (every
+/// service it names has started and it expanded fully), what it waits for, and its targets: one
+/// per URL (the API's per-node `urls`, else its `url`), each linked only when it is an http or
+/// https URL.
+fn links(c: &Value, nodes: &[Value]) -> Vec<Value> {
     let raw_links = c["clusterTemplate"]["links"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let links: Vec<Value> = c["links"]
+    c["links"]
         .as_array()
         .into_iter()
         .flatten()
@@ -319,32 +398,29 @@ pub fn view(
                 .into_iter()
                 .filter(|s| !started(nodes, s))
                 .collect();
-            let live = waiting.is_empty() && !url.contains('%') && !url.is_empty();
-            json!({"label": l["label"], "url": url, "live": live, "waiting": waiting})
-        })
-        .collect();
-    let summary: Vec<Value> = services
-        .iter()
-        .map(|s| {
-            let on = rows
+            let mut urls = strings(&l["urls"]);
+            if urls.is_empty() {
+                urls.push(url.to_string());
+            }
+            let live = waiting.is_empty() && urls.iter().all(|u| !u.contains('%') && !u.is_empty());
+            let targets: Vec<Value> = urls
                 .iter()
-                .filter(|r| {
-                    r["cells"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|c| c["service"] == s.as_str() && c["held"] == true)
-                })
-                .count();
-            json!({"name": s, "nodes": on})
+                .map(|u| json!({"text": u, "href": web_url(u)}))
+                .collect();
+            json!({"label": l["label"], "live": live, "waiting": waiting, "targets": targets})
         })
-        .collect();
-    json!({
-        "grid": {"services": services, "rows": rows},
-        "links": links,
-        "lanes": lanes(nodes, plan, states, max_attempts, paged),
-        "services_summary": summary,
-    })
+        .collect()
+}
+
+/// `u` when it is an absolute http or https URL (what a link may point to), else `None`: a
+/// template's `javascript:` or `data:` URL is shown as text, never as a link.
+pub fn web_url(u: &str) -> Option<&str> {
+    let t = u.trim();
+    let scheme = t.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("http" | "https") if t == u && !t.chars().any(char::is_control) => Some(u),
+        _ => None,
+    }
 }
 
 /// The plan's tasks as one lane per node, in stage order, each with its attempts (from the node's
@@ -500,6 +576,20 @@ fn action_call(
     })
 }
 
+/// The reconfigure form's rows: each key, its value as text (a string as it is, anything else as
+/// JSON) and `string` or `json`, which says how [`config_from_form`] reads the text back.
+pub fn config_rows(config: &Value) -> Vec<Value> {
+    config
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| match v {
+            Value::String(s) => json!({"key": k, "text": s, "kind": "string"}),
+            other => json!({"key": k, "text": other.to_string(), "kind": "json"}),
+        })
+        .collect()
+}
+
 /// The config of the reconfigure form: rows `k{i}` / `v{i}` (`t{i}` = `string` keeps a value a
 /// string; otherwise a value that reads as JSON is taken as JSON). Rows with an empty key drop out.
 pub fn config_from_form(f: &BTreeMap<String, String>) -> Result<Value, String> {
@@ -547,6 +637,12 @@ async fn action(
         Ok(c) => c,
         Err(m) => return back("error", &m),
     };
+    if op.starts_with("reconfigure") && unchanged_config(&ctx, &id, body.as_ref()).await {
+        return back(
+            "notice",
+            "the config is unchanged: nothing to do (Restart all restarts the services)",
+        );
+    }
     let r = ctx.api(method, &path, body.map(|b| b.to_string())).await;
     let what = match f
         .get("service")
@@ -568,8 +664,15 @@ async fn action(
     }
 }
 
-/// What the live view shows of a cluster: its status, the latest job's progress, task states and
-/// each node's service states (`cells`, keyed `nodeId/service`).
+/// Whether a reconfigure request's config is the cluster's config as it is: a form submitted
+/// unchanged starts no job.
+async fn unchanged_config(ctx: &Ctx, id: &str, body: Option<&Value>) -> bool {
+    let r = ctx.get(&format!("/v2/clusters/{}/config", enc(id))).await;
+    r.ok() && body.is_some_and(|b| b["config"] == r.value())
+}
+
+/// What the live view shows of a cluster: its status, message, the latest job's progress and
+/// task states, and the grid and links as the page renders them (`grid_html`, `links_html`).
 async fn snapshot(ctx: &Ctx, id: &str, offset: usize) -> Option<Value> {
     let (c, page) = cluster_page(ctx, id, offset).await.ok()?;
     let job = c["latestJobId"].as_str().unwrap_or_default().to_string();
@@ -578,19 +681,18 @@ async fn snapshot(ctx: &Ctx, id: &str, offset: usize) -> Option<Value> {
     } else {
         task_states(ctx, id, &job, &paged_nodes(&c, &page)).await
     };
-    let mut cells = Map::new();
-    for n in c["nodes"].as_array().into_iter().flatten() {
-        let actions = n["actions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        for s in n["services"].as_array().into_iter().flatten() {
-            let name = s["name"].as_str().unwrap_or_default();
-            let (text, tone) = service_state(actions, name);
-            let key = format!("{}/{name}", n["id"].as_str().unwrap_or_default());
-            cells.insert(key, json!([text, tone]));
-        }
-    }
+    let model = grid_and_links(&c);
+    let part = |name: &str| {
+        ctx.ui
+            .env
+            .get_template(name)
+            .and_then(|t| t.render(minijinja::Value::from(minijinja::value::Serde(&model))))
+            .unwrap_or_default()
+    };
     Some(json!({
         "status": c["status"], "job": job, "progress": c["progress"],
-        "message": c["message"], "tasks": tasks, "cells": cells,
+        "message": c["message"], "tasks": tasks,
+        "grid_html": part("cluster_grid.html"), "links_html": part("cluster_links.html"),
     }))
 }
 
@@ -715,6 +817,73 @@ mod tests {
             service_state(&[a("START", "failed")], "web"),
             ("start failed".into(), "bad")
         );
+    }
+
+    #[test]
+    fn health_checks_and_drift_checks_leave_the_lifecycle_alone() {
+        let a = |service: &str, action: &str, status: &str| json!({"service": service, "action": action, "status": status});
+        let ran = [
+            a("", "CREATE", "complete"),
+            a("web", "INSTALL", "complete"),
+            a("web", "START", "complete"),
+            a("web", "HEALTHCHECK", "complete"),
+            a("", "STATUS", "complete"),
+        ];
+        assert_eq!(service_state(&ran, "web"), ("running".into(), "ok"));
+        assert_eq!(service_health(&ran, "web"), "healthy");
+        let mut sick = ran.to_vec();
+        sick.push(a("web", "HEALTHCHECK", "failed"));
+        assert_eq!(service_state(&sick, "web").0, "running");
+        assert_eq!(service_health(&sick, "web"), "unhealthy");
+        // A restart makes the last check old news; a new machine starts the services over.
+        sick.push(a("web", "STOP", "complete"));
+        assert_eq!(service_health(&sick, "web"), "unknown");
+        assert_eq!(service_state(&sick, "web").0, "stopped");
+        sick.push(a("", "CREATE", "in_progress"));
+        assert_eq!(service_state(&sick, "web").0, "planned");
+    }
+
+    #[test]
+    fn only_web_urls_become_links() {
+        assert_eq!(web_url("http://10.0.0.1:80/"), Some("http://10.0.0.1:80/"));
+        assert_eq!(web_url("HTTPS://x/"), Some("HTTPS://x/"));
+        for bad in [
+            "javascript:alert(1)",
+            " javascript://x",
+            "data:text/html,<b>",
+            "//x/",
+            "http://a\nb",
+            "vbscript://x",
+        ] {
+            assert_eq!(web_url(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_rows_read_back_as_the_config() {
+        let config =
+            json!({"evil": {"k": "x\" onfocus=y"}, "n": 1, "s": "8080", "b": "{", "l": [1, "2"]});
+        let mut f = BTreeMap::new();
+        for (i, r) in config_rows(&config).iter().enumerate() {
+            f.insert(format!("k{i}"), r["key"].as_str().unwrap().to_string());
+            f.insert(format!("v{i}"), r["text"].as_str().unwrap().to_string());
+            f.insert(format!("t{i}"), r["kind"].as_str().unwrap().to_string());
+        }
+        assert_eq!(config_from_form(&f).unwrap(), config);
+    }
+
+    #[test]
+    fn a_link_over_several_nodes_shows_one_url_each() {
+        let c = json!({
+            "services": ["web"], "nodes": [],
+            "clusterTemplate": {"links": [{"label": "site", "url": "http://%ip.service.web%/"}]},
+            "links": [{"label": "site", "url": "http://10.0.0.1,10.0.0.2/",
+                       "urls": ["http://10.0.0.1/", "http://10.0.0.2/"]}],
+        });
+        let v = grid_and_links(&c);
+        let targets = v["links"][0]["targets"].as_array().unwrap();
+        assert_eq!(targets.len(), 2);
+        assert_eq!(targets[1]["href"], "http://10.0.0.2/");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::Path;
 use axum::http::{Method, StatusCode};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde_json::{json, Map, Value};
@@ -295,8 +295,9 @@ async fn choices(ctx: &Ctx, kinds: &[&str]) -> Result<Map<String, Value>, Respon
     Ok(out)
 }
 
-/// The solve preview of a template at `size` nodes on `provider`: an HTML fragment.
-async fn preview_html(ctx: &Ctx, t: &Value, size: &str, provider: &str) -> String {
+/// The solve preview of a template at `size` nodes on `provider`: what `solve_preview.html` shows
+/// (as `p`).
+async fn preview_model(ctx: &Ctx, t: &Value, size: &str, provider: &str) -> Value {
     let mut q = json!({"template": t, "sizes": true});
     if let Ok(n) = size.trim().parse::<u64>() {
         q["numMachines"] = json!(n);
@@ -307,21 +308,12 @@ async fn preview_html(ctx: &Ctx, t: &Value, size: &str, provider: &str) -> Strin
     let r = ctx
         .api(Method::POST, "/v2/solve", Some(q.to_string()))
         .await;
-    let v = if r.ok() {
+    if r.ok() {
         let v = r.value();
         json!({"ok": true, "sizes": sizes_text(&v["sizes"]["ranges"]), "scanned": v["sizes"]["scanned"],
                "size": v["numMachines"], "layout": v["layout"], "explanation": v["explanation"]})
     } else {
         json!({"ok": false, "error": r.message()})
-    };
-    match ctx
-        .ui
-        .env
-        .get_template("solve_preview.html")
-        .and_then(|tpl| tpl.render(minijinja::Value::from(minijinja::value::Serde(&v))))
-    {
-        Ok(s) => s,
-        Err(e) => format!("<p class=\"error\">preview failed: {e}</p>"),
     }
 }
 
@@ -362,7 +354,7 @@ async fn template_page(
     } else {
         preview.0.to_string()
     };
-    let html = preview_html(ctx, t, &size, &provider).await;
+    let preview = preview_model(ctx, t, &size, &provider).await;
     let title = match editing {
         Some(n) => format!("Edit cluster template {n}"),
         None => "New cluster template".into(),
@@ -373,7 +365,7 @@ async fn template_page(
         &title,
         "clustertemplates",
         json!({"t": t, "v": template_view(t), "choices": choices, "editing": editing,
-               "errors": errors, "base": t.to_string(), "preview": html,
+               "errors": errors, "base": t.to_string(), "preview": preview,
                "preview_size": size, "preview_provider": provider}),
     ))
 }
@@ -405,9 +397,9 @@ pub async fn template_preview(ctx: Ctx, Form(form): Form<FormMap>) -> Response {
     if let Err(r) = ctx.require(Role::Admin) {
         return r;
     }
-    let html = match template_from_form(&form) {
+    let p = match template_from_form(&form) {
         Ok(t) => {
-            preview_html(
+            preview_model(
                 &ctx,
                 &t,
                 text(&form, "preview:size"),
@@ -415,12 +407,14 @@ pub async fn template_preview(ctx: Ctx, Form(form): Form<FormMap>) -> Response {
             )
             .await
         }
-        Err((_, m)) => format!(
-            "<p class=\"error\" id=\"solve-error\">{}</p>",
-            super::html::escape(&m)
-        ),
+        Err((_, m)) => json!({"ok": false, "error": m}),
     };
-    Html(html).into_response()
+    super::html::render(
+        &ctx.ui.env,
+        StatusCode::OK,
+        "solve_preview.html",
+        json!({ "p": p }),
+    )
 }
 
 /// The editor again, with what was submitted and the error at its field.

@@ -18,6 +18,14 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("templates/cluster_new.html"),
     ),
     ("cluster.html", include_str!("templates/cluster.html")),
+    (
+        "cluster_grid.html",
+        include_str!("templates/cluster_grid.html"),
+    ),
+    (
+        "cluster_links.html",
+        include_str!("templates/cluster_links.html"),
+    ),
     ("entities.html", include_str!("templates/entities.html")),
     (
         "entity_form.html",
@@ -60,6 +68,10 @@ pub fn environment() -> minijinja::Environment<'static> {
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
     env.add_filter("time", |ms: i64| fmt_time(ms));
     env.add_filter("bound", |n: minijinja::Value| fmt_bound(&n));
+    static JS_SRI: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static CSS_SRI: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    env.add_global("js_integrity", super::guard::integrity(JS, &JS_SRI));
+    env.add_global("css_integrity", super::guard::integrity(CSS, &CSS_SRI));
     for (name, src) in TEMPLATES {
         if let Err(e) = env.add_template(name, src) {
             panic!("ui template {name}: {e:#}");
@@ -217,6 +229,70 @@ mod tests {
         );
         assert_eq!(fmt_bound(&minijinja::Value::from(5)), "5");
         assert_eq!(fmt_bound(&minijinja::Value::UNDEFINED), "unbounded");
+    }
+
+    /// Every value reaches HTML through auto-escaping: no template marks anything safe, and JSON
+    /// goes into a page only inside `<script type="application/json">` (where `tojson` escapes
+    /// `<`, `>` and `&`), never into an attribute or text, where its quotes would break out.
+    #[test]
+    fn templates_never_bypass_escaping() {
+        for (name, src) in TEMPLATES {
+            let squeezed: String = src.chars().filter(|c| !c.is_whitespace()).collect();
+            assert!(!squeezed.contains("|safe"), "{name} marks a value safe");
+            assert!(
+                !squeezed.contains("autoescapefalse"),
+                "{name} turns escaping off"
+            );
+            for (at, _) in squeezed.match_indices("|tojson") {
+                let before = &squeezed[..at];
+                let open = before.rfind("<scripttype=\"application/json\"");
+                let close = before.rfind("</script>");
+                assert!(
+                    open.is_some() && open > close,
+                    "{name}: tojson outside <script type=\"application/json\">"
+                );
+            }
+            assert!(
+                !has_inline_handler(src),
+                "{name} has an inline event handler (the CSP forbids them)"
+            );
+            assert!(!src.contains("style=\""), "{name} has an inline style");
+            let scripts = src.matches("<script").count();
+            let expected = usize::from(*name == "base.html");
+            assert_eq!(scripts, expected, "{name}: only base.html loads a script");
+        }
+    }
+
+    /// A word like `onclick=` (an attribute that runs script).
+    fn has_inline_handler(src: &str) -> bool {
+        src.split(|c: char| c.is_whitespace() || c == '<').any(|w| {
+            w.strip_prefix("on")
+                .and_then(|rest| rest.split_once('='))
+                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase()))
+        })
+    }
+
+    #[test]
+    fn a_hostile_value_stays_text_in_every_context() {
+        let env = environment();
+        let evil =
+            "x\" autofocus onfocus=alert(1) y</textarea></script><svg onload=alert(1)>{{ 7*7 }}";
+        let t = env
+            .template_from_str(
+                "<input value=\"{{ v }}\"><p title='{{ v }}'>{{ v }}</p><textarea>{{ v }}</textarea>",
+            )
+            .unwrap();
+        let out = t.render(minijinja::context! { v => evil }).unwrap();
+        assert_eq!(
+            out.matches('"').count(),
+            2,
+            "only the template's own quotes: {out}"
+        );
+        assert!(
+            !out.contains("<svg") && !out.contains("</textarea></script>"),
+            "{out}"
+        );
+        assert!(!out.contains("49"), "{out}");
     }
 
     #[test]

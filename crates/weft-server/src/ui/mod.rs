@@ -18,6 +18,7 @@ mod admin;
 mod cluster;
 mod clusters;
 mod editors;
+mod guard;
 mod html;
 mod session;
 mod superadmin;
@@ -35,6 +36,7 @@ use serde_json::{json, Value};
 
 use crate::state::AppState;
 
+pub use guard::CSP_REPORTS;
 pub use html::render_error;
 use session::{cookie_token, identity};
 pub use session::{ApiResp, Ctx, Login, NeedLogin, Ui, COOKIE};
@@ -60,11 +62,14 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/api/{*path}", any(proxy))
+        .route("/ui/csp-report", post(guard::csp_report))
         .merge(clusters::routes())
         .merge(cluster::routes())
         .merge(admin::routes())
         .merge(editors::routes())
         .merge(superadmin::routes())
+        .layer(axum::middleware::from_fn(guard::cross_site))
+        .layer(axum::middleware::from_fn(guard::headers))
         .layer(Extension(ui))
 }
 
@@ -97,6 +102,7 @@ async fn login_page(Extension(ui): Extension<Arc<Ui>>) -> Response {
 async fn login(
     State(state): State<AppState>,
     Extension(ui): Extension<Arc<Ui>>,
+    headers: axum::http::HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
     let key = Some(f.apikey.trim().to_string()).filter(|k| !k.is_empty());
@@ -104,6 +110,7 @@ async fn login(
         tenant: f.tenant.trim().to_string(),
         user: f.user.trim().to_string(),
         key,
+        csrf: crate::auth::new_key(),
     };
     let fail = |message: String| {
         html::render(
@@ -132,12 +139,23 @@ async fn login(
         Err(_) => return fail("session store unavailable".into()),
     }
     let mut r = Redirect::to("/ui/clusters").into_response();
+    let secure = if over_tls(&headers) { "; Secure" } else { "" };
     if let Ok(v) = HeaderValue::from_str(&format!(
-        "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+        "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
     )) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
+}
+
+/// Whether the browser reached the UI over HTTPS (a TLS proxy in front says so in
+/// `X-Forwarded-Proto` or `Forwarded`): the session cookie is then `Secure`.
+fn over_tls(h: &axum::http::HeaderMap) -> bool {
+    let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    get("x-forwarded-proto").eq_ignore_ascii_case("https")
+        || get("forwarded")
+            .to_ascii_lowercase()
+            .contains("proto=https")
 }
 
 async fn logout(Extension(ui): Extension<Arc<Ui>>, req: Request) -> Response {

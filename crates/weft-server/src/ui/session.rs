@@ -27,6 +27,8 @@ pub struct Login {
     pub tenant: String,
     pub user: String,
     pub key: Option<String>,
+    /// The token every form of this session carries ([`super::guard`]).
+    pub csrf: String,
 }
 
 /// The UI's shared parts: the API router it calls, the templates and the sessions.
@@ -238,6 +240,7 @@ impl Ctx {
             "tenant": self.who.tenant.spec.name,
             "is_admin": self.who.role >= Role::Admin,
             "is_super": self.who.role == Role::SuperAdmin,
+            "csrf": self.login.csrf,
             "role": match self.who.role { Role::User => "user", Role::Admin => "tenant admin", Role::SuperAdmin => "superadmin" },
         })
     }

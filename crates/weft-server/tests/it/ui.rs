@@ -43,7 +43,37 @@ fn encode(s: &str) -> String {
     out
 }
 
+/// The session's CSRF token, as its pages carry it in every form.
+async fn csrf_token(h: &Harness, cookie: &str) -> String {
+    let html = page(h, cookie, "/ui/clusters/new").await.text();
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no csrf field in the page: {html}"));
+    let rest = &html[at + "name=\"csrf\" value=\"".len()..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+/// Posts a form as a page of the session would (its CSRF token included).
 async fn form(h: &Harness, cookie: Option<&str>, path: &str, fields: &[(&str, &str)]) -> Resp {
+    let token = match cookie {
+        Some(c) => Some(csrf_token(h, c).await),
+        None => None,
+    };
+    let mut fields = fields.to_vec();
+    if let Some(t) = &token {
+        fields.push(("csrf", t));
+    }
+    raw_form(h, cookie, path, &fields, &[]).await
+}
+
+/// Posts `fields` as they are, with extra request headers.
+async fn raw_form(
+    h: &Harness,
+    cookie: Option<&str>,
+    path: &str,
+    fields: &[(&str, &str)],
+    headers: &[(&str, &str)],
+) -> Resp {
     let body: Vec<String> = fields
         .iter()
         .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
@@ -54,6 +84,9 @@ async fn form(h: &Harness, cookie: Option<&str>, path: &str, fields: &[(&str, &s
         .header("content-type", "application/x-www-form-urlencoded");
     if let Some(c) = cookie {
         b = b.header("cookie", c);
+    }
+    for (k, v) in headers {
+        b = b.header(*k, *v);
     }
     h.send(Port::External, b.body(Body::from(body.join("&"))).unwrap())
         .await
@@ -837,4 +870,224 @@ async fn delete_from_the_cluster_page_while_a_job_runs() {
         .expect(200)
         .json();
     assert_eq!(s["status"], "terminated");
+}
+
+/// Undoes the template engine's HTML escaping of an attribute value.
+fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&#x27;", "'")
+        .replace("&#x2f;", "/")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// The reconfigure form's fields as the page has them (`k0`, `v0`, `t0`, ...), unescaped.
+fn reconfigure_fields(html: &str) -> Vec<(String, String)> {
+    let start = html
+        .find("id=\"reconfigure-form\"")
+        .expect("the reconfigure form");
+    let form = &html[start..start + html[start..].find("</form>").unwrap()];
+    let mut out = Vec::new();
+    for piece in form.split("<input").skip(1) {
+        let attr = |name: &str| {
+            let key = format!(" {name}=\"");
+            piece.find(&key).map(|i| {
+                let rest = &piece[i + key.len()..];
+                unescape(&rest[..rest.find('"').unwrap()])
+            })
+        };
+        if let Some(n) = attr("name").filter(|n| n != "csrf") {
+            out.push((n, attr("value").unwrap_or_default()));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_reconfigure_form_keeps_nested_config_and_hostile_values_inert() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let evil = "x\" autofocus onfocus=document.title=42 y";
+    let config = json!({"evil": {"k": evil}, "list": [1, "2", {"a": null}], "port": 8080,
+                        "port_text": "8080", "brace": "{", "flag": true, "q": "say \"hi\" <b>"});
+    let body = json!({"name": "c1", "clusterTemplate": "t", "numMachines": 1, "config": config});
+    let r = h
+        .post(
+            crate::common::user("bob", T),
+            "/v2/clusters",
+            body.to_string(),
+        )
+        .await
+        .expect(200)
+        .json();
+    let id = r["id"].as_str().unwrap().to_string();
+    drain(&h, &tid, |_| false).await;
+    let user = login(&h, T, "bob", "").await;
+    let cfg_path = format!("/v2/clusters/{id}/config");
+    let before = h
+        .get(crate::common::user("bob", T), &cfg_path)
+        .await
+        .expect(200)
+        .json();
+    let html = page(&h, &user, &format!("/ui/clusters/{id}"))
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        !html.contains("\" autofocus") && !html.contains("<b>"),
+        "a config value broke out of its attribute: {html}"
+    );
+    let job_before = latest_job(&h, &id).await;
+    // Submitted unchanged: nothing changes and no job starts.
+    let fields = reconfigure_fields(&html);
+    let mut submit: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    submit.push(("op", "reconfigure"));
+    submit.push(("restart", "on"));
+    let r = form(
+        &h,
+        Some(&user),
+        &format!("/ui/clusters/{id}/action"),
+        &submit,
+    )
+    .await;
+    let to = r.headers["location"].to_str().unwrap().to_string();
+    assert!(to.contains("notice=the%20config%20is%20unchanged"), "{to}");
+    let after = h
+        .get(crate::common::user("bob", T), &cfg_path)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(after, before);
+    assert_eq!(
+        latest_job(&h, &id).await,
+        job_before,
+        "no job for an unchanged form"
+    );
+    // One nested value changed through the form: only it changes.
+    let (vi, _) = fields
+        .iter()
+        .enumerate()
+        .find(|(_, (k, v))| k.starts_with('k') && v == "evil")
+        .unwrap();
+    let vname = fields[vi + 1].0.clone();
+    let mut submit: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    for f in submit.iter_mut() {
+        if f.0 == vname {
+            f.1 = "{\"k\": \"calm\"}";
+        }
+    }
+    submit.push(("op", "reconfigure"));
+    let r = form(
+        &h,
+        Some(&user),
+        &format!("/ui/clusters/{id}/action"),
+        &submit,
+    )
+    .await;
+    let to = r.headers["location"].to_str().unwrap().to_string();
+    assert!(to.contains("notice=reconfigure"), "{to}");
+    let mut want = before.clone();
+    want["evil"] = json!({"k": "calm"});
+    let after = h
+        .get(crate::common::user("bob", T), &cfg_path)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(after, want);
+}
+
+#[tokio::test]
+async fn forms_from_other_sites_are_refused_and_pages_carry_security_headers() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let admin = login(&h, T, "admin", "").await;
+    let t = page(&h, &admin, "/ui/admin/hardwaretypes")
+        .await
+        .expect(200);
+    let csp = t.headers["content-security-policy"].to_str().unwrap();
+    for want in [
+        "script-src 'self'",
+        "frame-ancestors 'none'",
+        "default-src 'none'",
+    ] {
+        assert!(csp.contains(want), "{csp}");
+    }
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(t.headers["x-content-type-options"], "nosniff");
+    assert_eq!(t.headers["referrer-policy"], "same-origin");
+    assert!(
+        t.text().contains("integrity=\"sha256-"),
+        "the script's hash"
+    );
+    let token = csrf_token(&h, &admin).await;
+    let del = "/ui/admin/hardwaretypes/small/delete";
+    // Another origin, a same-site page on another port, no token, a wrong token: all refused.
+    type Pairs<'a> = &'a [(&'a str, &'a str)];
+    let refused: [(Pairs, Pairs); 4] = [
+        (&[("csrf", &token)], &[("origin", "http://evil.example")]),
+        (&[("csrf", &token)], &[("sec-fetch-site", "same-site")]),
+        (&[], &[]),
+        (&[("csrf", "weft_0000")], &[]),
+    ];
+    for (fields, headers) in refused {
+        let r = raw_form(&h, Some(&admin), del, fields, headers).await;
+        assert_eq!(
+            r.status.as_u16(),
+            403,
+            "{fields:?} {headers:?}: {}",
+            r.text()
+        );
+    }
+    h.get(admin_who(), "/v2/hardwaretypes/small")
+        .await
+        .expect(200);
+    // Another session's token is no good either.
+    let other = login(&h, T, "admin", "").await;
+    let theirs = csrf_token(&h, &other).await;
+    let r = raw_form(&h, Some(&admin), del, &[("csrf", &theirs)], &[]).await;
+    assert_eq!(r.status.as_u16(), 403);
+    // The page's own form: done.
+    let r = raw_form(
+        &h,
+        Some(&admin),
+        del,
+        &[("csrf", &token)],
+        &[("sec-fetch-site", "same-origin")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    h.get(admin_who(), "/v2/hardwaretypes/small")
+        .await
+        .expect(404);
+    // A browser's CSP report is counted where operators look.
+    let report =
+        json!({"csp-report": {"violated-directive": "script-src", "blocked-uri": "inline"}});
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/ui/csp-report")
+        .header("content-type", "application/csp-report")
+        .body(Body::from(report.to_string()))
+        .unwrap();
+    assert_eq!(h.send(Port::External, req).await.status.as_u16(), 204);
+    let m = h.get(admin_who(), "/metrics").await.expect(200).text();
+    assert!(m.contains("weft_ui_csp_reports_total 1"), "{m}");
+}
+
+async fn latest_job(h: &Harness, id: &str) -> serde_json::Value {
+    h.get(crate::common::user("bob", T), &format!("/v2/clusters/{id}"))
+        .await
+        .expect(200)
+        .json()["latestJobId"]
+        .clone()
+}
+
+fn admin_who() -> crate::common::Who {
+    crate::common::admin(T)
 }

@@ -96,6 +96,7 @@ document.querySelectorAll("input[data-filter]").forEach(function (box) {
   var jobEl = document.getElementById("job") || el;
   var shownJob = jobEl.getAttribute("data-job") || "";
   var latestJob = jobEl.getAttribute("data-latest") || "";
+  var rendered = {};
   function set(id, text) { var n = document.getElementById(id); if (n) { n.textContent = text; } }
   src.addEventListener("state", function (e) {
     var s = JSON.parse(e.data);
@@ -116,10 +117,21 @@ document.querySelectorAll("input[data-filter]").forEach(function (box) {
       var label = n.querySelector(".st");
       if (label) { label.textContent = s.tasks[t].replace("_", " "); }
     });
-    Object.keys(s.cells || {}).forEach(function (k) {
-      var n = document.querySelector('[data-cell="' + k + '"]');
-      if (n) { n.textContent = s.cells[k][0]; n.className = "cell tone-" + s.cells[k][1]; }
+    // The grid and the links arrive rendered (and escaped) by the server's templates.
+    [["grid-box", s.grid_html], ["links-box", s.links_html]].forEach(function (p) {
+      var n = document.getElementById(p[0]);
+      if (n && typeof p[1] === "string" && rendered[p[0]] !== p[1]) {
+        n.innerHTML = p[1];
+        rendered[p[0]] = p[1];
+      }
     });
+    var msg = document.getElementById("cluster-message");
+    if (msg) {
+      msg.textContent = s.message || "";
+      msg.hidden = !s.message;
+      var ml = document.getElementById("cluster-message-label");
+      if (ml) { ml.hidden = !s.message; }
+    }
     if (s.progress && jobShown) {
       var js = s.progress.actionstatus;
       [["pause", js !== "running"], ["resume", js !== "paused"],

@@ -982,7 +982,12 @@ fn show_cluster(d: &ClusterDetails) {
     }
     println!("{n}");
     for l in &d.links {
-        println!("link {}: {}", l.label, l.url);
+        if l.urls.is_empty() {
+            println!("link {}: {}", l.label, l.url);
+        }
+        for u in &l.urls {
+            println!("link {}: {u}", l.label);
+        }
     }
 }
 
