@@ -30,6 +30,10 @@ use weft_engine::metrics::BUCKETS;
 use crate::error::ApiResult;
 use crate::state::{now_ms, AppState};
 
+/// Content-Security-Policy violations browsers reported on UI pages (the UI's `/ui/csp-report`
+/// counts them here).
+pub static CSP_REPORTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Escapes a label value (backslash, double quote, newline).
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -140,7 +144,7 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
     let _ = writeln!(
         o,
         "weft_ui_csp_reports_total {}",
-        crate::ui::CSP_REPORTS.load(std::sync::atomic::Ordering::Relaxed)
+        CSP_REPORTS.load(std::sync::atomic::Ordering::Relaxed)
     );
     Ok(out)
 }

@@ -10,8 +10,8 @@
 //! the origin check. The browser's API calls (`/ui/api/...`) need the `X-Weft-UI` header instead,
 //! which no cross-origin page can send without a CORS preflight that the server never grants.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use axum::body::{to_bytes, Body};
 use axum::extract::Request;
@@ -24,9 +24,6 @@ use super::session::{cookie_token, Ui};
 
 /// The form field that carries the session's CSRF token.
 pub const CSRF_FIELD: &str = "csrf";
-
-/// CSP violation reports received (`weft_ui_csp_reports_total`).
-pub static CSP_REPORTS: AtomicU64 = AtomicU64::new(0);
 
 /// Form bodies are read whole for the token check; no UI form comes near this.
 const FORM_LIMIT: usize = 4 << 20;
@@ -131,7 +128,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 /// `POST /ui/csp-report`: a browser reporting a blocked script, style or frame. Counted and
 /// logged (the directive and what was blocked, a few hundred bytes at most).
 pub async fn csp_report(body: axum::body::Bytes) -> StatusCode {
-    CSP_REPORTS.fetch_add(1, Ordering::Relaxed);
+    crate::metrics::CSP_REPORTS.fetch_add(1, Ordering::Relaxed);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let r = &v["csp-report"];
     let short = |k: &str| {
@@ -148,19 +145,6 @@ pub async fn csp_report(body: axum::body::Bytes) -> StatusCode {
         "content security policy violation reported by a browser"
     );
     StatusCode::NO_CONTENT
-}
-
-/// The SRI value (`sha256-...`) of a static file, computed once.
-pub fn integrity(body: &'static str, cell: &'static OnceLock<String>) -> &'static str {
-    cell.get_or_init(|| {
-        use base64::Engine as _;
-        use sha2::Digest as _;
-        let digest = sha2::Sha256::digest(body.as_bytes());
-        format!(
-            "sha256-{}",
-            base64::engine::general_purpose::STANDARD.encode(digest)
-        )
-    })
 }
 
 #[cfg(test)]

@@ -70,14 +70,27 @@ pub fn environment() -> minijinja::Environment<'static> {
     env.add_filter("bound", |n: minijinja::Value| fmt_bound(&n));
     static JS_SRI: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static CSS_SRI: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    env.add_global("js_integrity", super::guard::integrity(JS, &JS_SRI));
-    env.add_global("css_integrity", super::guard::integrity(CSS, &CSS_SRI));
+    env.add_global("js_integrity", integrity(JS, &JS_SRI));
+    env.add_global("css_integrity", integrity(CSS, &CSS_SRI));
     for (name, src) in TEMPLATES {
         if let Err(e) = env.add_template(name, src) {
             panic!("ui template {name}: {e:#}");
         }
     }
     env
+}
+
+/// The SRI value (`sha256-...`) of a static file, computed once.
+fn integrity(body: &'static str, cell: &'static std::sync::OnceLock<String>) -> &'static str {
+    cell.get_or_init(|| {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(body.as_bytes());
+        format!(
+            "sha256-{}",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        )
+    })
 }
 
 /// Renders a template into an HTML response.

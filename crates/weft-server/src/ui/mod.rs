@@ -36,7 +36,6 @@ use serde_json::{json, Value};
 
 use crate::state::AppState;
 
-pub use guard::CSP_REPORTS;
 pub use html::render_error;
 use session::{cookie_token, identity};
 pub use session::{ApiResp, Ctx, Login, NeedLogin, Ui, COOKIE};
