@@ -17,9 +17,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::html::enc;
+use super::html::{enc, object_from_rows, value_rows};
 use super::session::{ApiResp, Ctx};
 use crate::state::{now_ms, AppState};
 
@@ -174,8 +174,10 @@ async fn detail(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) 
     );
     let title = format!("Cluster {}", c["name"].as_str().unwrap_or(&id));
     let config_json = serde_json::to_string_pretty(&c["config"]).unwrap_or_default();
+    let parts = live_parts(&ctx, &c);
     let mut extra = json!({
-        "config_rows": config_rows(&c["config"]), "config_json": config_json,
+        "config_rows": value_rows(&c["config"]), "config_json": config_json,
+        "grid_rev": parts["grid_rev"], "links_rev": parts["links_rev"],
         "c": c, "job": job, "latest": latest, "jobs": jobs(&ctx, &id).await,
         "addable": addable(&c, &known), "page": page,
         "notice": q.notice, "error": q.error,
@@ -545,7 +547,7 @@ fn action_call(
         ),
         op @ ("pause" | "resume" | "abort") => (Method::POST, format!("{base}/{op}"), None),
         "reconfigure" => {
-            let config = config_from_form(f)?;
+            let config = object_from_rows(f, "")?;
             (
                 Method::PUT,
                 format!("{base}/config"),
@@ -574,49 +576,6 @@ fn action_call(
         }
         other => return Err(format!("unknown action {other}")),
     })
-}
-
-/// The reconfigure form's rows: each key, its value as text (a string as it is, anything else as
-/// JSON) and `string` or `json`, which says how [`config_from_form`] reads the text back.
-pub fn config_rows(config: &Value) -> Vec<Value> {
-    config
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| match v {
-            Value::String(s) => json!({"key": k, "text": s, "kind": "string"}),
-            other => json!({"key": k, "text": other.to_string(), "kind": "json"}),
-        })
-        .collect()
-}
-
-/// The config of the reconfigure form: rows `k{i}` / `v{i}` (`t{i}` = `string` keeps a value a
-/// string; otherwise a value that reads as JSON is taken as JSON). Rows with an empty key drop out.
-pub fn config_from_form(f: &BTreeMap<String, String>) -> Result<Value, String> {
-    let mut config = Map::new();
-    for i in 0.. {
-        let Some(key) = f.get(&format!("k{i}")) else {
-            break;
-        };
-        let key = key.trim();
-        if key.is_empty() {
-            continue;
-        }
-        let raw = f
-            .get(&format!("v{i}"))
-            .map(String::as_str)
-            .unwrap_or_default();
-        let as_string = f.get(&format!("t{i}")).is_some_and(|t| t == "string");
-        let value = if as_string {
-            Value::String(raw.to_string())
-        } else {
-            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
-        };
-        if config.insert(key.to_string(), value).is_some() {
-            return Err(format!("config key {key} is given twice"));
-        }
-    }
-    Ok(Value::Object(config))
 }
 
 async fn action(
@@ -681,7 +640,21 @@ async fn snapshot(ctx: &Ctx, id: &str, offset: usize) -> Option<Value> {
     } else {
         task_states(ctx, id, &job, &paged_nodes(&c, &page)).await
     };
-    let model = grid_and_links(&c);
+    let mut snap = json!({
+        "status": c["status"], "job": job, "progress": c["progress"],
+        "message": c["message"], "tasks": tasks,
+    });
+    if let (Some(s), Value::Object(parts)) = (snap.as_object_mut(), live_parts(ctx, &c)) {
+        s.extend(parts);
+    }
+    Some(snap)
+}
+
+/// The grid and the links rendered as the page shows them (`grid_html`, `links_html`) with a
+/// revision of each (`grid_rev`, `links_rev`): the page replaces a part only when its revision
+/// changed, so nothing moves under the reader's pointer while the cluster stands still.
+fn live_parts(ctx: &Ctx, c: &Value) -> Value {
+    let model = grid_and_links(c);
     let part = |name: &str| {
         ctx.ui
             .env
@@ -689,11 +662,12 @@ async fn snapshot(ctx: &Ctx, id: &str, offset: usize) -> Option<Value> {
             .and_then(|t| t.render(minijinja::Value::from(minijinja::value::Serde(&model))))
             .unwrap_or_default()
     };
-    Some(json!({
-        "status": c["status"], "job": job, "progress": c["progress"],
-        "message": c["message"], "tasks": tasks,
-        "grid_html": part("cluster_grid.html"), "links_html": part("cluster_links.html"),
-    }))
+    let rev = |html: &str| {
+        use sha2::Digest as _;
+        hex::encode(&sha2::Sha256::digest(html.as_bytes())[..8])
+    };
+    let (grid, links) = (part("cluster_grid.html"), part("cluster_links.html"));
+    json!({"grid_rev": rev(&grid), "links_rev": rev(&links), "grid_html": grid, "links_html": links})
 }
 
 /// Server-sent events: a `state` event with the cluster's [`snapshot`] whenever it changes, checked
@@ -795,10 +769,10 @@ mod tests {
             ("v4", "hello world"),
         ]);
         assert_eq!(
-            config_from_form(&f).unwrap(),
+            object_from_rows(&f, "").unwrap(),
             json!({"port": 8080, "name": "8080", "flags": {"a": true}, "plain": "hello world"})
         );
-        assert!(config_from_form(&form(&[("k0", "a"), ("k1", "a")])).is_err());
+        assert!(object_from_rows(&form(&[("k0", "a"), ("k1", "a")]), "").is_err());
     }
 
     #[test]
@@ -864,12 +838,12 @@ mod tests {
         let config =
             json!({"evil": {"k": "x\" onfocus=y"}, "n": 1, "s": "8080", "b": "{", "l": [1, "2"]});
         let mut f = BTreeMap::new();
-        for (i, r) in config_rows(&config).iter().enumerate() {
+        for (i, r) in value_rows(&config).iter().enumerate() {
             f.insert(format!("k{i}"), r["key"].as_str().unwrap().to_string());
             f.insert(format!("v{i}"), r["text"].as_str().unwrap().to_string());
             f.insert(format!("t{i}"), r["kind"].as_str().unwrap().to_string());
         }
-        assert_eq!(config_from_form(&f).unwrap(), config);
+        assert_eq!(object_from_rows(&f, "").unwrap(), config);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde_json::{json, Map, Value};
 
-use super::html::{enc, field_of};
+use super::html::{enc, field_of, links_from_rows, object_from_rows, value_rows};
 use super::session::Ctx;
 use crate::auth::Role;
 use crate::state::AppState;
@@ -49,14 +49,18 @@ type Page = Result<Response, Response>;
 type FormMap = BTreeMap<String, String>;
 
 /// The service actions an automator runs.
-const SERVICE_ACTIONS: [&str; 6] = [
+const SERVICE_ACTIONS: [&str; 7] = [
     "install",
     "configure",
     "initialize",
     "start",
     "stop",
     "remove",
+    "healthcheck",
 ];
+
+/// A health check's settings beside its automator fields.
+const HEALTH_SETTINGS: [&str; 3] = ["timeout", "tries", "interval"];
 
 /// The dependency classes of the dependency table, as `dependencies` paths.
 const DEP_CLASSES: [&str; 5] = [
@@ -104,6 +108,14 @@ fn base(form: &FormMap) -> Map<String, Value> {
     serde_json::from_str(text(form, "_base")).unwrap_or_default()
 }
 
+/// The object at `key` of `m` (empty when absent or not an object).
+fn object_at(m: &Map<String, Value>, key: &str) -> Map<String, Value> {
+    m.get(key)
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Groups `prefix<i>:<service>` of checked boxes, each with two members or more.
 fn groups(form: &FormMap, prefix: &str) -> Vec<Vec<String>> {
     let mut by: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
@@ -148,7 +160,19 @@ pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
             v => defaults.insert(key.into(), json!(v)),
         };
     }
+    let config = object_from_rows(form, "cfg:").map_err(|m| ("defaults".to_string(), m))?;
+    if config.as_object().is_some_and(|c| !c.is_empty()) || defaults.contains_key("config") {
+        defaults.insert("config".into(), config);
+    }
+    match text(form, "def:dnsSuffix").trim() {
+        "" => defaults.remove("dnsSuffix"),
+        d => defaults.insert("dnsSuffix".into(), json!(d)),
+    };
     t.insert("defaults".into(), Value::Object(defaults));
+    let links = links_from_rows(form, "link:");
+    if !links.is_empty() || t.contains_key("links") {
+        t.insert("links".into(), Value::Array(links));
+    }
     let min = number(form, "size:min", "the smallest size")?.unwrap_or(1);
     let max = number(form, "size:max", "the largest size")?.unwrap_or(weft_model::UNBOUNDED);
     let mut services = Map::new();
@@ -180,14 +204,14 @@ pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
         }
         services.insert(s.to_string(), Value::Object(c));
     }
-    t.insert(
-        "constraints".into(),
-        json!({
-            "size": {"min": min, "max": max},
-            "services": services,
-            "layout": {"mustcoexist": groups(form, "must:"), "cantcoexist": groups(form, "cant:")},
-        }),
-    );
+    let mut constraints = object_at(&t, "constraints");
+    constraints.insert("size".into(), json!({"min": min, "max": max}));
+    constraints.insert("services".into(), Value::Object(services));
+    let mut layout = object_at(&Map::from_iter(constraints.clone()), "layout");
+    layout.insert("mustcoexist".into(), json!(groups(form, "must:")));
+    layout.insert("cantcoexist".into(), json!(groups(form, "cant:")));
+    constraints.insert("layout".into(), Value::Object(layout));
+    t.insert("constraints".into(), Value::Object(constraints));
     let mut lease = Map::new();
     for key in ["initial", "max", "step"] {
         let raw = text(form, &format!("lease:{key}"));
@@ -199,7 +223,10 @@ pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
         };
         lease.insert(key.into(), json!(ms));
     }
-    t.insert("administration".into(), json!({ "leaseduration": lease }));
+    // Administration keeps what the editor does not show (a rollout policy, say).
+    let mut admin = object_at(&t, "administration");
+    admin.insert("leaseduration".into(), Value::Object(lease));
+    t.insert("administration".into(), Value::Object(admin));
     Ok(Value::Object(t))
 }
 
@@ -281,6 +308,7 @@ fn template_view(t: &Value) -> Value {
             "step": duration_text(lease["step"].as_u64().unwrap_or(0)),
         },
         "must": must, "cant": cant, "constraints": constraints,
+        "config_rows": value_rows(&t["defaults"]["config"]),
     })
 }
 
@@ -542,6 +570,7 @@ pub fn service_from_form(form: &FormMap) -> Result<Value, (String, String)> {
             "runtime": {"requires": dep("runtime.requires"), "uses": dep("runtime.uses")},
         }),
     );
+    let before = object_at(&object_at(&s, "provisioner"), "actions");
     let mut actions = Map::new();
     for action in SERVICE_ACTIONS {
         let kind = text(form, &format!("act:{action}:type"));
@@ -555,9 +584,28 @@ pub fn service_from_form(form: &FormMap) -> Result<Value, (String, String)> {
             .filter(|(_, v)| !v.trim().is_empty())
             .map(|(k, v)| (k.to_string(), json!(v)))
             .collect();
-        actions.insert(action.into(), json!({"type": kind, "fields": fields}));
+        // What the editor does not show of the action stays as it was.
+        let mut a = object_at(&before, action);
+        a.insert("type".into(), json!(kind));
+        a.insert("fields".into(), Value::Object(fields));
+        if action == "healthcheck" {
+            for key in HEALTH_SETTINGS {
+                let field = format!("act:healthcheck:{key}");
+                match number(form, &field, &format!("the health check's {key}"))? {
+                    Some(n) => a.insert(key.into(), json!(n)),
+                    None => a.remove(key),
+                };
+            }
+        }
+        actions.insert(action.into(), Value::Object(a));
     }
-    s.insert("provisioner".into(), json!({ "actions": actions }));
+    let mut provisioner = object_at(&s, "provisioner");
+    provisioner.insert("actions".into(), Value::Object(actions));
+    s.insert("provisioner".into(), Value::Object(provisioner));
+    let links = links_from_rows(form, "link:");
+    if !links.is_empty() || s.contains_key("links") {
+        s.insert("links".into(), Value::Array(links));
+    }
     Ok(Value::Object(s))
 }
 
@@ -603,7 +651,11 @@ fn service_view(s: &Value, automators: &[Value]) -> Value {
                 .map(|(k, _)| k)
                 .filter(|k| declared.is_none_or(|d| d.get(k.as_str()).is_none()))
                 .collect();
-            json!({"name": a, "type": kind, "fields": cur["fields"], "extra": extra})
+            let settings: Map<String, Value> = HEALTH_SETTINGS
+                .iter()
+                .map(|k| (k.to_string(), cur[*k].clone()))
+                .collect();
+            json!({"name": a, "type": kind, "fields": cur["fields"], "extra": extra, "settings": settings})
         })
         .collect();
     json!({"deps": deps, "classes": DEP_CLASSES, "types": types, "actions": actions,
@@ -677,9 +729,21 @@ mod tests {
         let f = form(&[
             (
                 "_base",
-                r#"{"links": [{"label": "x", "url": "y"}], "defaults": {"config": {"a": 1}}}"#,
+                r#"{"links": [{"label": "x", "url": "y"}], "defaults": {"config": {"a": 1}},
+                    "administration": {"rollout": {"canaries": 1}}, "label": "Web"}"#,
             ),
             ("name", "web"),
+            ("link:label0", "x"),
+            ("link:url0", "http://%ip.service.web%/"),
+            ("link:label1", ""),
+            ("link:url1", ""),
+            ("cfg:k0", "a"),
+            ("cfg:v0", "{\"n\": [1, \"2\"]}"),
+            ("cfg:t0", "json"),
+            ("cfg:k1", "port"),
+            ("cfg:v1", "8080"),
+            ("cfg:t1", "string"),
+            ("def:dnsSuffix", "example.internal"),
             ("compat:hw:small", "on"),
             ("compat:svc:base", "on"),
             ("compat:svc:web", "on"),
@@ -701,13 +765,16 @@ mod tests {
             ("lease:step", ""),
         ]);
         let t = template_from_form(&f).unwrap();
+        assert_eq!(t["label"], "Web", "fields the editor hides are kept");
+        assert_eq!(t["administration"]["rollout"], json!({"canaries": 1}));
         assert_eq!(
-            t["links"][0]["label"], "x",
-            "fields the editor hides are kept"
+            t["links"],
+            json!([{"label": "x", "url": "http://%ip.service.web%/"}])
         );
         assert_eq!(
             t["defaults"],
-            json!({"config": {"a": 1}, "services": ["web"], "provider": "local"})
+            json!({"config": {"a": {"n": [1, "2"]}, "port": "8080"}, "services": ["web"],
+                   "provider": "local", "dnsSuffix": "example.internal"})
         );
         assert_eq!(t["compatibility"]["services"], json!(["base", "web"]));
         assert_eq!(
@@ -766,6 +833,38 @@ mod tests {
         let v = service_view(&s, &[]);
         assert_eq!(v["deps"]["runtime.requires"], json!(["base"]));
         assert_eq!(v["actions"][0]["type"], "shell");
+        // A health check with its settings, and links.
+        let f = form(&[
+            (
+                "_base",
+                r#"{"provisioner": {"actions": {"healthcheck": {"type": "shell", "fields": {"script": "old.sh"}, "future": 1}}}}"#,
+            ),
+            ("name", "web"),
+            ("act:healthcheck:type", "shell"),
+            ("act:healthcheck:shell:script", "check.sh"),
+            ("act:healthcheck:timeout", "10"),
+            ("act:healthcheck:tries", ""),
+            ("act:healthcheck:interval", "0"),
+            ("link:label0", "status"),
+            ("link:url0", "http://%ip.self%/status"),
+        ]);
+        let s = service_from_form(&f).unwrap();
+        assert_eq!(
+            s["provisioner"]["actions"]["healthcheck"],
+            json!({"type": "shell", "fields": {"script": "check.sh"}, "future": 1, "timeout": 10, "interval": 0})
+        );
+        assert_eq!(
+            s["links"],
+            json!([{"label": "status", "url": "http://%ip.self%/status"}])
+        );
+        let bad = form(&[
+            ("act:healthcheck:type", "shell"),
+            ("act:healthcheck:tries", "many"),
+        ]);
+        assert_eq!(
+            service_from_form(&bad).unwrap_err().0,
+            "act:healthcheck:tries"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Templates, static files and small helpers of the web UI (time formatting, URL encoding, mapping
 //! an API message to the form field it names).
 
+use std::collections::BTreeMap;
+
 use axum::extract::Path;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -91,6 +93,74 @@ fn integrity(body: &'static str, cell: &'static std::sync::OnceLock<String>) -> 
             base64::engine::general_purpose::STANDARD.encode(digest)
         )
     })
+}
+
+/// The rows of a key/value editor of a JSON object (a cluster's config, a template's default
+/// config): each key, its value as text (a string as it is, anything else as JSON) and `string`
+/// or `json`, which says how [`object_from_rows`] reads the text back, so a form saved unchanged
+/// gives the object back exactly.
+pub fn value_rows(obj: &Value) -> Vec<Value> {
+    obj.as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| match v {
+            Value::String(s) => serde_json::json!({"key": k, "text": s, "kind": "string"}),
+            other => serde_json::json!({"key": k, "text": other.to_string(), "kind": "json"}),
+        })
+        .collect()
+}
+
+/// The object a key/value editor posted: rows `{prefix}k{i}` / `{prefix}v{i}` (`{prefix}t{i}` =
+/// `string` keeps a value a string; otherwise a value that reads as JSON is taken as JSON). Rows
+/// with an empty key drop out; a key given twice is an error.
+pub fn object_from_rows(f: &BTreeMap<String, String>, prefix: &str) -> Result<Value, String> {
+    let mut out = serde_json::Map::new();
+    for i in 0.. {
+        let Some(key) = f.get(&format!("{prefix}k{i}")) else {
+            break;
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            continue;
+        }
+        let raw = f
+            .get(&format!("{prefix}v{i}"))
+            .map(String::as_str)
+            .unwrap_or_default();
+        let as_string = f
+            .get(&format!("{prefix}t{i}"))
+            .is_some_and(|t| t == "string");
+        let value = if as_string {
+            Value::String(raw.to_string())
+        } else {
+            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+        };
+        if out.insert(key.to_string(), value).is_some() {
+            return Err(format!("key {key} is given twice"));
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// The links a links editor posted: rows `{prefix}label{i}` / `{prefix}url{i}`; a row with
+/// neither drops out.
+pub fn links_from_rows(f: &BTreeMap<String, String>, prefix: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for i in 0.. {
+        let label = f.get(&format!("{prefix}label{i}"));
+        let url = f.get(&format!("{prefix}url{i}"));
+        if label.is_none() && url.is_none() {
+            break;
+        }
+        let (label, url) = (
+            label.map(String::as_str).unwrap_or_default(),
+            url.map(String::as_str).unwrap_or_default(),
+        );
+        if !label.trim().is_empty() || !url.trim().is_empty() {
+            out.push(serde_json::json!({"label": label, "url": url}));
+        }
+    }
+    out
 }
 
 /// Renders a template into an HTML response.

@@ -96,7 +96,6 @@ document.querySelectorAll("input[data-filter]").forEach(function (box) {
   var jobEl = document.getElementById("job") || el;
   var shownJob = jobEl.getAttribute("data-job") || "";
   var latestJob = jobEl.getAttribute("data-latest") || "";
-  var rendered = {};
   function set(id, text) { var n = document.getElementById(id); if (n) { n.textContent = text; } }
   src.addEventListener("state", function (e) {
     var s = JSON.parse(e.data);
@@ -118,11 +117,11 @@ document.querySelectorAll("input[data-filter]").forEach(function (box) {
       if (label) { label.textContent = s.tasks[t].replace("_", " "); }
     });
     // The grid and the links arrive rendered (and escaped) by the server's templates.
-    [["grid-box", s.grid_html], ["links-box", s.links_html]].forEach(function (p) {
+    [["grid-box", s.grid_html, s.grid_rev], ["links-box", s.links_html, s.links_rev]].forEach(function (p) {
       var n = document.getElementById(p[0]);
-      if (n && typeof p[1] === "string" && rendered[p[0]] !== p[1]) {
+      if (n && typeof p[1] === "string" && p[2] && n.getAttribute("data-rev") !== p[2]) {
         n.innerHTML = p[1];
-        rendered[p[0]] = p[1];
+        n.setAttribute("data-rev", p[2]);
       }
     });
     var msg = document.getElementById("cluster-message");
