@@ -1,8 +1,13 @@
 //! The tenant's catalog as the engine reads it: templates resolved through their parents and
-//! partials, and whole kinds as typed lists.
+//! partials, whole kinds as typed lists, and which templates cannot make a cluster now.
+
+use std::collections::BTreeMap;
 
 use weft_model::resolve::{merge_template, resolve_template};
-use weft_model::{lenient, ClusterTemplate, EntityKind, PartialTemplate};
+use weft_model::{
+    lenient, ClusterTemplate, EntityKind, ParameterType, PartialTemplate, PluginType, Provider,
+};
+use weft_store::SUPERADMIN;
 
 use crate::error::{EngineError, EngineResult};
 use crate::Engine;
@@ -78,4 +83,95 @@ pub async fn typed_list<T: serde::de::DeserializeOwned>(
         .into_iter()
         .filter_map(|v| lenient::from_value(v).ok())
         .collect())
+}
+
+/// Why each of the tenant's templates cannot make a cluster now, for those that cannot (templates
+/// missing from the map can): its default provider is not in the catalog, no provisioner has
+/// registered the provider's type, the provider lacks the admin fields (credentials) its type
+/// requires, or no provisioner is alive. A template that names no default provider is not
+/// judged (the user picks one). Lists and forms mark such templates instead of offering them.
+pub async fn unusable_templates(
+    st: &Engine,
+    tenant_id: &str,
+) -> EngineResult<BTreeMap<String, String>> {
+    let now = crate::now_ms();
+    let alive = st
+        .store
+        .list_provisioners()
+        .await?
+        .iter()
+        .any(|p| now - p.last_heartbeat_ms < st.settings.provisioner_timeout_ms);
+    let mut out = BTreeMap::new();
+    for own in typed_list::<ClusterTemplate>(st, tenant_id, EntityKind::ClusterTemplate).await? {
+        let name = own.name.clone();
+        let why = match resolve_in_tenant(st, tenant_id, own).await {
+            Err(e) => Some(e.to_string()),
+            Ok(t) => match t.defaults.provider.as_deref().filter(|p| !p.is_empty()) {
+                None => None,
+                Some(p) => provider_problem(st, tenant_id, p, alive).await?,
+            },
+        };
+        if let Some(why) = why {
+            out.insert(name, why);
+        }
+    }
+    Ok(out)
+}
+
+/// What keeps provider `name` from making machines now, if anything.
+async fn provider_problem(
+    st: &Engine,
+    tenant_id: &str,
+    name: &str,
+    alive: bool,
+) -> EngineResult<Option<String>> {
+    let Some(doc) = st
+        .store
+        .get_entity(tenant_id, EntityKind::Provider, name, None)
+        .await?
+    else {
+        return Ok(Some(format!("provider {name} is not in the catalog")));
+    };
+    let provider: Provider = lenient::from_value(doc)?;
+    let ptype = &provider.providertype;
+    let Some(doc) = st
+        .store
+        .get_entity(SUPERADMIN, EntityKind::ProviderType, ptype, None)
+        .await?
+    else {
+        return Ok(Some(format!(
+            "no provisioner has registered provider type {ptype}"
+        )));
+    };
+    let ptype: PluginType = lenient::from_value(doc)?;
+    if let Some(missing) = missing_admin_fields(&ptype, &provider) {
+        return Ok(Some(format!(
+            "provider {name} lacks its credentials ({})",
+            missing.join(", ")
+        )));
+    }
+    Ok((!alive).then(|| "no provisioner is running".to_string()))
+}
+
+/// The admin fields of the smallest required set the provider does not fill, when none is filled.
+fn missing_admin_fields(ptype: &PluginType, provider: &Provider) -> Option<Vec<String>> {
+    let spec = ptype.parameters.get(&ParameterType::Admin)?;
+    let filled = |f: &String| {
+        provider
+            .provisioner
+            .get(f)
+            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+    };
+    if spec.required.is_empty() || spec.required.iter().any(|set| set.iter().all(filled)) {
+        return None;
+    }
+    spec.required
+        .iter()
+        .map(|set| {
+            set.iter()
+                .filter(|f| !filled(f))
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .min_by_key(Vec::len)
 }

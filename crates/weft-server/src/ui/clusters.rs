@@ -26,12 +26,20 @@ pub fn routes() -> Router<AppState> {
 
 async fn catalog(ctx: Ctx) -> Page {
     let templates: Vec<Value> = ctx.get_json("/v2/clustertemplates").await?;
+    let unusable = unusable(&ctx).await;
     Ok(ctx.page(
         "catalog.html",
         "Template catalog",
         "catalog",
-        json!({ "templates": templates }),
+        json!({ "templates": templates, "unusable": unusable }),
     ))
+}
+
+/// The caller's templates that cannot make a cluster now, with why (the engine's judgement).
+async fn unusable(ctx: &Ctx) -> BTreeMap<String, String> {
+    weft_engine::catalog::unusable_templates(&ctx.state.engine, &ctx.who.tenant.id)
+        .await
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -146,10 +154,14 @@ async fn new_form(ctx: Ctx, Query(q): Query<BTreeMap<String, String>>) -> Page {
             .max(1)
             .to_string();
     }
-    if f.size.is_empty() {
-        f.size = "1".into();
-    }
-    new_page(&ctx, StatusCode::OK, &f, None, BTreeMap::new()).await
+    let errors = match unusable(&ctx).await.remove(&f.template) {
+        Some(why) => BTreeMap::from([(
+            "template".to_string(),
+            format!("template {} cannot make a cluster now: {why}", f.template),
+        )]),
+        None => BTreeMap::new(),
+    };
+    new_page(&ctx, StatusCode::OK, &f, None, errors).await
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -215,6 +227,11 @@ async fn new_page(
         let items: Vec<Value> = ctx.get_json(&format!("/v2/{kind}")).await?;
         let names: Vec<Value> = items.iter().map(|i| i["name"].clone()).collect();
         choices.insert(kind.into(), Value::Array(names));
+    }
+    // Templates that cannot make a cluster now are not offered (the catalog says why).
+    let unusable = unusable(ctx).await;
+    if let Some(Value::Array(t)) = choices.get_mut("clustertemplates") {
+        t.retain(|n| n.as_str().is_none_or(|n| !unusable.contains_key(n)));
     }
     let t = template_facts(ctx, &f.template).await;
     let chosen = service_list(&f.services);

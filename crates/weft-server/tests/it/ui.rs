@@ -1091,3 +1091,73 @@ async fn latest_job(h: &Harness, id: &str) -> serde_json::Value {
 fn admin_who() -> crate::common::Who {
     crate::common::admin(T)
 }
+
+#[tokio::test]
+async fn templates_that_cannot_run_are_marked_and_not_offered() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    // A provider type that needs credentials, a provider without them, and templates on it and
+    // on a provider that does not exist.
+    let cloud = json!({"name": "cloud", "parameters": {"admin": {
+        "fields": {"key": {"label": "key", "type": "text"}, "secret": {"label": "secret", "type": "password", "sensitive": true}},
+        "required": [["key", "secret"]]}}});
+    h.internal(
+        Method::PUT,
+        "/v2/plugins/providertypes/cloud",
+        cloud.to_string(),
+    )
+    .await
+    .expect(200);
+    let a = admin_who();
+    h.post(
+        a,
+        "/v2/providers",
+        json!({"name": "bare", "providertype": "cloud", "provisioner": {"key": "k"}}).to_string(),
+    )
+    .await
+    .expect(200);
+    for (name, provider) in [("on-bare", "bare"), ("on-nothing", "nosuch")] {
+        let t = json!({"name": name, "defaults": {"services": ["a"], "provider": provider},
+                       "constraints": {"size": {"min": 2, "max": 5}}});
+        h.post(a, "/v2/clustertemplates", t.to_string())
+            .await
+            .expect(200);
+    }
+    let user = login(&h, T, "bob", "").await;
+    let cat = page(&h, &user, "/ui/catalog").await.expect(200).text();
+    assert!(
+        cat.contains("id=\"unusable-on-bare\"")
+            && cat.contains("provider bare lacks its credentials (secret)"),
+        "{cat}"
+    );
+    assert!(
+        cat.contains("provider nosuch is not in the catalog"),
+        "{cat}"
+    );
+    assert!(!cat.contains("/ui/clusters/new?template=on-bare"), "{cat}");
+    assert!(cat.contains("/ui/clusters/new?template=t"), "{cat}");
+    let new = page(&h, &user, "/ui/clusters/new").await.expect(200).text();
+    assert!(
+        new.contains("<option value=\"t\"") && !new.contains("<option value=\"on-bare\""),
+        "{new}"
+    );
+    let chosen = page(&h, &user, "/ui/clusters/new?template=on-bare")
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        chosen.contains("id=\"template-error\"") && chosen.contains("cannot make a cluster now"),
+        "{chosen}"
+    );
+    // Credentials given: usable again.
+    h.put(
+        a,
+        "/v2/providers/bare",
+        json!({"name": "bare", "providertype": "cloud", "provisioner": {"key": "k", "secret": "s"}})
+            .to_string(),
+    )
+    .await
+    .expect(200);
+    let cat = page(&h, &user, "/ui/catalog").await.expect(200).text();
+    assert!(!cat.contains("id=\"unusable-on-bare\""), "{cat}");
+}
