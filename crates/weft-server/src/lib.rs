@@ -119,10 +119,43 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         ))
         .with_state(state.clone());
     App {
-        external,
-        internal,
+        external: ignore_trailing_slash(external),
+        internal: ignore_trailing_slash(internal),
         state,
     }
+}
+
+/// Coopr's router ignores one trailing `/` (its own Java client asks for
+/// `.../scripts/?status=INACTIVE`): a request for `/v2/x/` is served as `/v2/x`. The UI's own
+/// routes are left alone (`/ui/` is a page of its own).
+fn ignore_trailing_slash(inner: Router) -> Router {
+    Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_request(strip_trailing_slash)
+            .service(inner),
+    )
+}
+
+fn strip_trailing_slash(mut req: axum::extract::Request) -> axum::extract::Request {
+    let path = req.uri().path();
+    let Some(bare) = path.strip_suffix('/') else {
+        return req;
+    };
+    if bare.is_empty() || bare.ends_with('/') || path == "/ui/" || path.starts_with("/ui/") {
+        return req;
+    }
+    let with_query = match req.uri().query() {
+        Some(q) => format!("{bare}?{q}"),
+        None => bare.to_string(),
+    };
+    let mut parts = req.uri().clone().into_parts();
+    if let Ok(pq) = with_query.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+    }
+    req
 }
 
 fn finish(router: Router<AppState>, limit: usize, listener: Listener) -> Router<AppState> {

@@ -123,7 +123,11 @@ async fn resolve(
     body: Bytes,
 ) -> ApiResult<Json<ClusterTemplate>> {
     let own: ClusterTemplate = parse_body(&body, "a cluster template")?;
-    Ok(Json(
-        weft_engine::catalog::resolve_in_tenant(&st.engine, &id.tenant.id, own).await?,
-    ))
+    let (extends, includes) = (own.extends.clone(), own.includes.clone());
+    let mut merged =
+        weft_engine::catalog::resolve_in_tenant(&st.engine, &id.tenant.id, own).await?;
+    // As Coopr answers: the merged template still names what it extends and includes.
+    merged.extends = extends;
+    merged.includes = includes;
+    Ok(Json(merged))
 }

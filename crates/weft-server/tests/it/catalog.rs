@@ -191,6 +191,9 @@ async fn resolve_merges_extends_and_includes() {
     assert_eq!(r["defaults"]["config"]["a"], 1);
     assert_eq!(r["defaults"]["config"]["b"], 2);
     assert_eq!(r["defaults"]["config"]["sensu"], json!({"on": true}));
+    // As Coopr answers: the merged template keeps what it extends and includes.
+    assert_eq!(r["extends"], json!({"name": "base"}));
+    assert_eq!(r["includes"], json!([{"name": "sensu"}]));
     // Nothing was written.
     h.get(SA, "/v2/clustertemplates/child").await.expect(404);
 
@@ -236,4 +239,43 @@ async fn resolve_refuses_circular_inheritance() {
     let own = json!({"name": "c", "extends": {"name": "a"}, "defaults": {"services": ["x"], "provider": "p"}});
     let r = h.post(SA, "/v2/resolve", own.to_string()).await;
     assert_eq!(r.status.as_u16(), 400, "{}", r.text());
+}
+
+/// Coopr's router ignores one trailing `/`, and Coopr's own Java client sends one
+/// (`.../scripts/?status=INACTIVE`): every kind of route answers the same with it.
+#[tokio::test]
+async fn one_trailing_slash_is_ignored_on_every_kind_of_route() {
+    use axum::http::Method;
+    let h = Harness::new().await;
+    h.tenant("acme").await;
+    let a = admin("acme");
+    let hw = json!({"name": "small", "providermap": {"p": {"flavor": "s"}}});
+    h.post(a, "/v2/hardwaretypes/", hw.to_string())
+        .await
+        .expect(200);
+    h.get(a, "/v2/hardwaretypes/").await.expect(200);
+    h.get(a, "/v2/hardwaretypes/small/").await.expect(200);
+    h.get(a, "/v2/hardwaretypes/small/1/").await.expect(200);
+    h.put(a, "/v2/hardwaretypes/small/", hw.to_string())
+        .await
+        .expect(200);
+    h.get(a, "/v2/clusters/?status=active").await.expect(200);
+    h.get(SA, "/v2/tenants/").await.expect(200);
+    h.get(SA, "/v2/plugins/automatortypes/?status=INACTIVE")
+        .await
+        .expect(200);
+    h.get(a, "/v2/export/").await.expect(200);
+    h.get(a, "/status/").await.expect(200);
+    let r = h
+        .internal(
+            Method::PUT,
+            "/v2/provisioners/p1/",
+            json!({"id": "p1", "host": "127.0.0.1", "port": 1, "capacityTotal": 1}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    h.delete(a, "/v2/hardwaretypes/small/").await.expect(200);
+    h.get(a, "/v2/hardwaretypes/small").await.expect(404);
+    // Only one: two slashes name nothing.
+    h.get(a, "/v2/hardwaretypes//").await.expect(404);
 }
