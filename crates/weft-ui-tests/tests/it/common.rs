@@ -131,7 +131,8 @@ pub async fn setup(s: &Server) {
 }
 
 /// A real provisioner (the `local` provider and the `shell` automator) serving tenant `tenant_id`
-/// with two workers, registered as `p1`. Its scripts (install, configure, start, stop) only say so.
+/// with two workers, registered as `p1`. Its scripts (install, configure, start, stop, and the
+/// health check `check`) only say they ran, and succeed.
 pub async fn provisioner(
     s: &Server,
     tenant_id: &str,
@@ -142,7 +143,13 @@ pub async fn provisioner(
     use weft_provisioner::{Agent, AgentConfig, Plugins};
     let scripts = dir.join("scripts");
     std::fs::create_dir_all(&scripts).unwrap();
-    for name in ["install.sh", "configure.sh", "start.sh", "stop.sh"] {
+    for name in [
+        "install.sh",
+        "configure.sh",
+        "start.sh",
+        "stop.sh",
+        "check.sh",
+    ] {
         std::fs::write(
             scripts.join(name),
             "#!/bin/sh\necho \"$0 ran on $WEFT_HOSTNAME\"\n",

@@ -1,8 +1,10 @@
 //! weft's web UI in headless Chromium: one test binary (see docs/dev/testing.md) with the admin
 //! and user flows (`browser`), hostile input planted everywhere a user can write and every page
-//! opened by every role (`hostile`), and structured forms saved unchanged (`roundtrip`).
+//! opened by every role (`hostile`), structured forms saved unchanged (`roundtrip`), and one
+//! cluster page kept open through create, a health run, expand and replace-node (`live`).
 
 mod browser;
 mod common;
 mod hostile;
+mod live;
 mod roundtrip;
