@@ -240,16 +240,28 @@ impl Client {
             .await
     }
 
-    /// `POST /v2/provisioners/{id}/heartbeat` with live workers per tenant id. `Ok(false)` means the
-    /// server does not know this provisioner (404): register again.
-    pub async fn heartbeat(&self, id: &str, usage: &BTreeMap<String, u32>) -> ClientResult<bool> {
-        let body = serde_json::json!({ "usage": usage });
+    /// `POST /v2/provisioners/{id}/heartbeat` with live workers per tenant id and the plugin types
+    /// this provisioner offers. `Ok(None)` means the server does not know this provisioner (404):
+    /// register again; otherwise the plugin types the server lacks (register those again).
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        usage: &BTreeMap<String, u32>,
+        plugin_types: &BTreeMap<String, Vec<String>>,
+    ) -> ClientResult<Option<weft_model::HeartbeatAnswer>> {
+        let body = weft_model::Heartbeat {
+            usage: usage.clone(),
+            plugin_types: plugin_types.clone(),
+        };
         let path = format!("/v2/provisioners/{id}/heartbeat");
         let (resp, url) = self.send(&path, |h, url| h.post(url).json(&body)).await?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
-            return Ok(false);
+            return Ok(None);
         }
-        Self::expect_ok(resp, &url).await.map(|_| true)
+        let resp = Self::expect_ok(resp, &url).await?;
+        // A server that predates the field answers an empty body: nothing is missing.
+        let text = resp.text().await.unwrap_or_default();
+        Ok(Some(serde_json::from_str(&text).unwrap_or_default()))
     }
 
     /// `DELETE /v2/provisioners/{id}`.

@@ -159,7 +159,11 @@ async fn gather(
         "provider type",
         &provider.providertype,
     )
-    .await?;
+    .await
+    .map_err(|e| match e {
+        EngineError::NotInCatalog { kind, name } => EngineError::NotOffered { kind, name },
+        e => e,
+    })?;
     check_required_fields(&ptype, &provider, &req.provider_fields)?;
     let secrets = split_provider_fields(&ptype, &mut provider, &req.provider_fields);
     Ok(Inputs {

@@ -23,6 +23,10 @@ pub enum EngineError {
     /// it: "cluster template", "provider", "provider type").
     #[error("{kind} {name} does not exist.")]
     NotInCatalog { kind: &'static str, name: String },
+    /// A plugin type the catalog names (a provider's `providertype`) that no provisioner has
+    /// registered yet: the request may work once one has, so it is a conflict, not a 404.
+    #[error("no provisioner offers {kind} {name}: none has registered it yet")]
+    NotOffered { kind: &'static str, name: String },
     /// A cluster that is not there (or not the caller's tenant's).
     #[error("cluster {0} not found.")]
     ClusterNotFound(String),

@@ -102,11 +102,29 @@ pub struct ProvisionerRegistration {
 }
 
 /// `POST /v2/provisioners/{id}/heartbeat`: live workers per tenant id.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Heartbeat {
     #[serde(default)]
     pub usage: BTreeMap<String, u32>,
+    /// weft extension: the plugin types this provisioner offers, by kind (`providertypes`,
+    /// `automatortypes`). The server answers with those it does not have ([`HeartbeatAnswer`]),
+    /// and the provisioner registers them again (a superadmin may have deleted one).
+    #[serde(
+        rename = "pluginTypes",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub plugin_types: BTreeMap<String, Vec<String>>,
+}
+
+/// weft extension: the answer to a heartbeat that lists its plugin types.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct HeartbeatAnswer {
+    /// The heartbeat's plugin types the server does not have, by kind.
+    #[serde(rename = "missingPluginTypes", default)]
+    pub missing_plugin_types: BTreeMap<String, Vec<String>>,
 }
 
 /// An API key as listed (the secret is shown once, at creation, and stored only as a hash).

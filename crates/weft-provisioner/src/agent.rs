@@ -201,7 +201,7 @@ impl Agent {
                 tracing::error!(error = %e, "provisioner API stopped");
             }
         });
-        inner.register(addr).await?;
+        inner.register_until_done(addr).await?;
         let heartbeat = tokio::spawn(heartbeat_loop(inner.clone(), addr));
         tracing::info!(id = %inner.cfg.id, api = %addr, server = %inner.cfg.server, "provisioner registered");
         Ok(Agent {
@@ -286,6 +286,62 @@ impl Inner {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Registers, trying again with back-off (and saying so) while the server cannot be reached
+    /// or answers 5xx: it may be starting beside this provisioner. A refusal (401, 403, another
+    /// 4xx) is final. Gives up only when the agent is told to stop.
+    async fn register_until_done(&self, addr: SocketAddr) -> Result<(), AgentError> {
+        let mut wait = Duration::from_millis(100);
+        let mut stop = self.stopping.subscribe();
+        loop {
+            match self.register(addr).await {
+                Ok(()) => return Ok(()),
+                Err(AgentError::Client(e)) if transient(&e) => {
+                    tracing::warn!(server = %self.cfg.server, error = %e, retry_in_ms = wait.as_millis() as u64,
+                        "cannot register with the server yet; trying again");
+                    if pause(wait, &mut stop).await {
+                        return Err(AgentError::Client(e));
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The names of the plugin types this provisioner offers, by kind, as a heartbeat lists them.
+    fn offered_types(&self) -> BTreeMap<String, Vec<String>> {
+        let names = |v: Vec<weft_model::PluginType>| v.into_iter().map(|t| t.name).collect();
+        BTreeMap::from([
+            (
+                PluginKind::Provider.path().to_string(),
+                names(self.plugins.provider_types()),
+            ),
+            (
+                PluginKind::Automator.path().to_string(),
+                names(self.plugins.automator_types()),
+            ),
+        ])
+    }
+
+    /// Registers again the plugin types the server said it lacks.
+    async fn register_missing(&self, missing: &BTreeMap<String, Vec<String>>) {
+        let kinds = [
+            (PluginKind::Provider, self.plugins.provider_types()),
+            (PluginKind::Automator, self.plugins.automator_types()),
+        ];
+        for (kind, types) in kinds {
+            let Some(names) = missing.get(kind.path()) else {
+                continue;
+            };
+            for t in types.iter().filter(|t| names.contains(&t.name)) {
+                tracing::warn!(name = %t.name, kind = kind.path(), "the server lacks a plugin type of this provisioner: registering it again");
+                if let Err(e) = self.client.register_plugin_type(kind, t).await {
+                    tracing::warn!(error = %e, "registering the plugin type again failed");
+                }
+            }
+        }
     }
 
     pub(crate) fn usage(&self) -> BTreeMap<String, u32> {
@@ -378,9 +434,14 @@ async fn heartbeat_loop(inner: Arc<Inner>, addr: SocketAddr) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        match inner.client.heartbeat(&inner.cfg.id, &inner.usage()).await {
-            Ok(true) => {}
-            Ok(false) => {
+        let offered = inner.offered_types();
+        match inner
+            .client
+            .heartbeat(&inner.cfg.id, &inner.usage(), &offered)
+            .await
+        {
+            Ok(Some(answer)) => inner.register_missing(&answer.missing_plugin_types).await,
+            Ok(None) => {
                 tracing::warn!("the server does not know this provisioner: registering again");
                 if let Err(e) = inner.register(addr).await {
                     tracing::warn!(error = %e, "registering again failed");
@@ -388,6 +449,15 @@ async fn heartbeat_loop(inner: Arc<Inner>, addr: SocketAddr) {
             }
             Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
+    }
+}
+
+/// Whether a failed call may pass later: the server unreachable, busy or starting.
+fn transient(e: &ClientError) -> bool {
+    match e {
+        ClientError::Transport { .. } => true,
+        ClientError::Status { status, .. } => *status >= 500 || *status == 429,
+        ClientError::Decode { .. } => false,
     }
 }
 

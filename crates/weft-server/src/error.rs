@@ -101,6 +101,7 @@ impl From<EngineError> for ApiError {
             | E::ClusterChanged(_)
             | E::PoolShort(_)
             | E::NodeExists(_)
+            | E::NotOffered { .. }
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
             e @ E::NotRegistered(_) => ApiError::Forbidden(e.to_string()),
             e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),

@@ -58,6 +58,10 @@ pub struct App {
     pub external: Router,
     pub internal: Router,
     pub state: AppState,
+    /// Whether the external port serves requests: true unless the caller holds it back until
+    /// something it needs is ready (`weft up`: its provisioner's registration); meanwhile every
+    /// external request answers 503 with `Retry-After`, `/status` too.
+    pub ready: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Opens the store named by the settings and builds the app.
@@ -118,11 +122,35 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
             auth::require_provisioner_token,
         ))
         .with_state(state.clone());
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let external = external.layer(axum::middleware::from_fn_with_state(
+        ready.clone(),
+        not_before_ready,
+    ));
     App {
         external: ignore_trailing_slash(external),
         internal: ignore_trailing_slash(internal),
         state,
+        ready,
     }
+}
+
+/// 503 with `Retry-After` until the app is ready ([`App::ready`]).
+async fn not_before_ready(
+    axum::extract::State(ready): axum::extract::State<Arc<std::sync::atomic::AtomicBool>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if ready.load(std::sync::atomic::Ordering::Acquire) {
+        return next.run(req).await;
+    }
+    let mut r = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "weft is starting: its provisioner has not registered yet; try again in a moment".into(),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    r
 }
 
 /// Coopr's router ignores one trailing `/` (its own Java client asks for
@@ -245,6 +273,7 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::Provisioner,
         weft_model::ProvisionerRegistration,
         weft_model::Heartbeat,
+        weft_model::HeartbeatAnswer,
         weft_model::ApiKeyInfo,
         weft_model::ApiKeyRequest,
         weft_model::ApiKeyCreated,

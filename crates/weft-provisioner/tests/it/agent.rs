@@ -134,6 +134,79 @@ async fn registers_takes_assignments_and_serves_its_api() {
         (code == 200).then_some(())
     })
     .await;
+    // A superadmin deletes a plugin type the live provisioner serves: its heartbeat registers it
+    // again (creates would otherwise fail until the provisioner restarts).
+    let (code, _) = s
+        .ext(
+            Method::DELETE,
+            "superadmin",
+            "/v2/plugins/providertypes/local",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200);
+    until(
+        Duration::from_secs(20),
+        "the type registered again",
+        || async {
+            let (code, _) = s
+                .ext(
+                    Method::GET,
+                    "superadmin",
+                    "/v2/plugins/providertypes/local",
+                    None,
+                )
+                .await;
+            (code == 200).then_some(())
+        },
+    )
+    .await;
+    agent.shutdown().await;
+}
+
+/// A provisioner started before its server listens (both started together, the server slower)
+/// keeps trying to register, with back-off, and registers once the server is up.
+#[tokio::test]
+async fn a_provisioner_waits_for_a_server_that_is_not_up_yet() {
+    // The port answers nothing useful at first: each connection is closed at once, as a server
+    // that is still starting would.
+    let early = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = early.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = weft_provisioner::AgentConfig::new(
+        &format!("http://127.0.0.1:{port}"),
+        dir.path().join("p"),
+    );
+    cfg.id = "p-early".into();
+    cfg.heartbeat_interval = Duration::from_millis(500);
+    let plugins = weft_provisioner::Plugins::new().provider(std::sync::Arc::new(
+        weft_provisioner::local::LocalProvider::new(dir.path()),
+    ));
+    let starting = tokio::spawn(weft_provisioner::Agent::start(cfg, plugins));
+    // The agent has tried (and failed) twice before the server is there.
+    for _ in 0..2 {
+        let (conn, _) = tokio::time::timeout(Duration::from_secs(30), early.accept())
+            .await
+            .expect("the agent tries again")
+            .unwrap();
+        drop(conn);
+    }
+    assert!(!starting.is_finished(), "the agent gave up");
+    drop(early);
+    let extra = weft_server::config::RawConfig {
+        internal_port: Some(port),
+        ..Default::default()
+    };
+    let (s, _) = Server::start_with(T, extra).await;
+    let agent = tokio::time::timeout(Duration::from_secs(30), starting)
+        .await
+        .expect("the provisioner registers once the server is up")
+        .unwrap()
+        .expect("it started");
+    let (code, p) = s
+        .ext(Method::GET, "superadmin", "/v2/provisioners/p-early", None)
+        .await;
+    assert_eq!(code, 200, "{p}");
     agent.shutdown().await;
 }
 

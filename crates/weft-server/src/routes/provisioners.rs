@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::MethodFilter;
 use axum::Json;
-use weft_model::{Heartbeat, Provisioner, ProvisionerRegistration};
+use weft_model::{EntityKind, Heartbeat, HeartbeatAnswer, Provisioner, ProvisionerRegistration};
 use weft_store::ProvisionerRecord;
+use weft_store::SUPERADMIN;
 
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
@@ -71,7 +74,11 @@ pub fn internal_routes(api: Api) -> Api {
         heartbeat,
         op("provisioners", "Report live workers per tenant id")
             .body(Body::Json("Heartbeat"))
-            .status(200, "recorded")
+            .ok(
+                200,
+                "recorded; a heartbeat that lists its plugin types gets those the server lacks",
+                Body::Json("HeartbeatAnswer"),
+            )
             .status(404, "unknown provisioner: register again"),
     )
 }
@@ -203,15 +210,39 @@ async fn heartbeat(
     State(st): State<AppState>,
     Path(pid): Path<String>,
     body: Bytes,
-) -> ApiResult<()> {
+) -> ApiResult<Response> {
     let hb: Heartbeat = parse_body(&body, "{\"usage\": {...}}")?;
-    if st
+    if !st
         .store
         .heartbeat_provisioner(&pid, &hb.usage, now_ms())
         .await?
     {
-        Ok(())
-    } else {
-        Err(ApiError::NotFound(format!("Provisioner {pid} not found.")))
+        return Err(ApiError::NotFound(format!("Provisioner {pid} not found.")));
     }
+    if hb.plugin_types.is_empty() {
+        return Ok(StatusCode::OK.into_response());
+    }
+    let mut answer = HeartbeatAnswer::default();
+    for (ptype, names) in &hb.plugin_types {
+        let kind = match ptype.as_str() {
+            "providertypes" => EntityKind::ProviderType,
+            "automatortypes" => EntityKind::AutomatorType,
+            _ => continue,
+        };
+        for name in names {
+            if st
+                .store
+                .get_entity(SUPERADMIN, kind, name, None)
+                .await?
+                .is_none()
+            {
+                answer
+                    .missing_plugin_types
+                    .entry(ptype.clone())
+                    .or_default()
+                    .push(name.clone());
+            }
+        }
+    }
+    Ok(Json(answer).into_response())
 }

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::html::{enc, object_from_rows, value_rows};
 use super::session::{ApiResp, Ctx};
@@ -217,15 +217,19 @@ fn node_label(n: &Value) -> String {
 }
 
 /// A service's lifecycle on a node, read from the node's actions in order: the last lifecycle
-/// action (install, configure, initialize, start, stop, remove) says the state; health checks,
-/// drift checks and node-level work other than a new machine (`CREATE`, which starts the services
+/// action (install, configure, initialize, start, stop, remove) says the state, except that a
+/// service that was started and not stopped since stays `running` through a configure (an
+/// expand or a reconfigure without restart re-configures it in place). Health checks, drift
+/// checks and node-level work other than a new machine (`CREATE`, which starts the services
 /// over) leave it alone. Returns (state, tone).
 pub fn service_state(actions: &[Value], service: &str) -> (String, &'static str) {
     let mut state = ("planned".to_string(), "planned");
+    let mut running = false;
     for a in actions {
         let action = a["action"].as_str().unwrap_or_default();
         if action == "CREATE" {
             state = ("planned".into(), "planned");
+            running = false;
             continue;
         }
         if a["service"] != service {
@@ -235,7 +239,18 @@ pub fn service_state(actions: &[Value], service: &str) -> (String, &'static str)
             continue;
         };
         state = match a["status"].as_str() {
-            Some("complete") => (done.into(), if done == "running" { "ok" } else { "idle" }),
+            Some("complete") => {
+                running = match action {
+                    "START" => true,
+                    "STOP" | "REMOVE" | "INSTALL" => false,
+                    _ => running,
+                };
+                if running {
+                    ("running".into(), "ok")
+                } else {
+                    (done.into(), "idle")
+                }
+            }
             Some("in_progress") => (doing.into(), "busy"),
             _ => (format!("{} failed", action.to_lowercase()), "bad"),
         };
@@ -256,8 +271,8 @@ fn lifecycle(action: &str) -> Option<(&'static str, &'static str)> {
     })
 }
 
-/// A service's health on a node: the last finished health check since its last lifecycle change
-/// (`healthy`, `unhealthy`), else `unknown`.
+/// A service's health on a node: the last finished health check since the service last started
+/// or stopped (`healthy`, `unhealthy`), else `unknown`. A configure in place keeps the last check.
 pub fn service_health(actions: &[Value], service: &str) -> &'static str {
     let mut health = "unknown";
     for a in actions {
@@ -271,7 +286,7 @@ pub fn service_health(actions: &[Value], service: &str) -> &'static str {
         match (action, a["status"].as_str()) {
             ("HEALTHCHECK", Some("complete")) => health = "healthy",
             ("HEALTHCHECK", Some("failed")) => health = "unhealthy",
-            (other, _) if lifecycle(other).is_some() => health = "unknown",
+            ("START" | "STOP" | "REMOVE" | "INSTALL", _) => health = "unknown",
             _ => {}
         }
     }
@@ -318,7 +333,15 @@ pub fn view(
 ) -> Value {
     let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     let mut v = grid_and_links(c);
-    let summary: Vec<Value> = strings(&c["services"])
+    v["lanes"] = json!(lanes(nodes, plan, states, max_attempts, paged));
+    v["services_summary"] = json!(services_summary(c));
+    v
+}
+
+/// Each of the cluster's services with the number of (shown) nodes it is on.
+fn services_summary(c: &Value) -> Vec<Value> {
+    let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    strings(&c["services"])
         .iter()
         .map(|s| {
             let on = nodes
@@ -327,10 +350,7 @@ pub fn view(
                 .count();
             json!({"name": s, "nodes": on})
         })
-        .collect();
-    v["lanes"] = json!(lanes(nodes, plan, states, max_attempts, paged));
-    v["services_summary"] = json!(summary);
-    v
+        .collect()
 }
 
 /// The names of the services on node `n`.
@@ -640,9 +660,14 @@ async fn snapshot(ctx: &Ctx, id: &str, offset: usize) -> Option<Value> {
     } else {
         task_states(ctx, id, &job, &paged_nodes(&c, &page)).await
     };
+    let service_nodes: Map<String, Value> = services_summary(&c)
+        .into_iter()
+        .filter_map(|s| Some((s["name"].as_str()?.to_string(), s["nodes"].clone())))
+        .collect();
     let mut snap = json!({
         "status": c["status"], "job": job, "progress": c["progress"],
         "message": c["message"], "tasks": tasks,
+        "nodes_total": page["total"], "service_nodes": service_nodes,
     });
     if let (Some(s), Value::Object(parts)) = (snap.as_object_mut(), live_parts(ctx, &c)) {
         s.extend(parts);
@@ -815,6 +840,17 @@ mod tests {
         assert_eq!(service_state(&sick, "web").0, "stopped");
         sick.push(a("", "CREATE", "in_progress"));
         assert_eq!(service_state(&sick, "web").0, "planned");
+        // A configure in place (an expand, a reconfigure without restart) keeps it running.
+        let mut expanded = ran.to_vec();
+        expanded.push(a("web", "CONFIGURE", "in_progress"));
+        assert_eq!(
+            service_state(&expanded, "web"),
+            ("configuring".into(), "busy")
+        );
+        expanded.pop();
+        expanded.push(a("web", "CONFIGURE", "complete"));
+        assert_eq!(service_state(&expanded, "web"), ("running".into(), "ok"));
+        assert_eq!(service_health(&expanded, "web"), "healthy");
     }
 
     #[test]

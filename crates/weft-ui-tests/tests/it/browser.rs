@@ -339,7 +339,7 @@ async fn flows(c: &Client, s: &Server, base: &str) {
     shots(c, "09-cluster-after-changes").await;
 
     // Delete it (a confirmation prompt first, naming what goes).
-    assert!(text(c, "#delete-what").await.contains("2 nodes"));
+    assert!(text(c, "#delete-what").await.contains("(2 now)"));
     click(c, "#delete").await;
     c.accept_alert().await.unwrap();
     notice_starts(c, "delete started").await;

@@ -179,6 +179,10 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         let (external, internal) = bind_ports(&settings, "weft up").await?;
         let (app, first) = open_up_store(&settings).await?;
         let store = app.state.store.clone();
+        // The external port answers 503 (Retry-After) until the provisioner has registered its
+        // plugin types: a create right after `/status` answers must find them.
+        let ready = app.ready.clone();
+        ready.store(false, std::sync::atomic::Ordering::Release);
         let bound = weft_server::bound(app, external, internal);
         let api = format!("http://{}", bound.external_addr()?);
         let internal = bound.internal_addr()?;
@@ -187,6 +191,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             let _ = stop_rx.await;
         }));
         let agent = start_up_provisioner(&settings.data_dir, store.as_ref(), internal).await?;
+        ready.store(true, std::sync::atomic::Ordering::Release);
         super::up_record::record_address(&settings.data_dir, &api)?;
         // Only now is everything ready (the provisioner has registered its plugin types): say so.
         println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });

@@ -13,6 +13,7 @@ mod lost_provisioner;
 mod offline;
 mod openapi_fuzz;
 mod plan_output;
+mod ready; // weft up and provisioners under load (issue 35)
 mod server;
 mod support;
 mod tenant_users;

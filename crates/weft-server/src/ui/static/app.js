@@ -124,6 +124,13 @@ document.querySelectorAll("input[data-filter]").forEach(function (box) {
         n.setAttribute("data-rev", p[2]);
       }
     });
+    if (s.nodes_total !== undefined && s.nodes_total !== null) {
+      document.querySelectorAll(".live-nodes-total").forEach(function (n) { n.textContent = String(s.nodes_total); });
+    }
+    document.querySelectorAll("[data-service-nodes]").forEach(function (n) {
+      var count = (s.service_nodes || {})[n.getAttribute("data-service-nodes")];
+      if (count !== undefined) { n.textContent = String(count); }
+    });
     var msg = document.getElementById("cluster-message");
     if (msg) {
       msg.textContent = s.message || "";
