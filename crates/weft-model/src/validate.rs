@@ -376,19 +376,25 @@ pub fn known_fields(v: &serde_json::Value, known: &[&str]) -> Result<(), ModelEr
     let Some(bad) = obj.keys().find(|k| !known.contains(&k.as_str())) else {
         return Ok(());
     };
-    let nearest = known
-        .iter()
-        .map(|k| (edit_distance(&bad.to_lowercase(), &k.to_lowercase()), *k))
-        .min()
-        .filter(|(d, k)| *d <= 2.max(k.len() / 3));
-    let hint = match nearest {
-        Some((_, k)) => format!(" (did you mean {k}?)"),
+    let hint = match nearest(bad, known) {
+        Some(k) => format!(" (did you mean {k}?)"),
         None => format!(" (known fields: {})", known.join(", ")),
     };
     Err(ModelError::invalid(
         bad.clone(),
         format!("unknown field {bad}{hint}"),
     ))
+}
+
+/// The entry of `known` nearest to `word` (case aside), when it is near enough to be a typo of it:
+/// at most 2 edits, or a third of its length for long names.
+pub fn nearest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(&word.to_lowercase(), &k.to_lowercase()), *k))
+        .min()
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .map(|(_, k)| k)
 }
 
 /// Levenshtein distance, by characters.

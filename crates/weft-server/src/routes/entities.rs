@@ -304,11 +304,18 @@ pub fn normalize(
 pub async fn check_service_actions(store: &dyn Store, doc: &Value) -> ApiResult<()> {
     let service: Service =
         serde_json::from_value(doc.clone()).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let offered: Vec<String> = store
+        .list_entities(SUPERADMIN, EntityKind::AutomatorType)
+        .await?
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect();
     for (action, spec) in &service.provisioner.actions {
         let Some(t) = store
             .get_entity(SUPERADMIN, EntityKind::AutomatorType, &spec.automator, None)
             .await?
         else {
+            refuse_unoffered(action.upper(), &spec.automator, &offered)?;
             continue;
         };
         let t: PluginType =
@@ -333,6 +340,24 @@ pub async fn check_service_actions(store: &dyn Store, doc: &Value) -> ApiResult<
         )));
     }
     Ok(())
+}
+
+/// A 400 for an action whose automator type no provisioner offers, once provisioners have
+/// registered some (before any has, a catalog may be loaded ahead of them, as Coopr's loader
+/// does): it names the field and the nearest offered type.
+fn refuse_unoffered(action: &str, automator: &str, offered: &[String]) -> ApiResult<()> {
+    if offered.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = offered.iter().map(String::as_str).collect();
+    let hint = match weft_model::validate::nearest(automator, &names) {
+        Some(n) => format!("did you mean {n}?"),
+        None => format!("offered: {}", names.join(", ")),
+    };
+    Err(ApiError::BadRequest(format!(
+        "provisioner.actions.{}.type: no provisioner offers automator type {automator} ({hint})",
+        action.to_lowercase()
+    )))
 }
 
 /// The fields that the provider type of `provider` marks sensitive.

@@ -283,3 +283,31 @@ async fn lenient_input_is_accepted() {
         "small"
     );
 }
+
+/// A service whose action names an automator type that no provisioner offers is refused once
+/// provisioners have registered types, naming the field and the nearest offered type; before any
+/// has, it is accepted (a catalog may be loaded ahead of its provisioners, as Coopr's loader does).
+#[tokio::test]
+async fn an_automator_type_nobody_offers_is_refused_with_the_nearest_name() {
+    let h = Harness::new().await;
+    h.tenant("acme").await;
+    let a = crate::common::admin("acme");
+    let svc = |ty: &str| {
+        serde_json::json!({"name": "web", "provisioner": {"actions": {
+            "install": {"type": ty, "fields": {"script": "install.sh"}}}}})
+        .to_string()
+    };
+    h.put(a, "/v2/services/web", svc("shel")).await.expect(200);
+    h.plugin_types().await;
+    h.put(a, "/v2/services/web", svc("shel")).await.expect_text(
+        400,
+        "provisioner.actions.install.type: no provisioner offers automator type shel (did you mean shell?)",
+    );
+    h.put(a, "/v2/services/web", svc("cfengine"))
+        .await
+        .expect_text(
+            400,
+            "provisioner.actions.install.type: no provisioner offers automator type cfengine (offered: shell)",
+        );
+    h.put(a, "/v2/services/web", svc("shell")).await.expect(200);
+}
