@@ -363,6 +363,12 @@ impl ApiClient {
         self.call(Method::DELETE, &path, None, "").await.map(drop)
     }
 
+    /// `DELETE /v2/clusters/{id}?force=true`: terminated without deleting its machines (admins).
+    pub async fn force_delete_cluster(&self, id: &str) -> ClientResult<()> {
+        let path = format!("/v2/clusters/{}?force=true", seg(id));
+        self.call(Method::DELETE, &path, None, "").await.map(drop)
+    }
+
     /// `POST /v2/clusters/{id}/nodes` `{"count": k}`.
     pub async fn expand(&self, id: &str, count: u64, dry_run: bool) -> ClientResult<Started> {
         let body = serde_json::json!({ "count": count });

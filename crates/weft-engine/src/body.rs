@@ -24,9 +24,16 @@ pub struct ClusterBody {
     /// The latest job's status message (failure output, "Aborted by user.").
     #[serde(default)]
     pub message: Option<String>,
-    /// Sensitive provider fields: given to provisioners with each task, never shown.
+    /// Sensitive provider fields the user gave at create: given to provisioners with each task,
+    /// never shown. (Clusters made before credentials were read when used hold the admin's
+    /// sensitive fields here too; the catalog's current values override those.)
     #[serde(default)]
     pub secrets: Map<String, Value>,
+    /// The provider fields the user gave at create: the cluster's own. Every other field of its
+    /// provider is read from the catalog when a task needs it, so a fixed or rotated credential
+    /// reaches every existing cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_fields: Vec<String>,
     /// Nodes the running job takes away (shrink): removed when it succeeds.
     #[serde(default)]
     pub retiring: Vec<String>,
@@ -46,6 +53,24 @@ pub struct ClusterBody {
     /// Drift checks: the latest check, the orphans it found, what the janitor replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftRecord>,
+}
+
+impl ClusterBody {
+    /// The provider fields a task (or a drift check's listing) gets: the cluster's copy and the
+    /// user's secrets, then every field of the provider as the catalog has it now (`current`) but
+    /// those the user gave at create. Without `current` (the provider is gone), the copy alone.
+    pub fn provider_fields(&self, current: Option<&Provider>) -> Map<String, Value> {
+        let mut fields = self.provider.provisioner.clone();
+        fields.extend(self.secrets.clone());
+        if let Some(now) = current {
+            for (k, v) in &now.provisioner {
+                if !self.user_fields.contains(k) {
+                    fields.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        fields
+    }
 }
 
 /// What a cluster keeps of its drift checks (see `drift`).

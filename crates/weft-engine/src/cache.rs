@@ -578,6 +578,54 @@ impl ProvisionerCache {
     }
 }
 
+/// How long a provider read from the catalog is used for task payloads: a rotated credential
+/// reaches every cluster's next task within this time, on every server.
+const PROVIDER_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Providers as the tenant's catalog has them now, for task payloads: credentials are read when
+/// used, not frozen into each cluster at create.
+#[derive(Default)]
+pub struct ProviderCache {
+    read: Mutex<HashMap<(String, String), ProviderRead>>,
+}
+
+/// When a provider was read, and what the catalog had (`None`: no such provider).
+type ProviderRead = (std::time::Instant, Option<weft_model::Provider>);
+
+impl ProviderCache {
+    /// The tenant's provider `name` as the catalog has it now (`None` when it is gone).
+    pub async fn current(
+        &self,
+        store: &dyn Store,
+        tenant_id: &str,
+        name: &str,
+    ) -> weft_store::Result<Option<weft_model::Provider>> {
+        let key = (tenant_id.to_string(), name.to_string());
+        if let Some((at, p)) = self.read.lock().expect("cache lock").get(&key) {
+            if at.elapsed() < PROVIDER_TTL {
+                return Ok(p.clone());
+            }
+        }
+        let doc = store
+            .get_entity(tenant_id, weft_model::EntityKind::Provider, name, None)
+            .await?;
+        let provider = doc.and_then(|d| weft_model::lenient::from_value(d).ok());
+        self.read
+            .lock()
+            .expect("cache lock")
+            .insert(key, (std::time::Instant::now(), provider.clone()));
+        Ok(provider)
+    }
+
+    /// Forgets the tenant's providers (one was just written or deleted in this process).
+    pub fn forget(&self, tenant_id: &str) {
+        self.read
+            .lock()
+            .expect("cache lock")
+            .retain(|(t, _), _| t != tenant_id);
+    }
+}
+
 /// At most this many leases are remembered (a lease that never finishes stays until the janitor
 /// times it out).
 const LEASES_MAX: usize = 100_000;

@@ -84,6 +84,8 @@ pub struct Engine {
     pub provisioners: Arc<cache::ProvisionerCache>,
     /// Tasks this server leased and that have not finished yet (see [`cache`]).
     pub leases: Arc<cache::LeaseCache>,
+    /// Providers as the catalog has them now, for task payloads (see [`cache`]).
+    pub providers: Arc<cache::ProviderCache>,
     /// Permits for answers that read a whole cluster ([`HEAVY_READS`] at once), so that many
     /// concurrent reads of a large cluster queue instead of multiplying peak memory.
     pub heavy_reads: Arc<tokio::sync::Semaphore>,
@@ -109,6 +111,7 @@ impl Engine {
             payloads: Arc::default(),
             provisioners: Arc::default(),
             leases: Arc::default(),
+            providers: Arc::default(),
             heavy_reads: Arc::new(tokio::sync::Semaphore::new(HEAVY_READS)),
             messenger,
         }

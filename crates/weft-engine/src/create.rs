@@ -122,6 +122,7 @@ struct Inputs {
     template: ClusterTemplate,
     provider: Provider,
     secrets: Map<String, Value>,
+    user_fields: Vec<String>,
     hardware: Vec<MachineType>,
     images: Vec<MachineType>,
     services: Vec<Service>,
@@ -165,13 +166,14 @@ async fn gather(
         e => e,
     })?;
     check_required_fields(&ptype, &provider, &req.provider_fields)?;
-    let secrets = split_provider_fields(&ptype, &mut provider, &req.provider_fields);
+    let (secrets, user_fields) = split_provider_fields(&ptype, &mut provider, &req.provider_fields);
     Ok(Inputs {
         now,
         expire_time,
         template,
         provider,
         secrets,
+        user_fields,
         hardware: typed_list(st, tenant_id, EntityKind::HardwareType).await?,
         images: typed_list(st, tenant_id, EntityKind::ImageType).await?,
         services: typed_list(st, tenant_id, EntityKind::Service).await?,
@@ -265,6 +267,7 @@ impl NewCluster {
                 .unwrap_or_else(|| "local".into()),
             message: None,
             secrets: inputs.secrets.clone(),
+            user_fields: inputs.user_fields.clone(),
             retiring: Vec::new(),
             leaving: Vec::new(),
             drift: None,
@@ -550,14 +553,17 @@ fn check_required_fields(
 }
 
 /// Merges the request's allowed provider fields into the cluster's provider copy and moves every
-/// sensitive field (admin or user) out of it. Returns the sensitive fields.
+/// sensitive field out of it. Returns the sensitive fields the user gave (the admin's are read
+/// from the catalog when a task needs them, never kept per cluster) and the names of the fields
+/// the user gave.
 fn split_provider_fields(
     ptype: &PluginType,
     provider: &mut Provider,
     given: &Map<String, Value>,
-) -> Map<String, Value> {
+) -> (Map<String, Value>, Vec<String>) {
     let user = ptype.parameters.get(&ParameterType::User);
     let admin = ptype.parameters.get(&ParameterType::Admin);
+    let mut user_fields = Vec::new();
     for (k, v) in given {
         let allowed = user.is_some_and(|u| u.fields.contains_key(k))
             || admin
@@ -565,16 +571,19 @@ fn split_provider_fields(
                 .is_some_and(|f| f.r#override);
         if allowed {
             provider.provisioner.insert(k.clone(), v.clone());
+            user_fields.push(k.clone());
         }
     }
     let sensitive = ptype.sensitive_fields();
     let mut secrets = Map::new();
     for f in sensitive {
         if let Some(v) = provider.provisioner.remove(f) {
-            secrets.insert(f.to_string(), v);
+            if user_fields.iter().any(|u| u == f) {
+                secrets.insert(f.to_string(), v);
+            }
         }
     }
-    secrets
+    (secrets, user_fields)
 }
 
 /// Only `want` (if given) from an offer; an unoffered `want` leaves nothing, and the solver says why.

@@ -8,13 +8,14 @@
 
 use weft_model::ClusterStatus;
 use weft_planner::Operation;
-use weft_store::ClusterRow;
+use weft_store::{ChangeSet, ClusterRow, Expect, Write};
 
+use crate::body::{from_body, to_body, ClusterBody};
 use crate::control::{running_job, stop_job, Stopped};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{load, start_job};
-use crate::Engine;
+use crate::{now_ms, Caller, Engine, Role};
 
 /// What a delete request started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,4 +82,58 @@ pub async fn start_delete(st: &Engine, row: &ClusterRow) -> EngineResult<Option<
     )
     .await?;
     Ok(Some(started.plan.id))
+}
+
+/// Deletes the cluster `row` by force: an admin who knows its machines are gone (a closed cloud
+/// account, credentials lost for good) ends a cluster that a normal delete cannot. Nothing is
+/// asked of any provisioner: the cluster is marked terminated, with a message saying who forced it
+/// and that weft deleted none of its machines (which the host-pool returns and the UI read as any
+/// termination). A job underway is aborted first; while any of its tasks still runs, the force is
+/// refused (409), so no machine being made is forgotten.
+pub async fn force_delete(st: &Engine, who: &Caller, row: &ClusterRow) -> EngineResult<()> {
+    if who.role < Role::Admin {
+        return Err(EngineError::Invalid(format!(
+            "force: only the tenant's admin may delete cluster {} by force",
+            cluster_id_text(row.id)
+        )));
+    }
+    if row.status == ClusterStatus::Terminated.as_str() {
+        return Ok(());
+    }
+    if row.status == ClusterStatus::Pending.as_str() {
+        let why = "Aborted: the cluster is being deleted by force.";
+        if stop_job(st, row, why, false).await? == Stopped::Draining {
+            return Err(EngineError::JobUnderway {
+                job: row.latest_job.clone().unwrap_or_default(),
+                cluster: cluster_id_text(row.id),
+            });
+        }
+    }
+    let now = st
+        .store
+        .get_cluster(&row.tenant_id, row.id)
+        .await?
+        .ok_or_else(|| EngineError::ClusterNotFound(cluster_id_text(row.id)))?;
+    let nodes = st.store.list_nodes(&row.tenant_id, row.id).await?.len();
+    let mut c = now.clone();
+    let mut body: ClusterBody = from_body(&c.body)?;
+    body.message = Some(format!(
+        "Deleted by force by {} at {} ms: weft deleted none of its {nodes} machines; remove any that remain by hand.",
+        who.user,
+        now_ms()
+    ));
+    c.body = to_body(&body)?;
+    c.status = ClusterStatus::Terminated.as_str().into();
+    let mut cs = ChangeSet::default();
+    cs.expect(Expect::cluster(&now));
+    cs.write(Write::Cluster(c));
+    st.store
+        .commit(&cs)
+        .await
+        .map_err(|e| match crate::store_err(e) {
+            EngineError::Stale(_) => EngineError::ClusterChanged(cluster_id_text(row.id)),
+            other => other,
+        })?;
+    tracing::warn!(cluster_id = row.id, user = %who.user, nodes, "cluster deleted by force: no machine was deleted");
+    Ok(())
 }

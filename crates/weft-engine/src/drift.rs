@@ -94,8 +94,12 @@ pub async fn start_check(st: &Engine, c: &Loaded) -> EngineResult<DriftRun> {
 /// The machines with the cluster's marks that belong to none of its nodes, as a provisioner
 /// with the cluster's provider type lists them; `Err` says why they could not be listed.
 async fn find_orphans(st: &Engine, c: &Loaded) -> Result<Vec<SweptMachine>, String> {
-    let mut fields = c.body.provider.provisioner.clone();
-    fields.extend(c.body.secrets.clone());
+    let current = st
+        .providers
+        .current(st.store.as_ref(), &c.row.tenant_id, &c.body.provider.name)
+        .await
+        .unwrap_or_default();
+    let fields = c.body.provider_fields(current.as_ref());
     let known: Vec<String> = c.nodes.iter().map(|n| n.id.clone()).collect();
     let found = st
         .messenger

@@ -258,7 +258,8 @@ async fn provider_payload(
         .await?;
     let mut config = Map::new();
     config.insert("cluster".into(), Value::Object(body.config.clone()));
-    add_node_config(&mut config, &body, &me, task)?;
+    let current = current_provider(st, task, &body).await;
+    add_node_config(&mut config, &body, &me, task, current.as_ref())?;
     serialize_payload(task, &config, Nodes::Neither)
 }
 
@@ -289,7 +290,8 @@ async fn payload(
         config.insert("cluster".into(), cluster);
         config.insert("service".into(), service);
     }
-    add_node_config(&mut config, &snap.body, &me.node, task)?;
+    let current = current_provider(st, task, &snap.body).await;
+    add_node_config(&mut config, &snap.body, &me.node, task, current.as_ref())?;
     // Results are written last and may shadow anything, `nodes` included.
     let nodes = if config.contains_key("nodes") {
         Nodes::Neither
@@ -350,13 +352,34 @@ fn service_config(
     Ok((cluster_config, service))
 }
 
-/// The node's properties, the automators to bootstrap, the provider with its secrets, and the
-/// node's provisioner results (last: they may shadow anything).
+/// The cluster's provider as the tenant's catalog has it now; `None` when it is gone (or cannot be
+/// read), and the cluster's own copy is used.
+async fn current_provider(
+    st: &Engine,
+    task: &TaskRow,
+    body: &ClusterBody,
+) -> Option<weft_model::Provider> {
+    match st
+        .providers
+        .current(st.store.as_ref(), &task.tenant_id, &body.provider.name)
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(task_id = %task.id, error = %e, "reading the provider; using the cluster's copy");
+            None
+        }
+    }
+}
+
+/// The node's properties, the automators to bootstrap, the provider with its fields as they are
+/// now ([`ClusterBody::provider_fields`]), and the node's provisioner results (last: they may shadow anything).
 fn add_node_config(
     config: &mut Map<String, Value>,
     body: &ClusterBody,
     me: &Node,
     task: &TaskRow,
+    current: Option<&weft_model::Provider>,
 ) -> Result<(), String> {
     let props = serde_json::to_value(&me.properties).map_err(|e| e.to_string())?;
     if let Value::Object(p) = props {
@@ -367,12 +390,7 @@ fn add_node_config(
         config.insert("automators".into(), json!(task_body.automators));
     }
     let mut provider = serde_json::to_value(&body.provider).map_err(|e| e.to_string())?;
-    if let Some(p) = provider
-        .get_mut("provisioner")
-        .and_then(Value::as_object_mut)
-    {
-        p.extend(body.secrets.clone());
-    }
+    provider["provisioner"] = Value::Object(body.provider_fields(current));
     config.insert("provider".into(), provider);
     for (k, v) in &me.provisioner_results {
         config.insert(k.clone(), v.clone());

@@ -85,6 +85,7 @@ async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
         }
     }
     st.store.replace_entities(&id.tenant.id, &entities).await?;
+    st.engine.providers.forget(&id.tenant.id);
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use weft_model::{
 };
 
 use super::params::{parse_body, DryRun};
-use crate::api::{op, Api, Body};
+use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -56,9 +56,11 @@ pub fn routes(api: Api) -> Api {
         "/v2/clusters/{id}",
         delete,
         op(t, "Delete a cluster (starts a CLUSTER_DELETE job; 200 if already terminated). A job underway is aborted first: its queued tasks never start, and the delete starts when its running tasks end or time out")
-            .status(200, "delete started, or will start when the aborted job's running tasks end")
+            .query_as("force", "true (admins, weft extension): mark the cluster terminated without deleting its machines, for machines known to be gone; refused while a task of it runs", Param::OneOf(&["true", "false"]))
+            .status(200, "delete started, or will start when the aborted job's running tasks end; with force, the cluster is terminated")
+            .status(403, "force asked by a user who is not the tenant's admin")
             .status(404, "cluster not found")
-            .status(409, "the cluster changed meanwhile; try again"),
+            .status(409, "the cluster changed meanwhile (try again), or with force: a task of it still runs"),
     )
     .route(
         MethodFilter::GET,
@@ -241,12 +243,33 @@ async fn services(
     Ok(Json(body.services))
 }
 
+/// `?force=true` on a delete (weft extension).
+#[derive(Debug, Deserialize)]
+struct Force {
+    force: Option<String>,
+}
+
 async fn delete(
     State(st): State<AppState>,
     who: Identity,
     Path(id): Path<String>,
+    Query(f): Query<Force>,
 ) -> ApiResult<()> {
-    let row = view::visible(&st.engine, &who.caller(), &id).await?;
-    delete_cluster(&st.engine, &row).await?;
+    let caller = who.caller();
+    let row = view::visible(&st.engine, &caller, &id).await?;
+    match f.force.as_deref() {
+        None | Some("false") => {
+            delete_cluster(&st.engine, &row).await?;
+        }
+        Some("true") => {
+            who.require_admin()?;
+            weft_engine::delete::force_delete(&st.engine, &caller, &row).await?;
+        }
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "force must be true or false, not {other}"
+            )))
+        }
+    }
     Ok(())
 }

@@ -220,6 +220,8 @@ async fn put(
     st.store
         .put_entity(&id.tenant.id, kind, &name, &doc)
         .await?;
+    // Credentials are read when used: the next task of every cluster gets the new fields.
+    st.engine.providers.forget(&id.tenant.id);
     Ok(())
 }
 
@@ -235,6 +237,7 @@ async fn delete(
     st.store
         .delete_entity(&id.tenant.id, kind, &name, version)
         .await?;
+    st.engine.providers.forget(&id.tenant.id);
     Ok(())
 }
 

@@ -156,3 +156,50 @@ async fn a_delete_during_a_running_reconfigure_deletes_too() {
     assert_eq!(finish(&h, &tid, "w1", &running, 1, "broke").await, 200);
     deletes_every_node(&h, &tid, &id, &nodes).await;
 }
+
+/// A cluster whose delete can never succeed (its machines' credentials are lost for good) is ended
+/// by an admin with `?force=true`: refused while a task of it runs, refused to a user, then the
+/// cluster is terminated with a message saying who forced it and that no machine was deleted.
+#[tokio::test]
+async fn an_admin_forces_a_stuck_delete_and_it_is_recorded() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    let id = create(&h, a, 1).await;
+    let running = take(&h, &tid, "w1").await.expect("a task");
+    let path = format!("/v2/clusters/{id}?force=true");
+    let r = h.delete(a, &path).await;
+    assert_eq!(r.status.as_u16(), 409, "a task runs: {}", r.text());
+    assert_eq!(
+        finish(&h, &tid, "w1", &running, 1, "cannot reach the cloud").await,
+        200
+    );
+    // Every attempt fails: the create fails, then so does the delete.
+    drain(&h, &tid, |_| true).await;
+    h.delete(a, &format!("/v2/clusters/{id}")).await.expect(200);
+    drain(&h, &tid, |_| true).await;
+    assert_eq!(details(&h, &id).await["status"], "incomplete");
+    let r = h.delete(crate::common::user("bob", T), &path).await;
+    assert!(matches!(r.status.as_u16(), 403 | 404), "{}", r.text());
+    h.delete(a, &format!("/v2/clusters/{id}?force=maybe"))
+        .await
+        .expect(400);
+    h.delete(a, &path).await.expect(200);
+    let c = details(&h, &id).await;
+    assert_eq!(c["status"], "terminated");
+    let message = c["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Deleted by force by admin")
+            && message.contains("none of its 1 machines"),
+        "{message}"
+    );
+    // Nothing is left for a provisioner.
+    assert!(take(&h, &tid, "w1").await.is_none());
+}
+
+async fn details(h: &Harness, id: &str) -> Value {
+    h.get(admin(T), &format!("/v2/clusters/{id}"))
+        .await
+        .expect(200)
+        .json()
+}

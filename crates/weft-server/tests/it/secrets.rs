@@ -148,3 +148,58 @@ async fn bootstrapped_secrets_stay_masked() {
         "visible"
     );
 }
+
+/// Credentials are read when used: a task gets the provider's fields as the catalog has them now,
+/// so an admin who fixes or rotates a key reaches every existing cluster's next task; the user's
+/// own fields stay the cluster's; the admin's secret is never kept in the cluster.
+#[tokio::test]
+async fn a_rotated_credential_reaches_existing_clusters() {
+    use axum::http::Method;
+    let h = Harness::new().await;
+    let tid = crate::clusters::setup(&h).await;
+    let a = admin(crate::clusters::T);
+    let local = json!({"name": "local", "parameters": {
+        "admin": {"fields": {"key": {"label": "key", "type": "password", "sensitive": true}}},
+        "user": {"fields": {"token": {"label": "token", "type": "password", "sensitive": true}}}}});
+    h.internal(
+        Method::PUT,
+        "/v2/plugins/providertypes/local",
+        local.to_string(),
+    )
+    .await
+    .expect(200);
+    let provider = |key: &str| {
+        json!({"name": "local", "providertype": "local", "provisioner": {"key": key}}).to_string()
+    };
+    h.put(a, "/v2/providers/local", provider("old-key"))
+        .await
+        .expect(200);
+    let id = crate::clusters::create(&h, a, 1).await;
+    let first = crate::clusters::take(&h, &tid, "w1").await.expect("a task");
+    let fields = &first["config"]["provider"]["provisioner"];
+    assert_eq!(fields["key"], "old-key", "{first}");
+    assert_eq!(fields["token"], "s3cret", "the user's own field");
+    // The cluster keeps the user's fields, never the admin's secret.
+    let n: u64 = id.parse().unwrap();
+    let row = h
+        .app
+        .state
+        .store
+        .get_cluster(&tid, n)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!row.body.to_string().contains("old-key"), "{}", row.body);
+    // The admin rotates the key: the cluster's next task has the new one.
+    h.put(a, "/v2/providers/local", provider("new-key"))
+        .await
+        .expect(200);
+    assert_eq!(
+        crate::clusters::finish(&h, &tid, "w1", &first, 0, "").await,
+        200
+    );
+    let next = crate::clusters::take(&h, &tid, "w1").await.expect("a task");
+    let fields = &next["config"]["provider"]["provisioner"];
+    assert_eq!(fields["key"], "new-key", "{next}");
+    assert_eq!(fields["token"], "s3cret");
+}

@@ -134,6 +134,12 @@ enum Cmd {
         /// Follow the delete until the cluster is terminated.
         #[arg(long)]
         wait: bool,
+        /// Admins: mark the cluster terminated without deleting its machines, for a cluster whose
+        /// machines are known to be gone and whose delete cannot succeed (credentials lost for
+        /// good, a closed account). Refused while a task of it runs; the cluster's message records
+        /// who forced it.
+        #[arg(long)]
+        force: bool,
     },
     /// Add nodes.
     Expand {
@@ -470,7 +476,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Cmd::Delete { id, wait: w } => {
+        Cmd::Delete { id, wait: w, force } => {
+            if force {
+                ctx.block(c.force_delete_cluster(&id))?;
+                if !ctx.json() {
+                    println!("cluster {id} deleted by force: weft deleted none of its machines");
+                }
+                return Ok(());
+            }
             ctx.block(c.delete_cluster(&id))?;
             if !ctx.json() {
                 println!("deleting cluster {id}");
