@@ -93,6 +93,9 @@ pub struct Finish {
     pub ipaddresses: Option<BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Map<String, Value>>,
+    /// How a failed task failed (weft extension): absent, the server retries it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<weft_model::TaskFailure>,
     /// Set by [`Client::finish_and_take`]: the server takes the worker's next task in the same
     /// request.
     #[serde(skip_serializing_if = "Option::is_none")]

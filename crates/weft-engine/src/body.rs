@@ -157,6 +157,13 @@ pub struct TaskBody {
     /// Earlier attempts that failed and were retried, oldest first (at most [`MAX_RETRIED`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retried: Vec<Attempt>,
+    /// How the last attempt failed, as its worker classified it (absent: unclassified).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<weft_model::TaskFailure>,
+    /// A DELETE that removes what a failed CREATE of its node may have made: clean-up, not a
+    /// step of the plan. One after a fatal CREATE runs although its job has failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cleanup: bool,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -175,6 +182,8 @@ pub struct Attempt {
     pub stdout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<weft_model::TaskFailure>,
 }
 
 pub fn to_body<T: Serialize>(t: &T) -> EngineResult<Value> {

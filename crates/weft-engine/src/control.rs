@@ -158,7 +158,7 @@ async fn stop_step(
         return Ok((Stopped::Nothing, None));
     };
     let tasks = st.store.list_tasks(&job.tenant_id, &job.id).await?;
-    let running = tasks.iter().any(|t| t.state == TaskState::InProgress);
+    let running = tasks.iter().any(|t| crate::ids::still_busy(t.state, &t.id));
     let active =
         job.status == JobStatus::Running.as_str() || job.status == JobStatus::Paused.as_str();
     let mut cs = ChangeSet::new();

@@ -121,18 +121,21 @@ pub fn unmask_results(
 /// numbered (`attempt` of `max_attempts`) so that retries read as such.
 fn actions(t: &TaskRow, max_attempts: u32) -> EngineResult<Vec<NodeAction>> {
     let body: TaskBody = from_body(&t.body)?;
-    let entry = |attempt: u32, submit_time, status_time, status, stdout, stderr| NodeAction {
-        task_id: t.id.clone(),
-        service: t.service.clone(),
-        action: t.action.clone(),
-        submit_time,
-        status_time,
-        status,
-        stdout,
-        stderr,
-        attempt: attempt.max(1),
-        max_attempts,
-    };
+    let entry =
+        |attempt: u32, submit_time, status_time, status, stdout, stderr, failure| NodeAction {
+            task_id: t.id.clone(),
+            service: t.service.clone(),
+            action: t.action.clone(),
+            submit_time,
+            status_time,
+            status,
+            stdout,
+            stderr,
+            attempt: attempt.max(1),
+            max_attempts,
+            failure,
+            cleanup: body.cleanup,
+        };
     let current = match t.state {
         TaskState::InProgress => Some(NodeActionStatus::InProgress),
         TaskState::Complete => Some(NodeActionStatus::Complete),
@@ -155,6 +158,7 @@ fn actions(t: &TaskRow, max_attempts: u32) -> EngineResult<Vec<NodeAction>> {
                 NodeActionStatus::Failed,
                 a.stdout.clone(),
                 a.stderr.clone(),
+                a.failure.clone(),
             )
         })
         .collect();
@@ -169,8 +173,11 @@ fn actions(t: &TaskRow, max_attempts: u32) -> EngineResult<Vec<NodeAction>> {
             t.started_at,
             status_time,
             status,
-            body.stdout,
-            body.stderr,
+            body.stdout.clone(),
+            body.stderr.clone(),
+            body.failure
+                .clone()
+                .filter(|_| status == NodeActionStatus::Failed),
         ));
     }
     Ok(out)

@@ -1,6 +1,13 @@
 //! The provisioner side of a job: `take` leases the oldest queued task of a tenant to a worker and
 //! builds its payload (contract §5.11); `finish` records the result, updates the node, releases the
 //! task's successors, retries or fails, and completes the job and the cluster.
+//!
+//! The retry rule: a failed task is run again (up to `max_action_retries` executions) unless its
+//! worker classified the failure as not retryable (the finish's `failure`); a fatal failure fails
+//! the job at once, its message naming the task, its host, the reason and "not retried". A
+//! CREATE that fails for good gets a clean-up DELETE of whatever it may have made: before its
+//! retry (the CREATE waits for it), or after a fatal failure (`ids::cleanup_id`, run although
+//! the job has failed; the cluster settles once it ends). Either is marked `cleanup`.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -96,8 +103,9 @@ pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<Stri
                 Err(e) => return Err(e.into()),
             }
         }
-        if status != Some(JobStatus::Running.as_str()) {
-            // Its job failed (or was aborted) after the task was queued: never run it.
+        if status != Some(JobStatus::Running.as_str()) && !crate::ids::is_cleanup_id(&task.id) {
+            // Its job failed (or was aborted) after the task was queued: never run it (but a
+            // clean-up DELETE, which exists because the job failed).
             drop_task(st, &task).await?;
             continue;
         }
@@ -620,25 +628,32 @@ async fn finish_step(
         cs.write(Write::Task(done));
         settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
     } else {
-        tbody.message = Some(failure_message(&task, req));
-        if job_running && task.attempts < st.settings.max_action_retries {
+        let host = host_of(st, &task).await?;
+        tbody.message = Some(failure_message(&task, req, &host));
+        tbody.failure = req.failure.clone();
+        let fatal = req.failure.as_ref().is_some_and(|f| !f.retryable);
+        if job_running && !fatal && task.attempts < st.settings.max_action_retries {
             retry_task(&mut cs, &task, done, tbody, job_paused, now)?;
             // Retried only while the job still runs.
             cs.expect(Expect::job(&job));
             tracing::warn!(task_id = %task.id, job_id = %job.id, attempt = task.attempts, "task failed; retrying");
         } else {
-            done.state = TaskState::Failed;
-            let message = tbody.message.clone().unwrap_or_default();
-            done.body = to_body(&tbody)?;
-            cs.write(Write::Task(done));
-            let job = if job_running {
-                tracing::warn!(task_id = %task.id, job_id = %job.id, "task failed for good; job failed");
+            if job_running {
+                tracing::warn!(task_id = %task.id, job_id = %job.id, fatal, "task failed for good; job failed");
                 outcome = Some(JobEventKind::Failure);
-                failed(&job, message)?
-            } else {
-                job.clone()
-            };
-            settle_failed_job(st, &mut cs, &job, &cluster, &task.id).await?;
+            }
+            fail_for_good(
+                st,
+                &mut cs,
+                &task,
+                done,
+                tbody,
+                &job,
+                &cluster,
+                job_running,
+                now,
+            )
+            .await?;
         }
     }
     st.store.commit(&cs).await.map_err(store_err)?;
@@ -756,7 +771,11 @@ fn health_report(task: &TaskRow, req: &FinishTaskRequest) -> Option<HealthReport
         _ => HealthReport {
             healthy: false,
             tries: 0,
-            message: Some(failure_message(task, req)),
+            message: Some(failure_message(
+                task,
+                req,
+                &format!("node {}", task.node_id),
+            )),
         },
     })
 }
@@ -837,25 +856,42 @@ async fn complete_task(
     Ok(())
 }
 
-/// What a failed task's message says: action, service, node, status and the end of its output.
-fn failure_message(task: &TaskRow, req: &FinishTaskRequest) -> String {
-    format!(
-        "{} {}on node {} failed (status {}): {}",
+/// What a failed task's message says: action, service, host, status, the reason its worker gave
+/// and the end of its output; a fatal failure ends with "not retried: <reason>", a clean-up
+/// says it is one.
+fn failure_message(task: &TaskRow, req: &FinishTaskRequest, host: &str) -> String {
+    let output = req
+        .stderr
+        .as_deref()
+        .map(trim_log)
+        .filter(|s| !s.trim().is_empty())
+        .or(req.stdout.as_deref().map(trim_log))
+        .unwrap_or_default();
+    let what = format!(
+        "{}{} {}on {host}",
         task.action,
+        if crate::ids::is_cleanup_id(&task.id) {
+            " (clean-up)"
+        } else {
+            ""
+        },
         if task.service.is_empty() {
             String::new()
         } else {
             format!("of {} ", task.service)
         },
-        task.node_id,
-        req.status.unwrap_or(1),
-        req.stderr
-            .as_deref()
-            .map(trim_log)
-            .filter(|s| !s.trim().is_empty())
-            .or(req.stdout.as_deref().map(trim_log))
-            .unwrap_or_default()
-    )
+    );
+    let status = req.status.unwrap_or(1);
+    match &req.failure {
+        Some(f) if !f.retryable => format!(
+            "{what} failed (status {status}, {}): {}; not retried: {}",
+            f.reason,
+            output.trim_end(),
+            f.reason
+        ),
+        Some(f) => format!("{what} failed (status {status}, {}): {output}", f.reason),
+        None => format!("{what} failed (status {status}): {output}"),
+    }
 }
 
 /// Puts a failed task back for another attempt (its history keeps the failed one); a failed
@@ -874,32 +910,13 @@ fn retry_task(
         finish_time: now,
         stdout: tbody.stdout.take(),
         stderr: tbody.stderr.take(),
+        failure: tbody.failure.take(),
     });
     let excess = tbody.retried.len().saturating_sub(super::body::MAX_RETRIED);
     tbody.retried.drain(..excess);
     if task.action == ProvisionerAction::Create.upper() {
-        let cleanup = TaskRow {
-            id: format!("{}-r{}", task.id, task.attempts),
-            action: ProvisionerAction::Delete.upper().into(),
-            service: String::new(),
-            state: TaskState::Queued,
-            attempts: 0,
-            deps_remaining: 0,
-            successors: vec![task.id.clone()],
-            lease_owner: None,
-            lease_deadline: 0,
-            queued_at: now,
-            started_at: 0,
-            rev: 0,
-            body: to_body(&TaskBody::default())?,
-            ..task.clone()
-        };
-        cs.expect(Expect::TaskRev {
-            tenant_id: task.tenant_id.clone(),
-            id: cleanup.id.clone(),
-            rev: 0,
-        });
-        cs.write(Write::Task(cleanup));
+        let id = format!("{}-r{}", task.id, task.attempts);
+        add_cleanup(cs, task, id, vec![task.id.clone()], now)?;
         done.state = TaskState::Pending;
         done.deps_remaining = 1;
     } else if job_paused {
@@ -912,6 +929,107 @@ fn retry_task(
     done.body = to_body(&tbody)?;
     cs.write(Write::Task(done));
     Ok(())
+}
+
+/// Records a task that failed for good and fails its job (when it still runs); a CREATE that
+/// failed fatally gets its clean-up DELETE now, as its retry would have. Then the cluster settles
+/// as [`settle_failed_job`] says.
+#[allow(clippy::too_many_arguments)]
+async fn fail_for_good(
+    st: &Engine,
+    cs: &mut ChangeSet,
+    task: &TaskRow,
+    mut done: TaskRow,
+    tbody: TaskBody,
+    job: &JobRow,
+    cluster: &ClusterRow,
+    job_running: bool,
+    now: i64,
+) -> EngineResult<()> {
+    done.state = TaskState::Failed;
+    let message = tbody.message.clone().unwrap_or_default();
+    let fatal = tbody.failure.as_ref().is_some_and(|f| !f.retryable);
+    done.body = to_body(&tbody)?;
+    cs.write(Write::Task(done));
+    if !job_running {
+        // A task of a job that failed meanwhile, or the clean-up after a fatal CREATE: the
+        // job's message (the cause) stays; a clean-up that failed is added to it.
+        let job = if tbody.cleanup {
+            with_cleanup_note(job, &message)?
+        } else {
+            job.clone()
+        };
+        return settle_failed_job(st, cs, &job, cluster, &task.id).await;
+    }
+    let job = failed(job, message)?;
+    if fatal && task.action == ProvisionerAction::Create.upper() {
+        // The cluster settles when the clean-up ends (its finish comes back here).
+        add_cleanup(cs, task, crate::ids::cleanup_id(&task.id), vec![], now)?;
+        cs.expect(Expect::job(&job));
+        cs.write(Write::Job(job));
+        return Ok(());
+    }
+    settle_failed_job(st, cs, &job, cluster, &task.id).await
+}
+
+/// The job with a note that its clean-up DELETE failed too (`message`) after its message.
+fn with_cleanup_note(job: &JobRow, message: &str) -> EngineResult<JobRow> {
+    let mut j = job.clone();
+    let mut jb: JobBody = from_body(&job.body)?;
+    let note = format!("The clean-up failed too: {message}");
+    jb.message = Some(match jb.message.take() {
+        Some(m) => format!("{m} {note}"),
+        None => note,
+    });
+    j.body = to_body(&jb)?;
+    Ok(j)
+}
+
+/// Adds the clean-up DELETE `id` of a failed CREATE's node, queued now; `successors` wait for it
+/// (the CREATE's retry), or none do (after a fatal failure).
+fn add_cleanup(
+    cs: &mut ChangeSet,
+    task: &TaskRow,
+    id: String,
+    successors: Vec<String>,
+    now: i64,
+) -> EngineResult<()> {
+    let cleanup = TaskRow {
+        id,
+        action: ProvisionerAction::Delete.upper().into(),
+        service: String::new(),
+        state: TaskState::Queued,
+        attempts: 0,
+        deps_remaining: 0,
+        successors,
+        lease_owner: None,
+        lease_deadline: 0,
+        queued_at: now,
+        started_at: 0,
+        rev: 0,
+        body: to_body(&TaskBody {
+            cleanup: true,
+            ..TaskBody::default()
+        })?,
+        ..task.clone()
+    };
+    cs.expect(Expect::TaskRev {
+        tenant_id: task.tenant_id.clone(),
+        id: cleanup.id.clone(),
+        rev: 0,
+    });
+    cs.write(Write::Task(cleanup));
+    Ok(())
+}
+
+/// How a failed task's node is named in messages: its hostname, else its id.
+async fn host_of(st: &Engine, task: &TaskRow) -> EngineResult<String> {
+    let node = st.store.get_node(&task.tenant_id, &task.node_id).await?;
+    let hostname = node
+        .and_then(|row| from_body::<Node>(&row.body).ok())
+        .and_then(|n| n.properties.hostname)
+        .filter(|h| !h.trim().is_empty());
+    Ok(hostname.unwrap_or_else(|| format!("node {}", task.node_id)))
 }
 
 /// The job, failed with `message`.
@@ -968,7 +1086,7 @@ async fn settle_failed_job(
         .list_task_heads(&job.tenant_id, &job.id)
         .await?
         .iter()
-        .any(|t| t.state == TaskState::InProgress && t.id != finishing);
+        .any(|t| t.id != finishing && crate::ids::still_busy(t.state, &t.id));
     if !running
         && cluster.status == ClusterStatus::Pending.as_str()
         && cluster.latest_job.as_deref() == Some(&job.id)

@@ -291,3 +291,201 @@ async fn a_request_without_a_layout_ends_terminated_with_the_reason() {
     let body: weft_engine::body::ClusterBody = weft_engine::body::from_body(&row.body).unwrap();
     assert_eq!(body.message.as_deref(), Some(dry.to_string().as_str()));
 }
+
+/// A worker whose finishes `answer` writes (`None`: success): takes and finishes until no task
+/// is left; returns `(taskName, taskId)` of every task it ran, in order.
+async fn run_scripted(
+    e: &Engine,
+    mut answer: impl FnMut(&Value) -> Option<Value>,
+) -> Vec<(String, String)> {
+    let mut ran = Vec::new();
+    loop {
+        let req = TakeTaskRequest {
+            worker_id: Some("w1".into()),
+            provisioner_id: Some("p1".into()),
+            tenant_id: Some("t-acme".into()),
+            ..Default::default()
+        };
+        let Some(task) = take(e, req).await.unwrap() else {
+            return ran;
+        };
+        let task: Value = serde_json::from_str(&task).unwrap();
+        let mut fin = json!({"workerId": "w1", "provisionerId": "p1", "tenantId": "t-acme",
+                             "taskId": task["taskId"], "status": 0});
+        if let Some(Value::Object(failed)) = answer(&task) {
+            fin["status"] = json!(1);
+            fin.as_object_mut().unwrap().extend(failed);
+        }
+        finish(e, serde_json::from_value(fin).unwrap())
+            .await
+            .unwrap();
+        ran.push((
+            task["taskName"].as_str().unwrap().to_string(),
+            task["taskId"].as_str().unwrap().to_string(),
+        ));
+        assert!(ran.len() < 100, "the job never ends");
+    }
+}
+
+async fn create_one(f: &Fixture) -> String {
+    let Created::Id(id) = create_cluster(&f.engine, &f.who, request("t", 1), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    id
+}
+
+/// The cluster's latest job (status, message), the cluster's message, and its tasks.
+async fn outcome(
+    e: &Engine,
+    id: &str,
+) -> (
+    String,
+    Option<String>,
+    Option<String>,
+    Vec<weft_store::TaskRow>,
+) {
+    let cid = weft_engine::parse_cluster_id(id).unwrap();
+    let row = e.store.get_cluster("t-acme", cid).await.unwrap().unwrap();
+    let job_id = row.latest_job.clone().unwrap();
+    let job = e.store.get_job("t-acme", &job_id).await.unwrap().unwrap();
+    let jb: weft_engine::body::JobBody = weft_engine::body::from_body(&job.body).unwrap();
+    let cb: weft_engine::body::ClusterBody = weft_engine::body::from_body(&row.body).unwrap();
+    let tasks = e.store.list_tasks("t-acme", &job_id).await.unwrap();
+    (job.status, jb.message, cb.message, tasks)
+}
+
+#[tokio::test]
+async fn a_fatal_create_fails_the_job_at_once_and_its_clean_up_still_runs() {
+    let f = fixture(10).await;
+    let id = create_one(&f).await;
+    let ran = run_scripted(&f.engine, |t| {
+        (t["taskName"] == "CREATE").then(|| {
+            json!({"stderr": "ec2: AuthFailure: AWS was not able to validate the credentials",
+                   "failure": {"retryable": false, "reason": "auth"}})
+        })
+    })
+    .await;
+    let names: Vec<&str> = ran.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["CREATE", "DELETE"],
+        "one CREATE, then its clean-up; ran {ran:?}"
+    );
+    assert!(ran[1].1.ends_with("-cleanup"), "{ran:?}");
+    let (job_status, job_msg, cluster_msg, tasks) = outcome(&f.engine, &id).await;
+    assert_eq!(job_status, "failed");
+    let create = tasks.iter().find(|t| t.action == "CREATE").unwrap();
+    assert_eq!(create.attempts, 1, "a fatal failure is not retried");
+    let msg = job_msg.unwrap();
+    assert!(msg.starts_with("CREATE on "), "{msg}");
+    assert!(msg.contains("(status 1, auth): ec2: AuthFailure"), "{msg}");
+    assert!(msg.ends_with("; not retried: auth"), "{msg}");
+    assert_eq!(
+        cluster_msg.as_deref(),
+        Some(msg.as_str()),
+        "the cause, not the clean-up"
+    );
+    assert_eq!(status(&f.engine, &id).await, "incomplete");
+    // The clean-up is shown as such in the node's history, and the CREATE as not retryable.
+    let node_id = &create.node_id;
+    let row = f
+        .engine
+        .store
+        .get_node("t-acme", node_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let node = weft_engine::view::node(&f.engine, &row).await.unwrap();
+    let create_entry = node.actions.iter().find(|a| a.action == "CREATE").unwrap();
+    assert_eq!(
+        create_entry.failure,
+        Some(weft_model::TaskFailure::new(
+            weft_model::FailureReason::Auth,
+            false
+        ))
+    );
+    assert!(!create_entry.cleanup);
+    let delete_entry = node.actions.iter().find(|a| a.action == "DELETE").unwrap();
+    assert!(delete_entry.cleanup, "{delete_entry:?}");
+}
+
+#[tokio::test]
+async fn a_failed_clean_up_is_added_to_the_cause() {
+    let f = fixture(10).await;
+    let id = create_one(&f).await;
+    let ran = run_scripted(&f.engine, |t| {
+        let reason = if t["taskName"] == "CREATE" {
+            "auth"
+        } else {
+            "network"
+        };
+        Some(json!({"stderr": format!("{reason} trouble"),
+                    "failure": {"retryable": reason == "network", "reason": reason}}))
+    })
+    .await;
+    assert_eq!(ran.len(), 2, "a clean-up is tried once: {ran:?}");
+    let (_, job_msg, cluster_msg, _) = outcome(&f.engine, &id).await;
+    let msg = cluster_msg.unwrap();
+    assert_eq!(Some(&msg), job_msg.as_ref());
+    assert!(msg.contains("auth trouble; not retried: auth"), "{msg}");
+    assert!(
+        msg.contains("The clean-up failed too: DELETE (clean-up) on "),
+        "{msg}"
+    );
+    assert_eq!(status(&f.engine, &id).await, "incomplete");
+}
+
+#[tokio::test]
+async fn a_fatal_service_task_runs_once_and_names_its_service() {
+    let f = fixture(10).await;
+    let id = create_one(&f).await;
+    let ran = run_scripted(&f.engine, |t| {
+        (t["taskName"] == "INSTALL").then(|| {
+            json!({"stderr": "script install-a.sh is in none of the script directories",
+                   "failure": {"retryable": false, "reason": "not_found"}})
+        })
+    })
+    .await;
+    let installs = ran.iter().filter(|(n, _)| n == "INSTALL").count();
+    assert_eq!(installs, 1, "{ran:?}");
+    assert!(
+        !ran.iter().any(|(n, _)| n == "DELETE"),
+        "no clean-up but a CREATE's: {ran:?}"
+    );
+    let (job_status, _, cluster_msg, _) = outcome(&f.engine, &id).await;
+    assert_eq!(job_status, "failed");
+    let msg = cluster_msg.unwrap();
+    assert!(msg.starts_with("INSTALL of a on "), "{msg}");
+    assert!(msg.ends_with("not retried: not_found"), "{msg}");
+}
+
+#[tokio::test]
+async fn retryable_and_unclassified_failures_are_retried() {
+    let f = fixture(10).await;
+    let id = create_one(&f).await;
+    let mut failed_install = false;
+    let mut failed_create = false;
+    let ran = run_scripted(&f.engine, |t| {
+        if t["taskName"] == "INSTALL" && !failed_install {
+            failed_install = true;
+            return Some(
+                json!({"stderr": "exit 1", "failure": {"retryable": true, "reason": "crash"}}),
+            );
+        }
+        if t["taskName"] == "CREATE" && !failed_create {
+            failed_create = true;
+            // As Coopr's provisioners send it: no classification.
+            return Some(json!({"stderr": "boom"}));
+        }
+        None
+    })
+    .await;
+    let count = |what: &str| ran.iter().filter(|(n, _)| n == what).count();
+    assert_eq!(count("CREATE"), 2, "{ran:?}");
+    assert_eq!(count("DELETE"), 1, "the retry's clean-up: {ran:?}");
+    assert_eq!(count("INSTALL"), 3, "a's twice, b's once: {ran:?}");
+    assert_eq!(status(&f.engine, &id).await, "active");
+}

@@ -287,6 +287,13 @@ pub struct NodeAction {
     /// How many executions the task may have before its job fails (weft extension; 0 when unknown).
     #[serde(rename = "maxAttempts", default, skip_serializing_if = "is_zero")]
     pub max_attempts: u32,
+    /// How this attempt failed, when its worker classified the failure (weft extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<crate::TaskFailure>,
+    /// A DELETE that removes what a failed CREATE of the node may have made: clean-up, not a
+    /// step of the plan (weft extension).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cleanup: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -537,6 +544,10 @@ pub struct FinishTaskRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<Map<String, Value>>,
+    /// weft extension: how the task failed, as the worker's plugin classified it. Absent (Coopr's
+    /// provisioners): retryable. Not retryable: the job fails at once, without another attempt.
+    #[serde(default)]
+    pub failure: Option<crate::TaskFailure>,
     /// weft extension: the worker's next task in the same request. Present, the server takes it
     /// once this finish is recorded and answers as `POST /v2/tasks/take` does (200 with the task,
     /// 204 when there is none), so that a worker makes one request per task instead of two.

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod drift;
 pub mod entity;
 pub mod error;
+pub mod failure;
 pub mod health;
 pub mod hostpool;
 pub mod lenient;
@@ -25,6 +26,7 @@ pub use drift::{
 };
 pub use entity::*;
 pub use error::ModelError;
+pub use failure::{FailureReason, TaskFailure};
 pub use health::{
     ClusterHealth, HealthReport, HealthRun, HealthState, NodeHealth, ServiceHealth,
     HEALTH_RESULT_KEY,

@@ -549,10 +549,11 @@ async fn run_and_finish(
             let abort = run.abort_handle();
             match tokio::time::timeout(timeout + Duration::from_secs(5), run).await {
                 Ok(Ok(r)) => r,
-                Ok(Err(e)) => Err(PluginError::fatal(format!("the plugin crashed: {e}"))),
+                Ok(Err(e)) => Err(PluginError::fatal(format!("the plugin crashed: {e}"))
+                    .because(weft_model::FailureReason::Crash)),
                 Err(_) => {
                     abort.abort();
-                    Err(PluginError::retryable(format!(
+                    Err(PluginError::timeout(format!(
                         "the task did not end within {}s",
                         timeout.as_secs()
                     )))
@@ -578,7 +579,7 @@ async fn run_and_finish(
             finish.result = Some(out.result);
         }
         Err(e) => {
-            tracing::warn!(%task_id, retryable = e.retryable, error = %e, "task failed");
+            tracing::warn!(%task_id, retryable = e.retryable, reason = %e.reason, error = %e, "task failed");
             finish.status = 1;
             finish.stdout = Some(tail_text(&e.stdout, max));
             let stderr = if e.stderr.is_empty() {
@@ -587,6 +588,7 @@ async fn run_and_finish(
                 format!("{}\n{}", e.stderr, e.message)
             };
             finish.stderr = Some(tail_text(&stderr, max));
+            finish.failure = Some(e.failure());
         }
     }
     if task_id.is_empty() {

@@ -263,7 +263,10 @@ fn engine_error(what: &str, e: DockerError) -> PluginError {
     };
     match status_of(&e) {
         Some(400) => PluginError::fatal(msg),
-        _ => PluginError::retryable(msg),
+        Some(401 | 403) => PluginError::auth(msg),
+        Some(_) => PluginError::retryable(msg),
+        // No answer from the engine.
+        None => PluginError::network(msg),
     }
 }
 
@@ -336,7 +339,7 @@ impl DockerProvider {
             Docker::connect_with_host(&endpoint)
         };
         let unreachable = |e: DockerError| {
-            PluginError::retryable(format!("cannot reach the Docker Engine at {shown}: {e}"))
+            PluginError::network(format!("cannot reach the Docker Engine at {shown}: {e}"))
         };
         let docker = match docker {
             Ok(d) => d,
@@ -571,7 +574,7 @@ impl DockerProvider {
             Err(e) => {
                 let err = match status_of(&e) {
                     Some(404) if e.to_string().contains("No such image") => {
-                        PluginError::fatal(missing_image(image))
+                        PluginError::not_found(missing_image(image))
                     }
                     Some(409) => PluginError::retryable(format!(
                         "container {name} is being made by another worker: {e}"
@@ -810,7 +813,7 @@ impl Provider for DockerProvider {
         let docker = &engine.docker;
         match docker.inspect_image(&image).await {
             Ok(_) => {}
-            Err(e) if not_found(&e) => return Err(PluginError::fatal(missing_image(&image))),
+            Err(e) if not_found(&e) => return Err(PluginError::not_found(missing_image(&image))),
             Err(e) => return Err(engine_error(&format!("inspecting image {image}"), e)),
         }
         let seed = self.key_seed(task).await?;
@@ -922,7 +925,7 @@ impl Provider for DockerProvider {
             let c = match engine.docker.inspect_container(&name, None).await {
                 Ok(c) => c,
                 Err(e) if not_found(&e) => {
-                    return Err(PluginError::fatal(format!(
+                    return Err(PluginError::not_found(format!(
                         "container {name} does not exist"
                     )))
                 }
@@ -972,7 +975,7 @@ impl Provider for DockerProvider {
                 },
             }
             if start.elapsed() >= limit {
-                return Err(PluginError::retryable(format!(
+                return Err(PluginError::timeout(format!(
                     "container {name} did not answer over SSH within {}s: {last_err}",
                     limit.as_secs()
                 )));
@@ -1090,7 +1093,7 @@ async fn labelled_containers(endpoint: Option<&str>) -> Result<Vec<SweptMachine>
             ..Default::default()
         }))
         .await
-        .map_err(|e| PluginError::retryable(format!("listing containers: {e}")))?;
+        .map_err(|e| PluginError::network(format!("listing containers: {e}")))?;
     Ok(list
         .into_iter()
         .filter_map(|c| {

@@ -64,11 +64,7 @@ struct Host {
 }
 
 fn plugin_error(e: TransportError) -> PluginError {
-    if e.retryable {
-        PluginError::retryable(e.message)
-    } else {
-        PluginError::fatal(e.message)
-    }
+    e.into()
 }
 
 /// The host in a task's config, `None` when the node holds none.
@@ -179,7 +175,7 @@ impl HostPoolProvider {
                 .map_err(|e| {
                     plugin_error(TransportError {
                         message: format!("pool host {}: {}", host.id, e.message),
-                        retryable: e.retryable,
+                        ..e
                     })
                 })?
                 .to_result(),

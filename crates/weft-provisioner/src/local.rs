@@ -420,7 +420,7 @@ impl Provider for LocalProvider {
         let node = self
             .read_node(&id)
             .await
-            .ok_or_else(|| PluginError::fatal(format!("local node {id} does not exist")))?;
+            .ok_or_else(|| PluginError::not_found(format!("local node {id} does not exist")))?;
         let ip = node
             .get("ip")
             .and_then(Value::as_str)

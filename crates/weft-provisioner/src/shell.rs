@@ -93,11 +93,7 @@ impl TransportFactory for DefaultTransports {
 
 /// A transport failure as a plugin error, keeping whether it is worth retrying.
 fn transport_error(e: TransportError) -> PluginError {
-    if e.retryable {
-        PluginError::retryable(e.message)
-    } else {
-        PluginError::fatal(e.message)
-    }
+    e.into()
 }
 
 /// The `shell` automator.
@@ -177,7 +173,7 @@ impl ShellAutomator {
                 return Ok((name.to_string(), text));
             }
         }
-        Err(PluginError::fatal(format!(
+        Err(PluginError::not_found(format!(
             "script {name} is in none of the script directories"
         )))
     }
@@ -429,7 +425,7 @@ impl Automator for ShellAutomator {
         };
         let out = transport.run(&cmd).await.map_err(io)?;
         if out.timed_out {
-            return Err(PluginError::retryable(format!(
+            return Err(PluginError::timeout(format!(
                 "script {name} timed out after {}s and was killed",
                 timeout.as_secs_f64()
             ))

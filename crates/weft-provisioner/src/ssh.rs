@@ -386,7 +386,7 @@ impl SshTransport {
         let refused = || -> Option<TransportError> {
             let seen = seen.lock().expect("seen lock");
             match seen.as_ref() {
-                Some((key, false)) => Some(TransportError::fatal(format!(
+                Some((key, false)) => Some(TransportError::auth(format!(
                     "ssh {}: the host key changed: the server presents {} {}, which is not the \
                      recorded key; refusing to connect (a different machine, or someone in between)",
                     t.addr(),
@@ -419,7 +419,7 @@ impl SshTransport {
             return Err(e);
         }
         if !res.success() {
-            return Err(TransportError::fatal(format!(
+            return Err(TransportError::auth(format!(
                 "ssh {}: authentication failed: the server refused the {}",
                 t.addr(),
                 match t.auth {

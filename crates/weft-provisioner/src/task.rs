@@ -4,41 +4,88 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+use weft_model::{FailureReason, TaskFailure};
 
-/// A failed task: a message, whatever output was captured, and whether running it again may help.
+/// A failed task: a message, whatever output was captured, whether running it again may help, and
+/// why it failed (sent to the server as the finish's `failure`: only a retryable failure is run
+/// again).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct PluginError {
     pub message: String,
     /// True when the same task may succeed if run again (a flaky network, a busy machine).
     pub retryable: bool,
+    /// Why it failed: auth, not_found, invalid, quota, capacity, network, timeout or crash.
+    pub reason: FailureReason,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl PluginError {
-    /// A failure that will fail again: bad input, a missing field, an unknown plugin.
-    pub fn fatal(message: impl Into<String>) -> PluginError {
+    /// A failure for `reason`, retryable as the reason usually is
+    /// ([`FailureReason::retryable_by_default`]).
+    pub fn new(reason: FailureReason, message: impl Into<String>) -> PluginError {
         PluginError {
             message: message.into(),
-            retryable: false,
+            retryable: reason.retryable_by_default(),
+            reason,
             stdout: String::new(),
             stderr: String::new(),
         }
     }
 
-    /// A failure that may pass on another try.
+    /// A failure that will fail again: bad input, a missing field, an unknown plugin (`invalid`).
+    pub fn fatal(message: impl Into<String>) -> PluginError {
+        PluginError::new(FailureReason::Invalid, message)
+    }
+
+    /// A failure that may pass on another try (`crash`: what ran failed; say better with
+    /// [`PluginError::because`] or a constructor per reason when it is known).
     pub fn retryable(message: impl Into<String>) -> PluginError {
-        PluginError {
-            retryable: true,
-            ..PluginError::fatal(message)
-        }
+        PluginError::new(FailureReason::Crash, message)
+    }
+
+    /// Credentials refused: fatal.
+    pub fn auth(message: impl Into<String>) -> PluginError {
+        PluginError::new(FailureReason::Auth, message)
+    }
+
+    /// Something the task names does not exist (a script, an image): fatal.
+    pub fn not_found(message: impl Into<String>) -> PluginError {
+        PluginError::new(FailureReason::NotFound, message)
+    }
+
+    /// The network failed on the way: retryable.
+    pub fn network(message: impl Into<String>) -> PluginError {
+        PluginError::new(FailureReason::Network, message)
+    }
+
+    /// The task did not end in time: retryable.
+    pub fn timeout(message: impl Into<String>) -> PluginError {
+        PluginError::new(FailureReason::Timeout, message)
+    }
+
+    /// The same failure with another reason (whether it is retryable stays).
+    pub fn because(mut self, reason: FailureReason) -> PluginError {
+        self.reason = reason;
+        self
+    }
+
+    /// The same failure, retryable or not.
+    pub fn retryable_if(mut self, retryable: bool) -> PluginError {
+        self.retryable = retryable;
+        self
     }
 
     pub fn with_output(mut self, stdout: String, stderr: String) -> PluginError {
         self.stdout = stdout;
         self.stderr = stderr;
         self
+    }
+
+    /// The classification the finish carries.
+    pub fn failure(&self) -> TaskFailure {
+        TaskFailure::new(self.reason, self.retryable)
     }
 }
 

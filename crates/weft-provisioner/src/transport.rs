@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use weft_model::FailureReason;
+
+use crate::task::PluginError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// The environment variable that marks every process started for a local node with the node's id,
@@ -69,6 +72,9 @@ pub struct TransportError {
     pub message: String,
     /// Whether running the task again may help.
     pub retryable: bool,
+    /// Why: `network` for what a retry may fix, `auth` for refused credentials or a changed
+    /// host key, `invalid` for the rest.
+    pub reason: FailureReason,
 }
 
 impl TransportError {
@@ -76,6 +82,7 @@ impl TransportError {
         TransportError {
             message: message.into(),
             retryable: true,
+            reason: FailureReason::Network,
         }
     }
 
@@ -84,7 +91,22 @@ impl TransportError {
         TransportError {
             message: message.into(),
             retryable: false,
+            reason: FailureReason::Invalid,
         }
+    }
+
+    /// Refused credentials or a host key that changed: fatal.
+    pub fn auth(message: impl Into<String>) -> TransportError {
+        TransportError {
+            reason: FailureReason::Auth,
+            ..TransportError::fatal(message)
+        }
+    }
+}
+
+impl From<TransportError> for PluginError {
+    fn from(e: TransportError) -> PluginError {
+        PluginError::new(e.reason, e.message).retryable_if(e.retryable)
     }
 }
 

@@ -97,7 +97,7 @@ impl Base {
             .map(|r| r.join(name))
             .find(|p| p.exists())
             .ok_or_else(|| {
-                PluginError::fatal(format!(
+                PluginError::not_found(format!(
                     "{}: no live {rtype} resource named {name}",
                     self.plugin
                 ))
@@ -148,11 +148,7 @@ pub(crate) fn valid_relative(s: &str) -> bool {
 
 /// A transport failure as a plugin error, keeping whether it is worth retrying.
 pub(crate) fn transport_error(e: TransportError) -> PluginError {
-    if e.retryable {
-        PluginError::retryable(e.message)
-    } else {
-        PluginError::fatal(e.message)
-    }
+    e.into()
 }
 
 /// One file of a bundle: its path under the bundle's directory, mode and bytes.
@@ -352,7 +348,7 @@ pub(crate) async fn run_tool(
     let out = t.run(&cmd).await.map_err(transport_error)?;
     let fail = |e: PluginError| Err(e.with_output(out.stdout.clone(), out.stderr.clone()));
     if out.timed_out {
-        return fail(PluginError::retryable(format!(
+        return fail(PluginError::timeout(format!(
             "{tool} timed out after {}s and was killed",
             timeout.as_secs_f64()
         )));

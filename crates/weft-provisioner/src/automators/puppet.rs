@@ -214,7 +214,7 @@ impl Automator for PuppetAutomator {
                 tokio::fs::read_to_string(bundle.join(m))
                     .await
                     .map_err(|e| {
-                        PluginError::fatal(format!("puppet: manifest {m} in {resource}: {e}"))
+                        PluginError::not_found(format!("puppet: manifest {m} in {resource}: {e}"))
                     })?
             }
             (None, Some(c)) if valid_class(c) => {

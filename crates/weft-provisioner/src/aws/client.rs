@@ -187,13 +187,10 @@ impl QueryClient {
             }
         }
         let resp = req.body(body).send().await.map_err(|e| {
-            CloudError::unreachable(
+            CloudError::sending(
                 self.cloud,
-                format!(
-                    "{action}: cannot reach {}: {}",
-                    self.shown(),
-                    e.without_url()
-                ),
+                &format!("{action}: cannot reach {}", self.shown()),
+                &e,
             )
         })?;
         let status = resp.status().as_u16();

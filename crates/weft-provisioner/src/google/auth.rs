@@ -181,9 +181,10 @@ async fn fetch_token(
         .send()
         .await
         .map_err(|e| {
-            CloudError::unreachable(
+            CloudError::sending(
                 "google-oauth",
-                format!("token endpoint {}: {}", account.token_uri, e.without_url()),
+                &format!("token endpoint {}", account.token_uri),
+                &e,
             )
         })?;
     let status = resp.status().as_u16();

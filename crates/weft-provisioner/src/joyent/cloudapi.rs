@@ -76,9 +76,10 @@ impl Account<'_> {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|e| {
-            CloudError::unreachable(CLOUD, format!("{method} {url}: {}", e.without_url()))
-        })?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| CloudError::sending(CLOUD, &format!("{method} {url}"), &e))?;
         let status = resp.status().as_u16();
         let after = retry_after(
             resp.headers()

@@ -441,7 +441,10 @@ impl Provider for JoyentProvider {
             let id = with_retries(self.calls(task), || api.image_named(&image))
                 .await?
                 .ok_or_else(|| {
-                    PluginError::fatal(format!("no active image named {image} in {}", t.endpoint))
+                    PluginError::not_found(format!(
+                        "no active image named {image} in {}",
+                        t.endpoint
+                    ))
                 })?;
             body["image"] = json!(id);
         }

@@ -31,7 +31,7 @@ pub async fn send(api: &'static str, req: reqwest::RequestBuilder) -> Result<Ans
     let resp = req
         .send()
         .await
-        .map_err(|e| CloudError::unreachable(api, format!("no answer: {}", without_url(&e))))?;
+        .map_err(|e| CloudError::sending(api, "no answer", &e))?;
     let status = resp.status().as_u16();
     let header = |name: &str| {
         resp.headers()

@@ -8,6 +8,7 @@ mod common;
 mod docker;
 mod drift; // drift checks and node replacement
 mod e2e;
+mod fatal; // fatal means once (issue 35)
 mod google;
 mod hostpool;
 mod joyent;

@@ -446,8 +446,10 @@ pub fn web_url(u: &str) -> Option<&str> {
 }
 
 /// The plan's tasks as one lane per node, in stage order, each with its attempts (from the node's
-/// action history) and state. `paged`: `nodes` are a page of the cluster, and only their lanes
-/// are shown (else a task's node missing from `nodes` has left the cluster).
+/// action history) and state, "not retried: <reason>" when its last attempt failed fatally, and
+/// the clean-up DELETEs a failed CREATE got (`cleanups`: shown as clean-up, not as tasks of the
+/// plan). `paged`: `nodes` are a page of the cluster, and only their lanes are shown (else a
+/// task's node missing from `nodes` has left the cluster).
 fn lanes(
     nodes: &[Value],
     plan: &Value,
@@ -469,18 +471,7 @@ fn lanes(
             if paged && node.is_none() {
                 continue;
             }
-            let attempts: Vec<Value> = node
-                .and_then(|n| n["actions"].as_array())
-                .into_iter()
-                .flatten()
-                .filter(|a| a["taskId"] == id)
-                .map(|a| {
-                    let took = a["statusTime"].as_i64().unwrap_or(0)
-                        - a["submitTime"].as_i64().unwrap_or(0);
-                    json!({"status": a["status"], "duration": duration(took),
-                           "stdout": a["stdout"], "stderr": a["stderr"]})
-                })
-                .collect();
+            let (attempts, cleanups, not_retried) = history(node, id);
             let n = attempts.len();
             // The server numbers attempts and says how many a task may have; else the setting.
             let max_attempts = node
@@ -504,6 +495,7 @@ fn lanes(
                 "id": id, "name": t["taskName"], "service": t["service"], "stage": stage + 1,
                 "state": state, "attempt": attempt, "last": attempts.last(),
                 "earlier": attempts.get(..n.saturating_sub(1)),
+                "not_retried": not_retried, "cleanups": cleanups,
             }));
         }
     }
@@ -519,6 +511,42 @@ fn lanes(
                    "tasks": by_node.remove(&node_id).unwrap_or_default()})
         })
         .collect()
+}
+
+/// A plan task's entries in its node's history: its attempts, the clean-up DELETEs of a failed
+/// CREATE (`<id>-r<n>` before a retry, `<id>-cleanup` after a fatal failure), and "not retried:
+/// <reason>" when its last attempt failed fatally.
+fn history(node: Option<&Value>, id: &str) -> (Vec<Value>, Vec<Value>, Option<String>) {
+    let entry = |a: &Value| {
+        let took = a["statusTime"].as_i64().unwrap_or(0) - a["submitTime"].as_i64().unwrap_or(0);
+        json!({"status": a["status"], "duration": duration(took),
+               "stdout": a["stdout"], "stderr": a["stderr"], "name": a["action"]})
+    };
+    let actions = node
+        .and_then(|n| n["actions"].as_array())
+        .into_iter()
+        .flatten();
+    let attempts = actions
+        .clone()
+        .filter(|a| a["taskId"] == id)
+        .map(entry)
+        .collect();
+    let prefix = format!("{id}-");
+    let cleanups = actions
+        .clone()
+        .filter(|a| a["cleanup"] == true)
+        .filter(|a| a["taskId"].as_str().is_some_and(|t| t.starts_with(&prefix)))
+        .map(entry)
+        .collect();
+    let not_retried = actions
+        .clone()
+        .rfind(|a| a["taskId"] == id)
+        .filter(|a| a["status"] == "failed" && a["failure"]["retryable"] == false)
+        .map(|a| {
+            let reason = a["failure"]["reason"].as_str().unwrap_or("crash");
+            format!("not retried: {reason}")
+        });
+    (attempts, cleanups, not_retried)
 }
 
 /// The API call a cluster action makes: method, path, body. `f` is the submitted form.
@@ -941,6 +969,34 @@ mod tests {
             paged["lanes"].as_array().unwrap().len(),
             1,
             "a page shows the lanes of its own nodes only"
+        );
+    }
+
+    #[test]
+    fn lanes_say_not_retried_and_show_clean_up_as_such() {
+        let c = json!({
+            "services": [],
+            "nodes": [{"id": "n1", "properties": {"hostname": "h1", "nodenum": 1}, "services": [],
+                       "actions": [
+                         {"taskId": "t1", "service": "", "action": "CREATE", "status": "failed",
+                          "submitTime": 0, "statusTime": 800, "stderr": "AuthFailure",
+                          "failure": {"retryable": false, "reason": "auth"}},
+                         {"taskId": "t1-cleanup", "service": "", "action": "DELETE",
+                          "status": "complete", "submitTime": 900, "statusTime": 1000,
+                          "cleanup": true}]}],
+        });
+        let plan = json!({"stages": [[{"id": "t1", "taskName": "CREATE", "nodeId": "n1", "service": ""}]]});
+        let states = BTreeMap::from([("t1".to_string(), "failed".to_string())]);
+        let v = view(&c, &plan, &states, 3, false);
+        let task = &v["lanes"][0]["tasks"][0];
+        assert_eq!(task["not_retried"], "not retried: auth");
+        assert_eq!(task["attempt"], "", "one attempt only");
+        assert_eq!(task["cleanups"][0]["name"], "DELETE");
+        assert_eq!(task["cleanups"][0]["status"], "complete");
+        assert_eq!(
+            v["lanes"][0]["tasks"].as_array().unwrap().len(),
+            1,
+            "the clean-up is no task of the plan"
         );
     }
 

@@ -812,9 +812,15 @@ fn started(ctx: &Ctx, id: &str, r: Started, job: &JobFlags, what: &str) -> anyho
     }
 }
 
+/// How long `--wait` waits, once the job has failed, for the cluster to settle (its running tasks
+/// and a failed CREATE's clean-up to end) so that it can show the cluster's message.
+const SETTLE: Duration = Duration::from_secs(60);
+
 /// Follows the cluster's latest job with a progress bar until it ends. `deleting`: success is
-/// `terminated`.
+/// `terminated`. A failed job is reported once the cluster has settled (or after [`SETTLE`]),
+/// naming the task that failed, its host and service, the reason and "not retried".
 fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
+    let mut failed_at: Option<std::time::Instant> = None;
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} tasks {msg}")
@@ -842,6 +848,13 @@ fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
                 if !deleting
                     || d.progress.as_ref().map(|p| p.action.as_str()) == Some("cluster_delete") =>
             {
+                let first = *failed_at.get_or_insert_with(std::time::Instant::now);
+                if d.status == ClusterStatus::Pending && first.elapsed() < SETTLE {
+                    bar.set_message("failed; waiting for running tasks and clean-up to end");
+                    bar.tick();
+                    std::thread::sleep(Duration::from_millis(300));
+                    continue;
+                }
                 bar.finish_and_clear();
                 let mut msg = format!(
                     "the {} job of cluster {id} failed; the cluster is {}",
@@ -851,8 +864,13 @@ fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
                         .unwrap_or("latest"),
                     d.status.as_str()
                 );
-                if let Some(m) = &d.message {
-                    msg.push_str(&format!(": {m}"));
+                match (
+                    &d.message,
+                    failing_task(&d.nodes, d.latest_job_id.as_deref()),
+                ) {
+                    (Some(m), _) => msg.push_str(&format!(": {m}")),
+                    (None, Some(t)) => msg.push_str(&format!(": {t}")),
+                    (None, None) => {}
                 }
                 if !ctx.json() {
                     logs(ctx, &d, true)?;
@@ -874,6 +892,51 @@ fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// The latest job's task that failed for good, as a line: action, service, host, the reason its
+/// worker gave, the end of its output, and "not retried: <reason>" when its failure was fatal
+/// (what `--wait` says when the cluster has no message yet). Clean-ups are not the cause.
+fn failing_task(nodes: &[Node], latest_job: Option<&str>) -> Option<String> {
+    let prefix = latest_job.map(|j| format!("{j}-"));
+    let (node, a) = nodes
+        .iter()
+        .flat_map(|n| n.actions.iter().map(move |a| (n, a)))
+        .filter(|(_, a)| a.status == NodeActionStatus::Failed && !a.cleanup)
+        .filter(|(_, a)| {
+            prefix
+                .as_ref()
+                .is_none_or(|p| a.task_id.starts_with(p.as_str()))
+        })
+        .max_by_key(|(_, a)| {
+            (
+                a.failure.as_ref().is_some_and(|f| !f.retryable),
+                a.status_time,
+            )
+        })?;
+    let host = node.properties.hostname.as_deref().unwrap_or(&node.id);
+    let service = if a.service.is_empty() {
+        String::new()
+    } else {
+        format!(" of {}", a.service)
+    };
+    let output = a
+        .stderr
+        .as_deref()
+        .or(a.stdout.as_deref())
+        .map(|s| s.trim().lines().last().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    Some(match &a.failure {
+        Some(f) if !f.retryable => format!(
+            "{}{service} on {host} failed ({}): {output}; not retried: {}",
+            a.action, f.reason, f.reason
+        ),
+        Some(f) => format!(
+            "{}{service} on {host} failed ({}): {output}",
+            a.action, f.reason
+        ),
+        None => format!("{}{service} on {host} failed: {output}", a.action),
+    })
 }
 
 /// Tasks of the latest job now running, and failed attempts of it.
@@ -1161,6 +1224,34 @@ pub fn apply_kv(config: &mut Map<String, Value>, pairs: &[String]) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_failing_task_is_named_with_its_host_reason_and_not_retried() {
+        let nodes: Vec<Node> = serde_json::from_value(serde_json::json!([{
+            "id": "n1", "clusterId": "1", "services": [],
+            "properties": {"hostname": "shop-1001.local", "nodenum": 1, "hardwaretype": "small",
+                           "imagetype": "host", "sshuser": "root"},
+            "actions": [
+                {"taskId": "j1-001", "service": "", "action": "CREATE", "submitTime": 1,
+                 "statusTime": 2, "status": "failed", "stderr": "out\nec2: AuthFailure: no",
+                 "failure": {"retryable": false, "reason": "auth"}},
+                {"taskId": "j1-001-cleanup", "service": "", "action": "DELETE", "submitTime": 3,
+                 "statusTime": 4, "status": "failed", "stderr": "ec2: AuthFailure: no",
+                 "cleanup": true},
+                {"taskId": "j0-004", "service": "web", "action": "INSTALL", "submitTime": 0,
+                 "statusTime": 9, "status": "failed", "stderr": "older job"}]}]))
+        .unwrap();
+        assert_eq!(
+            failing_task(&nodes, Some("j1")).as_deref(),
+            Some(
+                "CREATE on shop-1001.local failed (auth): ec2: AuthFailure: no; not retried: auth"
+            )
+        );
+        assert_eq!(
+            failing_task(&nodes, Some("j0")).as_deref(),
+            Some("INSTALL of web on shop-1001.local failed: older job")
+        );
+    }
 
     #[test]
     fn until_reads_absolute_and_relative_times() {
