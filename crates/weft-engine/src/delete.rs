@@ -15,7 +15,7 @@ use crate::control::{running_job, stop_job, Stopped};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{load, start_job};
-use crate::{now_ms, Caller, Engine, Role};
+use crate::{Caller, Engine, Role};
 
 /// What a delete request started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +46,13 @@ pub async fn delete_cluster(st: &Engine, row: &ClusterRow) -> EngineResult<Delet
     let Some(now) = st.store.get_cluster(&row.tenant_id, row.id).await? else {
         return Ok(Deleting::Nothing);
     };
+    if now.status != ClusterStatus::Terminated.as_str() && never_ran(st, &now).await? {
+        // No provisioner ever took a task of it (none offers its provider type, say): there is
+        // no machine to delete, and a delete job would wait for a provisioner just the same.
+        let message = "Deleted before any of its tasks ran: no machine was made.";
+        terminate_now(st, &now, message.into()).await?;
+        return Ok(Deleting::Nothing);
+    }
     Ok(match start_delete(st, &now).await? {
         Some(job) => Deleting::Job(job),
         None => Deleting::Nothing,
@@ -115,17 +122,24 @@ pub async fn force_delete(st: &Engine, who: &Caller, row: &ClusterRow) -> Engine
         .await?
         .ok_or_else(|| EngineError::ClusterNotFound(cluster_id_text(row.id)))?;
     let nodes = st.store.list_nodes(&row.tenant_id, row.id).await?.len();
-    let mut c = now.clone();
+    let message = format!(
+        "Deleted by force by {}: weft deleted none of its {nodes} machines; remove any that remain by hand.",
+        who.user
+    );
+    terminate_now(st, &now, message).await?;
+    tracing::warn!(cluster_id = row.id, user = %who.user, nodes, "cluster deleted by force: no machine was deleted");
+    Ok(())
+}
+
+/// Marks the cluster `row` (as read) terminated at once, with `message`: no task runs.
+async fn terminate_now(st: &Engine, row: &ClusterRow, message: String) -> EngineResult<()> {
+    let mut c = row.clone();
     let mut body: ClusterBody = from_body(&c.body)?;
-    body.message = Some(format!(
-        "Deleted by force by {} at {} ms: weft deleted none of its {nodes} machines; remove any that remain by hand.",
-        who.user,
-        now_ms()
-    ));
+    body.message = Some(message);
     c.body = to_body(&body)?;
     c.status = ClusterStatus::Terminated.as_str().into();
     let mut cs = ChangeSet::default();
-    cs.expect(Expect::cluster(&now));
+    cs.expect(Expect::cluster(row));
     cs.write(Write::Cluster(c));
     st.store
         .commit(&cs)
@@ -133,7 +147,17 @@ pub async fn force_delete(st: &Engine, who: &Caller, row: &ClusterRow) -> Engine
         .map_err(|e| match crate::store_err(e) {
             EngineError::Stale(_) => EngineError::ClusterChanged(cluster_id_text(row.id)),
             other => other,
-        })?;
-    tracing::warn!(cluster_id = row.id, user = %who.user, nodes, "cluster deleted by force: no machine was deleted");
-    Ok(())
+        })
+}
+
+/// Whether no task of any job of the cluster was ever taken by a worker (so no machine of it can
+/// exist). Read only on a delete.
+async fn never_ran(st: &Engine, row: &ClusterRow) -> EngineResult<bool> {
+    for job in st.store.list_jobs(&row.tenant_id, row.id).await? {
+        let tasks = st.store.list_tasks(&row.tenant_id, &job.id).await?;
+        if tasks.iter().any(|t| t.started_at > 0 || t.attempts > 0) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

@@ -308,6 +308,10 @@ pub async fn details_page(
         Some(j) => Some(progress(st, &j).await?),
         None => None,
     };
+    let waiting = match &progress {
+        Some(p) => waiting(st, row, p).await?,
+        None => None,
+    };
     let links = cluster_links(&body.template.links, &layout, &row.owner);
     Ok((
         ClusterDetails {
@@ -330,6 +334,7 @@ pub async fn details_page(
             links,
             progress,
             message: body.message,
+            waiting,
         },
         info,
     ))
@@ -367,6 +372,7 @@ pub async fn status(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterStatus
     let row = &row;
     let job = job.ok_or_else(|| EngineError::ClusterNotFound(cluster_id_text(row.id)))?;
     let p = progress(st, &job).await?;
+    let waiting = waiting(st, row, &p).await?;
     Ok(ClusterStatusView {
         clusterid: cluster_id_text(row.id),
         status: status_of(row)?,
@@ -374,6 +380,51 @@ pub async fn status(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterStatus
         actionstatus: p.actionstatus,
         stepstotal: p.stepstotal,
         stepscompleted: p.stepscompleted,
+        waiting,
+    })
+}
+
+/// Why the running job of `row` cannot have its tasks taken now, if something says so: no
+/// provisioner alive, none that has registered the cluster's provider type, or a tenant with no
+/// workers. Read only while a job runs (a few small reads).
+pub async fn waiting(st: &Engine, row: &ClusterRow, p: &Progress) -> EngineResult<Option<String>> {
+    if p.actionstatus != JobStatus::Running || p.stepscompleted >= p.stepstotal {
+        return Ok(None);
+    }
+    let now = crate::now_ms();
+    let alive = st
+        .store
+        .list_provisioners()
+        .await?
+        .iter()
+        .any(|r| now - r.last_heartbeat_ms < st.settings.provisioner_timeout_ms);
+    if !alive {
+        return Ok(Some("waiting: no provisioner is running".into()));
+    }
+    let body: ClusterBody = from_body(&row.body)?;
+    let ptype = &body.provider.providertype;
+    let offered = st
+        .store
+        .get_entity(
+            weft_store::SUPERADMIN,
+            weft_model::EntityKind::ProviderType,
+            ptype,
+            None,
+        )
+        .await?
+        .is_some();
+    if !offered {
+        return Ok(Some(format!(
+            "waiting: no provisioner offers provider type {ptype}"
+        )));
+    }
+    let tenant = st.store.tenant_by_id(&row.tenant_id).await?;
+    Ok(match tenant {
+        Some(t) if t.spec.workers == 0 => Some(format!(
+            "waiting: tenant {} has no workers (a superadmin sets them)",
+            t.spec.name
+        )),
+        _ => None,
     })
 }
 

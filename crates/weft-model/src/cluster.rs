@@ -366,6 +366,9 @@ pub struct ClusterDetails {
     pub progress: Option<Progress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// weft extension: why a running job's tasks cannot be taken now (as on the status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// `GET /v2/clusters/{id}/status`.
@@ -378,6 +381,10 @@ pub struct ClusterStatusView {
     pub actionstatus: JobStatus,
     pub stepstotal: u64,
     pub stepscompleted: u64,
+    /// weft extension: why a running job's tasks cannot be taken now (`waiting: no provisioner
+    /// offers provider type aws`); absent when nothing keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// One task in a plan's stage view.

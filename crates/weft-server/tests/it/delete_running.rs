@@ -83,6 +83,9 @@ async fn a_delete_of_a_paused_job_with_nothing_running_starts_at_once() {
     let a = admin(T);
     let id = create(&h, a, 2).await;
     let nodes = node_ids(&h, &id).await;
+    // One task ran (a machine may exist), then the job is paused with nothing running.
+    let first = take(&h, &tid, "w1").await.expect("a task");
+    assert_eq!(finish(&h, &tid, "w1", &first, 0, "").await, 200);
     h.post(a, &format!("/v2/clusters/{id}/pause"), "")
         .await
         .expect(200);
@@ -202,4 +205,46 @@ async fn details(h: &Harness, id: &str) -> Value {
         .await
         .expect(200)
         .json()
+}
+
+/// A cluster no task of which ever ran (no provisioner offers its provider type, or none is
+/// running) says why it waits, and its delete completes at once: no machine can exist.
+#[tokio::test]
+async fn a_cluster_nobody_can_work_on_says_so_and_its_delete_completes() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    let id = create(&h, a, 2).await;
+    // The test's tenant has no workers (its tasks are taken by hand here): a real provisioner
+    // would run none for it, and the status says so.
+    let s = status(&h, &id).await;
+    assert_eq!(
+        s["waiting"], "waiting: tenant acme has no workers (a superadmin sets them)",
+        "{s}"
+    );
+    // The provisioner goes away.
+    let r = h
+        .internal(
+            axum::http::Method::DELETE,
+            "/v2/provisioners/p1",
+            String::new(),
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    let s = status(&h, &id).await;
+    assert_eq!(s["waiting"], "waiting: no provisioner is running", "{s}");
+    assert_eq!(
+        details(&h, &id).await["waiting"],
+        "waiting: no provisioner is running"
+    );
+    h.delete(a, &format!("/v2/clusters/{id}")).await.expect(200);
+    let c = details(&h, &id).await;
+    assert_eq!(c["status"], "terminated", "{c}");
+    assert_eq!(
+        c["message"],
+        "Deleted before any of its tasks ran: no machine was made."
+    );
+    // A provisioner that comes back finds nothing of it to do.
+    h.provisioner("p1", 10).await;
+    assert!(take(&h, &tid, "w1").await.is_none());
 }
