@@ -694,7 +694,7 @@ async fn snapshot(ctx: &Ctx, id: &str, offset: usize) -> Option<Value> {
         .collect();
     let mut snap = json!({
         "status": c["status"], "job": job, "progress": c["progress"],
-        "message": c["message"], "tasks": tasks,
+        "message": c["message"], "waiting": c["waiting"], "tasks": tasks,
         "nodes_total": page["total"], "service_nodes": service_nodes,
     });
     if let (Some(s), Value::Object(parts)) = (snap.as_object_mut(), live_parts(ctx, &c)) {

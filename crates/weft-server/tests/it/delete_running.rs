@@ -237,6 +237,15 @@ async fn a_cluster_nobody_can_work_on_says_so_and_its_delete_completes() {
         details(&h, &id).await["waiting"],
         "waiting: no provisioner is running"
     );
+    let cookie = crate::ui::login(&h, T, "admin", "").await;
+    let page = crate::ui::page(&h, &cookie, &format!("/ui/clusters/{id}"))
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        page.contains(">waiting: no provisioner is running</dd>"),
+        "{page}"
+    );
     h.delete(a, &format!("/v2/clusters/{id}")).await.expect(200);
     let c = details(&h, &id).await;
     assert_eq!(c["status"], "terminated", "{c}");

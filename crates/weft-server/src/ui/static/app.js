@@ -131,6 +131,13 @@ document.querySelectorAll("input[data-filter]").forEach(function (box) {
       var count = (s.service_nodes || {})[n.getAttribute("data-service-nodes")];
       if (count !== undefined) { n.textContent = String(count); }
     });
+    [["cluster-waiting", s.waiting], ["cluster-waiting-label", s.waiting]].forEach(function (w) {
+      var n = document.getElementById(w[0]);
+      if (n) {
+        if (w[0] === "cluster-waiting") { n.textContent = w[1] || ""; }
+        n.hidden = !w[1];
+      }
+    });
     var msg = document.getElementById("cluster-message");
     if (msg) {
       msg.textContent = s.message || "";
