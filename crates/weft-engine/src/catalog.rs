@@ -94,13 +94,7 @@ pub async fn unusable_templates(
     st: &Engine,
     tenant_id: &str,
 ) -> EngineResult<BTreeMap<String, String>> {
-    let now = crate::now_ms();
-    let alive = st
-        .store
-        .list_provisioners()
-        .await?
-        .iter()
-        .any(|p| now - p.last_heartbeat_ms < st.settings.provisioner_timeout_ms);
+    let alive = st.any_provisioner_alive().await?;
     let mut out = BTreeMap::new();
     for own in typed_list::<ClusterTemplate>(st, tenant_id, EntityKind::ClusterTemplate).await? {
         let name = own.name.clone();

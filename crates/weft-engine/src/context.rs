@@ -118,6 +118,19 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Whether some provisioner has heartbeat within `provisioner_timeout`.
+    pub async fn any_provisioner_alive(&self) -> weft_store::Result<bool> {
+        let now = crate::now_ms();
+        Ok(self
+            .store
+            .list_provisioners()
+            .await?
+            .iter()
+            .any(|p| now - p.last_heartbeat_ms < self.settings.provisioner_timeout_ms))
+    }
+}
+
 /// A caller's role in its tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {

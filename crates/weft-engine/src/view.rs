@@ -391,13 +391,7 @@ pub async fn waiting(st: &Engine, row: &ClusterRow, p: &Progress) -> EngineResul
     if p.actionstatus != JobStatus::Running || p.stepscompleted >= p.stepstotal {
         return Ok(None);
     }
-    let now = crate::now_ms();
-    let alive = st
-        .store
-        .list_provisioners()
-        .await?
-        .iter()
-        .any(|r| now - r.last_heartbeat_ms < st.settings.provisioner_timeout_ms);
+    let alive = st.any_provisioner_alive().await?;
     if !alive {
         return Ok(Some("waiting: no provisioner is running".into()));
     }
