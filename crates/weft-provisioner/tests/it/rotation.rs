@@ -6,7 +6,8 @@
 //!   is made, the provider is updated to it, and the first key is deactivated and deleted in moto
 //!   (moto 5.2.5 authenticates a request by the key's id and secret only and never reads its
 //!   `Inactive` status, so deletion is what makes moto refuse it; the test checks that it does).
-//!   Every cluster's DELETE then terminates its instances with no failed attempt. Without the
+//!   A drift check then sees the machine running and lists the account (both with the new key),
+//!   and every cluster's DELETE terminates its instances with no failed attempt. Without the
 //!   provider's update, the DELETE fails once with reason `auth` and is not retried; once the
 //!   provider is updated, a second delete of the same cluster succeeds.
 //! - **OpenStack** on the real Keystone (`openstack::cloud`: Keystone in its container, and the
@@ -160,6 +161,19 @@ async fn delete(s: &Server, id: &str) -> Value {
     .await
 }
 
+/// Runs a drift check of the cluster (a STATUS per node, and its machines listed by the
+/// provisioner with the provider's fields) and answers its report once it ended.
+async fn drift_check(s: &Server, id: &str) -> Value {
+    let path = format!("/v2/clusters/{id}/check");
+    let (code, run) = s.ext(Method::POST, T, &path, None).await;
+    assert_eq!(code, 200, "{run}");
+    until(Duration::from_secs(60), "the check to end", || async {
+        let r = s.ext(Method::GET, T, &path, None).await.1;
+        (r["jobId"] == run["jobId"] && r["jobStatus"] != "running").then_some(r)
+    })
+    .await
+}
+
 fn node_ids(c: &Value) -> Vec<String> {
     c["nodes"]
         .as_array()
@@ -294,6 +308,15 @@ async fn clusters_made_with_an_aws_key_since_deleted_are_deleted_with_the_provid
                "secret_access_key": m.creds.secret_access_key}),
     )
     .await;
+
+    // A drift check reads the new key too: STATUS and the listing of the account's machines.
+    let report = drift_check(&s, one["id"].as_str().unwrap()).await;
+    assert_eq!(report["jobStatus"], "complete", "{report}");
+    assert_eq!(report["drift"], false, "{report}");
+    assert!(report["orphansUnknown"].is_null(), "{report}");
+    let nodes = report["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{report}");
+    assert_eq!(nodes[0]["machine"], "running", "{report}");
 
     for c in [&one, &two] {
         let id = c["id"].as_str().unwrap();
