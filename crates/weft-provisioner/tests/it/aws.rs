@@ -44,8 +44,8 @@ fn moto_server() -> Option<PathBuf> {
 pub(crate) struct Moto {
     child: Child,
     pub(crate) endpoint: String,
-    creds: Credentials,
-    ami: String,
+    pub(crate) creds: Credentials,
+    pub(crate) ami: String,
 }
 
 impl Drop for Moto {
@@ -71,7 +71,7 @@ fn timing() -> Timing {
     }
 }
 
-fn ec2_at(endpoint: &str, creds: Credentials) -> Ec2 {
+pub(crate) fn ec2_at(endpoint: &str, creds: Credentials) -> Ec2 {
     Ec2 {
         q: QueryClient::new(
             reqwest::Client::new(),
@@ -174,6 +174,19 @@ pub(crate) async fn moto() -> Option<Moto> {
 impl Moto {
     pub(crate) fn ec2(&self) -> Ec2 {
         ec2_at(&self.endpoint, self.creds.clone())
+    }
+
+    /// moto's IAM API, signed with the current key.
+    pub(crate) fn iam(&self) -> QueryClient {
+        QueryClient::new(
+            reqwest::Client::new(),
+            &self.endpoint,
+            REGION,
+            "iam",
+            IAM_VERSION,
+            self.creds.clone(),
+        )
+        .unwrap()
     }
 
     /// The provider's fields, talking to `endpoint` (moto, or a proxy in front of it).

@@ -117,7 +117,7 @@ async fn failed_job(s: &Server, id: &str, started: Instant) -> (Duration, Value)
 }
 
 /// The node's action entries for `action`.
-fn entries<'a>(c: &'a Value, action: &str) -> Vec<&'a Value> {
+pub(crate) fn entries<'a>(c: &'a Value, action: &str) -> Vec<&'a Value> {
     c["nodes"]
         .as_array()
         .into_iter()

@@ -16,5 +16,6 @@ mod openstack;
 mod plugins;
 mod retry; // no orphans: killed CREATEs retried
 mod rolling; // rolling changes on kv-web (issue 20)
+mod rotation; // credentials read when used (issue 35)
 mod ssh;
 mod sweep;

@@ -37,12 +37,12 @@ use weft_provisioner::task::Action;
 use weft_provisioner::Provider;
 
 const BUILD_SCRIPT: &[u8] = include_bytes!("../../../../images/keystone/build.sh");
-const ADMIN_PASSWORD: &str = "weft-admin";
-const USER: &str = "weft";
-const PASSWORD: &str = "weft-user-secret";
-const PROJECT: &str = "weft-test";
-const IMAGE: &str = "9f1c7ab2-0b39-4f35-9d0f-debian12";
-const FLAVOR: &str = "2";
+pub(crate) const ADMIN_PASSWORD: &str = "weft-admin";
+pub(crate) const USER: &str = "weft";
+pub(crate) const PASSWORD: &str = "weft-user-secret";
+pub(crate) const PROJECT: &str = "weft-test";
+pub(crate) const IMAGE: &str = "9f1c7ab2-0b39-4f35-9d0f-debian12";
+pub(crate) const FLAVOR: &str = "2";
 /// An address nothing listens on: endpoints the provider must not choose point here.
 const NOWHERE: &str = "http://127.0.0.1:9";
 
@@ -50,7 +50,7 @@ fn obj(v: Value) -> Map<String, Value> {
     v.as_object().cloned().expect("an object")
 }
 
-fn fast() -> Timing {
+pub(crate) fn fast() -> Timing {
     Timing {
         retry: (
             Duration::from_millis(100),
@@ -97,9 +97,9 @@ fn free_port() -> u16 {
 }
 
 /// A Keystone container of this test; removed when dropped.
-struct Keystone {
+pub(crate) struct Keystone {
     name: String,
-    url: String,
+    pub(crate) url: String,
     http: reqwest::Client,
 }
 
@@ -110,9 +110,9 @@ impl Drop for Keystone {
 }
 
 /// What a test's Keystone holds for the provider.
-struct Account {
+pub(crate) struct Account {
     project_id: String,
-    user_id: String,
+    pub(crate) user_id: String,
     app_id: String,
     app_secret: String,
 }
@@ -171,7 +171,7 @@ impl Keystone {
     }
 
     /// A project-scoped token for `user` (by name, default domain).
-    async fn token(&self, user: &str, password: &str, project: &str) -> String {
+    pub(crate) async fn token(&self, user: &str, password: &str, project: &str) -> String {
         let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user":
             {"name": user, "domain": {"id": "default"}, "password": password}}},
             "scope": {"project": {"name": project, "domain": {"id": "default"}}}}});
@@ -189,7 +189,13 @@ impl Keystone {
             .to_string()
     }
 
-    async fn admin(&self, token: &str, method: reqwest::Method, path: &str, body: Value) -> Value {
+    pub(crate) async fn admin(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Value {
         let mut req = self
             .http
             .request(method, format!("{}/v3{path}", self.url))
@@ -354,10 +360,10 @@ struct FakeServer {
 }
 
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
     requests: AtomicUsize,
-    posts: AtomicUsize,
-    refused: AtomicUsize,
+    pub(crate) posts: AtomicUsize,
+    pub(crate) refused: AtomicUsize,
     faults_answered: AtomicUsize,
 }
 
@@ -805,7 +811,7 @@ async fn import_keypair(
 }
 
 /// A running fake Nova.
-struct Nova {
+pub(crate) struct Nova {
     state: Shared,
     /// The compute endpoint (what the catalog lists).
     url: String,
@@ -850,11 +856,11 @@ impl Nova {
         self.state.faults.lock().unwrap()
     }
 
-    fn count(&self, c: fn(&Counters) -> &AtomicUsize) -> usize {
+    pub(crate) fn count(&self, c: fn(&Counters) -> &AtomicUsize) -> usize {
         c(&self.state.counters).load(Ordering::SeqCst)
     }
 
-    fn servers(&self) -> usize {
+    pub(crate) fn servers(&self) -> usize {
         self.state.servers.lock().unwrap().len()
     }
 
@@ -864,7 +870,7 @@ impl Nova {
 }
 
 /// Keystone with a bootstrapped account and a Nova behind its catalog.
-async fn cloud(expiration: u64) -> Option<(Keystone, Nova, Account)> {
+pub(crate) async fn cloud(expiration: u64) -> Option<(Keystone, Nova, Account)> {
     let ks = Keystone::start(expiration).await?;
     let nova = Nova::start(
         Auth::Keystone {
@@ -879,7 +885,7 @@ async fn cloud(expiration: u64) -> Option<(Keystone, Nova, Account)> {
     Some((ks, nova, account))
 }
 
-fn password_fields(ks: &Keystone) -> Map<String, Value> {
+pub(crate) fn password_fields(ks: &Keystone) -> Map<String, Value> {
     obj(
         json!({"auth_url": ks.url, "user_name": USER, "password": PASSWORD,
         "project_name": PROJECT, "region": "RegionOne"}),
