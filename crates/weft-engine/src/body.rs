@@ -32,8 +32,10 @@ pub struct ClusterBody {
     /// The provider fields the user gave at create: the cluster's own. Every other field of its
     /// provider is read from the catalog when a task needs it, so a fixed or rotated credential
     /// reaches every existing cluster.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub user_fields: Vec<String>,
+    /// `None` on clusters made before credentials were read when used: their copy holds the
+    /// admin's fields too, and the catalog's only override them.
+    #[serde(default)]
+    pub user_fields: Option<Vec<String>>,
     /// Nodes the running job takes away (shrink): removed when it succeeds.
     #[serde(default)]
     pub retiring: Vec<String>,
@@ -56,20 +58,30 @@ pub struct ClusterBody {
 }
 
 impl ClusterBody {
-    /// The provider fields a task (or a drift check's listing) gets: the cluster's copy and the
-    /// user's secrets, then every field of the provider as the catalog has it now (`current`) but
-    /// those the user gave at create. Without `current` (the provider is gone), the copy alone.
+    /// The provider fields a task (or a drift check's listing) gets: the provider as the catalog
+    /// has it now (`current`) with the fields the user gave at create (and their secrets). Without
+    /// `current` (the provider is gone), the cluster's copy alone.
     pub fn provider_fields(&self, current: Option<&Provider>) -> Map<String, Value> {
-        let mut fields = self.provider.provisioner.clone();
-        fields.extend(self.secrets.clone());
-        if let Some(now) = current {
-            for (k, v) in &now.provisioner {
-                if !self.user_fields.contains(k) {
-                    fields.insert(k.clone(), v.clone());
+        let mut own = self.provider.provisioner.clone();
+        own.extend(self.secrets.clone());
+        match (current, &self.user_fields) {
+            (None, _) => own,
+            // The provider as it is now, a field the admin removed included, and the user's own.
+            (Some(now), Some(user)) => {
+                let mut fields = now.provisioner.clone();
+                for k in user {
+                    if let Some(v) = own.get(k) {
+                        fields.insert(k.clone(), v.clone());
+                    }
                 }
+                fields
+            }
+            // An older cluster: its copy, each field the catalog has overriding it.
+            (Some(now), None) => {
+                own.extend(now.provisioner.clone());
+                own
             }
         }
-        fields
     }
 }
 
@@ -224,4 +236,42 @@ pub(crate) fn end_of(s: &str, max: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body(user_fields: Option<Vec<String>>) -> ClusterBody {
+        serde_json::from_value(json!({
+            "provider": {"name": "p", "providertype": "aws",
+                         "provisioner": {"region": "r1", "session_token": "old-sts", "size": "user-pick"}},
+            "template": {"name": "t"}, "services": [], "dns_suffix": "local",
+            "secrets": {"token": "user-secret"},
+            "user_fields": user_fields,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn tasks_get_the_provider_as_it_is_now_and_the_users_own_fields() {
+        let now: Provider = serde_json::from_value(json!({"name": "p", "providertype": "aws",
+            "provisioner": {"region": "r2", "key": "new-key"}}))
+        .unwrap();
+        let b = body(Some(vec!["size".into(), "token".into()]));
+        assert_eq!(
+            Value::Object(b.provider_fields(Some(&now))),
+            json!({"region": "r2", "key": "new-key", "size": "user-pick", "token": "user-secret"}),
+            "a field the admin removed (session_token) is gone"
+        );
+        // A cluster from before: the catalog overrides its copy, nothing is removed.
+        let old = body(None);
+        assert_eq!(
+            Value::Object(old.provider_fields(Some(&now)))["session_token"],
+            "old-sts"
+        );
+        // The provider deleted from the catalog: the cluster's copy.
+        assert_eq!(Value::Object(b.provider_fields(None))["region"], "r1");
+    }
 }

@@ -267,7 +267,7 @@ impl NewCluster {
                 .unwrap_or_else(|| "local".into()),
             message: None,
             secrets: inputs.secrets.clone(),
-            user_fields: inputs.user_fields.clone(),
+            user_fields: Some(inputs.user_fields.clone()),
             retiring: Vec::new(),
             leaving: Vec::new(),
             drift: None,
