@@ -21,6 +21,7 @@ use crate::{ClientError, ClientResult, PluginKind};
 mod hostpool; // the host-pool calls (api/hostpool.rs)
 
 /// Who calls: the `Coopr-TenantID`, `Coopr-UserID` and (with `auth = "apikey"`) `Coopr-ApiKey` headers.
+/// An empty tenant or user is not sent (with an API key, the key says who calls).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
     pub tenant: String,
@@ -212,11 +213,14 @@ impl ApiClient {
         content_type: &str,
     ) -> ClientResult<(bytes::Bytes, reqwest::header::HeaderMap)> {
         let url = format!("{}{path}", self.base);
-        let mut req = self
-            .http
-            .request(method, &url)
-            .header("Coopr-TenantID", &self.who.tenant)
-            .header("Coopr-UserID", &self.who.user);
+        let mut req = self.http.request(method, &url);
+        // An empty tenant or user is left out: with an API key, the key says who calls.
+        if !self.who.tenant.is_empty() {
+            req = req.header("Coopr-TenantID", &self.who.tenant);
+        }
+        if !self.who.user.is_empty() {
+            req = req.header("Coopr-UserID", &self.who.user);
+        }
         if let Some(k) = &self.who.api_key {
             req = req.header("Coopr-ApiKey", k);
         }

@@ -132,7 +132,7 @@ pub struct ClusterCreateRequest {
         feature = "openapi",
         schema(
             max_length = 192,
-            pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+            pattern = r"^\.?(?=.{1,191}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
         )
     )]
     pub dns_suffix: Option<String>,

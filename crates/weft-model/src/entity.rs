@@ -329,6 +329,7 @@ fn dependency_class<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Dependency
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceAction {
     #[serde(rename = "type", default, deserialize_with = "lenient::string")]
+    #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub automator: String,
     #[serde(default, deserialize_with = "lenient::string_map")]
     pub fields: BTreeMap<String, String>,
@@ -514,7 +515,7 @@ pub struct ClusterDefaults {
         feature = "openapi",
         schema(
             max_length = 192,
-            pattern = r"^\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+            pattern = r"^\.?(?=.{1,191}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
         )
     )]
     pub dns_suffix: Option<String>,

@@ -21,7 +21,7 @@ use crate::error::ModelError;
 pub struct RolloutSpec {
     /// Nodes changed first, in a batch of their own (default 1; 0 for none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>, minimum = 0))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>, minimum = 0, maximum = 100000))]
     pub canaries: Option<Value>,
     /// Nodes changed at once after the canaries: a count (at least 1) or a percentage of the
     /// nodes changed, such as `"25%"` (default 1).

@@ -173,7 +173,8 @@ fn validate_template_parts(
     Ok(())
 }
 
-/// A DNS suffix: labels of 1..63 of `[A-Za-z0-9-]`, not ending with '-', 191 characters at most.
+/// A DNS suffix: labels of 1..63 of `[A-Za-z0-9-]`, not starting or ending with '-', 191
+/// characters at most (after an optional leading '.').
 pub fn validate_dns_suffix(field: &str, s: &str) -> Result<(), ModelError> {
     let s = s.strip_prefix('.').unwrap_or(s);
     let ok = !s.is_empty()
@@ -181,6 +182,7 @@ pub fn validate_dns_suffix(field: &str, s: &str) -> Result<(), ModelError> {
         && s.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
+                && !l.starts_with('-')
                 && !l.ends_with('-')
                 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         });

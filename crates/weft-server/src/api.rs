@@ -86,6 +86,10 @@ impl Body {
 #[derive(Debug, Clone, Copy)]
 pub enum Param {
     Text,
+    /// A path segment: text, never empty.
+    PathText,
+    /// A version: an integer from 1 to 2^63 - 1.
+    Version,
     /// An integer, at least this.
     Int(i64),
     /// One of these words.
@@ -96,7 +100,15 @@ impl Param {
     fn schema(self) -> Schema {
         let b = ObjectBuilder::new();
         Schema::Object(match self {
-            Param::Text => b.schema_type(Type::String).min_length(Some(1)).build(),
+            // An empty query value is read as absent; an empty path segment never reaches a route.
+            Param::Text => b.schema_type(Type::String).build(),
+            Param::PathText => b.schema_type(Type::String).min_length(Some(1)).build(),
+            // Versions are read as 64-bit signed integers.
+            Param::Version => b
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(i64::MAX as isize))
+                .build(),
             // At most 2^53 - 1: every client's JSON numbers hold it exactly.
             Param::Int(min) => b
                 .schema_type(Type::Integer)
@@ -113,9 +125,9 @@ impl Param {
     /// Path parameters by name: versions are positive numbers, plugin kinds are two words.
     fn of_path(name: &str) -> Param {
         match name {
-            "version" => Param::Int(1),
+            "version" => Param::Version,
             "ptype" => Param::OneOf(&["providertypes", "automatortypes"]),
-            _ => Param::Text,
+            _ => Param::PathText,
         }
     }
 }

@@ -105,6 +105,7 @@ pub fn external_routes(api: Api, resource_limit: usize) -> Api {
         delete_resource,
         op(t, "Delete every version of a resource (all must be inactive) (admin)")
             .status(200, "deleted")
+            .status(403, "not the tenant admin")
             .status(409, "Resource not in a deletable state."),
     )
     .route(
@@ -114,6 +115,7 @@ pub fn external_routes(api: Api, resource_limit: usize) -> Api {
         op(t, "Delete one inactive version of a resource (admin)")
             .status(200, "deleted")
             .status(400, "bad version")
+            .status(403, "not the tenant admin")
             .status(409, "Resource not in a deletable state."),
     )
     .route(
@@ -123,6 +125,7 @@ pub fn external_routes(api: Api, resource_limit: usize) -> Api {
         op(t, "Stage a version for the next sync (admin)")
             .status(200, "staged")
             .status(400, "bad version")
+            .status(403, "not the tenant admin")
             .status(404, "version not found"),
     )
     .route(
@@ -132,6 +135,7 @@ pub fn external_routes(api: Api, resource_limit: usize) -> Api {
         op(t, "Recall a version at the next sync (admin)")
             .status(200, "recalled")
             .status(400, "bad version")
+            .status(403, "not the tenant admin")
             .status(404, "version not found"),
     )
     .route(

@@ -6,71 +6,71 @@
 //!
 //! Checks, on every operation: no 5xx, every status code and content type documented, every
 //! answer matching its schema, an undocumented method answered 405 with a true `Allow` header.
-//! Then, on every operation but those listed in [`RULES_BEYOND_THE_SCHEMA`]: a request the
-//! document calls valid is not refused with 400 (a client generated from the document validates as
-//! the server does). Requests the document calls invalid are not checked: the server is lenient on
-//! purpose (numbers in strings, as Coopr was).
+//! These run as the tenant admin and as a plain user. Then, on every operation but those listed
+//! in [`RULES_BEYOND_THE_SCHEMA`]: a request the document calls valid is not refused (a client
+//! generated from the document validates as the server does); and on every operation but those
+//! in [`LENIENT_BEYOND_THE_SCHEMA`]: a request the document calls invalid is refused (the
+//! document states the reader's leniency: null for an absent optional field, versions up to
+//! 2^64 - 1, a PUT body without its name).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::support::{http, start, weft};
 
-/// Operations whose server-side rules no OpenAPI schema can state, so a schema-valid request may
-/// rightly get a 400 or a 405. Each names why.
+/// Operations where a request the document calls valid may still get a 400 (or, for the usage
+/// report, Coopr's 405): rules no schema states yet, each named. Shrinking this list is open
+/// work (issue 35, item 7).
 const RULES_BEYOND_THE_SCHEMA: &[(&str, &str)] = &[
+    ("PUT /v2/nodes/{id}", "the body's id must be the path's"),
     (
         "PUT /v2/providers/{name}",
-        "the body's name must be the path's",
-    ),
-    (
-        "PUT /v2/hardwaretypes/{name}",
-        "the body's name must be the path's",
+        "the path's name must be a valid name (undocumented pattern)",
     ),
     (
         "PUT /v2/imagetypes/{name}",
-        "the body's name must be the path's",
+        "the path's name must be a valid name (undocumented pattern)",
+    ),
+    (
+        "PUT /v2/hardwaretypes/{name}",
+        "the path's name must be a valid name (undocumented pattern)",
     ),
     (
         "PUT /v2/services/{name}",
-        "the body's name must be the path's",
-    ),
-    (
-        "PUT /v2/clustertemplates/{name}",
-        "the body's name must be the path's",
-    ),
-    (
-        "PUT /v2/partialtemplates/{name}",
-        "the body's name must be the path's",
-    ),
-    ("PUT /v2/nodes/{id}", "the body's id must be the path's"),
-    (
-        "POST /v2/nodes",
-        "the body must name a cluster of the tenant",
-    ),
-    (
-        "POST /v2/providers",
-        "providertype must name a registered plugin type",
+        "only the healthcheck action takes timeout, tries, interval",
     ),
     (
         "POST /v2/services",
-        "action types must name registered automator types",
+        "only the healthcheck action takes timeout, tries, interval",
+    ),
+    (
+        "PUT /v2/clustertemplates/{name}",
+        "the initial lease must not exceed the max lease",
     ),
     (
         "POST /v2/clustertemplates",
-        "size.max must not be below size.min; names must exist",
+        "the initial lease must not exceed the max lease",
+    ),
+    (
+        "PUT /v2/partialtemplates/{name}",
+        "the initial lease must not exceed the max lease",
     ),
     (
         "POST /v2/partialtemplates",
-        "size.max must not be below size.min",
+        "the initial lease must not exceed the max lease",
+    ),
+    ("POST /v2/import", "each entity's own rules (above)"),
+    (
+        "POST /v2/nodes",
+        "links may not be null; the body must name a cluster of the tenant",
+    ),
+    (
+        "POST /v2/clusters/{id}",
+        "expireTime is a signed 64-bit time",
     ),
     (
         "POST /v2/resolve",
         "the defaults may come from included partial templates",
-    ),
-    (
-        "POST /v2/import",
-        "references between the imported entities must hold",
     ),
     (
         "POST /v2/clusters",
@@ -78,12 +78,73 @@ const RULES_BEYOND_THE_SCHEMA: &[(&str, &str)] = &[
     ),
     (
         "POST /v2/solve",
-        "exactly one of clusterTemplate and template; the template must parse and name what exists",
+        "exactly one of clusterTemplate and template",
     ),
     (
         "GET /v2/metrics/nodes/usage",
-        "start must not be after end; tenant must be the caller's (405, as Coopr)",
+        "tenant must be the caller's (405, as Coopr); start <= end",
     ),
+    (
+        "POST /v2/getClusterStatuses",
+        "answers 501 on purpose, as documented",
+    ),
+];
+
+/// Operations where a request the document calls invalid may still be accepted: the lenient
+/// reader takes more than the document states yet (numbers and booleans as text, null for
+/// absent in nested objects). Shrinking this list is open work (issue 35, item 7).
+const LENIENT_BEYOND_THE_SCHEMA: &[(&str, &str)] = &[
+    (
+        "POST /v2/providers",
+        "providertype given as a number is read as text",
+    ),
+    (
+        "PUT /v2/providers/{name}",
+        "providertype given as a number is read as text",
+    ),
+    (
+        "POST /v2/hardwaretypes",
+        "icon given as a number is read as text",
+    ),
+    (
+        "PUT /v2/hardwaretypes/{name}",
+        "icon given as a number is read as text",
+    ),
+    (
+        "POST /v2/imagetypes",
+        "icon given as a number is read as text",
+    ),
+    (
+        "PUT /v2/imagetypes/{name}",
+        "icon given as a number is read as text",
+    ),
+    ("POST /v2/services", "links[].url null is read as absent"),
+    (
+        "PUT /v2/services/{name}",
+        "links[].url null is read as absent",
+    ),
+    (
+        "POST /v2/clustertemplates",
+        "links[].url null is read as absent",
+    ),
+    (
+        "PUT /v2/clustertemplates/{name}",
+        "links[].url null is read as absent",
+    ),
+    (
+        "POST /v2/partialtemplates",
+        "links[].url null is read as absent",
+    ),
+    (
+        "PUT /v2/partialtemplates/{name}",
+        "administration.rollout of another type is read as absent",
+    ),
+    ("POST /v2/import", "the entities' leniency (above)"),
+    (
+        "POST /v2/getNodeProperties",
+        "services given as scalars are read as text",
+    ),
+    ("GET /v2/metrics/nodes/usage", "end is any 64-bit time"),
     (
         "POST /v2/getClusterStatuses",
         "answers 501 on purpose, as documented",
@@ -102,7 +163,7 @@ fn schemathesis() -> Option<PathBuf> {
 
 /// Runs schemathesis against `url` with `args`, in a directory of its own (it keeps a cache in
 /// its working directory); returns its exit code and output.
-fn run(bin: &PathBuf, url: &str, args: &[&str]) -> (i32, String) {
+fn run(bin: &PathBuf, url: &str, user: &str, args: &[&str]) -> (i32, String) {
     let cwd = tempfile::tempdir().expect("a directory for schemathesis");
     let out = Command::new(bin)
         .current_dir(cwd.path())
@@ -114,7 +175,8 @@ fn run(bin: &PathBuf, url: &str, args: &[&str]) -> (i32, String) {
             "2",
             "--no-color",
         ])
-        .args(["-H", "Coopr-TenantID: fuzz", "-H", "Coopr-UserID: admin"])
+        .args(["-H", "Coopr-TenantID: fuzz", "-H"])
+        .arg(format!("Coopr-UserID: {user}"))
         .args(["--generation-database", "none"])
         .args(args)
         .env("SCHEMATHESIS_HOOKS", "")
@@ -153,25 +215,42 @@ fn a_client_of_the_openapi_document_is_answered_as_it_documents() {
     assert!(code < 300, "{code} {body}");
     let doc = format!("{}/v2/openapi.json", srv.api);
 
-    let (code, out) = run(
-        &bin,
-        &doc,
-        &[
-            "--checks",
-            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,unsupported_method,allow_header_conformance",
-            "--exclude-name",
-            "POST /v2/getClusterStatuses",
-        ],
-    );
-    assert_eq!(code, 0, "the server answers as its document says:\n{out}");
+    // As the tenant admin and as a plain user (whose 403s must be documented too).
+    for user in ["admin", "bob"] {
+        let (code, out) = run(
+            &bin,
+            &doc,
+            user,
+            &[
+                "--checks",
+                "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,unsupported_method,allow_header_conformance",
+                "--exclude-name",
+                "POST /v2/getClusterStatuses",
+            ],
+        );
+        assert_eq!(
+            code, 0,
+            "the server answers {user} as its document says:\n{out}"
+        );
+    }
 
     let mut args = vec!["--checks", "positive_data_acceptance", "--mode", "positive"];
     for (name, _why) in RULES_BEYOND_THE_SCHEMA {
         args.extend(["--exclude-name", name]);
     }
-    let (code, out) = run(&bin, &doc, &args);
+    let (code, out) = run(&bin, &doc, "admin", &args);
     assert_eq!(
         code, 0,
         "a request the document calls valid is accepted:\n{out}"
+    );
+
+    let mut args = vec!["--checks", "negative_data_rejection", "--mode", "negative"];
+    for (name, _why) in LENIENT_BEYOND_THE_SCHEMA {
+        args.extend(["--exclude-name", name]);
+    }
+    let (code, out) = run(&bin, &doc, "admin", &args);
+    assert_eq!(
+        code, 0,
+        "a request the document calls invalid is refused:\n{out}"
     );
 }

@@ -194,6 +194,99 @@ fn server_with_apikey_auth_accepts_only_valid_keys() {
     }
 }
 
+/// `weft ... --api-key K` with no `--tenant` or `--user`: the key says who calls, so the CLI sends
+/// no identity headers of its own (it used to send `default`/`admin`, which the server refused
+/// with a 401 for any key but the default tenant's admin). Real processes, real key file.
+#[test]
+fn the_cli_with_only_an_api_key_calls_as_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let out = weft()
+        .args(["admin", "apikey", "create", "--tenant", "superadmin"])
+        .args(["--user", "admin", "--admin", "--data-dir", data])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = created["key"].as_str().unwrap().to_string();
+    let mut cmd = weft();
+    cmd.args([
+        "server",
+        "--auth",
+        "apikey",
+        "--port",
+        "0",
+        "--internal-port",
+        "0",
+    ])
+    .args(["--data-dir", data]);
+    let srv = start(cmd);
+    // No profile to fall back on: a config path that does not exist.
+    let cfg = dir.path().join("no-cli-config.toml");
+    let cli = |key: &str, args: &[&str]| {
+        let out = weft()
+            .env("WEFT_CLI_CONFIG", &cfg)
+            .args(args)
+            .args(["--server", &srv.api, "--api-key", key, "-o", "json"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string() + &err,
+        )
+    };
+    let (ok, text) = cli(&root, &["tenant", "create", "acme"]);
+    assert!(ok, "the superadmin's key alone creates a tenant: {text}");
+    let (ok, text) = cli(&root, &["apikey", "create", "--for-tenant", "acme"]);
+    assert!(!ok, "--for-user is required: {text}");
+    let (ok, text) = cli(
+        &root,
+        &[
+            "apikey",
+            "create",
+            "--for-tenant",
+            "acme",
+            "--for-user",
+            "alice",
+        ],
+    );
+    assert!(ok, "{text}");
+    let alice: serde_json::Value = serde_json::from_str(text.lines().next().unwrap_or(""))
+        .or_else(|_| serde_json::from_str(&text))
+        .unwrap_or_else(|e| panic!("{e}: {text}"));
+    let alice = alice["key"].as_str().unwrap().to_string();
+    let (ok, text) = cli(&alice, &["cluster", "list"]);
+    assert!(ok, "a tenant user's key alone lists its clusters: {text}");
+    assert_eq!(text.trim(), "[]", "{text}");
+    // A tenant or user given beside the key must still be the key's.
+    let out = weft()
+        .env("WEFT_CLI_CONFIG", &cfg)
+        .args(["cluster", "list"])
+        .args([
+            "--server",
+            &srv.api,
+            "--api-key",
+            &alice,
+            "--tenant",
+            "other",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a tenant the key is not for is refused"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("401"),
+        "{out:?}"
+    );
+}
+
 /// Polls `path` until `done` says yes, at most `secs` seconds; returns the last body.
 fn wait_for(
     api: &str,

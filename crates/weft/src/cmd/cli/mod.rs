@@ -157,18 +157,22 @@ fn resolve(conn: &Conn) -> anyhow::Result<(String, Identity)> {
         .clone()
         .or(profile.server)
         .unwrap_or_else(|| config::DEFAULT_SERVER.into());
+    let api_key = conn.api_key.clone().or(profile.api_key);
+    // With a key, the key decides who calls: no default identity is sent (empty is not sent),
+    // only a tenant or user the caller named, which the server checks against the key.
+    let default = |d: &str| if api_key.is_some() { "" } else { d }.to_string();
     let who = Identity {
         tenant: conn
             .tenant
             .clone()
             .or(profile.tenant)
-            .unwrap_or_else(|| "default".into()),
+            .unwrap_or_else(|| default("default")),
         user: conn
             .user
             .clone()
             .or(profile.user)
-            .unwrap_or_else(|| "admin".into()),
-        api_key: conn.api_key.clone().or(profile.api_key),
+            .unwrap_or_else(|| default("admin")),
+        api_key,
     };
     Ok((server, who))
 }
@@ -287,6 +291,7 @@ fn login(a: LoginArgs) -> anyhow::Result<()> {
         p.api_key = a.conn.api_key.clone();
     }
     if !a.no_verify {
+        let anon = |d: &str| if p.api_key.is_some() { "" } else { d }.to_string();
         let conn = Conn {
             profile: None,
             server: Some(
@@ -294,8 +299,9 @@ fn login(a: LoginArgs) -> anyhow::Result<()> {
                     .clone()
                     .unwrap_or_else(|| config::DEFAULT_SERVER.into()),
             ),
-            tenant: Some(p.tenant.clone().unwrap_or_else(|| "default".into())),
-            user: Some(p.user.clone().unwrap_or_else(|| "admin".into())),
+            // With a key and no tenant or user, none is sent (the key decides).
+            tenant: Some(p.tenant.clone().unwrap_or_else(|| anon("default"))),
+            user: Some(p.user.clone().unwrap_or_else(|| anon("admin"))),
             api_key: p.api_key.clone(),
             output: a.conn.output,
         };
