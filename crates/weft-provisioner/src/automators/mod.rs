@@ -366,7 +366,7 @@ pub(crate) async fn run_tool(
         }),
         Verdict::Retry => fail(PluginError::retryable(format!("{tool} exited with {code}"))),
         Verdict::Fatal => fail(PluginError::fatal(format!(
-            "{tool} exited with {code} (not retried: fix the code or the fields)"
+            "{tool} exited with {code}: fix the code or the fields"
         ))),
     }
 }
