@@ -28,6 +28,13 @@ pub enum EngineError {
     #[error("no provisioner offers {kind} {name}: none has registered it yet")]
     NotOffered { kind: &'static str, name: String },
     /// A cluster that is not there (or not the caller's tenant's).
+    /// The template names what the catalog lacks (written before its parts, as Coopr allowed).
+    #[error("cluster template {template} cannot make this cluster yet: {}", missing.join("; "))]
+    Incomplete {
+        template: String,
+        missing: Vec<String>,
+    },
+
     #[error("cluster {0} not found.")]
     ClusterNotFound(String),
     /// A service that the cluster does not run.

@@ -267,6 +267,8 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ClusterTemplate,
         weft_model::PartialTemplate,
         weft_model::CatalogExport,
+        weft_model::CatalogWarning,
+        weft_model::CatalogWriteAnswer,
         weft_model::PluginType,
         weft_model::ResourceMeta,
         weft_model::TenantSpecification,
