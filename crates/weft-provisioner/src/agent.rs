@@ -46,6 +46,8 @@ pub struct AgentConfig {
     /// server, and the server's calls to this agent must present one of its tokens. Required
     /// by a server with `auth = apikey`; unset, nothing is presented or checked.
     pub token_file: Option<PathBuf>,
+    /// Whom to trust over TLS (the server's CA) and the client certificate to present.
+    pub tls: weft_client::TlsTrust,
 }
 
 impl AgentConfig {
@@ -65,6 +67,7 @@ impl AgentConfig {
             task_timeout: Duration::from_secs(1800),
             max_output: 8 * 1024,
             token_file: None,
+            tls: Default::default(),
         }
     }
 }
@@ -163,7 +166,7 @@ impl Agent {
             .token_file
             .as_ref()
             .map(|p| Arc::new(weft_client::tokens::Tokens::new(p)));
-        let mut client = Client::new(&cfg.server)?;
+        let mut client = Client::new(&cfg.server)?.with_tls(&cfg.tls)?;
         if let Some(t) = &tokens {
             client = client.with_tokens(t.clone());
         }
