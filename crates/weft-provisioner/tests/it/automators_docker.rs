@@ -6,7 +6,8 @@
 //! in the node, so a volume's host directory is the same on the node and on the engine's host.
 //! Containers carry the label `weft.container.node=<node id>`, node ids start with `weft-test-`,
 //! and the guard removes the containers and the tag (also when a test panics). Needs docker and
-//! the images: skipped without them, failed in CI.
+//! the images: skipped without them, failed in CI. Also: the 27 docker actions of Coopr's shipped
+//! catalog load into a real server and read as containers (no docker needed).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -459,4 +460,127 @@ async fn an_image_from_an_unreachable_registry_is_retried_and_a_node_without_doc
     let e = a.bootstrap(&t).await.unwrap_err();
     assert!(!e.retryable && e.reason == FailureReason::NotFound, "{e:?}");
     assert!(e.message.contains("docker is not on the node"), "{e}");
+}
+
+/// The docker actions of Coopr's shipped catalog (coopr-templates, `services/*-docker.json`):
+/// nine services with INSTALL, START and STOP each, 27 actions. (service, install, start, stop)
+const COOPR_SERVICES: &[(&str, &str, &str, &str)] = &[
+    (
+        "cassandra-docker",
+        r#"{"image_name": "cassandra"}"#,
+        r#"{"image_name": "cassandra", "publish_ports": "7000,7001,7199,9042,9160",
+            "volumes": "/data/cassandra:/var/lib/cassandra"}"#,
+        r#"{"image_name": "cassandra"}"#,
+    ),
+    (
+        "cdap-sandbox-docker",
+        r#"{"image_name": "caskdata/cdap-sandbox", "publish_ports": "11011,11015"}"#,
+        r#"{"image_name": "caskdata/cdap-sandbox", "publish_ports": "11011,11015"}"#,
+        r#"{"image_name": "caskdata/cdap-sandbox", "publish_ports": "11011,11015"}"#,
+    ),
+    (
+        "coopr-standalone-docker",
+        r#"{"image_name": "caskdata/coopr-standalone", "publish_ports": "8100,55054"}"#,
+        r#"{"image_name": "caskdata/coopr-standalone", "publish_ports": "8100,55054"}"#,
+        r#"{"image_name": "caskdata/coopr-standalone", "publish_ports": "8100,55054"}"#,
+    ),
+    (
+        "elasticsearch-docker",
+        r#"{"image_name": "elasticsearch"}"#,
+        r#"{"image_name": "elasticsearch", "publish_ports": "9200,9300",
+            "volumes": "/data/elasticsearch:/usr/share/elasticsearch/data",
+            "command": "elasticsearch -Des.network.host=0.0.0.0"}"#,
+        r#"{"image_name": "elasticsearch"}"#,
+    ),
+    (
+        "mongodb-docker",
+        r#"{"image_name": "mongo"}"#,
+        r#"{"image_name": "mongo", "publish_ports": "27017", "volumes": "/data/mongodb:/data/db"}"#,
+        r#"{"image_name": "mongo"}"#,
+    ),
+    (
+        "mysql-docker",
+        r#"{"image_name": "mysql"}"#,
+        r#"{"image_name": "mysql", "publish_ports": "3306",
+            "environment_variables": "MYSQL_ROOT_PASSWORD=somedefaultpassword",
+            "volumes": "/data/mysql:/var/lib/mysql"}"#,
+        r#"{"image_name": "mysql"}"#,
+    ),
+    (
+        "postgresql-docker",
+        r#"{"image_name": "postgres"}"#,
+        r#"{"image_name": "postgres", "publish_ports": "5432",
+            "environment_variables": "POSTGRES_PASSWORD=somedefaultpassword",
+            "volumes": "/data/postgresql:/var/lib/postgresql/data"}"#,
+        r#"{"image_name": "postgres"}"#,
+    ),
+    (
+        "solr-docker",
+        r#"{"image_name": "solr"}"#,
+        r#"{"image_name": "solr", "publish_ports": "8983"}"#,
+        r#"{"image_name": "solr"}"#,
+    ),
+    (
+        "zookeeper-docker",
+        r#"{"image_name": "zookeeper"}"#,
+        r#"{"image_name": "zookeeper", "publish_ports": "2181,2888,3888"}"#,
+        r#"{"image_name": "zookeeper"}"#,
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coopr_catalog_docker_services_load_and_every_action_reads() {
+    use reqwest::Method;
+    use weft_provisioner::automators::docker::ContainerSpec;
+    use weft_provisioner::{Agent, Plugins};
+
+    let (s, _) = crate::common::Server::start("coopr").await;
+    let plugins = Plugins::new().automator(std::sync::Arc::new(DockerAutomator::new()));
+    let agent = Agent::start(s.config("p-coopr"), plugins)
+        .await
+        .expect("agent starts");
+    let mut actions = 0;
+    for (name, install, start, stop) in COOPR_SERVICES {
+        let mut acts = Map::new();
+        for (action, fields) in [("install", install), ("start", start), ("stop", stop)] {
+            let fields: Value = serde_json::from_str(fields).unwrap();
+            // Every action's fields read as a container, as START would run it.
+            let flat: BTreeMap<String, String> = fields
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            ContainerSpec::from_fields(&flat)
+                .unwrap_or_else(|e| panic!("{name} {action}: {}", e.message));
+            acts.insert(action.into(), json!({"type": "docker", "fields": fields}));
+            actions += 1;
+        }
+        let service = json!({"name": name, "description": "from Coopr's catalog",
+            "provisioner": {"actions": acts}});
+        let (code, body) = s
+            .ext(
+                Method::PUT,
+                "coopr",
+                &format!("/v2/services/{name}"),
+                Some(service),
+            )
+            .await;
+        assert_eq!(code, 200, "{name}: {body}");
+    }
+    assert_eq!(actions, 27);
+    let (code, body) = s
+        .ext(
+            Method::GET,
+            "coopr",
+            "/v2/services/elasticsearch-docker",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        body["provisioner"]["actions"]["start"]["fields"]["command"],
+        "elasticsearch -Des.network.host=0.0.0.0"
+    );
+    agent.shutdown().await;
 }
