@@ -215,6 +215,8 @@ impl DockerAutomator {
                 return self.started(t, task, &name, log, timeout).await;
             }
             Found::Container { running, .. } => {
+                tracing::info!(task_id = %task.id, cluster_id = %task.cluster_id, container = %name,
+                    running, "replacing a container made from other fields or left by a failed start");
                 self.remove_container(t, &name, timeout).await?;
                 let was = if running { "running" } else { "stopped" };
                 log.push_str(&format!(
