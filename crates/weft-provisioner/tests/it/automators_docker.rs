@@ -584,3 +584,152 @@ async fn coopr_catalog_docker_services_load_and_every_action_reads() {
     );
     agent.shutdown().await;
 }
+
+/// Removes the containers matching a filter, and an image tag, on drop.
+struct Leftovers {
+    filter: String,
+    image: String,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let ids = docker(&["ps", "-aq", "--filter", &self.filter]).unwrap_or_default();
+        for id in ids.split_whitespace() {
+            let _ = docker(&["rm", "-f", "-v", id]);
+        }
+        let _ = docker(&["rmi", &self.image]);
+    }
+}
+
+/// Waits (bounded) until the cluster has status `want`; another final status fails.
+async fn cluster_status(s: &crate::common::Server, tenant: &str, id: &str, want: &str) -> Value {
+    until(Duration::from_secs(180), want, || async {
+        let (_, c) = s
+            .ext(
+                reqwest::Method::GET,
+                tenant,
+                &format!("/v2/clusters/{id}"),
+                None,
+            )
+            .await;
+        let st = c["status"].as_str().unwrap_or_default().to_string();
+        if st == want {
+            return Some(c);
+        }
+        assert!(
+            !["incomplete", "inconsistent", "terminated"].contains(&st.as_str()),
+            "cluster went {st}: {c}"
+        );
+        None
+    })
+    .await
+}
+
+/// A cluster of one `local` node (this machine) whose service is a container: made through a
+/// real server and provisioner, the macro `%ip.self%` expanded into its environment, serving on
+/// its published port; the cluster's DELETE removes the container (the local provider does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_local_cluster_runs_a_docker_service_and_its_delete_removes_the_container() {
+    use reqwest::Method;
+    if !weft_testkit::require("docker") {
+        return;
+    }
+    if docker(&["image", "inspect", APP_BASE]).is_err() {
+        weft_testkit::skip_or_fail(
+            APP_BASE,
+            "the image is missing (images/build-node-image.sh)",
+        );
+        return;
+    }
+    let unique = format!("{}", std::process::id());
+    let svc = format!("weft-test-web-{unique}");
+    let image = format!("weft-test-app:e2e{unique}");
+    docker(&["tag", APP_BASE, &image]).unwrap();
+    let _gone = Leftovers {
+        filter: format!("label={LABEL_SERVICE}={svc}"),
+        image: image.clone(),
+    };
+    const T: &str = "dock";
+    let (s, tenant_id) = crate::common::Server::start(T).await;
+    let plugins = weft_provisioner::Plugins::new()
+        .provider(std::sync::Arc::new(
+            weft_provisioner::local::LocalProvider::new(&s.provisioner_data()),
+        ))
+        .automator(std::sync::Arc::new(DockerAutomator::new()));
+    let agent = weft_provisioner::Agent::start(s.config("p-dock"), plugins)
+        .await
+        .expect("agent starts");
+    let r = s
+        .http
+        .put(format!("http://{}/v2/tenants/{tenant_id}", agent.addr()))
+        .json(&json!({"workers": 2, "resources": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    let port = free_port();
+    let fields = json!({"image_name": image, "publish_ports": format!("{port}:8080"),
+        "environment_variables": "NODE_IP=%ip.self%,GREETING=hello",
+        "command": r#"sh -c 'trap "exit 0" TERM; python3 -m http.server 8080 --directory /etc & wait'"#});
+    let actions: Map<String, Value> = ["install", "start", "stop", "remove"]
+        .iter()
+        .map(|a| (a.to_string(), json!({"type": "docker", "fields": fields})))
+        .collect();
+    let service = json!({"name": svc, "provisioner": {"actions": actions}});
+    let (code, body) = s
+        .ext(
+            Method::PUT,
+            T,
+            &format!("/v2/services/{svc}"),
+            Some(service),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let tpl = json!({"name": "docker-web", "compatibility": {"hardwaretypes": ["small"],
+        "imagetypes": ["host"], "services": [svc]},
+        "defaults": {"services": [svc], "provider": "local", "hardwaretype": "small",
+            "imagetype": "host", "config": {}},
+        "constraints": {"size": {"min": 1, "max": 1}}});
+    let (code, body) = s
+        .ext(Method::POST, T, "/v2/clustertemplates", Some(tpl))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, c) = s
+        .ext(
+            Method::POST,
+            T,
+            "/v2/clusters",
+            Some(json!({"name": "dock", "clusterTemplate": "docker-web", "numMachines": 1})),
+        )
+        .await;
+    assert_eq!(code, 200, "{c}");
+    let id = c["id"].as_str().unwrap().to_string();
+    let c = cluster_status(&s, T, &id, "active").await;
+    let node_ip = c["nodes"][0]["properties"]["ipaddresses"]["bind_v4"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let filter = format!("label={LABEL_SERVICE}={svc}");
+    let names = docker(&["ps", "--filter", &filter, "--format", "{{.Names}}"]).unwrap();
+    let names: Vec<&str> = names.lines().collect();
+    assert_eq!(names.len(), 1, "one running container: {names:?}");
+    let env = inspect(names[0])["Config"]["Env"].to_string();
+    assert!(env.contains(&format!("NODE_IP={node_ip}")), "{env}");
+    let url = format!("http://127.0.0.1:{port}/hostname");
+    until(Duration::from_secs(30), "the container serves", || async {
+        let r = s.http.get(&url).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+
+    let (code, body) = s
+        .ext(Method::DELETE, T, &format!("/v2/clusters/{id}"), None)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    cluster_status(&s, T, &id, "terminated").await;
+    let left = docker(&["ps", "-aq", "--filter", &filter]).unwrap();
+    assert_eq!(left.trim(), "", "the delete removed the container");
+    agent.shutdown().await;
+}
