@@ -401,17 +401,22 @@ fn hint(reason: FailureReason) -> &'static str {
 }
 
 /// A failed `docker run`: 126 and 127 are a command the image cannot run (the `command` field);
-/// an image that cannot be found is fatal as for a pull; the rest (a port in use, a name taken by
-/// a start running at the same time, the engine) may pass on a retry.
+/// an image that cannot be found is fatal as for a pull; a port in use (reason `capacity`) and the
+/// rest (a name taken by a start running at the same time, the engine) may pass on a retry.
 fn run_failure(out: CommandOutput) -> PluginError {
     let code = out
         .exit
         .map_or_else(|| "a signal".to_string(), |c| c.to_string());
     let message = format!("docker run exited with {code}");
+    let busy = ["port is already allocated", "address already in use"];
     let e = match out.exit {
         Some(126 | 127) => PluginError::fatal(format!(
             "{message}: the image cannot run the command (fields.command)"
         )),
+        _ if busy.iter().any(|b| out.stderr.contains(b)) => PluginError::new(
+            FailureReason::Capacity,
+            format!("{message}: a published port is in use on the node"),
+        ),
         _ => match pull_failure(&out.stderr) {
             FailureReason::Network => PluginError::retryable(message),
             reason => {
@@ -1106,6 +1111,35 @@ mod tests {
             assert_eq!(r, FailureReason::Network, "{net}");
             assert!(r.retryable_by_default());
         }
+    }
+
+    #[test]
+    fn a_failed_run_is_judged_by_its_exit_and_what_docker_said() {
+        let out = |exit, stderr: &str| CommandOutput {
+            exit: Some(exit),
+            stderr: stderr.into(),
+            ..Default::default()
+        };
+        let e = run_failure(out(
+            127,
+            "exec: \"nosuch\": executable file not found in $PATH",
+        ));
+        assert!(
+            !e.retryable && e.message.contains("fields.command"),
+            "{e:?}"
+        );
+        let e = run_failure(out(
+            125,
+            "Bind for 0.0.0.0:8080 failed: port is already allocated",
+        ));
+        assert!(e.retryable && e.reason == FailureReason::Capacity, "{e:?}");
+        let e = run_failure(out(
+            125,
+            "pull access denied for nosuch, repository does not exist",
+        ));
+        assert!(!e.retryable && e.reason == FailureReason::NotFound, "{e:?}");
+        let e = run_failure(out(125, "Cannot connect to the Docker daemon"));
+        assert!(e.retryable, "{e:?}");
     }
 
     #[test]

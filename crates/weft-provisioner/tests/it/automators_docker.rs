@@ -264,6 +264,14 @@ async fn docker_runs_the_service_with_its_ports_env_and_volumes_once_through_sud
     .await;
     assert_eq!(body, "hello from the volume\n");
 
+    // Another service publishing the same port: START fails, may pass on a retry, and leaves
+    // no container of its own behind.
+    let e = act(&a, &cfg, &s.node_id, "web2", Action::Start, fields.clone())
+        .await
+        .unwrap_err();
+    assert!(e.retryable && e.reason == FailureReason::Capacity, "{e:?}");
+    assert_eq!(&s.containers(), &made, "web2's half-made container is gone");
+
     // Start again: the same container, not a second one.
     let out = run(Action::Start, &fields).await.unwrap();
     assert!(out.stdout.contains("runs already"), "{}", out.stdout);
