@@ -158,7 +158,8 @@ pub fn plugins(
         ))
         .automator(Arc::new(
             automators::ChefSoloAutomator::new(vec![]).with_resources(data_dir.join("resources")),
-        )))
+        ))
+        .automator(Arc::new(automators::DockerAutomator::new())))
 }
 
 /// Starts a provisioner for `weft up`: data under `<data_dir>/provisioner`, API on a free port.
