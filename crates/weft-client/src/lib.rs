@@ -56,6 +56,34 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Why TLS refused the connection, when it did: the server's certificate does not verify
+    /// against the trusted CA (or names another host), or the server refused this client's
+    /// certificate (or its absence). Trying again cannot help; the configuration must change.
+    pub fn tls_refusal(&self) -> Option<String> {
+        let ClientError::Transport { source, .. } = self else {
+            return None;
+        };
+        let mut chain = Vec::new();
+        let mut e: Option<&dyn std::error::Error> = Some(source);
+        while let Some(err) = e {
+            chain.push(err.to_string());
+            e = err.source();
+        }
+        let text = chain.join(": ");
+        let refused = [
+            "invalid peer certificate",
+            "received fatal alert",
+            "InvalidCertificate",
+        ];
+        refused.iter().any(|m| text.contains(m)).then(|| {
+            format!(
+                "TLS refused the connection ({}): check the CA the server's certificate must \
+                     chain to (--ca-cert) and the client certificate (--tls-cert, --tls-key)",
+                chain.last().map(String::as_str).unwrap_or("unknown")
+            )
+        })
+    }
 }
 
 pub type ClientResult<T> = Result<T, ClientError>;

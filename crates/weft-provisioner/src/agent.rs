@@ -91,6 +91,9 @@ pub enum AgentError {
     },
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// TLS refused the connection to the server: a configuration error, not retried.
+    #[error("{0}")]
+    TlsRefused(String),
     #[error("{0}")]
     Capacity(String),
 }
@@ -300,6 +303,9 @@ impl Inner {
         loop {
             match self.register(addr).await {
                 Ok(()) => return Ok(()),
+                Err(AgentError::Client(e)) if e.tls_refusal().is_some() => {
+                    return Err(AgentError::TlsRefused(e.tls_refusal().unwrap_or_default()));
+                }
                 Err(AgentError::Client(e)) if transient(&e) => {
                     tracing::warn!(server = %self.cfg.server, error = %e, retry_in_ms = wait.as_millis() as u64,
                         "cannot register with the server yet; trying again");
@@ -458,7 +464,7 @@ async fn heartbeat_loop(inner: Arc<Inner>, addr: SocketAddr) {
 /// Whether a failed call may pass later: the server unreachable, busy or starting.
 fn transient(e: &ClientError) -> bool {
     match e {
-        ClientError::Transport { .. } => true,
+        ClientError::Transport { .. } => e.tls_refusal().is_none(),
         ClientError::Status { status, .. } => *status >= 500 || *status == 429,
         ClientError::Decode { .. } => false,
     }
