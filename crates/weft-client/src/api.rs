@@ -182,6 +182,22 @@ impl ApiClient {
         })
     }
 
+    /// Trusts the server's certificate only as `tls` says (a CA file: only that CA), presenting a
+    /// client certificate if it names one.
+    pub fn with_tls(mut self, tls: &crate::TlsTrust) -> ClientResult<ApiClient> {
+        let builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(120));
+        self.http = tls
+            .apply(builder)?
+            .build()
+            .map_err(|source| ClientError::Transport {
+                url: self.base.clone(),
+                source,
+            })?;
+        Ok(self)
+    }
+
     pub fn base(&self) -> &str {
         &self.base
     }

@@ -145,6 +145,46 @@ fn weft_up_tls_serves_https_on_both_ports_and_its_provisioner_verifies_it() {
     ]);
     assert_eq!(with_cert, (0, "OK\n".into()));
     assert_private(&data, &tls);
+    cli_trusts_the_ca_when_told(&api, ca, dir.path());
+}
+
+/// The CLI refuses the unknown certificate, saying what to do, and works with `--ca-cert` or a
+/// profile saved with it.
+fn cli_trusts_the_ca_when_told(api: &str, ca: &str, dir: &Path) {
+    let config = dir.join("cli.toml");
+    let cli = |args: &[&str]| {
+        weft()
+            .env("WEFT_CLI_CONFIG", &config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["template", "list", "--server", api]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("not trusted") && err.contains("--ca-cert"),
+        "{err}"
+    );
+    let out = cli(&["template", "list", "--server", api, "--ca-cert", ca]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kv-web"));
+    let out = cli(&["login", "--server", api, "--ca-cert", ca]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(&["template", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The data dir and the TLS dir are 0700; the store and every key and certificate 0600.
