@@ -407,3 +407,95 @@ fn certificates_rotate_on_disk_and_provisioners_must_match_the_server() {
         60
     );
 }
+
+/// sslyze from `~/.cache/weft/sslyze` (`.ci/setup` installs it) or `WEFT_SSLYZE`.
+fn sslyze() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WEFT_SSLYZE") {
+        return Some(PathBuf::from(p));
+    }
+    let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/weft/sslyze/bin/sslyze");
+    p.is_file().then_some(p)
+}
+
+/// The accepted cipher suites of each protocol in sslyze's JSON answer, and whether the chain
+/// validated against the CA file given.
+fn scan_summary(json: &serde_json::Value) -> (Vec<(String, usize)>, bool) {
+    let r = &json["server_scan_results"][0]["scan_result"];
+    let suites = [
+        "ssl_2_0_cipher_suites",
+        "ssl_3_0_cipher_suites",
+        "tls_1_0_cipher_suites",
+        "tls_1_1_cipher_suites",
+        "tls_1_2_cipher_suites",
+        "tls_1_3_cipher_suites",
+    ]
+    .iter()
+    .map(|k| {
+        let n = r[k]["result"]["accepted_cipher_suites"]
+            .as_array()
+            .map_or(usize::MAX, Vec::len);
+        (k.to_string(), n)
+    })
+    .collect();
+    let valid = r["certificate_info"]["result"]["certificate_deployments"][0]
+        ["path_validation_results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| {
+            p["trust_store"]["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("CA file"))
+                && p["validation_error"].is_null()
+        });
+    (suites, valid)
+}
+
+#[test]
+fn an_sslyze_scan_of_both_ports_finds_tls_1_2_and_up_only_and_a_valid_chain() {
+    let Some(bin) = sslyze() else {
+        weft_testkit::skip_or_fail("sslyze", "not in ~/.cache/weft/sslyze");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (port, internal) = free_ports();
+    let mut cmd = weft();
+    cmd.args(["up", "--tls", "--port", &port.to_string()])
+        .args(["--internal-port", &internal.to_string(), "--data-dir"])
+        .arg(&data);
+    let (_up, _) = start_until(cmd, "stop:");
+    let tls = data.join("tls");
+    for (port, client) in [(port, false), (internal, true)] {
+        let out = dir.path().join(format!("scan-{port}.json"));
+        let mut c = Command::new(&bin);
+        c.arg("--mozilla_config=intermediate")
+            .arg("--certinfo_ca_file")
+            .arg(tls.join("ca.pem"))
+            .arg("--json_out")
+            .arg(&out);
+        if client {
+            c.arg("--cert")
+                .arg(tls.join("provisioner.pem"))
+                .arg("--key")
+                .arg(tls.join("provisioner-key.pem"));
+        }
+        let run = c.arg(format!("127.0.0.1:{port}")).output().unwrap();
+        let text = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success() && text.contains("OK - Compliant"),
+            "port {port} is not compliant with Mozilla's intermediate configuration:\n{text}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let (suites, valid) = scan_summary(&json);
+        for (protocol, n) in &suites[..4] {
+            assert_eq!(*n, 0, "port {port}: {protocol} accepted");
+        }
+        assert!(suites[4].1 > 0 && suites[5].1 > 0, "{suites:?}");
+        assert!(
+            valid,
+            "port {port}: the chain does not validate against the CA"
+        );
+    }
+}
