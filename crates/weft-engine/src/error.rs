@@ -110,6 +110,10 @@ pub enum EngineError {
     #[error("Provisioner {0} is not registered.")]
     NotRegistered(String),
     /// A worker reported on a task it does not hold.
+    /// A provisioner asked for a tenant's tasks without holding workers of it.
+    #[error("provisioner {provisioner} holds no workers of tenant {tenant}")]
+    NotYourTenant { provisioner: String, tenant: String },
+
     #[error("Worker is not the owner of the task")]
     NotOwner,
     /// A change set lost a race with another step (re-run by [`retry_stale`](crate::retry_stale)).

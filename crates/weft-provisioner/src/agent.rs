@@ -227,8 +227,21 @@ impl Agent {
         &self.inner.cfg.id
     }
 
-    /// Sets how many workers run for a tenant (what the server's `PUT /v2/tenants/{id}` does).
-    pub fn set_workers(&self, tenant_id: &str, workers: u32) -> Result<(), AgentError> {
+    /// Sets how many workers run for a tenant on this agent's own authority (the server's `PUT
+    /// /v2/tenants/{id}` does it through the agent's API). The server hears of them in a
+    /// heartbeat first: it gives a provisioner only the tasks of tenants it holds workers of.
+    pub async fn set_workers(&self, tenant_id: &str, workers: u32) -> Result<(), AgentError> {
+        let mut usage = self.inner.usage();
+        usage.insert(tenant_id.to_string(), workers);
+        let offered = self.inner.offered_types();
+        if let Err(e) = self
+            .inner
+            .client
+            .heartbeat(&self.inner.cfg.id, &usage, &offered)
+            .await
+        {
+            tracing::warn!(error = %e, "could not tell the server of the new workers yet; the next heartbeat will");
+        }
         self.inner.set_workers(tenant_id, workers)
     }
 

@@ -104,7 +104,9 @@ impl From<EngineError> for ApiError {
             | E::NotOffered { .. }
             | E::Incomplete { .. }
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
-            e @ E::NotRegistered(_) => ApiError::Forbidden(e.to_string()),
+            e @ (E::NotRegistered(_) | E::NotYourTenant { .. }) => {
+                ApiError::Forbidden(e.to_string())
+            }
             e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),
         }
     }

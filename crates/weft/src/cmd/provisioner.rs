@@ -209,7 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .await
             .context("starting the provisioner")?;
         if let (Some(n), Some(t)) = (args.workers, args.tenant.as_deref()) {
-            agent.set_workers(t, n)?;
+            agent.set_workers(t, n).await?;
         }
         println!(
             "weft provisioner {} (API http://{}, server {})",

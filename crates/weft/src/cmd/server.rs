@@ -385,7 +385,9 @@ pub async fn start_up_provisioner(
     let agent = super::provisioner::start_in_process(data_dir, internal, UP_WORKERS, tls).await?;
     for t in store.list_tenants().await? {
         if t.spec.workers > 0 && t.spec.name != SUPERADMIN {
-            agent.set_workers(&t.id, t.spec.workers.min(UP_WORKERS))?;
+            agent
+                .set_workers(&t.id, t.spec.workers.min(UP_WORKERS))
+                .await?;
         }
     }
     Ok(agent)
