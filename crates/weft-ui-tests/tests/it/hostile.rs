@@ -218,8 +218,16 @@ async fn plant_clusters(s: &Server) -> (String, String) {
 /// A fake provisioner runs cluster `id`'s tasks: machine tasks succeed and report a hostile host
 /// name and addresses, every other task fails with hostile output until the job fails.
 async fn plant_output(s: &Server, tenant_id: &str) {
+    // The fake provisioner registers and says it holds the tenant's worker (a provisioner takes
+    // only tasks of tenants it holds workers of).
+    let me = json!({"id": "planter", "host": "127.0.0.1", "port": 1, "capacityTotal": 1});
+    let (status, text) = api(s, None, "PUT", "/v2/provisioners/planter", me).await;
+    assert_eq!(status, 200, "register: {text}");
+    let beat = json!({"usage": {tenant_id: 1}});
+    let (status, text) = api(s, None, "POST", "/v2/provisioners/planter/heartbeat", beat).await;
+    assert_eq!(status, 200, "heartbeat: {text}");
     for _ in 0..60 {
-        let take = json!({"workerId": "w1", "provisionerId": "p1", "tenantId": tenant_id});
+        let take = json!({"workerId": "w1", "provisionerId": "planter", "tenantId": tenant_id});
         let (status, text) = api(s, None, "POST", "/v2/tasks/take", take).await;
         if status == 204 {
             return;
@@ -230,7 +238,7 @@ async fn plant_output(s: &Server, tenant_id: &str) {
             task["taskName"].as_str(),
             Some("CREATE" | "CONFIRM" | "BOOTSTRAP")
         );
-        let mut fin = json!({"workerId": "w1", "provisionerId": "p1", "tenantId": tenant_id,
+        let mut fin = json!({"workerId": "w1", "provisionerId": "planter", "tenantId": tenant_id,
             "taskId": task["taskId"], "status": if machine { 0 } else { 1 },
             "stdout": hostile("task.stdout"), "stderr": hostile("task.stderr")});
         if machine {
