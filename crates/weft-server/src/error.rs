@@ -102,6 +102,7 @@ impl From<EngineError> for ApiError {
             | E::PoolShort(_)
             | E::NodeExists(_)
             | E::NotOffered { .. }
+            | E::Unservable(_)
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
             e @ E::NotRegistered(_) => ApiError::Forbidden(e.to_string()),
             e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),

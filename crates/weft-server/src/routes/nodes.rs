@@ -54,6 +54,7 @@ pub fn routes(api: Api) -> Api {
         put,
         op(t, "Replace a node record (admin)")
             .body(Body::Json("Node"))
+            .rule("body-id-is-path-id", "the body's id is the path's id")
             .status(204, "written")
             .status(400, "the body's id differs from the path")
             .status(403, "not the tenant admin")
@@ -176,6 +177,7 @@ async fn node_properties(
     let req: PropsReq = parse_body(&body, "{\"clusterId\": ..}")?;
     let id = req
         .cluster_id
+        .filter(|id| !id.is_empty())
         .ok_or_else(|| ApiError::BadRequest("clusterId must be specified".into()))?;
     let Ok(row) = weft_engine::view::visible(&st.engine, &who.caller(), &id).await else {
         return Ok(Json(Map::new()));
