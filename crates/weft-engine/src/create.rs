@@ -71,7 +71,7 @@ fn validate(req: &ClusterCreateRequest, max_size: u64) -> EngineResult<u64> {
         ));
     }
     weft_model::validate_name("name", &req.name)?;
-    if req.cluster_template.trim().is_empty() {
+    if req.cluster_template.is_empty() {
         return Err(EngineError::Invalid(
             "cluster template must be specified".into(),
         ));

@@ -116,7 +116,7 @@ async fn get(
 async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiResult<StatusCode> {
     who.require_admin()?;
     let node: Node = parse_body(&body, "a node")?;
-    if node.id.trim().is_empty() {
+    if node.id.is_empty() {
         return Err(ApiError::BadRequest("node id must be specified".into()));
     }
     nodes::put_node(&st.engine, &who.caller(), node, true).await?;
