@@ -3,31 +3,34 @@
 # procps, imported into the local Docker Engine with sshd as its command. No registry is needed:
 # the root file system comes from debootstrap (Debian packages only).
 #
-# Usage: images/build-node-image.sh [--force] [--cm] [NAME]  (NAME defaults to weft-node:bookworm,
-#        or weft-node:bookworm-cm with --cm)
-# Idempotent: does nothing when NAME already exists, unless --force. With --cm it builds the
-# configuration-management variant FROM the base image (built first if missing): ansible-core and
-# puppet-agent from Debian, keyed by a hash of this script (label weft.build), so a changed script
-# rebuilds it and an unchanged one does nothing.
+# Usage: images/build-node-image.sh [--force] [--cm | --docker] [NAME]  (NAME defaults to
+#        weft-node:bookworm, weft-node:bookworm-cm with --cm, weft-node:bookworm-docker with --docker)
+# Idempotent: does nothing when NAME already exists, unless --force. --cm and --docker build a
+# variant FROM the base image (built first if missing), keyed by a hash of this script (label
+# weft.build), so a changed script rebuilds it and an unchanged one does nothing:
+#   --cm      the configuration-management tools: ansible-core and puppet-agent from Debian;
+#   --docker  Debian's docker CLI (the `docker` binary of the docker.io package, without the engine:
+#             a node runs `docker` against an engine whose socket is mounted into it).
 set -euo pipefail
 
 force=0
-cm=0
+variant=
 name=
 for arg in "$@"; do
   case "$arg" in
     --force) force=1 ;;
-    --cm) cm=1 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --cm) variant=cm ;;
+    --docker) variant=docker ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) name="$arg" ;;
   esac
 done
 
-# ---- the configuration-management variant (--cm) ----
+# ---- the variants (--cm, --docker) ----
 # No Dockerfile and no registry: a container of the base image installs the packages, and is
 # committed with the base image's command and a label holding this script's hash.
-if [[ $cm -eq 1 ]]; then
-  name=${name:-weft-node:bookworm-cm}
+if [[ -n $variant ]]; then
+  name=${name:-weft-node:bookworm-$variant}
   base=${WEFT_NODE_BASE:-weft-node:bookworm}
   hash=$(sha256sum "$0" | cut -c1-16)
   have=$(docker image inspect -f '{{index .Config.Labels "weft.build"}}' "$name" 2>/dev/null || true)
@@ -36,14 +39,22 @@ if [[ $cm -eq 1 ]]; then
     exit 0
   fi
   docker image inspect "$base" >/dev/null 2>&1 || "$0" "$base"
+  case $variant in
+    cm) install='apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        ansible-core puppet-agent >/dev/null
+      ansible-playbook --version | head -1
+      puppet --version' ;;
+    docker) install='apt-get update -qq
+      cd /tmp && apt-get download -qq docker.io 2>/dev/null
+      dpkg-deb --fsys-tarfile docker.io_*.deb | tar -x -C / ./usr/bin/docker
+      rm -f docker.io_*.deb
+      docker --version' ;;
+  esac
   start=$(date +%s)
-  cid=$(docker create "$base" sh -c 'set -e
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      ansible-core puppet-agent >/dev/null
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /usr/share/doc/* /usr/share/man/*
-    ansible-playbook --version | head -1
-    puppet --version')
+  cid=$(docker create "$base" sh -c "set -e
+    $install
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /usr/share/doc/* /usr/share/man/*")
   trap 'docker rm -f "$cid" >/dev/null 2>&1 || true' EXIT
   docker start -a "$cid"
   [[ $(docker inspect -f '{{.State.ExitCode}}' "$cid") == 0 ]] || { echo "installing failed" >&2; exit 1; }

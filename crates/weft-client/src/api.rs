@@ -12,8 +12,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use weft_model::{
-    ApiKeyCreated, ApiKeyInfo, CatalogExport, ClusterDetails, ClusterStatusView, ClusterSummary,
-    PlanView, PluginType, Provisioner, ResourceMeta, TenantSpecification,
+    ApiKeyCreated, ApiKeyInfo, CatalogExport, CatalogWriteAnswer, ClusterDetails,
+    ClusterStatusView, ClusterSummary, PlanView, PluginType, Provisioner, ResourceMeta,
+    TenantSpecification,
 };
 
 use crate::{ClientError, ClientResult, PluginKind};
@@ -179,6 +180,22 @@ impl ApiClient {
             who,
             http,
         })
+    }
+
+    /// Trusts the server's certificate only as `tls` says (a CA file: only that CA), presenting a
+    /// client certificate if it names one.
+    pub fn with_tls(mut self, tls: &crate::TlsTrust) -> ClientResult<ApiClient> {
+        let builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(120));
+        self.http = tls
+            .apply(builder)?
+            .build()
+            .map_err(|source| ClientError::Transport {
+                url: self.base.clone(),
+                source,
+            })?;
+        Ok(self)
     }
 
     pub fn base(&self) -> &str {
@@ -561,11 +578,10 @@ impl ApiClient {
         &self,
         kind: Kind,
         body: &B,
-    ) -> ClientResult<()> {
+    ) -> ClientResult<CatalogWriteAnswer> {
         let path = format!("/v2/{}", kind.path());
-        self.send_json(Method::POST, &path, Some(body))
-            .await
-            .map(drop)
+        let answer = self.send_json(Method::POST, &path, Some(body)).await?;
+        Ok(write_answer(&answer))
     }
 
     /// `PUT /v2/{kind}/{name}`: write a new version.
@@ -574,11 +590,10 @@ impl ApiClient {
         kind: Kind,
         name: &str,
         body: &B,
-    ) -> ClientResult<()> {
+    ) -> ClientResult<CatalogWriteAnswer> {
         let path = format!("/v2/{}/{}", kind.path(), seg(name));
-        self.send_json(Method::PUT, &path, Some(body))
-            .await
-            .map(drop)
+        let answer = self.send_json(Method::PUT, &path, Some(body)).await?;
+        Ok(write_answer(&answer))
     }
 
     pub async fn delete_entity(&self, kind: Kind, name: &str) -> ClientResult<()> {
@@ -590,10 +605,11 @@ impl ApiClient {
         self.get("/v2/export").await
     }
 
-    pub async fn import(&self, catalog: &CatalogExport) -> ClientResult<()> {
-        self.send_json(Method::POST, "/v2/import", Some(catalog))
-            .await
-            .map(drop)
+    pub async fn import(&self, catalog: &CatalogExport) -> ClientResult<CatalogWriteAnswer> {
+        let answer = self
+            .send_json(Method::POST, "/v2/import", Some(catalog))
+            .await?;
+        Ok(write_answer(&answer))
     }
 
     // ---- administration ----
@@ -738,6 +754,11 @@ impl ApiClient {
         let path = format!("/v2/apikeys/{}", seg(id));
         self.call(Method::DELETE, &path, None, "").await.map(drop)
     }
+}
+
+/// A catalog write's warnings; a server that answers no body (Coopr) has none to give.
+fn write_answer(body: &[u8]) -> CatalogWriteAnswer {
+    serde_json::from_slice(body).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -56,6 +56,34 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Why TLS refused the connection, when it did: the server's certificate does not verify
+    /// against the trusted CA (or names another host), or the server refused this client's
+    /// certificate (or its absence). Trying again cannot help; the configuration must change.
+    pub fn tls_refusal(&self) -> Option<String> {
+        let ClientError::Transport { source, .. } = self else {
+            return None;
+        };
+        let mut chain = Vec::new();
+        let mut e: Option<&dyn std::error::Error> = Some(source);
+        while let Some(err) = e {
+            chain.push(err.to_string());
+            e = err.source();
+        }
+        let text = chain.join(": ");
+        let refused = [
+            "invalid peer certificate",
+            "received fatal alert",
+            "InvalidCertificate",
+        ];
+        refused.iter().any(|m| text.contains(m)).then(|| {
+            format!(
+                "TLS refused the connection ({}): check the CA the server's certificate must \
+                     chain to (--ca-cert) and the client certificate (--tls-cert, --tls-key)",
+                chain.last().map(String::as_str).unwrap_or("unknown")
+            )
+        })
+    }
 }
 
 pub type ClientResult<T> = Result<T, ClientError>;
@@ -137,6 +165,53 @@ pub struct Client {
     nodes: std::sync::Arc<nodes::NodesCache>,
 }
 
+/// Whom a client trusts over TLS and what it presents: a CA file (then only that CA's
+/// certificates are trusted, not the system's roots), and a client certificate and key (PEM).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsTrust {
+    pub ca_cert: Option<std::path::PathBuf>,
+    pub client_cert: Option<std::path::PathBuf>,
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+impl TlsTrust {
+    /// Applies the trust to a reqwest builder (an unreadable file is an error naming it).
+    pub fn apply(&self, mut b: reqwest::ClientBuilder) -> ClientResult<reqwest::ClientBuilder> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| ClientError::Decode {
+                url: p.display().to_string(),
+                message: format!("cannot read {}: {e}", p.display()),
+            })
+        };
+        let bad = |p: &std::path::Path, e: reqwest::Error| ClientError::Decode {
+            url: p.display().to_string(),
+            message: format!("{} is not usable PEM: {e}", p.display()),
+        };
+        if let Some(ca) = &self.ca_cert {
+            b = b.tls_built_in_root_certs(false);
+            for cert in reqwest::Certificate::from_pem_bundle(&read(ca)?).map_err(|e| bad(ca, e))? {
+                b = b.add_root_certificate(cert);
+            }
+        }
+        match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => {
+                let mut pem = read(key)?;
+                pem.push(b'\n');
+                pem.extend(read(cert)?);
+                b = b.identity(reqwest::Identity::from_pem(&pem).map_err(|e| bad(cert, e))?);
+            }
+            (None, None) => {}
+            (Some(p), None) | (None, Some(p)) => {
+                return Err(ClientError::Decode {
+                    url: p.display().to_string(),
+                    message: "a client certificate needs both its certificate and its key".into(),
+                })
+            }
+        }
+        Ok(b)
+    }
+}
+
 impl Client {
     /// `base` is the internal port's URL, e.g. `http://127.0.0.1:55055`, or several servers'
     /// (on one database) separated by commas: a call that cannot reach one server (connection
@@ -168,6 +243,20 @@ impl Client {
             tokens: None,
             nodes: Default::default(),
         })
+    }
+
+    /// Trusts the server's certificate only as `tls` says, and presents its client certificate
+    /// (mutual TLS) if it names one.
+    pub fn with_tls(mut self, tls: &TlsTrust) -> ClientResult<Client> {
+        let base = self.bases.join(",");
+        let builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60));
+        self.http = tls
+            .apply(builder)?
+            .build()
+            .map_err(|source| ClientError::Transport { url: base, source })?;
+        Ok(self)
     }
 
     /// Presents the first token of `tokens` on every call (a server with `auth = apikey`

@@ -543,36 +543,50 @@ impl Snapshot {
 /// this process forget it at once; another server's delete is noticed within this time.
 const PROVISIONER_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Provisioners recently seen registered: `take` and `finish` check the worker's provisioner on
-/// every call, which would otherwise be a read per request.
+/// Provisioners recently seen registered, with the tenants each holds workers of: `take`,
+/// `finish` and the nodes map check the worker's provisioner on every call, which would
+/// otherwise be a read per request.
 #[derive(Default)]
 pub struct ProvisionerCache {
-    seen: Mutex<HashMap<String, std::time::Instant>>,
+    seen: Mutex<HashMap<String, (std::time::Instant, BTreeSet<String>)>>,
 }
 
 impl ProvisionerCache {
     /// Whether `id` is registered.
     pub async fn is_registered(&self, store: &dyn Store, id: &str) -> weft_store::Result<bool> {
-        let fresh = self
-            .seen
-            .lock()
-            .expect("cache lock")
-            .get(id)
-            .is_some_and(|t| t.elapsed() < PROVISIONER_TTL);
-        if fresh {
-            return Ok(true);
-        }
-        let known = store.get_provisioner(id).await?.is_some();
-        let mut seen = self.seen.lock().expect("cache lock");
-        if known {
-            seen.insert(id.to_string(), std::time::Instant::now());
-        } else {
-            seen.remove(id);
-        }
-        Ok(known)
+        Ok(self.tenants_of(store, id).await?.is_some())
     }
 
-    /// Forgets `id` (it was just deleted).
+    /// The tenants whose workers provisioner `id` holds (assigned by the server, or reported
+    /// live in its heartbeats), or `None` when it is not registered.
+    pub async fn tenants_of(
+        &self,
+        store: &dyn Store,
+        id: &str,
+    ) -> weft_store::Result<Option<BTreeSet<String>>> {
+        if let Some((at, tenants)) = self.seen.lock().expect("cache lock").get(id) {
+            if at.elapsed() < PROVISIONER_TTL {
+                return Ok(Some(tenants.clone()));
+            }
+        }
+        let record = store.get_provisioner(id).await?;
+        let mut seen = self.seen.lock().expect("cache lock");
+        let Some(r) = record else {
+            seen.remove(id);
+            return Ok(None);
+        };
+        let tenants: BTreeSet<String> = r
+            .assignments
+            .iter()
+            .chain(&r.usage)
+            .filter(|(_, n)| **n > 0)
+            .map(|(t, _)| t.clone())
+            .collect();
+        seen.insert(id.to_string(), (std::time::Instant::now(), tenants.clone()));
+        Ok(Some(tenants))
+    }
+
+    /// Forgets `id` (it was just deleted, or its workers moved).
     pub fn forget(&self, id: &str) {
         self.seen.lock().expect("cache lock").remove(id);
     }

@@ -51,6 +51,7 @@ pub async fn create_cluster(
         st.store.next_id("clusters").await?
     };
     let new = NewCluster::from_request(who, &req, &inputs, cluster_id, size);
+    check_complete(&inputs, &req, &new.body.services)?;
     let layout = match solve(&inputs, &req, &new.body.services, size) {
         Ok(l) => l,
         Err(e) if dry_run => return Err(EngineError::Unservable(e.to_string())),
@@ -181,6 +182,79 @@ async fn gather(
         images: typed_list(st, tenant_id, EntityKind::ImageType).await?,
         services: typed_list(st, tenant_id, EntityKind::Service).await?,
     })
+}
+
+/// Refuses a cluster whose services (with what they require), hardware or image type the
+/// catalog lacks, naming each: a template may be written before its parts.
+fn check_complete(
+    inputs: &Inputs,
+    req: &ClusterCreateRequest,
+    services: &[String],
+) -> EngineResult<()> {
+    let mut missing = missing_services(&inputs.services, services);
+    let types = [
+        (
+            "hardware type",
+            req.hardwaretype
+                .as_ref()
+                .or(inputs.template.defaults.hardwaretype.as_ref()),
+            &inputs.hardware,
+        ),
+        (
+            "image type",
+            req.imagetype
+                .as_ref()
+                .or(inputs.template.defaults.imagetype.as_ref()),
+            &inputs.images,
+        ),
+    ];
+    for (what, name, known) in types {
+        if let Some(n) = name.filter(|n| !n.is_empty()) {
+            if !known.iter().any(|t| &t.name == n) {
+                missing.push(format!("{what} {n} does not exist"));
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(EngineError::Incomplete {
+        template: inputs.template.name.clone(),
+        missing,
+    })
+}
+
+/// The named services, and the services they require (install and runtime, transitively), that
+/// no service of the catalog is or provides.
+fn missing_services(catalog: &[Service], wanted: &[String]) -> Vec<String> {
+    let known = |n: &str| {
+        catalog
+            .iter()
+            .find(|s| s.name == n || s.dependencies.provides.iter().any(|p| p == n))
+    };
+    let mut out = Vec::new();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut todo: Vec<(String, Option<String>)> =
+        wanted.iter().map(|s| (s.clone(), None)).collect();
+    while let Some((name, by)) = todo.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        match known(&name) {
+            None => out.push(match by {
+                None => format!("service {name} does not exist"),
+                Some(by) => format!("service {name} (required by {by}) does not exist"),
+            }),
+            Some(s) => {
+                let d = &s.dependencies;
+                for r in d.install.requires.iter().chain(&d.runtime.requires) {
+                    todo.push((r.clone(), Some(s.name.clone())));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The named cluster template, resolved through its parents and partials.

@@ -28,6 +28,13 @@ pub enum EngineError {
     #[error("no provisioner offers {kind} {name}: none has registered it yet")]
     NotOffered { kind: &'static str, name: String },
     /// A cluster that is not there (or not the caller's tenant's).
+    /// The template names what the catalog lacks (written before its parts, as Coopr allowed).
+    #[error("cluster template {template} cannot make this cluster yet: {}", missing.join("; "))]
+    Incomplete {
+        template: String,
+        missing: Vec<String>,
+    },
+
     #[error("cluster {0} not found.")]
     ClusterNotFound(String),
     /// A service that the cluster does not run.
@@ -103,6 +110,10 @@ pub enum EngineError {
     #[error("Provisioner {0} is not registered.")]
     NotRegistered(String),
     /// A worker reported on a task it does not hold.
+    /// A provisioner asked for a tenant's tasks without holding workers of it.
+    #[error("provisioner {provisioner} holds no workers of tenant {tenant}")]
+    NotYourTenant { provisioner: String, tenant: String },
+
     #[error("Worker is not the owner of the task")]
     NotOwner,
     /// A change set lost a race with another step (re-run by [`retry_stale`](crate::retry_stale)).

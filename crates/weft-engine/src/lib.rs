@@ -23,13 +23,14 @@
 //!   [`rollback::abort_cluster`]; [`rollback::after_failed_job`] (automatic rollbacks);
 //! * tasks: [`work::take`], [`work::finish`], [`work::fail_over_leases`];
 //! * reading: [`view`] (clusters, nodes, jobs and plans as the API shows them), [`catalog`]
-//!   (templates resolved in a tenant), [`preview::preview_layout`] (a layout without a cluster);
+//!   (templates resolved in a tenant), [`gaps`] (what catalog entries name that the catalog
+//!   lacks), [`preview::preview_layout`] (a layout without a cluster);
 //! * background: [`janitor`], [`callbacks`], [`hostpool::spawn`] (hosts back to their pools),
 //!   [`workers::rebalance`] (tenants' workers placed on provisioners).
 //!
 //! Modules, bottom up: `error`, `metrics` (process counters), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
-//! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `hostpool` (lending pool hosts to nodes),
+//! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `gaps`, `hostpool` (lending pool hosts to nodes),
 //! `jobs` (starting jobs), `control`, `health`, `replace` (replacing a node), `create`, `ops`,
 //! `preview`, `delete`, `drift` (drift checks, automatic replacement), `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
@@ -46,6 +47,7 @@ pub mod delete;
 pub mod drift;
 pub mod error;
 pub mod events;
+pub mod gaps;
 mod gate;
 pub mod health;
 pub mod hostpool;

@@ -52,13 +52,7 @@ async fn worker(
     let worker_id = required(w, "workerId")?;
     let provisioner_id = required(p, "provisionerId")?;
     let tenant_id = required(t, "tenantId")?;
-    if !st
-        .provisioners
-        .is_registered(st.store.as_ref(), &provisioner_id)
-        .await?
-    {
-        return Err(EngineError::NotRegistered(provisioner_id));
-    }
+    holds_tenant(st, &provisioner_id, &tenant_id).await?;
     let owner = format!("{provisioner_id}.{worker_id}");
     Ok(Worker {
         provisioner_id,
@@ -66,6 +60,28 @@ async fn worker(
         owner,
         expired_before: None,
     })
+}
+
+/// Refuses a provisioner that is not registered, or that asks for the tasks (and so the cloud
+/// secrets) of a tenant it holds no workers of: assigned by the server or reported live in its
+/// heartbeats. The refusal is logged with both ids.
+async fn holds_tenant(st: &Engine, provisioner_id: &str, tenant_id: &str) -> EngineResult<()> {
+    match st
+        .provisioners
+        .tenants_of(st.store.as_ref(), provisioner_id)
+        .await?
+    {
+        None => Err(EngineError::NotRegistered(provisioner_id.to_string())),
+        Some(held) if held.contains(tenant_id) => Ok(()),
+        Some(_) => {
+            tracing::warn!(provisioner = %provisioner_id, tenant = %tenant_id,
+                "refused: a provisioner asked for tasks of a tenant it holds no workers of");
+            Err(EngineError::NotYourTenant {
+                provisioner: provisioner_id.to_string(),
+                tenant: tenant_id.to_string(),
+            })
+        }
+    }
 }
 
 /// `POST /v2/tasks/take`: the next task's payload (JSON text), or `None` when the tenant's queue
@@ -215,13 +231,7 @@ pub async fn task_nodes(st: &Engine, req: TaskNodesRequest) -> EngineResult<Stri
     let cluster_id = crate::ids::parse_cluster_id(&cluster).ok_or_else(|| {
         EngineError::Invalid(format!("clusterId {cluster:?} is not a cluster id"))
     })?;
-    if !st
-        .provisioners
-        .is_registered(st.store.as_ref(), &provisioner_id)
-        .await?
-    {
-        return Err(EngineError::NotRegistered(provisioner_id));
-    }
+    holds_tenant(st, &provisioner_id, &tenant_id).await?;
     let Some(stamp) = st.store.cluster_stamp(&tenant_id, cluster_id).await? else {
         return Err(EngineError::ClusterNotFound(cluster));
     };

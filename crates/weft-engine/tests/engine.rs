@@ -92,7 +92,8 @@ async fn fixture(max_clusters: u64) -> Fixture {
             host: "127.0.0.1".into(),
             port: 1,
             capacity_total: 4,
-            assignments: BTreeMap::new(),
+            // p1 holds the tenant's worker: it may take its tasks.
+            assignments: BTreeMap::from([("t-acme".to_string(), 1)]),
             usage: BTreeMap::new(),
             last_heartbeat_ms: weft_engine::now_ms(),
         })

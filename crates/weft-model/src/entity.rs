@@ -892,6 +892,26 @@ pub struct CatalogExport {
     pub partialtemplates: Vec<PartialTemplate>,
 }
 
+/// Something a catalog entry names that the catalog lacks, or says that cannot hold as written:
+/// the field (`defaults.services[2]`) and what is wrong with it. Writes answer these as warnings;
+/// lists mark an entry `incomplete` with those that keep it from running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct CatalogWarning {
+    pub field: String,
+    pub message: String,
+}
+
+/// The answer to a catalog write (`POST`/`PUT` of an entity, `POST /v2/import`): what the
+/// catalog accepted but cannot run yet or may not mean, each naming its field. Empty when all is
+/// well. For an import, each field starts with the entry's kind and name
+/// (`clustertemplates/hadoop.defaults.services[3]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct CatalogWriteAnswer {
+    pub warnings: Vec<CatalogWarning>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

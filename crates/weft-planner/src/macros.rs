@@ -298,6 +298,35 @@ pub fn validate(s: &str) -> Result<(), PlanError> {
     scan(s).map(|_| ())
 }
 
+/// The services whose every node a plain macro of `s` lists (no index, `map` or `join`), with
+/// the macro's text: `http://%host.service.web%/` names `web`. Over several nodes such a macro
+/// reads as a comma-separated list, which in a link is no URL. A string that does not parse names
+/// none.
+pub fn plain_service_macros(s: &str) -> Vec<(String, String)> {
+    if !s.contains('%') {
+        return Vec::new();
+    }
+    let Ok(pieces) = scan(s) else {
+        return Vec::new();
+    };
+    pieces
+        .iter()
+        .filter_map(|p| match p {
+            Piece::Macro { raw, expr, .. }
+                if expr.index.is_none() && expr.map.is_none() && expr.join.is_none() =>
+            {
+                match &expr.name {
+                    Name::HostOf(svc) | Name::IpOf(_, svc) => {
+                        Some((svc.clone(), format!("%{raw}%")))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether a string has a macro about other nodes' hosts or addresses (or one that does not parse).
 pub(crate) fn refers_to_other_nodes(s: &str) -> bool {
     if !s.contains('%') {

@@ -46,6 +46,8 @@ pub struct AgentConfig {
     /// server, and the server's calls to this agent must present one of its tokens. Required
     /// by a server with `auth = apikey`; unset, nothing is presented or checked.
     pub token_file: Option<PathBuf>,
+    /// Whom to trust over TLS (the server's CA) and the client certificate to present.
+    pub tls: weft_client::TlsTrust,
 }
 
 impl AgentConfig {
@@ -65,6 +67,7 @@ impl AgentConfig {
             task_timeout: Duration::from_secs(1800),
             max_output: 8 * 1024,
             token_file: None,
+            tls: Default::default(),
         }
     }
 }
@@ -88,6 +91,9 @@ pub enum AgentError {
     },
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// TLS refused the connection to the server: a configuration error, not retried.
+    #[error("{0}")]
+    TlsRefused(String),
     #[error("{0}")]
     Capacity(String),
 }
@@ -163,7 +169,7 @@ impl Agent {
             .token_file
             .as_ref()
             .map(|p| Arc::new(weft_client::tokens::Tokens::new(p)));
-        let mut client = Client::new(&cfg.server)?;
+        let mut client = Client::new(&cfg.server)?.with_tls(&cfg.tls)?;
         if let Some(t) = &tokens {
             client = client.with_tokens(t.clone());
         }
@@ -221,8 +227,21 @@ impl Agent {
         &self.inner.cfg.id
     }
 
-    /// Sets how many workers run for a tenant (what the server's `PUT /v2/tenants/{id}` does).
-    pub fn set_workers(&self, tenant_id: &str, workers: u32) -> Result<(), AgentError> {
+    /// Sets how many workers run for a tenant on this agent's own authority (the server's `PUT
+    /// /v2/tenants/{id}` does it through the agent's API). The server hears of them in a
+    /// heartbeat first: it gives a provisioner only the tasks of tenants it holds workers of.
+    pub async fn set_workers(&self, tenant_id: &str, workers: u32) -> Result<(), AgentError> {
+        let mut usage = self.inner.usage();
+        usage.insert(tenant_id.to_string(), workers);
+        let offered = self.inner.offered_types();
+        if let Err(e) = self
+            .inner
+            .client
+            .heartbeat(&self.inner.cfg.id, &usage, &offered)
+            .await
+        {
+            tracing::warn!(error = %e, "could not tell the server of the new workers yet; the next heartbeat will");
+        }
         self.inner.set_workers(tenant_id, workers)
     }
 
@@ -297,6 +316,9 @@ impl Inner {
         loop {
             match self.register(addr).await {
                 Ok(()) => return Ok(()),
+                Err(AgentError::Client(e)) if e.tls_refusal().is_some() => {
+                    return Err(AgentError::TlsRefused(e.tls_refusal().unwrap_or_default()));
+                }
                 Err(AgentError::Client(e)) if transient(&e) => {
                     tracing::warn!(server = %self.cfg.server, error = %e, retry_in_ms = wait.as_millis() as u64,
                         "cannot register with the server yet; trying again");
@@ -455,7 +477,7 @@ async fn heartbeat_loop(inner: Arc<Inner>, addr: SocketAddr) {
 /// Whether a failed call may pass later: the server unreachable, busy or starting.
 fn transient(e: &ClientError) -> bool {
     match e {
-        ClientError::Transport { .. } => true,
+        ClientError::Transport { .. } => e.tls_refusal().is_none(),
         ClientError::Status { status, .. } => *status >= 500 || *status == 429,
         ClientError::Decode { .. } => false,
     }

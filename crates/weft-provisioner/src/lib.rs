@@ -19,7 +19,7 @@
 //!   CONFIRM and checked on every connection, `sudo -E` for non-root users.
 //! - `shell`: the `shell` automator: runs admin scripts with the task as environment and JSON.
 //! - `tenancy`: tenant users: each tenant's local commands run as a uid of its own (opt-in).
-//! - `automators`: the `ansible`, `puppet` and `chef-solo` automators, run on the node.
+//! - `automators`: the `ansible`, `puppet`, `chef-solo` and `docker` automators, run on the node.
 //! - `agent`: registration, heartbeat, the worker pool per tenant and the take/run/finish loop.
 //! - `resources`: plugin resources downloaded from the server and activated per tenant.
 //! - `api`: the provisioner's own HTTP API, which the server calls (contract §4.13).

@@ -2,8 +2,9 @@
 //! `<data dir>/local/nodes/<providerid>` plus its own loopback address (127.77.y.z, unique per node
 //! among the nodes of the data dir), so services on different nodes can use the same port. CONFIRM
 //! answers that address as both `access_v4` and `bind_v4`. DELETE kills every process started for
-//! the node (its recorded process groups, and any process marked with the node's id) and removes
-//! the directory and the address.
+//! the node (its recorded process groups, and any process marked with the node's id), removes the
+//! containers the `docker` automator ran for it on this machine's engine (label
+//! `weft.container.node`; when there is a `docker` CLI), and removes the directory and the address.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -262,6 +263,56 @@ async fn marked_processes(id: &str) -> Vec<u32> {
 /// Kills every process of local node `id` in `dir` (its recorded process groups, and whatever
 /// left them with `setsid` but still carries the node's mark) and waits until they are gone.
 /// Answers how many marked processes there were.
+/// Removes the containers of the node's services (the `docker` automator's label
+/// `weft.container.node`) from this machine's engine: a local node's services run there, and a
+/// cluster's deletion, like Coopr's, stops no service. Without a `docker` CLI, or an engine that
+/// does not answer the listing, there is nothing to remove; a container that cannot be removed is
+/// a retryable failure.
+async fn remove_containers(node_id: &str) -> Result<usize, PluginError> {
+    use crate::automators::docker::LABEL_NODE;
+    if node_id.is_empty() {
+        return Ok(0);
+    }
+    let docker = |args: Vec<String>, secs: u64| {
+        let mut c = tokio::process::Command::new("docker");
+        c.args(args).stdin(std::process::Stdio::null());
+        c.kill_on_drop(true);
+        tokio::time::timeout(Duration::from_secs(secs), c.output())
+    };
+    let filter = format!("label={LABEL_NODE}={node_id}");
+    let listed = docker(
+        vec!["ps".into(), "-aq".into(), "--filter".into(), filter],
+        20,
+    )
+    .await;
+    let ids: Vec<String> = match listed {
+        Ok(Ok(out)) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        Ok(Ok(out)) => {
+            tracing::warn!(node_id, stderr = %String::from_utf8_lossy(&out.stderr).trim(),
+                "docker ps failed: no service containers removed");
+            return Ok(0);
+        }
+        Ok(Err(_)) | Err(_) => return Ok(0), // no docker CLI, or it hung
+    };
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut args = vec!["rm".to_string(), "-f".into()];
+    args.extend(ids.iter().cloned());
+    match docker(args, 60).await {
+        Ok(Ok(out)) if out.status.success() => Ok(ids.len()),
+        Ok(Ok(out)) => Err(PluginError::retryable(format!(
+            "removing the node's containers: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+        Ok(Err(e)) => Err(PluginError::retryable(format!("docker rm: {e}"))),
+        Err(_) => Err(PluginError::timeout("docker rm took longer than 60s")),
+    }
+}
+
 async fn kill_node(id: &str, dir: &Path) -> Result<usize, PluginError> {
     // A process whose environment could not be read during a scan (it was between fork and
     // exec, say) is found by the next one: scan again until a scan finds nothing.
@@ -491,6 +542,7 @@ impl Provider for LocalProvider {
         }
         let dir = self.node_dir(&id);
         let killed = kill_node(&id, &dir).await?;
+        let containers = remove_containers(&task.node_id).await?;
         let ip = self
             .read_node(&id)
             .await
@@ -511,7 +563,9 @@ impl Provider for LocalProvider {
             }
         }
         Ok(TaskOutput {
-            stdout: format!("node {id} deleted ({killed} processes killed)\n"),
+            stdout: format!(
+                "node {id} deleted ({killed} processes killed, {containers} containers removed)\n"
+            ),
             ..Default::default()
         })
     }

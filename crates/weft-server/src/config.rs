@@ -68,6 +68,17 @@ pub struct RawConfig {
     pub check_interval: Option<u64>,
     /// How many nodes of one cluster the janitor replaces by itself per hour. Default 2.
     pub auto_replace_per_hour: Option<u32>,
+    /// PEM certificate chain both listeners serve over TLS (with `tls_key`); read again when the
+    /// file changes. Unset: plain HTTP, allowed only on a loopback `bind` or with `insecure_http`.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: the internal port then requires a client certificate signed by one
+    /// (mutual TLS with provisioners). Needs `tls_cert`.
+    pub client_ca: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback `bind` (every key, token and secret in clear on the
+    /// network). Default false.
+    pub insecure_http: Option<bool>,
 }
 
 /// The keys and their environment variables, for messages and `--help`.
@@ -91,6 +102,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("provisioner_token_file", "WEFT_PROVISIONER_TOKEN_FILE"),
     ("check_interval", "WEFT_CHECK_INTERVAL"),
     ("auto_replace_per_hour", "WEFT_AUTO_REPLACE_PER_HOUR"),
+    ("tls_cert", "WEFT_TLS_CERT"),
+    ("tls_key", "WEFT_TLS_KEY"),
+    ("client_ca", "WEFT_CLIENT_CA"),
+    ("insecure_http", "WEFT_INSECURE_HTTP"),
 ];
 
 /// A configuration error, naming the key at fault.
@@ -123,9 +138,20 @@ pub struct Settings {
     pub max_cluster_size: u64,
     /// Where provisioner tokens are read (`None`: the internal port checks no token).
     pub provisioner_token_file: Option<PathBuf>,
+    /// TLS on both listeners (unset: plain HTTP).
+    pub tls: Option<TlsSettings>,
     /// Drift checks by the janitor (0: off).
     pub check_interval_ms: u64,
     pub auto_replace_per_hour: u32,
+}
+
+/// The listeners' certificate files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The internal port requires client certificates signed by these CAs.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// How often a provisioner sends its heartbeat (weft-provisioner's default), in milliseconds.
@@ -206,6 +232,10 @@ impl RawConfig {
             provisioner_token_file: over.provisioner_token_file.or(self.provisioner_token_file),
             check_interval: over.check_interval.or(self.check_interval),
             auto_replace_per_hour: over.auto_replace_per_hour.or(self.auto_replace_per_hour),
+            tls_cert: over.tls_cert.or(self.tls_cert),
+            tls_key: over.tls_key.or(self.tls_key),
+            client_ca: over.client_ca.or(self.client_ca),
+            insecure_http: over.insecure_http.or(self.insecure_http),
         }
     }
 
@@ -213,6 +243,7 @@ impl RawConfig {
     pub fn resolve(self) -> Result<Settings, ConfigError> {
         let data_dir = absolute_data_dir(self.data_dir.clone())?;
         let (bind, port, internal_port) = self.addresses()?;
+        let tls = self.tls(bind)?;
         let database_url = database_url(self.database.clone(), &data_dir)?;
         let auth = auth_mode(self.auth.as_deref())?;
         let task_timeout = self.task_timeout.unwrap_or(1800);
@@ -254,6 +285,7 @@ impl RawConfig {
         }
         let auto_replace_per_hour = self.auto_replace_per_hour.unwrap_or(2);
         Ok(Settings {
+            tls,
             check_interval_ms: check_interval * 1000,
             auto_replace_per_hour,
             provisioner_token_file,
@@ -278,6 +310,40 @@ impl RawConfig {
             database_url,
             auth,
         })
+    }
+
+    /// The listeners' TLS files, checked: both or neither of cert and key, a client CA only with
+    /// them, and plain HTTP beyond loopback only when asked for by name.
+    fn tls(&self, bind: IpAddr) -> Result<Option<TlsSettings>, ConfigError> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.client_ca.clone(),
+            }),
+            (Some(_), None) => return Err(key_error("tls_key", "is needed with tls_cert")),
+            (None, Some(_)) => return Err(key_error("tls_cert", "is needed with tls_key")),
+            (None, None) => None,
+        };
+        if tls.is_none() && self.client_ca.is_some() {
+            return Err(key_error(
+                "client_ca",
+                "needs tls_cert and tls_key (client certificates are checked over TLS)",
+            ));
+        }
+        if tls.is_none() && !bind.is_loopback() && !self.insecure_http.unwrap_or(false) {
+            let message = format!(
+                "{bind} is not a loopback address, and without TLS every API key, token and \
+                 cloud secret would cross the network in clear: give a certificate with \
+                 --tls-cert FILE --tls-key FILE (or the keys tls_cert and tls_key), or let \
+                 `weft up --tls` make a local CA; --insecure-http serves plain HTTP anyway"
+            );
+            return Err(ConfigError::Key {
+                key: "bind",
+                message,
+            });
+        }
+        Ok(tls)
     }
 
     /// The address both listeners bind, the external port and the internal one (which differ).

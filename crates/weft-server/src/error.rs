@@ -103,8 +103,11 @@ impl From<EngineError> for ApiError {
             | E::NodeExists(_)
             | E::NotOffered { .. }
             | E::Unservable(_)
+            | E::Incomplete { .. }
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
-            e @ E::NotRegistered(_) => ApiError::Forbidden(e.to_string()),
+            e @ (E::NotRegistered(_) | E::NotYourTenant { .. }) => {
+                ApiError::Forbidden(e.to_string())
+            }
             e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),
         }
     }

@@ -22,9 +22,11 @@ pub mod lenient_doc;
 pub mod listen;
 pub mod metrics;
 pub mod outbound;
+pub mod private;
 pub mod resources;
 pub mod routes;
 pub mod state;
+pub mod tls;
 pub mod ui;
 
 use std::sync::Arc;
@@ -69,7 +71,8 @@ pub struct App {
 /// Opens the store named by the settings and builds the app.
 pub async fn build(settings: Settings) -> Result<App, ServerError> {
     if settings.database_url.starts_with("sqlite:") {
-        std::fs::create_dir_all(&settings.data_dir)?;
+        private::dir(&settings.data_dir)?;
+        private::sqlite_files(&settings.database_url)?;
     }
     if let Some(path) = &settings.provisioner_token_file {
         if weft_client::tokens::create_if_missing(path, rand::random())? {
@@ -125,10 +128,13 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         ))
         .with_state(state.clone());
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let external = external.layer(axum::middleware::from_fn_with_state(
+    let mut external = external.layer(axum::middleware::from_fn_with_state(
         ready.clone(),
         not_before_ready,
     ));
+    if state.settings.tls.is_some() {
+        external = external.layer(axum::middleware::map_response(strict_transport));
+    }
     App {
         external: ignore_trailing_slash(external),
         internal: ignore_trailing_slash(internal),
@@ -186,6 +192,15 @@ fn strip_trailing_slash(mut req: axum::extract::Request) -> axum::extract::Reque
         }
     }
     req
+}
+
+/// Over TLS, browsers are told to come back over HTTPS only (a year, as is usual).
+async fn strict_transport(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        header::STRICT_TRANSPORT_SECURITY,
+        header::HeaderValue::from_static("max-age=31536000"),
+    );
+    r
 }
 
 fn finish(router: Router<AppState>, limit: usize, listener: Listener) -> Router<AppState> {
@@ -268,6 +283,8 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ClusterTemplate,
         weft_model::PartialTemplate,
         weft_model::CatalogExport,
+        weft_model::CatalogWarning,
+        weft_model::CatalogWriteAnswer,
         weft_model::PluginType,
         weft_model::ResourceMeta,
         weft_model::TenantSpecification,
@@ -428,6 +445,33 @@ pub struct Bound {
     app: App,
     external: tokio::net::TcpListener,
     internal: tokio::net::TcpListener,
+    tls: Option<Listeners>,
+}
+
+/// The listeners' TLS: their configurations and the certificates reloaded behind them.
+struct Listeners {
+    external: Arc<rustls::ServerConfig>,
+    internal: Arc<rustls::ServerConfig>,
+    certificates: [Arc<tls::Certificates>; 2],
+}
+
+impl Listeners {
+    /// Loads the certificate files of `s` (an error names the file); the internal port requires
+    /// client certificates when `client_ca` is set.
+    fn load(s: &config::TlsSettings) -> std::io::Result<Listeners> {
+        let files = |client_ca| tls::TlsFiles {
+            cert: s.cert.clone(),
+            key: s.key.clone(),
+            client_ca,
+        };
+        let ext = tls::Certificates::load(files(None))?;
+        let int = tls::Certificates::load(files(s.client_ca.clone()))?;
+        Ok(Listeners {
+            external: ext.server_config()?,
+            internal: int.server_config()?,
+            certificates: [ext, int],
+        })
+    }
 }
 
 /// Binds both listeners (port 0 picks a free port).
@@ -435,21 +479,26 @@ pub async fn bind(app: App) -> Result<Bound, ServerError> {
     let s = app.state.settings.clone();
     let external = tokio::net::TcpListener::bind((s.bind, s.port)).await?;
     let internal = tokio::net::TcpListener::bind((s.bind, s.internal_port)).await?;
-    Ok(bound(app, external, internal))
+    bound(app, external, internal)
 }
 
 /// Serves `app` on listeners the caller bound (`weft up` binds its ports before it creates
-/// anything, so a port in use leaves no data behind).
+/// anything, so a port in use leaves no data behind). Reads the TLS files the settings name.
 pub fn bound(
     app: App,
     external: tokio::net::TcpListener,
     internal: tokio::net::TcpListener,
-) -> Bound {
-    Bound {
+) -> Result<Bound, ServerError> {
+    let tls = match &app.state.settings.tls {
+        Some(s) => Some(Listeners::load(s)?),
+        None => None,
+    };
+    Ok(Bound {
         app,
         external,
         internal,
-    }
+        tls,
+    })
 }
 
 impl Bound {
@@ -459,6 +508,15 @@ impl Bound {
 
     pub fn internal_addr(&self) -> std::io::Result<std::net::SocketAddr> {
         self.internal.local_addr()
+    }
+
+    /// `https` when the listeners serve TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// Starts the background work ([`spawn_background`]) and serves until ctrl-c or SIGTERM.
@@ -483,9 +541,31 @@ impl Bound {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let patience = listen::Patience::default();
-        let a = listen::serve(self.external, self.app.external, patience, wait(rx.clone()));
-        let b = listen::serve(self.internal, self.app.internal, patience, wait(rx));
+        let (ext_tls, int_tls) = match &self.tls {
+            Some(t) => (Some(t.external.clone()), Some(t.internal.clone())),
+            None => (None, None),
+        };
+        let watchers: Vec<_> = self
+            .tls
+            .iter()
+            .flat_map(|t| t.certificates.iter().map(|c| c.watch()))
+            .collect();
+        let a = listen::serve(
+            self.external,
+            self.app.external,
+            patience,
+            ext_tls,
+            wait(rx.clone()),
+        );
+        let b = listen::serve(
+            self.internal,
+            self.app.internal,
+            patience,
+            int_tls,
+            wait(rx),
+        );
         let (ra, rb) = tokio::join!(a, b);
+        watchers.iter().for_each(|w| w.abort());
         background.stop();
         ra?;
         rb?;

@@ -1,10 +1,12 @@
 //! The listeners: each accepted connection is served (HTTP/1.1 or HTTP/2) with bounded
 //! [`Patience`] for slow clients. A client has 10 s to send its request head and may pause at most
 //! 30 s while sending its body (a 408 then); a connection that does neither is closed, so a
-//! thousand clients that never finish their headers hold nothing for long. On stop, the listener
-//! closes at once and open connections get 10 s to finish.
+//! thousand clients that never finish their headers hold nothing for long (over TLS, the
+//! handshake counts against the header time). On stop, the listener closes at once and open
+//! connections get 10 s to finish.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -34,11 +36,13 @@ impl Default for Patience {
     }
 }
 
-/// Serves `router` on `listener` until `stop` completes.
+/// Serves `router` on `listener` until `stop` completes; over TLS with `tls` (the handshake must
+/// finish within the header patience).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     patience: Patience,
+    tls: Option<Arc<rustls::ServerConfig>>,
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let router = router.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
@@ -50,6 +54,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(patience.header);
     builder.http2().timer(TokioTimer::new());
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     tokio::pin!(stop);
     loop {
@@ -66,12 +71,36 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let service = TowerToHyperService::new(router.clone());
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let ended =
+                match acceptor {
+                    None => {
+                        let conn =
+                            builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                        watcher.watch(conn.into_owned()).await
+                    }
+                    Some(acceptor) => {
+                        let stream =
+                            match tokio::time::timeout(patience.header, acceptor.accept(stream))
+                                .await
+                            {
+                                Ok(Ok(s)) => s,
+                                Ok(Err(e)) => {
+                                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => {
+                                    tracing::debug!(%peer, "TLS handshake timed out");
+                                    return;
+                                }
+                            };
+                        let conn =
+                            builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                        watcher.watch(conn.into_owned()).await
+                    }
+                };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
         });

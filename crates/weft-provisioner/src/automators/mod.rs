@@ -1,7 +1,10 @@
-//! The configuration-management automators, `ansible`, `puppet` and `chef-solo`, and what they
-//! share. Each runs its tool **on the node** (pull style: `ansible-playbook -c local`, `puppet
-//! apply`, `chef-solo`) through the node's [`Transport`], so the host key recorded at CONFIRM
-//! protects every connection and the provisioner needs none of the tools installed.
+//! The automators that run a tool on the node, `ansible`, `puppet`, `chef-solo` and `docker`,
+//! and what they share. Each runs its tool **on the node** (pull style: `ansible-playbook -c
+//! local`, `puppet apply`, `chef-solo`, `docker run`) through the node's [`Transport`], so the
+//! host key recorded at CONFIRM protects every connection and the provisioner needs none of the
+//! tools installed.
+//!
+//! `docker` needs no code bundle and no variables (see its module); the others share:
 //!
 //! - **Code** comes in bundles: a live plugin resource of the task's tenant
 //!   (`<resources>/<tenant>/automatortypes/<plugin>/<rtype>/<name>`, a synced tar.gz unpacked into a
@@ -17,6 +20,7 @@
 
 pub mod ansible;
 pub mod chef;
+pub mod docker;
 pub mod puppet;
 
 use std::collections::BTreeMap;
@@ -36,6 +40,7 @@ use crate::transport::{CommandSpec, Transport, TransportError};
 
 pub use ansible::AnsibleAutomator;
 pub use chef::ChefSoloAutomator;
+pub use docker::DockerAutomator;
 pub use puppet::PuppetAutomator;
 
 /// The most a bundle may hold (bytes, files): code, not data.

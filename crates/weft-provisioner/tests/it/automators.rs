@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Map, Value};
-use weft_provisioner::automators::{AnsibleAutomator, ChefSoloAutomator, PuppetAutomator};
+use weft_provisioner::automators::{
+    AnsibleAutomator, ChefSoloAutomator, DockerAutomator, PuppetAutomator,
+};
 use weft_provisioner::contract::{self, AutomatorFixture};
 use weft_provisioner::docker::{DockerProvider, LABEL_CLUSTER, LABEL_TENANT};
 use weft_provisioner::shell::ShellAutomator;
@@ -306,10 +308,11 @@ fn all_plugins(s: &Server) -> Plugins {
             PuppetAutomator::new(vec![]).with_resources(res.clone()),
         ))
         .automator(Arc::new(ChefSoloAutomator::new(vec![]).with_resources(res)))
+        .automator(Arc::new(DockerAutomator::new()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_server_lists_the_four_automator_types_and_checks_service_actions_against_them() {
+async fn the_server_lists_the_five_automator_types_and_checks_service_actions_against_them() {
     let (s, _) = Server::start(T).await;
     let agent = Agent::start(s.config("p-types"), all_plugins(&s))
         .await
@@ -327,8 +330,23 @@ async fn the_server_lists_the_four_automator_types_and_checks_service_actions_ag
     let names: BTreeSet<&str> = by_name.keys().map(String::as_str).collect();
     assert_eq!(
         names,
-        BTreeSet::from(["ansible", "chef-solo", "puppet", "shell"])
+        BTreeSet::from(["ansible", "chef-solo", "docker", "puppet", "shell"])
     );
+    assert_eq!(
+        admin_of(&by_name, "docker")["required"],
+        json!([["image_name"]])
+    );
+    for (f, over) in [
+        ("image_name", false),
+        ("publish_ports", true),
+        ("command", true),
+    ] {
+        assert_eq!(
+            admin_of(&by_name, "docker")["fields"][f]["override"],
+            over,
+            "{f}"
+        );
+    }
     let admin = |t: &str| by_name[t]["parameters"]["admin"].clone();
     assert_eq!(
         admin("ansible")["required"],
@@ -386,7 +404,28 @@ async fn the_server_lists_the_four_automator_types_and_checks_service_actions_ag
         )
         .await;
     assert_eq!(code, 200, "{body}");
+    // A service as Coopr's catalog writes it for the docker automator.
+    let mysql = json!({"name": "mysql", "provisioner": {"actions": {
+        "install": {"type": "docker", "fields": {"image_name": "mysql", "publish_ports": "3306",
+            "environment_variables": "MYSQL_ROOT_PASSWORD=somedefaultpassword",
+            "volumes": "/data/mysql:/var/lib/mysql"}},
+        "start": {"type": "docker", "fields": {"image_name": "mysql", "publish_ports": "3306"}}}}});
+    let (code, body) = s
+        .ext(Method::PUT, T, "/v2/services/mysql", Some(mysql.clone()))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let mut nameless = mysql;
+    nameless["provisioner"]["actions"]["start"]["fields"] = json!({"publish_ports": "3306"});
+    let (code, body) = s
+        .ext(Method::PUT, T, "/v2/services/mysql", Some(nameless))
+        .await;
+    assert_eq!(code, 400, "{body}");
     agent.shutdown().await;
+}
+
+/// A plugin type's admin parameters, as the server lists them.
+fn admin_of(by_name: &std::collections::BTreeMap<String, Value>, t: &str) -> Value {
+    by_name[t]["parameters"]["admin"].clone()
 }
 
 // ---- end to end: kv-web on Docker nodes, set up by Ansible and by Puppet ----

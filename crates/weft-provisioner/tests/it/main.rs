@@ -3,6 +3,7 @@
 
 mod agent;
 mod automators;
+mod automators_docker; // the docker automator on a node with the engine's socket
 mod aws;
 mod common;
 mod docker;

@@ -77,6 +77,11 @@ impl Node {
 
     /// [`Node::start`] for a container of `image`, which `build` makes.
     pub(crate) async fn start_image(image: &str, build: &str) -> Option<Node> {
+        Node::start_with(image, build, &[]).await
+    }
+
+    /// [`Node::start_image`] with more `docker run` options (`-v` mounts).
+    pub(crate) async fn start_with(image: &str, build: &str, options: &[&str]) -> Option<Node> {
         if !weft_testkit::require("docker") {
             return None;
         }
@@ -87,7 +92,10 @@ impl Node {
             );
             return None;
         }
-        let id = docker(&["run", "-d", "--rm", "-p", "127.0.0.1::22", image])
+        let mut args = vec!["run", "-d", "--rm", "-p", "127.0.0.1::22"];
+        args.extend(options);
+        args.push(image);
+        let id = docker(&args)
             .expect("the node container starts")
             .trim()
             .to_string();

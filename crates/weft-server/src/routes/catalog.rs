@@ -6,9 +6,9 @@ use axum::extract::State;
 use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::{Map, Value};
-use weft_model::{lenient, ClusterTemplate, EntityKind};
+use weft_model::{lenient, CatalogWriteAnswer, ClusterTemplate, EntityKind};
 
-use super::entities::{check_service_actions, mask_provider, normalize, unmask_provider};
+use super::entities::{mask_provider, normalize, unmask_provider};
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
@@ -35,7 +35,12 @@ pub fn routes(api: Api) -> Api {
             "Replace the tenant's whole catalog (kinds left out end up empty)",
         )
         .body(Body::Json("CatalogExport"))
-        .status(200, "imported")
+        .ok(
+            200,
+            "imported; `warnings` names what each entry lacks or may not mean, its field \
+             prefixed with the entry's kind and name",
+            Body::Json("CatalogWriteAnswer"),
+        )
         .status(
             400,
             "Json syntax error, or an invalid entity (the message names it)",
@@ -79,7 +84,11 @@ async fn export(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Valu
     Ok(Json(Value::Object(out)))
 }
 
-async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<()> {
+async fn import(
+    State(st): State<AppState>,
+    id: Identity,
+    body: Bytes,
+) -> ApiResult<Json<CatalogWriteAnswer>> {
     id.require_admin()?;
     let v = lenient::parse(&body)
         .map_err(|e| ApiError::BadRequest(format!("Json syntax error: {e}")))?;
@@ -88,13 +97,12 @@ async fn import(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiRes
         if *kind == EntityKind::Provider {
             unmask_provider(st.store.as_ref(), &id.tenant.id, doc).await?;
         }
-        if *kind == EntityKind::Service {
-            check_service_actions(st.store.as_ref(), doc).await?;
-        }
+        weft_engine::gaps::refuse_unrunnable(&st.engine, *kind, doc).await?;
     }
     st.store.replace_entities(&id.tenant.id, &entities).await?;
     st.engine.providers.forget(&id.tenant.id);
-    Ok(())
+    let warnings = weft_engine::gaps::import_warnings(&st.engine, &id.tenant.id, &entities).await?;
+    Ok(Json(CatalogWriteAnswer { warnings }))
 }
 
 /// The entities of a catalog document (the shape of `GET /v2/export`), each read leniently,

@@ -9,8 +9,8 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::Value;
 use weft_model::{
-    lenient, ClusterTemplate, EntityKind, MachineType, ParameterType, PartialTemplate, PluginType,
-    Provider, Service, Validate,
+    lenient, CatalogWriteAnswer, ClusterTemplate, EntityKind, MachineType, PartialTemplate,
+    PluginType, Provider, Service, Validate,
 };
 use weft_store::{Store, SUPERADMIN};
 
@@ -35,6 +35,15 @@ pub fn schema(kind: EntityKind) -> &'static str {
     }
 }
 
+/// What a write answers.
+const WRITTEN: &str = "written; `warnings` names each reference to an entity the catalog lacks \
+(yet), each default outside the template's compatibility lists and each link that lists several \
+nodes, field by field (empty when all is well)";
+
+/// What a list answers.
+const LISTED: &str = "the latest versions; an entry that names what the catalog lacks (or a \
+plugin type no provisioner offers) carries `incomplete`: a list of {field, message}";
+
 pub fn routes(mut api: Api) -> Api {
     for kind in EntityKind::ADMIN {
         let base = format!("/v2/{}", kind.as_str());
@@ -47,7 +56,7 @@ pub fn routes(mut api: Api) -> Api {
                 &base,
                 move |st: State<AppState>, id: Identity| list(st, id, kind),
                 op(tag, format!("List the latest version of every {label}"))
-                    .ok(200, "the latest versions", Body::Array(s))
+                    .ok(200, LISTED, Body::Array(s))
                     .status(401, "identity header missing")
                     .status(404, "tenant does not exist"),
             )
@@ -57,7 +66,7 @@ pub fn routes(mut api: Api) -> Api {
                 move |st: State<AppState>, id: Identity, body: Bytes| create(st, id, kind, body),
                 op(tag, format!("Create a {label} (version 1)"))
                     .body(Body::Json(s))
-                    .status(200, "created")
+                    .ok(200, WRITTEN, Body::Json("CatalogWriteAnswer"))
                     .status(400, "invalid body; the message names the field")
                     .status(403, "caller is not the tenant admin")
                     .status(409, "the name already exists")
@@ -84,7 +93,7 @@ pub fn routes(mut api: Api) -> Api {
                     format!("Write a new version of a {label} (creates it if absent)"),
                 )
                 .body(Body::Json(s))
-                .status(200, "written")
+                .ok(200, WRITTEN, Body::Json("CatalogWriteAnswer"))
                 .status(
                     400,
                     "invalid body, or the body's name differs from the path",
@@ -140,9 +149,17 @@ async fn list(
     kind: EntityKind,
 ) -> ApiResult<Json<Vec<Value>>> {
     let mut items = st.store.list_entities(&id.tenant.id, kind).await?;
-    if kind == EntityKind::Provider {
-        for item in &mut items {
+    let mut lacking =
+        weft_engine::gaps::incomplete(&st.engine, &id.tenant.id, kind, &items).await?;
+    for item in &mut items {
+        if kind == EntityKind::Provider {
             mask_provider(st.store.as_ref(), item).await?;
+        }
+        let lacks = item["name"].as_str().and_then(|n| lacking.remove(n));
+        if let (Some(lacks), Some(obj)) = (lacks, item.as_object_mut()) {
+            let lacks =
+                serde_json::to_value(lacks).map_err(|e| ApiError::Internal(e.to_string()))?;
+            obj.insert("incomplete".into(), lacks);
         }
     }
     Ok(Json(items))
@@ -177,13 +194,11 @@ async fn create(
     id: Identity,
     kind: EntityKind,
     body: Bytes,
-) -> ApiResult<()> {
+) -> ApiResult<Json<CatalogWriteAnswer>> {
     id.require_admin()?;
     let value = lenient_value(&body, kind)?;
     let (name, mut doc) = normalize(kind, value, None)?;
-    if kind == EntityKind::Service {
-        check_service_actions(st.store.as_ref(), &doc).await?;
-    }
+    weft_engine::gaps::refuse_unrunnable(&st.engine, kind, &doc).await?;
     if kind == EntityKind::Provider {
         unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
     }
@@ -197,8 +212,22 @@ async fn create(
             kind.label(),
             name
         ))),
-        other => other.map(drop).map_err(Into::into),
+        other => {
+            other?;
+            written(&st, &id, kind, &doc).await
+        }
     }
+}
+
+/// The answer to a write: what the catalog lacks for the entity, or what it may not mean.
+async fn written(
+    st: &AppState,
+    id: &Identity,
+    kind: EntityKind,
+    doc: &Value,
+) -> ApiResult<Json<CatalogWriteAnswer>> {
+    let warnings = weft_engine::gaps::write_warnings(&st.engine, &id.tenant.id, kind, doc).await?;
+    Ok(Json(CatalogWriteAnswer { warnings }))
 }
 
 async fn put(
@@ -207,13 +236,11 @@ async fn put(
     kind: EntityKind,
     name: String,
     body: Bytes,
-) -> ApiResult<()> {
+) -> ApiResult<Json<CatalogWriteAnswer>> {
     id.require_admin()?;
     let value = lenient_value(&body, kind)?;
     let (name, mut doc) = normalize(kind, value, Some(&name))?;
-    if kind == EntityKind::Service {
-        check_service_actions(st.store.as_ref(), &doc).await?;
-    }
+    weft_engine::gaps::refuse_unrunnable(&st.engine, kind, &doc).await?;
     if kind == EntityKind::Provider {
         unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
     }
@@ -222,7 +249,7 @@ async fn put(
         .await?;
     // Credentials are read when used: the next task of every cluster gets the new fields.
     st.engine.providers.forget(&id.tenant.id);
-    Ok(())
+    written(&st, &id, kind, &doc).await
 }
 
 async fn delete(
@@ -299,68 +326,6 @@ pub fn normalize(
             typed::<PluginType>(value, |t| &t.name)
         }
     }
-}
-
-/// Checks a service's actions against their automator types, where registered: each action's
-/// fields cover one required set of its type's admin fields, or the write is a 400 naming the
-/// action and the fields it needs (an action of a type no provisioner registered is not checked).
-pub async fn check_service_actions(store: &dyn Store, doc: &Value) -> ApiResult<()> {
-    let service: Service =
-        serde_json::from_value(doc.clone()).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let offered: Vec<String> = store
-        .list_entities(SUPERADMIN, EntityKind::AutomatorType)
-        .await?
-        .iter()
-        .filter_map(|t| t["name"].as_str().map(String::from))
-        .collect();
-    for (action, spec) in &service.provisioner.actions {
-        let Some(t) = store
-            .get_entity(SUPERADMIN, EntityKind::AutomatorType, &spec.automator, None)
-            .await?
-        else {
-            refuse_unoffered(action.upper(), &spec.automator, &offered)?;
-            continue;
-        };
-        let t: PluginType =
-            serde_json::from_value(t).map_err(|e| ApiError::Internal(e.to_string()))?;
-        let Some(admin) = t.parameters.get(&ParameterType::Admin) else {
-            continue;
-        };
-        let have = |f: &String| spec.fields.get(f).is_some_and(|v| !v.trim().is_empty());
-        if admin.required.is_empty() || admin.required.iter().any(|set| set.iter().all(have)) {
-            continue;
-        }
-        let sets: Vec<String> = admin
-            .required
-            .iter()
-            .map(|set| set.iter().cloned().collect::<Vec<_>>().join(" and "))
-            .collect();
-        return Err(ApiError::BadRequest(format!(
-            "provisioner.actions.{}.fields: automator type {} needs {}",
-            action.upper().to_lowercase(),
-            spec.automator,
-            sets.join(", or ")
-        )));
-    }
-    Ok(())
-}
-
-/// A 400 for an action whose automator type no provisioner offers, once provisioners have
-/// registered some (before any has, a catalog may be loaded ahead of them, as Coopr's loader
-/// does): it names the field and the nearest offered type.
-fn refuse_unoffered(action: &str, automator: &str, offered: &[String]) -> ApiResult<()> {
-    if offered.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<&str> = offered.iter().map(String::as_str).collect();
-    let hint = match weft_model::validate::nearest(automator, &names) {
-        Some(n) => format!("did you mean {n}?"),
-        None => format!("offered: {}", names.join(", ")),
-    };
-    Err(ApiError::BadRequest(format!(
-        "provisioner.actions.{}.type: no provisioner offers automator type {automator} ({hint})",
-        action.to_lowercase()
-    )))
 }
 
 /// The fields that the provider type of `provider` marks sensitive.

@@ -219,6 +219,8 @@ async fn heartbeat(
     {
         return Err(ApiError::NotFound(format!("Provisioner {pid} not found.")));
     }
+    // The tenants it holds workers of may have changed: takes read them anew.
+    st.engine.provisioners.forget(&pid);
     if hb.plugin_types.is_empty() {
         return Ok(StatusCode::OK.into_response());
     }

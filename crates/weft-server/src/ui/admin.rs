@@ -421,9 +421,24 @@ pub(super) async fn save(
     Ok(Redirect::to(&format!(
         "/ui/admin/{}?notice={}",
         k.path,
-        enc(&format!("{} {saved} saved", k.label))
+        enc(&saved_notice(k.label, saved, &r))
     ))
     .into_response())
+}
+
+/// "Service web saved", and what the catalog lacks for it or it may not mean.
+fn saved_notice(label: &str, name: &str, r: &super::session::ApiResp) -> String {
+    let answer: weft_model::CatalogWriteAnswer =
+        serde_json::from_slice(&r.body).unwrap_or_default();
+    if answer.warnings.is_empty() {
+        return format!("{label} {name} saved");
+    }
+    let items: Vec<String> = answer
+        .warnings
+        .iter()
+        .map(|w| format!("{}: {}", w.field, w.message))
+        .collect();
+    format!("{label} {name} saved, with warnings: {}", items.join("; "))
 }
 
 async fn save_new(

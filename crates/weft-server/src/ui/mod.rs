@@ -138,7 +138,8 @@ async fn login(
         Err(_) => return fail("session store unavailable".into()),
     }
     let mut r = Redirect::to("/ui/clusters").into_response();
-    let secure = if over_tls(&headers) { "; Secure" } else { "" };
+    let tls = state.settings.tls.is_some() || over_tls(&headers);
+    let secure = if tls { "; Secure" } else { "" };
     if let Ok(v) = HeaderValue::from_str(&format!(
         "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
     )) {
@@ -147,8 +148,8 @@ async fn login(
     r
 }
 
-/// Whether the browser reached the UI over HTTPS (a TLS proxy in front says so in
-/// `X-Forwarded-Proto` or `Forwarded`): the session cookie is then `Secure`.
+/// Whether a TLS proxy in front says the browser came over HTTPS (`X-Forwarded-Proto` or
+/// `Forwarded`); with the server's own TLS, or this, the session cookie is `Secure`.
 fn over_tls(h: &axum::http::HeaderMap) -> bool {
     let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default();
     get("x-forwarded-proto").eq_ignore_ascii_case("https")

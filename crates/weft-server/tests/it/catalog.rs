@@ -71,9 +71,16 @@ async fn import_replaces_everything_and_missing_kinds_end_up_empty() {
         "providers": [entity_body("providers", "p1")],
         "services": [entity_body("services", "s1"), entity_body("services", "s2")],
     });
-    h.post(a, "/v2/import", body.to_string())
+    // The answer names what the imported entries lack, each prefixed with its entry.
+    let w = h
+        .post(a, "/v2/import", body.to_string())
         .await
-        .expect_text(200, "");
+        .expect(200)
+        .json();
+    assert_eq!(
+        w["warnings"][0]["field"], "providers/p1.providertype",
+        "{w}"
+    );
     let ex = h.get(a, "/v2/export").await.expect(200).json();
     let names = |k: &str| -> Vec<String> {
         ex[k]

@@ -15,6 +15,8 @@ pub const T: &str = "acme";
 pub async fn setup(h: &Harness) -> String {
     h.tenant(T).await;
     h.provisioner("p1", 10).await;
+    // p1 holds a worker of the tenant: only then may it take the tenant's tasks.
+    h.workers(T, 1).await;
     let local = json!({"name": "local", "parameters": {"user": {"fields": {
         "token": {"label": "token", "type": "password", "sensitive": true}}}}});
     h.internal(
@@ -415,10 +417,16 @@ async fn only_the_holder_finishes_a_task_and_twice_is_once() {
             .await
             .expect(code);
     }
+    // A tenant p1 holds no workers of: refused (its tasks carry that tenant's cloud secrets).
     let other = json!({"workerId": "w", "provisionerId": "p1", "tenantId": "some-other-tenant"});
-    h.internal(Method::POST, "/v2/tasks/take", other.to_string())
+    let r = h
+        .internal(Method::POST, "/v2/tasks/take", other.to_string())
         .await
-        .expect(204);
+        .expect(403);
+    assert_eq!(
+        r.text(),
+        "provisioner p1 holds no workers of tenant some-other-tenant"
+    );
     h.internal(Method::POST, "/v2/tasks/finish", "{'workerId':'w'}")
         .await
         .expect(400);

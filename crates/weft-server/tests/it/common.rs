@@ -236,6 +236,15 @@ impl Harness {
             .expect(200);
     }
 
+    /// Sets the tenant's workers (the server places them on registered provisioners; a
+    /// provisioner takes only tasks of tenants it holds workers of).
+    pub async fn workers(&self, tenant: &str, n: u32) {
+        let body = serde_json::json!({ "tenant": { "name": tenant, "workers": n } });
+        self.put(SA, &format!("/v2/tenants/{tenant}"), body.to_string())
+            .await
+            .expect(200);
+    }
+
     /// The internal id of a tenant.
     pub async fn tenant_id(&self, name: &str) -> String {
         self.app

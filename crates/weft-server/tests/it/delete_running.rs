@@ -213,6 +213,7 @@ async fn details(h: &Harness, id: &str) -> Value {
 async fn a_cluster_nobody_can_work_on_says_so_and_its_delete_completes() {
     let h = Harness::new().await;
     let tid = setup(&h).await;
+    h.workers(T, 0).await;
     let a = admin(T);
     let id = create(&h, a, 2).await;
     // The test's tenant has no workers (its tasks are taken by hand here): a real provisioner
@@ -253,7 +254,8 @@ async fn a_cluster_nobody_can_work_on_says_so_and_its_delete_completes() {
         c["message"],
         "Deleted before any of its tasks ran: no machine was made."
     );
-    // A provisioner that comes back finds nothing of it to do.
+    // A provisioner that comes back, given the tenant's workers, finds nothing of it to do.
     h.provisioner("p1", 10).await;
+    h.workers(T, 1).await;
     assert!(take(&h, &tid, "w1").await.is_none());
 }

@@ -39,6 +39,7 @@ fn keyless(r: Resp) -> Resp {
 async fn setup(h: &Harness) -> String {
     h.tenant(T).await;
     h.provisioner("p1", 10).await;
+    h.workers(T, 1).await;
     for (kind, pt) in [
         (
             "providertypes",

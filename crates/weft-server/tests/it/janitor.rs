@@ -23,6 +23,7 @@ pub const T: &str = "acme";
 pub async fn setup(h: &Harness) -> String {
     h.tenant(T).await;
     h.provisioner("p1", 10).await;
+    h.workers(T, 1).await;
     let local = json!({"name": "local"});
     h.internal(
         Method::PUT,

@@ -9,6 +9,7 @@ mod catalog;
 mod cluster_ops;
 mod clusters;
 mod common;
+mod coopr_catalog; // Coopr's shipped catalog (issue 35)
 mod delete_running;
 mod drift;
 mod entities;

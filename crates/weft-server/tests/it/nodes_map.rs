@@ -170,7 +170,7 @@ async fn the_nodes_route_answers_the_whole_map_then_only_changes() {
         .expect(400);
     post(json!({"provisionerId": "p1", "tenantId": "other", "clusterId": id}).to_string())
         .await
-        .expect(404);
+        .expect(403);
     post(json!({"provisionerId": "nobody", "tenantId": tid, "clusterId": id}).to_string())
         .await
         .expect(403);

@@ -42,6 +42,7 @@ async fn clients_that_never_finish_a_head_or_a_body_are_cut_off() {
         listener,
         h.app.external.clone(),
         patience,
+        None,
         async move {
             let _ = stopped.await;
         },

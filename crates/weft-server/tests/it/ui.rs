@@ -1161,3 +1161,38 @@ async fn templates_that_cannot_run_are_marked_and_not_offered() {
     let cat = page(&h, &user, "/ui/catalog").await.expect(200).text();
     assert!(!cat.contains("id=\"unusable-on-bare\""), "{cat}");
 }
+
+#[tokio::test]
+async fn entries_that_name_what_the_catalog_lacks_are_saved_with_warnings_and_marked() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let admin = login(&h, T, "admin", "").await;
+    let r = form(
+        &h,
+        Some(&admin),
+        "/ui/admin/clustertemplates/new",
+        &[
+            ("name", "early"),
+            (
+                "defaults",
+                r#"{"services": ["later"], "provider": "local"}"#,
+            ),
+        ],
+    )
+    .await
+    .expect(303);
+    let to = r.headers["location"].to_str().unwrap().to_string();
+    let list = page(&h, &admin, &to).await.expect(200).text();
+    assert!(
+        list.contains("cluster template early saved, with warnings: defaults.services[0]: service later does not exist (yet)"),
+        "{list}"
+    );
+    assert!(list.contains("id=\"incomplete-early\""), "{list}");
+    assert!(
+        list.contains("<code>defaults.services[0]</code>: service later does not exist (yet)"),
+        "{list}"
+    );
+    let cat = page(&h, &admin, "/ui/catalog").await.expect(200).text();
+    assert!(cat.contains("id=\"unusable-early\""), "{cat}");
+    assert!(cat.contains("incomplete: service"), "{cat}");
+}

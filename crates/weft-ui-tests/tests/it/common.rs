@@ -166,7 +166,7 @@ pub async fn provisioner(
     let agent = Agent::start(cfg, plugins)
         .await
         .expect("the provisioner starts");
-    agent.set_workers(tenant_id, 2).expect("workers");
+    agent.set_workers(tenant_id, 2).await.expect("workers");
     agent
 }
 

@@ -267,7 +267,7 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         .build()?;
     let tenant_id = setup(&http, server).await?;
     refuse_leftovers(server, &tenant_id).await?;
-    keep_registered(&http, server);
+    keep_registered(&http, server, &tenant_id).await;
     let backend = if server.database_url.starts_with("sqlite") {
         "sqlite"
     } else {
@@ -361,8 +361,10 @@ async fn refuse_leftovers(server: &Server, tenant_id: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// Keeps the bench's provisioner registered: the janitor drops one that stops heartbeating.
-pub(super) fn keep_registered(http: &reqwest::Client, server: &Server) {
+/// Keeps the bench's provisioner registered (the janitor drops one that stops heartbeating),
+/// holding the workers of tenant `tenant_id` (a provisioner takes only tasks of tenants it holds
+/// workers of): the first heartbeat is sent before this returns.
+pub(super) async fn keep_registered(http: &reqwest::Client, server: &Server, tenant_id: &str) {
     let (http, url) = (
         http.clone(),
         format!(
@@ -370,10 +372,12 @@ pub(super) fn keep_registered(http: &reqwest::Client, server: &Server) {
             server.internal
         ),
     );
+    let body = json!({"usage": {tenant_id: 1}}).to_string();
+    let _ = http.post(&url).body(body.clone()).send().await;
     tokio::spawn(async move {
         loop {
-            let _ = http.post(&url).body(r#"{"usage":{}}"#).send().await;
             tokio::time::sleep(Duration::from_secs(5)).await;
+            let _ = http.post(&url).body(body.clone()).send().await;
         }
     });
 }

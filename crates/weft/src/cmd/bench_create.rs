@@ -151,7 +151,7 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         .pool_max_idle_per_host(2000)
         .build()?;
     let tenant_id = setup(&http, &server).await?;
-    keep_registered(&http, &server);
+    keep_registered(&http, &server, &tenant_id).await;
     let entities = services()
         .into_iter()
         .map(|s| ("services", s))

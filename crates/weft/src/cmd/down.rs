@@ -52,7 +52,7 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
         let (external, internal) = super::server::bind_ports(&settings, "weft down").await?;
         let (app, _) = super::server::open_up_store(&settings).await?;
         let store = app.state.store.clone();
-        let bound = weft_server::bound(app, external, internal);
+        let bound = weft_server::bound(app, external, internal)?;
         let api = format!("http://{}", bound.external_addr()?);
         let internal = bound.internal_addr()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -60,7 +60,7 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
             let _ = stop_rx.await;
         }));
         let agent =
-            super::server::start_up_provisioner(&data_dir, store.as_ref(), internal).await?;
+            super::server::start_up_provisioner(&data_dir, store.as_ref(), internal, None).await?;
         let result = delete_all(&api, args.timeout).await;
         agent.shutdown().await;
         let _ = stop_tx.send(());

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_create;
 pub mod cli;
 pub mod down;
+pub mod local_ca;
 pub mod plan;
 pub mod provisioner;
 pub mod runtime;

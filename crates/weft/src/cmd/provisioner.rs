@@ -85,6 +85,16 @@ pub struct Args {
     /// presented to the server, and the server's calls here must present one of its tokens.
     #[arg(long, env = "WEFT_PROVISIONER_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// PEM CA certificate(s) the server's certificate must chain to (an https:// --server);
+    /// only these are trusted, not the system's roots.
+    #[arg(long, env = "WEFT_CA_CERT")]
+    ca_cert: Option<PathBuf>,
+    /// PEM client certificate to present (a server with `client_ca` requires one), with --tls-key.
+    #[arg(long, env = "WEFT_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WEFT_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     /// Run each tenant's local commands as an OS user of its own (uids from 2000000, kept in
     /// $WEFT_TENANT_UIDS, default /var/lib/weft/tenant-uids), so tenants sharing this
     /// provisioner cannot read each other's nodes or synced resources. Needs root.
@@ -148,7 +158,8 @@ pub fn plugins(
         ))
         .automator(Arc::new(
             automators::ChefSoloAutomator::new(vec![]).with_resources(data_dir.join("resources")),
-        )))
+        ))
+        .automator(Arc::new(automators::DockerAutomator::new())))
 }
 
 /// Starts a provisioner for `weft up`: data under `<data_dir>/provisioner`, API on a free port.
@@ -156,9 +167,12 @@ pub async fn start_in_process(
     data_dir: &Path,
     server: SocketAddr,
     capacity: u32,
+    tls: Option<weft_client::TlsTrust>,
 ) -> anyhow::Result<Agent> {
     let data = data_dir.join("provisioner");
-    let mut cfg = AgentConfig::new(&format!("http://{server}"), data.clone());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut cfg = AgentConfig::new(&format!("{scheme}://{server}"), data.clone());
+    cfg.tls = tls.unwrap_or_default();
     cfg.id = "weft-up".into();
     cfg.capacity = capacity;
     Agent::start(cfg, plugins(&data, Vec::new(), None)?)
@@ -177,6 +191,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cfg.advertise_host = args.advertise_host;
         cfg.task_timeout = Duration::from_secs(args.task_timeout);
         cfg.token_file = args.token_file;
+        cfg.tls = weft_client::TlsTrust {
+            ca_cert: args.ca_cert,
+            client_cert: args.tls_cert,
+            client_key: args.tls_key,
+        };
         let users = if args.tenant_users {
             anyhow::ensure!(
                 is_root(),
@@ -190,7 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .await
             .context("starting the provisioner")?;
         if let (Some(n), Some(t)) = (args.workers, args.tenant.as_deref()) {
-            agent.set_workers(t, n)?;
+            agent.set_workers(t, n).await?;
         }
         println!(
             "weft provisioner {} (API http://{}, server {})",

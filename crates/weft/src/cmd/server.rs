@@ -81,6 +81,18 @@ pub struct ServerArgs {
     /// Nodes of one cluster the janitor replaces by itself per hour [default: 2].
     #[arg(long, env = "WEFT_AUTO_REPLACE_PER_HOUR")]
     auto_replace_per_hour: Option<u32>,
+    /// PEM certificate chain both ports serve over TLS (with --tls-key); re-read when it changes.
+    #[arg(long, env = "WEFT_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WEFT_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA certificates: the provisioner port then requires client certificates they signed.
+    #[arg(long, env = "WEFT_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback --bind (keys, tokens and secrets in clear).
+    #[arg(long, env = "WEFT_INSECURE_HTTP")]
+    insecure_http: bool,
 }
 
 impl ServerArgs {
@@ -110,6 +122,10 @@ impl ServerArgs {
             provisioner_token_file: self.provisioner_token_file,
             check_interval: self.check_interval,
             auto_replace_per_hour: self.auto_replace_per_hour,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
+            client_ca: self.client_ca,
+            insecure_http: self.insecure_http.then_some(true),
         };
         Ok(file.overlay(flags).resolve()?)
     }
@@ -136,6 +152,11 @@ pub struct UpArgs {
     /// Templates with autoReplace get nodes whose machine is gone replaced.
     #[arg(long, env = "WEFT_CHECK_INTERVAL", value_parser = seconds)]
     check_interval: Option<u64>,
+    /// Serve both ports over HTTPS with a CA made in the data dir on first start (its path and
+    /// fingerprint are printed); the embedded provisioner verifies it and presents a client
+    /// certificate of its own.
+    #[arg(long, env = "WEFT_TLS")]
+    tls: bool,
 }
 
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -147,10 +168,11 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     super::runtime::runtime()?.block_on(async {
         let (external, internal) = bind_ports(&settings, "weft server").await?;
         let app = weft_server::build(settings).await?;
-        let bound = weft_server::bound(app, external, internal);
+        let bound = weft_server::bound(app, external, internal)?;
+        let scheme = bound.scheme();
         println!("weft server");
-        println!("  REST API     http://{}/v2", bound.external_addr()?);
-        println!("  provisioners http://{}", bound.internal_addr()?);
+        println!("  REST API     {scheme}://{}/v2", bound.external_addr()?);
+        println!("  provisioners {scheme}://{}", bound.internal_addr()?);
         if let Some(p) = &settings_tokens {
             println!(
                 "  provisioner token file {} (give it to provisioners: --token-file)",
@@ -163,7 +185,7 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
-    let settings = RawConfig {
+    let mut settings = RawConfig {
         data_dir: args.data_dir,
         port: args.port,
         internal_port: args.internal_port,
@@ -177,36 +199,47 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     super::runtime::runtime()?.block_on(async {
         // The ports first: a port in use must leave nothing behind (no data dir, no database).
         let (external, internal) = bind_ports(&settings, "weft up").await?;
+        let local_tls = match args.tls {
+            true => Some(up_tls(&mut settings)?),
+            false => None,
+        };
         let (app, first) = open_up_store(&settings).await?;
         let store = app.state.store.clone();
         // The external port answers 503 (Retry-After) until the provisioner has registered its
         // plugin types: a create right after `/status` answers must find them.
         let ready = app.ready.clone();
         ready.store(false, std::sync::atomic::Ordering::Release);
-        let bound = weft_server::bound(app, external, internal);
-        let api = format!("http://{}", bound.external_addr()?);
+        let bound = weft_server::bound(app, external, internal)?;
+        let scheme = bound.scheme();
+        let api = format!("{scheme}://{}", bound.external_addr()?);
         let internal = bound.internal_addr()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let serving = tokio::spawn(bound.run_until(async {
             let _ = stop_rx.await;
         }));
-        let agent = start_up_provisioner(&settings.data_dir, store.as_ref(), internal).await?;
+        let trust = local_tls.as_ref().map(|t| weft_client::TlsTrust {
+            ca_cert: Some(t.ca.clone()),
+            client_cert: Some(t.client_cert.clone()),
+            client_key: Some(t.client_key.clone()),
+        });
+        let agent =
+            start_up_provisioner(&settings.data_dir, store.as_ref(), internal, trust).await?;
         ready.store(true, std::sync::atomic::Ordering::Release);
         super::up_record::record_address(&settings.data_dir, &api)?;
         // Only now is everything ready (the provisioner has registered its plugin types): say so.
-        println!("weft is up (data in {}{})", settings.data_dir.display(), if first { ", example catalog loaded" } else { "" });
-        println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
-        println!("  provisioners http://{internal}");
-        println!("  provisioner  http://{} ({UP_WORKERS} workers, local provider, shell automator)", agent.addr());
-        println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
-        println!("  try: curl -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' '{api}/v2/clustertemplates'");
-        println!(
-            "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {}",
-            settings.data_dir.display()
-        );
+        print_up(
+            &settings,
+            first,
+            &api,
+            &format!("{scheme}://{internal}"),
+            agent.addr(),
+            local_tls.as_ref(),
+        )?;
         super::runtime::shutdown_signal().await;
         super::up_record::forget_address(&settings.data_dir);
-        let live = super::up_record::live_clusters(&api).await.unwrap_or_default();
+        let live = super::up_record::live_clusters(&api)
+            .await
+            .unwrap_or_default();
         // The provisioner unregisters while the server still listens.
         agent.shutdown().await;
         let _ = stop_tx.send(());
@@ -214,6 +247,65 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         super::up_record::print_left_behind(&settings.data_dir, &live);
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Makes (or finds) the local CA of `weft up --tls` and serves both ports with it, the
+/// provisioner port requiring the embedded provisioner's client certificate.
+fn up_tls(settings: &mut Settings) -> anyhow::Result<super::local_ca::LocalTls> {
+    weft_server::private::dir(&settings.data_dir)?;
+    let t = super::local_ca::ensure(&settings.data_dir, settings.bind)?;
+    settings.tls = Some(weft_server::config::TlsSettings {
+        cert: t.cert.clone(),
+        key: t.key.clone(),
+        client_ca: Some(t.ca.clone()),
+    });
+    Ok(t)
+}
+
+/// What `weft up` prints once everything is ready.
+fn print_up(
+    settings: &Settings,
+    first: bool,
+    api: &str,
+    internal: &str,
+    agent: std::net::SocketAddr,
+    tls: Option<&super::local_ca::LocalTls>,
+) -> anyhow::Result<()> {
+    println!(
+        "weft is up (data in {}{})",
+        settings.data_dir.display(),
+        if first {
+            ", example catalog loaded"
+        } else {
+            ""
+        }
+    );
+    println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
+    println!("  provisioners {internal}");
+    println!(
+        "  provisioner  http://{agent} ({UP_WORKERS} workers, local provider, shell automator)"
+    );
+    println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
+    let mut curl = String::from("curl");
+    if let Some(t) = tls {
+        println!(
+            "  TLS          CA {} (SHA-256 {})",
+            t.ca.display(),
+            t.fingerprint()?
+        );
+        println!(
+            "               trust it: weft login --ca-cert {} ...; curl --cacert {} ...",
+            t.ca.display(),
+            t.ca.display()
+        );
+        curl = format!("curl --cacert {}", t.ca.display());
+    }
+    println!("  try: {curl} -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' '{api}/v2/clustertemplates'");
+    println!(
+        "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {}",
+        settings.data_dir.display()
+    );
+    Ok(())
 }
 
 /// Binds the external and internal ports of `settings`; a port in use is an error naming the
@@ -280,6 +372,7 @@ pub async fn start_up_provisioner(
     data_dir: &std::path::Path,
     store: &dyn weft_store::Store,
     internal: std::net::SocketAddr,
+    tls: Option<weft_client::TlsTrust>,
 ) -> anyhow::Result<weft_provisioner::agent::Agent> {
     if let Some(mut t) = store
         .tenant_by_name(DEFAULT_TENANT)
@@ -289,10 +382,12 @@ pub async fn start_up_provisioner(
         t.spec.workers = UP_WORKERS;
         store.update_tenant(&t).await?;
     }
-    let agent = super::provisioner::start_in_process(data_dir, internal, UP_WORKERS).await?;
+    let agent = super::provisioner::start_in_process(data_dir, internal, UP_WORKERS, tls).await?;
     for t in store.list_tenants().await? {
         if t.spec.workers > 0 && t.spec.name != SUPERADMIN {
-            agent.set_workers(&t.id, t.spec.workers.min(UP_WORKERS))?;
+            agent
+                .set_workers(&t.id, t.spec.workers.min(UP_WORKERS))
+                .await?;
         }
     }
     Ok(agent)

@@ -230,6 +230,14 @@ async fn setup(http: &Http, s: &Server) -> String {
         .expect("tenant exists")
         .id;
     drop(store);
+    // The scripted provisioner holds the tenant's workers: only then may it take its tasks.
+    http.ok(
+        Method::POST,
+        &format!("{int}/v2/provisioners/{PROVISIONER}/heartbeat"),
+        None,
+        Some(&json!({"usage": {&id: 1}})),
+    )
+    .await;
     id
 }
 

@@ -17,5 +17,6 @@ mod ready; // weft up and provisioners under load (issue 35)
 mod server;
 mod support;
 mod tenant_users;
+mod tls; // TLS on the wire (issue 36)
 mod up_down;
 mod worker;

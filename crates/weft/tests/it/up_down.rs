@@ -233,7 +233,16 @@ fn weft_down_removes_what_weft_up_left_running() {
         .success());
     let status = u.child.wait().unwrap();
     assert!(status.success(), "weft up exit {status}");
-    let said: Vec<String> = u.out.try_iter().collect();
+    // The process has exited; its last lines may still be on their way through the reader
+    // thread (and nodes it left running may hold the pipe open): read up to the last one.
+    let mut said = Vec::new();
+    while let Ok(l) = u.out.recv_timeout(std::time::Duration::from_secs(10)) {
+        let last = l.contains("weft down --data-dir");
+        said.push(l);
+        if last {
+            break;
+        }
+    }
     let said = said.join("\n");
     assert!(said.contains(&local), "names the local cluster: {said}");
     assert!(said.contains("weft down --data-dir"), "{said}");

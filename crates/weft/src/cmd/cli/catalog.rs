@@ -62,12 +62,13 @@ pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
             if ctx.json() {
                 return print_json(&list);
             }
-            let mut t = table(&["NAME", "VERSION", "DESCRIPTION"]);
+            let mut t = table(&["NAME", "VERSION", "DESCRIPTION", "INCOMPLETE"]);
             for e in &list {
                 t.add_row(vec![
                     text(&e["name"]),
                     text(&e["version"]),
                     text(&e["description"]),
+                    lacks(&e["incomplete"]),
                 ]);
             }
             println!("{t}");
@@ -84,10 +85,11 @@ pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
                 one => vec![one],
             };
             for item in &items {
-                ctx.block(c.create_entity(kind, item))?;
+                let answer = ctx.block(c.create_entity(kind, item))?;
                 if !ctx.json() {
                     println!("created {} {}", singular(kind), text(&item["name"]));
                 }
+                warn(&answer);
             }
             if ctx.json() {
                 print_json(&items)?;
@@ -102,7 +104,7 @@ pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
                 }
                 return Ok(());
             };
-            ctx.block(c.put_entity(kind, &name, &after))?;
+            warn(&ctx.block(c.put_entity(kind, &name, &after))?);
             if ctx.json() {
                 let now: Value = ctx.block(c.entity(kind, &name))?;
                 print_json(&now)
@@ -119,6 +121,25 @@ pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A write's warnings, one per line on stderr (stdout stays the command's answer).
+fn warn(answer: &weft_model::CatalogWriteAnswer) {
+    for w in &answer.warnings {
+        eprintln!("warning: {}: {}", w.field, w.message);
+    }
+}
+
+/// What a listed entry lacks, in one cell.
+fn lacks(v: &Value) -> String {
+    v.as_array()
+        .map(|ws| {
+            ws.iter()
+                .map(|w| format!("{}: {}", text(&w["field"]), text(&w["message"])))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default()
 }
 
 fn singular(kind: Kind) -> &'static str {
@@ -296,7 +317,7 @@ pub fn run_catalog(a: CatalogArgs) -> anyhow::Result<()> {
             if !yes && !confirm("replace the tenant's catalog with this?")? {
                 return Err(UsageError("import cancelled".into()).into());
             }
-            ctx.block(c.import(&new))?;
+            warn(&ctx.block(c.import(&new))?);
             if ctx.json() {
                 print_json(&ctx.block(c.export())?)
             } else {

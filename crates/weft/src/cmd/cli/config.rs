@@ -9,6 +9,7 @@
 //! tenant = "default"
 //! user = "admin"
 //! api_key = "..."        # only with `weft server --auth apikey`
+//! ca_cert = "/path/ca.pem" # a server whose certificate is signed by a CA of its own
 //! ```
 //!
 //! A flag beats its `WEFT_*` variable, which beats the profile, which beats the defaults.
@@ -33,6 +34,9 @@ pub struct Profile {
     pub user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key: Option<String>,
+    /// The CA file the server's certificate must chain to (an https:// server of its own CA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 //! error (5xx) or unreachable; 4 a job waited for (`--wait`) failed.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -47,6 +48,10 @@ pub struct Conn {
     /// API key (servers run with `--auth apikey`).
     #[arg(long, env = "WEFT_API_KEY", global = true, hide_env_values = true, help_heading = GLOBAL)]
     api_key: Option<String>,
+    /// PEM CA file the server's certificate must chain to (only it is trusted) [default: the
+    /// profile's, else the system's roots].
+    #[arg(long, env = "WEFT_CA_CERT", global = true, help_heading = GLOBAL)]
+    ca_cert: Option<PathBuf>,
     /// Profile in the config file [default: `default`].
     #[arg(long, env = "WEFT_PROFILE", global = true, help_heading = GLOBAL)]
     profile: Option<String>,
@@ -119,8 +124,12 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn new(conn: &Conn) -> anyhow::Result<Ctx> {
-        let (server, who) = resolve(conn)?;
-        let client = ApiClient::new(&server, who)?;
+        let (server, who, ca_cert) = resolve(conn)?;
+        let trust = weft_client::TlsTrust {
+            ca_cert,
+            ..Default::default()
+        };
+        let client = ApiClient::new(&server, who)?.with_tls(&trust)?;
         Ok(Ctx {
             client,
             output: conn.output,
@@ -138,7 +147,7 @@ impl Ctx {
 }
 
 /// The effective server and identity: flag or variable, else profile, else default.
-fn resolve(conn: &Conn) -> anyhow::Result<(String, Identity)> {
+fn resolve(conn: &Conn) -> anyhow::Result<(String, Identity, Option<PathBuf>)> {
     let file = config::load()?;
     let name = conn.profile.as_deref().unwrap_or(config::DEFAULT_PROFILE);
     let profile = match file.profiles.get(name) {
@@ -158,6 +167,7 @@ fn resolve(conn: &Conn) -> anyhow::Result<(String, Identity)> {
         .or(profile.server)
         .unwrap_or_else(|| config::DEFAULT_SERVER.into());
     let api_key = conn.api_key.clone().or(profile.api_key);
+    let ca_cert = conn.ca_cert.clone().or(profile.ca_cert);
     // With a key, the key decides who calls: no default identity is sent (empty is not sent),
     // only a tenant or user the caller named, which the server checks against the key.
     let default = |d: &str| if api_key.is_some() { "" } else { d }.to_string();
@@ -174,7 +184,7 @@ fn resolve(conn: &Conn) -> anyhow::Result<(String, Identity)> {
             .unwrap_or_else(|| default("admin")),
         api_key,
     };
-    Ok((server, who))
+    Ok((server, who, ca_cert))
 }
 
 /// A mistake on the command line or in an input file (exit 1).
@@ -224,6 +234,12 @@ pub fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
                 Some(c @ ClientError::Status { status, .. }) => {
                     eprintln!("error: {} (HTTP {status})", c.server_message())
                 }
+                Some(c) if c.tls_refusal().is_some() => eprintln!(
+                    "error: {}\n  the server's certificate is not trusted: give its CA with \
+                     --ca-cert FILE (`weft up --tls` prints its path), or save it in the profile: \
+                     weft login --ca-cert FILE",
+                    c.tls_refusal().unwrap_or_default()
+                ),
                 _ => eprintln!("error: {e:#}"),
             }
             Ok(ExitCode::from(code))
@@ -290,6 +306,9 @@ fn login(a: LoginArgs) -> anyhow::Result<()> {
     if a.conn.api_key.is_some() {
         p.api_key = a.conn.api_key.clone();
     }
+    if let Some(ca) = &a.conn.ca_cert {
+        p.ca_cert = Some(std::path::absolute(ca).unwrap_or(ca.clone()));
+    }
     if !a.no_verify {
         let anon = |d: &str| if p.api_key.is_some() { "" } else { d }.to_string();
         let conn = Conn {
@@ -303,6 +322,7 @@ fn login(a: LoginArgs) -> anyhow::Result<()> {
             tenant: Some(p.tenant.clone().unwrap_or_else(|| anon("default"))),
             user: Some(p.user.clone().unwrap_or_else(|| anon("admin"))),
             api_key: p.api_key.clone(),
+            ca_cert: p.ca_cert.clone(),
             output: a.conn.output,
         };
         let ctx = Ctx::new(&conn)?;
