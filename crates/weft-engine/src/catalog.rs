@@ -29,8 +29,21 @@ pub async fn saved_template(
     Ok(lenient::from_value(doc)?)
 }
 
-/// Resolves a template's parents and partials from the tenant's catalog.
+/// Resolves a template's parents and partials from the tenant's catalog. The template alone
+/// (no parent, no partials) answers for its own faults; with them, a result the stored catalog
+/// makes incomplete or invalid is [`EngineError::Unservable`].
 pub async fn resolve_in_tenant(
+    st: &Engine,
+    tenant_id: &str,
+    own: ClusterTemplate,
+) -> EngineResult<ClusterTemplate> {
+    let alone = own.extends.is_none() && own.includes.is_empty();
+    resolve_chain(st, tenant_id, own)
+        .await
+        .map_err(|e| if alone { e } else { e.against_catalog() })
+}
+
+async fn resolve_chain(
     st: &Engine,
     tenant_id: &str,
     own: ClusterTemplate,

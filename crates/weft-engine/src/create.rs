@@ -40,7 +40,10 @@ pub async fn create_cluster(
 ) -> EngineResult<Created> {
     let size = validate(&req, st.settings.max_cluster_size)?;
     check_quota(st, &who.tenant, size).await?;
-    let inputs = gather(st, &who.tenant.id, &req, size).await?;
+    // The request is valid on its own: what the stored catalog refuses is unservable (409).
+    let inputs = gather(st, &who.tenant.id, &req, size)
+        .await
+        .map_err(EngineError::against_catalog)?;
     // A dry run takes no id: it must change nothing, not even a counter.
     let cluster_id = if dry_run {
         0
@@ -51,10 +54,10 @@ pub async fn create_cluster(
     check_complete(&inputs, &req, &new.body.services)?;
     let layout = match solve(&inputs, &req, &new.body.services, size) {
         Ok(l) => l,
-        Err(e) if dry_run => return Err(EngineError::NoLayout(e.to_string())),
+        Err(e) if dry_run => return Err(EngineError::Unservable(e.to_string())),
         Err(e) => return record_unsolvable(st, new, e.to_string()).await,
     };
-    let (new, plan) = plan_create(new, &inputs, &layout)?;
+    let (new, plan) = plan_create(new, &inputs, &layout).map_err(EngineError::against_catalog)?;
     if dry_run {
         return Ok(Created::Plan(crate::jobs::preview(&plan, String::new())?));
     }
@@ -69,7 +72,7 @@ fn validate(req: &ClusterCreateRequest, max_size: u64) -> EngineResult<u64> {
         ));
     }
     weft_model::validate_name("name", &req.name)?;
-    if req.cluster_template.trim().is_empty() {
+    if req.cluster_template.is_empty() {
         return Err(EngineError::Invalid(
             "cluster template must be specified".into(),
         ));

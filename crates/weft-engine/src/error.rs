@@ -125,6 +125,27 @@ pub enum EngineError {
     /// A fault of the server (a row it cannot read back, ...): logged, never shown in full.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A request valid on its own that the catalog, as stored now, cannot serve: a template
+    /// that resolves incomplete or invalid, a size outside its range, a lease it does not
+    /// allow, no layout for a dry run.
+    #[error("{0}")]
+    Unservable(String),
+}
+
+impl EngineError {
+    /// This error as the stored catalog's: a rule a stored entry breaks (or that a request
+    /// breaks only against it) makes the request unservable, not invalid.
+    pub fn against_catalog(self) -> Self {
+        use EngineError as E;
+        match self {
+            e @ (E::Invalid(_)
+            | E::Model(_)
+            | E::NoLayout(_)
+            | E::NoPlan(_)
+            | E::TemplateUnsatisfied { .. }) => E::Unservable(e.to_string()),
+            e => e,
+        }
+    }
 }
 
 pub type EngineResult<T> = Result<T, EngineError>;

@@ -57,9 +57,7 @@ pub async fn put_node(
     st.store
         .get_cluster(&who.tenant.id, cluster_id)
         .await?
-        .ok_or_else(|| {
-            EngineError::Invalid(format!("cluster {} does not exist", node.cluster_id))
-        })?;
+        .ok_or_else(|| EngineError::ClusterNotFound(node.cluster_id.clone()))?;
     let mut cs = ChangeSet::new();
     if expect_absent {
         cs.expect(Expect::NodeRev {

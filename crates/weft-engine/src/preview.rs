@@ -94,7 +94,11 @@ async fn template_of(st: &Engine, tenant: &str, t: &TemplateRef) -> EngineResult
     let own: ClusterTemplate = match t {
         TemplateRef::Draft(body) => lenient::from_value(body.clone())
             .map_err(|e| EngineError::Invalid(format!("template: {e}")))?,
-        TemplateRef::Saved(name) => saved_template(st, tenant, name).await?,
+        TemplateRef::Saved(name) => {
+            let own = saved_template(st, tenant, name).await?;
+            let resolved = resolve_in_tenant(st, tenant, own).await;
+            return resolved.map_err(EngineError::against_catalog);
+        }
     };
     resolve_in_tenant(st, tenant, own).await
 }

@@ -281,7 +281,7 @@ async fn a_request_without_a_layout_ends_terminated_with_the_reason() {
     let dry = create_cluster(&f.engine, &f.who, req.clone(), true)
         .await
         .unwrap_err();
-    assert!(matches!(dry, EngineError::NoLayout(_)), "{dry:?}");
+    assert!(matches!(dry, EngineError::Unservable(_)), "{dry:?}");
     let Created::Id(id) = create_cluster(&f.engine, &f.who, req, false).await.unwrap() else {
         panic!("not a dry run");
     };

@@ -85,7 +85,7 @@ impl JobStatus {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterCreateRequest {
-    #[serde(default, deserialize_with = "lenient::string")]
+    #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
         schema(
@@ -123,11 +123,7 @@ pub struct ClusterCreateRequest {
         deserialize_with = "lenient::opt_i64"
     )]
     pub initial_lease_duration: Option<i64>,
-    #[serde(
-        rename = "dnsSuffix",
-        default,
-        deserialize_with = "lenient::opt_string"
-    )]
+    #[serde(rename = "dnsSuffix", default, deserialize_with = "lenient::opt_text")]
     #[cfg_attr(
         feature = "openapi",
         schema(
@@ -239,6 +235,7 @@ pub struct NodeProperties {
     pub ipaddresses: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    #[serde(deserialize_with = "lenient::json_u64")]
     pub nodenum: u64,
     pub hardwaretype: String,
     pub imagetype: String,
@@ -272,9 +269,9 @@ pub struct NodeAction {
     pub service: String,
     /// Upper-case action name (`CREATE`).
     pub action: String,
-    #[serde(rename = "submitTime")]
+    #[serde(rename = "submitTime", deserialize_with = "lenient::json_i64")]
     pub submit_time: i64,
-    #[serde(rename = "statusTime")]
+    #[serde(rename = "statusTime", deserialize_with = "lenient::json_i64")]
     pub status_time: i64,
     pub status: NodeActionStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -282,10 +279,19 @@ pub struct NodeAction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
     /// Which execution of its task this entry is, from 1 (weft extension; 0 when unknown).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "lenient::json_u32"
+    )]
     pub attempt: u32,
     /// How many executions the task may have before its job fails (weft extension; 0 when unknown).
-    #[serde(rename = "maxAttempts", default, skip_serializing_if = "is_zero")]
+    #[serde(
+        rename = "maxAttempts",
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "lenient::json_u32"
+    )]
     pub max_attempts: u32,
     /// How this attempt failed, when its worker classified the failure (weft extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -307,6 +313,7 @@ pub struct Node {
     #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub id: String,
     #[serde(rename = "clusterId")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9]{1,19}$"))]
     pub cluster_id: String,
     pub services: Vec<Service>,
     pub properties: NodeProperties,

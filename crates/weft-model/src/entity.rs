@@ -92,11 +92,35 @@ impl EntityKind {
 /// `{label, url}`; the url may contain macros.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(try_from = "Map<String, Value>")]
 pub struct Link {
-    #[serde(default, deserialize_with = "lenient::string")]
+    /// Null or absent is "".
+    #[serde(default)]
     pub label: String,
-    #[serde(default, deserialize_with = "lenient::string")]
+    /// Null or absent is "" (a link that goes nowhere, as Coopr kept it).
+    #[serde(default)]
     pub url: String,
+}
+
+/// A link's fields, read leniently from an object (serde alone would take an array too).
+#[derive(Deserialize)]
+struct LinkFields {
+    #[serde(default, deserialize_with = "lenient::string")]
+    label: String,
+    #[serde(default, deserialize_with = "lenient::string")]
+    url: String,
+}
+
+impl TryFrom<Map<String, Value>> for Link {
+    type Error = String;
+
+    fn try_from(m: Map<String, Value>) -> Result<Self, String> {
+        let f: LinkFields = serde_json::from_value(Value::Object(m)).map_err(|e| e.to_string())?;
+        Ok(Link {
+            label: f.label,
+            url: f.url,
+        })
+    }
 }
 
 /// `{"name": ...}`, used by `extends` and `includes`.
@@ -111,7 +135,7 @@ pub struct NameRef {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Provider {
-    #[serde(default, deserialize_with = "lenient::string")]
+    #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
         schema(
@@ -155,7 +179,7 @@ pub struct Provider {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MachineType {
-    #[serde(default, deserialize_with = "lenient::string")]
+    #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
         schema(
@@ -317,7 +341,7 @@ pub struct ServiceDependencies {
 }
 
 fn dependency_class<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DependencyClass, D::Error> {
-    Ok(Option::<DependencyClass>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 /// One service action: the automator type and its admin fields.
@@ -424,18 +448,18 @@ fn actions_map<'de, D: serde::Deserializer<'de>>(
 fn service_provisioner<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<ServiceProvisioner, D::Error> {
-    Ok(Option::<ServiceProvisioner>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDependencies, D::Error> {
-    Ok(Option::<ServiceDependencies>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 /// A service: software with lifecycle actions and dependencies.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Service {
-    #[serde(default, deserialize_with = "lenient::string")]
+    #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
         schema(
@@ -503,6 +527,7 @@ pub struct Compatibility {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(try_from = "RawDefaults")]
 pub struct ClusterDefaults {
+    #[cfg_attr(feature = "openapi", schema(required = false))]
     pub services: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
@@ -510,16 +535,17 @@ pub struct ClusterDefaults {
     pub hardwaretype: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub imagetype: Option<String>,
+    /// Empty is absent.
     #[serde(rename = "dnsSuffix", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
         schema(
             max_length = 192,
-            pattern = r"^\.?(?=.{1,191}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+            pattern = r"^$|^\.?(?=.{1,191}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
         )
     )]
     pub dns_suffix: Option<String>,
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object, required = false))]
     pub config: Map<String, Value>,
 }
 
@@ -533,11 +559,7 @@ struct RawDefaults {
     hardwaretype: Option<String>,
     #[serde(default, deserialize_with = "lenient::opt_string")]
     imagetype: Option<String>,
-    #[serde(
-        rename = "dnsSuffix",
-        default,
-        deserialize_with = "lenient::opt_string"
-    )]
+    #[serde(rename = "dnsSuffix", default, deserialize_with = "lenient::opt_text")]
     dns_suffix: Option<String>,
     #[serde(default, deserialize_with = "lenient::object")]
     config: Map<String, Value>,
@@ -577,7 +599,8 @@ impl TryFrom<RawDefaults> for ClusterDefaults {
             provider: blank(raw.provider),
             hardwaretype: blank(raw.hardwaretype),
             imagetype: blank(raw.imagetype),
-            dns_suffix: blank(raw.dns_suffix),
+            // Only "" is absent: any other text must be a DNS suffix.
+            dns_suffix: raw.dns_suffix.filter(|s| !s.is_empty()),
             config,
         })
     }
@@ -657,7 +680,7 @@ pub struct ServiceConstraint {
 }
 
 fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Quantities, D::Error> {
-    Ok(Option::<Quantities>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 /// A template's constraints.
@@ -673,11 +696,11 @@ pub struct Constraints {
 }
 
 fn size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SizeConstraint, D::Error> {
-    Ok(Option::<SizeConstraint>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 fn layout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LayoutConstraint, D::Error> {
-    Ok(Option::<LayoutConstraint>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 fn service_constraints<'de, D: serde::Deserializer<'de>>(
@@ -708,35 +731,39 @@ pub struct Administration {
     /// made from this template (each field of a request's `rollout` falls back to these). With it
     /// set, those operations roll (canaries, batches, health gates) even when a request names no
     /// rollout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_section"
+    )]
     pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 fn lease<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LeaseDuration, D::Error> {
-    Ok(Option::<LeaseDuration>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 fn administration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Administration, D::Error> {
-    Ok(Option::<Administration>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 fn compatibility<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Compatibility, D::Error> {
-    Ok(Option::<Compatibility>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 fn defaults<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ClusterDefaults, D::Error> {
-    Ok(Option::<ClusterDefaults>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D::Error> {
-    Ok(Option::<Constraints>::deserialize(d)?.unwrap_or_default())
+    lenient::section(d)
 }
 
 /// A cluster template: the blueprint users build clusters from.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterTemplate {
-    #[serde(default, deserialize_with = "lenient::string")]
+    #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
         schema(
@@ -767,7 +794,11 @@ pub struct ClusterTemplate {
     pub icon: Option<String>,
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_section"
+    )]
     pub extends: Option<NameRef>,
     #[serde(default, deserialize_with = "lenient::vec")]
     pub includes: Vec<NameRef>,
@@ -797,7 +828,7 @@ pub struct ClusterTemplate {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PartialTemplate {
-    #[serde(default, deserialize_with = "lenient::string")]
+    #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
         schema(
@@ -918,6 +949,42 @@ mod tests {
         let body = br#"{"name":"s","provisioner":{"actions":{"INSTALL":{"type":"shell"}}}}"#;
         let e = lenient::parse_as::<Service>(body, "a service").unwrap_err();
         assert_eq!(e.field(), Some("provisioner.actions"));
+    }
+
+    #[test]
+    fn nested_objects_are_objects_or_null_never_arrays() {
+        let ok = lenient::parse_as::<ClusterTemplate>(
+            br#"{"name":"t","administration":null,"links":[{"label":"a","url":null}]}"#,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(ok.links[0].url, "");
+        for bad in [
+            r#"{"name":"t","administration":{"leaseduration":[null, 5]}}"#,
+            r#"{"name":"t","administration":{"rollout":[null, null]}}"#,
+            r#"{"name":"t","links":[["a","b"]]}"#,
+            r#"{"name":"t","extends":["p"]}"#,
+        ] {
+            let e = lenient::parse_as::<ClusterTemplate>(bad.as_bytes(), "t");
+            assert!(e.is_err(), "{bad} was read");
+        }
+        let e = lenient::parse_as::<ClusterTemplate>(
+            br#"{"name":"t","constraints":{"size":[1, 2]}}"#,
+            "t",
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("constraints.size"), "{e}");
+    }
+
+    #[test]
+    fn names_must_be_text_other_text_may_be_a_number() {
+        let p: Provider =
+            lenient::parse_as(br#"{"name":"p","providertype":5,"icon":true}"#, "p").unwrap();
+        assert_eq!(
+            (p.providertype.as_str(), p.icon.as_deref()),
+            ("5", Some("true"))
+        );
+        assert!(lenient::parse_as::<Provider>(br#"{"name":5,"providertype":"x"}"#, "p").is_err());
     }
 
     #[test]

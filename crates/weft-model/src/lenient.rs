@@ -262,6 +262,87 @@ fn opt_string_inner<E: serde::de::Error>(v: Value) -> Result<Option<String>, E> 
     }
 }
 
+/// Text that must be text (a name, a DNS suffix: a number there is refused); null or absent is "".
+pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(opt_text(d)?.unwrap_or_default())
+}
+
+/// Optional text that must be text.
+pub fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s)),
+        other => Err(D::Error::custom(format!(
+            "expected a string, got {}",
+            kind(&other)
+        ))),
+    }
+}
+
+/// An integer as JSON counts them (`5`, or `5.0`), not text or null: for records read as
+/// written (a node's).
+pub fn json_i64<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    match Value::deserialize(d)? {
+        v @ Value::Number(_) => Ok(to_i64::<D::Error>(&v)?.unwrap_or(0)),
+        other => Err(D::Error::custom(format!(
+            "expected an integer, got {}",
+            kind(&other)
+        ))),
+    }
+}
+
+/// A non-negative integer as JSON counts them (`5`, or `5.0`).
+pub fn json_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match Value::deserialize(d)? {
+        v @ Value::Number(_) => Ok(to_u64::<D::Error>(&v)?.unwrap_or(0)),
+        other => Err(D::Error::custom(format!(
+            "expected a non-negative integer, got {}",
+            kind(&other)
+        ))),
+    }
+}
+
+/// A 32-bit non-negative integer as JSON counts them.
+pub fn json_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = json_u64(d)?;
+    u32::try_from(v).map_err(|_| D::Error::custom(format!("{v} is too large")))
+}
+
+/// A nested object; null or absent is its default. Read through the caller's deserializer, so
+/// errors keep their field paths (serde alone would also read an array as the fields in order).
+pub fn section<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(opt_section(d)?.unwrap_or_default())
+}
+
+/// An optional nested object; null is absent.
+pub fn opt_section<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Section<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Section<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+    d.deserialize_any(Section(std::marker::PhantomData))
+}
+
 /// A map of strings: scalar values become their text, null values are dropped.
 pub fn string_map<'de, D: Deserializer<'de>>(
     d: D,

@@ -188,7 +188,11 @@ impl RolloutSpec {
 /// A whole number read leniently (`3`, `"3"`).
 fn whole(v: &Value) -> Option<u64> {
     match v {
-        Value::Number(n) => n.as_u64(),
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19)
+                .map(|f| f as u64)
+        }),
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }

@@ -45,7 +45,7 @@ pub trait Validate {
 impl Validate for Provider {
     fn validate(&self) -> Result<(), ModelError> {
         validate_name("name", &self.name)?;
-        if self.providertype.trim().is_empty() {
+        if self.providertype.is_empty() {
             return Err(ModelError::invalid(
                 "providertype",
                 "providertype must be specified",
@@ -75,7 +75,7 @@ impl Validate for Service {
                     format!("{prefix}: status is asked of a node's provider; a service cannot declare it"),
                 ));
             }
-            if spec.automator.trim().is_empty() {
+            if spec.automator.is_empty() {
                 let field = format!("{prefix}.type");
                 return Err(ModelError::invalid(
                     &field,

@@ -92,6 +92,8 @@ pub enum Param {
     Version,
     /// An integer, at least this.
     Int(i64),
+    /// A time or duration: an integer from 0 to 2^63 - 1.
+    Time,
     /// One of these words.
     OneOf(&'static [&'static str]),
 }
@@ -107,6 +109,11 @@ impl Param {
             Param::Version => b
                 .schema_type(Type::Integer)
                 .minimum(Some(1))
+                .maximum(Some(i64::MAX as isize))
+                .build(),
+            Param::Time => b
+                .schema_type(Type::Integer)
+                .minimum(Some(0))
                 .maximum(Some(i64::MAX as isize))
                 .build(),
             // At most 2^53 - 1: every client's JSON numbers hold it exactly.
@@ -141,6 +148,7 @@ pub struct Op {
     request_required: bool,
     responses: Vec<(u16, &'static str, Option<Body>)>,
     query: Vec<(&'static str, &'static str, Param)>,
+    rules: Vec<(&'static str, &'static str)>,
 }
 
 /// Starts documenting an operation.
@@ -152,6 +160,7 @@ pub fn op(tag: impl Into<String>, summary: impl Into<String>) -> Op {
         request_required: false,
         responses: Vec::new(),
         query: Vec::new(),
+        rules: Vec::new(),
     }
 }
 
@@ -190,6 +199,14 @@ impl Op {
     /// A query parameter whose values are limited.
     pub fn query_as(mut self, name: &'static str, desc: &'static str, p: Param) -> Self {
         self.query.push((name, desc, p));
+        self
+    }
+
+    /// A rule the server checks that no schema states (one field against another, or against
+    /// the path): listed in the operation's description and in `x-weft-rules` (`{id, rule}`),
+    /// which the fuzz test's hooks honour by `id`.
+    pub fn rule(mut self, id: &'static str, rule: &'static str) -> Self {
+        self.rules.push((id, rule));
         self
     }
 
@@ -241,6 +258,24 @@ impl Op {
     }
 }
 
+/// States an operation's rules in its description and in `x-weft-rules`.
+fn with_rules(b: OperationBuilder, rules: &[(&'static str, &'static str)]) -> OperationBuilder {
+    let text: Vec<String> = rules.iter().map(|(_, r)| format!("- {r}")).collect();
+    let list: Vec<serde_json::Value> = rules
+        .iter()
+        .map(|(id, r)| serde_json::json!({"id": id, "rule": r}))
+        .collect();
+    b.description(Some(format!(
+        "Rules the server checks beyond the schema:\n{}",
+        text.join("\n")
+    )))
+    .extensions(Some(
+        utoipa::openapi::extensions::ExtensionsBuilder::new()
+            .add("x-weft-rules", serde_json::Value::Array(list))
+            .build(),
+    ))
+}
+
 /// A router and its OpenAPI paths, built together.
 pub struct Api {
     pub router: Router<AppState>,
@@ -274,6 +309,9 @@ impl Api {
         let mut b = OperationBuilder::new()
             .summary(Some(doc.summary.clone()))
             .tag(tag);
+        if !doc.rules.is_empty() {
+            b = with_rules(b, &doc.rules);
+        }
         for seg in path.split('/') {
             if let Some(name) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
                 b = b.parameter(

@@ -102,6 +102,7 @@ impl From<EngineError> for ApiError {
             | E::PoolShort(_)
             | E::NodeExists(_)
             | E::NotOffered { .. }
+            | E::Unservable(_)
             | E::Incomplete { .. }
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
             e @ (E::NotRegistered(_) | E::NotYourTenant { .. }) => {

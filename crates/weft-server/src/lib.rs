@@ -16,6 +16,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod doc_rules;
 pub mod error;
 pub mod lenient_doc;
 pub mod listen;
@@ -414,7 +415,9 @@ pub fn openapi(listener: Listener) -> serde_json::Value {
     for (p, item) in paths {
         doc.paths.paths.insert(p, item);
     }
-    lenient_doc::state(doc)
+    let mut doc = lenient_doc::state(doc);
+    doc_rules::state(&mut doc);
+    doc
 }
 
 /// Loads a catalog (the JSON of `GET /v2/export`) into a tenant that has no catalog yet. Returns

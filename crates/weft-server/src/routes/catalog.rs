@@ -57,8 +57,16 @@ pub fn routes(api: Api) -> Api {
         )
         .body(Body::Json("ClusterTemplate"))
         .ok(200, "the merged template", Body::Json("ClusterTemplate"))
-        .status(400, "immutability violation or invalid result")
-        .status(404, "a parent or partial does not exist"),
+        .status(
+            400,
+            "invalid template; without extends or includes, no default services or provider",
+        )
+        .status(404, "a parent or partial does not exist")
+        .status(
+            409,
+            "the parent or partials, as stored, leave the result incomplete or invalid, or an \
+             immutable partial's keys are overridden",
+        ),
     )
 }
 

@@ -196,7 +196,7 @@ async fn lease(
 pub struct LeaseReq {
     /// Milliseconds since the epoch; within the template's lease rules.
     #[serde(rename = "expireTime", default, deserialize_with = "lenient::opt_i64")]
-    #[schema(required = true, value_type = i64, minimum = 0)]
+    #[schema(required = true, value_type = i64, minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     expire_time: Option<i64>,
 }
 

@@ -43,7 +43,12 @@ pub fn routes(api: Api) -> Api {
             .ok(200, "{\"id\": \"00000001\"}", Body::AnyJson)
             .status(400, "invalid request; or {\"missingFields\": [...]} (JSON)")
             .status(404, "template, provider or provider type does not exist")
-            .status(409, "a tenant quota would be exceeded"),
+            .status(
+                409,
+                "a tenant quota would be exceeded, no provisioner offers the provider type, or \
+                 the template as stored cannot serve the request (incomplete, a size outside its \
+                 range, a lease it does not allow; no layout for a dry run)",
+            ),
     )
     .route(
         MethodFilter::GET,

@@ -61,8 +61,8 @@ pub fn routes(api: Api) -> Api {
             .query("user", "owner")
             .query("cluster", "cluster id")
             .query("clustertemplate", "template name")
-            .query_as("start", "unix seconds (not after end)", Param::Int(0))
-            .query_as("end", "unix seconds", Param::Int(0))
+            .query_as("start", "unix seconds (not after end)", Param::Time)
+            .query_as("end", "unix seconds (default: now)", Param::Time)
             .query_as(
                 "groupby",
                 "hour, day, week, month or year",
@@ -73,6 +73,11 @@ pub fn routes(api: Api) -> Api {
                 "a time unit name such as seconds (default) or hours",
                 Param::OneOf(&UNITS),
             )
+            .rule(
+                "tenant-is-callers",
+                "tenant, when given, is the caller's own (a superadmin may name any): else 405, as Coopr answers",
+            )
+            .rule("start-not-after-end", "start is not after end (end defaults to now)")
             .ok(200, "usage", Body::Json("UsageReport"))
             .status(400, "bad start, end, groupby or timeunit")
             .status(405, "tenant names another tenant"),
@@ -135,7 +140,7 @@ struct UsageQuery {
 
 async fn usage(id: Identity, Query(q): Query<UsageQuery>) -> ApiResult<Json<UsageReport>> {
     if let Some(t) = q.tenant.as_deref() {
-        if id.role != Role::SuperAdmin && t != id.tenant.id {
+        if id.role != Role::SuperAdmin && t != id.tenant.id && t != id.tenant.spec.name {
             return Err(ApiError::MethodNotAllowed(format!(
                 "tenant {t} is not the caller's tenant"
             )));

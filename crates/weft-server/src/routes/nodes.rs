@@ -54,6 +54,7 @@ pub fn routes(api: Api) -> Api {
         put,
         op(t, "Replace a node record (admin)")
             .body(Body::Json("Node"))
+            .rule("body-id-is-path-id", "the body's id is the path's id")
             .status(204, "written")
             .status(400, "the body's id differs from the path")
             .status(403, "not the tenant admin")
@@ -115,7 +116,7 @@ async fn get(
 async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiResult<StatusCode> {
     who.require_admin()?;
     let node: Node = parse_body(&body, "a node")?;
-    if node.id.trim().is_empty() {
+    if node.id.is_empty() {
         return Err(ApiError::BadRequest("node id must be specified".into()));
     }
     nodes::put_node(&st.engine, &who.caller(), node, true).await?;
@@ -176,6 +177,7 @@ async fn node_properties(
     let req: PropsReq = parse_body(&body, "{\"clusterId\": ..}")?;
     let id = req
         .cluster_id
+        .filter(|id| !id.is_empty())
         .ok_or_else(|| ApiError::BadRequest("clusterId must be specified".into()))?;
     let Ok(row) = weft_engine::view::visible(&st.engine, &who.caller(), &id).await else {
         return Ok(Json(Map::new()));

@@ -29,7 +29,11 @@ pub fn routes(api: Api) -> Api {
         .body(Body::Json("SolveRequest"))
         .ok(200, "the layout or the solver's explanation", Body::AnyJson)
         .status(400, "invalid request; the message names the field")
-        .status(404, "the template, a parent, a partial or the provider does not exist"),
+        .status(404, "the template, a parent, a partial or the provider does not exist")
+        .status(
+            409,
+            "the template, as stored (or its parent or partials), is incomplete or invalid",
+        ),
     )
 }
 

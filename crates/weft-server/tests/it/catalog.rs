@@ -204,12 +204,12 @@ async fn resolve_merges_extends_and_includes() {
     // Nothing was written.
     h.get(SA, "/v2/clustertemplates/child").await.expect(404);
 
-    // An immutable partial's keys cannot be overridden.
+    // An immutable partial's keys cannot be overridden: the stored partial refuses it (409).
     let over = json!({"name": "c2", "extends": {"name": "base"}, "includes": [{"name": "sensu"}],
                       "defaults": {"config": {"sensu": {"on": false}}}});
     h.post(SA, "/v2/resolve", over.to_string())
         .await
-        .expect_text(400, "sensu can't be overridden due immutability.");
+        .expect_text(409, "sensu can't be overridden due immutability.");
     // Missing parent or partial: 404.
     let orphan = json!({"name": "c3", "extends": {"name": "nope"}, "defaults": {"services": ["x"], "provider": "p"}});
     h.post(SA, "/v2/resolve", orphan.to_string())
@@ -244,8 +244,10 @@ async fn resolve_refuses_circular_inheritance() {
         .await
         .expect(200);
     let own = json!({"name": "c", "extends": {"name": "a"}, "defaults": {"services": ["x"], "provider": "p"}});
+    // The stored templates make the cycle: the request is fine, the catalog cannot serve it.
     let r = h.post(SA, "/v2/resolve", own.to_string()).await;
-    assert_eq!(r.status.as_u16(), 400, "{}", r.text());
+    assert_eq!(r.status.as_u16(), 409, "{}", r.text());
+    assert!(r.text().contains("circular"), "{}", r.text());
 }
 
 /// Coopr's router ignores one trailing `/`, and Coopr's own Java client sends one

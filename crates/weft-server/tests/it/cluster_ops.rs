@@ -277,7 +277,7 @@ async fn leases_follow_the_template_rules() {
     let long = json!({"name": "c", "clusterTemplate": "t", "numMachines": 1, "initialLeaseDuration": 2000000, "providerFields": {"token": "x"}});
     h.post(a, "/v2/clusters", long.to_string())
         .await
-        .expect(400);
+        .expect(409);
     let id = create(&h, a, 1).await;
     let path = format!("/v2/clusters/{id}");
     h.post(a, &path, json!({"expireTime": 1}).to_string())
@@ -534,9 +534,11 @@ async fn a_create_dry_run_shows_the_plan_and_creates_nothing() {
     assert_eq!(first, ["CREATE", "CREATE"]);
     assert_eq!(h.get(a, "/v2/clusters").await.json(), json!([]));
     let unsolvable = json!({"name": "c", "clusterTemplate": "t", "numMachines": 2, "services": ["a"], "providerFields": {"token": "x"}});
+    // The request is valid; the template cannot serve it (409, as a create's no-layout would
+    // make a terminated cluster).
     h.post(a, "/v2/clusters?dryrun=true", unsolvable.to_string())
         .await
-        .expect(400);
+        .expect(409);
     assert_eq!(
         create(&h, a, 1).await,
         "00000001",

@@ -468,7 +468,8 @@ async fn create_requests_are_checked() {
     post(json!({"name": "x", "clusterTemplate": "t", "numMachines": 10001}))
         .await
         .expect(400);
-    post(json!({"name": "x", "clusterTemplate": "t", "numMachines": 11, "providerFields": {"token": "x"}})).await.expect(400);
+    // Above the template's range: the template cannot serve it.
+    post(json!({"name": "x", "clusterTemplate": "t", "numMachines": 11, "providerFields": {"token": "x"}})).await.expect(409);
     post(json!({"name": "x", "clusterTemplate": "nope", "numMachines": 1}))
         .await
         .expect_text(404, "cluster template nope does not exist.");
