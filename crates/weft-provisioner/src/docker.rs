@@ -589,12 +589,13 @@ impl DockerProvider {
             }
         };
         // While a twin network exists (see `ensure_network`) the engine cannot resolve the
-        // container's network by name; its maker removes it at once, so try again for a while.
+        // container's network by name; its maker removes it at once, so try again for a while
+        // (up to 20 s: on a loaded machine the twin's removal was seen to take over 5 s).
         let mut tries = 0;
         loop {
             let err = match docker.start_container(name, None).await {
                 Ok(()) => break,
-                Err(e) if ambiguous(&e) && tries < 25 => {
+                Err(e) if ambiguous(&e) && tries < 100 => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
