@@ -14,6 +14,7 @@ mod offline;
 mod openapi_fuzz;
 mod plan_output;
 mod ready; // weft up and provisioners under load (issue 35)
+mod sealed; // secrets sealed at rest (issue 36)
 mod server;
 mod support;
 mod tenant_users;
