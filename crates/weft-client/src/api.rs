@@ -605,6 +605,17 @@ impl ApiClient {
         self.get("/v2/export").await
     }
 
+    /// The catalog with its secrets sealed under `passphrase`.
+    pub async fn export_sealed(&self, passphrase: &str) -> ClientResult<CatalogExport> {
+        let body = weft_model::SealedExportRequest {
+            passphrase: passphrase.to_string(),
+        };
+        let answer = self
+            .send_json(Method::POST, "/v2/export", Some(&body))
+            .await?;
+        self.decode("/v2/export", &answer)
+    }
+
     pub async fn import(&self, catalog: &CatalogExport) -> ClientResult<CatalogWriteAnswer> {
         let answer = self
             .send_json(Method::POST, "/v2/import", Some(catalog))

@@ -387,6 +387,92 @@ impl Sealer {
     }
 }
 
+/// What a value sealed under an export's passphrase starts with.
+pub const EXPORT_PREFIX: &str = "passphrase:v1:";
+/// The shortest passphrase an export takes.
+pub const MIN_PASSPHRASE: usize = 12;
+/// The associated data of a value sealed under a passphrase.
+const EXPORT_AAD: &[u8] = b"weft export";
+
+/// A key derived from a passphrase and a salt with Argon2id (the crate's default cost).
+fn passphrase_cipher(passphrase: &str, salt: &[u8]) -> EngineResult<Aes256Gcm> {
+    let mut key = [0u8; 32];
+    argon2::Argon2::default()
+        .hash_password_into(passphrase.as_bytes(), salt, &mut key)
+        .map_err(|e| EngineError::Internal(format!("deriving the export key: {e}")))?;
+    Ok(cipher_of(&key).expect("32 bytes"))
+}
+
+/// Seals values of an export under a passphrase: `passphrase:v1:<salt>:<nonce | ciphertext>`,
+/// one random salt per export.
+pub struct ExportSealer {
+    salt: String,
+    cipher: Aes256Gcm,
+}
+
+impl ExportSealer {
+    pub fn new(passphrase: &str) -> EngineResult<ExportSealer> {
+        if passphrase.chars().count() < MIN_PASSPHRASE {
+            return Err(EngineError::Invalid(format!(
+                "passphrase: must be at least {MIN_PASSPHRASE} characters"
+            )));
+        }
+        let mut salt = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut salt);
+        Ok(ExportSealer {
+            salt: b64().encode(salt),
+            cipher: passphrase_cipher(passphrase, &salt)?,
+        })
+    }
+
+    pub fn seal(&self, value: &Value) -> Value {
+        let plain = serde_json::to_vec(value).expect("JSON values serialize");
+        let sealed = seal_bytes(&self.cipher, &self.salt, EXPORT_AAD, &plain);
+        Value::String(sealed.replacen(PREFIX, EXPORT_PREFIX, 1))
+    }
+}
+
+/// Opens values an export sealed under a passphrase (one key derivation per salt).
+pub struct ExportOpener {
+    passphrase: Option<String>,
+    keys: HashMap<String, Aes256Gcm>,
+}
+
+impl ExportOpener {
+    pub fn new(passphrase: Option<String>) -> ExportOpener {
+        ExportOpener {
+            passphrase,
+            keys: HashMap::new(),
+        }
+    }
+
+    /// The value `v` holds when it is sealed under a passphrase (`None`: it is not); `field`
+    /// names it in the error of a missing or wrong passphrase.
+    pub fn open(&mut self, v: &Value, field: &str) -> EngineResult<Option<Value>> {
+        let Some(rest) = v.as_str().and_then(|s| s.strip_prefix(EXPORT_PREFIX)) else {
+            return Ok(None);
+        };
+        let Some(passphrase) = &self.passphrase else {
+            return Err(EngineError::Invalid(format!(
+                "{field} is sealed with an export's passphrase: give `passphrase`"
+            )));
+        };
+        let wrong = || EngineError::Invalid(format!("passphrase: does not open {field}"));
+        let text = format!("{PREFIX}{rest}");
+        let (salt, bytes) = split_sealed(&text).ok_or_else(wrong)?;
+        let salt = salt.to_string();
+        if !self.keys.contains_key(&salt) {
+            let raw = b64().decode(&salt).map_err(|_| wrong())?;
+            self.keys
+                .insert(salt.clone(), passphrase_cipher(passphrase, &raw)?);
+        }
+        let plain = open_bytes(&self.keys[&salt], EXPORT_AAD, &bytes).ok_or_else(wrong)?;
+        serde_json::from_slice(&plain)
+            .map(Some)
+            .map_err(|_| wrong())
+    }
+}
+
 /// `data_key` wrapped by `master`.
 fn wrap(master: &MasterKey, data_key: &[u8]) -> String {
     let cipher = cipher_of(&master.key).expect("32 bytes");
@@ -513,6 +599,28 @@ mod tests {
         let stale = Sealer::new(store, KeySource::File(old_path));
         let err = stale.ready().await.unwrap_err().to_string();
         assert!(err.contains("does not hold"), "{err}");
+    }
+
+    #[test]
+    fn an_export_opens_with_its_passphrase_only() {
+        let sealer = ExportSealer::new("correct horse battery").unwrap();
+        let v = json!({"k": "secret"});
+        let sealed = sealer.seal(&v);
+        assert!(sealed.as_str().unwrap().starts_with(EXPORT_PREFIX));
+        let mut right = ExportOpener::new(Some("correct horse battery".into()));
+        assert_eq!(right.open(&sealed, "f").unwrap(), Some(v));
+        assert_eq!(right.open(&json!("plain"), "f").unwrap(), None);
+        let mut wrong = ExportOpener::new(Some("wrong horse battery".into()));
+        let err = wrong
+            .open(&sealed, "providers[p].provisioner.k")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("does not open providers[p]"),
+            "{err}"
+        );
+        let err = ExportOpener::new(None).open(&sealed, "f").unwrap_err();
+        assert!(err.to_string().contains("give `passphrase`"), "{err}");
+        assert!(ExportSealer::new("short").is_err());
     }
 
     #[tokio::test]

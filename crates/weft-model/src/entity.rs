@@ -890,6 +890,19 @@ pub struct CatalogExport {
     pub clustertemplates: Vec<ClusterTemplate>,
     #[serde(default, deserialize_with = "lenient::vec")]
     pub partialtemplates: Vec<PartialTemplate>,
+    /// Import only: the passphrase that opens the secrets an export sealed with one
+    /// (`passphrase:v1:...` values, from `POST /v2/export`). Never answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passphrase: Option<String>,
+}
+
+/// The body of `POST /v2/export`: the passphrase the export's secrets are sealed under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct SealedExportRequest {
+    /// At least 12 characters; the import of the export needs it.
+    #[cfg_attr(feature = "openapi", schema(min_length = 12))]
+    pub passphrase: String,
 }
 
 /// Something a catalog entry names that the catalog lacks, or says that cannot hold as written:

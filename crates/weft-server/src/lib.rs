@@ -290,6 +290,7 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ClusterTemplate,
         weft_model::PartialTemplate,
         weft_model::CatalogExport,
+        weft_model::SealedExportRequest,
         weft_model::CatalogWarning,
         weft_model::CatalogWriteAnswer,
         weft_model::PluginType,

@@ -6,9 +6,9 @@ use axum::extract::State;
 use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::{Map, Value};
-use weft_model::{lenient, CatalogWriteAnswer, ClusterTemplate, EntityKind};
+use weft_model::{lenient, CatalogWriteAnswer, ClusterTemplate, EntityKind, SealedExportRequest};
 
-use super::entities::{mask_provider, normalize, provider_to_store};
+use super::entities::{mask_provider, normalize, provider_to_store, sensitive_fields};
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
@@ -25,6 +25,27 @@ pub fn routes(api: Api) -> Api {
             "Export the latest version of every admin entity of the tenant",
         )
         .ok(200, "the six kinds", Body::Json("CatalogExport")),
+    )
+    .route(
+        MethodFilter::POST,
+        "/v2/export",
+        export_sealed,
+        op(
+            "catalog",
+            "Export the catalog with its secrets, each sealed under a passphrase (AES-256-GCM, \
+             key from Argon2id); `POST /v2/import` with the passphrase opens them",
+        )
+        .body(Body::Json("SealedExportRequest"))
+        .ok(
+            200,
+            "the six kinds; sensitive provider fields read `passphrase:v1:...`",
+            Body::Json("CatalogExport"),
+        )
+        .status(
+            400,
+            "the passphrase is missing or shorter than 12 characters",
+        )
+        .status(403, "caller is not the tenant admin"),
     )
     .route(
         MethodFilter::POST,
@@ -71,17 +92,80 @@ pub fn routes(api: Api) -> Api {
 }
 
 async fn export(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Value>> {
+    catalog_export(&st, &id, None).await.map(Json)
+}
+
+async fn export_sealed(
+    State(st): State<AppState>,
+    id: Identity,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    id.require_admin()?;
+    let req: SealedExportRequest = parse_body(&body, "an object with a passphrase")?;
+    let sealer = weft_engine::seal::ExportSealer::new(&req.passphrase)?;
+    catalog_export(&st, &id, Some(&sealer)).await.map(Json)
+}
+
+/// The tenant's catalog: sensitive provider fields masked, or (`sealer`) sealed under an
+/// export's passphrase.
+async fn catalog_export(
+    st: &AppState,
+    id: &Identity,
+    sealer: Option<&weft_engine::seal::ExportSealer>,
+) -> ApiResult<Value> {
     let mut out = Map::new();
     for kind in EntityKind::ADMIN {
         let mut items = st.store.list_entities(&id.tenant.id, kind).await?;
         if kind == EntityKind::Provider {
             for item in &mut items {
-                mask_provider(st.store.as_ref(), item).await?;
+                match sealer {
+                    None => mask_provider(st.store.as_ref(), item).await?,
+                    Some(s) => seal_for_export(st, &id.tenant.id, item, s).await?,
+                }
             }
         }
         out.insert(kind.as_str().into(), Value::Array(items));
     }
-    Ok(Json(Value::Object(out)))
+    Ok(Value::Object(out))
+}
+
+/// A provider's sensitive fields opened from the store and sealed under the export's passphrase.
+async fn seal_for_export(
+    st: &AppState,
+    tenant: &str,
+    provider: &mut Value,
+    sealer: &weft_engine::seal::ExportSealer,
+) -> ApiResult<()> {
+    let fields = sensitive_fields(st.store.as_ref(), provider).await?;
+    if let Some(p) = provider
+        .get_mut("provisioner")
+        .and_then(Value::as_object_mut)
+    {
+        for f in fields {
+            if let Some(v) = p.get_mut(&f) {
+                st.engine.sealer.open_all(tenant, v).await?;
+                *v = sealer.seal(v);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens the values of `doc` (a provider) that an export sealed under a passphrase.
+fn open_exported(
+    opener: &mut weft_engine::seal::ExportOpener,
+    name: &str,
+    doc: &mut Value,
+) -> ApiResult<()> {
+    if let Some(p) = doc.get_mut("provisioner").and_then(Value::as_object_mut) {
+        for (k, v) in p.iter_mut() {
+            let field = format!("providers[{name}].provisioner.{k}");
+            if let Some(plain) = opener.open(v, &field)? {
+                *v = plain;
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn import(
@@ -90,11 +174,18 @@ async fn import(
     body: Bytes,
 ) -> ApiResult<Json<CatalogWriteAnswer>> {
     id.require_admin()?;
-    let v = lenient::parse(&body)
+    let mut v = lenient::parse(&body)
         .map_err(|e| ApiError::BadRequest(format!("Json syntax error: {e}")))?;
+    let passphrase = match v.as_object_mut().and_then(|o| o.remove("passphrase")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) => Some(p),
+        Some(_) => return Err(ApiError::BadRequest("passphrase: expected a string".into())),
+    };
+    let mut opener = weft_engine::seal::ExportOpener::new(passphrase);
     let mut entities = catalog_entities(v)?;
-    for (kind, _, doc) in entities.iter_mut() {
+    for (kind, name, doc) in entities.iter_mut() {
         if *kind == EntityKind::Provider {
+            open_exported(&mut opener, name, doc)?;
             provider_to_store(&st.engine, &id.tenant.id, doc).await?;
         }
         weft_engine::gaps::refuse_unrunnable(&st.engine, *kind, doc).await?;

@@ -329,7 +329,7 @@ pub fn normalize(
 }
 
 /// The fields that the provider type of `provider` marks sensitive.
-async fn sensitive_fields(store: &dyn Store, provider: &Value) -> ApiResult<Vec<String>> {
+pub async fn sensitive_fields(store: &dyn Store, provider: &Value) -> ApiResult<Vec<String>> {
     let Some(ptype) = provider.get("providertype").and_then(Value::as_str) else {
         return Ok(Vec::new());
     };

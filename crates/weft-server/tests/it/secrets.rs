@@ -321,3 +321,59 @@ fn pg_dump() -> std::path::PathBuf {
         .find(|p| p.exists());
     found.unwrap_or_else(|| "pg_dump".into())
 }
+
+/// `POST /v2/export` with a passphrase exports the secrets sealed under it, and an import with the
+/// passphrase (only with it) opens them into another tenant's store, sealed there again.
+#[tokio::test]
+async fn an_export_with_secrets_seals_them_under_a_passphrase() {
+    const PASS: &str = "a long export passphrase";
+    let h = Harness::new().await;
+    h.plugin_types().await;
+    h.tenant("acme").await;
+    h.tenant("beta").await;
+    let a = admin("acme");
+    let p = json!({"name": "p", "providertype": "fake", "provisioner": {"region": "r1", "secret": SECRET}});
+    h.post(a, "/v2/providers", p.to_string()).await.expect(200);
+    let ask = |pass: &str| json!({"passphrase": pass}).to_string();
+    h.post(a, "/v2/export", ask("short"))
+        .await
+        .expect(400)
+        .text()
+        .contains("passphrase")
+        .then_some(())
+        .expect("the 400 names it");
+    h.post(user("bob", "acme"), "/v2/export", ask(PASS))
+        .await
+        .expect(403);
+    let export = h.post(a, "/v2/export", ask(PASS)).await.expect(200);
+    assert!(!export.text().contains(SECRET), "{}", export.text());
+    let mut doc = export.json();
+    let sealed = doc["providers"][0]["provisioner"]["secret"].clone();
+    assert!(
+        sealed.as_str().unwrap().starts_with("passphrase:v1:"),
+        "{doc}"
+    );
+    assert_eq!(doc["providers"][0]["provisioner"]["region"], "r1");
+
+    let b = admin("beta");
+    h.post(b, "/v2/import", doc.to_string())
+        .await
+        .expect(400)
+        .text()
+        .contains("providers[p].provisioner.secret")
+        .then_some(())
+        .expect("the 400 names it");
+    doc["passphrase"] = json!("not the passphrase");
+    h.post(b, "/v2/import", doc.to_string())
+        .await
+        .expect(400)
+        .text()
+        .contains("passphrase: does not open")
+        .then_some(())
+        .expect("the 400 names it");
+    doc["passphrase"] = json!(PASS);
+    h.post(b, "/v2/import", doc.to_string()).await.expect(200);
+    assert_eq!(stored_secret(&h, "beta").await, SECRET);
+    let shown = h.get(b, "/v2/providers/p").await.expect(200).json();
+    assert_eq!(shown["provisioner"]["secret"], MASK);
+}

@@ -728,6 +728,68 @@ fn catalog_commands_show_edit_export_and_import() {
 }
 
 #[test]
+fn catalog_export_includes_secrets_only_sealed_under_a_passphrase() {
+    const SECRET: &str = "cli-secret-8d2f61";
+    let s = Server::start();
+    s.login();
+    let vault = json!({"name": "vault", "parameters": {"admin": {"fields": {
+        "secret": {"label": "secret", "type": "password", "sensitive": true}}}}});
+    let url = format!("{}/v2/plugins/providertypes/vault", s.internal);
+    let (code, text) = crate::support::http("PUT", &url, &[], &vault.to_string());
+    assert_eq!(code, 200, "{text}");
+    let p = json!({"name": "v", "providertype": "vault", "provisioner": {"secret": SECRET}});
+    let f = s.dir.path().join("v.json");
+    std::fs::write(&f, p.to_string()).unwrap();
+    s.ok(&["provider", "create", "-f", f.to_str().unwrap()]);
+    let masked = s.ok(&["catalog", "export"]);
+    assert!(masked.contains("********"), "{masked}");
+    let err = s.fails(&["catalog", "export", "--include-secrets"], 1);
+    assert!(err.contains("passphrase"), "{err}");
+    let pass = s.dir.path().join("pass");
+    std::fs::write(&pass, "a passphrase for this test\n").unwrap();
+    let pass = pass.to_str().unwrap();
+    let export = [
+        "catalog",
+        "export",
+        "--include-secrets",
+        "--passphrase-file",
+        pass,
+    ];
+    let sealed = s.ok(&export);
+    assert!(sealed.contains("passphrase:v1:"), "{sealed}");
+    let backup = s.dir.path().join("backup.json");
+    std::fs::write(&backup, &sealed).unwrap();
+    let backup = backup.to_str().unwrap();
+    s.ok(&["provider", "delete", "v"]);
+    let wrong = s.dir.path().join("wrong");
+    std::fs::write(&wrong, "not the passphrase at all").unwrap();
+    let wrong = wrong.to_str().unwrap();
+    let err = s.fails(
+        &[
+            "catalog",
+            "import",
+            backup,
+            "--yes",
+            "--passphrase-file",
+            wrong,
+        ],
+        2,
+    );
+    assert!(err.contains("does not open providers[v]"), "{err}");
+    s.ok(&[
+        "catalog",
+        "import",
+        backup,
+        "--yes",
+        "--passphrase-file",
+        pass,
+    ]);
+    // Back in the store, sealed again, and exported again under the passphrase.
+    let again = s.ok(&export);
+    assert!(again.contains("passphrase:v1:") && !again.contains(SECRET));
+}
+
+#[test]
 fn admin_commands_manage_tenants_provisioners_resources_and_keys() {
     let s = Server::start();
     let sa = ["--tenant", "superadmin", "--user", "admin"];

@@ -218,8 +218,16 @@ pub struct CatalogArgs {
 
 #[derive(Debug, Subcommand)]
 enum CatalogCmd {
-    /// Print the tenant's whole catalog as JSON: `weft catalog export > catalog.json`.
-    Export,
+    /// Print the tenant's whole catalog as JSON: `weft catalog export > catalog.json`. Secrets
+    /// read ******** unless --include-secrets.
+    Export {
+        /// Include the providers' secrets, each sealed under a passphrase (from
+        /// --passphrase-file or WEFT_EXPORT_PASSPHRASE; at least 12 characters).
+        #[arg(long)]
+        include_secrets: bool,
+        #[command(flatten)]
+        passphrase: Passphrase,
+    },
     /// Replace the tenant's catalog with a file's: shows what changes, then asks.
     Import {
         /// The file (`-` for stdin).
@@ -227,7 +235,33 @@ enum CatalogCmd {
         /// Do not ask.
         #[arg(long, short = 'y')]
         yes: bool,
+        /// For a file exported with --include-secrets: its passphrase.
+        #[command(flatten)]
+        passphrase: Passphrase,
     },
+}
+
+/// Where an export's passphrase comes from.
+#[derive(Debug, clap::Args)]
+struct Passphrase {
+    /// A file whose first line is the passphrase.
+    #[arg(long)]
+    passphrase_file: Option<std::path::PathBuf>,
+}
+
+impl Passphrase {
+    /// The passphrase from the file, else from WEFT_EXPORT_PASSPHRASE; `None` when neither.
+    fn read(&self) -> anyhow::Result<Option<String>> {
+        if let Some(path) = &self.passphrase_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let line = text.lines().next().unwrap_or_default().to_string();
+            return Ok(Some(line));
+        }
+        Ok(std::env::var("WEFT_EXPORT_PASSPHRASE")
+            .ok()
+            .filter(|p| !p.is_empty()))
+    }
 }
 
 /// What an import would change, per kind: (added, changed, removed) names.
@@ -276,9 +310,28 @@ pub fn run_catalog(a: CatalogArgs) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let c = &ctx.client;
     match a.cmd {
-        CatalogCmd::Export => print_json(&ctx.block(c.export())?),
-        CatalogCmd::Import { file, yes } => {
-            let new: CatalogExport = parse_json(&read_input(&file)?, &file)?;
+        CatalogCmd::Export {
+            include_secrets: false,
+            ..
+        } => print_json(&ctx.block(c.export())?),
+        CatalogCmd::Export { passphrase, .. } => {
+            let Some(p) = passphrase.read()? else {
+                return Err(UsageError(
+                    "--include-secrets needs a passphrase: --passphrase-file FILE or \
+                     WEFT_EXPORT_PASSPHRASE"
+                        .into(),
+                )
+                .into());
+            };
+            print_json(&ctx.block(c.export_sealed(&p))?)
+        }
+        CatalogCmd::Import {
+            file,
+            yes,
+            passphrase,
+        } => {
+            let mut new: CatalogExport = parse_json(&read_input(&file)?, &file)?;
+            new.passphrase = passphrase.read()?;
             let current = ctx.block(c.export())?;
             let d = diff(&current, &new)?;
             let nothing = d
