@@ -520,20 +520,24 @@ impl Deployment {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
-    /// Waits until both provisioners are registered (listed through server `i`).
+    /// `GET path` on server `i`, as text.
+    async fn get(&self, i: usize, path: &str, key: &str) -> String {
+        self.call("GET", i, path, key, Value::Null)
+            .await
+            .to_string()
+    }
+
+    /// Waits until both provisioners are registered and the docker provider type with them
+    /// (listed through server `i`): the catalog's provider is usable from then on.
     async fn wait_provisioners(&self, i: usize, superadmin: &str) {
-        self.until(
-            "both provisioners register",
-            Duration::from_secs(60),
-            || async {
-                let list = self.call("GET", i, "/v2/provisioners", superadmin, Value::Null);
-                let list = list.await.to_string();
-                self.provisioners
-                    .iter()
-                    .all(|(id, _)| list.contains(&format!("\"{id}\"")))
-                    .then_some(())
-            },
-        )
+        let what = "both provisioners register";
+        self.until(what, Duration::from_secs(60), || async {
+            let listed = self.get(i, "/v2/provisioners", superadmin).await;
+            let types = self.get(i, "/v2/plugins/providertypes", superadmin).await;
+            let mut ids = self.provisioners.iter().map(|p| format!("\"{}\"", p.0));
+            let all = ids.all(|id| listed.contains(&id));
+            (all && types.contains("\"docker\"")).then_some(())
+        })
         .await;
     }
 
@@ -668,9 +672,11 @@ fn check_capture(
     }
     for (what, secret) in secrets {
         let in_flow = flows.iter().find(|f| f.contains(secret.as_bytes()));
+        let flow = in_flow.map(|f| format!("{} -> {}", f.src, f.dst));
         assert!(
             !pcap::contains(capture, secret.as_bytes()) && in_flow.is_none(),
-            "{what} crossed the network in clear: {in_flow:?}"
+            "{what} crossed the network in clear ({})",
+            flow.as_deref().unwrap_or("outside TCP")
         );
     }
     let token_flows: Vec<&pcap::Flow> = flows
