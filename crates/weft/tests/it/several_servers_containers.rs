@@ -217,6 +217,8 @@ impl Deployment {
         for id in ["p1", "p2"] {
             ca.issue(&dir.path().join("tls").join(id), id, true);
         }
+        // Another CA, which PostgreSQL's certificate does not chain to.
+        Ca::new().issue(&dir.path().join("tls/stranger"), "stranger", true);
         let token = random_hex(32);
         std::fs::write(dir.path().join("provisioner.token"), format!("{token}\n")).unwrap();
         for sub in ["shared", "capture"] {
@@ -465,21 +467,49 @@ impl Deployment {
         docker_run(&options, RUNTIME_IMAGE, &command);
     }
 
+    /// `weft admin apikey create` for the superadmin, in a container `role` on the network,
+    /// connecting to `database` with the CA of `tls/<ca_dir>` at /etc/weft/tls/ca.pem.
+    fn admin_apikey(&self, role: &str, database: &str, ca_dir: &str) -> Output {
+        let name = self.name(role);
+        let env = format!("WEFT_DATABASE={database}");
+        let binary = Self::binary();
+        let ca = self.mount(&format!("tls/{ca_dir}"), "/etc/weft/tls");
+        let mut args = vec!["run", "--rm", "--name", &name, "--network", &self.network];
+        args.extend(["-e", &env, "-v", &binary, "-v", &ca, RUNTIME_IMAGE]);
+        args.extend("weft admin apikey create --tenant superadmin --user admin --admin".split(' '));
+        docker(&args)
+    }
+
     /// The superadmin's API key, made in the database the way an operator bootstraps one
-    /// (`weft admin apikey create`, in a container on the network, over TLS to PostgreSQL).
+    /// (`weft admin apikey create`, over TLS to PostgreSQL).
     fn superadmin_key(&self) -> String {
-        let options = [
-            ("--rm", ""),
-            ("--name", &self.name("admin")),
-            ("--network", &self.network),
-            ("-e", &format!("WEFT_DATABASE={}", self.database_url())),
-            ("-v", &Self::binary()),
-            ("-v", &self.mount("tls/weft-a", "/etc/weft/tls")),
-        ];
-        let command = "weft admin apikey create --tenant superadmin --user admin --admin";
-        let out = docker_run(&options, RUNTIME_IMAGE, command);
-        let created: Value = serde_json::from_str(&out).expect("the key as JSON");
+        let out = self.admin_apikey("admin", &self.database_url(), "weft-a");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let created: Value = serde_json::from_str(&text).expect("the key as JSON");
         created["key"].as_str().expect("a key").to_string()
+    }
+
+    /// Both ends insist on TLS: PostgreSQL refuses a client that does not encrypt, and weft
+    /// refuses a PostgreSQL whose certificate another CA signed.
+    fn postgres_needs_tls_both_ways(&self) {
+        let plain = self.database_url().replace("verify-full", "disable");
+        let out = self.admin_apikey("admin-plain", &plain, "weft-a");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("no encryption"),
+            "{err}"
+        );
+        let out = self.admin_apikey("admin-stranger", &self.database_url(), "stranger");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("invalid peer certificate"),
+            "{err}"
+        );
     }
 
     fn kill(&self, i: usize) {
@@ -713,6 +743,7 @@ async fn two_servers_in_containers_over_tls_survive_a_killed_server_and_leak_no_
     d.wait_server(1).await;
     let marker = format!("weft-capture-marker-{}", random_hex(8));
     send_in_clear(d.servers[0].api, &marker);
+    d.postgres_needs_tls_both_ways();
     let superadmin = d.superadmin_key();
     // p1 tries B first and p2 A first: whichever server is killed, a provisioner moves.
     d.start_provisioner(0, 1);
