@@ -782,7 +782,9 @@ async fn two_servers_in_containers_over_tls_survive_a_killed_server_and_leak_no_
         ("the provider's sshkeyseed", seed),
         ("the database password", d.db_password.clone()),
     ];
-    for line in private_key_lines(&secrets[2].1, &tenant_id, &cluster) {
+    let key_lines = private_key_lines(&secrets[2].1, &tenant_id, &cluster);
+    assert!(key_lines.len() >= 3, "{key_lines:?}");
+    for line in key_lines {
         secrets.push(("a line of the cluster's SSH private key", line));
     }
     let ports = d.provisioners.map(|p| p.1);
