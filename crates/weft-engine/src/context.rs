@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 use weft_store::{Store, Tenant};
 
-use crate::cache;
 use crate::events::{JobEvent, JobEventKind, Moved};
+use crate::{cache, seal};
 
 /// The settings the engine reads (weft-server's `Settings` hold them among others).
 #[derive(Debug, Clone)]
@@ -91,13 +91,16 @@ pub struct Engine {
     pub heavy_reads: Arc<tokio::sync::Semaphore>,
     /// Calls out of the process.
     pub messenger: Arc<dyn Messenger>,
+    /// Seals secrets before they are stored and opens them for provisioners (see [`seal`]).
+    pub sealer: Arc<seal::Sealer>,
 }
 
 /// How many whole-cluster answers are built at once.
 pub const HEAVY_READS: usize = 4;
 
 impl Engine {
-    /// An engine over `store` with empty caches.
+    /// An engine over `store` with empty caches, sealing secrets under a key of the process's
+    /// own (see [`Engine::with_secrets_key`]).
     pub fn new(
         store: Arc<dyn Store>,
         settings: EngineSettings,
@@ -105,7 +108,6 @@ impl Engine {
     ) -> Engine {
         let (events, _) = tokio::sync::broadcast::channel(1024);
         Engine {
-            store,
             settings: Arc::new(settings),
             events,
             payloads: Arc::default(),
@@ -113,8 +115,16 @@ impl Engine {
             leases: Arc::default(),
             providers: Arc::default(),
             heavy_reads: Arc::new(tokio::sync::Semaphore::new(HEAVY_READS)),
+            sealer: Arc::new(seal::Sealer::new(store.clone(), seal::KeySource::Ephemeral)),
+            store,
             messenger,
         }
+    }
+
+    /// The same engine with its secrets sealed under the master key from `source`.
+    pub fn with_secrets_key(mut self, source: seal::KeySource) -> Engine {
+        self.sealer = Arc::new(seal::Sealer::new(self.store.clone(), source));
+        self
     }
 }
 

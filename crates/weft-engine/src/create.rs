@@ -170,7 +170,11 @@ async fn gather(
         e => e,
     })?;
     check_required_fields(&ptype, &provider, &req.provider_fields)?;
-    let (secrets, user_fields) = split_provider_fields(&ptype, &mut provider, &req.provider_fields);
+    let (mut secrets, user_fields) =
+        split_provider_fields(&ptype, &mut provider, &req.provider_fields);
+    for v in secrets.values_mut() {
+        *v = st.sealer.seal(tenant_id, v).await?;
+    }
     Ok(Inputs {
         now,
         expire_time,

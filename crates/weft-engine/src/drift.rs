@@ -99,14 +99,18 @@ async fn find_orphans(st: &Engine, c: &Loaded) -> Result<Vec<SweptMachine>, Stri
         .current(st.store.as_ref(), &c.row.tenant_id, &c.body.provider.name)
         .await
         .unwrap_or_default();
-    let fields = c.body.provider_fields(current.as_ref());
+    let mut fields = Value::Object(c.body.provider_fields(current.as_ref()));
+    st.sealer
+        .open_all(&c.row.tenant_id, &mut fields)
+        .await
+        .map_err(|e| e.to_string())?;
     let known: Vec<String> = c.nodes.iter().map(|n| n.id.clone()).collect();
     let found = st
         .messenger
         .machines(
             &c.row.tenant_id,
             &c.body.provider.providertype,
-            &Value::Object(fields),
+            &fields,
             &known,
         )
         .await?;

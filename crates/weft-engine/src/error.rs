@@ -125,6 +125,10 @@ pub enum EngineError {
     /// A fault of the server (a row it cannot read back, ...): logged, never shown in full.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The master key of the sealed secrets is missing, wrong or unreadable: the message names
+    /// the key file and the fix.
+    #[error("secrets key: {0}")]
+    SecretsKey(String),
     /// A request valid on its own that the catalog, as stored now, cannot serve: a template
     /// that resolves incomplete or invalid, a size outside its range, a lease it does not
     /// allow, no layout for a dry run.

@@ -28,7 +28,7 @@
 //! * background: [`janitor`], [`callbacks`], [`hostpool::spawn`] (hosts back to their pools),
 //!   [`workers::rebalance`] (tenants' workers placed on provisioners).
 //!
-//! Modules, bottom up: `error`, `metrics` (process counters), `body` (what the engine keeps in each
+//! Modules, bottom up: `error`, `metrics` (process counters), `seal` (secrets sealed at rest), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
 //! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `gaps`, `hostpool` (lending pool hosts to nodes),
 //! `jobs` (starting jobs), `control`, `health`, `replace` (replacing a node), `create`, `ops`,
@@ -59,8 +59,10 @@ pub mod nodes;
 pub mod ops;
 pub mod preview;
 pub mod replace;
+pub mod reseal;
 pub mod retry;
 pub mod rollback;
+pub mod seal;
 pub mod view;
 pub mod work;
 pub mod workers;

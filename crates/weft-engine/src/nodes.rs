@@ -51,6 +51,7 @@ pub async fn put_node(
         let old: Node = from_body(&old.body)?;
         view::unmask_results(&mut node.provisioner_results, &old.provisioner_results);
     }
+    view::seal_results(st, &who.tenant.id, &mut node.provisioner_results).await?;
     let cluster_id = parse_cluster_id(&node.cluster_id).ok_or_else(|| {
         EngineError::Invalid(format!("clusterId {} is not a cluster id", node.cluster_id))
     })?;

@@ -96,6 +96,24 @@ pub fn mask_results(results: &mut serde_json::Map<String, serde_json::Value>) {
     }
 }
 
+/// Seals the secret parts of node results (a part already sealed stays as it is).
+pub async fn seal_results(
+    st: &Engine,
+    tenant: &str,
+    results: &mut serde_json::Map<String, serde_json::Value>,
+) -> EngineResult<()> {
+    for (outer, inner) in SECRET_RESULTS {
+        if let Some(v) = results
+            .get_mut(outer)
+            .and_then(|o| o.as_object_mut())
+            .and_then(|o| o.get_mut(inner))
+        {
+            *v = st.sealer.seal(tenant, v).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Puts back the secret parts of `old` results where `new` carries the mask (a record read, edited
 /// and written back keeps its secrets).
 pub fn unmask_results(

@@ -24,6 +24,7 @@ use crate::cache::{CachedNode, Snapshot};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::end_gate;
 use crate::jobs::{failure_status, success_status};
+use crate::view;
 use crate::{now_ms, Engine};
 
 /// Task output kept per action, from the end.
@@ -277,7 +278,7 @@ async fn provider_payload(
     let mut config = Map::new();
     config.insert("cluster".into(), Value::Object(body.config.clone()));
     let current = current_provider(st, task, &body).await;
-    add_node_config(&mut config, &body, &me, task, current.as_ref())?;
+    add_node_config(st, &mut config, &body, &me, task, current.as_ref()).await?;
     serialize_payload(task, &config, Nodes::Neither)
 }
 
@@ -309,7 +310,15 @@ async fn payload(
         config.insert("service".into(), service);
     }
     let current = current_provider(st, task, &snap.body).await;
-    add_node_config(&mut config, &snap.body, &me.node, task, current.as_ref())?;
+    add_node_config(
+        st,
+        &mut config,
+        &snap.body,
+        &me.node,
+        task,
+        current.as_ref(),
+    )
+    .await?;
     // Results are written last and may shadow anything, `nodes` included.
     let nodes = if config.contains_key("nodes") {
         Nodes::Neither
@@ -392,7 +401,9 @@ async fn current_provider(
 
 /// The node's properties, the automators to bootstrap, the provider with its fields as they are
 /// now ([`ClusterBody::provider_fields`]), and the node's provisioner results (last: they may shadow anything).
-fn add_node_config(
+/// Its secrets are opened here, the one place they leave the store for a provisioner.
+async fn add_node_config(
+    st: &Engine,
     config: &mut Map<String, Value>,
     body: &ClusterBody,
     me: &Node,
@@ -409,9 +420,17 @@ fn add_node_config(
     }
     let mut provider = serde_json::to_value(&body.provider).map_err(|e| e.to_string())?;
     provider["provisioner"] = Value::Object(body.provider_fields(current));
+    let open = |e: EngineError| format!("opening the task's secrets: {e}");
+    let tenant = &task.tenant_id;
+    st.sealer
+        .open_all(tenant, &mut provider["provisioner"])
+        .await
+        .map_err(open)?;
     config.insert("provider".into(), provider);
     for (k, v) in &me.provisioner_results {
-        config.insert(k.clone(), v.clone());
+        let mut v = v.clone();
+        st.sealer.open_all(tenant, &mut v).await.map_err(open)?;
+        config.insert(k.clone(), v);
     }
     Ok(())
 }
@@ -827,6 +846,7 @@ async fn update_node(
         for (k, v) in result {
             node.provisioner_results.insert(k.clone(), v.clone());
         }
+        view::seal_results(st, tenant, &mut node.provisioner_results).await?;
     }
     let mut new = row.clone();
     new.body = to_body(&node)?;

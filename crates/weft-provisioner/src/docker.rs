@@ -42,7 +42,8 @@ use bollard::models::{
     NetworkCreateRequest, NetworkingConfig,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
+    CreateContainerOptions, InspectNetworkOptions, ListContainersOptions, ListNetworksOptions,
+    RemoveContainerOptions,
 };
 use bollard::Docker;
 use russh::keys::ssh_key::private::Ed25519Keypair;
@@ -395,14 +396,15 @@ impl DockerProvider {
                     foreign.0
                 )));
             }
-            if let Some(oldest) = nets.iter().min_by(|a, b| (&a.2, &a.0).cmp(&(&b.2, &b.0))) {
-                // Containers only ever join the oldest, so a younger twin is empty: remove it
-                // (its maker does too; a twin still in use refuses, which is fine).
-                for (id, _, _) in nets.iter().filter(|n| n.0 != oldest.0) {
-                    tracing::info!(network = name, id, "removing a younger twin network");
+            if let Some(keep) = network_to_keep(docker, &nets).await {
+                // Every other twin is empty (a container starts only while its network's name
+                // is unique): remove it, so the containers made on it fail their start with
+                // "not found" and are made again on the one that stays.
+                for (id, _, _) in nets.iter().filter(|n| n.0 != keep) {
+                    tracing::info!(network = name, id, "removing a twin network");
                     let _ = docker.remove_network(id).await;
                 }
-                return Ok(oldest.0.clone());
+                return Ok(keep);
             }
             if made.is_some() {
                 break;
@@ -589,15 +591,20 @@ impl DockerProvider {
             }
         };
         // While a twin network exists (see `ensure_network`) the engine cannot resolve the
-        // container's network by name; its maker removes it at once, so try again for a while
-        // (up to 20 s: on a loaded machine the twin's removal was seen to take over 5 s).
+        // container's network by name: settle the twins (ours may be the one removed, and the
+        // start then fails with "not found") and try again.
         let mut tries = 0;
         loop {
             let err = match docker.start_container(name, None).await {
                 Ok(()) => break,
-                Err(e) if ambiguous(&e) && tries < 100 => {
+                Err(e) if ambiguous(&e) && tries < 50 => {
                     tries += 1;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let guard = self.networks.lock().await;
+                    let settled = self.ensure_network(docker, task, network).await;
+                    drop(guard);
+                    if settled.is_err() || tries > 1 {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                     continue;
                 }
                 Err(e) if ambiguous(&e) => {
@@ -616,6 +623,27 @@ impl DockerProvider {
 /// Whether a container could not start because its network was removed under it.
 fn lost_its_network(e: &PluginError) -> bool {
     e.retryable && e.message.contains("network") && e.message.contains("not found")
+}
+
+/// Of the twins named alike, the one to keep: the one a container runs on (there is at most one:
+/// a start fails while the name is ambiguous), else the oldest. Seen from two provisioners at once
+/// "oldest" can differ (a network's creation time is set before it becomes visible), "in use" not.
+async fn network_to_keep(docker: &Docker, nets: &[(String, bool, String)]) -> Option<String> {
+    if nets.len() > 1 {
+        for (id, _, _) in nets {
+            let used = docker
+                .inspect_network(id, None::<InspectNetworkOptions>)
+                .await
+                .ok()
+                .and_then(|n| n.containers)
+                .is_some_and(|c| !c.is_empty());
+            if used {
+                return Some(id.clone());
+            }
+        }
+    }
+    let oldest = nets.iter().min_by(|a, b| (&a.2, &a.0).cmp(&(&b.2, &b.0)))?;
+    Some(oldest.0.clone())
 }
 
 /// The networks named exactly `name`: (id, made by weft, created).

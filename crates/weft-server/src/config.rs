@@ -79,6 +79,10 @@ pub struct RawConfig {
     /// Serve plain HTTP on a non-loopback `bind` (every key, token and secret in clear on the
     /// network). Default false.
     pub insecure_http: Option<bool>,
+    /// The master key of the secrets sealed in the store (64 hex digits per line, mode 0600),
+    /// made on first start when the store has no sealed secrets yet. `WEFT_SECRETS_KEY` (the
+    /// key itself) replaces the file. Default `<data_dir>/secrets.key`.
+    pub secrets_key_file: Option<PathBuf>,
 }
 
 /// The keys and their environment variables, for messages and `--help`.
@@ -106,6 +110,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("tls_key", "WEFT_TLS_KEY"),
     ("client_ca", "WEFT_CLIENT_CA"),
     ("insecure_http", "WEFT_INSECURE_HTTP"),
+    ("secrets_key_file", "WEFT_SECRETS_KEY_FILE"),
 ];
 
 /// A configuration error, naming the key at fault.
@@ -140,6 +145,8 @@ pub struct Settings {
     pub provisioner_token_file: Option<PathBuf>,
     /// TLS on both listeners (unset: plain HTTP).
     pub tls: Option<TlsSettings>,
+    /// The master key of the secrets sealed in the store.
+    pub secrets_key: weft_engine::seal::KeySource,
     /// Drift checks by the janitor (0: off).
     pub check_interval_ms: u64,
     pub auto_replace_per_hour: u32,
@@ -236,6 +243,7 @@ impl RawConfig {
             tls_key: over.tls_key.or(self.tls_key),
             client_ca: over.client_ca.or(self.client_ca),
             insecure_http: over.insecure_http.or(self.insecure_http),
+            secrets_key_file: over.secrets_key_file.or(self.secrets_key_file),
         }
     }
 
@@ -284,8 +292,10 @@ impl RawConfig {
             ));
         }
         let auto_replace_per_hour = self.auto_replace_per_hour.unwrap_or(2);
+        let secrets_key = secrets_key(self.secrets_key_file.clone(), &data_dir);
         Ok(Settings {
             tls,
+            secrets_key,
             check_interval_ms: check_interval * 1000,
             auto_replace_per_hour,
             provisioner_token_file,
@@ -372,6 +382,15 @@ fn key_error(key: &'static str, message: &str) -> ConfigError {
 
 /// The data directory, absolute, so that nothing below depends on the working directory of
 /// whoever uses it. Default `./.weft`.
+/// Where the secrets' master key comes from: `WEFT_SECRETS_KEY`, else the key file.
+fn secrets_key(file: Option<PathBuf>, data_dir: &Path) -> weft_engine::seal::KeySource {
+    use weft_engine::seal::{KeySource, KEY_ENV};
+    match std::env::var(KEY_ENV).ok().filter(|k| !k.trim().is_empty()) {
+        Some(key) => KeySource::Given(key),
+        None => KeySource::File(file.unwrap_or_else(|| data_dir.join("secrets.key"))),
+    }
+}
+
 fn absolute_data_dir(dir: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(".weft"));
     std::path::absolute(&dir).map_err(|e| ConfigError::Key {

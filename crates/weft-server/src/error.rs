@@ -83,7 +83,7 @@ impl From<EngineError> for ApiError {
             E::Model(e) => e.into(),
             E::MissingFields(body) => ApiError::MissingFields(body),
             E::Internal(cause) => ApiError::Internal(cause),
-            e @ E::Stale(_) => ApiError::Internal(e.to_string()),
+            e @ (E::Stale(_) | E::SecretsKey(_)) => ApiError::Internal(e.to_string()),
             e @ (E::Invalid(_) | E::NoLayout(_) | E::NoPlan(_) | E::TemplateUnsatisfied { .. }) => {
                 ApiError::BadRequest(e.to_string())
             }

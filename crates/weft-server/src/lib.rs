@@ -55,6 +55,8 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     #[error("example catalog: {0}")]
     Catalog(String),
+    #[error(transparent)]
+    Engine(#[from] weft_engine::error::EngineError),
 }
 
 /// The two routers and the state behind them.
@@ -80,7 +82,11 @@ pub async fn build(settings: Settings) -> Result<App, ServerError> {
         }
     }
     let store = weft_store::open(&settings.database_url).await?;
-    Ok(app(store, settings))
+    let app = app(store, settings);
+    // A missing or wrong secrets key stops the server here, with the fix named.
+    app.state.engine.sealer.ready().await?;
+    weft_engine::reseal::seal_what_is_clear(&app.state.engine).await?;
+    Ok(app)
 }
 
 /// Builds the app over an open store.
@@ -97,7 +103,8 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         store: store.clone(),
         provisioners: provisioners.clone(),
     };
-    let mut engine = Engine::new(store.clone(), settings.engine(), Arc::new(courier.clone()));
+    let mut engine = Engine::new(store.clone(), settings.engine(), Arc::new(courier.clone()))
+        .with_secrets_key(settings.secrets_key.clone());
     engine.provisioners = provisioners;
     let state = AppState {
         engine,

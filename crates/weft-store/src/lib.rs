@@ -151,6 +151,17 @@ pub struct ApiKeyRecord {
     pub create_time: i64,
 }
 
+/// A data key of the sealed secrets, as stored: wrapped (encrypted) by the master key `master_id`,
+/// which the store never holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretKeyRow {
+    pub id: String,
+    pub master_id: String,
+    pub wrapped: String,
+    /// The order of creation: the last is the one new values are sealed with.
+    pub seq: i64,
+}
+
 /// Everything weft keeps. Implemented by [`SqlStore`] for SQLite and PostgreSQL; every
 /// implementation passes the contract suite in `tests/it/contract.rs`. The host pools' methods
 /// are in the supertrait [`HostPoolStore`] (hostpool.rs).
@@ -284,6 +295,13 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>>;
     /// `true` if it existed.
     async fn delete_api_key(&self, id: &str) -> Result<bool>;
+
+    // ---- sealed secrets' data keys ----
+    /// Every data key, oldest first.
+    async fn list_secret_keys(&self) -> Result<Vec<SecretKeyRow>>;
+    /// Writes these data keys in one transaction: a new id is added, an existing id is replaced
+    /// (a rotation re-wraps them all at once) unless `only_new`, which keeps an existing row.
+    async fn put_secret_keys(&self, rows: &[SecretKeyRow], only_new: bool) -> Result<()>;
 
     // ---- engine rows: clusters, nodes, jobs, tasks ---------------------------------------------
 

@@ -416,6 +416,28 @@ ALTER TABLE tenants ADD COLUMN check_interval BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE tasks SET (fillfactor = 70);
 "#,
     },
+    // Secrets sealed at rest (issue 36): the data keys, each wrapped by a master key the store
+    // never holds (weft-engine's `seal`).
+    Migration {
+        version: 9,
+        description: "secret_keys: wrapped data keys",
+        sqlite: r#"
+CREATE TABLE secret_keys (
+    id TEXT NOT NULL PRIMARY KEY,
+    master_id TEXT NOT NULL,
+    wrapped TEXT NOT NULL,
+    seq BIGINT NOT NULL
+);
+"#,
+        postgres: r#"
+CREATE TABLE secret_keys (
+    id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    master_id TEXT NOT NULL,
+    wrapped TEXT NOT NULL,
+    seq BIGINT NOT NULL
+);
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

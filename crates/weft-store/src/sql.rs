@@ -38,7 +38,7 @@ use crate::engine::{
 use crate::migrate;
 use crate::{
     ApiKeyRecord, Backend, Leadership, ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow,
-    Result, Store, StoreError, Tenant, SUPERADMIN,
+    Result, SecretKeyRow, Store, StoreError, Tenant, SUPERADMIN,
 };
 
 mod engine;
@@ -974,6 +974,45 @@ impl Store for SqlStore {
         let sql = format!("SELECT {API_KEY_COLUMNS} FROM api_keys ORDER BY create_time, id");
         let rows = sqlx::query(&sql).fetch_all(&self.reader).await?;
         rows.iter().map(api_key_from_row).collect()
+    }
+
+    async fn list_secret_keys(&self) -> Result<Vec<SecretKeyRow>> {
+        let rows =
+            sqlx::query("SELECT id, master_id, wrapped, seq FROM secret_keys ORDER BY seq, id")
+                .fetch_all(&self.reader)
+                .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(SecretKeyRow {
+                    id: r.try_get("id")?,
+                    master_id: r.try_get("master_id")?,
+                    wrapped: r.try_get("wrapped")?,
+                    seq: r.try_get("seq")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn put_secret_keys(&self, rows: &[SecretKeyRow], only_new: bool) -> Result<()> {
+        let sql = if only_new {
+            "INSERT INTO secret_keys (id, master_id, wrapped, seq) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (id) DO NOTHING"
+        } else {
+            "INSERT INTO secret_keys (id, master_id, wrapped, seq) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (id) DO UPDATE SET master_id = excluded.master_id, wrapped = excluded.wrapped"
+        };
+        let mut tx = self.write_tx().await?;
+        for row in rows {
+            sqlx::query(sql)
+                .bind(row.id.as_str())
+                .bind(row.master_id.as_str())
+                .bind(row.wrapped.as_str())
+                .bind(row.seq)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn delete_api_key(&self, id: &str) -> Result<bool> {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A round-robin HTTP load balancer for GET: each request goes to the next backend (host:port)."""
-import argparse, os, threading, urllib.error, urllib.request
+import argparse, os, signal, threading, urllib.error, urllib.request
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
 p = argparse.ArgumentParser()
@@ -57,11 +57,17 @@ class H(BaseHTTPRequestHandler):
                     return r.status, r.read(), r.headers.get("Content-Type", "text/plain")
             except urllib.error.HTTPError as e:
                 return e.code, e.read(), e.headers.get("Content-Type", "text/plain")
-            except (OSError, urllib.error.URLError) as e:
+            except Exception as e:  # refused, reset, cut short: the next backend is asked
                 err = "backend %s: %s" % (b, e)
         return 502, ("no backend answered: %s" % err).encode(), "text/plain"
 
     def log_message(self, *args):
         pass
 
-ThreadingHTTPServer((a.bind, a.port), H).serve_forever()
+# A stop (SIGTERM) is graceful: no new connection is accepted and requests in flight are answered
+# before the process exits, so a balancer never sees an answer cut in half.
+server = ThreadingHTTPServer((a.bind, a.port), H)
+server.daemon_threads = False
+signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+server.serve_forever()
+server.server_close()

@@ -13,11 +13,20 @@ daemon() {
   echo "$name started (pid $!)"
 }
 
-# stop_daemon NAME: stop the process in NAME.pid, if any.
+# running PID: PID is a live process (an exited one nobody has reaped yet does not count).
+running() {
+  [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
+
+# stop_daemon NAME: stop the process in NAME.pid, if any, and wait (up to 10 s) until it has
+# exited, so a start after it finds the port free.
 stop_daemon() {
   name=$1
   if [ -f "$name.pid" ]; then
-    kill "$(cat "$name.pid")" 2>/dev/null || true
+    pid=$(cat "$name.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do running "$pid" || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
     rm -f "$name.pid"
     echo "$name stopped"
   fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A web node: GET / answers JSON with this node's name, a greeting and the store's `message`."""
-import argparse, json, urllib.request, urllib.error
+import argparse, json, signal, threading, urllib.request, urllib.error
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
 p = argparse.ArgumentParser()
@@ -33,4 +33,10 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-ThreadingHTTPServer((a.bind, a.port), H).serve_forever()
+# A stop (SIGTERM) is graceful: no new connection is accepted and requests in flight are answered
+# before the process exits, so a balancer never sees an answer cut in half.
+server = ThreadingHTTPServer((a.bind, a.port), H)
+server.daemon_threads = False
+signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+server.serve_forever()
+server.server_close()

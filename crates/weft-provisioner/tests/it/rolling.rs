@@ -38,7 +38,7 @@ fn load(http: reqwest::Client, url: String) -> (Arc<AtomicBool>, tokio::task::Jo
             let r = match answer {
                 Ok(r) => r,
                 Err(e) => {
-                    t.failures.push(e.to_string());
+                    t.failures.push(format!("{e:?}"));
                     continue;
                 }
             };

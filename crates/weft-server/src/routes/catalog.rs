@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::{Map, Value};
 use weft_model::{lenient, CatalogWriteAnswer, ClusterTemplate, EntityKind};
 
-use super::entities::{mask_provider, normalize, unmask_provider};
+use super::entities::{mask_provider, normalize, provider_to_store};
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
@@ -95,7 +95,7 @@ async fn import(
     let mut entities = catalog_entities(v)?;
     for (kind, _, doc) in entities.iter_mut() {
         if *kind == EntityKind::Provider {
-            unmask_provider(st.store.as_ref(), &id.tenant.id, doc).await?;
+            provider_to_store(&st.engine, &id.tenant.id, doc).await?;
         }
         weft_engine::gaps::refuse_unrunnable(&st.engine, *kind, doc).await?;
     }

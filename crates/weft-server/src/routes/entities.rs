@@ -200,7 +200,7 @@ async fn create(
     let (name, mut doc) = normalize(kind, value, None)?;
     weft_engine::gaps::refuse_unrunnable(&st.engine, kind, &doc).await?;
     if kind == EntityKind::Provider {
-        unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
+        provider_to_store(&st.engine, &id.tenant.id, &mut doc).await?;
     }
     match st
         .store
@@ -242,7 +242,7 @@ async fn put(
     let (name, mut doc) = normalize(kind, value, Some(&name))?;
     weft_engine::gaps::refuse_unrunnable(&st.engine, kind, &doc).await?;
     if kind == EntityKind::Provider {
-        unmask_provider(st.store.as_ref(), &id.tenant.id, &mut doc).await?;
+        provider_to_store(&st.engine, &id.tenant.id, &mut doc).await?;
     }
     st.store
         .put_entity(&id.tenant.id, kind, &name, &doc)
@@ -364,8 +364,29 @@ pub async fn mask_provider(store: &dyn Store, provider: &mut Value) -> ApiResult
     Ok(())
 }
 
+/// A provider as it is stored: its sensitive fields sealed (a field written back masked keeps the
+/// stored secret).
+pub async fn provider_to_store(
+    engine: &weft_engine::Engine,
+    tenant_id: &str,
+    provider: &mut Value,
+) -> ApiResult<()> {
+    unmask_provider(engine.store.as_ref(), tenant_id, provider).await?;
+    let fields = sensitive_fields(engine.store.as_ref(), provider).await?;
+    if let Some(p) = provider
+        .get_mut("provisioner")
+        .and_then(Value::as_object_mut)
+    {
+        engine
+            .sealer
+            .seal_fields(tenant_id, p, fields.iter().map(String::as_str))
+            .await?;
+    }
+    Ok(())
+}
+
 /// A provider written back with masked values keeps the stored secrets for those fields.
-pub async fn unmask_provider(
+async fn unmask_provider(
     store: &dyn Store,
     tenant_id: &str,
     provider: &mut Value,

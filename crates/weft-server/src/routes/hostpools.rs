@@ -147,6 +147,16 @@ async fn get(
     Ok(Json(view(&h)))
 }
 
+/// A host's private key as it is stored: sealed.
+async fn seal_key(st: &AppState, who: &Identity, key: String) -> ApiResult<String> {
+    let sealed = st
+        .engine
+        .sealer
+        .seal(&who.tenant.id, &serde_json::Value::String(key))
+        .await?;
+    Ok(sealed.as_str().unwrap_or_default().to_string())
+}
+
 async fn create(
     State(st): State<AppState>,
     who: Identity,
@@ -161,6 +171,7 @@ async fn create(
         .key
         .clone()
         .ok_or_else(|| ApiError::BadRequest("key must be specified".into()))?;
+    let key = seal_key(&st, &who, key).await?;
     let row = PoolHostRow {
         tenant_id: who.tenant.id.clone(),
         provider: name.clone(),
@@ -193,7 +204,7 @@ async fn put(
     let spec = req.check(Some(&host))?;
     let stored = st.store.get_pool_host(&who.tenant.id, &name, &host).await?;
     let key = match (&spec.key, &stored) {
-        (Some(k), _) => k.clone(),
+        (Some(k), _) => seal_key(&st, &who, k.clone()).await?,
         (None, Some(s)) => s.key.clone(),
         (None, None) => return Err(ApiError::BadRequest("key must be specified".into())),
     };

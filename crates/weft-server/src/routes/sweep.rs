@@ -73,9 +73,11 @@ async fn sweep(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let mut fields = provider.get("provisioner").cloned().unwrap_or(json!({}));
+    st.engine.sealer.open_all(&tenant, &mut fields).await?;
     let body = json!({
         "providertype": providertype,
-        "fields": provider.get("provisioner").cloned().unwrap_or(json!({})),
+        "fields": fields,
         "tenant": tenant,
         "live": live_nodes(&st, &tenant).await?,
         "delete": flag.on(),

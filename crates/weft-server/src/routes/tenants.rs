@@ -224,7 +224,12 @@ async fn delete(
 pub async fn bootstrap_tenant(st: &AppState, tenant_id: &str) -> ApiResult<()> {
     let mut entities = Vec::new();
     for kind in EntityKind::ADMIN {
-        for doc in st.store.list_entities(SUPERADMIN, kind).await? {
+        for mut doc in st.store.list_entities(SUPERADMIN, kind).await? {
+            if kind == EntityKind::Provider {
+                // A sealed value opens only for its own tenant: sealed again for the new one.
+                st.engine.sealer.open_all(SUPERADMIN, &mut doc).await?;
+                super::entities::provider_to_store(&st.engine, tenant_id, &mut doc).await?;
+            }
             let name = doc
                 .get("name")
                 .and_then(|n| n.as_str())

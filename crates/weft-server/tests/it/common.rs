@@ -93,10 +93,26 @@ impl Resp {
     }
 }
 
+/// The secrets key file every server over the database `url` shares (servers of one database need
+/// the same key), in the system's temp dir.
+pub fn shared_key_file(url: &str) -> std::path::PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    url.hash(&mut h);
+    std::env::temp_dir().join(format!("weft-test-{:016x}.key", h.finish()))
+}
+
 /// One server over one temporary store.
 pub struct Harness {
     pub app: App,
     _dir: TempDir,
+}
+
+impl Harness {
+    /// The server's data dir (its SQLite files, unless it runs `over` another database).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
 }
 
 impl Harness {
@@ -132,6 +148,7 @@ impl Harness {
         let dir = tempfile::tempdir().expect("temp dir");
         let settings = RawConfig {
             data_dir: Some(dir.path().to_path_buf()),
+            secrets_key_file: Some(shared_key_file(url)),
             ..Default::default()
         }
         .resolve()

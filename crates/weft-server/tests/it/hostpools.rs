@@ -238,17 +238,24 @@ async fn admins_add_list_change_and_remove_hosts_without_ever_reading_a_key() {
         (Some("192.0.2.11"), Some(2022), Some("root"))
     );
     assert_eq!(r["labels"], json!({"disk": "hdd"}));
+    // The key as stored (sealed), opened.
     let stored = |id: &'static str| {
         let h = &h;
         let tid = tid.clone();
         async move {
-            h.app
+            let mut row = h
+                .app
                 .state
                 .store
                 .get_pool_host(&tid, "pool", id)
                 .await
                 .unwrap()
-                .unwrap()
+                .unwrap();
+            assert!(row.key.starts_with(weft_engine::seal::PREFIX), "sealed");
+            let sealer = &h.app.state.engine.sealer;
+            let opened = sealer.open(&tid, &row.key).await.unwrap().unwrap();
+            row.key = opened.as_str().unwrap().to_string();
+            row
         }
     };
     assert_eq!(stored("h1").await.key, key(22));

@@ -364,6 +364,7 @@ async fn one_janitor_leads_per_postgres_database() {
 async fn server(url: &str, dir: &tempfile::TempDir) -> weft_server::App {
     let settings = RawConfig {
         data_dir: Some(dir.path().to_path_buf()),
+        secrets_key_file: Some(crate::common::shared_key_file(url)),
         ..Default::default()
     }
     .resolve()

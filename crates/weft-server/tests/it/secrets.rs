@@ -20,6 +20,18 @@ async fn stored(h: &Harness, tenant: &str, version: Option<u64>) -> Value {
         .expect("stored provider")
 }
 
+/// Provider `p`'s field `secret` as stored (sealed), opened.
+async fn stored_secret(h: &Harness, tenant: &str) -> Value {
+    let doc = stored(h, tenant, None).await;
+    let sealed = doc["provisioner"]["secret"]
+        .as_str()
+        .expect("a sealed string");
+    assert!(sealed.starts_with(weft_engine::seal::PREFIX), "{doc}");
+    let id = h.tenant_id(tenant).await;
+    let sealer = &h.app.state.engine.sealer;
+    sealer.open(&id, sealed).await.unwrap().expect("opens")
+}
+
 #[tokio::test]
 async fn secrets_are_masked_everywhere_and_kept_on_write_back() {
     let h = Harness::new().await;
@@ -28,10 +40,7 @@ async fn secrets_are_masked_everywhere_and_kept_on_write_back() {
     let a = admin("acme");
     let p = json!({"name": "p", "providertype": "fake", "provisioner": {"region": "r1", "secret": SECRET}});
     h.post(a, "/v2/providers", p.to_string()).await.expect(200);
-    assert_eq!(
-        stored(&h, "acme", None).await["provisioner"]["secret"],
-        SECRET
-    );
+    assert_eq!(stored_secret(&h, "acme").await, SECRET);
 
     for who in [a, user("bob", "acme")] {
         for path in [
@@ -60,17 +69,15 @@ async fn secrets_are_masked_everywhere_and_kept_on_write_back() {
         .expect(200);
     let s = stored(&h, "acme", None).await;
     assert_eq!(s["version"], 2);
-    assert_eq!(s["provisioner"], json!({"region": "r2", "secret": SECRET}));
+    assert_eq!(s["provisioner"]["region"], "r2");
+    assert_eq!(stored_secret(&h, "acme").await, SECRET);
     // A new value replaces it.
     let mut new = back.clone();
     new["provisioner"]["secret"] = json!("other-secret");
     h.put(a, "/v2/providers/p", new.to_string())
         .await
         .expect(200);
-    assert_eq!(
-        stored(&h, "acme", None).await["provisioner"]["secret"],
-        "other-secret"
-    );
+    assert_eq!(stored_secret(&h, "acme").await, "other-secret");
     assert!(!h
         .get(a, "/v2/providers/p/3")
         .await
@@ -89,10 +96,7 @@ async fn secrets_are_masked_everywhere_and_kept_on_write_back() {
     h.post(a, "/v2/import", export.to_string())
         .await
         .expect(200);
-    assert_eq!(
-        stored(&h, "acme", None).await["provisioner"]["secret"],
-        "other-secret"
-    );
+    assert_eq!(stored_secret(&h, "acme").await, "other-secret");
 
     // The mask on a provider that has no stored secret does not become the secret.
     let fresh = json!({"name": "q", "providertype": "fake", "provisioner": {"region": "r", "secret": MASK}});
@@ -124,10 +128,7 @@ async fn bootstrapped_secrets_stay_masked() {
     )
     .await
     .expect(200);
-    assert_eq!(
-        stored(&h, "boot", None).await["provisioner"]["secret"],
-        SECRET
-    );
+    assert_eq!(stored_secret(&h, "boot").await, SECRET);
     for path in ["/v2/providers/p", "/v2/providers", "/v2/export"] {
         assert!(
             !h.get(admin("boot"), path)
@@ -202,4 +203,121 @@ async fn a_rotated_credential_reaches_existing_clusters() {
     let fields = &next["config"]["provider"]["provisioner"];
     assert_eq!(fields["key"], "new-key", "{next}");
     assert_eq!(fields["token"], "s3cret");
+}
+
+/// Secrets at rest (issue 36): an admin's provider secret, a user's secret given at create and a
+/// node's SSH key from its provider's result are in no byte of the store (SQLite's files and WAL,
+/// or PostgreSQL's `pg_dump`) and in no answer, while the provisioner's tasks get them opened.
+async fn no_secret_at_rest(h: &Harness, dump: impl Fn() -> Vec<u8>) {
+    use axum::http::Method;
+    const ADMIN_SECRET: &str = "admin-secret-5c1d9e";
+    const NODE_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY----- node-key-77a1";
+    let tid = crate::clusters::setup(h).await;
+    let a = admin(crate::clusters::T);
+    let local = json!({"name": "local", "parameters": {
+        "admin": {"fields": {"key": {"label": "key", "type": "password", "sensitive": true}}},
+        "user": {"fields": {"token": {"label": "token", "type": "password", "sensitive": true}}}}});
+    h.internal(
+        Method::PUT,
+        "/v2/plugins/providertypes/local",
+        local.to_string(),
+    )
+    .await
+    .expect(200);
+    let provider =
+        json!({"name": "local", "providertype": "local", "provisioner": {"key": ADMIN_SECRET}});
+    h.put(a, "/v2/providers/local", provider.to_string())
+        .await
+        .expect(200);
+    let id = crate::clusters::create(h, a, 1).await;
+    let user_secret = "s3cret"; // crate::clusters::create's providerFields
+                                // The provisioner gets every secret opened.
+    let create = crate::clusters::take(h, &tid, "w1").await.expect("a task");
+    assert_eq!(create["taskName"], "CREATE");
+    let fields = &create["config"]["provider"]["provisioner"];
+    assert_eq!(fields["key"], ADMIN_SECRET, "{create}");
+    assert_eq!(fields["token"], user_secret, "{create}");
+    let body = json!({"workerId": "w1", "provisionerId": "p1", "tenantId": tid,
+        "taskId": create["taskId"], "status": "0", "stdout": "made", "stderr": "",
+        "result": {"ssh-auth": {"user": "root", "key": NODE_KEY}}});
+    h.internal(Method::POST, "/v2/tasks/finish", body.to_string())
+        .await
+        .expect(200);
+    let confirm = crate::clusters::take(h, &tid, "w1").await.expect("a task");
+    assert_eq!(confirm["config"]["ssh-auth"]["key"], NODE_KEY, "{confirm}");
+
+    let secrets = [ADMIN_SECRET, user_secret, NODE_KEY, "node-key-77a1"];
+    let stored = dump();
+    assert!(stored.len() > 10_000, "the store's bytes were read");
+    for s in secrets {
+        let hits = stored
+            .windows(s.len())
+            .filter(|w| *w == s.as_bytes())
+            .count();
+        assert_eq!(hits, 0, "{s} is in the store in clear");
+    }
+    let paths = [
+        "/v2/providers".to_string(),
+        "/v2/providers/local".to_string(),
+        "/v2/providers/local/1".to_string(),
+        "/v2/export".to_string(),
+        "/v2/clusters".to_string(),
+        format!("/v2/clusters/{id}"),
+        format!("/v2/clusters/{id}/nodes"),
+        format!("/v2/clusters/{id}/plans"),
+        format!("/v2/clusters/{id}/config"),
+    ];
+    for path in &paths {
+        let text = h.get(a, path).await.text();
+        for s in secrets {
+            assert!(!text.contains(s), "{path} shows {s}: {text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn no_secret_in_sqlite_files_or_answers() {
+    let h = Harness::new().await;
+    let dir = h.data_dir().to_path_buf();
+    no_secret_at_rest(&h, || {
+        let mut bytes = Vec::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.to_string_lossy().contains("weft.db") {
+                bytes.extend(std::fs::read(&path).unwrap());
+            }
+        }
+        bytes
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn no_secret_in_a_postgres_dump_or_answers() {
+    if !weft_testkit::require("postgres") {
+        return;
+    }
+    let pg = weft_testkit::TempPostgres::start().await.unwrap();
+    let h = Harness::over(&pg.url()).await;
+    let url = pg.url();
+    no_secret_at_rest(&h, || {
+        let out = std::process::Command::new(pg_dump())
+            .arg(&url)
+            .output()
+            .expect("pg_dump runs");
+        assert!(out.status.success(), "pg_dump: {out:?}");
+        out.stdout
+    })
+    .await;
+}
+
+/// PostgreSQL's `pg_dump`, where Debian puts it.
+fn pg_dump() -> std::path::PathBuf {
+    let found = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/pg_dump"))
+        .find(|p| p.exists());
+    found.unwrap_or_else(|| "pg_dump".into())
 }

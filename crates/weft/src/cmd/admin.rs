@@ -20,6 +20,27 @@ enum AdminCommand {
         #[command(subcommand)]
         command: ApikeyCommand,
     },
+    /// Makes a new master key for the secrets sealed in the store and re-wraps every data key
+    /// under it, while servers run; the key file then holds the new key alone (copy it to the
+    /// other servers of the same database). The old key opens nothing in the store afterwards.
+    RotateSecretsKey {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The server's key file [default: <data dir>/secrets.key].
+        #[arg(long, env = "WEFT_SECRETS_KEY_FILE")]
+        secrets_key_file: Option<PathBuf>,
+    },
+}
+
+/// Where the server keeps its store.
+#[derive(Debug, clap::Args)]
+struct StoreArgs {
+    /// Data directory of the server [default: ./.weft].
+    #[arg(long, env = "WEFT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Database URL of the server [default: SQLite under --data-dir].
+    #[arg(long, env = "WEFT_DATABASE")]
+    database: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -46,6 +67,10 @@ enum ApikeyCommand {
 
 pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     match args.command {
+        AdminCommand::RotateSecretsKey {
+            store,
+            secrets_key_file,
+        } => rotate_secrets_key(store, secrets_key_file),
         AdminCommand::Apikey {
             command:
                 ApikeyCommand::Create {
@@ -82,4 +107,30 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+fn rotate_secrets_key(store: StoreArgs, file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let settings = RawConfig {
+        data_dir: store.data_dir,
+        database: store.database,
+        secrets_key_file: file,
+        ..Default::default()
+    }
+    .resolve()?;
+    let source = settings.secrets_key.clone();
+    if !matches!(source, weft_engine::seal::KeySource::File(_)) {
+        anyhow::bail!(
+            "{} holds the key: rotation writes a new key file, so unset it and give \
+             --secrets-key-file",
+            weft_engine::seal::KEY_ENV
+        );
+    }
+    super::runtime::runtime()?.block_on(async {
+        let store = weft_store::open(&settings.database_url).await?;
+        let sealer = weft_engine::seal::Sealer::new(store, source);
+        sealer.ready().await?;
+        let id = sealer.rotate().await?;
+        println!("secrets key rotated: master key {id}");
+        Ok(ExitCode::SUCCESS)
+    })
 }

@@ -93,6 +93,11 @@ pub struct ServerArgs {
     /// Serve plain HTTP on a non-loopback --bind (keys, tokens and secrets in clear).
     #[arg(long, env = "WEFT_INSECURE_HTTP")]
     insecure_http: bool,
+    /// The master key of the secrets sealed in the store, made on first start; every server of
+    /// one database needs the same file (WEFT_SECRETS_KEY may hold the key itself)
+    /// [default: <data dir>/secrets.key].
+    #[arg(long, env = "WEFT_SECRETS_KEY_FILE")]
+    secrets_key_file: Option<PathBuf>,
 }
 
 impl ServerArgs {
@@ -126,6 +131,7 @@ impl ServerArgs {
             tls_key: self.tls_key,
             client_ca: self.client_ca,
             insecure_http: self.insecure_http.then_some(true),
+            secrets_key_file: self.secrets_key_file,
         };
         Ok(file.overlay(flags).resolve()?)
     }

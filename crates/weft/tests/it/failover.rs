@@ -74,6 +74,9 @@ impl Server {
             .arg(self.provisioner_timeout.to_string())
             .arg("--data-dir")
             .arg(&self.data)
+            // Servers of one database share the secrets key (the first to start makes it).
+            .arg("--secrets-key-file")
+            .arg(self.data.with_file_name("secrets.key"))
             .env("WEFT_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log);

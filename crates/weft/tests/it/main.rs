@@ -15,6 +15,7 @@ mod openapi_fuzz;
 mod pcap; // reading tcpdump captures (several_servers_containers)
 mod plan_output;
 mod ready; // weft up and provisioners under load (issue 35)
+mod sealed; // secrets sealed at rest (issue 36)
 mod server;
 mod several_servers_containers; // the several-servers deployment in containers, TLS (issue 36)
 mod support;

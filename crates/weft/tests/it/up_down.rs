@@ -20,8 +20,8 @@ const ADMIN: [(&str, &str); 2] = [("Coopr-TenantID", "default"), ("Coopr-UserID"
 pub(crate) struct Up {
     pub(crate) child: Child,
     pub(crate) api: String,
-    out: mpsc::Receiver<String>,
-    err: mpsc::Receiver<String>,
+    pub(crate) out: mpsc::Receiver<String>,
+    pub(crate) err: mpsc::Receiver<String>,
 }
 
 /// A test that fails does not leave its `weft up` running.
@@ -88,7 +88,7 @@ pub(crate) fn up(data: &Path) -> Up {
     }
 }
 
-fn create(api: &str, template: &str, size: u32) -> String {
+pub(crate) fn create(api: &str, template: &str, size: u32) -> String {
     let body =
         format!(r#"{{"name":"{template}","clusterTemplate":"{template}","numMachines":{size}}}"#);
     let (code, text) = http("POST", &format!("{api}/v2/clusters"), &ADMIN, &body);
@@ -100,7 +100,7 @@ fn create(api: &str, template: &str, size: u32) -> String {
 }
 
 /// Polls until the cluster is not pending (at most 3 minutes); returns its details.
-fn settle(api: &str, id: &str) -> Value {
+pub(crate) fn settle(api: &str, id: &str) -> Value {
     let t0 = Instant::now();
     loop {
         let (code, text) = http("GET", &format!("{api}/v2/clusters/{id}"), &ADMIN, "");
