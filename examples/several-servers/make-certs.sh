@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes, in this directory, what docker-compose.yml mounts: a CA (tls/ca.pem, its key
 # tls/ca-key.pem), a server certificate for each of postgres, weft-a and weft-b (their names on the
-# network, in the SAN), a client certificate for each provisioner, the provisioner token and .env
-# with the database password. Files that exist are kept: delete tls/ to make new certificates.
+# network, in the SAN), a client certificate for each provisioner, the provisioner token, the
+# master key of the secrets sealed in the store (secrets.key) and .env with the database password. Files that exist are kept: delete tls/ to make new certificates.
 # Needs openssl. Keys are P-256; leaf certificates last 365 days, the CA ten years.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -40,5 +40,6 @@ issue provisioner-1 client
 issue provisioner-2 client
 
 [[ -f provisioner.token ]] || openssl rand -hex 32 >provisioner.token
+[[ -f secrets.key ]] || openssl rand -hex 32 >secrets.key
 [[ -f .env ]] || echo "WEFT_DB_PASSWORD=$(openssl rand -hex 16)" >.env
-echo "made tls/, provisioner.token and .env in $(pwd)"
+echo "made tls/, provisioner.token, secrets.key and .env in $(pwd)"

@@ -13,10 +13,10 @@
 //!   active; with B back and A killed, it is deleted through B and its containers go.
 //! * tcpdump captures the network's bridge for the whole run (every connection of the deployment
 //!   crosses it). The capture must hold the deployment's traffic and none of: the API keys, the
-//!   provider's sensitive `sshkeyseed`, the cluster's SSH private key, the database password; no
-//!   plain HTTP or SQL on the TLS ports; and the provisioner token nowhere but on the
-//!   provisioners' own API, which the server still calls in plain HTTP (docs/security.md, "What
-//!   is not yet encrypted").
+//!   provider's sensitive `sshkeyseed`, the cluster's SSH private key, the database password, the
+//!   secrets' master key (one file, mounted into both servers); no plain HTTP or SQL on the TLS
+//!   ports; and the provisioner token nowhere but on the provisioners' own API, which the server
+//!   still calls in plain HTTP (docs/security.md, "What is not yet encrypted").
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -61,6 +61,18 @@ fn random_hex(bytes: usize) -> String {
     (0..bytes)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect()
+}
+
+/// Writes `line` to a new file only its owner reads (mode 0600), as a key or token file is.
+fn write_private(path: &Path, line: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    writeln!(f, "{line}").unwrap();
 }
 
 /// A free TCP port on `ip` (for a port published or bound later).
@@ -176,6 +188,8 @@ struct Deployment {
     provisioners: [(&'static str, u16); 2],
     db_password: String,
     token: String,
+    /// The master key of the secrets sealed in the store, one file for both servers.
+    secrets_key: String,
     http: reqwest::Client,
 }
 
@@ -220,7 +234,9 @@ impl Deployment {
         // Another CA, which PostgreSQL's certificate does not chain to.
         Ca::new().issue(&dir.path().join("tls/stranger"), "stranger", true);
         let token = random_hex(32);
-        std::fs::write(dir.path().join("provisioner.token"), format!("{token}\n")).unwrap();
+        write_private(&dir.path().join("provisioner.token"), &token);
+        let secrets_key = random_hex(32);
+        write_private(&dir.path().join("secrets.key"), &secrets_key);
         for sub in ["shared", "capture"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
@@ -241,6 +257,7 @@ impl Deployment {
             servers,
             db_password: random_hex(16),
             token,
+            secrets_key,
             http,
         }
     }
@@ -377,8 +394,12 @@ impl Deployment {
     /// ports are published on loopback.
     fn start_server(&self, i: usize) {
         let s = &self.servers[i];
-        let config = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/several-servers/server.toml");
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/several-servers");
+        let config = format!("{}/server.toml:/etc/weft/server.toml:ro", example.display());
+        let tls = self.mount(&format!("tls/{}", s.name), "/etc/weft/tls");
+        let token = self.mount("provisioner.token", "/etc/weft/provisioner.token");
+        let key = self.mount("secrets.key", "/etc/weft/secrets.key");
+        let shared = format!("{}:/var/lib/weft", self.dir.path().join("shared").display());
         let options = [
             ("-d", ""),
             ("--name", &self.name(s.name)),
@@ -390,28 +411,14 @@ impl Deployment {
             ("-e", &format!("WEFT_DATABASE={}", self.database_url())),
             ("-e", "WEFT_LOG=info"),
             ("-v", &Self::binary()),
-            (
-                "-v",
-                &format!("{}:/etc/weft/server.toml:ro", config.display()),
-            ),
-            (
-                "-v",
-                &self.mount(&format!("tls/{}", s.name), "/etc/weft/tls"),
-            ),
-            (
-                "-v",
-                &self.mount("provisioner.token", "/etc/weft/provisioner.token"),
-            ),
-            (
-                "-v",
-                &format!("{}:/var/lib/weft", self.dir.path().join("shared").display()),
-            ),
+            ("-v", &config),
+            ("-v", &tls),
+            ("-v", &token),
+            ("-v", &key),
+            ("-v", &shared),
         ];
-        docker_run(
-            &options,
-            RUNTIME_IMAGE,
-            "weft server --config /etc/weft/server.toml",
-        );
+        let command = "weft server --config /etc/weft/server.toml";
+        docker_run(&options, RUNTIME_IMAGE, command);
     }
 
     /// Waits until server `i` answers `/status` over TLS on its external port.
@@ -781,6 +788,7 @@ async fn two_servers_in_containers_over_tls_survive_a_killed_server_and_leak_no_
         ("the tenant admin's API key", key),
         ("the provider's sshkeyseed", seed),
         ("the database password", d.db_password.clone()),
+        ("the secrets' master key", d.secrets_key.clone()),
     ];
     let key_lines = private_key_lines(&secrets[2].1, &tenant_id, &cluster);
     assert!(key_lines.len() >= 3, "{key_lines:?}");
