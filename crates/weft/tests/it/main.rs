@@ -12,10 +12,12 @@ mod hostpool_ssh;
 mod lost_provisioner;
 mod offline;
 mod openapi_fuzz;
+mod pcap; // reading tcpdump captures (several_servers_containers)
 mod plan_output;
 mod ready; // weft up and provisioners under load (issue 35)
 mod sealed; // secrets sealed at rest (issue 36)
 mod server;
+mod several_servers_containers; // the several-servers deployment in containers, TLS (issue 36)
 mod support;
 mod tenant_users;
 mod tls; // TLS on the wire (issue 36)
