@@ -12,7 +12,13 @@ use serde_json::{json, Value};
 
 /// Schemas read with plain serde, not the lenient reader: null only where the schema says so,
 /// text only as text (their integers may be written `5.0`, as JSON Schema counts integers).
-const STRICT: [&str; 4] = ["Node", "NodeProperties", "NodeAction", "TaskFailure"];
+const STRICT: [&str; 5] = [
+    "Node",
+    "NodeProperties",
+    "NodeAction",
+    "TaskFailure",
+    "SealedExportRequest",
+];
 
 /// Lists of names read as text only (`(schema, property)`): a number there is refused.
 const TEXT_ONLY: [(&str, &str); 5] = [

@@ -101,7 +101,9 @@ async fn export_sealed(
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     id.require_admin()?;
-    let req: SealedExportRequest = parse_body(&body, "an object with a passphrase")?;
+    // Read strictly: a passphrase is text, never a number or a boolean turned into one.
+    let req: SealedExportRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("an object with a passphrase: {e}")))?;
     let sealer = weft_engine::seal::ExportSealer::new(&req.passphrase)?;
     catalog_export(&st, &id, Some(&sealer)).await.map(Json)
 }
@@ -179,6 +181,8 @@ async fn import(
     let passphrase = match v.as_object_mut().and_then(|o| o.remove("passphrase")) {
         None | Some(Value::Null) => None,
         Some(Value::String(p)) => Some(p),
+        // The lenient reader's habit: numbers and booleans as their text.
+        Some(v @ (Value::Bool(_) | Value::Number(_))) => Some(v.to_string()),
         Some(_) => return Err(ApiError::BadRequest("passphrase: expected a string".into())),
     };
     let mut opener = weft_engine::seal::ExportOpener::new(passphrase);
