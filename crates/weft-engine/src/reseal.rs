@@ -114,10 +114,7 @@ async fn seal_clusters(
         }
         let mut new = row.clone();
         new.body = to_body(&body)?;
-        let mut cs = ChangeSet::new();
-        cs.expect(Expect::cluster(&row));
-        cs.write(Write::Cluster(new));
-        st.store.commit(&cs).await?;
+        commit_one(st, Expect::cluster(&row), Write::Cluster(new)).await?;
         n += 1;
     }
     Ok(n)
@@ -134,13 +131,18 @@ async fn seal_nodes(st: &Engine, tenant: &str) -> EngineResult<usize> {
         }
         let mut new = row.clone();
         new.body = to_body(&node)?;
-        let mut cs = ChangeSet::new();
-        cs.expect(Expect::node(&row));
-        cs.write(Write::Node(new));
-        st.store.commit(&cs).await?;
+        commit_one(st, Expect::node(&row), Write::Node(new)).await?;
         n += 1;
     }
     Ok(n)
+}
+
+/// One row rewritten, if it has not changed since it was read.
+async fn commit_one(st: &Engine, expect: Expect, write: Write) -> EngineResult<()> {
+    let mut cs = ChangeSet::new();
+    cs.expect(expect);
+    cs.write(write);
+    Ok(st.store.commit(&cs).await?)
 }
 
 async fn seal_pool_hosts(st: &Engine, tenant: &str) -> EngineResult<usize> {

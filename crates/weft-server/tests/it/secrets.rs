@@ -150,25 +150,26 @@ async fn bootstrapped_secrets_stay_masked() {
     );
 }
 
+/// Provider type `local` with a sensitive admin field `key` and a sensitive user field `token`.
+async fn sensitive_local_type(h: &Harness) {
+    let local = json!({"name": "local", "parameters": {
+        "admin": {"fields": {"key": {"label": "key", "type": "password", "sensitive": true}}},
+        "user": {"fields": {"token": {"label": "token", "type": "password", "sensitive": true}}}}});
+    let path = "/v2/plugins/providertypes/local";
+    h.internal(axum::http::Method::PUT, path, local.to_string())
+        .await
+        .expect(200);
+}
+
 /// Credentials are read when used: a task gets the provider's fields as the catalog has them now,
 /// so an admin who fixes or rotates a key reaches every existing cluster's next task; the user's
 /// own fields stay the cluster's; the admin's secret is never kept in the cluster.
 #[tokio::test]
 async fn a_rotated_credential_reaches_existing_clusters() {
-    use axum::http::Method;
     let h = Harness::new().await;
     let tid = crate::clusters::setup(&h).await;
     let a = admin(crate::clusters::T);
-    let local = json!({"name": "local", "parameters": {
-        "admin": {"fields": {"key": {"label": "key", "type": "password", "sensitive": true}}},
-        "user": {"fields": {"token": {"label": "token", "type": "password", "sensitive": true}}}}});
-    h.internal(
-        Method::PUT,
-        "/v2/plugins/providertypes/local",
-        local.to_string(),
-    )
-    .await
-    .expect(200);
+    sensitive_local_type(&h).await;
     let provider = |key: &str| {
         json!({"name": "local", "providertype": "local", "provisioner": {"key": key}}).to_string()
     };
@@ -214,16 +215,7 @@ async fn no_secret_at_rest(h: &Harness, dump: impl Fn() -> Vec<u8>) {
     const NODE_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY----- node-key-77a1";
     let tid = crate::clusters::setup(h).await;
     let a = admin(crate::clusters::T);
-    let local = json!({"name": "local", "parameters": {
-        "admin": {"fields": {"key": {"label": "key", "type": "password", "sensitive": true}}},
-        "user": {"fields": {"token": {"label": "token", "type": "password", "sensitive": true}}}}});
-    h.internal(
-        Method::PUT,
-        "/v2/plugins/providertypes/local",
-        local.to_string(),
-    )
-    .await
-    .expect(200);
+    sensitive_local_type(h).await;
     let provider =
         json!({"name": "local", "providertype": "local", "provisioner": {"key": ADMIN_SECRET}});
     h.put(a, "/v2/providers/local", provider.to_string())
@@ -376,4 +368,42 @@ async fn an_export_with_secrets_seals_them_under_a_passphrase() {
     assert_eq!(stored_secret(&h, "beta").await, SECRET);
     let shown = h.get(b, "/v2/providers/p").await.expect(200).json();
     assert_eq!(shown["provisioner"]["secret"], MASK);
+}
+
+/// A store an older weft wrote, its secrets in clear: sealed at start, the provider's versions that
+/// held them in clear gone; a second pass finds nothing left.
+#[tokio::test]
+async fn secrets_an_older_store_kept_in_clear_are_sealed_at_start() {
+    let h = Harness::new().await;
+    h.plugin_types().await;
+    h.tenant("acme").await;
+    let id = h.tenant_id("acme").await;
+    let doc = json!({"name": "p", "providertype": "fake", "provisioner": {"region": "r1", "secret": SECRET}});
+    let store = &h.app.state.store;
+    for _ in 0..2 {
+        store
+            .put_entity(&id, EntityKind::Provider, "p", &doc)
+            .await
+            .unwrap();
+    }
+    let engine = &h.app.state.engine;
+    let sealed = weft_engine::reseal::seal_what_is_clear(engine)
+        .await
+        .unwrap();
+    assert_eq!(sealed, 1);
+    assert_eq!(stored_secret(&h, "acme").await, SECRET);
+    assert_eq!(stored(&h, "acme", None).await["version"], 3);
+    for v in [1, 2] {
+        let old = store.get_entity(&id, EntityKind::Provider, "p", Some(v));
+        assert!(
+            old.await.unwrap().is_none(),
+            "version {v} kept its secret in clear"
+        );
+    }
+    assert_eq!(
+        weft_engine::reseal::seal_what_is_clear(engine)
+            .await
+            .unwrap(),
+        0
+    );
 }
