@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes, in this directory, what docker-compose.yml mounts: a CA (tls/ca.pem, its key
 # tls/ca-key.pem), a server certificate for each of postgres, weft-a and weft-b (their names on the
-# network, in the SAN), a client certificate for each provisioner, the provisioner token, the
+# network, in the SAN), a certificate for each provisioner (presented to the servers and served by
+# its own API, under the name the servers call it by: provisioners), the provisioner token, the
 # master key of the secrets sealed in the store (secrets.key) and .env with the database password. Files that exist are kept: delete tls/ to make new certificates.
 # Needs openssl. Keys are P-256; leaf certificates last 365 days, the CA ten years.
 set -euo pipefail
@@ -24,7 +25,8 @@ issue() {
     ext="subjectAltName=DNS:$name
 extendedKeyUsage=serverAuth"
   else
-    ext="extendedKeyUsage=clientAuth"
+    ext="subjectAltName=DNS:provisioners
+extendedKeyUsage=clientAuth,serverAuth"
   fi
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
     -keyout "$dir/$kind-key.pem" -out "$dir/$kind.csr" 2>/dev/null

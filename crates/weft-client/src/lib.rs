@@ -4,6 +4,10 @@
 //! wire types, so the server, this client and the provisioner agree on one shape.
 //!
 //! [`api::ApiClient`] is the client of the external REST API (the port users and the `weft` CLI talk to).
+//!
+//! Both sides of the wire live here: [`listen`] serves a router with time-outs for slow clients,
+//! over TLS with the certificates [`tls`] reloads when their files change. The server's two ports
+//! and the provisioner's own API are served by it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +16,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 pub mod api;
+pub mod listen;
 pub mod nodes;
+pub mod tls;
 pub mod tokens;
 
 /// What can go wrong talking to the server.
@@ -96,6 +102,8 @@ pub struct Registration {
     pub port: u16,
     #[serde(rename = "capacityTotal")]
     pub capacity_total: u32,
+    /// weft extension: how the server calls the provisioner's own API, `http` or `https`.
+    pub scheme: &'static str,
 }
 
 /// The body of `POST /v2/tasks/finish` as a provisioner sends it (the server reads it as

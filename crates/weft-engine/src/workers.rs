@@ -156,6 +156,7 @@ mod tests {
             assignments: BTreeMap::new(),
             usage: BTreeMap::new(),
             last_heartbeat_ms: 0,
+            tls: false,
         }
     }
 

@@ -96,6 +96,7 @@ async fn fixture(max_clusters: u64) -> Fixture {
             assignments: BTreeMap::from([("t-acme".to_string(), 1)]),
             usage: BTreeMap::new(),
             last_heartbeat_ms: weft_engine::now_ms(),
+            tls: false,
         })
         .await
         .unwrap();

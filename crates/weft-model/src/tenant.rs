@@ -81,9 +81,17 @@ pub struct Provisioner {
     pub usage: BTreeMap<String, u32>,
     #[serde(rename = "capacityFree", default, deserialize_with = "lenient::u32")]
     pub capacity_free: u32,
+    /// weft extension: how the server calls the provisioner's API, `http` or `https`.
+    #[serde(default = "plain_http", deserialize_with = "lenient::string")]
+    pub scheme: String,
 }
 
-/// `PUT /v2/provisioners/{id}`: `{id, host, port, capacityTotal}`.
+fn plain_http() -> String {
+    "http".into()
+}
+
+/// `PUT /v2/provisioners/{id}`: `{id, host, port, capacityTotal}`, and (weft extension) `scheme`:
+/// `https` when the provisioner serves its own API over TLS (the default is `http`).
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ProvisionerRegistration {
@@ -99,6 +107,8 @@ pub struct ProvisionerRegistration {
         deserialize_with = "lenient::opt_i64"
     )]
     pub capacity_total: Option<i64>,
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub scheme: Option<String>,
 }
 
 /// `POST /v2/provisioners/{id}/heartbeat`: live workers per tenant id.

@@ -72,6 +72,30 @@ impl AgentConfig {
     }
 }
 
+/// Whether the agent's API is served over TLS: it is when the agent has a certificate of its own.
+fn api_serves_tls(tls: &weft_client::TlsTrust) -> bool {
+    tls.client_cert.is_some() && tls.client_key.is_some()
+}
+
+/// The certificate the agent's API serves, reloaded when its files change: the one the agent
+/// presents to the server (it must name the host the server calls and allow server use as well
+/// as client use). The server verifies it against its client CA.
+fn api_certificates(
+    tls: &weft_client::TlsTrust,
+) -> Result<Option<Arc<weft_client::tls::Certificates>>, AgentError> {
+    let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) else {
+        return Ok(None);
+    };
+    let files = weft_client::tls::TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+        client_ca: None,
+    };
+    weft_client::tls::Certificates::load(files)
+        .map(Some)
+        .map_err(AgentError::ApiCertificate)
+}
+
 /// `provisioner-<host>-<pid>`.
 pub fn default_id() -> String {
     let host = std::fs::read_to_string("/etc/hostname")
@@ -89,6 +113,8 @@ pub enum AgentError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("the provisioner API's TLS certificate: {0}")]
+    ApiCertificate(std::io::Error),
     #[error(transparent)]
     Client(#[from] ClientError),
     /// TLS refused the connection to the server: a configuration error, not retried.
@@ -195,16 +221,25 @@ impl Agent {
             tokens,
         });
         let router = crate::api::router(Arc::new(ApiHandle(inner.clone())));
+        let (tls, reload) = match api_certificates(&inner.cfg.tls)? {
+            Some(certs) => (
+                Some(certs.server_config().map_err(AgentError::ApiCertificate)?),
+                Some(certs.watch()),
+            ),
+            None => (None, None),
+        };
         let mut stop_rx = inner.stopping.subscribe();
         let api = tokio::spawn(async move {
             let stop = async move {
                 let _ = stop_rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await
+            let patience = weft_client::listen::Patience::default();
+            if let Err(e) = weft_client::listen::serve(listener, router, patience, tls, stop).await
             {
                 tracing::error!(error = %e, "provisioner API stopped");
+            }
+            if let Some(r) = reload {
+                r.abort();
             }
         });
         inner.register_until_done(addr).await?;
@@ -292,6 +327,11 @@ impl Inner {
                 host,
                 port: addr.port(),
                 capacity_total: self.cfg.capacity,
+                scheme: if api_serves_tls(&self.cfg.tls) {
+                    "https"
+                } else {
+                    "http"
+                },
             })
             .await?;
         for t in self.plugins.provider_types() {

@@ -19,14 +19,14 @@ pub mod config;
 pub mod doc_rules;
 pub mod error;
 pub mod lenient_doc;
-pub mod listen;
+pub use weft_client::listen;
 pub mod metrics;
 pub mod outbound;
 pub mod private;
 pub mod resources;
 pub mod routes;
 pub mod state;
-pub mod tls;
+pub use weft_client::tls;
 pub mod ui;
 
 use std::sync::Arc;
@@ -96,7 +96,12 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
         .provisioner_token_file
         .as_ref()
         .map(|p| Arc::new(weft_client::tokens::Tokens::new(p)));
-    let outbound = Arc::new(outbound::Outbound::default().with_tokens(tokens.clone()));
+    let provisioner_ca = settings.tls.as_ref().and_then(|t| t.client_ca.as_deref());
+    let outbound = Arc::new(
+        outbound::Outbound::default()
+            .with_tokens(tokens.clone())
+            .with_provisioner_ca(provisioner_ca),
+    );
     let provisioners = Arc::<weft_engine::cache::ProvisionerCache>::default();
     let courier = outbound::Courier {
         outbound: outbound.clone(),

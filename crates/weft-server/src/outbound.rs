@@ -1,4 +1,4 @@
-//! Calls from the server to provisioners (contract §4.13): `PUT http://<host>:<port>/v2/tenants/<id>`
+//! Calls from the server to provisioners (contract §4.13): `PUT http(s)://<host>:<port>/v2/tenants/<id>`
 //! with `{"workers": n, "resources": ResourceCollection}` when a tenant's worker count on a
 //! provisioner changes or its resources are synced, and `DELETE .../v2/tenants/<id>` when the count
 //! drops to 0.
@@ -130,11 +130,7 @@ impl Default for Outbound {
 
 impl Outbound {
     pub fn new(policy: Policy) -> Outbound {
-        let client = reqwest::Client::builder()
-            .connect_timeout(policy.connect_timeout)
-            .timeout(policy.timeout)
-            .build()
-            .unwrap_or_default();
+        let client = client_builder(&policy).build().unwrap_or_default();
         Outbound {
             client,
             policy,
@@ -149,6 +145,27 @@ impl Outbound {
         tokens: Option<std::sync::Arc<weft_client::tokens::Tokens>>,
     ) -> Outbound {
         self.tokens = tokens;
+        self
+    }
+
+    /// Trusts the certificates of provisioners that serve their API over TLS only when `ca` (the
+    /// server's client CA, which signs the provisioners' certificates) signed them. A file that
+    /// cannot be read keeps the system's roots: the listeners load the same file and refuse to
+    /// start, naming it.
+    pub fn with_provisioner_ca(mut self, ca: Option<&std::path::Path>) -> Outbound {
+        let trust = weft_client::TlsTrust {
+            ca_cert: ca.map(Into::into),
+            ..Default::default()
+        };
+        match trust.apply(client_builder(&self.policy)).map(|b| b.build()) {
+            Ok(Ok(client)) => self.client = client,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot trust the client CA for calls to provisioners")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot trust the client CA for calls to provisioners")
+            }
+        }
         self
     }
 
@@ -288,12 +305,7 @@ pub async fn resource_collection(store: &dyn Store, tenant_id: &str) -> ApiResul
 }
 
 fn tenant_url(p: &ProvisionerRecord, tenant_id: &str) -> String {
-    let host = if p.host.contains(':') && !p.host.starts_with('[') {
-        format!("[{}]", p.host)
-    } else {
-        p.host.clone()
-    };
-    format!("http://{host}:{}/v2/tenants/{tenant_id}", p.port)
+    provisioner_url(p, &format!("/v2/tenants/{tenant_id}"))
 }
 
 /// Tells one provisioner a tenant's worker count there (PUT with the resources, or DELETE at 0).
@@ -446,12 +458,25 @@ const SWEEP_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// Where a provisioner lists the machines with weft's marks (a provider sweep, a drift check).
 fn sweep_url(p: &ProvisionerRecord) -> String {
+    provisioner_url(p, "/v2/sweep")
+}
+
+/// The HTTP client of calls to provisioners, with the policy's time-outs.
+fn client_builder(policy: &Policy) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .connect_timeout(policy.connect_timeout)
+        .timeout(policy.timeout)
+}
+
+/// `path` on a provisioner's own API, at `https://` when it serves TLS.
+fn provisioner_url(p: &ProvisionerRecord, path: &str) -> String {
     let host = if p.host.contains(':') && !p.host.starts_with('[') {
         format!("[{}]", p.host)
     } else {
         p.host.clone()
     };
-    format!("http://{host}:{}/v2/sweep", p.port)
+    let scheme = if p.tls { "https" } else { "http" };
+    format!("{scheme}://{host}:{}{path}", p.port)
 }
 
 /// Asks the provisioners (those serving the tenant first, then the freshest) until one that has

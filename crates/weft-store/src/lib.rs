@@ -138,6 +138,8 @@ pub struct ProvisionerRecord {
     /// Live workers the provisioner reported, per tenant id.
     pub usage: BTreeMap<String, u32>,
     pub last_heartbeat_ms: i64,
+    /// Whether the provisioner serves its API over TLS (the server calls it at `https://`).
+    pub tls: bool,
 }
 
 /// An API key as stored: only the SHA-256 of the secret.

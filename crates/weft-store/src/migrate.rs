@@ -438,6 +438,13 @@ CREATE TABLE secret_keys (
 );
 "#,
     },
+    // Provisioners that serve their own API over TLS: the server calls them at https://.
+    Migration {
+        version: 10,
+        description: "provisioners.tls: the provisioner API's scheme",
+        sqlite: "ALTER TABLE provisioners ADD COLUMN tls BIGINT NOT NULL DEFAULT 0;",
+        postgres: "ALTER TABLE provisioners ADD COLUMN tls BIGINT NOT NULL DEFAULT 0;",
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

@@ -351,6 +351,7 @@ fn provisioner_from_row(row: &AnyRow) -> Result<ProvisionerRecord> {
         assignments: counts_from_json(&row.try_get::<String, _>("assignments")?, "assignments")?,
         usage: counts_from_json(&row.try_get::<String, _>("usage")?, "usage")?,
         last_heartbeat_ms: row.try_get("last_heartbeat")?,
+        tls: row.try_get::<i64, _>("tls")? != 0,
     })
 }
 
@@ -369,7 +370,7 @@ const TENANT_COLUMNS: &str =
     "id, name, description, workers, max_clusters, max_nodes, check_interval, create_time";
 const RESOURCE_COLUMNS: &str = "tenant_id, ptype, plugin, rtype, name, version, live, slated";
 const PROVISIONER_COLUMNS: &str =
-    "id, host, port, capacity_total, assignments, usage, last_heartbeat";
+    "id, host, port, capacity_total, assignments, usage, last_heartbeat, tls";
 const API_KEY_COLUMNS: &str = "id, hash, tenant_id, user_id, admin, create_time";
 
 /// The highest stored version of an entity name, 0 if none.
@@ -875,11 +876,11 @@ impl Store for SqlStore {
     async fn upsert_provisioner(&self, p: &ProvisionerRecord) -> Result<()> {
         let mut tx = self.write_tx().await?;
         sqlx::query(
-            "INSERT INTO provisioners (id, host, port, capacity_total, assignments, usage, last_heartbeat) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET host = excluded.host, \
+            "INSERT INTO provisioners (id, host, port, capacity_total, assignments, usage, last_heartbeat, tls) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET host = excluded.host, \
              port = excluded.port, capacity_total = excluded.capacity_total, \
              assignments = excluded.assignments, usage = excluded.usage, \
-             last_heartbeat = excluded.last_heartbeat",
+             last_heartbeat = excluded.last_heartbeat, tls = excluded.tls",
         )
         .bind(p.id.as_str())
         .bind(p.host.as_str())
@@ -888,6 +889,7 @@ impl Store for SqlStore {
         .bind(counts_to_json(&p.assignments))
         .bind(counts_to_json(&p.usage))
         .bind(p.last_heartbeat_ms)
+        .bind(i64::from(p.tls))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

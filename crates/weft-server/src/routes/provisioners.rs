@@ -103,6 +103,7 @@ async fn view(st: &AppState, p: ProvisionerRecord) -> ApiResult<Provisioner> {
         capacity_total: p.capacity_total,
         assignments: rename(p.assignments),
         usage: rename(p.usage),
+        scheme: if p.tls { "https" } else { "http" }.into(),
     })
 }
 
@@ -160,6 +161,7 @@ async fn register(
     }
     let capacity = u32::try_from(capacity)
         .map_err(|_| ApiError::BadRequest("capacityTotal is too large".into()))?;
+    let tls = api_scheme(reg.scheme.as_deref(), &host, st.settings.tls.is_some())?;
     let existing = st.store.get_provisioner(&pid).await?;
     let record = ProvisionerRecord {
         id: pid.clone(),
@@ -172,6 +174,7 @@ async fn register(
             .unwrap_or_default(),
         usage: existing.map(|e| e.usage).unwrap_or_default(),
         last_heartbeat_ms: now_ms(),
+        tls,
     };
     st.store.upsert_provisioner(&record).await?;
     // Every registration is a new incarnation: it holds no lease and runs no worker yet. The
@@ -192,6 +195,34 @@ async fn register(
         spawn_assignments(&st.courier, moved);
     }
     Ok(())
+}
+
+/// Whether the server calls a provisioner's API over TLS (`scheme`, `http` when absent). A server
+/// that serves TLS refuses a provisioner elsewhere than on loopback that would take the server's
+/// calls, and the token they carry, in clear.
+fn api_scheme(scheme: Option<&str>, host: &str, server_tls: bool) -> ApiResult<bool> {
+    let tls = match scheme.map(str::trim).unwrap_or("http") {
+        "http" | "" => false,
+        "https" => true,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "scheme must be http or https, not {other:?}"
+            )))
+        }
+    };
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if server_tls && !tls && !loopback {
+        return Err(ApiError::BadRequest(format!(
+            "scheme: this server serves TLS, so the provisioner at {host} must serve its API over \
+             TLS too (its calls carry the provisioner token): give the provisioner --tls-cert and \
+             --tls-key, a certificate for {host} signed by the server's client CA"
+        )));
+    }
+    Ok(tls)
 }
 
 async fn unregister(State(st): State<AppState>, Path(pid): Path<String>) -> ApiResult<()> {
@@ -247,4 +278,28 @@ async fn heartbeat(
         }
     }
     Ok(Json(answer).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_scheme;
+
+    #[test]
+    fn a_tls_server_refuses_provisioners_that_would_take_its_calls_in_clear() {
+        assert_eq!(api_scheme(None, "10.1.2.3", false).ok(), Some(false));
+        assert_eq!(api_scheme(Some("https"), "p1", true).ok(), Some(true));
+        for loopback in ["127.0.0.1", "::1", "[::1]", "localhost"] {
+            assert_eq!(api_scheme(Some("http"), loopback, true).ok(), Some(false));
+        }
+        let refused = api_scheme(Some("http"), "provisioners", true).unwrap_err();
+        let text = refused.to_string();
+        assert!(
+            text.starts_with("scheme:") && text.contains("--tls-cert"),
+            "{text}"
+        );
+        let bad = api_scheme(Some("ftp"), "p1", false)
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("scheme must be http or https"), "{bad}");
+    }
 }

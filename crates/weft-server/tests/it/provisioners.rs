@@ -81,7 +81,8 @@ async fn listing_shows_tenant_names_and_free_capacity() {
     assert_eq!(
         list,
         json!([{"id": "p1", "host": "127.0.0.1", "port": 58025, "capacityTotal": 10,
-                             "assignments": {"acme": 3}, "usage": {"acme": 2}, "capacityFree": 7}])
+                             "assignments": {"acme": 3}, "usage": {"acme": 2}, "capacityFree": 7,
+                "scheme": "http"}])
     );
     let one = h.get(SA, "/v2/provisioners/p1").await.expect(200).json();
     assert_eq!(one, list[0]);

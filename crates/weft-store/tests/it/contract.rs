@@ -70,6 +70,7 @@ fn provisioner(id: &str, port: u16) -> ProvisionerRecord {
         assignments: BTreeMap::from([(A.to_string(), 3), (B.to_string(), 2)]),
         usage: BTreeMap::new(),
         last_heartbeat_ms: 5,
+        tls: true,
     }
 }
 

@@ -59,8 +59,14 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
         let serving = tokio::spawn(bound.run_until(async {
             let _ = stop_rx.await;
         }));
+        let embedded = super::provisioner::Embedded {
+            server: internal,
+            capacity: super::server::UP_WORKERS,
+            tls: None,
+            token_file: None,
+        };
         let agent =
-            super::server::start_up_provisioner(&data_dir, store.as_ref(), internal, None).await?;
+            super::server::start_up_provisioner(&data_dir, store.as_ref(), embedded).await?;
         let result = delete_all(&api, args.timeout).await;
         agent.shutdown().await;
         let _ = stop_tx.send(());

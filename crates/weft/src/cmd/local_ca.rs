@@ -1,7 +1,8 @@
 //! `weft up --tls`: a certificate authority of this machine's own, made once in the data dir,
-//! with a server certificate for loopback (and the bind address) and a client certificate for the
-//! embedded provisioner, so both ports serve HTTPS and the provisioner port requires mutual TLS
-//! without anyone handling certificates. The CA lives ten years; the two leaf certificates are
+//! with a server certificate for loopback (and the bind address) and a certificate for the
+//! embedded provisioner (client and server use, for loopback), so both ports and the provisioner's
+//! own API serve HTTPS and the provisioner port requires mutual TLS without anyone handling
+//! certificates. The CA lives ten years; the two leaf certificates are
 //! issued again at every start, each for [`LEAF_DAYS`] days (what browsers and scanners accept).
 //! Every file is 0600 in a 0700 directory. Delete the directory to make a new CA.
 
@@ -54,7 +55,7 @@ impl LocalTls {
 }
 
 /// The local CA of `data_dir` (`<data_dir>/tls`, made when missing) and fresh leaf certificates:
-/// the server's names localhost, 127.0.0.1, ::1 and `bind` (unless it is a wildcard).
+/// the server's names localhost, 127.0.0.1, ::1 and `bind` (the host name for a wildcard).
 pub fn ensure(data_dir: &Path, bind: IpAddr) -> anyhow::Result<LocalTls> {
     let dir = data_dir.join("tls");
     let files = LocalTls::under(&dir);
@@ -76,28 +77,48 @@ pub fn ensure(data_dir: &Path, bind: IpAddr) -> anyhow::Result<LocalTls> {
     // The same name and key as ca.pem: what it signs chains to ca.pem.
     let ca = ca_params()?.self_signed(&ca_key)?;
     let mut sans = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
-    if !bind.is_unspecified() && !bind.is_loopback() {
+    if bind.is_unspecified() {
+        // Every address of the machine: others reach it by its name.
+        sans.extend(host_name());
+    } else if !bind.is_loopback() {
         sans.push(bind.to_string());
     }
     let (cert, key) = leaf(
         "weft server",
         &sans,
-        ExtendedKeyUsagePurpose::ServerAuth,
+        &[ExtendedKeyUsagePurpose::ServerAuth],
         &ca,
         &ca_key,
     )?;
     write(&files.cert, cert)?;
     write(&files.key, key)?;
+    // The embedded provisioner presents it to the server and serves its own API (on loopback)
+    // with it.
+    let loopback = ["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
     let (cert, key) = leaf(
         "weft-up provisioner",
-        &[],
-        ExtendedKeyUsagePurpose::ClientAuth,
+        &loopback,
+        &[
+            ExtendedKeyUsagePurpose::ClientAuth,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ],
         &ca,
         &ca_key,
     )?;
     write(&files.client_cert, cert)?;
     write(&files.client_key, key)?;
     Ok(files)
+}
+
+/// This machine's host name, when it is one a certificate can hold.
+fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    (valid && name != "localhost").then(|| name.to_string())
 }
 
 fn ca_params() -> anyhow::Result<CertificateParams> {
@@ -111,11 +132,11 @@ fn ca_params() -> anyhow::Result<CertificateParams> {
     Ok(ca)
 }
 
-/// A certificate for `usage` signed by the CA; returns (certificate, key) as PEM.
+/// A certificate for `usages` signed by the CA; returns (certificate, key) as PEM.
 fn leaf(
     common: &str,
     sans: &[String],
-    usage: ExtendedKeyUsagePurpose,
+    usages: &[ExtendedKeyUsagePurpose],
     ca: &Certificate,
     ca_key: &KeyPair,
 ) -> anyhow::Result<(String, String)> {
@@ -123,7 +144,7 @@ fn leaf(
     p.distinguished_name = name(common);
     p.subject_alt_names = sans.iter().map(|s| san(s)).collect::<anyhow::Result<_>>()?;
     p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    p.extended_key_usages = vec![usage];
+    p.extended_key_usages = usages.to_vec();
     p.use_authority_key_identifier_extension = true;
     let now = OffsetDateTime::now_utc();
     p.not_before = now - Duration::hours(1);

@@ -89,7 +89,9 @@ pub struct Args {
     /// only these are trusted, not the system's roots.
     #[arg(long, env = "WEFT_CA_CERT")]
     ca_cert: Option<PathBuf>,
-    /// PEM client certificate to present (a server with `client_ca` requires one), with --tls-key.
+    /// PEM certificate of this provisioner, with --tls-key: presented to the server (a server
+    /// with `client_ca` requires one) and served by the provisioner's own API, which the server
+    /// then calls over HTTPS. It must name the --advertise-host and allow client and server use.
     #[arg(long, env = "WEFT_TLS_CERT")]
     tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert.
@@ -162,19 +164,30 @@ pub fn plugins(
         .automator(Arc::new(automators::DockerAutomator::new())))
 }
 
+/// The provisioner `weft up` runs in its own process.
+pub struct Embedded {
+    /// The server's provisioner port.
+    pub server: SocketAddr,
+    pub capacity: u32,
+    /// The local CA to trust and the certificate to present and serve its API with.
+    pub tls: Option<weft_client::TlsTrust>,
+    /// The provisioner token file of a server that requires API keys.
+    pub token_file: Option<std::path::PathBuf>,
+}
+
 /// Starts a provisioner for `weft up`: data under `<data_dir>/provisioner`, API on a free port.
-pub async fn start_in_process(
-    data_dir: &Path,
-    server: SocketAddr,
-    capacity: u32,
-    tls: Option<weft_client::TlsTrust>,
-) -> anyhow::Result<Agent> {
+pub async fn start_in_process(data_dir: &Path, embedded: Embedded) -> anyhow::Result<Agent> {
     let data = data_dir.join("provisioner");
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let mut cfg = AgentConfig::new(&format!("{scheme}://{server}"), data.clone());
-    cfg.tls = tls.unwrap_or_default();
+    let scheme = if embedded.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let mut cfg = AgentConfig::new(&format!("{scheme}://{}", embedded.server), data.clone());
+    cfg.tls = embedded.tls.unwrap_or_default();
+    cfg.token_file = embedded.token_file;
     cfg.id = "weft-up".into();
-    cfg.capacity = capacity;
+    cfg.capacity = embedded.capacity;
     Agent::start(cfg, plugins(&data, Vec::new(), None)?)
         .await
         .context("starting the provisioner")

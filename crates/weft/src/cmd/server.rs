@@ -163,6 +163,11 @@ pub struct UpArgs {
     /// certificate of its own.
     #[arg(long, env = "WEFT_TLS")]
     tls: bool,
+    /// Address both ports listen on [default: 127.0.0.1]. Any other address (0.0.0.0 included)
+    /// serves HTTPS as with --tls and requires API keys: an admin key of the default tenant is
+    /// written to <data dir>/admin.key (0600) on first start.
+    #[arg(long, env = "WEFT_BIND")]
+    bind: Option<std::net::IpAddr>,
 }
 
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -191,56 +196,70 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    // Beyond loopback, weft up is secure by itself: HTTPS with its local CA and API keys.
+    let bind = args.bind.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+    let network = !bind.is_loopback();
     let mut settings = RawConfig {
         data_dir: args.data_dir,
         port: args.port,
         internal_port: args.internal_port,
         task_timeout: args.task_timeout,
         check_interval: args.check_interval,
-        bind: Some("127.0.0.1".into()),
-        auth: Some("none".into()),
+        bind: Some(bind.to_string()),
+        auth: Some(if network { "apikey" } else { "none" }.into()),
+        // The check that refuses plain HTTP beyond loopback: up_tls below gives the certificates.
+        insecure_http: network.then_some(true),
         ..Default::default()
     }
     .resolve()?;
     super::runtime::runtime()?.block_on(async {
         // The ports first: a port in use must leave nothing behind (no data dir, no database).
         let (external, internal) = bind_ports(&settings, "weft up").await?;
-        let local_tls = match args.tls {
+        let local_tls = match args.tls || network {
             true => Some(up_tls(&mut settings)?),
             false => None,
         };
         let (app, first) = open_up_store(&settings).await?;
         let store = app.state.store.clone();
+        let admin_key = match network {
+            true => Some(up_admin_key(&settings.data_dir, store.as_ref()).await?),
+            false => None,
+        };
         // The external port answers 503 (Retry-After) until the provisioner has registered its
         // plugin types: a create right after `/status` answers must find them.
         let ready = app.ready.clone();
         ready.store(false, std::sync::atomic::Ordering::Release);
         let bound = weft_server::bound(app, external, internal)?;
         let scheme = bound.scheme();
-        let api = format!("{scheme}://{}", bound.external_addr()?);
-        let internal = bound.internal_addr()?;
+        let api = format!("{scheme}://{}", reachable(bound.external_addr()?));
+        let internal = reachable(bound.internal_addr()?);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let serving = tokio::spawn(bound.run_until(async {
             let _ = stop_rx.await;
         }));
-        let trust = local_tls.as_ref().map(|t| weft_client::TlsTrust {
-            ca_cert: Some(t.ca.clone()),
-            client_cert: Some(t.client_cert.clone()),
-            client_key: Some(t.client_key.clone()),
-        });
-        let agent =
-            start_up_provisioner(&settings.data_dir, store.as_ref(), internal, trust).await?;
+        let embedded = super::provisioner::Embedded {
+            server: internal,
+            capacity: UP_WORKERS,
+            tls: local_tls.as_ref().map(|t| weft_client::TlsTrust {
+                ca_cert: Some(t.ca.clone()),
+                client_cert: Some(t.client_cert.clone()),
+                client_key: Some(t.client_key.clone()),
+            }),
+            token_file: settings.provisioner_token_file.clone(),
+        };
+        let agent = start_up_provisioner(&settings.data_dir, store.as_ref(), embedded).await?;
         ready.store(true, std::sync::atomic::Ordering::Release);
         super::up_record::record_address(&settings.data_dir, &api)?;
         // Only now is everything ready (the provisioner has registered its plugin types): say so.
-        print_up(
-            &settings,
+        let shown = UpShown {
             first,
-            &api,
-            &format!("{scheme}://{internal}"),
-            agent.addr(),
-            local_tls.as_ref(),
-        )?;
+            api: &api,
+            internal: &format!("{scheme}://{internal}"),
+            agent: &format!("{scheme}://{}", agent.addr()),
+            tls: local_tls.as_ref(),
+            admin_key: admin_key.as_deref(),
+        };
+        print_up(&settings, &shown)?;
         super::runtime::shutdown_signal().await;
         super::up_record::forget_address(&settings.data_dir);
         let live = super::up_record::live_clusters(&api)
@@ -253,6 +272,40 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         super::up_record::print_left_behind(&settings.data_dir, &live);
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Where this machine reaches a listener: loopback for a wildcard address (the name the local CA's
+/// server certificate holds).
+fn reachable(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    let ip: std::net::IpAddr = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    std::net::SocketAddr::new(ip, addr.port())
+}
+
+/// The admin API key of the default tenant that `weft up` beyond loopback makes on first start,
+/// kept in `<data dir>/admin.key` (0600); returns the file's path.
+async fn up_admin_key(
+    data_dir: &std::path::Path,
+    store: &dyn weft_store::Store,
+) -> anyhow::Result<std::path::PathBuf> {
+    let path = data_dir.join("admin.key");
+    if path.is_file() {
+        return Ok(path);
+    }
+    let request = weft_model::ApiKeyRequest {
+        tenant: DEFAULT_TENANT.into(),
+        user: "admin".into(),
+        admin: true,
+    };
+    let made = weft_server::routes::apikeys::make_key(store, &request)
+        .await
+        .map_err(|e| anyhow::anyhow!("making the admin API key: {e}"))?;
+    weft_server::private::write(&path, format!("{}\n", made.key).as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 /// Makes (or finds) the local CA of `weft up --tls` and serves both ports with it, the
@@ -268,48 +321,63 @@ fn up_tls(settings: &mut Settings) -> anyhow::Result<super::local_ca::LocalTls> 
     Ok(t)
 }
 
-/// What `weft up` prints once everything is ready.
-fn print_up(
-    settings: &Settings,
+/// What `weft up` says it serves.
+struct UpShown<'a> {
+    /// The example catalog was loaded now.
     first: bool,
-    api: &str,
-    internal: &str,
-    agent: std::net::SocketAddr,
-    tls: Option<&super::local_ca::LocalTls>,
-) -> anyhow::Result<()> {
-    println!(
-        "weft is up (data in {}{})",
-        settings.data_dir.display(),
-        if first {
-            ", example catalog loaded"
-        } else {
-            ""
-        }
-    );
+    api: &'a str,
+    internal: &'a str,
+    agent: &'a str,
+    tls: Option<&'a super::local_ca::LocalTls>,
+    admin_key: Option<&'a std::path::Path>,
+}
+
+/// What `weft up` prints once everything is ready.
+fn print_up(settings: &Settings, up: &UpShown) -> anyhow::Result<()> {
+    let loaded = if up.first {
+        ", example catalog loaded"
+    } else {
+        ""
+    };
+    let (api, dir) = (up.api, settings.data_dir.display());
+    println!("weft is up (data in {dir}{loaded})");
     println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
-    println!("  provisioners {internal}");
+    println!("  provisioners {}", up.internal);
     println!(
-        "  provisioner  http://{agent} ({UP_WORKERS} workers, local provider, shell automator)"
+        "  provisioner  {} ({UP_WORKERS} workers, local provider, shell automator)",
+        up.agent
     );
-    println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
     let mut curl = String::from("curl");
-    if let Some(t) = tls {
+    let mut login = format!("weft login --server {api}");
+    if let Some(t) = up.tls {
         println!(
             "  TLS          CA {} (SHA-256 {})",
             t.ca.display(),
             t.fingerprint()?
         );
-        println!(
-            "               trust it: weft login --ca-cert {} ...; curl --cacert {} ...",
-            t.ca.display(),
-            t.ca.display()
-        );
         curl = format!("curl --cacert {}", t.ca.display());
+        login = format!("{login} --ca-cert {}", t.ca.display());
     }
-    println!("  try: {curl} -H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin' '{api}/v2/clustertemplates'");
+    let who = match up.admin_key {
+        Some(key) => {
+            let key = key.display();
+            println!(
+                "  API key      {key} (tenant {DEFAULT_TENANT}, admin; every call needs a key)"
+            );
+            println!("  web UI       {api}/   (log in with that key)");
+            login = format!("{login} --api-key \"$(cat {key})\"");
+            format!("-H \"Coopr-ApiKey: $(cat {key})\"")
+        }
+        None => {
+            println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
+            login = format!("{login} --tenant {DEFAULT_TENANT} --user admin");
+            format!("-H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin'")
+        }
+    };
+    println!("  CLI          {login}");
+    println!("  try: {curl} {who} '{api}/v2/clustertemplates'");
     println!(
-        "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {}",
-        settings.data_dir.display()
+        "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {dir}"
     );
     Ok(())
 }
@@ -377,8 +445,7 @@ pub async fn open_up_store(settings: &Settings) -> anyhow::Result<(weft_server::
 pub async fn start_up_provisioner(
     data_dir: &std::path::Path,
     store: &dyn weft_store::Store,
-    internal: std::net::SocketAddr,
-    tls: Option<weft_client::TlsTrust>,
+    embedded: super::provisioner::Embedded,
 ) -> anyhow::Result<weft_provisioner::agent::Agent> {
     if let Some(mut t) = store
         .tenant_by_name(DEFAULT_TENANT)
@@ -388,7 +455,7 @@ pub async fn start_up_provisioner(
         t.spec.workers = UP_WORKERS;
         store.update_tenant(&t).await?;
     }
-    let agent = super::provisioner::start_in_process(data_dir, internal, UP_WORKERS, tls).await?;
+    let agent = super::provisioner::start_in_process(data_dir, embedded).await?;
     for t in store.list_tenants().await? {
         if t.spec.workers > 0 && t.spec.name != SUPERADMIN {
             agent

@@ -232,6 +232,7 @@ impl Server {
         };
         let c = Client::new(internal).unwrap();
         c.register(&Registration {
+            scheme: "http",
             id: "p1".into(),
             host: "127.0.0.1".into(),
             port: 9,

@@ -48,6 +48,7 @@ async fn setup(api: &str, internal: &str) {
     .unwrap();
     let c = Client::new(internal).unwrap();
     c.register(&Registration {
+        scheme: "http",
         id: "p1".into(),
         host: "127.0.0.1".into(),
         port: 9,

@@ -144,8 +144,128 @@ fn weft_up_tls_serves_https_on_both_ports_and_its_provisioner_verifies_it() {
         &format!("{int}/status"),
     ]);
     assert_eq!(with_cert, (0, "OK\n".into()));
+    provisioner_api_is_https(&lines, &api, ca);
     assert_private(&data, &tls);
     cli_trusts_the_ca_when_told(&api, ca, dir.path());
+}
+
+/// The embedded provisioner serves its own API over HTTPS (with its certificate from the local CA),
+/// registered so: the server calls it at https://.
+fn provisioner_api_is_https(lines: &[String], api: &str, ca: &str) {
+    let agent = url_after(lines, "provisioner ");
+    assert!(agent.starts_with("https://127.0.0.1:"), "{lines:?}");
+    assert_eq!(
+        curl(&["--cacert", ca, &format!("{agent}/status")]),
+        (0, "OK\n".into())
+    );
+    let plain = agent.replacen("https://", "http://", 1);
+    assert_ne!(curl(&[&format!("{plain}/status")]), (0, "OK\n".into()));
+    let (code, body) = curl(&[
+        "--cacert",
+        ca,
+        "-H",
+        "Coopr-TenantID: superadmin",
+        "-H",
+        "Coopr-UserID: admin",
+        &format!("{api}/v2/provisioners"),
+    ]);
+    assert_eq!(code, 0, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).expect(&body);
+    assert_eq!(list[0]["scheme"], "https", "{body}");
+}
+
+#[test]
+fn weft_up_on_a_network_address_serves_https_and_requires_api_keys() {
+    if !curl_present() {
+        weft_testkit::skip_or_fail("curl", "not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (port, internal) = free_ports();
+    let mut cmd = weft();
+    cmd.args(["up", "--bind", "0.0.0.0", "--port", &port.to_string()])
+        .args(["--internal-port", &internal.to_string(), "--data-dir"])
+        .arg(&data);
+    let (_up, lines) = start_until(cmd, "stop:");
+    let api = url_after(&lines, "REST API");
+    assert_eq!(api, format!("https://127.0.0.1:{port}"), "{lines:?}");
+    let ca = data.join("tls/ca.pem");
+    let ca = ca.to_str().unwrap();
+    let key_file = data.join("admin.key");
+    assert!(
+        lines.iter().any(|l| l.contains(key_file.to_str().unwrap())),
+        "the key file is named: {lines:?}"
+    );
+    let key = std::fs::read_to_string(&key_file).unwrap();
+    let key = format!("Coopr-ApiKey: {}", key.trim());
+    let templates = format!("{api}/v2/clustertemplates");
+    // Plain HTTP is not served, header identity is not believed, the key is.
+    let plain = templates.replacen("https://", "http://", 1);
+    assert_ne!(curl(&[&plain]).0, 0);
+    let as_admin = ["-H", "Coopr-TenantID: default", "-H", "Coopr-UserID: admin"];
+    let mut args = vec!["-o", "/dev/null", "-w", "%{http_code}", "--cacert", ca];
+    args.extend(as_admin);
+    args.push(&templates);
+    assert_eq!(curl(&args), (0, "401".into()));
+    let (code, body) = curl(&["--cacert", ca, "-H", &key, &templates]);
+    assert_eq!(code, 0);
+    assert!(body.contains("kv-web"), "{body}");
+    let provisioner = url_after(&lines, "provisioner ");
+    assert_eq!(
+        curl(&["--cacert", ca, &format!("{provisioner}/status")]),
+        (0, "OK\n".into())
+    );
+    // A cluster made and deleted through the CLI with the key: the server reached the
+    // provisioner's own API over HTTPS with the token (a provisioner it cannot call is dropped
+    // and runs nothing).
+    let secret = std::fs::read_to_string(&key_file).unwrap();
+    let cli = |args: &[&str]| {
+        let out = weft()
+            .env("WEFT_CLI_CONFIG", dir.path().join("cli.toml"))
+            .args(args)
+            .args([
+                "--server",
+                &api,
+                "--ca-cert",
+                ca,
+                "--api-key",
+                secret.trim(),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let made = cli(&[
+        "cluster",
+        "create",
+        "--template",
+        "kv-web",
+        "--size",
+        "3",
+        "--wait",
+        "-o",
+        "json",
+    ]);
+    let made: serde_json::Value = serde_json::from_str(&made).expect(&made);
+    let id = made["id"].as_str().expect("a cluster id");
+    cli(&["cluster", "delete", id, "--wait"]);
+    let private = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(private, 0o600);
+    // The same key file serves a second start: one admin key, made once.
+    drop(_up);
+    let mut again = weft();
+    again
+        .args(["up", "--bind", "0.0.0.0", "--port", &port.to_string()])
+        .args(["--internal-port", &internal.to_string(), "--data-dir"])
+        .arg(&data);
+    let (_up, _) = start_until(again, "stop:");
+    let (code, body) = curl(&["--cacert", ca, "-H", &key, &templates]);
+    assert_eq!((code, body.contains("kv-web")), (0, true), "{body}");
 }
 
 /// The CLI refuses the unknown certificate, saying what to do, and works with `--ca-cert` or a
