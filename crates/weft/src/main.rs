@@ -52,7 +52,13 @@ fn main() -> ExitCode {
         let _ = e.print();
         std::process::exit(if e.use_stderr() { 1 } else { 0 })
     });
-    init_tracing();
+    // `weft up` logs to a file in its data dir (cmd::up_log); everything else to stderr.
+    // `weft down` says what it deletes; its in-process server logs only what goes wrong.
+    match cli.command {
+        Command::Up(_) => {}
+        Command::Down(_) => init_tracing("warn"),
+        _ => init_tracing("info,sqlx=warn"),
+    }
     let result = match cli.command {
         Command::Up(args) => cmd::server::up(args),
         Command::Down(args) => cmd::down::down(args),
@@ -73,9 +79,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
-        .unwrap_or_else(|_| "info,sqlx=warn".into());
+/// Logs to stderr: `WEFT_LOG` if set, else `default`.
+fn init_tracing(default: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG").unwrap_or_else(|_| default.into());
     // Colour codes only on a terminal: a log file or a pipe gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()

@@ -11,6 +11,7 @@ pub mod provisioner;
 pub mod runtime;
 pub mod server;
 pub mod solve;
+pub mod up_log;
 pub mod up_record;
 
 /// Writes a command's output to stdout. A reader that went away (`weft plan | head`) is not an

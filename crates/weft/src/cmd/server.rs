@@ -168,6 +168,13 @@ pub struct UpArgs {
     /// written to <data dir>/admin.key (0600) on first start.
     #[arg(long, env = "WEFT_BIND")]
     bind: Option<std::net::IpAddr>,
+    /// Copy the log (<data dir>/weft.log) to the terminal.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+    /// How much to log: a level (error, warn, info, debug, trace) or a filter such as
+    /// `debug,sqlx=warn`; WEFT_LOG wins [default: info,sqlx=warn].
+    #[arg(long, value_parser = super::up_log::level)]
+    log_level: Option<String>,
 }
 
 pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -215,11 +222,14 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     super::runtime::runtime()?.block_on(async {
         // The ports first: a port in use must leave nothing behind (no data dir, no database).
         let (external, internal) = bind_ports(&settings, "weft up").await?;
+        weft_server::private::dir(&settings.data_dir)?;
+        let log = super::up_log::init(&settings.data_dir, args.verbose, args.log_level.as_deref())?;
         let local_tls = match args.tls || network {
             true => Some(up_tls(&mut settings)?),
             false => None,
         };
         let (app, first) = open_up_store(&settings).await?;
+        let jobs = super::up_log::print_jobs(&app.state.engine.events, app.state.store.clone());
         let store = app.state.store.clone();
         let admin_key = match network {
             true => Some(up_admin_key(&settings.data_dir, store.as_ref()).await?),
@@ -258,9 +268,11 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             agent: &format!("{scheme}://{}", agent.addr()),
             tls: local_tls.as_ref(),
             admin_key: admin_key.as_deref(),
+            log: &log,
         };
-        print_up(&settings, &shown)?;
+        print_up(&settings, &shown);
         super::runtime::shutdown_signal().await;
+        jobs.abort();
         super::up_record::forget_address(&settings.data_dir);
         let live = super::up_record::live_clusters(&api)
             .await
@@ -330,56 +342,68 @@ struct UpShown<'a> {
     agent: &'a str,
     tls: Option<&'a super::local_ca::LocalTls>,
     admin_key: Option<&'a std::path::Path>,
+    log: &'a std::path::Path,
 }
 
-/// What `weft up` prints once everything is ready.
-fn print_up(settings: &Settings, up: &UpShown) -> anyhow::Result<()> {
+/// What `weft up` prints once everything is ready (a closed stdout is not an error); the last
+/// line starts with `stop:`.
+fn print_up(settings: &Settings, up: &UpShown) {
     let loaded = if up.first {
         ", example catalog loaded"
     } else {
         ""
     };
     let (api, dir) = (up.api, settings.data_dir.display());
-    println!("weft is up (data in {dir}{loaded})");
-    println!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)");
-    println!("  provisioners {}", up.internal);
-    println!(
-        "  provisioner  {} ({UP_WORKERS} workers, local provider, shell automator)",
-        up.agent
-    );
+    let mut lines = vec![
+        format!("weft is up (data in {dir}{loaded})"),
+        format!("  REST API     {api}/v2   (OpenAPI: {api}/v2/openapi.json)"),
+        format!("  provisioners {}", up.internal),
+        format!(
+            "  provisioner  {} ({UP_WORKERS} workers, local provider, shell automator)",
+            up.agent
+        ),
+    ];
     let mut curl = String::from("curl");
     let mut login = format!("weft login --server {api}");
     if let Some(t) = up.tls {
-        println!(
-            "  TLS          CA {} (SHA-256 {})",
-            t.ca.display(),
-            t.fingerprint()?
-        );
+        let fingerprint = t
+            .fingerprint()
+            .unwrap_or_else(|e| format!("unreadable: {e}"));
+        lines.push(format!(
+            "  TLS          CA {} (SHA-256 {fingerprint})",
+            t.ca.display()
+        ));
         curl = format!("curl --cacert {}", t.ca.display());
         login = format!("{login} --ca-cert {}", t.ca.display());
     }
     let who = match up.admin_key {
         Some(key) => {
             let key = key.display();
-            println!(
+            lines.push(format!(
                 "  API key      {key} (tenant {DEFAULT_TENANT}, admin; every call needs a key)"
-            );
-            println!("  web UI       {api}/   (log in with that key)");
+            ));
+            lines.push(format!("  web UI       {api}/   (log in with that key)"));
             login = format!("{login} --api-key \"$(cat {key})\"");
             format!("-H \"Coopr-ApiKey: $(cat {key})\"")
         }
         None => {
-            println!("  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)");
+            lines.push(format!(
+                "  web UI       {api}/   (log in with tenant {DEFAULT_TENANT}, user admin)"
+            ));
             login = format!("{login} --tenant {DEFAULT_TENANT} --user admin");
             format!("-H 'Coopr-TenantID: {DEFAULT_TENANT}' -H 'Coopr-UserID: admin'")
         }
     };
-    println!("  CLI          {login}");
-    println!("  try: {curl} {who} '{api}/v2/clustertemplates'");
-    println!(
+    lines.push(format!("  CLI          {login}"));
+    lines.push(format!("  try: {curl} {who} '{api}/v2/clustertemplates'"));
+    lines.push(format!(
+        "  log          {} (-v shows it here; jobs are listed below as they start and end)",
+        up.log.display()
+    ));
+    lines.push(format!(
         "  stop: Ctrl-C (clusters keep running); remove every cluster: weft down --data-dir {dir}"
-    );
-    Ok(())
+    ));
+    super::up_log::say(&lines.join("\n"));
 }
 
 /// Binds the external and internal ports of `settings`; a port in use is an error naming the

@@ -137,6 +137,8 @@ fn secrets_stay_sealed_at_rest_and_a_rotated_key_retires_the_old_one() {
     let gone: Value = settle(&u.api, &second);
     assert_eq!(gone["status"], "terminated", "{}", gone["message"]);
     drain(&u, &mut logs);
+    let file = std::fs::read_to_string(data.join("weft.log")).expect("weft up's log file");
+    logs.extend(file.lines().map(str::to_string));
     assert!(logs.len() > 5, "the logs were read: {logs:?}");
     for l in &logs {
         assert!(!l.contains(SEED) && !l.contains(PRIVATE), "a log line: {l}");

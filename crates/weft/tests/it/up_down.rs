@@ -22,6 +22,8 @@ pub(crate) struct Up {
     pub(crate) api: String,
     pub(crate) out: mpsc::Receiver<String>,
     pub(crate) err: mpsc::Receiver<String>,
+    /// What it printed up to and including its banner's last line.
+    pub(crate) banner: Vec<String>,
 }
 
 /// A test that fails does not leave its `weft up` running.
@@ -57,11 +59,18 @@ fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
+/// `weft up -v` on `data` (its log on stderr as well), once its banner is printed.
 pub(crate) fn up(data: &Path) -> Up {
+    up_with(data, &["-v"])
+}
+
+/// `weft up` on `data` with `extra` arguments, once its banner is printed.
+pub(crate) fn up_with(data: &Path, extra: &[&str]) -> Up {
     let (port, internal) = free_ports();
     let mut child = weft()
         .args(["up", "--port", &port.to_string()])
         .args(["--internal-port", &internal.to_string()])
+        .args(extra)
         .arg("--data-dir")
         .arg(data)
         .env("WEFT_LOG", "info")
@@ -71,11 +80,13 @@ pub(crate) fn up(data: &Path) -> Up {
         .expect("spawn weft up");
     let out = lines(child.stdout.take().unwrap());
     let err = lines(child.stderr.take().unwrap());
+    let mut banner = Vec::new();
     loop {
         let l = out
             .recv_timeout(Duration::from_secs(60))
             .expect("weft up banner");
-        if l.contains("stop: Ctrl-C") {
+        banner.push(l);
+        if banner.last().is_some_and(|l| l.contains("stop: Ctrl-C")) {
             break;
         }
     }
@@ -85,6 +96,7 @@ pub(crate) fn up(data: &Path) -> Up {
         api,
         out,
         err,
+        banner,
     }
 }
 
@@ -347,4 +359,64 @@ fn weft_up_names_a_port_in_use_and_creates_nothing() {
         "weft up made {} before it had its ports",
         data.display()
     );
+}
+
+#[test]
+fn weft_up_prints_a_banner_and_job_lines_and_logs_the_rest_to_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let _cleanup = Cleanup(data.clone());
+    let u = up_with(&data, &[]);
+    let cli = |args: &[&str]| {
+        let out = weft()
+            .args(args)
+            .args(["--server", &u.api])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let made = cli(&[
+        "cluster",
+        "create",
+        "--template",
+        "kv-web",
+        "--size",
+        "3",
+        "--wait",
+        "-o",
+        "json",
+    ]);
+    let made: Value = serde_json::from_str(&made).expect(&made);
+    let id = made["id"].as_str().expect("a cluster id").to_string();
+    cli(&["cluster", "expand", &id, "--count", "1", "--wait"]);
+    cli(&["cluster", "delete", &id, "--wait"]);
+    // Three jobs, each started and done: the last line printed is the delete's end.
+    let mut printed = Vec::new();
+    while !printed
+        .iter()
+        .any(|l: &String| l.contains("CLUSTER_DELETE  done"))
+    {
+        let line = u
+            .out
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a job line");
+        printed.push(line);
+    }
+    let said: Vec<String> = u.err.try_iter().collect();
+    assert!(said.is_empty(), "nothing on stderr: {said:?}");
+    for action in ["CLUSTER_CREATE", "CLUSTER_EXPAND", "CLUSTER_DELETE"] {
+        for end in ["started", "done"] {
+            let line = format!("{action}  {end}");
+            assert!(
+                printed.iter().any(|l| l.contains(&line)),
+                "{line}: {printed:?}"
+            );
+        }
+    }
+    let all = u.banner.len() + printed.len();
+    assert!(all < 30, "{all} lines: {:?} {printed:?}", u.banner);
+    let log = std::fs::read_to_string(data.join("weft.log")).unwrap();
+    assert!(log.lines().count() > 50, "the log has the rest: {log}");
+    assert!(log.contains(&id), "the log names the cluster");
 }
