@@ -63,6 +63,31 @@ impl ClientError {
         }
     }
 
+    /// The server that could not be reached at all (no connection, or no answer in time), and
+    /// why, in the words of the error's deepest cause: `("http://127.0.0.1:55054", "Connection
+    /// refused (os error 111)")`. `None` for answers and for TLS refusals.
+    pub fn unreachable(&self) -> Option<(String, String)> {
+        let ClientError::Transport { url, source } = self else {
+            return None;
+        };
+        if !(source.is_connect() || source.is_timeout()) || self.tls_refusal().is_some() {
+            return None;
+        }
+        let mut cause = source.to_string();
+        let mut e: Option<&dyn std::error::Error> = std::error::Error::source(source);
+        while let Some(err) = e {
+            cause = err.to_string();
+            e = err.source();
+        }
+        if source.is_timeout() && !source.is_connect() {
+            cause = "no answer in time".into();
+        }
+        let origin = reqwest::Url::parse(url)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_else(|_| url.clone());
+        Some((origin, cause))
+    }
+
     /// Why TLS refused the connection, when it did: the server's certificate does not verify
     /// against the trusted CA (or names another host), or the server refused this client's
     /// certificate (or its absence). Trying again cannot help; the configuration must change.

@@ -47,6 +47,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     // Usage errors exit 1 (documented exit codes); --help and --version exit 0.
     let cli = Cli::try_parse().unwrap_or_else(|e| {
         let _ = e.print();
@@ -77,6 +78,26 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A reader that went away (`weft cluster list | head -1`) ends the command quietly with 141, as
+/// a process killed by SIGPIPE would (what shells expect), instead of a panic: Rust ignores
+/// SIGPIPE, so `println!` to a closed pipe panics with "failed printing to stdout". The daemons
+/// print through writers that ignore the error, so this is never reached for them.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if payload.contains("Broken pipe") || payload.contains("BrokenPipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }
 
 /// Logs to stderr: `WEFT_LOG` if set, else `default`.

@@ -104,7 +104,10 @@ async fn job_line(store: &dyn weft_store::Store, e: &JobEvent) -> String {
                 .filter(|m| !m.is_empty())
                 .map(|m| format!(": {m}"))
                 .unwrap_or_default();
-            format!("FAILED{why} (weft cluster logs {:08} --failed)", e.cluster_id)
+            format!(
+                "FAILED{why} (weft cluster logs {:08} --failed)",
+                e.cluster_id
+            )
         }
     };
     format!("{}  {cluster}  {action}  {what}", clock())

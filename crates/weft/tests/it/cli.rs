@@ -594,7 +594,17 @@ fn errors_exit_with_the_documented_codes_and_the_server_message() {
         "the server's message, as it is: {err}"
     );
     s.fails(&["cluster", "bogus"], 1);
-    s.fails(&["cluster", "list", "--server", "http://127.0.0.1:9"], 3);
+    let err = s.fails(&["cluster", "list", "--server", "http://127.0.0.1:9"], 3);
+    // Said once, with what to try.
+    assert_eq!(err.matches("127.0.0.1:9").count(), 1, "{err}");
+    for hint in [
+        "cannot reach the weft server",
+        "weft up",
+        "--server",
+        "weft login",
+    ] {
+        assert!(err.contains(hint), "{hint}: {err}");
+    }
     s.fails(&["cluster", "list", "--profile", "nosuch"], 1);
     // A plain user may not write the catalog: 403.
     let f = s.dir.path().join("p.json");
@@ -614,6 +624,39 @@ fn errors_exit_with_the_documented_codes_and_the_server_message() {
     s.fails(&["provider", "create", "-f", f.to_str().unwrap()], 1);
     let help = s.ok(&["--help"]);
     assert!(help.contains("Exit codes"), "{help}");
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_a_command_quietly() {
+    let s = Server::start();
+    s.login();
+    for args in [
+        &["template", "list"][..],
+        &["template", "list", "-o", "json"],
+        &["completions", "bash"],
+    ] {
+        let mut c = weft();
+        c.env("WEFT_CLI_CONFIG", s.config())
+            .env("RUST_BACKTRACE", "1")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        // The reader is gone before the command writes a byte.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(0) | Some(141)),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+        assert!(
+            !err.contains("panicked") && err.is_empty(),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 #[test]

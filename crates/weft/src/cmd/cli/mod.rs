@@ -240,6 +240,14 @@ pub fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
                      weft login --ca-cert FILE",
                     c.tls_refusal().unwrap_or_default()
                 ),
+                Some(c) if c.unreachable().is_some() => {
+                    let (server, cause) = c.unreachable().unwrap_or_default();
+                    eprintln!(
+                        "error: cannot reach the weft server at {server} ({cause})\n  is `weft up` \
+                         running? Another server: --server URL (or WEFT_URL); to remember one: \
+                         weft login --server URL"
+                    )
+                }
                 _ => eprintln!("error: {e:#}"),
             }
             Ok(ExitCode::from(code))
@@ -279,9 +287,9 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
         ClientCommand::Apikey(a) => admin::apikey(a),
         ClientCommand::Hostpool(a) => hostpool::run(a),
         ClientCommand::Completions(a) => {
-            let mut bin = bin;
-            clap_complete::generate(a.shell, &mut bin, "weft", &mut std::io::stdout());
-            Ok(())
+            let (mut bin, mut script) = (bin, Vec::new());
+            clap_complete::generate(a.shell, &mut bin, "weft", &mut script);
+            crate::cmd::print_out(&String::from_utf8_lossy(&script))
         }
     }
 }
