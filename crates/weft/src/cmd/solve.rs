@@ -1,5 +1,5 @@
 //! `weft solve`: the offline layout solver for template authors. Reads a v2 cluster template,
-//! solves a layout (or a change to an existing one) and prints it as JSON.
+//! solves a layout (or a change to an existing one) and prints it as JSON or as a table.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -34,6 +34,16 @@ pub struct Args {
     /// The cluster's current layout, in the output format (see below).
     #[arg(long, value_name = "L.json")]
     pub existing: Option<PathBuf>,
+    /// `json` (the format --existing reads) or `text` (a table for people).
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+}
+
+/// How `weft solve` prints the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Text,
 }
 
 const EXISTING_HELP: &str = "\
@@ -92,7 +102,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(layout) => {
-            super::print_out(&(serde_json::to_string(&to_file(&layout))? + "\n"))?;
+            let file = to_file(&layout);
+            let text = match args.format {
+                Format::Json => serde_json::to_string(&file)? + "\n",
+                Format::Text => as_table(&file),
+            };
+            super::print_out(&text)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) if e.is_no_layout() => {
@@ -105,6 +120,47 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Err(e) => bail!(e),
     }
+}
+
+/// The layout as a table: one row per group of nodes, then the total.
+fn as_table(file: &LayoutFile) -> String {
+    let rows: Vec<[String; 4]> = file
+        .layout
+        .iter()
+        .map(|g| {
+            [
+                g.count.to_string(),
+                g.hardwaretype.clone(),
+                g.imagetype.clone(),
+                g.services.join(", "),
+            ]
+        })
+        .collect();
+    let header = ["NODES", "HARDWARE", "IMAGE", "SERVICES"].map(String::from);
+    let mut widths = [0usize; 3];
+    for r in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in std::iter::once(&header).chain(&rows) {
+        let line = format!(
+            "{:>w0$}  {:<w1$}  {:<w2$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    let total: u64 = file.layout.iter().map(|g| g.count).sum();
+    out.push_str(&format!("{total} nodes in {} groups\n", file.layout.len()));
+    out
 }
 
 /// Without a service catalog, a requested service must at least be mentioned by the template.

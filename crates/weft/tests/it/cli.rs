@@ -393,11 +393,12 @@ fn a_new_user_follows_the_readme() {
 
     let d: ClusterDetails = s.json(&["cluster", "delete", "00000001", "--wait"]);
     assert_eq!(d.status, ClusterStatus::Terminated);
-    let all: Vec<ClusterSummary> = s.json(&["cluster", "list"]);
-    assert!(
-        all.iter().all(|c| c.status == ClusterStatus::Terminated),
-        "{all:?}"
-    );
+    // Live clusters by default; --all shows the terminated one too.
+    let live: Vec<ClusterSummary> = s.json(&["cluster", "list"]);
+    assert!(live.is_empty(), "{live:?}");
+    let all: Vec<ClusterSummary> = s.json(&["cluster", "list", "--all"]);
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0].status, ClusterStatus::Terminated);
 }
 
 #[test]

@@ -85,6 +85,39 @@ fn solve_prints_a_sorted_layout_that_covers_every_service() {
         ],
     ));
     assert_eq!(v, again, "the same input gives the same layout");
+    let text = run(
+        dir.path(),
+        &[
+            "solve",
+            "--template",
+            "t.json",
+            "--size",
+            "5",
+            "--hardwaretypes",
+            "small,medium",
+            "--imagetypes",
+            "host",
+            "--format",
+            "text",
+        ],
+    );
+    assert!(text.status.success(), "{text:?}");
+    let text = String::from_utf8_lossy(&text.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("NODES") && lines[0].contains("SERVICES"),
+        "{text}"
+    );
+    assert_eq!(lines.len(), groups.len() + 2, "{text}");
+    assert_eq!(
+        lines.last(),
+        Some(&format!("5 nodes in {} groups", groups.len()).as_str())
+    );
+    for (g, line) in groups.iter().zip(&lines[1..]) {
+        let count = g["count"].to_string();
+        assert!(line.trim_start().starts_with(&count), "{line}");
+        assert!(line.contains(g["hardwaretype"].as_str().unwrap()), "{line}");
+    }
 }
 
 #[test]

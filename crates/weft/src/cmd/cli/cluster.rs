@@ -104,11 +104,14 @@ enum Cmd {
         #[command(flatten)]
         job: JobFlags,
     },
-    /// List live clusters.
+    /// List the tenant's clusters that are not terminated (`--all` for every one).
     List {
         /// Filter by status (comma-separated: pending,active,incomplete,inconsistent,terminated).
         #[arg(long)]
         status: Option<String>,
+        /// Terminated clusters too.
+        #[arg(long, conflicts_with = "status")]
+        all: bool,
     },
     /// Show a cluster: nodes (a page of them), services, addresses, lease, last job.
     Show {
@@ -413,7 +416,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::List { status } => {
+        Cmd::List { status, all } => {
+            let live = "pending,active,incomplete,inconsistent";
+            let status = status.or((!all).then(|| live.to_string()));
             let list = ctx.block(c.clusters(status.as_deref()))?;
             if ctx.json() {
                 return print_json(&list);
@@ -823,7 +828,9 @@ fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
     let mut failed_at: Option<std::time::Instant> = None;
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} tasks {msg}")
+        // `wide_msg` takes what the terminal's width leaves and cuts the rest: one line, never
+        // wrapped mid-word.
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:20}] {pos}/{len} {wide_msg}")
             .expect("valid template")
             .progress_chars("=> "),
     );
@@ -834,7 +841,7 @@ fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
             bar.set_length(p.stepstotal);
             bar.set_position(p.stepscompleted);
             bar.set_message(format!(
-                "{} {}, {running} running, {failures} failed",
+                "tasks, {running} running, {failures} failed: {} {}",
                 p.action,
                 p.actionstatus.as_str()
             ));

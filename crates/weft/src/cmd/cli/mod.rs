@@ -28,7 +28,8 @@ mod ssh; // `weft cluster ssh`
 /// Text for `weft --help`: the exit codes of the client commands.
 pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
 2 the server refused the call (4xx), 3 server error (5xx) or server unreachable, 4 a job waited for \
-(--wait) failed, 5 `cluster health` found a service not healthy.";
+(--wait) failed, 5 `cluster health` found a service not healthy or `cluster check` found drift; \
+141 the reader of the output went away (`| head`).";
 
 /// The heading of the flags every client command takes, listed apart from a command's own.
 const GLOBAL: &str = "Global options";
