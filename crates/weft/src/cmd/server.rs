@@ -260,6 +260,9 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         let agent = start_up_provisioner(&settings.data_dir, store.as_ref(), embedded).await?;
         ready.store(true, std::sync::atomic::Ordering::Release);
         super::up_record::record_address(&settings.data_dir, &api)?;
+        if let Err(e) = super::cli::config::remember_up(&api, &settings.data_dir) {
+            tracing::warn!(error = %e, "cannot note this data dir for the CLI (cluster ssh needs --data-dir)");
+        }
         // Only now is everything ready (the provisioner has registered its plugin types): say so.
         let shown = UpShown {
             first,

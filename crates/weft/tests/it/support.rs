@@ -8,6 +8,12 @@ use std::time::Duration;
 pub fn weft() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
     c.env("WEFT_LOG", "warn");
+    // The CLI's files (profiles; the data dirs `weft up` notes) stay in the build's own dir, not
+    // in the user's config.
+    c.env(
+        "XDG_CONFIG_HOME",
+        concat!(env!("CARGO_TARGET_TMPDIR"), "/xdg-config"),
+    );
     for (k, _) in std::env::vars() {
         if k.starts_with("WEFT_") && k != "WEFT_LOG" {
             c.env_remove(k);

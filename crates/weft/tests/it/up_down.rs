@@ -196,10 +196,10 @@ fn weft_down_removes_what_weft_up_left_running() {
         let node = &d["nodes"][0];
         let host = node["properties"]["hostname"].as_str().unwrap();
         let num = node["properties"]["nodenum"].to_string();
+        // No --data-dir: the CLI finds the key seed in the data dir this `weft up` noted.
         let ssh = |cmd: &str| {
             weft()
-                .args(["cluster", "ssh", "--server", &u.api, "--data-dir"])
-                .arg(&data)
+                .args(["cluster", "ssh", "--server", &u.api])
                 .args([id.as_str(), &num, "--", cmd])
                 .output()
                 .unwrap()

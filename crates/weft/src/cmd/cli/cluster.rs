@@ -295,9 +295,10 @@ enum Cmd {
         /// Private key for ssh (host pool: the provider's key) [default: the Docker cluster key].
         #[arg(long)]
         identity: Option<std::path::PathBuf>,
-        /// Data dir of the provisioner (`weft up`) that made Docker nodes: its key seed.
-        #[arg(long, env = "WEFT_DATA_DIR", default_value = ".weft")]
-        data_dir: std::path::PathBuf,
+        /// Data dir of the provisioner (`weft up`) that made Docker nodes: its key seed
+        /// [default: the data dir of the `weft up` serving --server, else ./.weft].
+        #[arg(long, env = "WEFT_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
         /// The command to run (after `--`); a shell when missing.
         #[arg(last = true)]
         command: Vec<String>,
@@ -613,6 +614,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let d = ctx.block(c.cluster(&id))?;
             let n = find_node(&d, &node)?;
             if !print && !ctx.json() {
+                let data_dir = data_dir
+                    .or_else(|| super::config::up_data_dir(ctx.client.base()))
+                    .unwrap_or_else(|| ".weft".into());
                 let opts = super::ssh::SshOptions { identity, data_dir };
                 let code = super::ssh::run_on(n, &command, &opts)?;
                 std::process::exit(code);

@@ -63,6 +63,44 @@ pub fn path() -> anyhow::Result<PathBuf> {
     Ok(base.join("weft").join("config.toml"))
 }
 
+/// Where `weft up` notes the data dir of each API address it serves (`up.toml` beside the
+/// config file), so that commands that need the provisioner's files (`cluster ssh` to a Docker
+/// node: its key seed) find them without `--data-dir`.
+fn ups_path() -> anyhow::Result<PathBuf> {
+    let config = path()?;
+    Ok(config.with_file_name("up.toml"))
+}
+
+/// Notes that `api` is served by a `weft up` on `data_dir` (an absolute path).
+pub fn remember_up(api: &str, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let p = ups_path()?;
+    let mut ups: BTreeMap<String, PathBuf> = std::fs::read_to_string(&p)
+        .ok()
+        .and_then(|t| toml::from_str(&t).ok())
+        .unwrap_or_default();
+    ups.insert(
+        api.trim_end_matches('/').to_string(),
+        data_dir.to_path_buf(),
+    );
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // Through a rename: two `weft up`s starting at once never leave half a file.
+    let tmp = p.with_extension(format!("toml.{}", std::process::id()));
+    write_private(&tmp, &toml::to_string(&ups)?)
+        .and_then(|()| std::fs::rename(&tmp, &p))
+        .with_context(|| format!("writing {}", p.display()))
+}
+
+/// The data dir of the `weft up` that serves `api`, if one noted it and it still holds a store.
+pub fn up_data_dir(api: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(ups_path().ok()?).ok()?;
+    let ups: BTreeMap<String, PathBuf> = toml::from_str(&text).ok()?;
+    ups.get(api.trim_end_matches('/'))
+        .filter(|d| d.join("weft.db").exists())
+        .cloned()
+}
+
 pub fn load() -> anyhow::Result<ConfigFile> {
     let p = path()?;
     match std::fs::read_to_string(&p) {
