@@ -507,6 +507,15 @@ pub struct Service {
         deserialize_with = "lenient::bool"
     )]
     pub own_address_only: bool,
+    /// weft extension: the files the service writes its own log to on each of its nodes
+    /// (absolute, or relative to the directory its actions run in), read by `weft cluster logs
+    /// --service-log`.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "lenient::strings"
+    )]
+    pub logs: Vec<String>,
 }
 
 /// Which services, hardware types and image types a cluster may use. Empty means any.

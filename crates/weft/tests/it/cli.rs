@@ -628,6 +628,70 @@ fn errors_exit_with_the_documented_codes_and_the_server_message() {
 }
 
 #[test]
+fn cluster_logs_filter_by_node_service_and_job_keep_the_last_and_follow_a_job() {
+    let s = Server::start();
+    s.login();
+    s.catalog();
+    let d: ClusterDetails = s.json(&[
+        "cluster",
+        "create",
+        "--template",
+        "t",
+        "--size",
+        "2",
+        "--wait",
+    ]);
+    let id = d.id.clone();
+    let all: Vec<Value> = s.json(&["cluster", "logs", &id]);
+    assert!(all.len() > 6, "{all:?}");
+    let task = |v: &Value| v["taskId"].as_str().unwrap().to_string();
+
+    let only_a: Vec<Value> = s.json(&["cluster", "logs", &id, "--service", "a"]);
+    assert!(!only_a.is_empty() && only_a.len() < all.len());
+    assert!(only_a.iter().all(|v| v["service"] == "a"), "{only_a:?}");
+
+    let node = &d.nodes[1];
+    let num = node.properties.nodenum.to_string();
+    let on_node: Vec<Value> = s.json(&["cluster", "logs", &id, "--node", &num]);
+    assert!(!on_node.is_empty() && on_node.len() < all.len());
+    assert!(on_node.iter().all(|v| v["nodeId"] == node.id.as_str()));
+
+    let last_two: Vec<Value> = s.json(&["cluster", "logs", &id, "--tail", "2"]);
+    assert_eq!(
+        last_two.iter().map(task).collect::<Vec<_>>(),
+        all[all.len() - 2..].iter().map(task).collect::<Vec<_>>()
+    );
+
+    // Nothing failed: said on stderr, nothing on stdout.
+    let out = s.run(&["cluster", "logs", &id, "--failed"]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no task of cluster"));
+
+    // An expand, followed: every task of its job, then the command ends with the job.
+    s.ok(&["cluster", "expand", &id, "--count", "1"]);
+    let job = s
+        .json::<ClusterDetails>(&["cluster", "show", &id])
+        .latest_job_id
+        .unwrap();
+    let followed = s.ok(&["cluster", "logs", &id, "--follow", "--job", &job]);
+    let d: ClusterDetails = s.json(&["cluster", "show", &id]);
+    assert_eq!(d.nodes.len(), 3, "the expand ended");
+    let of_job: Vec<Value> = s.json(&["cluster", "logs", &id, "--job", &job]);
+    assert!(!of_job.is_empty());
+    assert!(of_job
+        .iter()
+        .all(|v| task(v).starts_with(&format!("{job}-"))));
+    for v in &of_job {
+        assert!(
+            followed.contains(&task(v)),
+            "{} not followed: {followed}",
+            task(v)
+        );
+    }
+    assert_eq!(followed.matches("== ").count(), of_job.len(), "{followed}");
+}
+
+#[test]
 fn a_reader_that_goes_away_ends_a_command_quietly() {
     let s = Server::start();
     s.login();

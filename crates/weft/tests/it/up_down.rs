@@ -389,6 +389,7 @@ fn weft_up_prints_a_banner_and_job_lines_and_logs_the_rest_to_its_file() {
     ]);
     let made: Value = serde_json::from_str(&made).expect(&made);
     let id = made["id"].as_str().expect("a cluster id").to_string();
+    service_log_is_read_on_the_node(&cli, &made, &id);
     cli(&["cluster", "expand", &id, "--count", "1", "--wait"]);
     cli(&["cluster", "delete", &id, "--wait"]);
     // Three jobs, each started and done: the last line printed is the delete's end.
@@ -419,4 +420,41 @@ fn weft_up_prints_a_banner_and_job_lines_and_logs_the_rest_to_its_file() {
     let log = std::fs::read_to_string(data.join("weft.log")).unwrap();
     assert!(log.lines().count() > 50, "the log has the rest: {log}");
     assert!(log.contains(&id), "the log names the cluster");
+}
+
+/// `cluster logs --service-log` reads the file the service's `logs` field names, on the node,
+/// through the node's transport (here: the local node's directory).
+fn service_log_is_read_on_the_node(cli: &dyn Fn(&[&str]) -> String, cluster: &Value, id: &str) {
+    let nodes = cluster["nodes"].as_array().expect("nodes");
+    let web = nodes
+        .iter()
+        .find(|n| {
+            n["services"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["name"] == "web")
+        })
+        .expect("a web node");
+    let dir = web["provisionerResults"]["nodedir"]
+        .as_str()
+        .expect("a node dir");
+    let marker = format!("a line for the test {}", std::process::id());
+    let log = Path::new(dir).join("web/web.log");
+    let mut text = std::fs::read_to_string(&log).unwrap_or_default();
+    text.push_str(&format!("{marker}\n"));
+    std::fs::write(&log, text).unwrap();
+    let node = web["id"].as_str().unwrap();
+    let args = [
+        "cluster",
+        "logs",
+        id,
+        "--service",
+        "web",
+        "--node",
+        node,
+        "--service-log",
+    ];
+    let shown = cli(&[&args[..], &["--tail", "1"]].concat());
+    assert_eq!(shown.trim_end(), marker);
 }

@@ -272,13 +272,7 @@ enum Cmd {
         job: Option<String>,
     },
     /// Output of the cluster's finished and failed tasks, from the nodes' action history.
-    Logs {
-        /// The cluster id.
-        id: String,
-        /// Only failed tasks.
-        #[arg(long)]
-        failed: bool,
-    },
+    Logs(super::logs::LogsArgs),
     /// A shell on a node, or `-- COMMAND...` there (exits with its exit code). Local provider: a
     /// shell in the node's directory with its environment; others: ssh to the node.
     Ssh {
@@ -598,10 +592,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 NodeKinds::from_template(&d.cluster_template, None, None).with_nodes(&d.nodes);
             show_plan(&ctx, &plan, &kinds, true)
         }
-        Cmd::Logs { id, failed } => {
-            let d = ctx.block(c.cluster(&id))?;
-            logs(&ctx, &d, failed)
-        }
+        Cmd::Logs(a) => super::logs::run(&ctx, &a),
         Cmd::Ssh {
             id,
             node,
@@ -884,7 +875,7 @@ fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
                     (None, None) => {}
                 }
                 if !ctx.json() {
-                    logs(ctx, &d, true)?;
+                    super::logs::print_failed(ctx, &d)?;
                 }
                 return Err(JobFailed(msg).into());
             }
@@ -1054,7 +1045,7 @@ fn show_cluster(d: &ClusterDetails) {
             .last()
             .map(|a| {
                 let what = format!("{} {} {:?}", a.action, a.service, a.status).to_lowercase();
-                what + &attempt_text(a)
+                what + &super::logs::attempt_text(a)
             })
             .unwrap_or_default();
         n.add_row(vec![
@@ -1094,64 +1085,7 @@ fn page_note(id: &str, p: weft_client::api::NodesPage) -> Option<String> {
     Some(note)
 }
 
-fn logs(ctx: &Ctx, d: &ClusterDetails, only_failed: bool) -> anyhow::Result<()> {
-    let mut out = Vec::new();
-    for n in &d.nodes {
-        for a in &n.actions {
-            if a.status == NodeActionStatus::InProgress
-                || (only_failed && a.status != NodeActionStatus::Failed)
-            {
-                continue;
-            }
-            out.push((n, a));
-        }
-    }
-    out.sort_by_key(|(_, a)| (a.status_time, a.task_id.clone()));
-    if ctx.json() {
-        let v: Vec<Value> = out
-            .iter()
-            .map(|(n, a)| {
-                let mut v = serde_json::to_value(a).unwrap_or_default();
-                v["nodeId"] = Value::String(n.id.clone());
-                v
-            })
-            .collect();
-        return print_json(&v);
-    }
-    for (n, a) in out {
-        let host = n.properties.hostname.as_deref().unwrap_or(&n.id);
-        let status = serde_json::to_value(a.status).unwrap_or_default();
-        println!(
-            "== {host} {} {} {}{} ({}, {}) ==",
-            a.action,
-            a.service,
-            status.as_str().unwrap_or(""),
-            attempt_text(a),
-            a.task_id,
-            time(a.status_time)
-        );
-        for (name, text) in [("stdout", &a.stdout), ("stderr", &a.stderr)] {
-            if let Some(t) = text.as_deref().filter(|t| !t.trim().is_empty()) {
-                println!("-- {name}:");
-                println!("{}", t.trim_end());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `, attempt 2 of 3` for an action that is not its task's only try; nothing otherwise.
-fn attempt_text(a: &weft_model::NodeAction) -> String {
-    if a.attempt <= 1 && a.status != NodeActionStatus::Failed {
-        return String::new();
-    }
-    match a.max_attempts {
-        0 => format!(", attempt {}", a.attempt.max(1)),
-        max => format!(", attempt {} of {max}", a.attempt.max(1)),
-    }
-}
-
-fn find_node<'a>(d: &'a ClusterDetails, which: &str) -> anyhow::Result<&'a Node> {
+pub(super) fn find_node<'a>(d: &'a ClusterDetails, which: &str) -> anyhow::Result<&'a Node> {
     d.nodes
         .iter()
         .find(|n| n.id == which)
@@ -1322,12 +1256,16 @@ mod tests {
             "status": "complete"
         }))
         .unwrap();
-        assert_eq!(attempt_text(&a), "", "a first try that worked says nothing");
+        assert_eq!(
+            super::super::logs::attempt_text(&a),
+            "",
+            "a first try that worked says nothing"
+        );
         a.status = NodeActionStatus::Failed;
         a.attempt = 2;
         a.max_attempts = 3;
-        assert_eq!(attempt_text(&a), ", attempt 2 of 3");
+        assert_eq!(super::super::logs::attempt_text(&a), ", attempt 2 of 3");
         a.max_attempts = 0;
-        assert_eq!(attempt_text(&a), ", attempt 2");
+        assert_eq!(super::super::logs::attempt_text(&a), ", attempt 2");
     }
 }

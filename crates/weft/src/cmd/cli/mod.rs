@@ -21,6 +21,7 @@ pub mod config;
 mod drift; // `weft cluster check`
 pub mod duration; // durations in one form (48h, 90s)
 mod hostpool; // `weft hostpool`
+mod logs; // `weft cluster logs`
 mod plan_view; // plans grouped for people
 mod provider; // `weft provider` (catalog commands and sweep)
 mod ssh; // `weft cluster ssh`
