@@ -531,12 +531,17 @@ fn serialize_payload(
 /// `POST /v2/tasks/finish`.
 pub async fn finish(st: &Engine, req: FinishTaskRequest) -> EngineResult<()> {
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
+    finish_as(st, &w, &req).await
+}
+
+/// [`finish`] for a worker already checked.
+async fn finish_as(st: &Engine, w: &Worker, req: &FinishTaskRequest) -> EngineResult<()> {
     let task_id = required(&req.task_id, "taskId")?;
     if req.status.is_none() {
         return Err(EngineError::Invalid("status must be specified".into()));
     }
-    release_lost(st, &w, Some(&task_id)).await?;
-    retry_stale(|| finish_step(st, &w, &task_id, &req)).await
+    release_lost(st, w, Some(&task_id)).await?;
+    retry_stale(|| finish_step(st, w, &task_id, req)).await
 }
 
 /// `POST /v2/tasks/finish` with `next`: records the finish, then takes the worker's next task as
@@ -547,14 +552,15 @@ pub async fn finish_and_take(
     mut req: FinishTaskRequest,
 ) -> EngineResult<Option<String>> {
     let next = req.next.take().unwrap_or_default();
-    let take_req = TakeTaskRequest {
+    let by_revision = TakeTaskRequest {
         capabilities: next.capabilities,
         ..Default::default()
-    };
+    }
+    .can(NODES_BY_REVISION);
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
-    finish(st, req).await?;
+    finish_as(st, &w, &req).await?;
     // The finish released whatever else the worker held: it holds nothing now.
-    take_as(st, &w, take_req.can(NODES_BY_REVISION)).await
+    take_as(st, &w, by_revision).await
 }
 
 /// Fails a task whose lease ran out before `now` (the janitor), through the same retry and failure

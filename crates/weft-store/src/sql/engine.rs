@@ -1112,6 +1112,11 @@ impl SqlStore {
             "SELECT {TASK_COLUMNS} FROM tasks WHERE tenant_id = $1 AND state = 'in_progress' \
              AND lease_owner = $2 ORDER BY lease_deadline, id"
         );
+        // Every take asks: on a SQLite file, the reader thread rather than sqlx's thread hops.
+        if let Some(r) = &self.sqlite_reader {
+            let params = vec![tenant_id.into(), owner.into()];
+            return r.query(sql, params, |row| task_from_row(row)).await;
+        }
         let rows = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(owner)
