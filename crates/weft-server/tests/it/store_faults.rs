@@ -1,5 +1,5 @@
-//! The store after its faults (issue 37): a full disk under a SQLite store (a small tmpfs) and a
-//! PostgreSQL restart under load. Writes refused meanwhile are refused whole (503 for a full
+//! The store after its faults (issue 37): a full disk under a SQLite store (a small tmpfs), a
+//! PostgreSQL restart under load, and a take's answer lost between two servers. Writes refused meanwhile are refused whole (503 for a full
 //! disk), reads go on, and once the cause is gone the same server creates, runs and deletes
 //! clusters again, without a restart; its janitor runs its rounds.
 //!
@@ -373,4 +373,35 @@ async fn a_postgresql_restart_under_load_is_survived_without_restarting_the_serv
         "accepted clusters are listed"
     );
     works_again(&h, &tid, &all).await;
+}
+
+/// A take's answer lost between two servers on one PostgreSQL database: the worker asks the other
+/// server, which gives the task back and hands it out again at once, its attempt not counted;
+/// the job then runs to its end through that server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_answer_was_lost_is_given_back_by_another_server() {
+    if !weft_testkit::require("postgres") {
+        return;
+    }
+    let pg = weft_testkit::TempPostgres::start().await.expect("postgres");
+    let (a, b) = (
+        Harness::over(&pg.url()).await,
+        Harness::over(&pg.url()).await,
+    );
+    let tid = setup(&a).await;
+    let cluster = id_of(&create_named(&a, "c1").await.expect(200));
+    let lost = try_take(&a, &tid, "w1").await.unwrap().expect("a task");
+    let again = try_take(&b, &tid, "w1").await.unwrap().expect("a task");
+    assert_eq!(again["taskId"], lost["taskId"], "the lost task, at once");
+    let id = lost["taskId"].as_str().unwrap();
+    let row = b.app.state.store.get_task(&tid, id).await.unwrap().unwrap();
+    assert_eq!(row.attempts, 1, "the lost attempt is not counted");
+    assert_eq!(finish(&b, &tid, "w1", &again, 0).await, 200);
+    drain_patiently(&b, &tid).await;
+    let status = b
+        .get(admin(T), &format!("/v2/clusters/{cluster}/status"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(status["status"], "active", "{status}");
 }
