@@ -90,7 +90,12 @@ async fn holds_tenant(st: &Engine, provisioner_id: &str, tenant_id: &str) -> Eng
 /// (provider tasks) or with `nodesRevision` in its place (see [`task_nodes`]).
 pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<String>> {
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
-    let by_revision = req.can(NODES_BY_REVISION);
+    release_lost(st, &w, None).await?;
+    take_as(st, &w, req.can(NODES_BY_REVISION)).await
+}
+
+/// [`take`] for a worker whose lost leases have been released.
+async fn take_as(st: &Engine, w: &Worker, by_revision: bool) -> EngineResult<Option<String>> {
     let timeout = st.settings.task_timeout_ms;
     loop {
         let now = now_ms();
@@ -105,15 +110,9 @@ pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<Stri
         let status = taken.job.as_ref().map(|(s, _)| s.as_str());
         if status == Some(JobStatus::Paused.as_str()) {
             // Queued just before its job was paused: back to waiting, as if never taken.
-            let mut back = task.clone();
-            back.state = TaskState::Pending;
-            back.deps_remaining = 0;
-            back.attempts = back.attempts.saturating_sub(1);
-            back.lease_owner = None;
-            back.started_at = previous_start(&task);
             let cs = ChangeSet {
                 expect: vec![Expect::task(&task)],
-                writes: vec![Write::Task(back)],
+                writes: vec![Write::Task(given_back(&task, TaskState::Pending))],
             };
             match st.store.commit(&cs).await {
                 Ok(()) | Err(weft_store::StoreError::Stale(_)) => continue,
@@ -141,10 +140,48 @@ pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<Stri
                     stderr: Some(message),
                     ..Default::default()
                 };
-                retry_stale(|| finish_step(st, &w, &task.id, &fail)).await?;
+                retry_stale(|| finish_step(st, w, &task.id, &fail)).await?;
             }
         }
     }
+}
+
+/// A task given back untried in `state`: no lease, and the attempt `take` counted uncounted.
+fn given_back(task: &TaskRow, state: TaskState) -> TaskRow {
+    let mut back = task.clone();
+    back.state = state;
+    back.deps_remaining = 0;
+    back.attempts = back.attempts.saturating_sub(1);
+    back.lease_owner = None;
+    back.started_at = previous_start(task);
+    back
+}
+
+/// A worker runs one task at a time, so a take or a finish (of `finishing`) from a worker that
+/// the store shows holding another lease means the answer that gave it that task was lost: the
+/// server died, or the connection broke, between the take's commit and its answer, and the
+/// worker never ran the task. Each such task goes back to the queue at once, its attempt not
+/// counted, instead of waiting out its lease (the task time-out). A task finished, failed or
+/// released by someone else meanwhile is left alone.
+async fn release_lost(st: &Engine, w: &Worker, finishing: Option<&str>) -> EngineResult<()> {
+    for task in st.store.leases_of(&w.tenant_id, &w.owner).await? {
+        if finishing == Some(task.id.as_str()) {
+            continue;
+        }
+        st.leases.take(&w.tenant_id, &task.id);
+        let cs = ChangeSet {
+            expect: vec![Expect::task(&task)],
+            writes: vec![Write::Task(given_back(&task, TaskState::Queued))],
+        };
+        match st.store.commit(&cs).await {
+            Ok(()) => tracing::warn!(task_id = %task.id, job_id = %task.job_id,
+                cluster_id = task.cluster_id, worker = %w.owner,
+                "the worker asked again while holding this task: its answer was lost; released"),
+            Err(weft_store::StoreError::Stale(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// When the attempt before the one `take` just started began (0 if none): what a task given back
@@ -494,11 +531,17 @@ fn serialize_payload(
 /// `POST /v2/tasks/finish`.
 pub async fn finish(st: &Engine, req: FinishTaskRequest) -> EngineResult<()> {
     let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
+    finish_as(st, &w, &req).await
+}
+
+/// [`finish`] for a worker already checked.
+async fn finish_as(st: &Engine, w: &Worker, req: &FinishTaskRequest) -> EngineResult<()> {
     let task_id = required(&req.task_id, "taskId")?;
     if req.status.is_none() {
         return Err(EngineError::Invalid("status must be specified".into()));
     }
-    retry_stale(|| finish_step(st, &w, &task_id, &req)).await
+    release_lost(st, w, Some(&task_id)).await?;
+    retry_stale(|| finish_step(st, w, &task_id, req)).await
 }
 
 /// `POST /v2/tasks/finish` with `next`: records the finish, then takes the worker's next task as
@@ -509,14 +552,15 @@ pub async fn finish_and_take(
     mut req: FinishTaskRequest,
 ) -> EngineResult<Option<String>> {
     let next = req.next.take().unwrap_or_default();
-    let take_req = TakeTaskRequest {
-        worker_id: req.worker_id.clone(),
-        provisioner_id: req.provisioner_id.clone(),
-        tenant_id: req.tenant_id.clone(),
+    let by_revision = TakeTaskRequest {
         capabilities: next.capabilities,
-    };
-    finish(st, req).await?;
-    take(st, take_req).await
+        ..Default::default()
+    }
+    .can(NODES_BY_REVISION);
+    let w = worker(st, &req.worker_id, &req.provisioner_id, &req.tenant_id).await?;
+    finish_as(st, &w, &req).await?;
+    // The finish released whatever else the worker held: it holds nothing now.
+    take_as(st, &w, by_revision).await
 }
 
 /// Fails a task whose lease ran out before `now` (the janitor), through the same retry and failure

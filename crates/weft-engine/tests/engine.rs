@@ -491,3 +491,72 @@ async fn retryable_and_unclassified_failures_are_retried() {
     assert_eq!(count("INSTALL"), 3, "a's twice, b's once: {ran:?}");
     assert_eq!(status(&f.engine, &id).await, "active");
 }
+
+fn take_req(worker: &str) -> TakeTaskRequest {
+    TakeTaskRequest {
+        worker_id: Some(worker.into()),
+        provisioner_id: Some("p1".into()),
+        tenant_id: Some("t-acme".into()),
+        ..Default::default()
+    }
+}
+
+async fn task_row(e: &Engine, id: &str) -> weft_store::TaskRow {
+    e.store.get_task("t-acme", id).await.unwrap().unwrap()
+}
+
+/// A take whose answer never reached its worker: the worker's next take gives the task back (its
+/// attempt not counted, no failure recorded) and hands it out again at once; the same for a
+/// finish of another task. Another worker's lease is left alone.
+#[tokio::test]
+async fn a_lease_whose_answer_was_lost_is_released_by_the_workers_next_request() {
+    let f = fixture(10).await;
+    let e = &f.engine;
+    create_one(&f).await;
+    let lost: Value =
+        serde_json::from_str(&take(e, take_req("w1")).await.unwrap().unwrap()).unwrap();
+    let lost_id = lost["taskId"].as_str().unwrap();
+    assert_eq!(task_row(e, lost_id).await.attempts, 1);
+    // The answer is lost; the worker asks again and gets the same task, as a first attempt.
+    let again: Value =
+        serde_json::from_str(&take(e, take_req("w1")).await.unwrap().unwrap()).unwrap();
+    assert_eq!(again["taskId"], lost["taskId"]);
+    let row = task_row(e, lost_id).await;
+    assert_eq!(row.attempts, 1, "the lost attempt is not counted");
+    assert_eq!(row.state, weft_store::TaskState::InProgress);
+    assert_eq!(row.lease_owner.as_deref(), Some("p1.w1"));
+    // A finish of the task releases nothing of the worker's own (it holds only that one)...
+    let fin = |id: &str, worker: &str| -> FinishTaskRequest {
+        serde_json::from_value(json!({"workerId": worker, "provisionerId": "p1",
+            "tenantId": "t-acme", "taskId": id, "status": 0}))
+        .unwrap()
+    };
+    finish(e, fin(lost_id, "w1")).await.unwrap();
+    assert_eq!(
+        task_row(e, lost_id).await.state,
+        weft_store::TaskState::Complete
+    );
+    // ...and a finish that arrives while the worker holds another lease gives that one back.
+    let next: Value =
+        serde_json::from_str(&take(e, take_req("w1")).await.unwrap().unwrap()).unwrap();
+    let next_id = next["taskId"].as_str().unwrap();
+    finish(e, fin(lost_id, "w1")).await.unwrap(); // the first finish's answer was lost
+    let row = task_row(e, next_id).await;
+    assert_eq!(row.state, weft_store::TaskState::Queued);
+    assert_eq!(row.lease_owner, None);
+    assert_eq!(row.attempts, 0);
+    let body: weft_engine::body::TaskBody = weft_engine::body::from_body(&row.body).unwrap();
+    assert!(body.retried.is_empty(), "no failed attempt is recorded");
+    // Another worker's lease is not this worker's to give back.
+    let other: Value =
+        serde_json::from_str(&take(e, take_req("w2")).await.unwrap().unwrap()).unwrap();
+    assert_eq!(other["taskId"], next["taskId"]);
+    assert!(take(e, take_req("w1")).await.unwrap().is_none());
+    assert_eq!(
+        task_row(e, next_id).await.lease_owner.as_deref(),
+        Some("p1.w2")
+    );
+    // The job still completes, every task run once by the worker that got it.
+    finish(e, fin(next_id, "w2")).await.unwrap();
+    assert!(run_worker(e).await > 0);
+}

@@ -35,6 +35,10 @@ pub enum ApiError {
     MissingFields(serde_json::Value),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A 503: the server cannot serve this now, and will without a restart once the cause
+    /// (named by the message) is gone.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl ApiError {
@@ -49,6 +53,7 @@ impl ApiError {
             ApiError::ExpectationFailed(_) => StatusCode::EXPECTATION_FAILED,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -69,6 +74,14 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Conflict(what) => ApiError::Conflict(format!("{what} already exists")),
             e @ StoreError::QuotaExceeded(_) => ApiError::Conflict(e.to_string()),
+            StoreError::Full(cause) => {
+                tracing::error!(%cause, "a write refused: the store is out of space");
+                ApiError::Unavailable(
+                    "the store is out of space; nothing of this request was written, and writes \
+                     succeed again once space is freed"
+                        .into(),
+                )
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -128,6 +141,13 @@ impl IntoResponse for ApiError {
                     status,
                     "internal server error; the server log has the cause".into(),
                 )
+            }
+            // A client may try again; the store does not need the server restarted.
+            ApiError::Unavailable(m) => {
+                let mut r = text(status, m);
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+                r
             }
             // Coopr's empty 403 keeps its empty body, typed like every other error.
             ApiError::Forbidden(m) if m.is_empty() => text(status, String::new()),

@@ -46,7 +46,12 @@ pub enum StoreError {
     Conflict(String),
     /// The database could not be reached or a statement failed.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
+    /// The database's disk is full (SQLite's `SQLITE_FULL`, PostgreSQL's `disk_full`, or no space
+    /// left on the device): nothing of the operation was written. The same write succeeds once
+    /// space has been freed; the store needs no restart.
+    #[error("the store is out of space: {0}")]
+    Full(String),
     /// A statement on the SQLite writer thread failed.
     #[error("database error: {0}")]
     Sqlite(String),
@@ -77,7 +82,38 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite(e.to_string())
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => StoreError::Full(e.to_string()),
+            _ => StoreError::Sqlite(e.to_string()),
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> StoreError {
+        if out_of_space(&e) {
+            StoreError::Full(e.to_string())
+        } else {
+            StoreError::Database(e)
+        }
+    }
+}
+
+/// SQLite's result code for a full disk (it has no extended codes).
+const SQLITE_FULL: &str = "13";
+/// PostgreSQL's SQLSTATE `disk_full`.
+const PG_DISK_FULL: &str = "53100";
+/// `ENOSPC` on Linux.
+const ENOSPC: i32 = 28;
+
+/// Whether `e` says the database's disk is full.
+fn out_of_space(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            matches!(d.code().as_deref(), Some(SQLITE_FULL | PG_DISK_FULL))
+        }
+        sqlx::Error::Io(io) => io.raw_os_error() == Some(ENOSPC),
+        _ => false,
     }
 }
 
@@ -412,6 +448,10 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     /// `<provisioner_id>.<worker>`), oldest lease first. When a provisioner registers again (a new
     /// incarnation) or is dropped, the janitor and the registration fail these over at once.
     async fn tasks_leased_by(&self, provisioner_id: &str) -> Result<Vec<TaskRow>>;
+    /// The tenant's in-progress tasks leased to the worker `owner` (`<provisioner_id>.<worker>`),
+    /// oldest lease first. A worker runs one task at a time, so when it asks for work again the
+    /// answers of these leases were lost.
+    async fn leases_of(&self, tenant_id: &str, owner: &str) -> Result<Vec<TaskRow>>;
     /// Clusters of every tenant whose lease has run out: status `active` or `incomplete` and
     /// `0 < expire_time < now`, by expiry time.
     async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>>;

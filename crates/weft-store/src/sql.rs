@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
-use sqlx::{Any, AnyPool, Executor, Row, Transaction};
+use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
 use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
 
 use crate::engine::{
@@ -111,11 +111,7 @@ impl SqlStore {
             }
             Backend::Postgres => {
                 let opts = AnyConnectOptions::from_str(url)?;
-                let pool = AnyPoolOptions::new()
-                    .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(30))
-                    .connect_with(opts.clone())
-                    .await?;
+                let pool = pool_options(16).connect_with(opts.clone()).await?;
                 let store = SqlStore {
                     backend,
                     reader: pool.clone(),
@@ -237,10 +233,41 @@ fn sqlite_path(url: &str) -> &str {
     path.split('?').next().unwrap_or(path)
 }
 
-fn sqlite_pool(max: u32) -> AnyPoolOptions {
+/// Whether a connection coming back to its pool may be handed out again. Not while it is inside
+/// a transaction: a `COMMIT` or `ROLLBACK` that failed (on a full disk SQLite may already have
+/// rolled the transaction back itself, and the `ROLLBACK` of a dropped transaction then fails
+/// too) leaves sqlx counting an open transaction, and every later `begin` on that connection
+/// would fail ("begin_with at non-zero transaction depth") until a restart. Such a connection
+/// is closed instead, and the pool opens a fresh one when it needs it.
+fn reusable(
+    conn: &mut sqlx::AnyConnection,
+) -> std::pin::Pin<Box<dyn Future<Output = sqlx::Result<bool>> + Send + '_>> {
+    Box::pin(async move {
+        if !conn.is_in_transaction() {
+            return Ok(true);
+        }
+        // The rollback of a dropped transaction is queued on the connection: let it run first.
+        conn.ping().await?;
+        let clean = !conn.is_in_transaction();
+        if !clean {
+            tracing::warn!("a store connection still inside a transaction is closed, not reused");
+        }
+        Ok(clean)
+    })
+}
+
+/// The pool options both backends share: connections left inside a transaction are dropped
+/// ([`reusable`]) when they come back and before they are handed out.
+fn pool_options(max: u32) -> AnyPoolOptions {
     AnyPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(30))
+        .after_release(|conn, _meta| reusable(conn))
+        .before_acquire(|conn, _meta| reusable(conn))
+}
+
+fn sqlite_pool(max: u32) -> AnyPoolOptions {
+    pool_options(max)
         // A connection to a local file does not go stale: no ping before every statement.
         .test_before_acquire(false)
         .after_connect(|conn, _meta| {
@@ -252,6 +279,20 @@ fn sqlite_pool(max: u32) -> AnyPoolOptions {
                 Ok(())
             })
         })
+}
+
+/// Whether `e` says the database connection is gone (the server restarted, failed over or shut
+/// down, or the network broke), rather than that a statement failed.
+fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        // PostgreSQL's classes 08 (connection exception) and 57P (operator intervention: a
+        // shutdown, a crash of another backend, a server that cannot connect now).
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
+    }
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -1135,6 +1176,10 @@ impl Store for SqlStore {
 
     async fn tasks_leased_by(&self, provisioner_id: &str) -> Result<Vec<TaskRow>> {
         self.tasks_leased_by_impl(provisioner_id).await
+    }
+
+    async fn leases_of(&self, tenant_id: &str, owner: &str) -> Result<Vec<TaskRow>> {
+        self.leases_of_impl(tenant_id, owner).await
     }
 
     async fn expired_clusters(&self, now: i64) -> Result<Vec<ClusterRow>> {

@@ -58,6 +58,26 @@ impl TempPostgres {
         }
     }
 
+    /// A database on a throwaway server of its own (never shared, never the external one), so
+    /// that the test may [`restart`](TempPostgres::restart) it.
+    pub async fn start_own() -> anyhow::Result<TempPostgres> {
+        let server = Arc::new(tokio::task::spawn_blocking(Server::start).await??);
+        let admin_url = server.url("postgres");
+        TempPostgres::create(Some(server), admin_url).await
+    }
+
+    /// Restarts the server of [`start_own`](TempPostgres::start_own) on the same port: a fast
+    /// shutdown (every session is ended, as a database restart or failover does to its
+    /// clients), then a start on the same data. Returns once it accepts connections again.
+    pub fn restart(&self) -> anyhow::Result<()> {
+        let server = self
+            .server
+            .as_ref()
+            .filter(|s| Arc::strong_count(s) == 1)
+            .ok_or_else(|| anyhow!("only a server of one's own (start_own) can be restarted"))?;
+        server.restart()
+    }
+
     /// Creates a fresh database on the external server that `url` points to (any database on it
     /// will do); the database is dropped again when the handle drops.
     pub async fn on_server(url: &str) -> anyhow::Result<TempPostgres> {
@@ -224,6 +244,26 @@ impl Server {
         )
     }
 
+    /// Stops the server (SIGINT: a fast shutdown) and starts it again on its port and data.
+    fn restart(&self) -> anyhow::Result<()> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .context("signalling postgres")?;
+        child.wait().context("waiting for postgres to stop")?;
+        let dir = self.dir.as_ref().expect("present until dropped").path();
+        let fresh = Self::spawn_on(
+            &bindir()?,
+            running_as_root(),
+            dir,
+            &dir.join("data"),
+            self.port,
+        )?;
+        *child = fresh;
+        Ok(())
+    }
+
     fn start() -> anyhow::Result<Server> {
         let bin = bindir()?;
         let as_other = running_as_root();
@@ -286,6 +326,17 @@ impl Server {
     /// Starts `postgres` on a free port and waits until it accepts connections.
     fn spawn(bin: &Path, as_other: bool, dir: &Path, data: &Path) -> anyhow::Result<(u16, Child)> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        Ok((port, Self::spawn_on(bin, as_other, dir, data, port)?))
+    }
+
+    /// Starts `postgres` on `port` and waits until it accepts connections.
+    fn spawn_on(
+        bin: &Path,
+        as_other: bool,
+        dir: &Path,
+        data: &Path,
+        port: u16,
+    ) -> anyhow::Result<Child> {
         let log_path = dir.join(format!("postgres-{port}.log"));
         let log = File::create(&log_path)?;
         let mut child = server_command(&bin.join("postgres"), as_other)
@@ -326,7 +377,7 @@ impl Server {
                 ])
                 .status()?;
             if ready.success() {
-                return Ok((port, child));
+                return Ok(child);
             }
             if Instant::now() > deadline {
                 child.kill().ok();

@@ -69,7 +69,40 @@ pub fn routes(api: Api) -> Api {
 
 async fn take(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let req: TakeTaskRequest = parse_body(&body, "{workerId, provisionerId, tenantId}")?;
-    Ok(task_answer(work::take(&st.engine, req).await?))
+    Ok(task_answer(held(work::take(&st.engine, req).await?).await))
+}
+
+/// The environment variable of the test fault point "a server dies between a take's commit and
+/// its answer": `<n>@<path>` holds the answer of the n-th task this process hands out forever
+/// and creates the file `<path>`, so that a test kills the server while the task is leased and
+/// its answer is not sent. Unset (always, outside tests) it costs one look at a static.
+const HOLD_TAKE_VAR: &str = "WEFT_TEST_HOLD_TAKE";
+
+/// The fault point of [`HOLD_TAKE_VAR`]: returns `task` unless it is the one to hold.
+async fn held(task: Option<String>) -> Option<String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static HOLD: OnceLock<Option<(u64, String)>> = OnceLock::new();
+    static HANDED_OUT: AtomicU64 = AtomicU64::new(0);
+    let hold = HOLD.get_or_init(|| {
+        let v = std::env::var(HOLD_TAKE_VAR).ok()?;
+        let (n, path) = v.split_once('@')?;
+        Some((n.parse().ok()?, path.to_string()))
+    });
+    let (Some((n, path)), Some(_)) = (hold, &task) else {
+        return task;
+    };
+    if HANDED_OUT.fetch_add(1, Ordering::SeqCst) + 1 == *n {
+        tracing::warn!(
+            path,
+            "test fault point: a take's answer held until the server is killed"
+        );
+        if let Err(e) = std::fs::write(path, b"held\n") {
+            tracing::error!(path, error = %e, "test fault point: cannot write the marker");
+        }
+        std::future::pending::<()>().await;
+    }
+    task
 }
 
 /// A take's answer: the task as text/plain (as Coopr sent it), or 204.
@@ -89,7 +122,9 @@ async fn nodes(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
 async fn finish(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let req: FinishTaskRequest = parse_body(&body, "a finish request")?;
     if req.next.is_some() {
-        return Ok(task_answer(work::finish_and_take(&st.engine, req).await?));
+        return Ok(task_answer(
+            held(work::finish_and_take(&st.engine, req).await?).await,
+        ));
     }
     work::finish(&st.engine, req).await?;
     Ok(StatusCode::OK.into_response())

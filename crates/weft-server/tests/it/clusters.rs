@@ -398,8 +398,10 @@ async fn only_the_holder_finishes_a_task_and_twice_is_once() {
     );
     let next = take(&h, &tid, "w1").await.unwrap();
     assert_eq!(next["taskName"], "CONFIRM");
+    // Asked by another worker: w1 runs one task at a time, so its own take would give `next`
+    // back as a lease whose answer was lost.
     assert!(
-        take(&h, &tid, "w1").await.is_none(),
+        take(&h, &tid, "w2").await.is_none(),
         "the repeated finish released nothing twice"
     );
     let ghost = json!({"taskId": "00000099-001-001"});

@@ -123,7 +123,11 @@ impl Harness {
 
     /// A server whose settings `f` may change.
     pub async fn with(f: impl FnOnce(&mut RawConfig)) -> Harness {
-        let dir = tempfile::tempdir().expect("temp dir");
+        Harness::in_dir(tempfile::tempdir().expect("temp dir"), f).await
+    }
+
+    /// A server whose data dir (and SQLite store) is `dir`, with settings `f` may change.
+    pub async fn in_dir(dir: TempDir, f: impl FnOnce(&mut RawConfig)) -> Harness {
         let mut raw = RawConfig {
             data_dir: Some(dir.path().to_path_buf()),
             ..Default::default()

@@ -30,6 +30,7 @@ mod rollouts; // rolling changes (issue 20)
 mod secrets;
 mod slow_clients;
 mod status_identity;
+mod store_faults; // a full disk, a database restart (issue 37)
 mod sweep; // provider sweep
 mod tenants;
 mod ui;

@@ -1103,6 +1103,28 @@ impl SqlStore {
         rows.iter().map(task_from_row).collect()
     }
 
+    pub(crate) async fn leases_of_impl(
+        &self,
+        tenant_id: &str,
+        owner: &str,
+    ) -> Result<Vec<TaskRow>> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE tenant_id = $1 AND state = 'in_progress' \
+             AND lease_owner = $2 ORDER BY lease_deadline, id"
+        );
+        // Every take asks: on a SQLite file, the reader thread rather than sqlx's thread hops.
+        if let Some(r) = &self.sqlite_reader {
+            let params = vec![tenant_id.into(), owner.into()];
+            return r.query(sql, params, |row| task_from_row(row)).await;
+        }
+        let rows = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(owner)
+            .fetch_all_on(self)
+            .await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
     pub(crate) async fn expired_clusters_impl(&self, now: i64) -> Result<Vec<ClusterRow>> {
         let sql = format!(
             "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE status IN ('active', 'incomplete') \

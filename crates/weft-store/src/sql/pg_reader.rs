@@ -70,8 +70,13 @@ impl ReadConn {
     }
 
     /// Passes `r` through, marking the connection fit to be used again when it is `Ok`.
-    pub(crate) fn done<T, E>(mut self, r: std::result::Result<T, E>) -> std::result::Result<T, E> {
+    pub(crate) fn done<T>(mut self, r: sqlx::Result<T>) -> sqlx::Result<T> {
         self.ok = r.is_ok();
+        if r.as_ref().is_err_and(super::connection_lost) {
+            // The server went away (a restart, a failover): the idle connections went with it.
+            // Dropped now, each read after this one connects afresh instead of failing in turn.
+            self.idle.lock().expect("reader lock").clear();
+        }
         r
     }
 }

@@ -203,6 +203,7 @@ async fn run(opts: AnyConnectOptions, mut ops: mpsc::UnboundedReceiver<Op>) {
                 Err(_) => break,
             }
         }
+        let reused = idle.is_some();
         let conn = match idle.take() {
             Some(c) => Ok(c),
             None => connect(&opts).await,
@@ -210,14 +211,26 @@ async fn run(opts: AnyConnectOptions, mut ops: mpsc::UnboundedReceiver<Op>) {
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
-                let e = e.to_string();
                 tracing::error!(error = %e, "PostgreSQL writer: cannot connect");
                 fail_all(batch, &e);
                 continue;
             }
         };
         let mut results = Vec::with_capacity(batch.len());
-        let ran = run_batch(&mut conn, &batch, &mut results).await;
+        let mut ran = run_batch(&mut conn, &batch, &mut results).await;
+        if reused && ran.as_ref().is_err_and(lost_connection) {
+            // The connection died while idle (the database restarted or failed over). Nothing
+            // of the batch ran and nobody was answered: run it once more on a fresh one.
+            tracing::warn!("PostgreSQL writer: the connection was lost; connecting again");
+            results.clear();
+            ran = match connect(&opts).await {
+                Ok(c) => {
+                    conn = c;
+                    run_batch(&mut conn, &batch, &mut results).await
+                }
+                Err(e) => Err(e),
+            };
+        }
         // The batch before this one has committed (or failed) before this one commits.
         if let Some(previous) = committing.take() {
             idle = previous.await.ok().flatten();
@@ -233,6 +246,11 @@ async fn run(opts: AnyConnectOptions, mut ops: mpsc::UnboundedReceiver<Op>) {
     if let Some(last) = committing {
         let _ = last.await;
     }
+}
+
+/// Whether a batch failed because its connection was gone.
+fn lost_connection(e: &StoreError) -> bool {
+    matches!(e, StoreError::Database(e) if super::connection_lost(e))
 }
 
 /// A batch's `COMMIT` in flight; it hands its connection back when that can be used again.
@@ -256,9 +274,8 @@ async fn commit(
 }
 
 fn fail_batch(batch: Vec<Op>, e: &StoreError) {
-    let e = e.to_string();
     tracing::error!(error = %e, "PostgreSQL writer: the batch is rolled back");
-    fail_all(batch, &e);
+    fail_all(batch, e);
 }
 
 async fn connect(opts: &AnyConnectOptions) -> Result<AnyConnection> {
@@ -268,11 +285,14 @@ async fn connect(opts: &AnyConnectOptions) -> Result<AnyConnection> {
     Ok(c)
 }
 
-fn fail_all(batch: Vec<Op>, e: &str) {
+/// Answers every operation of a batch with its failure (a full disk stays one).
+fn fail_all(batch: Vec<Op>, e: &StoreError) {
     for op in batch {
-        let _ = op.reply.send(Err(StoreError::Writer(format!(
-            "PostgreSQL writer batch failed: {e}"
-        ))));
+        let e = match e {
+            StoreError::Full(m) => StoreError::Full(m.clone()),
+            e => StoreError::Writer(format!("PostgreSQL writer batch failed: {e}")),
+        };
+        let _ = op.reply.send(Err(e));
     }
 }
 

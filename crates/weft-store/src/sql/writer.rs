@@ -50,10 +50,11 @@ pub(crate) struct SqliteWriter {
 type TaskWithJob = Option<(TaskRow, Option<(String, i64)>)>;
 
 /// One operation: run on the connection inside the batch's transaction (`Err` when `BEGIN`
-/// failed: then it answers that error), it returns how to answer once the batch has committed
-/// (`Some(error)` when `COMMIT` failed).
-type Op = Box<dyn FnOnce(std::result::Result<&Connection, &str>) -> Answer + Send>;
-type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
+/// failed or the transaction was lost: then it answers that error), it returns how to answer
+/// once the batch has committed (`Some(error)` when it did not), and whether it failed for a
+/// full disk.
+type Op = Box<dyn FnOnce(std::result::Result<&Connection, &StoreError>) -> (Answer, bool) + Send>;
+type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
 /// A change set turned into what the thread runs, in order: its expectations, then its writes'
 /// statements. Everything is serialized by the caller, off the writer thread.
@@ -156,17 +157,17 @@ impl SqliteWriter {
         let stopped = || StoreError::Sqlite("the SQLite writer thread has stopped".into());
         let (reply, answer) = oneshot::channel();
         let op: Op = Box::new(move |conn| {
-            let r = conn
-                .map_err(|e| StoreError::Sqlite(e.to_string()))
-                .and_then(f);
-            Box::new(move |failed: Option<&str>| {
+            let r = conn.map_err(again).and_then(f);
+            let full = matches!(r, Err(StoreError::Full(_)));
+            let answer: Answer = Box::new(move |failed: Option<&StoreError>| {
                 let r = match failed {
-                    Some(e) => Err(StoreError::Sqlite(e.to_string())),
+                    Some(e) => Err(again(e)),
                     None => r,
                 };
                 // A caller that has gone away (its request was cancelled) is not an error.
                 let _ = reply.send(r);
-            })
+            });
+            (answer, full)
         });
         self.ops.send(op).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
@@ -270,40 +271,87 @@ fn run(conn: Connection, ops: mpsc::Receiver<Op>, _stop: mpsc::Sender<()>) {
     }
 }
 
+/// Runs a batch in one transaction and answers its operations. Whatever fails (a full disk, an
+/// I/O error, at `BEGIN`, in an operation or at `COMMIT`), the connection leaves it outside any
+/// transaction, so the next batch starts clean: the thread never needs a restart.
 fn run_batch(conn: &Connection, batch: Vec<Op>) {
+    if !conn.is_autocommit() {
+        // Only a `ROLLBACK` that failed could have left one open: end it first.
+        let _ = exec(conn, "ROLLBACK");
+    }
     let begun = exec(conn, "BEGIN IMMEDIATE");
-    let answers: Vec<Answer> = batch
-        .into_iter()
-        .map(|op| op(begun.as_ref().map(|()| conn).map_err(String::as_str)))
-        .collect();
-    let failed = match begun {
-        Err(_) => None, // every answer already carries the error
-        Ok(()) => exec(conn, "COMMIT").err().map(|e| {
+    let mut lost: Option<StoreError> = None;
+    let mut answers = Vec::with_capacity(batch.len());
+    for op in batch {
+        let on = match (&begun, &lost) {
+            (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => Ok(conn),
+        };
+        let (answer, full) = op(on);
+        answers.push(answer);
+        if begun.is_ok() && lost.is_none() && conn.is_autocommit() {
+            lost = Some(lost_batch(full));
+        }
+    }
+    let failed = match (begun, lost) {
+        (Err(_), _) => None, // every answer already carries the error
+        (Ok(()), Some(e)) => {
+            tracing::error!(error = %e, "SQLite writer: the batch's transaction was rolled back");
+            Some(e)
+        }
+        (Ok(()), None) => exec(conn, "COMMIT").err().map(|e| {
             tracing::error!(error = %e, "SQLite writer: COMMIT failed; the batch is rolled back");
-            let _ = exec(conn, "ROLLBACK");
+            if !conn.is_autocommit() {
+                let _ = exec(conn, "ROLLBACK");
+            }
             e
         }),
     };
     for a in answers {
-        a(failed.as_deref());
+        a(failed.as_ref());
     }
 }
 
-fn exec(conn: &Connection, sql: &str) -> std::result::Result<(), String> {
+/// What the operations of a batch hear when SQLite rolled its transaction back by itself (as it
+/// may on a full disk or an I/O error): those before ran in it and are gone, those after did not
+/// run. `full` when the operation that met it failed for a full disk.
+fn lost_batch(full: bool) -> StoreError {
+    let m = "SQLite rolled the transaction back after an error; nothing of it was written".into();
+    if full {
+        StoreError::Full(m)
+    } else {
+        StoreError::Sqlite(m)
+    }
+}
+
+/// A batch's failure, once for each of its operations.
+fn again(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Full(m) => StoreError::Full(m.clone()),
+        StoreError::Sqlite(m) => StoreError::Sqlite(m.clone()),
+        other => StoreError::Sqlite(other.to_string()),
+    }
+}
+
+fn exec(conn: &Connection, sql: &str) -> Result<()> {
     conn.prepare_cached(sql)
         .and_then(|mut s| s.raw_execute())
         .map(drop)
-        .map_err(|e| e.to_string())
+        .map_err(StoreError::from)
 }
 
 /// Runs a change set's steps inside a savepoint: all of them, or none when one fails.
 fn in_savepoint(conn: &Connection, steps: impl IntoIterator<Item = Step>) -> Result<Vec<String>> {
-    exec(conn, "SAVEPOINT change_set").map_err(StoreError::Sqlite)?;
+    exec(conn, "SAVEPOINT change_set")?;
     let r = run_steps(conn, steps);
     if r.is_err() {
-        exec(conn, "ROLLBACK TO change_set").map_err(StoreError::Sqlite)?;
+        if conn.is_autocommit() {
+            // SQLite ended the whole transaction: no savepoint is left to roll back to.
+            return r;
+        }
+        exec(conn, "ROLLBACK TO change_set")?;
     }
-    exec(conn, "RELEASE change_set").map_err(StoreError::Sqlite)?;
+    exec(conn, "RELEASE change_set")?;
     r
 }
 
