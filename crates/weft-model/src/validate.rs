@@ -84,16 +84,6 @@ impl Validate for Service {
             }
             validate_health_settings(&prefix, *action, spec)?;
         }
-        for (i, path) in self.logs.iter().enumerate() {
-            let field = format!("logs[{i}]");
-            let bad = path.trim().is_empty() || path.len() > 4096 || path.contains(['\0', '\n']);
-            if bad {
-                return Err(ModelError::invalid(
-                    &field,
-                    format!("{field} must be a file path (1 to 4096 bytes, one line)"),
-                ));
-            }
-        }
         Ok(())
     }
 }

@@ -422,7 +422,11 @@ async fn an_openstack_cluster_is_deleted_with_the_password_the_provider_holds_af
     let done = delete(&s, c["id"].as_str().unwrap()).await;
     deleted_cleanly(&done);
     assert_eq!(nova.servers(), 0, "the servers are gone");
-    assert_eq!(nova.count(|c| &c.refused), 0, "nova refused no token");
+    // Keystone revokes a user's tokens when the password changes, by time in whole seconds: a
+    // token the new password got within the same second can be refused once, and is then renewed
+    // (one per task at most). The old password is never used: the delete would fail with `auth`.
+    let refused = nova.count(|c| &c.refused);
+    assert!(refused <= 2, "nova refused {refused} tokens");
     assert!(!done.to_string().contains(NEW_PASSWORD), "{done}");
 }
 

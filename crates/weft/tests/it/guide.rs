@@ -1,6 +1,8 @@
 //! docs/guide.md runs as written (issue 15): its ```` ```sh guide ```` blocks, in order, as one bash
 //! script against a fresh `weft up`, must build the guide's own service into a running cluster
-//! (its nodes answer with the greeting, then with the reconfigured one) and delete it.
+//! (its nodes answer with the greeting, then with the reconfigured one) and delete it. The
+//! README's tour (its ```` ```sh tour ```` block) runs as written too, `weft up` included, with the
+//! built binary on PATH (issue 44).
 
 use std::path::Path;
 use std::process::Command;
@@ -10,12 +12,16 @@ use crate::up_down::up;
 
 /// The guide's runnable blocks, joined in order.
 fn guide_script() -> String {
-    let text = include_str!("../../../../docs/guide.md");
+    blocks(include_str!("../../../../docs/guide.md"), "```sh guide")
+}
+
+/// The blocks of `text` that open with `fence`, joined in order, as one bash script.
+fn blocks(text: &str, fence: &str) -> String {
     let mut script = String::from("set -euo pipefail\n");
     let mut inside = false;
     for line in text.lines() {
         match (inside, line.trim_end()) {
-            (false, "```sh guide") => inside = true,
+            (false, l) if l == fence => inside = true,
             (true, "```") => inside = false,
             (true, l) => {
                 script.push_str(l);
@@ -85,4 +91,64 @@ fn the_guide_builds_a_running_cluster_of_its_own_service() {
     assert_eq!(v["status"], "terminated", "{body}");
     let _ = u.child.kill();
     let _ = u.child.wait();
+}
+
+#[test]
+fn the_readme_tour_runs_as_written() {
+    if !weft_testkit::require("curl") || !weft_testkit::require("python3") {
+        return;
+    }
+    let readme = include_str!("../../../../README.md");
+    let script = blocks(readme, "```sh tour");
+    assert!(script.contains("weft up"), "the tour's block: {script}");
+    // On ports of its own: the tour's commands as written, with its port numbers replaced.
+    let (port, internal) = crate::crash::free_ports();
+    let script = script.replace("localhost:55054", &format!("localhost:{port}"));
+    let dir = tempfile::tempdir().unwrap();
+    let _cleanup = crate::up_down::Cleanup(dir.path().join(".weft"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_weft")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("bash");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("WEFT_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env("WEFT_PORT", port.to_string())
+        .env("WEFT_INTERNAL_PORT", internal.to_string())
+        .env("WEFT_URL", format!("http://127.0.0.1:{port}"))
+        .env("WEFT_CLI_CONFIG", dir.path().join("cli.toml"))
+        .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
+        .args(["-c", &script])
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for want in [
+        r#""name":"kv-web""#,
+        r#""taskName":"CREATE""#,
+        r#"{"id":"00000001"}"#,
+        "link balancer: http://127.77.",
+        r#""greeting": "hello from weft""#,
+        "expanding cluster 00000001 by 1",
+        "node.json",
+        "START lb complete",
+        "cluster 00000001 is terminated",
+    ] {
+        assert!(
+            stdout.contains(want) || stderr.contains(want),
+            "missing {want:?} in:\n{stdout}\n{stderr}"
+        );
+    }
+    let banner = std::fs::read_to_string(dir.path().join("weft-up.out")).unwrap();
+    assert!(banner.contains("weft is up"), "{banner}");
+    assert!(banner.contains("CLUSTER_CREATE  done"), "{banner}");
 }

@@ -243,6 +243,11 @@ fn service_log(ctx: &Ctx, d: &ClusterDetails, a: &LogsArgs) -> anyhow::Result<()
             service.logs
         }
     };
+    // Paths are passed as arguments (quoted for the remote shell), never as shell text.
+    let paths: Vec<String> = paths
+        .into_iter()
+        .filter(|p| !p.trim().is_empty() && !p.contains('\0'))
+        .collect();
     if paths.is_empty() {
         return Err(UsageError(format!(
             "service {name} does not say where it logs: give it a `logs` field (file paths on \
