@@ -33,7 +33,9 @@ fn blocks(text: &str, fence: &str) -> String {
     script
 }
 
-fn bash(dir: &Path, api: &str, script: &str) -> std::process::Output {
+/// `script` in bash in `dir`, with the built `weft` first on PATH, the CLI's files in `dir`, no
+/// `WEFT_` variable of the caller's, and `env` set.
+fn bash(dir: &Path, script: &str, env: &[(&str, String)]) -> std::process::Output {
     let bin = Path::new(env!("CARGO_BIN_EXE_weft")).parent().unwrap();
     let path = format!(
         "{}:{}",
@@ -48,13 +50,14 @@ fn bash(dir: &Path, api: &str, script: &str) -> std::process::Output {
     }
     cmd.current_dir(dir)
         .env("PATH", path)
-        .env("WEFT_URL", api)
         .env("WEFT_LOG", "warn")
         .env("WEFT_CLI_CONFIG", dir.join("cli.toml"))
-        .env("COLUMNS", "100")
-        .args(["-c", script])
-        .output()
-        .expect("bash")
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("COLUMNS", "100");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.args(["-c", script]).output().expect("bash")
 }
 
 #[test]
@@ -67,7 +70,7 @@ fn the_guide_builds_a_running_cluster_of_its_own_service() {
     let dir = tempfile::tempdir().unwrap();
     let _cleanup = crate::up_down::Cleanup(dir.path().join("data"));
     let mut u = up(&dir.path().join("data"));
-    let out = bash(dir.path(), &u.api, &script);
+    let out = bash(dir.path(), &script, &[("WEFT_URL", u.api.clone())]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -106,29 +109,12 @@ fn the_readme_tour_runs_as_written() {
     let script = script.replace("localhost:55054", &format!("localhost:{port}"));
     let dir = tempfile::tempdir().unwrap();
     let _cleanup = crate::up_down::Cleanup(dir.path().join(".weft"));
-    let bin = Path::new(env!("CARGO_BIN_EXE_weft")).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut cmd = Command::new("bash");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("WEFT_") {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd
-        .current_dir(dir.path())
-        .env("PATH", path)
-        .env("WEFT_PORT", port.to_string())
-        .env("WEFT_INTERNAL_PORT", internal.to_string())
-        .env("WEFT_URL", format!("http://127.0.0.1:{port}"))
-        .env("WEFT_CLI_CONFIG", dir.path().join("cli.toml"))
-        .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
-        .args(["-c", &script])
-        .output()
-        .expect("bash");
+    let env = [
+        ("WEFT_PORT", port.to_string()),
+        ("WEFT_INTERNAL_PORT", internal.to_string()),
+        ("WEFT_URL", format!("http://127.0.0.1:{port}")),
+    ];
+    let out = bash(dir.path(), &script, &env);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");

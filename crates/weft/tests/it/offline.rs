@@ -20,6 +20,19 @@ fn write_catalog(dir: &Path) {
     std::fs::write(dir.join("s.json"), catalog["services"].to_string()).unwrap();
 }
 
+/// A layout of 5 nodes of the example's first template.
+const SOLVE_FIVE: [&str; 9] = [
+    "solve",
+    "--template",
+    "t.json",
+    "--size",
+    "5",
+    "--hardwaretypes",
+    "small,medium",
+    "--imagetypes",
+    "host",
+];
+
 fn run(dir: &Path, args: &[&str]) -> Output {
     weft().current_dir(dir).args(args).output().unwrap()
 }
@@ -37,20 +50,7 @@ fn stdout_json(out: &Output) -> Value {
 fn solve_prints_a_sorted_layout_that_covers_every_service() {
     let dir = tempfile::tempdir().unwrap();
     write_catalog(dir.path());
-    let out = run(
-        dir.path(),
-        &[
-            "solve",
-            "--template",
-            "t.json",
-            "--size",
-            "5",
-            "--hardwaretypes",
-            "small,medium",
-            "--imagetypes",
-            "host",
-        ],
-    );
+    let out = run(dir.path(), &SOLVE_FIVE);
     let v = stdout_json(&out);
     let groups = v["layout"].as_array().unwrap();
     let total: u64 = groups.iter().map(|g| g["count"].as_u64().unwrap()).sum();
@@ -70,36 +70,11 @@ fn solve_prints_a_sorted_layout_that_covers_every_service() {
     for s in ["kv-primary", "kv-replica", "web", "lb"] {
         assert!(seen.iter().any(|x| x == s), "{s} is placed somewhere: {v}");
     }
-    let again = stdout_json(&run(
-        dir.path(),
-        &[
-            "solve",
-            "--template",
-            "t.json",
-            "--size",
-            "5",
-            "--hardwaretypes",
-            "small,medium",
-            "--imagetypes",
-            "host",
-        ],
-    ));
+    let again = stdout_json(&run(dir.path(), &SOLVE_FIVE));
     assert_eq!(v, again, "the same input gives the same layout");
     let text = run(
         dir.path(),
-        &[
-            "solve",
-            "--template",
-            "t.json",
-            "--size",
-            "5",
-            "--hardwaretypes",
-            "small,medium",
-            "--imagetypes",
-            "host",
-            "--format",
-            "text",
-        ],
+        &[&SOLVE_FIVE[..], &["--format", "text"]].concat(),
     );
     assert!(text.status.success(), "{text:?}");
     let text = String::from_utf8_lossy(&text.stdout);

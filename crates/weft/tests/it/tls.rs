@@ -74,6 +74,17 @@ fn start_until(mut cmd: Command, until: &str) -> (Proc, Vec<String>) {
     (Proc(child), seen)
 }
 
+/// `weft up` with `flags` on `data` and `ports`, once its banner is printed.
+fn weft_up(data: &Path, ports: (u16, u16), flags: &[&str]) -> (Proc, Vec<String>) {
+    let mut cmd = weft();
+    cmd.arg("up")
+        .args(flags)
+        .args(["--port", &ports.0.to_string()])
+        .args(["--internal-port", &ports.1.to_string(), "--data-dir"])
+        .arg(data);
+    start_until(cmd, "stop:")
+}
+
 /// The URL printed after `label` in `lines`.
 fn url_after(lines: &[String], label: &str) -> String {
     lines
@@ -93,13 +104,8 @@ fn weft_up_tls_serves_https_on_both_ports_and_its_provisioner_verifies_it() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (port, internal) = free_ports();
-    let mut cmd = weft();
-    cmd.args(["up", "--tls", "--port", &port.to_string()])
-        .args(["--internal-port", &internal.to_string(), "--data-dir"])
-        .arg(&data);
     // The banner comes once the embedded provisioner has registered over mutual TLS.
-    let (_up, lines) = start_until(cmd, "stop:");
+    let (_up, lines) = weft_up(&data, free_ports(), &["--tls"]);
     let api = url_after(&lines, "REST API");
     let int = url_after(&lines, "provisioners");
     assert!(
@@ -182,14 +188,10 @@ fn weft_up_on_a_network_address_serves_https_and_requires_api_keys() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (port, internal) = free_ports();
-    let mut cmd = weft();
-    cmd.args(["up", "--bind", "0.0.0.0", "--port", &port.to_string()])
-        .args(["--internal-port", &internal.to_string(), "--data-dir"])
-        .arg(&data);
-    let (_up, lines) = start_until(cmd, "stop:");
+    let ports = free_ports();
+    let (up, lines) = weft_up(&data, ports, &["--bind", "0.0.0.0"]);
     let api = url_after(&lines, "REST API");
-    assert_eq!(api, format!("https://127.0.0.1:{port}"), "{lines:?}");
+    assert_eq!(api, format!("https://127.0.0.1:{}", ports.0), "{lines:?}");
     let ca = data.join("tls/ca.pem");
     let ca = ca.to_str().unwrap();
     let key_file = data.join("admin.key");
@@ -237,33 +239,16 @@ fn weft_up_on_a_network_address_serves_https_and_requires_api_keys() {
         assert!(out.status.success(), "{args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let made = cli(&[
-        "cluster",
-        "create",
-        "--template",
-        "kv-web",
-        "--size",
-        "3",
-        "--wait",
-        "-o",
-        "json",
-    ]);
-    let made: serde_json::Value = serde_json::from_str(&made).expect(&made);
-    let id = made["id"].as_str().expect("a cluster id");
-    cli(&["cluster", "delete", id, "--wait"]);
+    let (_, id) = crate::up_down::create_kv_web(&cli);
+    cli(&["cluster", "delete", &id, "--wait"]);
     let private = {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777
     };
     assert_eq!(private, 0o600);
     // The same key file serves a second start: one admin key, made once.
-    drop(_up);
-    let mut again = weft();
-    again
-        .args(["up", "--bind", "0.0.0.0", "--port", &port.to_string()])
-        .args(["--internal-port", &internal.to_string(), "--data-dir"])
-        .arg(&data);
-    let (_up, _) = start_until(again, "stop:");
+    drop(up);
+    let (_up, _) = weft_up(&data, ports, &["--bind", "0.0.0.0"]);
     let (code, body) = curl(&["--cacert", ca, "-H", &key, &templates]);
     assert_eq!((code, body.contains("kv-web")), (0, true), "{body}");
 }

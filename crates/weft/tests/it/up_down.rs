@@ -376,19 +376,7 @@ fn weft_up_prints_a_banner_and_job_lines_and_logs_the_rest_to_its_file() {
         assert!(out.status.success(), "{args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let made = cli(&[
-        "cluster",
-        "create",
-        "--template",
-        "kv-web",
-        "--size",
-        "3",
-        "--wait",
-        "-o",
-        "json",
-    ]);
-    let made: Value = serde_json::from_str(&made).expect(&made);
-    let id = made["id"].as_str().expect("a cluster id").to_string();
+    let (made, id) = create_kv_web(&cli);
     service_log_is_read_on_the_node(&cli, &made, &id);
     cli(&["cluster", "expand", &id, "--count", "1", "--wait"]);
     cli(&["cluster", "delete", &id, "--wait"]);
@@ -420,6 +408,15 @@ fn weft_up_prints_a_banner_and_job_lines_and_logs_the_rest_to_its_file() {
     let log = std::fs::read_to_string(data.join("weft.log")).unwrap();
     assert!(log.lines().count() > 50, "the log has the rest: {log}");
     assert!(log.contains(&id), "the log names the cluster");
+}
+
+/// `weft cluster create --template kv-web --size 3 --wait` through `cli`: the cluster and its id.
+pub(crate) fn create_kv_web(cli: &dyn Fn(&[&str]) -> String) -> (Value, String) {
+    let args = ["cluster", "create", "--template", "kv-web", "--size", "3"];
+    let made = cli(&[&args[..], &["--wait", "-o", "json"]].concat());
+    let made: Value = serde_json::from_str(&made).expect(&made);
+    let id = made["id"].as_str().expect("a cluster id").to_string();
+    (made, id)
 }
 
 /// `cluster logs --service-log` reads the file the service's `logs` field names, on the node,
