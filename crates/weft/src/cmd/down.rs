@@ -42,6 +42,14 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
     }
     super::runtime::runtime()?.block_on(async {
         if let Some(api) = running_up(&data_dir).await {
+            // Its API wants the local CA and API keys: a second server on the same store while
+            // it runs is no way round that.
+            anyhow::ensure!(
+                !api.starts_with("https://"),
+                "the weft up on {} serves {api} over TLS (--tls or --bind): stop it (Ctrl-C), then \
+                 run weft down again",
+                data_dir.display()
+            );
             println!("deleting through the running weft up at {api}");
             return delete_all(&api, args.timeout).await;
         }
@@ -84,6 +92,9 @@ async fn running_up(data_dir: &Path) -> Option<String> {
     let pid = lines.next()?.trim().parse::<u32>().ok()?;
     if !Path::new(&format!("/proc/{pid}")).exists() {
         return None;
+    }
+    if api.starts_with("https://") {
+        return Some(api);
     }
     let c = client(&api, SUPERADMIN).ok()?;
     let answer = tokio::time::timeout(Duration::from_secs(5), c.tenants()).await;

@@ -229,7 +229,8 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
             false => None,
         };
         let (app, first) = open_up_store(&settings).await?;
-        let jobs = super::up_log::print_jobs(&app.state.engine.events, app.state.store.clone());
+        let engine = app.state.engine.clone();
+        let jobs = super::up_log::print_jobs(&engine.events, app.state.store.clone());
         let store = app.state.store.clone();
         let admin_key = match network {
             true => Some(up_admin_key(&settings.data_dir, store.as_ref()).await?),
@@ -277,7 +278,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         super::runtime::shutdown_signal().await;
         jobs.abort();
         super::up_record::forget_address(&settings.data_dir);
-        let live = super::up_record::live_clusters(&api)
+        let live = super::up_record::live_in_store(&engine)
             .await
             .unwrap_or_default();
         // The provisioner unregisters while the server still listens.

@@ -64,6 +64,29 @@ pub async fn live_clusters(api: &str) -> anyhow::Result<Vec<Live>> {
     Ok(live)
 }
 
+/// Every cluster of every tenant that is not terminated, read from the store through the engine
+/// (`weft up` on exit: whatever its API asks of callers, TLS and API keys included).
+pub async fn live_in_store(engine: &weft_engine::Engine) -> anyhow::Result<Vec<Live>> {
+    let mut live = Vec::new();
+    for t in engine.store.list_tenants().await? {
+        for row in engine.store.list_clusters(&t.id, None).await? {
+            if row.status == ClusterStatus::Terminated.as_str() {
+                continue;
+            }
+            let c = weft_engine::view::summary(engine, &row).await?;
+            live.push(Live {
+                tenant: t.spec.name.clone(),
+                id: c.id,
+                name: c.name,
+                provider: c.provider.name.clone(),
+                nodes: c.num_nodes,
+                status: c.status,
+            });
+        }
+    }
+    Ok(live)
+}
+
 /// What `weft up` says on exit: the clusters that keep running and how to remove them.
 pub fn print_left_behind(data_dir: &Path, live: &[Live]) {
     let dir = data_dir.display();

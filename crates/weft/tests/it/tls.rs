@@ -246,6 +246,15 @@ fn weft_up_on_a_network_address_serves_https_and_requires_api_keys() {
         std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777
     };
     assert_eq!(private, 0o600);
+    // weft down does not start a second server on the store of a weft up it cannot talk to.
+    let down = weft()
+        .args(["down", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&down.stderr);
+    assert_eq!(down.status.code(), Some(1), "{said}");
+    assert!(said.contains("stop it"), "{said}");
     // The same key file serves a second start: one admin key, made once.
     drop(up);
     let (_up, _) = weft_up(&data, ports, &["--bind", "0.0.0.0"]);
