@@ -663,13 +663,7 @@ async fn finish_step(
         // Timed out: the worker that held the lease no longer owns the task.
         done.lease_owner = None;
     }
-    let mut tbody: TaskBody = from_body(&task.body)?;
-    tbody.status_code = req.status;
-    tbody.finish_time = now;
-    tbody.stdout = req.stdout.as_deref().map(trim_log);
-    tbody.stderr = req.stderr.as_deref().map(trim_log);
-    tbody.health = health;
-    tbody.machine = machine;
+    let tbody = result_body(&task, req, health, machine, now)?;
     let job_paused = job_status == JobStatus::Paused.as_str();
     let job_running = job_status == JobStatus::Running.as_str() || job_paused;
     if job_running && tbody.health.as_ref().is_some_and(|h| !h.healthy) {
@@ -683,6 +677,68 @@ async fn finish_step(
         cs.write(Write::Task(done));
         return complete_task(st, cs, &task, job_rev, job_paused, now).await;
     }
+    let finished = Finished {
+        task,
+        done,
+        tbody,
+        ok,
+        job_running,
+        job_paused,
+        now,
+    };
+    finish_off_course(st, cs, finished, req).await
+}
+
+/// The task's record as its finish leaves it: exit status, time, the ends of its output, and a
+/// health check's or a STATUS's finding.
+fn result_body(
+    task: &TaskRow,
+    req: &FinishTaskRequest,
+    health: Option<weft_model::HealthReport>,
+    machine: Option<weft_model::MachineReport>,
+    now: i64,
+) -> EngineResult<TaskBody> {
+    let mut tbody: TaskBody = from_body(&task.body)?;
+    tbody.status_code = req.status;
+    tbody.finish_time = now;
+    tbody.stdout = req.stdout.as_deref().map(trim_log);
+    tbody.stderr = req.stderr.as_deref().map(trim_log);
+    tbody.health = health;
+    tbody.machine = machine;
+    Ok(tbody)
+}
+
+/// A finished task that does not simply complete: how it ended, and where its job stood.
+struct Finished {
+    task: TaskRow,
+    done: TaskRow,
+    tbody: TaskBody,
+    ok: bool,
+    job_running: bool,
+    job_paused: bool,
+    now: i64,
+}
+
+/// A task that succeeded after its job failed or was aborted completes and settles the job; a
+/// task that failed is retried (while its job runs, the failure is retryable and tries are left)
+/// or fails for good, failing its job. Commits, then tells of a failed job and starts what its
+/// failure asks for (a rollback).
+async fn finish_off_course(
+    st: &Engine,
+    mut cs: ChangeSet,
+    f: Finished,
+    req: &FinishTaskRequest,
+) -> EngineResult<()> {
+    let Finished {
+        task,
+        mut done,
+        mut tbody,
+        ok,
+        job_running,
+        job_paused,
+        now,
+    } = f;
+    let tenant = &task.tenant_id;
     let job = st
         .store
         .get_job(tenant, &task.job_id)
