@@ -224,7 +224,7 @@ pub async fn summary(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterSumma
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
-    let nodes = st.store.list_nodes(&row.tenant_id, row.id).await?.len() as u64;
+    let nodes = st.store.count_nodes(&row.tenant_id, row.id).await?;
     let progress = match job {
         Some(j) => Some(progress(st, &j).await?),
         None => None,

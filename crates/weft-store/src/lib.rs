@@ -374,6 +374,8 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn list_clusters(&self, tenant_id: &str, owner: Option<&str>) -> Result<Vec<ClusterRow>>;
     /// A cluster's nodes, by `nodenum` (then id).
     async fn list_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<NodeRow>>;
+    /// How many nodes a cluster has, without reading them.
+    async fn count_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<u64>;
     async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>>;
     /// Every node of the tenant, by cluster id then `nodenum`.
     async fn list_tenant_nodes(&self, tenant_id: &str) -> Result<Vec<NodeRow>>;

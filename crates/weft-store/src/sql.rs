@@ -1098,6 +1098,10 @@ impl Store for SqlStore {
         self.list_nodes_impl(tenant_id, cluster_id).await
     }
 
+    async fn count_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<u64> {
+        self.count_nodes_impl(tenant_id, cluster_id).await
+    }
+
     async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>> {
         self.get_node_impl(tenant_id, node_id).await
     }

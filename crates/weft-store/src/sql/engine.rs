@@ -802,6 +802,19 @@ impl SqlStore {
         rows.iter().map(node_from_row).collect()
     }
 
+    pub(crate) async fn count_nodes_impl(&self, tenant_id: &str, cluster_id: u64) -> Result<u64> {
+        let row =
+            sqlx::query("SELECT COUNT(*) AS n FROM nodes WHERE tenant_id = $1 AND cluster_id = $2")
+                .bind(tenant_id)
+                .bind(to_i64(cluster_id))
+                .fetch_optional_on(self)
+                .await?;
+        match row {
+            Some(r) => to_u64(r.try_get("n")?, "node count"),
+            None => Ok(0),
+        }
+    }
+
     pub(crate) async fn get_node_impl(
         &self,
         tenant_id: &str,

@@ -209,6 +209,12 @@ async fn reads_are_ordered_and_filtered(ctx: &Ctx) -> Result<()> {
         ["n-a", "n-b", "n-c", "n-other"]
     );
     assert_eq!(node_ids(s.list_nodes(B, 3).await?), [] as [&str; 0]);
+    assert_eq!(s.count_nodes(A, 3).await?, 3);
+    assert_eq!(
+        s.count_nodes(B, 3).await?,
+        0,
+        "another tenant's cluster 3 has none"
+    );
 
     let job_ids = |v: Vec<JobRow>| v.into_iter().map(|j| j.id).collect::<Vec<_>>();
     assert_eq!(
