@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use weft_store::{Store, Tenant};
 
+use crate::error::{EngineError, EngineResult};
 use crate::events::{JobEvent, JobEventKind, Moved};
 use crate::{cache, seal};
 
@@ -89,6 +90,9 @@ pub struct Engine {
     /// Permits for answers that read a whole cluster ([`HEAVY_READS`] at once), so that many
     /// concurrent reads of a large cluster queue instead of multiplying peak memory.
     pub heavy_reads: Arc<tokio::sync::Semaphore>,
+    /// Permits for every other read answer ([`READS`] at once): what many concurrent readers of
+    /// lists and status hold in memory and in store connections stays bounded.
+    pub reads: Arc<tokio::sync::Semaphore>,
     /// Calls out of the process.
     pub messenger: Arc<dyn Messenger>,
     /// Seals secrets before they are stored and opens them for provisioners (see [`seal`]).
@@ -97,6 +101,9 @@ pub struct Engine {
 
 /// How many whole-cluster answers are built at once.
 pub const HEAVY_READS: usize = 4;
+
+/// How many other read answers (lists, status, one node) are built at once.
+pub const READS: usize = 32;
 
 impl Engine {
     /// An engine over `store` with empty caches, sealing secrets under a key of the process's
@@ -115,10 +122,27 @@ impl Engine {
             leases: Arc::default(),
             providers: Arc::default(),
             heavy_reads: Arc::new(tokio::sync::Semaphore::new(HEAVY_READS)),
+            reads: Arc::new(tokio::sync::Semaphore::new(READS)),
             sealer: Arc::new(seal::Sealer::new(store.clone(), seal::KeySource::Ephemeral)),
             store,
             messenger,
         }
+    }
+
+    /// A permit to build an answer that reads a whole cluster or job (see [`HEAVY_READS`]).
+    pub async fn heavy_read(&self) -> EngineResult<tokio::sync::SemaphorePermit<'_>> {
+        self.heavy_reads
+            .acquire()
+            .await
+            .map_err(|e| EngineError::Internal(format!("heavy reads: {e}")))
+    }
+
+    /// A permit to build any other read answer (see [`READS`]).
+    pub async fn light_read(&self) -> EngineResult<tokio::sync::SemaphorePermit<'_>> {
+        self.reads
+            .acquire()
+            .await
+            .map_err(|e| EngineError::Internal(format!("reads: {e}")))
     }
 
     /// The same engine with its secrets sealed under the master key from `source`.

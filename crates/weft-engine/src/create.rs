@@ -366,6 +366,7 @@ impl NewCluster {
             expire_time: inputs.expire_time,
             latest_job: None,
             rev: 0,
+            node_count: 0,
             body: Value::Null,
         };
         NewCluster {
@@ -428,6 +429,7 @@ async fn record_unsolvable(st: &Engine, new: NewCluster, reason: String) -> Engi
         status: JobStatus::Failed.as_str().into(),
         create_time: row.create_time,
         rev: 0,
+        steps_done: 0,
         body: to_body(&JobBody {
             message: Some(reason.clone()),
             ..Default::default()

@@ -121,7 +121,7 @@ pub async fn force_delete(st: &Engine, who: &Caller, row: &ClusterRow) -> Engine
         .get_cluster(&row.tenant_id, row.id)
         .await?
         .ok_or_else(|| EngineError::ClusterNotFound(cluster_id_text(row.id)))?;
-    let nodes = st.store.count_nodes(&row.tenant_id, row.id).await?;
+    let nodes = now.node_count;
     let message = format!(
         "Deleted by force by {}: weft deleted none of its {nodes} machines; remove any that remain by hand.",
         who.user

@@ -369,6 +369,7 @@ pub fn solved_job(tenant_id: &str, cluster_id: u64, id: String, now: i64) -> Eng
         status: JobStatus::Complete.as_str().into(),
         create_time: now,
         rev: 0,
+        steps_done: 0,
         body: to_body(&JobBody::default())?,
     })
 }
@@ -576,6 +577,7 @@ fn job_row(at: &RowsOf, plan: &Plan, end_deps: u32) -> EngineResult<JobRow> {
         .into(),
         create_time: at.now,
         rev: 0,
+        steps_done: 0,
         body: to_body(&JobBody {
             stages,
             total: plan.tasks.len() as u64,

@@ -29,13 +29,40 @@ pub async fn visible_nodes(st: &Engine, who: &Caller) -> EngineResult<Vec<NodeRo
         .collect())
 }
 
-/// The node `id` if `who` may see it.
+/// The nodes `who` may see as the API shows them, each with its history: an answer that can
+/// read many nodes, built under a heavy-read permit.
+pub async fn shown(st: &Engine, who: &Caller) -> EngineResult<Vec<Node>> {
+    let _permit = st.heavy_read().await?;
+    let mut out = Vec::new();
+    for r in visible_nodes(st, who).await? {
+        out.push(view::node(st, &r).await?);
+    }
+    Ok(out)
+}
+
+/// The node `id` as the API shows it, if `who` may see it.
+pub async fn shown_one(st: &Engine, who: &Caller, id: &str) -> EngineResult<Node> {
+    let _permit = st.light_read().await?;
+    let row = find(st, who, id).await?;
+    view::node(st, &row).await
+}
+
+/// The node `id` if `who` may see it (an admin any of the tenant's, a user those of their own
+/// clusters).
 pub async fn find(st: &Engine, who: &Caller, id: &str) -> EngineResult<NodeRow> {
-    visible_nodes(st, who)
+    let missing = || EngineError::NodeNotFound(id.to_string());
+    let row = st
+        .store
+        .get_node(&who.tenant.id, id)
         .await?
-        .into_iter()
-        .find(|r| r.id == id)
-        .ok_or_else(|| EngineError::NodeNotFound(id.to_string()))
+        .ok_or_else(missing)?;
+    if !who.is_admin() {
+        let cluster = st.store.get_cluster(&who.tenant.id, row.cluster_id).await?;
+        if cluster.is_none_or(|c| c.owner != who.user) {
+            return Err(missing());
+        }
+    }
+    Ok(row)
 }
 
 /// Writes a node record of one of the tenant's clusters (a new one when `expect_absent`). Its

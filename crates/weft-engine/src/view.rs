@@ -40,16 +40,11 @@ pub async fn visible(st: &Engine, who: &Caller, id: &str) -> EngineResult<Cluste
     Ok(row)
 }
 
-/// The progress of a job: its action (lower case), status and completed tasks (gates not counted).
-pub async fn progress(st: &Engine, job: &JobRow) -> EngineResult<Progress> {
+/// The progress of a job: its action (lower case), status and completed tasks (gates not counted,
+/// as the store keeps them in the job's row).
+pub fn progress(job: &JobRow) -> EngineResult<Progress> {
     let body: JobBody = from_body(&job.body)?;
-    let done = st
-        .store
-        .task_counts(&job.tenant_id, &job.id)
-        .await?
-        .get(&TaskState::Complete)
-        .copied()
-        .unwrap_or(0);
+    let done = job.steps_done;
     Ok(Progress {
         action: job.action.to_ascii_lowercase(),
         actionstatus: job_status(job)?,
@@ -220,13 +215,35 @@ async fn latest_job(st: &Engine, row: &ClusterRow) -> EngineResult<(ClusterRow, 
     Ok((row.clone(), job))
 }
 
+/// The clusters `who` may see (all of the tenant's for an admin), newest first, those with a
+/// status in `wanted` (all if it is empty). Each summary reads the cluster's row and its latest
+/// job's, whose counts the store keeps: the cost does not grow with the clusters' nodes.
+pub async fn list(
+    st: &Engine,
+    who: &Caller,
+    wanted: &[ClusterStatus],
+) -> EngineResult<Vec<ClusterSummary>> {
+    let _permit = st.light_read().await?;
+    let owner = (!who.is_admin()).then_some(who.user.as_str());
+    let rows = st.store.list_clusters(&who.tenant.id, owner).await?;
+    let mut out = Vec::new();
+    for row in rows {
+        if wanted.is_empty()
+            || ClusterStatus::parse(&row.status).is_some_and(|s| wanted.contains(&s))
+        {
+            out.push(summary(st, &row).await?);
+        }
+    }
+    Ok(out)
+}
+
+/// A cluster's summary: its row and its latest job's (no node or task is read).
 pub async fn summary(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterSummary> {
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
-    let nodes = st.store.count_nodes(&row.tenant_id, row.id).await?;
     let progress = match job {
-        Some(j) => Some(progress(st, &j).await?),
+        Some(j) => Some(progress(&j)?),
         None => None,
     };
     Ok(ClusterSummary {
@@ -236,7 +253,7 @@ pub async fn summary(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterSumma
         owner_id: row.owner.clone(),
         create_time: row.create_time,
         expire_time: row.expire_time,
-        num_nodes: nodes,
+        num_nodes: row.node_count,
         status: status_of(row)?,
         provider: EntityRef {
             name: body.provider.name.clone(),
@@ -296,11 +313,7 @@ pub async fn details_page(
     row: &ClusterRow,
     page: NodePage,
 ) -> EngineResult<(ClusterDetails, PageInfo)> {
-    let _permit = st
-        .heavy_reads
-        .acquire()
-        .await
-        .map_err(|e| EngineError::Internal(format!("heavy reads: {e}")))?;
+    let _permit = st.heavy_read().await?;
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
@@ -323,7 +336,7 @@ pub async fn details_page(
     }
     drop(rows);
     let progress = match job {
-        Some(j) => Some(progress(st, &j).await?),
+        Some(j) => Some(progress(&j)?),
         None => None,
     };
     let waiting = match &progress {
@@ -385,11 +398,13 @@ fn cluster_links(
         .collect()
 }
 
+/// A cluster's status: its row and its latest job's (no node or task is read).
 pub async fn status(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterStatusView> {
+    let _permit = st.light_read().await?;
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let job = job.ok_or_else(|| EngineError::ClusterNotFound(cluster_id_text(row.id)))?;
-    let p = progress(st, &job).await?;
+    let p = progress(&job)?;
     let waiting = waiting(st, row, &p).await?;
     Ok(ClusterStatusView {
         clusterid: cluster_id_text(row.id),
@@ -444,6 +459,7 @@ pub async fn waiting(st: &Engine, row: &ClusterRow, p: &Progress) -> EngineResul
 pub async fn plans(st: &Engine, who: &Caller, id: &str) -> EngineResult<Vec<PlanView>> {
     let none = || EngineError::PlansNotFound(id.to_string());
     let row = visible(st, who, id).await.map_err(|_| none())?;
+    let _permit = st.heavy_read().await?;
     let jobs = st.store.list_jobs(&who.tenant.id, row.id).await?;
     if jobs.is_empty() {
         return Err(none());
@@ -469,6 +485,7 @@ pub async fn job_plan(st: &Engine, who: &Caller, id: &str, job_id: &str) -> Engi
         .await?
         .filter(|j| j.cluster_id == row.id)
         .ok_or_else(bad)?;
+    let _permit = st.heavy_read().await?;
     plan(st, &job).await
 }
 

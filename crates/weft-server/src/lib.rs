@@ -230,10 +230,18 @@ fn finish(router: Router<AppState>, limit: usize, listener: Listener) -> Router<
         .layer(tower_http::trace::TraceLayer::new_for_http())
 }
 
-/// Runs every request's handler on its own task, so that a client that goes away mid-request
-/// cannot cancel it halfway: a store transaction always commits or rolls back, and a leased task is
-/// never half-handed out.
+/// Runs every request that may change state on a task of its own, so that a client that goes away
+/// mid-request cannot cancel it halfway: a store transaction always commits or rolls back, and a
+/// leased task is never half-handed out. A read (`GET`, `HEAD`, `OPTIONS`) runs in the connection's
+/// own future instead, so a client that goes away takes its work with it (counted in
+/// `weft_http_reads_abandoned_total`): a store read dropped halfway leaves nothing half-done.
 async fn run_to_completion(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if req.method().is_safe() && req.method() != axum::http::Method::TRACE {
+        let mut guard = metrics::AbandonedRead::new();
+        let resp = next.run(req).await;
+        guard.answered();
+        return resp;
+    }
     match tokio::spawn(next.run(req)).await {
         Ok(resp) => resp,
         Err(e) => {
@@ -637,4 +645,88 @@ async fn shutdown_signal() {
 /// Binds both listeners and serves until ctrl-c or SIGTERM.
 pub async fn serve(app: App) -> Result<(), ServerError> {
     bind(app).await?.run().await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::routing::{get, post};
+    use axum::Router;
+    use tokio::io::AsyncWriteExt;
+    use tokio::sync::{mpsc, Notify};
+
+    /// Says `dropped` if the handler is dropped before it ends, `ended` if it ends.
+    struct Watch(mpsc::UnboundedSender<&'static str>, bool);
+
+    impl Drop for Watch {
+        fn drop(&mut self) {
+            let _ = self.0.send(if self.1 { "ended" } else { "dropped" });
+        }
+    }
+
+    async fn hold(
+        events: mpsc::UnboundedSender<&'static str>,
+        release: std::sync::Arc<Notify>,
+    ) -> &'static str {
+        let mut watch = Watch(events.clone(), false);
+        let _ = events.send("started");
+        release.notified().await;
+        watch.1 = true;
+        "done"
+    }
+
+    /// Sends `head` on a new connection, waits until its handler has started, and closes the
+    /// connection without reading an answer.
+    async fn call_and_leave(addr: std::net::SocketAddr, head: &str, events: &mut Rx) {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(head.as_bytes()).await.unwrap();
+        assert_eq!(next(events).await, "started");
+        drop(conn);
+    }
+
+    type Rx = mpsc::UnboundedReceiver<&'static str>;
+
+    async fn next(events: &mut Rx) -> &'static str {
+        tokio::time::timeout(Duration::from_secs(20), events.recv())
+            .await
+            .expect("an event within 20 s")
+            .expect("the sender lives")
+    }
+
+    #[tokio::test]
+    async fn a_read_stops_when_its_client_goes_away_and_a_write_runs_to_its_end() {
+        let (tx, mut events) = mpsc::unbounded_channel();
+        let release = std::sync::Arc::new(Notify::new());
+        let (t1, r1, t2, r2) = (tx.clone(), release.clone(), tx, release.clone());
+        let router = Router::new()
+            .route("/read", get(move || hold(t1.clone(), r1.clone())))
+            .route("/write", post(move || hold(t2.clone(), r2.clone())))
+            .layer(axum::middleware::from_fn(super::run_to_completion));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let patience = weft_client::listen::Patience::default();
+        let server = tokio::spawn(weft_client::listen::serve(
+            listener,
+            router,
+            patience,
+            None,
+            std::future::pending(),
+        ));
+        let before = crate::metrics::ABANDONED_READS.load(std::sync::atomic::Ordering::Relaxed);
+        call_and_leave(addr, "GET /read HTTP/1.1\r\nhost: t\r\n\r\n", &mut events).await;
+        assert_eq!(next(&mut events).await, "dropped", "the read's work stops");
+        let after = crate::metrics::ABANDONED_READS.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(after > before, "the abandoned read is counted");
+
+        let head = "POST /write HTTP/1.1\r\nhost: t\r\ncontent-length: 0\r\n\r\n";
+        call_and_leave(addr, head, &mut events).await;
+        release.notify_one();
+        assert_eq!(
+            next(&mut events).await,
+            "ended",
+            "the write runs to its end"
+        );
+        server.abort();
+    }
 }

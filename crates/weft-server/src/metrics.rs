@@ -14,6 +14,9 @@
 //!   restart while the task ran.
 //! * `weft_jobs_total{action,result}` (counter): jobs that ended, `result` = `success` or
 //!   `failure`, counted where the job's end is committed.
+//! * `weft_ui_csp_reports_total` (counter): CSP violations browsers reported on UI pages.
+//! * `weft_http_reads_abandoned_total` (counter): reads whose client went away before the
+//!   answer; their work stopped with them.
 //!
 //! Counters and histograms live in this process (they restart from zero with the server, as
 //! Prometheus expects of counters); the gauges read the store, so every server of a shared
@@ -33,6 +36,39 @@ use crate::state::{now_ms, AppState};
 /// Content-Security-Policy violations browsers reported on UI pages (the UI's `/ui/csp-report`
 /// counts them here).
 pub static CSP_REPORTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Reads whose client went away before the answer, their work dropped with them.
+pub static ABANDONED_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts a read in [`ABANDONED_READS`] if it is dropped before [`AbandonedRead::answered`].
+pub struct AbandonedRead {
+    answered: bool,
+}
+
+impl AbandonedRead {
+    pub fn new() -> AbandonedRead {
+        AbandonedRead { answered: false }
+    }
+
+    pub fn answered(&mut self) {
+        self.answered = true;
+    }
+}
+
+impl Default for AbandonedRead {
+    fn default() -> AbandonedRead {
+        AbandonedRead::new()
+    }
+}
+
+impl Drop for AbandonedRead {
+    fn drop(&mut self) {
+        if !self.answered {
+            ABANDONED_READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!("a read's client went away before its answer: its work is dropped");
+        }
+    }
+}
 
 /// Escapes a label value (backslash, double quote, newline).
 fn label(v: &str) -> String {
@@ -145,6 +181,16 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
         o,
         "weft_ui_csp_reports_total {}",
         CSP_REPORTS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        o,
+        "# HELP weft_http_reads_abandoned_total Reads whose client went away before the answer (their work stopped)."
+    );
+    let _ = writeln!(o, "# TYPE weft_http_reads_abandoned_total counter");
+    let _ = writeln!(
+        o,
+        "weft_http_reads_abandoned_total {}",
+        ABANDONED_READS.load(std::sync::atomic::Ordering::Relaxed)
     );
     Ok(out)
 }

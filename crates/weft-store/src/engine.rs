@@ -40,6 +40,10 @@ pub struct ClusterRow {
     pub latest_job: Option<String>,
     /// The revision: 1 after the first write, +1 on each write. Ignored when writing.
     pub rev: i64,
+    /// How many nodes the cluster has, kept by the store in the commit that adds or removes
+    /// one. Ignored when writing.
+    #[serde(default)]
+    pub node_count: u64,
     pub body: Value,
 }
 
@@ -67,6 +71,10 @@ pub struct JobRow {
     pub create_time: i64,
     /// Ignored when writing.
     pub rev: i64,
+    /// How many of the job's tasks other than gates are complete, kept by the store in the
+    /// commit that changes a task's state. Ignored when writing.
+    #[serde(default)]
+    pub steps_done: u64,
     pub body: Value,
 }
 

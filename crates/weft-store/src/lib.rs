@@ -374,8 +374,6 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn list_clusters(&self, tenant_id: &str, owner: Option<&str>) -> Result<Vec<ClusterRow>>;
     /// A cluster's nodes, by `nodenum` (then id).
     async fn list_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<NodeRow>>;
-    /// How many nodes a cluster has, without reading them.
-    async fn count_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<u64>;
     async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>>;
     /// Every node of the tenant, by cluster id then `nodenum`.
     async fn list_tenant_nodes(&self, tenant_id: &str) -> Result<Vec<NodeRow>>;
@@ -401,8 +399,6 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
         tenant_id: &str,
         cluster_id: u64,
     ) -> Result<Vec<(String, i64, String)>>;
-    /// How many of a job's tasks are in each state, gates not counted.
-    async fn task_counts(&self, tenant_id: &str, job_id: &str) -> Result<BTreeMap<TaskState, u64>>;
     /// The last `limit` tasks taken on a node (`started_at > 0`), gates not counted, oldest first:
     /// the node's action history.
     async fn node_tasks(&self, tenant_id: &str, node_id: &str, limit: u32) -> Result<Vec<TaskRow>>;

@@ -445,6 +445,129 @@ CREATE TABLE secret_keys (
         sqlite: "ALTER TABLE provisioners ADD COLUMN tls BIGINT NOT NULL DEFAULT 0;",
         postgres: "ALTER TABLE provisioners ADD COLUMN tls BIGINT NOT NULL DEFAULT 0;",
     },
+    // Reads that cost what they return (issue 37): a cluster's node count and a job's completed
+    // steps (tasks other than gates) kept in its row by triggers, so in the commit that changes
+    // them whichever path commits it. A cluster or job row written after its nodes or tasks
+    // counts them once when it is inserted.
+    Migration {
+        version: 11,
+        description: "clusters.node_count, jobs.steps_done kept by triggers",
+        sqlite: r#"
+ALTER TABLE clusters ADD COLUMN node_count BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN steps_done BIGINT NOT NULL DEFAULT 0;
+UPDATE clusters SET node_count = (SELECT COUNT(*) FROM nodes n
+    WHERE n.tenant_id = clusters.tenant_id AND n.cluster_id = clusters.id);
+UPDATE jobs SET steps_done = (SELECT COUNT(*) FROM tasks t WHERE t.tenant_id = jobs.tenant_id
+    AND t.job_id = jobs.id AND t.state = 'complete' AND t.action <> 'GATE');
+CREATE TRIGGER nodes_count_insert AFTER INSERT ON nodes BEGIN
+    UPDATE clusters SET node_count = node_count + 1
+        WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id;
+END;
+CREATE TRIGGER nodes_count_delete AFTER DELETE ON nodes BEGIN
+    UPDATE clusters SET node_count = node_count - 1
+        WHERE tenant_id = OLD.tenant_id AND id = OLD.cluster_id;
+END;
+CREATE TRIGGER nodes_count_move AFTER UPDATE OF cluster_id ON nodes
+    WHEN OLD.cluster_id <> NEW.cluster_id BEGIN
+    UPDATE clusters SET node_count = node_count - 1
+        WHERE tenant_id = OLD.tenant_id AND id = OLD.cluster_id;
+    UPDATE clusters SET node_count = node_count + 1
+        WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id;
+END;
+CREATE TRIGGER clusters_count_insert AFTER INSERT ON clusters BEGIN
+    UPDATE clusters SET node_count = (SELECT COUNT(*) FROM nodes
+        WHERE tenant_id = NEW.tenant_id AND cluster_id = NEW.id)
+        WHERE tenant_id = NEW.tenant_id AND id = NEW.id;
+END;
+CREATE TRIGGER tasks_steps_insert AFTER INSERT ON tasks
+    WHEN NEW.state = 'complete' AND NEW.action <> 'GATE' BEGIN
+    UPDATE jobs SET steps_done = steps_done + 1 WHERE tenant_id = NEW.tenant_id AND id = NEW.job_id;
+END;
+CREATE TRIGGER tasks_steps_delete AFTER DELETE ON tasks
+    WHEN OLD.state = 'complete' AND OLD.action <> 'GATE' BEGIN
+    UPDATE jobs SET steps_done = steps_done - 1 WHERE tenant_id = OLD.tenant_id AND id = OLD.job_id;
+END;
+CREATE TRIGGER tasks_steps_update AFTER UPDATE OF state, job_id, action ON tasks
+    WHEN (OLD.state = 'complete' AND OLD.action <> 'GATE')
+        <> (NEW.state = 'complete' AND NEW.action <> 'GATE')
+        OR OLD.job_id <> NEW.job_id BEGIN
+    UPDATE jobs SET steps_done = steps_done - 1 WHERE OLD.state = 'complete'
+        AND OLD.action <> 'GATE' AND tenant_id = OLD.tenant_id AND id = OLD.job_id;
+    UPDATE jobs SET steps_done = steps_done + 1 WHERE NEW.state = 'complete'
+        AND NEW.action <> 'GATE' AND tenant_id = NEW.tenant_id AND id = NEW.job_id;
+END;
+CREATE TRIGGER jobs_steps_insert AFTER INSERT ON jobs BEGIN
+    UPDATE jobs SET steps_done = (SELECT COUNT(*) FROM tasks WHERE tenant_id = NEW.tenant_id
+        AND job_id = NEW.id AND state = 'complete' AND action <> 'GATE')
+        WHERE tenant_id = NEW.tenant_id AND id = NEW.id;
+END;
+"#,
+        postgres: r#"
+ALTER TABLE clusters ADD COLUMN node_count BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN steps_done BIGINT NOT NULL DEFAULT 0;
+UPDATE clusters SET node_count = (SELECT COUNT(*) FROM nodes n
+    WHERE n.tenant_id = clusters.tenant_id AND n.cluster_id = clusters.id);
+UPDATE jobs SET steps_done = (SELECT COUNT(*) FROM tasks t WHERE t.tenant_id = jobs.tenant_id
+    AND t.job_id = jobs.id AND t.state = 'complete' AND t.action <> 'GATE');
+CREATE FUNCTION weft_nodes_count() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        UPDATE clusters SET node_count = node_count - 1
+            WHERE tenant_id = OLD.tenant_id AND id = OLD.cluster_id;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        UPDATE clusters SET node_count = node_count + 1
+            WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER nodes_count AFTER INSERT OR DELETE ON nodes
+    FOR EACH ROW EXECUTE FUNCTION weft_nodes_count();
+CREATE TRIGGER nodes_count_move AFTER UPDATE OF cluster_id ON nodes
+    FOR EACH ROW WHEN (OLD.cluster_id <> NEW.cluster_id) EXECUTE FUNCTION weft_nodes_count();
+CREATE FUNCTION weft_clusters_count() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    UPDATE clusters SET node_count = (SELECT COUNT(*) FROM nodes
+        WHERE tenant_id = NEW.tenant_id AND cluster_id = NEW.id)
+        WHERE tenant_id = NEW.tenant_id AND id = NEW.id;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER clusters_count_insert AFTER INSERT ON clusters
+    FOR EACH ROW EXECUTE FUNCTION weft_clusters_count();
+CREATE FUNCTION weft_steps_count() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.state = 'complete' AND OLD.action <> 'GATE' THEN
+        UPDATE jobs SET steps_done = steps_done - 1
+            WHERE tenant_id = OLD.tenant_id AND id = OLD.job_id;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.state = 'complete' AND NEW.action <> 'GATE' THEN
+        UPDATE jobs SET steps_done = steps_done + 1
+            WHERE tenant_id = NEW.tenant_id AND id = NEW.job_id;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER tasks_steps AFTER INSERT OR DELETE ON tasks
+    FOR EACH ROW EXECUTE FUNCTION weft_steps_count();
+CREATE TRIGGER tasks_steps_update AFTER UPDATE OF state, job_id, action ON tasks
+    FOR EACH ROW WHEN ((OLD.state = 'complete' AND OLD.action <> 'GATE')
+        IS DISTINCT FROM (NEW.state = 'complete' AND NEW.action <> 'GATE')
+        OR OLD.job_id <> NEW.job_id)
+    EXECUTE FUNCTION weft_steps_count();
+CREATE FUNCTION weft_jobs_count() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    UPDATE jobs SET steps_done = (SELECT COUNT(*) FROM tasks WHERE tenant_id = NEW.tenant_id
+        AND job_id = NEW.id AND state = 'complete' AND action <> 'GATE')
+        WHERE tenant_id = NEW.tenant_id AND id = NEW.id;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER jobs_steps_insert AFTER INSERT ON jobs
+    FOR EACH ROW EXECUTE FUNCTION weft_jobs_count();
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

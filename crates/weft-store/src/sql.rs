@@ -33,7 +33,7 @@ use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
 use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
 
 use crate::engine::{
-    ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskHead, TaskRow, TaskState,
+    ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskHead, TaskRow,
 };
 use crate::migrate;
 use crate::{
@@ -1098,10 +1098,6 @@ impl Store for SqlStore {
         self.list_nodes_impl(tenant_id, cluster_id).await
     }
 
-    async fn count_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<u64> {
-        self.count_nodes_impl(tenant_id, cluster_id).await
-    }
-
     async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>> {
         self.get_node_impl(tenant_id, node_id).await
     }
@@ -1144,10 +1140,6 @@ impl Store for SqlStore {
         cluster_id: u64,
     ) -> Result<Vec<(String, i64, String)>> {
         self.node_texts_impl(tenant_id, cluster_id).await
-    }
-
-    async fn task_counts(&self, tenant_id: &str, job_id: &str) -> Result<BTreeMap<TaskState, u64>> {
-        self.task_counts_impl(tenant_id, job_id).await
     }
 
     async fn node_tasks(&self, tenant_id: &str, node_id: &str, limit: u32) -> Result<Vec<TaskRow>> {

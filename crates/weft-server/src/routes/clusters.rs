@@ -112,12 +112,6 @@ async fn list(
     who: Identity,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Vec<ClusterSummary>>> {
-    let owner = if who.is_admin() {
-        None
-    } else {
-        Some(who.user.as_str())
-    };
-    let rows = st.store.list_clusters(&who.tenant.id, owner).await?;
     // Unknown statuses are ignored; if none is known, there is no filter (as in Coopr).
     let wanted: Vec<ClusterStatus> = q
         .status
@@ -126,15 +120,7 @@ async fn list(
         .split(',')
         .filter_map(|s| ClusterStatus::parse(s.trim()))
         .collect();
-    let mut out = Vec::new();
-    for row in rows {
-        if wanted.is_empty()
-            || ClusterStatus::parse(&row.status).is_some_and(|s| wanted.contains(&s))
-        {
-            out.push(view::summary(&st.engine, &row).await?);
-        }
-    }
-    Ok(Json(out))
+    Ok(Json(view::list(&st.engine, &who.caller(), &wanted).await?))
 }
 
 async fn create(

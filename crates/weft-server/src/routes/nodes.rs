@@ -16,7 +16,7 @@ use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use weft_engine::body::from_body;
-use weft_engine::{nodes, view};
+use weft_engine::nodes;
 
 pub fn routes(api: Api) -> Api {
     let t = "nodes";
@@ -97,11 +97,7 @@ pub fn routes(api: Api) -> Api {
 }
 
 async fn list(State(st): State<AppState>, who: Identity) -> ApiResult<Json<Vec<Node>>> {
-    let mut nodes = Vec::new();
-    for r in nodes::visible_nodes(&st.engine, &who.caller()).await? {
-        nodes.push(view::node(&st.engine, &r).await?);
-    }
-    Ok(Json(nodes))
+    Ok(Json(nodes::shown(&st.engine, &who.caller()).await?))
 }
 
 async fn get(
@@ -109,8 +105,9 @@ async fn get(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Node>> {
-    let row = nodes::find(&st.engine, &who.caller(), &id).await?;
-    Ok(Json(view::node(&st.engine, &row).await?))
+    Ok(Json(
+        nodes::shown_one(&st.engine, &who.caller(), &id).await?,
+    ))
 }
 
 async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiResult<StatusCode> {

@@ -43,10 +43,11 @@ use crate::{Backend, Leadership, Result, StoreError};
 /// The class of the advisory locks that guard the creation of rows ("weft" in ASCII).
 const ROW_LOCK_CLASS: i32 = 0x7765_6674;
 
-const CLUSTER_COLUMNS: &str =
-    "tenant_id, id, owner, name, status, create_time, expire_time, latest_job, rev, body";
+const CLUSTER_COLUMNS: &str = "tenant_id, id, owner, name, status, create_time, expire_time, \
+     latest_job, rev, node_count, body";
 const NODE_COLUMNS: &str = "tenant_id, cluster_id, id, nodenum, rev, body";
-const JOB_COLUMNS: &str = "tenant_id, cluster_id, id, action, status, create_time, rev, body";
+const JOB_COLUMNS: &str =
+    "tenant_id, cluster_id, id, action, status, create_time, rev, steps_done, body";
 const TASK_COLUMNS: &str = "tenant_id, cluster_id, job_id, id, node_id, action, service, state, \
      attempts, deps_remaining, successors, lease_owner, lease_deadline, queued_at, started_at, rev, body";
 
@@ -157,6 +158,7 @@ fn cluster_from_row(row: &impl Cols) -> Result<ClusterRow> {
         expire_time: row.get("expire_time")?,
         latest_job: row.get("latest_job")?,
         rev: row.get("rev")?,
+        node_count: to_u64(row.get("node_count")?, "cluster node count")?,
         body: parse_json(&row.get::<String>("body")?, "cluster body")?,
     })
 }
@@ -181,6 +183,7 @@ fn job_from_row(row: &impl Cols) -> Result<JobRow> {
         status: row.get("status")?,
         create_time: row.get("create_time")?,
         rev: row.get("rev")?,
+        steps_done: to_u64(row.get("steps_done")?, "job steps done")?,
         body: parse_json(&row.get::<String>("body")?, "job body")?,
     })
 }
@@ -802,19 +805,6 @@ impl SqlStore {
         rows.iter().map(node_from_row).collect()
     }
 
-    pub(crate) async fn count_nodes_impl(&self, tenant_id: &str, cluster_id: u64) -> Result<u64> {
-        let row =
-            sqlx::query("SELECT COUNT(*) AS n FROM nodes WHERE tenant_id = $1 AND cluster_id = $2")
-                .bind(tenant_id)
-                .bind(to_i64(cluster_id))
-                .fetch_optional_on(self)
-                .await?;
-        match row {
-            Some(r) => to_u64(r.try_get("n")?, "node count"),
-            None => Ok(0),
-        }
-    }
-
     pub(crate) async fn get_node_impl(
         &self,
         tenant_id: &str,
@@ -1038,27 +1028,6 @@ impl SqlStore {
         rows.iter()
             .map(|r| Ok((r.try_get("id")?, r.try_get("rev")?, r.try_get("body")?)))
             .collect()
-    }
-
-    pub(crate) async fn task_counts_impl(
-        &self,
-        tenant_id: &str,
-        job_id: &str,
-    ) -> Result<BTreeMap<TaskState, u64>> {
-        let rows = sqlx::query(&format!(
-            "SELECT state, COUNT(*) AS n FROM tasks WHERE tenant_id = $1 AND job_id = $2 \
-             AND action <> '{GATE}' GROUP BY state"
-        ))
-        .bind(tenant_id)
-        .bind(job_id)
-        .fetch_all_on(self)
-        .await?;
-        let mut counts = BTreeMap::new();
-        for row in &rows {
-            let state: TaskState = row.try_get::<String, _>("state")?.parse()?;
-            counts.insert(state, to_u64(row.try_get("n")?, "task count")?);
-        }
-        Ok(counts)
     }
 
     pub(crate) async fn node_tasks_impl(

@@ -522,7 +522,10 @@ impl SqliteReader {
     ) -> Result<Vec<T>> {
         let (reply, answer) = oneshot::channel();
         let job: ReadJob = Box::new(move |conn| {
-            let _ = reply.send(query(conn, &sql, &params, f));
+            // A reader that went away meanwhile (its client gone) is not read for.
+            if !reply.is_closed() {
+                let _ = reply.send(query(conn, &sql, &params, f));
+            }
         });
         let stopped = || StoreError::Sqlite("the SQLite reader thread has stopped".into());
         self.jobs.send(job).map_err(|_| stopped())?;

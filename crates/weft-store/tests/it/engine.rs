@@ -27,6 +27,7 @@ fn cluster(tenant: &str, id: u64, owner: &str, status: &str, expire_time: i64) -
         expire_time,
         latest_job: None,
         rev: 0,
+        node_count: 0,
         body: json!({"clusterTemplate": {"name": "hadoop"}, "id": id}),
     }
 }
@@ -51,6 +52,7 @@ fn job(tenant: &str, cluster_id: u64, id: &str, create_time: i64) -> JobRow {
         status: "running".into(),
         create_time,
         rev: 0,
+        steps_done: 0,
         body: json!({"stages": []}),
     }
 }
@@ -106,7 +108,14 @@ async fn commit_writes_rows_and_bumps_revisions(ctx: &Ctx) -> Result<()> {
         Write::Task(t.clone()),
     ]))
     .await?;
-    assert_eq!(s.get_cluster(A, 7).await?, Some(at(&c, |r| r.rev = 1)));
+    let one_node = |r: &mut ClusterRow| r.node_count = 1;
+    assert_eq!(
+        s.get_cluster(A, 7).await?,
+        Some(at(&c, |r| {
+            r.rev = 1;
+            one_node(r)
+        }))
+    );
     assert_eq!(s.get_node(A, "n-1").await?, Some(at(&n, |r| r.rev = 1)));
     assert_eq!(
         s.get_job(A, "00000007-001").await?,
@@ -124,6 +133,7 @@ async fn commit_writes_rows_and_bumps_revisions(ctx: &Ctx) -> Result<()> {
         r.latest_job = Some("00000007-001".into());
         r.body = json!({"changed": true});
         r.rev = 42;
+        r.node_count = 42;
     });
     let t2 = at(&t, |r| {
         r.state = TaskState::Failed;
@@ -141,7 +151,13 @@ async fn commit_writes_rows_and_bumps_revisions(ctx: &Ctx) -> Result<()> {
         Write::Task(t2.clone()),
     ]))
     .await?;
-    assert_eq!(s.get_cluster(A, 7).await?, Some(at(&c2, |r| r.rev = 2)));
+    assert_eq!(
+        s.get_cluster(A, 7).await?,
+        Some(at(&c2, |r| {
+            r.rev = 2;
+            one_node(r)
+        }))
+    );
     assert_eq!(
         s.get_task(A, "00000007-001-001").await?,
         Some(at(&t2, |r| r.rev = 3)),
@@ -209,12 +225,14 @@ async fn reads_are_ordered_and_filtered(ctx: &Ctx) -> Result<()> {
         ["n-a", "n-b", "n-c", "n-other"]
     );
     assert_eq!(node_ids(s.list_nodes(B, 3).await?), [] as [&str; 0]);
-    assert_eq!(s.count_nodes(A, 3).await?, 3);
-    assert_eq!(
-        s.count_nodes(B, 3).await?,
-        0,
-        "another tenant's cluster 3 has none"
-    );
+    let count = |tenant: &'static str, id: u64| async move {
+        s.get_cluster(tenant, id)
+            .await
+            .map(|c| c.map(|c| c.node_count))
+    };
+    assert_eq!(count(A, 3).await?, Some(3), "kept with the cluster row");
+    assert_eq!(count(A, 12).await?, Some(0));
+    assert_eq!(count(B, 4).await?, Some(1), "each tenant's own");
 
     let job_ids = |v: Vec<JobRow>| v.into_iter().map(|j| j.id).collect::<Vec<_>>();
     assert_eq!(
@@ -625,6 +643,63 @@ async fn node_writes_bump_the_cluster_nodes_revision(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The node count of a cluster and the completed steps of a job are kept in their rows in the
+/// commit that changes them, whatever order a change set writes rows in, and are never written
+/// by a row's own write.
+async fn counts_are_kept_with_their_rows(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let nodes =
+        |id: u64| async move { s.get_cluster(A, id).await.map(|c| c.map(|c| c.node_count)) };
+    let steps =
+        |id: &'static str| async move { s.get_job(A, id).await.map(|j| j.map(|j| j.steps_done)) };
+    // Nodes and tasks written before their cluster and job rows, in one commit.
+    s.commit(&writes([
+        Write::Node(node(A, 7, "n-1", 1)),
+        Write::Node(node(A, 7, "n-2", 2)),
+        Write::Task(task(A, "j7", "j7-001", TaskState::Complete, 0)),
+        Write::Task(task(A, "j7", "j7-002", TaskState::Queued, 0)),
+        Write::Cluster(cluster(A, 7, "alice", "pending", 0)),
+        Write::Job(job(A, 7, "j7", 1)),
+    ]))
+    .await?;
+    assert_eq!(nodes(7).await?, Some(2));
+    assert_eq!(steps("j7").await?, Some(1));
+    // Rewriting the rows themselves (their count fields are ignored) keeps the counts.
+    let mut row = cluster(A, 7, "alice", "active", 0);
+    row.node_count = 99;
+    let mut j = job(A, 7, "j7", 1);
+    j.steps_done = 99;
+    s.commit(&writes([Write::Cluster(row), Write::Job(j)]))
+        .await?;
+    assert_eq!(nodes(7).await?, Some(2));
+    assert_eq!(steps("j7").await?, Some(1));
+    // A task completes, another is retried (back to queued), a node is rewritten and one leaves.
+    s.commit(&writes([
+        Write::Task(task(A, "j7", "j7-002", TaskState::Complete, 0)),
+        Write::Task(task(A, "j7", "j7-001", TaskState::Queued, 0)),
+        Write::Task(task(A, "j7", "j7-003", TaskState::Complete, 0)),
+        Write::Node(node(A, 7, "n-1", 1)),
+        Write::DeleteNode {
+            tenant_id: A.into(),
+            id: "n-2".into(),
+        },
+    ]))
+    .await?;
+    assert_eq!(nodes(7).await?, Some(1));
+    assert_eq!(steps("j7").await?, Some(2));
+    // A finished gate is not a step; a task written again in its state counts once.
+    s.commit(&writes([
+        Write::Task(TaskRow {
+            action: GATE.into(),
+            ..task(A, "j7", "j7-end", TaskState::Complete, 0)
+        }),
+        Write::Task(task(A, "j7", "j7-003", TaskState::Complete, 0)),
+    ]))
+    .await?;
+    assert_eq!(steps("j7").await?, Some(2));
+    Ok(())
+}
+
 async fn light_reads_of_jobs_and_tasks(ctx: &Ctx) -> Result<()> {
     let s = &*ctx.store;
     let mut j2 = job(A, 1, "j2", 10);
@@ -667,13 +742,9 @@ async fn light_reads_of_jobs_and_tasks(ctx: &Ctx) -> Result<()> {
     );
     assert_eq!(job_of(B, "j-001").await?, None);
     assert_eq!(
-        s.task_counts(A, "j").await?,
-        BTreeMap::from([
-            (TaskState::Queued, 1),
-            (TaskState::InProgress, 1),
-            (TaskState::Complete, 2)
-        ]),
-        "gates are not counted"
+        s.get_job(A, "j").await?.map(|j| j.steps_done),
+        Some(2),
+        "completed tasks of the job, gates not counted"
     );
     let hist: Vec<String> = s
         .node_tasks(A, "n1", 10)
@@ -1163,6 +1234,7 @@ contract_tests!(
     release_without_queueing_leaves_ready_tasks_pending,
     concurrent_releases_of_one_join_count_every_predecessor,
     node_writes_bump_the_cluster_nodes_revision,
+    counts_are_kept_with_their_rows,
     light_reads_of_jobs_and_tasks,
     expired_leases_are_found_across_tenants,
     queue_and_quota_counts,

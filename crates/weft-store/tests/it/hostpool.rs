@@ -310,6 +310,7 @@ fn cluster_row(tenant: &str, id: u64, status: &str) -> Write {
         expire_time: 0,
         latest_job: None,
         rev: 0,
+        node_count: 0,
         body: serde_json::json!({}),
     })
 }

@@ -36,6 +36,9 @@ enum What {
     /// One create of N nodes of the 20-service catalog: time to active, tasks/s, bytes sent per
     /// task, peak RSS.
     Create(super::bench_create::CreateArgs),
+    /// Many concurrent cluster lists and status reads in a tenant with one large cluster:
+    /// latency percentiles and the server's memory.
+    Reads(super::bench_reads::ReadsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Queue(q) => super::runtime::runtime()?.block_on(queue(q))?,
         What::Create(c) => super::runtime::runtime()?.block_on(super::bench_create::run(c))?,
+        What::Reads(r) => super::runtime::runtime()?.block_on(super::bench_reads::run(r))?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -103,6 +107,10 @@ pub(super) struct Server {
 pub(super) struct ServerProcess(std::process::Child);
 
 impl ServerProcess {
+    pub(super) fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// The process's `/proc/<pid>/status` line `key` in bytes (a `kB` figure), 0 where /proc does
     /// not say.
     pub(super) fn status_bytes(&self, key: &str) -> u64 {
@@ -208,6 +216,36 @@ pub(super) async fn spawn_server(
 ) -> anyhow::Result<Server> {
     let dir = tempfile::tempdir()?;
     let database_url = database_at(database, database_url, &dir)?;
+    let (process, api, internal) = spawn_at(dir.path(), &database_url).await?;
+    Ok(Server {
+        api,
+        internal,
+        database_url,
+        _dir: Some(dir),
+        process: Some(process),
+    })
+}
+
+/// Stops the server's process and starts a new one on the same data, so that what is measured
+/// next (its memory) starts from a fresh process.
+pub(super) async fn restart(server: &mut Server) -> anyhow::Result<()> {
+    let dir = server
+        ._dir
+        .as_ref()
+        .ok_or_else(|| anyhow!("only a server this bench started can be restarted"))?
+        .path()
+        .to_path_buf();
+    server.process = None;
+    let (process, api, internal) = spawn_at(&dir, &server.database_url).await?;
+    (server.process, server.api, server.internal) = (Some(process), api, internal);
+    Ok(())
+}
+
+/// `weft server` on `dir` and `database_url`, on free ports: the process and its two base URLs.
+async fn spawn_at(
+    dir: &std::path::Path,
+    database_url: &str,
+) -> anyhow::Result<(ServerProcess, String, String)> {
     let free_port = || -> anyhow::Result<u16> {
         Ok(std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -217,8 +255,8 @@ pub(super) async fn spawn_server(
     let child = std::process::Command::new(std::env::current_exe()?)
         .arg("server")
         .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--database", &database_url])
+        .arg(dir)
+        .args(["--database", database_url])
         .args(["--port", &port.to_string()])
         .args(["--internal-port", &internal_port.to_string()])
         // Benchmarks go past the default limit of 10,000 nodes.
@@ -240,13 +278,7 @@ pub(super) async fn spawn_server(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(Server {
-        api,
-        internal: format!("http://127.0.0.1:{internal_port}"),
-        database_url,
-        _dir: Some(dir),
-        process: Some(process),
-    })
+    Ok((process, api, format!("http://127.0.0.1:{internal_port}")))
 }
 
 async fn queue(q: QueueArgs) -> anyhow::Result<()> {

@@ -137,6 +137,26 @@ fn template() -> Value {
                     apart(a[0], WORKERS[0]), apart(b[0], WORKERS[0]), apart(c[0], WORKERS[0])]}}})
 }
 
+/// The 20-service catalog and its template `bench20`, in the bench tenant.
+pub(super) async fn put_catalog(
+    http: &reqwest::Client,
+    server: &super::bench::Server,
+) -> anyhow::Result<()> {
+    let entities = services()
+        .into_iter()
+        .map(|s| ("services", s))
+        .chain([("clustertemplates", template())]);
+    for (kind, v) in entities {
+        let url = format!(
+            "{}/v2/{kind}/{}",
+            server.api,
+            v["name"].as_str().unwrap_or("")
+        );
+        send(http, reqwest::Method::PUT, &url, ADMIN, Some(v)).await?;
+    }
+    Ok(())
+}
+
 pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
     if !matches!(a.output.as_str(), "table" | "json") {
         bail!("-o {}: expected table or json", a.output);
@@ -152,18 +172,7 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         .build()?;
     let tenant_id = setup(&http, &server).await?;
     keep_registered(&http, &server, &tenant_id).await;
-    let entities = services()
-        .into_iter()
-        .map(|s| ("services", s))
-        .chain([("clustertemplates", template())]);
-    for (kind, v) in entities {
-        let url = format!(
-            "{}/v2/{kind}/{}",
-            server.api,
-            v["name"].as_str().unwrap_or("")
-        );
-        send(&http, reqwest::Method::PUT, &url, ADMIN, Some(v)).await?;
-    }
+    put_catalog(&http, &server).await?;
 
     let t0 = Instant::now();
     let body = json!({"name": "big", "clusterTemplate": "bench20", "numMachines": a.nodes});
