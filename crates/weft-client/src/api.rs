@@ -11,6 +11,7 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use weft_model::audit::{AuditRecord, ChainReport};
 use weft_model::{
     ApiKeyCreated, ApiKeyInfo, CatalogExport, CatalogWriteAnswer, ClusterDetails,
     ClusterStatusView, ClusterSummary, PlanView, PluginType, Provisioner, ResourceMeta,
@@ -748,6 +749,25 @@ impl ApiClient {
         }
         let bytes = self.call(Method::POST, &path, None, "").await?;
         self.decode(&path, &bytes)
+    }
+
+    /// `GET /v2/audit` with these query parameters (name, value), newest first.
+    pub async fn audit(&self, params: &[(&str, String)]) -> ClientResult<Vec<AuditRecord>> {
+        let query: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", seg(v)))
+            .collect();
+        let path = if query.is_empty() {
+            "/v2/audit".to_string()
+        } else {
+            format!("/v2/audit?{}", query.join("&"))
+        };
+        self.get(&path).await
+    }
+
+    /// `GET /v2/audit/verify`: one report per tenant the caller may read.
+    pub async fn audit_verify(&self) -> ClientResult<Vec<ChainReport>> {
+        self.get("/v2/audit/verify").await
     }
 
     pub async fn api_keys(&self) -> ClientResult<Vec<ApiKeyInfo>> {

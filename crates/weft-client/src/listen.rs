@@ -15,6 +15,34 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 
+/// The router of one connection, which gives each request the client's address
+/// ([`axum::extract::ConnectInfo`]).
+#[derive(Clone)]
+struct WithPeer(Router, std::net::SocketAddr);
+
+impl<B> tower::Service<axum::http::Request<B>> for WithPeer
+where
+    B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = <Router as tower::Service<axum::http::Request<B>>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        tower::Service::<axum::http::Request<B>>::poll_ready(&mut self.0, cx)
+    }
+
+    fn call(&mut self, mut req: axum::http::Request<B>) -> Self::Future {
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.1));
+        self.0.call(req)
+    }
+}
+
 /// How patient the listener is with clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Patience {
@@ -70,7 +98,7 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
-        let service = TowerToHyperService::new(router.clone());
+        let service = TowerToHyperService::new(WithPeer(router.clone(), peer));
         let (builder, watcher, acceptor) = (builder.clone(), graceful.watcher(), acceptor.clone());
         tokio::spawn(async move {
             let ended =

@@ -35,6 +35,8 @@ pub struct EngineSettings {
     pub auto_replace_per_hour: u32,
     /// The most nodes a cluster may have (creates and expands).
     pub max_cluster_size: u64,
+    /// How long the audit trail keeps a record (0: for ever).
+    pub audit_retention_ms: i64,
 }
 
 /// What the engine asks of the world outside the store, which weft-server provides over HTTP: the

@@ -116,6 +116,9 @@ pub enum EngineError {
 
     #[error("Worker is not the owner of the task")]
     NotOwner,
+    /// The caller's role does not allow this.
+    #[error("{0}")]
+    Forbidden(String),
     /// A change set lost a race with another step (re-run by [`retry_stale`](crate::retry_stale)).
     #[error("stale: {0}")]
     Stale(String),

@@ -80,11 +80,27 @@ async fn run_pass(
         && delete_expired_clusters(st, now, &mut lease, &mut report).await?
         && give_hosts_back(st, now, &mut lease).await
         && drop_silent_provisioners(st, now, &mut lease, &mut report).await?
-        && check_drift(st, now, &mut lease, &mut report).await?;
+        && check_drift(st, now, &mut lease, &mut report).await?
+        && purge_audit(st, now).await;
     if finished && !report.dropped_provisioners.is_empty() {
         workers::rebalance(st).await?;
     }
     Ok(report)
+}
+
+/// Retention of the audit trail: records older than the setting go (a failure is logged; the
+/// next round tries again).
+async fn purge_audit(st: &Engine, now: i64) -> bool {
+    let keep = st.settings.audit_retention_ms;
+    if keep <= 0 {
+        return true;
+    }
+    match crate::audit::purge(st, now, keep).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(records = n, "audit records past their retention removed"),
+        Err(e) => tracing::warn!(error = %e, "audit retention failed; the next round tries again"),
+    }
+    true
 }
 
 /// Drift checks of active clusters, and automatic replacements (see `drift`); off unless the

@@ -36,6 +36,7 @@
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 
+pub mod audit;
 pub mod body;
 pub mod cache;
 pub mod callbacks;

@@ -111,6 +111,7 @@ async fn fixture(max_clusters: u64) -> Fixture {
         check_interval_ms: 0,
         auto_replace_per_hour: 2,
         max_cluster_size: weft_model::MAX_CLUSTER_SIZE,
+        audit_retention_ms: 0,
     };
     Fixture {
         engine: Engine::new(store, settings, Arc::new(Quiet)),

@@ -4,6 +4,7 @@
 //! with care), the lenient JSON reader that accepts what Coopr's Gson accepted, and the validation rules
 //! that do not need a store. It does no IO.
 
+pub mod audit;
 pub mod cluster;
 pub mod drift;
 pub mod entity;

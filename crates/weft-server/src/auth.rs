@@ -4,6 +4,8 @@
 //! Roles: a user; the tenant admin (user `admin` with auth none, or a key made with `--admin`); the
 //! superadmin (the admin of the `superadmin` tenant).
 
+use std::sync::Arc;
+
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
@@ -86,6 +88,26 @@ fn header<'a>(parts: &'a Parts, name: &str) -> ApiResult<Option<&'a str>> {
     }
 }
 
+/// Who a request turned out to be, or claimed to be when it was refused: filled in by the
+/// [`Identity`] extractor for the audit trail when the request carries a [`ClaimSlot`].
+#[derive(Debug, Clone, Default)]
+pub struct Claimed {
+    pub tenant_id: Option<String>,
+    pub user: Option<String>,
+    pub role: Option<Role>,
+    pub key_id: Option<String>,
+}
+
+/// Where the [`Identity`] extractor leaves what it found ([`Claimed`]).
+#[derive(Debug, Clone, Default)]
+pub struct ClaimSlot(pub Arc<std::sync::Mutex<Claimed>>);
+
+impl ClaimSlot {
+    pub fn take(&self) -> Claimed {
+        self.0.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
 impl FromRequestParts<AppState> for Identity {
     type Rejection = ApiError;
 
@@ -93,71 +115,91 @@ impl FromRequestParts<AppState> for Identity {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let user = header(parts, USER_HEADER)?;
-        let tenant_name = header(parts, TENANT_HEADER)?;
-        match state.settings.auth {
-            AuthMode::None => {
-                let user = user.ok_or_else(|| {
-                    ApiError::Unauthorized("Coopr-UserID not found in request headers.".into())
-                })?;
-                let tenant_name = tenant_name.ok_or_else(|| {
-                    ApiError::Unauthorized("Coopr-TenantID not found in request headers.".into())
-                })?;
-                let tenant = state
-                    .store
-                    .tenant_by_name(tenant_name)
-                    .await?
-                    .ok_or_else(|| ApiError::NotFound("Tenant does not exist.".into()))?;
-                let role = match (user, tenant.id.as_str()) {
-                    ("admin", SUPERADMIN) => Role::SuperAdmin,
-                    ("admin", _) => Role::Admin,
-                    _ => Role::User,
-                };
-                Ok(Identity {
-                    tenant,
-                    user: user.to_string(),
-                    role,
-                })
+        let mut claimed = Claimed::default();
+        let found = identify(parts, state, &mut claimed).await;
+        if let Some(slot) = parts.extensions.get::<ClaimSlot>() {
+            if let Ok(who) = &found {
+                claimed.tenant_id = Some(who.tenant.id.clone());
+                claimed.user = Some(who.user.clone());
+                claimed.role = Some(who.role);
             }
-            AuthMode::ApiKey => {
-                let key = header(parts, APIKEY_HEADER)?.ok_or_else(|| {
-                    ApiError::Unauthorized("Coopr-ApiKey not found in request headers.".into())
-                })?;
-                let record = state
-                    .store
-                    .api_key_by_hash(&hash_key(key))
-                    .await?
-                    .ok_or_else(|| ApiError::Unauthorized("invalid API key".into()))?;
-                let tenant = state
-                    .store
-                    .tenant_by_id(&record.tenant_id)
-                    .await?
-                    .ok_or_else(|| {
-                        ApiError::Unauthorized(
-                            "invalid API key: its tenant no longer exists".into(),
-                        )
-                    })?;
-                if let Some(t) = tenant_name.filter(|t| *t != tenant.spec.name) {
-                    return Err(ApiError::Unauthorized(format!(
-                        "API key does not belong to tenant {t}"
-                    )));
-                }
-                if let Some(u) = user.filter(|u| *u != record.user) {
-                    return Err(ApiError::Unauthorized(format!(
-                        "API key does not belong to user {u}"
-                    )));
-                }
-                let role = match (record.admin, tenant.id.as_str()) {
-                    (true, SUPERADMIN) => Role::SuperAdmin,
-                    (true, _) => Role::Admin,
-                    _ => Role::User,
-                };
-                Ok(Identity {
-                    tenant,
-                    user: record.user,
-                    role,
-                })
+            if let Ok(mut s) = slot.0.lock() {
+                *s = claimed;
             }
+        }
+        found
+    }
+}
+
+/// The caller of a request, from its headers (and its API key with `auth = apikey`); what it
+/// claimed is noted in `claimed` as it is learnt.
+async fn identify(parts: &Parts, state: &AppState, claimed: &mut Claimed) -> ApiResult<Identity> {
+    let user = header(parts, USER_HEADER)?;
+    let tenant_name = header(parts, TENANT_HEADER)?;
+    claimed.user = user.map(str::to_string);
+    match state.settings.auth {
+        AuthMode::None => {
+            let user = user.ok_or_else(|| {
+                ApiError::Unauthorized("Coopr-UserID not found in request headers.".into())
+            })?;
+            let tenant_name = tenant_name.ok_or_else(|| {
+                ApiError::Unauthorized("Coopr-TenantID not found in request headers.".into())
+            })?;
+            let tenant = state
+                .store
+                .tenant_by_name(tenant_name)
+                .await?
+                .ok_or_else(|| ApiError::NotFound("Tenant does not exist.".into()))?;
+            claimed.tenant_id = Some(tenant.id.clone());
+            let role = match (user, tenant.id.as_str()) {
+                ("admin", SUPERADMIN) => Role::SuperAdmin,
+                ("admin", _) => Role::Admin,
+                _ => Role::User,
+            };
+            Ok(Identity {
+                tenant,
+                user: user.to_string(),
+                role,
+            })
+        }
+        AuthMode::ApiKey => {
+            let key = header(parts, APIKEY_HEADER)?.ok_or_else(|| {
+                ApiError::Unauthorized("Coopr-ApiKey not found in request headers.".into())
+            })?;
+            let record = state
+                .store
+                .api_key_by_hash(&hash_key(key))
+                .await?
+                .ok_or_else(|| ApiError::Unauthorized("invalid API key".into()))?;
+            claimed.key_id = Some(record.id.clone());
+            claimed.tenant_id = Some(record.tenant_id.clone());
+            let tenant = state
+                .store
+                .tenant_by_id(&record.tenant_id)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::Unauthorized("invalid API key: its tenant no longer exists".into())
+                })?;
+            if let Some(t) = tenant_name.filter(|t| *t != tenant.spec.name) {
+                return Err(ApiError::Unauthorized(format!(
+                    "API key does not belong to tenant {t}"
+                )));
+            }
+            if let Some(u) = user.filter(|u| *u != record.user) {
+                return Err(ApiError::Unauthorized(format!(
+                    "API key does not belong to user {u}"
+                )));
+            }
+            let role = match (record.admin, tenant.id.as_str()) {
+                (true, SUPERADMIN) => Role::SuperAdmin,
+                (true, _) => Role::Admin,
+                _ => Role::User,
+            };
+            Ok(Identity {
+                tenant,
+                user: record.user,
+                role,
+            })
         }
     }
 }

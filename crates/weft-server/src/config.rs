@@ -68,6 +68,9 @@ pub struct RawConfig {
     pub check_interval: Option<u64>,
     /// How many nodes of one cluster the janitor replaces by itself per hour. Default 2.
     pub auto_replace_per_hour: Option<u32>,
+    /// Days the audit trail keeps a record; older ones are removed by the janitor (the only way
+    /// records leave). Default 400; 0 keeps them for ever.
+    pub audit_retention_days: Option<u64>,
     /// PEM certificate chain both listeners serve over TLS (with `tls_key`); read again when the
     /// file changes. Unset: plain HTTP, allowed only on a loopback `bind` or with `insecure_http`.
     pub tls_cert: Option<PathBuf>,
@@ -106,6 +109,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("provisioner_token_file", "WEFT_PROVISIONER_TOKEN_FILE"),
     ("check_interval", "WEFT_CHECK_INTERVAL"),
     ("auto_replace_per_hour", "WEFT_AUTO_REPLACE_PER_HOUR"),
+    ("audit_retention_days", "WEFT_AUDIT_RETENTION_DAYS"),
     ("tls_cert", "WEFT_TLS_CERT"),
     ("tls_key", "WEFT_TLS_KEY"),
     ("client_ca", "WEFT_CLIENT_CA"),
@@ -150,6 +154,8 @@ pub struct Settings {
     /// Drift checks by the janitor (0: off).
     pub check_interval_ms: u64,
     pub auto_replace_per_hour: u32,
+    /// How long the audit trail keeps a record (0: for ever).
+    pub audit_retention_ms: i64,
 }
 
 /// The listeners' certificate files.
@@ -192,6 +198,7 @@ impl Settings {
             check_interval_ms: self.check_interval_ms,
             auto_replace_per_hour: self.auto_replace_per_hour,
             max_cluster_size: self.max_cluster_size,
+            audit_retention_ms: self.audit_retention_ms,
         }
     }
 }
@@ -239,6 +246,7 @@ impl RawConfig {
             provisioner_token_file: over.provisioner_token_file.or(self.provisioner_token_file),
             check_interval: over.check_interval.or(self.check_interval),
             auto_replace_per_hour: over.auto_replace_per_hour.or(self.auto_replace_per_hour),
+            audit_retention_days: over.audit_retention_days.or(self.audit_retention_days),
             tls_cert: over.tls_cert.or(self.tls_cert),
             tls_key: over.tls_key.or(self.tls_key),
             client_ca: over.client_ca.or(self.client_ca),
@@ -292,12 +300,20 @@ impl RawConfig {
             ));
         }
         let auto_replace_per_hour = self.auto_replace_per_hour.unwrap_or(2);
+        let audit_retention_days = self.audit_retention_days.unwrap_or(400);
+        if audit_retention_days > 100 * 366 {
+            return Err(key_error(
+                "audit_retention_days",
+                "must be 0 (keep for ever) to 36600 days",
+            ));
+        }
         let secrets_key = secrets_key(self.secrets_key_file.clone(), &data_dir);
         Ok(Settings {
             tls,
             secrets_key,
             check_interval_ms: check_interval * 1000,
             auto_replace_per_hour,
+            audit_retention_ms: audit_retention_days as i64 * 24 * 3600 * 1000,
             provisioner_token_file,
             janitor_interval_ms: janitor_interval * 1000,
             provisioner_timeout_ms: provisioner_timeout as i64 * 1000,

@@ -118,7 +118,7 @@ impl From<EngineError> for ApiError {
             | E::Unservable(_)
             | E::Incomplete { .. }
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
-            e @ (E::NotRegistered(_) | E::NotYourTenant { .. }) => {
+            e @ (E::NotRegistered(_) | E::NotYourTenant { .. } | E::Forbidden(_)) => {
                 ApiError::Forbidden(e.to_string())
             }
             e @ E::NotOwner => ApiError::ExpectationFailed(e.to_string()),

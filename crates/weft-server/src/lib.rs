@@ -14,6 +14,7 @@
 //! [`spawn_background`] starts the janitor and the job callbacks.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod doc_rules;
@@ -123,9 +124,8 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> App {
     let limit = state.settings.body_limit;
     let external = routes::external(state.settings.resource_body_limit);
     let internal = routes::internal();
-    let external = external
-        .router
-        .route("/metrics", get(metrics::external_metrics));
+    let external =
+        audit::layer(external.router, &state).route("/metrics", get(metrics::external_metrics));
     let external = finish(
         external.merge(ui::router(&state)),
         limit,
@@ -317,6 +317,9 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ApiKeyInfo,
         weft_model::ApiKeyRequest,
         weft_model::ApiKeyCreated,
+        weft_model::audit::AuditEntry,
+        weft_model::audit::AuditRecord,
+        weft_model::audit::ChainReport,
         weft_model::PoolHost,        // host pools
         weft_model::PoolHostRequest, // host pools
         weft_model::HostState,       // host pools

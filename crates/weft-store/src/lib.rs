@@ -20,12 +20,14 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weft_model::{EntityKind, ResourceMeta, TenantSpecification};
 
+pub mod audit;
 pub mod engine;
 pub mod hostpool; // host pools (issue 7): see hostpool.rs
 mod leader;
 mod migrate;
 mod sql;
 
+pub use audit::{AuditAnchor, AuditEntry, AuditQuery, AuditRecord, ChainReport, StoredAudit};
 pub use engine::{
     ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
     TaskState, Write, GATE,
@@ -333,6 +335,24 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>>;
     /// `true` if it existed.
     async fn delete_api_key(&self, id: &str) -> Result<bool>;
+
+    // ---- the audit trail (see [`audit`]) -------------------------------------------------------
+
+    /// Appends `entry` to its tenant's chain and returns it as stored.
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<AuditRecord>;
+    /// The records `q` asks for, newest first.
+    async fn list_audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>>;
+    /// Every tenant's chain anchor and head.
+    async fn audit_anchors(&self) -> Result<Vec<AuditAnchor>>;
+    /// Up to `limit` records of a tenant from number `from_seq` on, in order, as stored.
+    async fn audit_chain(
+        &self,
+        tenant_id: &str,
+        from_seq: u64,
+        limit: u64,
+    ) -> Result<Vec<StoredAudit>>;
+    /// Retention: removes the records older than `before` (ms) and moves the anchors past them.
+    async fn purge_audit(&self, before: i64) -> Result<u64>;
 
     // ---- sealed secrets' data keys ----
     /// Every data key, oldest first.

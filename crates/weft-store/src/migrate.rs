@@ -568,6 +568,56 @@ CREATE TRIGGER jobs_steps_insert AFTER INSERT ON jobs
     FOR EACH ROW EXECUTE FUNCTION weft_jobs_count();
 "#,
     },
+    // The audit trail (issue 38): records chained per tenant by hash; `audit_heads` holds each
+    // tenant's last record and the anchor retention leaves (the first kept record's predecessor).
+    Migration {
+        version: 12,
+        description: "audit, audit_heads",
+        sqlite: r#"
+CREATE TABLE audit (
+    tenant_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    time BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    entity TEXT NOT NULL,
+    action TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, seq)
+);
+CREATE INDEX audit_time ON audit (time);
+CREATE TABLE audit_heads (
+    tenant_id TEXT NOT NULL PRIMARY KEY,
+    seq BIGINT NOT NULL,
+    hash TEXT NOT NULL,
+    first_seq BIGINT NOT NULL,
+    first_prev TEXT NOT NULL
+);
+"#,
+        postgres: r#"
+CREATE TABLE audit (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    seq BIGINT NOT NULL,
+    time BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    user_id TEXT COLLATE "C" NOT NULL,
+    entity TEXT COLLATE "C" NOT NULL,
+    action TEXT COLLATE "C" NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, seq)
+);
+CREATE INDEX audit_time ON audit (time);
+CREATE TABLE audit_heads (
+    tenant_id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    seq BIGINT NOT NULL,
+    hash TEXT NOT NULL,
+    first_seq BIGINT NOT NULL,
+    first_prev TEXT NOT NULL
+);
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

@@ -37,10 +37,12 @@ use crate::engine::{
 };
 use crate::migrate;
 use crate::{
-    ApiKeyRecord, Backend, Leadership, ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow,
-    Result, SecretKeyRow, Store, StoreError, Tenant, SUPERADMIN,
+    ApiKeyRecord, AuditAnchor, AuditEntry, AuditQuery, AuditRecord, Backend, Leadership,
+    ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow, Result, SecretKeyRow, Store,
+    StoreError, StoredAudit, Tenant, SUPERADMIN,
 };
 
+mod audit;
 mod engine;
 mod hostpool; // HostPoolStore for SqlStore (host pools)
 mod pg_reader;
@@ -977,6 +979,33 @@ impl Store for SqlStore {
                 .rows_affected();
         tx.commit().await?;
         Ok(n > 0)
+    }
+
+    // ---- the audit trail ---------------------------------------------------------------------
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<AuditRecord> {
+        self.append_audit_impl(entry).await
+    }
+
+    async fn list_audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        self.list_audit_impl(q).await
+    }
+
+    async fn audit_anchors(&self) -> Result<Vec<AuditAnchor>> {
+        self.audit_anchors_impl().await
+    }
+
+    async fn audit_chain(
+        &self,
+        tenant_id: &str,
+        from_seq: u64,
+        limit: u64,
+    ) -> Result<Vec<StoredAudit>> {
+        self.audit_chain_impl(tenant_id, from_seq, limit).await
+    }
+
+    async fn purge_audit(&self, before: i64) -> Result<u64> {
+        self.purge_audit_impl(before).await
     }
 
     // ---- API keys ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 //! listeners' routes (with their OpenAPI documentation).
 
 pub mod apikeys;
+pub mod audit;
 pub mod catalog;
 pub mod cluster_ops;
 pub mod clusters;
@@ -40,6 +41,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = profile::routes(api);
     let api = provisioners::external_routes(api);
     let api = metrics::routes(api);
+    let api = audit::routes(api);
     apikeys::routes(api)
 }
 

@@ -42,8 +42,8 @@ pub use session::{ApiResp, Ctx, Login, NeedLogin, Ui, COOKIE};
 
 /// The UI routes, to merge into the external router.
 pub fn router(state: &AppState) -> Router<AppState> {
-    let api = crate::routes::external(state.settings.resource_body_limit)
-        .router
+    let api = crate::routes::external(state.settings.resource_body_limit).router;
+    let api = crate::audit::layer(api, state)
         .layer(axum::extract::DefaultBodyLimit::max(
             state.settings.body_limit,
         ))

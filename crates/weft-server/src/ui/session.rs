@@ -44,6 +44,8 @@ pub struct Ctx {
     pub login: Login,
     pub who: Identity,
     pub state: AppState,
+    /// The browser's address, passed on to the API calls made for it (the audit trail's source).
+    pub peer: Option<axum::extract::ConnectInfo<std::net::SocketAddr>>,
 }
 
 /// The rejection of [`Ctx`]: a redirect to the login page.
@@ -99,11 +101,13 @@ impl FromRequestParts<AppState> for Ctx {
             .cloned()
             .ok_or(NeedLogin)?;
         let who = identity(state, &login).await.map_err(|_| NeedLogin)?;
+        let peer = parts.extensions.get().copied();
         Ok(Ctx {
             ui,
             login,
             who,
             state: state.clone(),
+            peer,
         })
     }
 }
@@ -175,7 +179,12 @@ impl Ctx {
             b = b.header(APIKEY_HEADER, k);
         }
         let req = match b.body(Body::from(body)) {
-            Ok(r) => r,
+            Ok(mut r) => {
+                if let Some(peer) = self.peer {
+                    r.extensions_mut().insert(peer);
+                }
+                r
+            }
             Err(e) => {
                 return ApiResp {
                     status: StatusCode::BAD_REQUEST,

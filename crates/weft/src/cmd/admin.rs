@@ -23,12 +23,29 @@ enum AdminCommand {
     /// Makes a new master key for the secrets sealed in the store and re-wraps every data key
     /// under it, while servers run; the key file then holds the new key alone (copy it to the
     /// other servers of the same database). The old key opens nothing in the store afterwards.
+    /// The audit trail, read from the store directly.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     RotateSecretsKey {
         #[command(flatten)]
         store: StoreArgs,
         /// The server's key file [default: <data dir>/secrets.key].
         #[arg(long, env = "WEFT_SECRETS_KEY_FILE")]
         secrets_key_file: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum AuditCommand {
+    /// Verify every tenant's chain of records (or one tenant's); exits 1 if one does not verify.
+    Verify {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only this tenant (its name).
+        #[arg(long)]
+        tenant: Option<String>,
     },
 }
 
@@ -71,6 +88,9 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
             store,
             secrets_key_file,
         } => rotate_secrets_key(store, secrets_key_file),
+        AdminCommand::Audit {
+            command: AuditCommand::Verify { store, tenant },
+        } => verify_audit(store, tenant),
         AdminCommand::Apikey {
             command:
                 ApikeyCommand::Create {
@@ -107,6 +127,51 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+fn verify_audit(store: StoreArgs, tenant: Option<String>) -> anyhow::Result<ExitCode> {
+    let settings = RawConfig {
+        data_dir: store.data_dir,
+        database: store.database,
+        ..Default::default()
+    }
+    .resolve()?;
+    super::runtime::runtime()?.block_on(async {
+        let store = weft_store::open(&settings.database_url).await?;
+        let id = match &tenant {
+            None => None,
+            Some(name) => Some(
+                store
+                    .tenant_by_name(name)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("no tenant {name}"))?
+                    .id,
+            ),
+        };
+        let reports = weft_store::audit::verify_all(store.as_ref(), id.as_deref()).await?;
+        let mut ok = true;
+        for r in &reports {
+            match &r.problem {
+                None => println!(
+                    "{}: {} records verify; head {}",
+                    r.tenant_id, r.records, r.head_hash
+                ),
+                Some(p) => {
+                    ok = false;
+                    println!(
+                        "{}: DOES NOT VERIFY at record {}: {p}",
+                        r.tenant_id,
+                        r.first_bad_seq.unwrap_or(0)
+                    );
+                }
+            }
+        }
+        Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    })
 }
 
 fn rotate_secrets_key(store: StoreArgs, file: Option<PathBuf>) -> anyhow::Result<ExitCode> {

@@ -81,6 +81,9 @@ pub struct ServerArgs {
     /// Nodes of one cluster the janitor replaces by itself per hour [default: 2].
     #[arg(long, env = "WEFT_AUTO_REPLACE_PER_HOUR")]
     auto_replace_per_hour: Option<u32>,
+    /// Days the audit trail keeps a record [default: 400; 0: for ever].
+    #[arg(long, env = "WEFT_AUDIT_RETENTION_DAYS")]
+    audit_retention_days: Option<u64>,
     /// PEM certificate chain both ports serve over TLS (with --tls-key); re-read when it changes.
     #[arg(long, env = "WEFT_TLS_CERT")]
     tls_cert: Option<PathBuf>,
@@ -127,6 +130,7 @@ impl ServerArgs {
             provisioner_token_file: self.provisioner_token_file,
             check_interval: self.check_interval,
             auto_replace_per_hour: self.auto_replace_per_hour,
+            audit_retention_days: self.audit_retention_days,
             tls_cert: self.tls_cert,
             tls_key: self.tls_key,
             client_ca: self.client_ca,

@@ -15,6 +15,7 @@ use weft_client::api::{ApiClient, Identity};
 use weft_client::ClientError;
 
 mod admin;
+mod audit; // `weft audit`
 mod catalog;
 mod cluster;
 pub mod config;
@@ -96,6 +97,8 @@ pub enum ClientCommand {
     Resource(admin::ResourceArgs),
     /// API keys (superadmin).
     Apikey(admin::ApiKeyArgs),
+    /// The audit trail: who did what, from where, and what came of it (admin).
+    Audit(audit::Args),
     /// Hosts in the pools of hostpool providers: list, show, add, edit, remove (admin).
     Hostpool(hostpool::Args),
     /// Print a shell completion script: `weft completions bash > /etc/bash_completion.d/weft`.
@@ -287,6 +290,7 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
         ClientCommand::Provisioners(a) => admin::provisioners(a),
         ClientCommand::Resource(a) => admin::resource(a),
         ClientCommand::Apikey(a) => admin::apikey(a),
+        ClientCommand::Audit(a) => audit::run(a),
         ClientCommand::Hostpool(a) => hostpool::run(a),
         ClientCommand::Completions(a) => {
             let (mut bin, mut script) = (bin, Vec::new());

@@ -1,0 +1,309 @@
+//! The audit trail: who asked for what, from where, and what came of it.
+//!
+//! Records are appended, never updated, and chained per tenant: each holds the SHA-256 of the one
+//! before (`prevHash`) and its own (`hash`, over the tenant, its sequence number, the previous hash
+//! and its body exactly as stored), so that an edited, inserted or deleted record breaks the chain
+//! and [`verify_chain`] finds where. Records leave only by retention ([`Store::purge_audit`]),
+//! which moves the tenant's anchor (`audit_heads.first_seq`, `first_prev`) with them, so what is
+//! left still verifies and a record removed from the start by hand does not.
+//!
+//! [`Store::purge_audit`]: crate::Store::purge_audit
+
+use sha2::{Digest, Sha256};
+pub use weft_model::audit::{AuditEntry, AuditRecord, ChainReport};
+
+/// The hash before a tenant's first record.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// A stored record as read back, its body as it is in the store (what the hash covers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAudit {
+    pub tenant_id: String,
+    pub seq: u64,
+    pub time: i64,
+    pub body: String,
+    pub user: String,
+    pub entity: String,
+    pub action: String,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl StoredAudit {
+    /// The record, if its body reads as one.
+    pub fn record(&self) -> Option<AuditRecord> {
+        let entry: AuditEntry = serde_json::from_str(&self.body).ok()?;
+        Some(AuditRecord {
+            seq: self.seq,
+            entry,
+            prev_hash: self.prev_hash.clone(),
+            hash: self.hash.clone(),
+        })
+    }
+}
+
+/// Which records a read wants, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// One tenant's records, or every tenant's.
+    pub tenant_id: Option<String>,
+    pub user: Option<String>,
+    pub entity: Option<String>,
+    pub action: Option<String>,
+    /// Milliseconds since the epoch, inclusive.
+    pub from: Option<i64>,
+    /// Milliseconds since the epoch, exclusive.
+    pub to: Option<i64>,
+    pub offset: u64,
+    pub limit: u64,
+}
+
+/// Where a tenant's chain starts after retention: the first kept record's number and the hash
+/// of the one before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditAnchor {
+    pub tenant_id: String,
+    pub first_seq: u64,
+    pub first_prev: String,
+    /// The last record's number and hash (0 and the anchor's hash if none is left).
+    pub head_seq: u64,
+    pub head_hash: String,
+}
+
+/// The hash of record `seq` of `tenant_id` with body `body` after `prev`.
+pub fn record_hash(tenant_id: &str, seq: u64, prev: &str, body: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [tenant_id, &seq.to_string(), prev, body] {
+        h.update(part.len().to_string().as_bytes());
+        h.update(b":");
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// Checks one tenant's records (in sequence order) against its anchor: numbers without gaps from
+/// the anchor's first, each record's `prevHash` the hash before it, each hash recomputed from the
+/// stored body, the indexed columns those of the body, and the last record the head.
+pub fn verify_chain(anchor: &AuditAnchor, records: &[StoredAudit]) -> ChainReport {
+    let mut check = ChainCheck::new(anchor);
+    check.feed(records);
+    check.finish()
+}
+
+/// [`verify_chain`] a page of records at a time.
+pub struct ChainCheck {
+    report: ChainReport,
+    want_seq: u64,
+    prev: String,
+    head_seq: u64,
+}
+
+impl ChainCheck {
+    pub fn new(anchor: &AuditAnchor) -> ChainCheck {
+        ChainCheck {
+            report: ChainReport {
+                tenant_id: anchor.tenant_id.clone(),
+                records: 0,
+                ok: true,
+                first_bad_seq: None,
+                problem: None,
+                head_hash: anchor.head_hash.clone(),
+            },
+            want_seq: anchor.first_seq,
+            prev: anchor.first_prev.clone(),
+            head_seq: anchor.head_seq,
+        }
+    }
+
+    /// The next records, in order; nothing more is checked after the first fault.
+    pub fn feed(&mut self, records: &[StoredAudit]) {
+        for r in records {
+            if !self.report.ok {
+                return;
+            }
+            self.report.records += 1;
+            if let Some(problem) = check_one(r, self.want_seq, &self.prev) {
+                self.fail(r.seq.min(self.want_seq), problem);
+                return;
+            }
+            self.want_seq = r.seq + 1;
+            self.prev = r.hash.clone();
+        }
+    }
+
+    /// Whether a fault was found.
+    pub fn failed(&self) -> bool {
+        !self.report.ok
+    }
+
+    /// The report, once every record was fed: the chain must end at the head.
+    pub fn finish(mut self) -> ChainReport {
+        let at_head = self.want_seq == self.head_seq + 1 && self.prev == self.report.head_hash;
+        if self.report.ok && !at_head {
+            let problem = format!(
+                "the chain ends at record {} but the head is record {}: records are missing",
+                self.want_seq.saturating_sub(1),
+                self.head_seq
+            );
+            self.fail(self.want_seq, problem);
+        }
+        self.report
+    }
+
+    fn fail(&mut self, seq: u64, problem: String) {
+        self.report.ok = false;
+        self.report.first_bad_seq = Some(seq);
+        self.report.problem = Some(problem);
+    }
+}
+
+/// Records read per step while a chain is verified.
+const CHAIN_PAGE: u64 = 5000;
+
+/// Verifies one tenant's chain in `store`, reading it a page at a time.
+pub async fn verify_tenant(
+    store: &dyn crate::Store,
+    anchor: &AuditAnchor,
+) -> crate::Result<ChainReport> {
+    let mut check = ChainCheck::new(anchor);
+    let mut next = anchor.first_seq;
+    while !check.failed() {
+        let page = store
+            .audit_chain(&anchor.tenant_id, next, CHAIN_PAGE)
+            .await?;
+        check.feed(&page);
+        match page.last() {
+            Some(last) if page.len() as u64 == CHAIN_PAGE => next = last.seq + 1,
+            _ => break,
+        }
+    }
+    Ok(check.finish())
+}
+
+/// Verifies every tenant's chain in `store` (or only `tenant_id`'s).
+pub async fn verify_all(
+    store: &dyn crate::Store,
+    tenant_id: Option<&str>,
+) -> crate::Result<Vec<ChainReport>> {
+    let mut out = Vec::new();
+    for anchor in store.audit_anchors().await? {
+        if tenant_id.is_some_and(|t| t != anchor.tenant_id) {
+            continue;
+        }
+        out.push(verify_tenant(store, &anchor).await?);
+    }
+    Ok(out)
+}
+
+fn check_one(r: &StoredAudit, want_seq: u64, prev: &str) -> Option<String> {
+    if r.seq != want_seq {
+        return Some(format!(
+            "record {want_seq} is missing (the next is {})",
+            r.seq
+        ));
+    }
+    if r.prev_hash != prev {
+        return Some(format!(
+            "record {} does not follow the one before it",
+            r.seq
+        ));
+    }
+    if record_hash(&r.tenant_id, r.seq, &r.prev_hash, &r.body) != r.hash {
+        return Some(format!("record {} was changed after it was written", r.seq));
+    }
+    let columns_match = r.record().is_some_and(|rec| {
+        rec.entry.user == r.user
+            && rec.entry.entity == r.entity
+            && rec.entry.action == r.action
+            && rec.entry.time == r.time
+            && rec.entry.tenant_id == r.tenant_id
+    });
+    if !columns_match {
+        return Some(format!("record {}'s columns differ from its body", r.seq));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(n: u64) -> (AuditAnchor, Vec<StoredAudit>) {
+        let mut prev = GENESIS.to_string();
+        let mut out = Vec::new();
+        for seq in 1..=n {
+            let e = AuditEntry {
+                time: seq as i64,
+                tenant_id: "t".into(),
+                request_id: format!("r{seq}"),
+                user: "alice".into(),
+                role: "admin".into(),
+                key_id: None,
+                source: "127.0.0.1:1".into(),
+                method: "POST".into(),
+                route: "/v2/clusters".into(),
+                entity: "clusters".into(),
+                entity_id: None,
+                action: "create".into(),
+                status: 200,
+            };
+            let body = serde_json::to_string(&e).unwrap();
+            let hash = record_hash("t", seq, &prev, &body);
+            out.push(StoredAudit {
+                tenant_id: "t".into(),
+                seq,
+                time: e.time,
+                body,
+                user: e.user,
+                entity: e.entity,
+                action: e.action,
+                prev_hash: prev.clone(),
+                hash: hash.clone(),
+            });
+            prev = hash;
+        }
+        let anchor = AuditAnchor {
+            tenant_id: "t".into(),
+            first_seq: 1,
+            first_prev: GENESIS.into(),
+            head_seq: n,
+            head_hash: prev,
+        };
+        (anchor, out)
+    }
+
+    #[test]
+    fn an_intact_chain_verifies_and_every_kind_of_tampering_is_found() {
+        let (anchor, recs) = chain(5);
+        assert!(verify_chain(&anchor, &recs).ok);
+
+        let mut edited = recs.clone();
+        edited[2].body = edited[2].body.replace("alice", "bob");
+        edited[2].user = "bob".into();
+        let r = verify_chain(&anchor, &edited);
+        assert_eq!((r.ok, r.first_bad_seq), (false, Some(3)), "{r:?}");
+
+        let mut column = recs.clone();
+        column[1].user = "mallory".into();
+        assert_eq!(verify_chain(&anchor, &column).first_bad_seq, Some(2));
+
+        let mut deleted = recs.clone();
+        deleted.remove(3);
+        assert_eq!(verify_chain(&anchor, &deleted).first_bad_seq, Some(4));
+
+        let cut = &recs[..4];
+        let r = verify_chain(&anchor, cut);
+        assert!(!r.ok && r.problem.unwrap().contains("missing"));
+
+        let from_start = &recs[1..];
+        assert_eq!(verify_chain(&anchor, from_start).first_bad_seq, Some(1));
+
+        // Retention moves the anchor: what is left verifies.
+        let kept = AuditAnchor {
+            first_seq: 3,
+            first_prev: recs[1].hash.clone(),
+            ..anchor.clone()
+        };
+        assert!(verify_chain(&kept, &recs[2..]).ok);
+    }
+}
