@@ -3,7 +3,8 @@
 //!
 //! Each provider that can list what it made answers [`Tagged`] machines: the `aws` provider every
 //! live instance with a `weft:node` tag, the `docker` provider every container with a `weft.node`
-//! label. [`orphans`] keeps those whose node is not among the live nodes the caller knows (the
+//! label, the `google` provider every instance of its zone with a `weft-node` label, the `joyent`
+//! provider every machine of the account with a `weft-node` tag. [`orphans`] keeps those whose node is not among the live nodes the caller knows (the
 //! server's nodes of clusters not terminated), and [`delete_task`] makes the DELETE task that
 //! removes one through the provider's own DELETE (by its id and by its marks), so a sweep deletes
 //! exactly what a DELETE of that node would.

@@ -868,3 +868,27 @@ async fn google_sweep_lists_labelled_instances_page_by_page() {
     left.sort();
     assert_eq!(left, ["other-a", "other-b", "weft-live", "weft-theirs"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn google_weft_provider_sweep_goes_through_the_server() {
+    let (f, fields) = fake(&keys().0).await;
+    let rogue = |tenant: &str| {
+        let mut g = f.lock().unwrap();
+        for (name, t) in [("weft-rogue", tenant), ("weft-foreign", "another-tenant")] {
+            let labels = json!({"weft-node": name, "weft-cluster": "5", "weft-tenant": t});
+            let inst = json!({"name": name, "status": "RUNNING", "labels": labels});
+            g.instances.insert(name.to_string(), (inst, 0));
+        }
+    };
+    let (found, swept) =
+        crate::sweep::through_the_server(Arc::new(provider()), "google", fields, rogue).await;
+    let found: Vec<&str> = found
+        .machines
+        .iter()
+        .map(|m| m.providerid.as_str())
+        .collect();
+    assert_eq!(found, ["weft-rogue"], "only this tenant's orphan");
+    assert_eq!(swept.deleted, ["weft-rogue"], "{swept:?}");
+    let g = f.lock().unwrap();
+    assert_eq!(g.instances.keys().collect::<Vec<_>>(), ["weft-foreign"]);
+}

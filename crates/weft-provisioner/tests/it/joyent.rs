@@ -1092,3 +1092,37 @@ async fn joyent_sweep_finds_machines_with_weft_s_marks_over_several_pages() {
         .values()
         .all(|(m, _)| m["tags"]["weft-node"] != "rogue"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joyent_weft_provider_sweep_goes_through_the_server() {
+    let (f, fields) = fake(&rsa_text(&keys().0)).await;
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let rogue = |tenant: &str| {
+        let mut g = f.lock().unwrap();
+        for (node, t) in [("rogue", tenant), ("foreign", "another-tenant")] {
+            let id = uuid::Uuid::new_v4().to_string();
+            let tags = json!({"weft-node": node, "weft-cluster": "5", "weft-tenant": t});
+            let m = json!({"id": id, "name": format!("weft-{node}"), "state": "running",
+                "tags": tags, "n": g.machines.len() + 1, "metadata": {}});
+            g.machines.insert(id.clone(), (m, 0));
+            ids.lock().unwrap().push(id);
+        }
+    };
+    let (found, swept) =
+        crate::sweep::through_the_server(Arc::new(provider()), "joyent", fields, rogue).await;
+    let ids = ids.lock().unwrap().clone();
+    let found: Vec<&str> = found
+        .machines
+        .iter()
+        .map(|m| m.providerid.as_str())
+        .collect();
+    assert_eq!(found, [ids[0].as_str()], "only this tenant's orphan");
+    assert_eq!(swept.deleted, [ids[0].clone()], "{swept:?}");
+    let g = f.lock().unwrap();
+    assert_eq!(
+        g.machines.keys().collect::<Vec<_>>(),
+        [&ids[1]],
+        "the other tenant's stays"
+    );
+    assert_eq!(g.unauthorized, 0, "the server sent the key the fake knows");
+}
