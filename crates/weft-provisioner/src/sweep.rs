@@ -24,6 +24,27 @@ use crate::task::{Action, PluginError, Task};
 /// can list what it made answers these from `Provider::machines`).
 pub type Tagged = weft_model::SweptMachine;
 
+/// A machine as a sweep shows it, from its id, its marks (a cloud's tags or labels object, read
+/// under the keys `node`, `cluster`, `tenant`) and its state; `None` without an id or a node
+/// mark. A missing tenant mark is `-` (a machine made before tenant marks: never listed).
+pub fn marked(
+    providertype: &str,
+    providerid: Option<&str>,
+    marks: Option<&Value>,
+    [node, cluster, tenant]: [&str; 3],
+    state: Option<&str>,
+) -> Option<Tagged> {
+    let mark = |k: &str| marks?.get(k)?.as_str().map(str::to_string);
+    Some(Tagged {
+        providertype: providertype.into(),
+        providerid: providerid.filter(|id| !id.is_empty())?.to_string(),
+        node: mark(node).filter(|n| !n.is_empty())?,
+        cluster: mark(cluster).unwrap_or_default(),
+        tenant: mark(tenant).unwrap_or_else(|| "-".into()),
+        state: state.unwrap_or("unknown").to_string(),
+    })
+}
+
 /// The machines of `machines` whose node is not in `live`.
 pub fn orphans(machines: Vec<Tagged>, live: &BTreeSet<String>) -> Vec<Tagged> {
     machines

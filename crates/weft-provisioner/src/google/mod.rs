@@ -425,28 +425,15 @@ impl GoogleProvider {
 
 /// An instance with weft's labels as a sweep shows it (`None` without a `weft-node` label).
 fn swept(inst: &Value) -> Option<SweptMachine> {
-    let label = |k: &str| {
-        inst.get("labels")
-            .and_then(|l| l.get(k))
+    crate::sweep::marked(
+        NAME,
+        inst.get("name")
             .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    Some(SweptMachine {
-        providertype: NAME.into(),
-        providerid: inst
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| valid_name(n))?
-            .to_string(),
-        node: label(LABEL_NODE).filter(|n| !n.is_empty())?,
-        cluster: label(LABEL_CLUSTER).unwrap_or_default(),
-        tenant: label(LABEL_TENANT).unwrap_or_else(|| "-".into()),
-        state: inst
-            .get("status")
-            .and_then(Value::as_str)
-            .unwrap_or("UNKNOWN")
-            .to_string(),
-    })
+            .filter(|n| valid_name(n)),
+        inst.get("labels"),
+        [LABEL_NODE, LABEL_CLUSTER, LABEL_TENANT],
+        inst.get("status").and_then(Value::as_str),
+    )
 }
 
 /// The instance's addresses: `(access, bind)`, once it has an internal one.

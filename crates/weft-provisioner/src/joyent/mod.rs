@@ -480,7 +480,8 @@ impl JoyentProvider {
         {
             return Err(PluginError::retryable(format!(
                 "machine {id} was made while the cluster key {fp} was off the account \
-                 (the cluster's last other machine was being deleted); it was deleted"
+                 (removed meanwhile, as the DELETE of the cluster's last other machine does); \
+                 it was deleted"
             )));
         }
         Err(PluginError::fatal(format!(
@@ -732,28 +733,15 @@ impl Provider for JoyentProvider {
 
 /// A machine with weft's marks as a sweep shows it (`None` without a `weft-node` tag or an id).
 fn swept(m: &Value) -> Option<SweptMachine> {
-    let tag = |k: &str| {
-        m.get("tags")
-            .and_then(|t| t.get(k))
+    crate::sweep::marked(
+        NAME,
+        m.get("id")
             .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    Some(SweptMachine {
-        providertype: NAME.into(),
-        providerid: m
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| valid_id(id))?
-            .to_string(),
-        node: tag(TAG_NODE).filter(|n| !n.is_empty())?,
-        cluster: tag(TAG_CLUSTER).unwrap_or_default(),
-        tenant: tag(TAG_TENANT).unwrap_or_else(|| "-".into()),
-        state: m
-            .get("state")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_string(),
-    })
+            .filter(|id| valid_id(id)),
+        m.get("tags"),
+        [TAG_NODE, TAG_CLUSTER, TAG_TENANT],
+        m.get("state").and_then(Value::as_str),
+    )
 }
 
 impl JoyentProvider {

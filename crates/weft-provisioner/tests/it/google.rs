@@ -517,6 +517,21 @@ fn provider() -> GoogleProvider {
     })
 }
 
+/// CONFIRM of node `n1` after its CREATE answered `created`: the addresses it answers.
+async fn confirm_n1(
+    p: &GoogleProvider,
+    fields: &Map<String, Value>,
+    created: weft_provisioner::task::TaskOutput,
+) -> std::collections::BTreeMap<String, String> {
+    let mut c = config(fields);
+    c.extend(created.result);
+    p.confirm(&task(Action::Confirm, "n1", c, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .ipaddresses
+        .unwrap()
+}
+
 fn config(fields: &Map<String, Value>) -> Map<String, Value> {
     let mut c = Map::new();
     c.insert(
@@ -553,13 +568,7 @@ async fn google_confirm_waits_for_running_and_answers_the_nat_ip() {
         json!(format!("zones/{ZONE}/machineTypes/e2-medium"))
     );
     assert_eq!(inst["labels"]["weft-node"], "n1");
-    let mut c = config(&fields);
-    c.extend(out.result);
-    let out = p
-        .confirm(&task(Action::Confirm, "n1", c, timeout))
-        .await
-        .unwrap();
-    let ips = out.ipaddresses.unwrap();
+    let ips = confirm_n1(&p, &fields, out).await;
     assert_eq!(ips["access_v4"], "203.0.113.1");
     assert_eq!(ips["bind_v4"], "10.128.0.1");
     assert!(
@@ -792,13 +801,7 @@ async fn google_network_tags_no_external_ip_and_the_tenant_label() {
         );
         assert_eq!(inst["labels"]["weft-tenant"], "acme-tenant_1");
     }
-    let mut c = config(&fields);
-    c.extend(out.result);
-    let out = p
-        .confirm(&task(Action::Confirm, "n1", c, timeout))
-        .await
-        .unwrap();
-    let ips = out.ipaddresses.unwrap();
+    let ips = confirm_n1(&p, &fields, out).await;
     assert_eq!(
         (ips["access_v4"].as_str(), ips["bind_v4"].as_str()),
         ("10.128.0.1", "10.128.0.1"),

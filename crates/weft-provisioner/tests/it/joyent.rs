@@ -677,6 +677,16 @@ fn provider() -> JoyentProvider {
     })
 }
 
+/// A CREATE of `node` with the provider `fields`.
+fn create_task(fields: &Map<String, Value>, node: &str) -> weft_provisioner::task::Task {
+    task(
+        Action::Create,
+        node,
+        config(fields),
+        Duration::from_secs(30),
+    )
+}
+
 fn config(fields: &Map<String, Value>) -> Map<String, Value> {
     let mut c = Map::new();
     c.insert(
@@ -831,14 +841,7 @@ async fn joyent_create_killed_after_the_post_then_retried_makes_one_machine() {
 async fn joyent_retries_5xx_429_and_420_and_fails_a_quota_error_at_once() {
     let (f, fields) = fake(&rsa_text(&keys().0)).await;
     let p = provider();
-    let t = |node: &str| {
-        task(
-            Action::Create,
-            node,
-            config(&fields),
-            Duration::from_secs(30),
-        )
-    };
+    let t = |node: &str| create_task(&fields, node);
     f.lock().unwrap().faults = [
         Fault::Status(503),
         Fault::Throttle,
@@ -962,14 +965,7 @@ async fn joyent_machines_get_the_cluster_key_only_through_the_account_s_keys() {
 async fn joyent_a_key_already_held_is_kept_and_a_key_lost_meanwhile_is_retried() {
     let (f, fields) = fake(&ed25519_text()).await;
     let p = provider();
-    let t = |node: &str| {
-        task(
-            Action::Create,
-            node,
-            config(&fields),
-            Duration::from_secs(30),
-        )
-    };
+    let t = |node: &str| create_task(&fields, node);
     let first = p.create(&t("n1")).await.unwrap();
     // A stale GetKey: the POST meets "already exists" and the key is found on a second look.
     f.lock().unwrap().stale_key_reads = 1;
@@ -1015,14 +1011,7 @@ async fn joyent_a_sub_user_signs_as_itself_and_its_key_needs_the_administrator_r
         g.keys.insert(("ops".into(), fp), ed);
     }
     let p = provider();
-    let t = |node: &str| {
-        task(
-            Action::Create,
-            node,
-            config(&fields),
-            Duration::from_secs(30),
-        )
-    };
+    let t = |node: &str| create_task(&fields, node);
     let e = p.create(&t("n1")).await.unwrap_err();
     assert!(!e.retryable, "{e}");
     assert!(e.message.contains("administrator role"), "{e}");
