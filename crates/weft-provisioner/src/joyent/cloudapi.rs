@@ -238,6 +238,16 @@ impl Account<'_> {
         }
     }
 
+    /// The keys of whoever weft signs as (ListKeys or ListUserKeys).
+    pub async fn list_keys(&self) -> Result<Vec<SshKey>, CloudError> {
+        match self.send(Method::GET, &self.keys_path(), &[], None).await? {
+            (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
+            (s, body) => serde_json::from_value(body).map_err(|_| {
+                CloudError::from_status(CLOUD, s, "BadResponse", "ListKeys answered no list", None)
+            }),
+        }
+    }
+
     /// The key named or fingerprinted `id`, or `None` when there is none (404).
     pub async fn get_key(&self, id: &str) -> Result<Option<SshKey>, CloudError> {
         let path = format!("{}/{id}", self.keys_path());

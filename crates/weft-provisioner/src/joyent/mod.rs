@@ -28,7 +28,8 @@
 //!   `root_authorized_keys` lacks the cluster key is deleted: retryably when the key was removed
 //!   meanwhile, for good when the key is there but was not written (that role is missing).
 //!   The key is one per cluster: DELETE removes it (by fingerprint) once no machine tagged with
-//!   the cluster is left, so a cluster's nodes never lose a key another node still needs.
+//!   the cluster is left, so a cluster's nodes never lose a key another node still needs; keys of
+//!   the cluster's name go too (added before the account key or `sshkeyseed` changed).
 //! - **CONFIRM** waits while the machine is `provisioning` until it is `running`: `primaryIp` is
 //!   `access_v4`, the first private address in `ips` is `bind_v4` (else `primaryIp`).
 //! - **DELETE** deletes the machine and waits until it is gone; 404 and 410 are success. Then the
@@ -518,16 +519,28 @@ impl JoyentProvider {
         if left > 0 {
             return Ok(String::new());
         }
+        // The key of the current credentials, and any of this cluster's name: a key added
+        // before the account key or `sshkeyseed` was changed derives differently.
         let (_, fp) = public_parts(&t.cluster_key(task))?;
-        Ok(
+        let name = key_name(&task.tenant_id, &task.cluster_id);
+        let mut gone: Vec<String> = with_retries(self.calls(task), || api.list_keys())
+            .await?
+            .into_iter()
+            .filter(|k| k.fingerprint == fp || k.name == name)
+            .map(|k| k.fingerprint)
+            .collect();
+        gone.dedup();
+        let mut out = String::new();
+        for fp in gone {
             if with_retries(self.calls(task), || api.delete_key(&fp)).await? {
                 tracing::info!(cluster_id = %task.cluster_id, fingerprint = %fp,
                     "cluster key removed from the account");
-                format!("cluster key {fp} removed (the cluster's last machine is gone)\n")
-            } else {
-                String::new()
-            },
-        )
+                out.push_str(&format!(
+                    "cluster key {fp} removed (the cluster's last machine is gone)\n"
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// Deletes machine `id` and waits until it is gone; answers whether it existed.

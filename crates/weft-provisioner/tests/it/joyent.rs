@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -563,6 +563,37 @@ fn get_or_delete_key(f: &mut Fake, user: Option<&str>, id: &str, delete: bool) -
     }
 }
 
+async fn list_keys(
+    State(f): State<Shared>,
+    Path(login): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &login, &headers) {
+        return r;
+    }
+    Json(
+        f.account_keys
+            .iter()
+            .map(KeyRecord::json)
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+async fn list_user_keys(
+    State(f): State<Shared>,
+    Path((login, user)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &login, &headers) {
+        return r;
+    }
+    let list = key_list(&mut f, Some(&user));
+    Json(list.iter().map(KeyRecord::json).collect::<Vec<_>>()).into_response()
+}
+
 async fn post_key(
     State(f): State<Shared>,
     Path(login): Path<String>,
@@ -650,9 +681,12 @@ async fn fake(key_text: &str) -> (Shared, Map<String, Value>) {
             "/{login}/machines/{id}",
             get(get_machine).delete(delete_machine),
         )
-        .route("/{login}/keys", post(post_key))
+        .route("/{login}/keys", get(list_keys).post(post_key))
         .route("/{login}/keys/{id}", get(one_key).delete(one_key))
-        .route("/{login}/users/{user}/keys", post(post_user_key))
+        .route(
+            "/{login}/users/{user}/keys",
+            get(list_user_keys).post(post_user_key),
+        )
         .route(
             "/{login}/users/{user}/keys/{id}",
             get(one_user_key).delete(one_user_key),
@@ -1114,4 +1148,29 @@ async fn joyent_weft_provider_sweep_goes_through_the_server() {
         "the other tenant's stays"
     );
     assert_eq!(g.unauthorized, 0, "the server sent the key the fake knows");
+}
+
+#[tokio::test]
+async fn joyent_a_cluster_key_made_before_the_account_key_changed_goes_with_the_cluster() {
+    let (f, rsa_fields) = fake(&rsa_text(&keys().0)).await;
+    let p = provider();
+    let out = p.create(&create_task(&rsa_fields, "n1")).await.unwrap();
+    let old = answered_public(&out);
+    // The provider's account key is rotated: the cluster key now derives differently.
+    let mut ed_fields = rsa_fields.clone();
+    ed_fields.insert("key".into(), json!(ed25519_text()));
+    let out2 = p.create(&create_task(&ed_fields, "n2")).await.unwrap();
+    let new = answered_public(&out2);
+    assert_ne!(old, new);
+    assert_eq!(f.lock().unwrap().account_keys.len(), 5, "two cluster keys");
+    for (node, out) in [("n1", out), ("n2", out2)] {
+        let mut c = config(&ed_fields);
+        c.extend(out.result);
+        p.delete(&task(Action::Delete, node, c, Duration::from_secs(30)))
+            .await
+            .unwrap();
+    }
+    let g = f.lock().unwrap();
+    assert!(!holds(&g.account_keys, &old) && !holds(&g.account_keys, &new));
+    assert_eq!(g.account_keys.len(), 3, "only the test's own keys are left");
 }
