@@ -1,5 +1,5 @@
-//! A small Compute Engine v1 client: get, insert and delete an instance of one zone, and read a
-//! zone operation. Every call carries a service-account access token (renewed once when the API
+//! A small Compute Engine v1 client: get, list (by filter, page by page), insert and delete an
+//! instance of one zone, and read a zone operation. Every call carries a service-account access token (renewed once when the API
 //! answers 401); errors become [`CloudError`]s with Google's own reason and message.
 
 use std::time::Duration;
@@ -61,12 +61,16 @@ impl Zone<'_> {
         &self,
         method: Method,
         path: &str,
+        query: &[(&str, &str)],
         body: Option<&Value>,
     ) -> Result<(u16, Value), CloudError> {
         let url = format!("{}/{}", self.base, path);
         for attempt in 0..2 {
             let token = self.tokens.token(self.http, self.account).await?;
             let mut req = self.http.request(method.clone(), &url).bearer_auth(token);
+            if !query.is_empty() {
+                req = req.query(query);
+            }
             if let Some(b) = body {
                 req = req.json(b);
             }
@@ -97,7 +101,7 @@ impl Zone<'_> {
     /// The instance named `name`, or `None` when there is none.
     pub async fn get_instance(&self, name: &str) -> Result<Option<Value>, CloudError> {
         match self
-            .send(Method::GET, &format!("instances/{name}"), None)
+            .send(Method::GET, &format!("instances/{name}"), &[], None)
             .await?
         {
             (404, _) => Ok(None),
@@ -106,9 +110,41 @@ impl Zone<'_> {
         }
     }
 
+    /// One page of the zone's instances matching `filter` (the API's filter syntax): the
+    /// instances and the next page's token, if there is one.
+    pub async fn list_instances(
+        &self,
+        filter: &str,
+        page_token: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>), CloudError> {
+        let mut query = vec![("filter", filter), ("maxResults", "500")];
+        if let Some(t) = page_token {
+            query.push(("pageToken", t));
+        }
+        match self.send(Method::GET, "instances", &query, None).await? {
+            (status @ (404 | 409), body) => Err(api_error(status, &body, None)),
+            (_, body) => {
+                let items = body
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let next = body
+                    .get("nextPageToken")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string);
+                Ok((items, next))
+            }
+        }
+    }
+
     /// Inserts an instance: `Ok(Some(operation))`, or `Ok(None)` when one of that name exists.
     pub async fn insert_instance(&self, instance: &Value) -> Result<Option<Value>, CloudError> {
-        match self.send(Method::POST, "instances", Some(instance)).await? {
+        match self
+            .send(Method::POST, "instances", &[], Some(instance))
+            .await?
+        {
             (409, _) => Ok(None),
             (404, body) => Err(api_error(404, &body, None)),
             (_, op) => Ok(Some(op)),
@@ -118,7 +154,7 @@ impl Zone<'_> {
     /// Deletes an instance: `Ok(Some(operation))`, or `Ok(None)` when there is none.
     pub async fn delete_instance(&self, name: &str) -> Result<Option<Value>, CloudError> {
         match self
-            .send(Method::DELETE, &format!("instances/{name}"), None)
+            .send(Method::DELETE, &format!("instances/{name}"), &[], None)
             .await?
         {
             (404, _) => Ok(None),
@@ -130,7 +166,7 @@ impl Zone<'_> {
     /// A zone operation by name.
     pub async fn get_operation(&self, name: &str) -> Result<Value, CloudError> {
         match self
-            .send(Method::GET, &format!("operations/{name}"), None)
+            .send(Method::GET, &format!("operations/{name}"), &[], None)
             .await?
         {
             (status @ (404 | 409), body) => Err(api_error(status, &body, None)),

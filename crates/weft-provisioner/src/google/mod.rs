@@ -5,15 +5,20 @@
 //!   until shortly before it expires ([`auth`]). The project is the field `project`, else the
 //!   key's `project_id`; the zone is the field `zone`.
 //! - **Name**: the instance is named after the node (`weft-<node id>`, made a valid GCE name:
-//!   lowercase, starting with a letter, at most 63 characters) and labelled `weft-node` and
-//!   `weft-cluster`. CREATE looks the name up first and takes over an instance of this node;
+//!   lowercase, starting with a letter, at most 63 characters) and labelled `weft-node`,
+//!   `weft-cluster` and `weft-tenant` (`-` without a tenant; each value made a valid label value:
+//!   lowercase letters, digits, `-` and `_`, at most 63 characters). CREATE looks the name up first and takes over an instance of this node;
 //!   otherwise it inserts one and follows the zone operation to `DONE` (an operation error fails
 //!   with Google's code and message). A `409 alreadyExists` on insert means an earlier, killed try
 //!   made it: it is taken over, so a retried CREATE never makes a second machine.
 //! - **Instance**: machine type from the hardware type's `flavor` (else the field
 //!   `machine_type`), boot image from the image type's `image` (else the field `image`), the
-//!   field `network` (default `global/networks/default`) with a one-to-one NAT, and the cluster's
-//!   SSH key in the `ssh-keys` metadata for the image type's `sshuser` (default `weft`). The key
+//!   field `network` (default `global/networks/default`) and the field `subnetwork` (a name in
+//!   the zone's region, or a `regions/.../subnetworks/...` path or URL; required by the API on a
+//!   custom-mode network), a one-to-one NAT unless the field `external_ip` is `false` (then the
+//!   instance has no external address and SSH goes to its internal one), the network tags of the
+//!   field `tags` (comma separated, for firewall rules), and the cluster's SSH key in the
+//!   `ssh-keys` metadata for the image type's `sshuser` (default `weft`). The key
 //!   is the docker provider's per-cluster ed25519 key, derived from the sensitive field
 //!   `sshkeyseed`, else from a hash of the service-account key: every provisioner with the same
 //!   credentials derives the same key without keeping state.
@@ -21,6 +26,8 @@
 //!   interface's `networkIP` is `bind_v4`, its access config's `natIP` is `access_v4` (else the
 //!   internal address). Any other state (`TERMINATED`, `STOPPING`...) fails.
 //! - **DELETE** deletes the instance and waits for the operation; a missing instance is success.
+//! - **Sweep** (`machines`): the zone's instances with a `weft-node` label (`labels.weft-node:*`,
+//!   page by page).
 //! - **Errors**: 5xx, 429 and Google's rate-limit reasons are retried with back-off (honouring
 //!   `Retry-After`); auth, quota and bad parameters fail at once with Google's reason and message.
 //!
@@ -36,7 +43,7 @@ use async_trait::async_trait;
 use russh::keys::ssh_key::LineEnding;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType};
+use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
 
 use crate::cloud::{poll_until, with_retries, Backoff, CloudError, Poll};
 use crate::plugin::Provider;
@@ -51,6 +58,8 @@ pub const NAME: &str = "google";
 pub const LABEL_NODE: &str = "weft-node";
 /// The label carrying the cluster id.
 pub const LABEL_CLUSTER: &str = "weft-cluster";
+/// The label carrying the tenant id (`-` without one).
+pub const LABEL_TENANT: &str = "weft-tenant";
 /// The user the cluster key logs in as unless the image type names an `sshuser`.
 pub const DEFAULT_SSH_USER: &str = "weft";
 const DEFAULT_NETWORK: &str = "global/networks/default";
@@ -150,7 +159,7 @@ pub fn instance_name(node_id: &str) -> String {
 }
 
 /// A label value: lowercase letters, digits, `-` and `_`, at most 63 characters.
-fn label_value(s: &str) -> String {
+pub fn label_value(s: &str) -> String {
     s.chars()
         .map(|c| match c.to_ascii_lowercase() {
             c @ ('a'..='z' | '0'..='9' | '-' | '_') => c,
@@ -170,7 +179,10 @@ struct Target {
 
 impl Target {
     fn read(task: &Task) -> Result<Target, PluginError> {
-        let fields = task.provider_fields();
+        Target::from_fields(task.provider_fields())
+    }
+
+    fn from_fields(fields: Map<String, Value>) -> Result<Target, PluginError> {
         let key = field(&fields, "json_key")
             .ok_or_else(|| PluginError::fatal("provider field json_key is missing"))?;
         let account = ServiceAccount::from_json(&key).map_err(PluginError::fatal)?;
@@ -194,6 +206,74 @@ impl Target {
             fields,
         })
     }
+}
+
+/// The region of a zone (`us-central1-a` -> `us-central1`).
+fn region_of(zone: &str) -> &str {
+    zone.rsplit_once('-').map_or(zone, |(r, _)| r)
+}
+
+/// Whether a provider field says no (`false`, `no`, `off`, `0`, `none`); `Err` for what is
+/// neither a yes nor a no.
+fn says_no(fields: &Map<String, Value>, name: &str) -> Result<bool, PluginError> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(!b),
+        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "" | "true" | "yes" | "on" | "1" => Ok(false),
+            "false" | "no" | "off" | "0" | "none" => Ok(true),
+            _ => Err(PluginError::fatal(format!(
+                "provider field {name} is neither true nor false: {s:?}"
+            ))),
+        },
+        Some(other) => Err(PluginError::fatal(format!(
+            "provider field {name} is neither true nor false: {other}"
+        ))),
+    }
+}
+
+/// The instance's network interface: network, subnetwork, and a one-to-one NAT unless the
+/// field `external_ip` says no.
+fn network_interface(t: &Target) -> Result<Value, PluginError> {
+    let network = field(&t.fields, "network").unwrap_or_else(|| DEFAULT_NETWORK.into());
+    let mut nic = json!({ "network": network });
+    if let Some(sub) = field(&t.fields, "subnetwork") {
+        let sub = if sub.contains('/') {
+            sub
+        } else if valid_name(&sub) {
+            format!("regions/{}/subnetworks/{sub}", region_of(&t.zone))
+        } else {
+            return Err(PluginError::fatal(format!(
+                "provider field subnetwork {sub:?} is not a subnetwork name or path"
+            )));
+        };
+        nic["subnetwork"] = json!(sub);
+    }
+    if !says_no(&t.fields, "external_ip")? {
+        nic["accessConfigs"] = json!([{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]);
+    }
+    Ok(nic)
+}
+
+/// The network tags of the field `tags` (comma separated), each a valid GCE tag.
+fn network_tags(t: &Target) -> Result<Vec<String>, PluginError> {
+    let Some(tags) = field(&t.fields, "tags") else {
+        return Ok(Vec::new());
+    };
+    tags.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|tag| {
+            if valid_name(tag) {
+                Ok(tag.to_string())
+            } else {
+                Err(PluginError::fatal(format!(
+                    "provider field tags: {tag:?} is not a network tag (lowercase letters, \
+                     digits and -, starting with a letter, at most 63 characters)"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// A CloudError for something the provider itself decided is wrong with an instance.
@@ -321,17 +401,39 @@ impl GoogleProvider {
                      an image",
                 )
             })?;
-        let network = field(&t.fields, "network").unwrap_or_else(|| DEFAULT_NETWORK.into());
-        Ok(json!({
+        let tenant = if task.tenant_id.is_empty() {
+            "-"
+        } else {
+            &task.tenant_id
+        };
+        let mut body = json!({
             "name": name,
             "machineType": machine_type,
             "disks": [{"boot": true, "autoDelete": true, "initializeParams": {"sourceImage": image}}],
-            "networkInterfaces": [{"network": network,
-                "accessConfigs": [{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]}],
+            "networkInterfaces": [network_interface(t)?],
             "metadata": {"items": [{"key": "ssh-keys", "value": ssh_line}]},
-            "labels": {LABEL_NODE: label_value(&task.node_id), LABEL_CLUSTER: label_value(&task.cluster_id)},
-        }))
+            "labels": {LABEL_NODE: label_value(&task.node_id),
+                LABEL_CLUSTER: label_value(&task.cluster_id), LABEL_TENANT: label_value(tenant)},
+        });
+        let tags = network_tags(t)?;
+        if !tags.is_empty() {
+            body["tags"] = json!({ "items": tags });
+        }
+        Ok(body)
     }
+}
+
+/// An instance with weft's labels as a sweep shows it (`None` without a `weft-node` label).
+fn swept(inst: &Value) -> Option<SweptMachine> {
+    crate::sweep::marked(
+        NAME,
+        inst.get("name")
+            .and_then(Value::as_str)
+            .filter(|n| valid_name(n)),
+        inst.get("labels"),
+        [LABEL_NODE, LABEL_CLUSTER, LABEL_TENANT],
+        inst.get("status").and_then(Value::as_str),
+    )
 }
 
 /// The instance's addresses: `(access, bind)`, once it has an internal one.
@@ -377,6 +479,11 @@ impl Provider for GoogleProvider {
                 ("project", text_field("Project", "the project id (default: the key's project_id)", false)),
                 ("zone", text_field("Zone", "the zone instances are made in, e.g. us-central1-a", false)),
                 ("network", text_field("Network", "the VPC network (default: global/networks/default)", false)),
+                ("subnetwork", text_field("Subnetwork",
+                    "the subnetwork: a name in the zone's region or regions/<region>/subnetworks/<name> (required on custom-mode networks)", false)),
+                ("tags", text_field("Network tags", "network tags for firewall rules, comma separated", false)),
+                ("external_ip", text_field("External IP",
+                    "false: no external address; weft then reaches the instance at its internal address (default: true)", false)),
                 ("machine_type", text_field("Machine type",
                     "the machine type when the hardware type has no google flavor, e.g. e2-small", false)),
                 ("image", text_field("Image",
@@ -512,6 +619,28 @@ impl Provider for GoogleProvider {
         })
     }
 
+    async fn machines(
+        &self,
+        fields: &Map<String, Value>,
+    ) -> Result<Vec<SweptMachine>, PluginError> {
+        let t = Target::from_fields(fields.clone())?;
+        let zone = self.zone(&t);
+        let calls = Backoff::new(self.timing.first, self.timing.max, self.timing.calls);
+        let filter = format!("labels.{LABEL_NODE}:*");
+        let (mut found, mut token) = (Vec::new(), None::<String>);
+        loop {
+            let (page, next) = with_retries(calls.clone(), || {
+                zone.list_instances(&filter, token.as_deref())
+            })
+            .await?;
+            found.extend(page.iter().filter_map(swept));
+            match next {
+                Some(n) if Some(&n) != token.as_ref() => token = Some(n),
+                _ => return Ok(found),
+            }
+        }
+    }
+
     async fn delete(&self, task: &Task) -> PluginResult {
         let t = Target::read(task)?;
         let zone = self.zone(&t);
@@ -585,6 +714,24 @@ mod tests {
         for bad in ["", "1abc", "Abc", "abc-", &"a".repeat(64)] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn regions_yes_and_no_and_swept_instances() {
+        assert_eq!(region_of("us-central1-a"), "us-central1");
+        assert_eq!(region_of("europe-west4-b"), "europe-west4");
+        let f = |v: Value| json!({ "external_ip": v }).as_object().cloned().unwrap();
+        assert!(!says_no(&Map::new(), "external_ip").unwrap());
+        assert!(says_no(&f(json!(false)), "external_ip").unwrap());
+        assert!(says_no(&f(json!(" No ")), "external_ip").unwrap());
+        assert!(!says_no(&f(json!("true")), "external_ip").unwrap());
+        assert!(says_no(&f(json!("perhaps")), "external_ip").is_err());
+        assert!(says_no(&f(json!(3)), "external_ip").is_err());
+        let i = json!({"name": "weft-n1", "status": "RUNNING",
+            "labels": {"weft-node": "n1", "weft-cluster": "4"}});
+        let m = swept(&i).unwrap();
+        assert_eq!((m.node.as_str(), m.tenant.as_str()), ("n1", "-"));
+        assert!(swept(&json!({"name": "x", "labels": {}})).is_none());
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! A small Triton CloudAPI client: list machines by name, create, get and delete a machine, each
-//! request signed with the account's key ([`super::sign`]). Errors become [`CloudError`]s with
-//! CloudAPI's own `code` and `message`.
+//! A small Triton CloudAPI client: list machines (by name, by tag, all of them page by page),
+//! create, get and delete a machine, and add, read and delete an SSH key of the account (or of
+//! the sub-user weft signs as), each request signed with the account's key ([`super::sign`]).
+//! Errors become [`CloudError`]s with CloudAPI's own `code` and `message`.
 
 use std::time::SystemTime;
 
 use reqwest::Method;
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 use super::sign::AccountKey;
 use crate::cloud::{retry_after, CloudError};
@@ -22,9 +24,25 @@ pub struct Account<'a> {
     /// The endpoint, without a trailing `/`.
     pub endpoint: String,
     pub login: String,
+    /// The sub-user weft signs as (the field `user`), if not the account itself.
+    pub user: Option<String>,
     /// What names the key in `keyId` instead of its fingerprint (the field `key_id`).
     pub key_id: Option<String>,
 }
+
+/// An SSH key as CreateKey, GetKey and ListKeys answer it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct SshKey {
+    #[serde(default)]
+    pub name: String,
+    pub fingerprint: String,
+    /// The OpenSSH public key.
+    #[serde(default)]
+    pub key: String,
+}
+
+/// How many machines one ListMachines page holds (CloudAPI's default and most).
+pub const PAGE: usize = 1000;
 
 /// Reads a CloudAPI error body (`{"code", "message"}`).
 pub fn api_error(status: u16, body: &Value, retry: Option<std::time::Duration>) -> CloudError {
@@ -62,7 +80,13 @@ impl Account<'_> {
         let date = httpdate::fmt_http_date(SystemTime::now());
         let auth = self
             .key
-            .authorization(&self.login, self.key_id.as_deref(), &date);
+            .authorization(
+                &self.login,
+                self.user.as_deref(),
+                self.key_id.as_deref(),
+                &date,
+            )
+            .map_err(|e| CloudError::from_status(CLOUD, 401, "SigningFailed", e, None))?;
         let mut req = self
             .http
             .request(method.clone(), &url)
@@ -95,10 +119,34 @@ impl Account<'_> {
 
     /// The machines named `name` (not deleted ones).
     pub async fn machines_named(&self, name: &str) -> Result<Vec<Value>, CloudError> {
-        match self
-            .send(Method::GET, "/machines", &[("name", name)], None)
-            .await?
-        {
+        self.list_machines(&[("name", name)]).await
+    }
+
+    /// The machines whose tag `tag` is `value` (not deleted ones; at most one page).
+    pub async fn machines_tagged(&self, tag: &str, value: &str) -> Result<Vec<Value>, CloudError> {
+        let key = format!("tag.{tag}");
+        self.list_machines(&[(key.as_str(), value)]).await
+    }
+
+    /// Every machine of the account that is not deleted, page by page.
+    pub async fn all_machines(&self) -> Result<Vec<Value>, CloudError> {
+        let mut all = Vec::new();
+        loop {
+            let offset = all.len().to_string();
+            let limit = PAGE.to_string();
+            let page = self
+                .list_machines(&[("offset", offset.as_str()), ("limit", limit.as_str())])
+                .await?;
+            let full = page.len() >= PAGE;
+            all.extend(page);
+            if !full {
+                return Ok(all);
+            }
+        }
+    }
+
+    async fn list_machines(&self, query: &[(&str, &str)]) -> Result<Vec<Value>, CloudError> {
+        match self.send(Method::GET, "/machines", query, None).await? {
             (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
             (_, Value::Array(list)) => Ok(list),
             (s, _) => Err(CloudError::from_status(
@@ -163,6 +211,58 @@ impl Account<'_> {
         let (status, _) = self
             .send(Method::DELETE, &format!("/machines/{id}"), &[], None)
             .await?;
+        Ok(!matches!(status, 404 | 410))
+    }
+
+    /// The keys path of whoever weft signs as: `/keys`, or `/users/<user>/keys` for a sub-user.
+    fn keys_path(&self) -> String {
+        match &self.user {
+            Some(u) => format!("/users/{u}/keys"),
+            None => "/keys".into(),
+        }
+    }
+
+    /// Adds an OpenSSH public key under `name` (CreateKey or CreateUserKey). CloudAPI answers
+    /// 409 `InvalidArgument` ("key already exists or is invalid") for a key it already holds, so
+    /// `Err` with status 409 may mean either: [`Account::get_key`] tells them apart.
+    pub async fn create_key(&self, name: &str, public: &str) -> Result<SshKey, CloudError> {
+        let body = json!({"name": name, "key": public});
+        match self
+            .send(Method::POST, &self.keys_path(), &[], Some(&body))
+            .await?
+        {
+            (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
+            (s, body) => serde_json::from_value(body).map_err(|_| {
+                CloudError::from_status(CLOUD, s, "BadResponse", "CreateKey answered no key", None)
+            }),
+        }
+    }
+
+    /// The keys of whoever weft signs as (ListKeys or ListUserKeys).
+    pub async fn list_keys(&self) -> Result<Vec<SshKey>, CloudError> {
+        match self.send(Method::GET, &self.keys_path(), &[], None).await? {
+            (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
+            (s, body) => serde_json::from_value(body).map_err(|_| {
+                CloudError::from_status(CLOUD, s, "BadResponse", "ListKeys answered no list", None)
+            }),
+        }
+    }
+
+    /// The key named or fingerprinted `id`, or `None` when there is none (404).
+    pub async fn get_key(&self, id: &str) -> Result<Option<SshKey>, CloudError> {
+        let path = format!("{}/{id}", self.keys_path());
+        match self.send(Method::GET, &path, &[], None).await? {
+            (404 | 410, _) => Ok(None),
+            (s, body) => serde_json::from_value(body).map(Some).map_err(|_| {
+                CloudError::from_status(CLOUD, s, "BadResponse", "GetKey answered no key", None)
+            }),
+        }
+    }
+
+    /// Deletes the key named or fingerprinted `id`; answers false when there was none (404).
+    pub async fn delete_key(&self, id: &str) -> Result<bool, CloudError> {
+        let path = format!("{}/{id}", self.keys_path());
+        let (status, _) = self.send(Method::DELETE, &path, &[], None).await?;
         Ok(!matches!(status, 404 | 410))
     }
 }

@@ -1,17 +1,21 @@
 //! The `google` provider against a fake of Compute Engine v1 and Google's OAuth token endpoint,
 //! served by the test on 127.0.0.1 and written from the published API reference (instances.get,
-//! instances.insert, instances.delete, zoneOperations.get, the JWT bearer grant). The fake checks
+//! instances.list with a label filter and pages, instances.insert, instances.delete,
+//! zoneOperations.get, the JWT bearer grant). As the compute v1 reference says, an insert on a
+//! custom-mode network (`autoCreateSubnetworks: false`; the test names such networks) without a
+//! `subnetwork` is refused with 400 `invalid` ("Subnetwork should be specified for custom
+//! subnetmode network"), and a subnetwork must be in the zone's region. The fake checks
 //! authentication for real: the token endpoint verifies the assertion's RS256 signature with the
 //! test key's public half (a wrong key gets `invalid_grant`), and compute calls need a token it
 //! issued. Operations go PENDING, RUNNING, DONE and instances PROVISIONING, STAGING, RUNNING over
 //! several polls; a duplicate name is `409 alreadyExists`; a deleted instance is 404. Switches
 //! inject 5xx and 429 answers, quota errors and stale reads. Not tested against Google itself.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -76,6 +80,10 @@ struct Fake {
     revoke: bool,
     /// Wakes the test when an insert was accepted.
     inserted: Arc<tokio::sync::Notify>,
+    /// Networks in custom subnet mode (`autoCreateSubnetworks: false`), by name.
+    custom_networks: HashSet<String>,
+    /// The most instances one instances.list page holds (the API's own limit is 500).
+    page_size: usize,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -245,6 +253,23 @@ fn check_insert(body: &Value) -> Result<(), String> {
     body["networkInterfaces"][0]["network"]
         .as_str()
         .ok_or("no network")?;
+    for (k, v) in body["labels"].as_object().ok_or("no labels")? {
+        let v = v.as_str().ok_or("a label value is not a string")?;
+        let ok = v.len() <= 63
+            && v.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if !ok {
+            return Err(format!("label {k}: {v:?} is not a valid label value"));
+        }
+    }
+    if let Some(items) = body.get("tags").map(|t| &t["items"]) {
+        for tag in items.as_array().ok_or("tags.items is not a list")? {
+            let tag = tag.as_str().ok_or("a tag is not a string")?;
+            if !weft_provisioner::google::valid_name(tag) {
+                return Err(format!("tag {tag:?} is not RFC 1035"));
+            }
+        }
+    }
     let ssh = body["metadata"]["items"]
         .as_array()
         .and_then(|items| items.iter().find(|i| i["key"] == "ssh-keys"))
@@ -279,6 +304,9 @@ async fn insert_instance(
             &format!("Invalid value for field 'resource': {e}"),
         );
     }
+    if let Err(message) = check_subnetwork(&f, &body["networkInterfaces"][0]) {
+        return google_error(400, "invalid", &message);
+    }
     if f.quota {
         return google_error(
             403,
@@ -302,7 +330,10 @@ async fn insert_instance(
     inst["kind"] = json!("compute#instance");
     inst["status"] = json!("PROVISIONING");
     inst["networkInterfaces"][0]["networkIP"] = json!(format!("10.128.0.{n}"));
-    inst["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = json!(format!("203.0.113.{n}"));
+    let nic = &mut inst["networkInterfaces"][0];
+    if let Some(ac) = nic.get_mut("accessConfigs").and_then(|a| a.get_mut(0)) {
+        ac["natIP"] = json!(format!("203.0.113.{n}"));
+    }
     let failing = f.op_error.is_some();
     if !failing {
         f.instances.insert(name.clone(), (inst, 0));
@@ -310,6 +341,74 @@ async fn insert_instance(
     let op = new_operation(&mut f, "insert", &name, None);
     f.inserted.notify_one();
     Json(op).into_response()
+}
+
+/// What the API says of a network interface's subnetwork: required on a custom-mode network,
+/// and in the zone's region when given.
+fn check_subnetwork(f: &Fake, nic: &Value) -> Result<(), String> {
+    let network = nic["network"].as_str().unwrap_or("");
+    let network = network.rsplit('/').next().unwrap_or(network);
+    match nic.get("subnetwork").and_then(Value::as_str) {
+        None if f.custom_networks.contains(network) => Err(
+            "Invalid value for field 'resource.networkInterfaces[0]': ''. Subnetwork should be \
+             specified for custom subnetmode network"
+                .into(),
+        ),
+        None => Ok(()),
+        Some(sub) => {
+            let region = sub
+                .split("/regions/")
+                .nth(1)
+                .or_else(|| sub.strip_prefix("regions/"));
+            match region.and_then(|r| r.split('/').next()) {
+                Some("us-central1") => Ok(()),
+                _ => Err(format!(
+                    "Invalid value for field 'resource.networkInterfaces[0].subnetwork': '{sub}'. \
+                     The referenced subnetwork resource cannot be found."
+                )),
+            }
+        }
+    }
+}
+
+/// instances.list: the instances matching a `labels.<key>:*` filter, `maxResults` (at most the
+/// fake's page size) at a time, the next page's token in `nextPageToken`.
+async fn list_instances(
+    State(f): State<Shared>,
+    Path((_p, _z)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut f = f.lock().unwrap();
+    if let Some(r) = gate(&mut f, &headers) {
+        return r;
+    }
+    let has = q
+        .get("filter")
+        .and_then(|s| s.strip_prefix("labels.")?.strip_suffix(":*"));
+    if q.contains_key("filter") && has.is_none() {
+        return google_error(400, "invalid", "Invalid list filter expression.");
+    }
+    let sorted: BTreeMap<&String, &Value> = f
+        .instances
+        .iter()
+        .map(|(k, (v, _))| (k, v))
+        .filter(|(_, v)| has.is_none_or(|key| v["labels"].get(key).is_some()))
+        .collect();
+    let max: usize = q.get("maxResults").map_or(500, |m| m.parse().unwrap());
+    let size = max.min(f.page_size.max(1)).min(500);
+    let start: usize = q.get("pageToken").map_or(0, |t| t.parse().unwrap());
+    let items: Vec<Value> = sorted
+        .values()
+        .skip(start)
+        .take(size)
+        .map(|v| (*v).clone())
+        .collect();
+    let mut body = json!({"kind": "compute#instanceList", "items": items});
+    if start + size < sorted.len() {
+        body["nextPageToken"] = json!((start + size).to_string());
+    }
+    Json(body).into_response()
 }
 
 async fn delete_instance(
@@ -382,12 +481,16 @@ async fn fake(account_key: &RsaPrivateKey) -> (Shared, Map<String, Value>) {
     let state: Shared = Arc::new(Mutex::new(Fake {
         public: Some(RsaPublicKey::from(&keys().0)),
         token_uri: format!("{base}/token"),
+        page_size: 500,
         ..Default::default()
     }));
     let zone = "/compute/v1/projects/{project}/zones/{zone}";
     let app = Router::new()
         .route("/token", post(token))
-        .route(&format!("{zone}/instances"), post(insert_instance))
+        .route(
+            &format!("{zone}/instances"),
+            post(insert_instance).get(list_instances),
+        )
         .route(
             &format!("{zone}/instances/{{name}}"),
             get(get_instance).delete(delete_instance),
@@ -412,6 +515,21 @@ fn provider() -> GoogleProvider {
         calls: Duration::from_secs(10),
         wait: Duration::from_secs(30),
     })
+}
+
+/// CONFIRM of node `n1` after its CREATE answered `created`: the addresses it answers.
+async fn confirm_n1(
+    p: &GoogleProvider,
+    fields: &Map<String, Value>,
+    created: weft_provisioner::task::TaskOutput,
+) -> std::collections::BTreeMap<String, String> {
+    let mut c = config(fields);
+    c.extend(created.result);
+    p.confirm(&task(Action::Confirm, "n1", c, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .ipaddresses
+        .unwrap()
 }
 
 fn config(fields: &Map<String, Value>) -> Map<String, Value> {
@@ -450,13 +568,7 @@ async fn google_confirm_waits_for_running_and_answers_the_nat_ip() {
         json!(format!("zones/{ZONE}/machineTypes/e2-medium"))
     );
     assert_eq!(inst["labels"]["weft-node"], "n1");
-    let mut c = config(&fields);
-    c.extend(out.result);
-    let out = p
-        .confirm(&task(Action::Confirm, "n1", c, timeout))
-        .await
-        .unwrap();
-    let ips = out.ipaddresses.unwrap();
+    let ips = confirm_n1(&p, &fields, out).await;
     assert_eq!(ips["access_v4"], "203.0.113.1");
     assert_eq!(ips["bind_v4"], "10.128.0.1");
     assert!(
@@ -632,4 +744,154 @@ fn google_credentials_are_sensitive_fields() {
             "{name}"
         );
     }
+}
+
+#[tokio::test]
+async fn google_a_custom_mode_network_needs_the_subnetwork_weft_now_sends() {
+    let (f, mut fields) = fake(&keys().0).await;
+    f.lock().unwrap().custom_networks.insert("prod-vpc".into());
+    fields.insert("network".into(), json!("global/networks/prod-vpc"));
+    let p = provider();
+    let t = |fields: &Map<String, Value>| {
+        task(
+            Action::Create,
+            "n1",
+            config(fields),
+            Duration::from_secs(30),
+        )
+    };
+    let e = p.create(&t(&fields)).await.unwrap_err();
+    assert!(!e.retryable, "{e}");
+    assert!(
+        e.message.contains("invalid") && e.message.contains("Subnetwork should be specified"),
+        "{e}"
+    );
+    assert_eq!(f.lock().unwrap().inserts, 0);
+    // A subnetwork of another region is refused as well.
+    fields.insert(
+        "subnetwork".into(),
+        json!("regions/europe-west1/subnetworks/apps"),
+    );
+    assert!(p.create(&t(&fields)).await.is_err());
+    fields.insert("subnetwork".into(), json!("apps"));
+    p.create(&t(&fields)).await.unwrap();
+    let g = f.lock().unwrap();
+    let nic = &g.instances[&instance_name("n1")].0["networkInterfaces"][0];
+    assert_eq!(nic["subnetwork"], "regions/us-central1/subnetworks/apps");
+    assert_eq!(nic["network"], "global/networks/prod-vpc");
+}
+
+#[tokio::test]
+async fn google_network_tags_no_external_ip_and_the_tenant_label() {
+    let (f, mut fields) = fake(&keys().0).await;
+    fields.insert("tags".into(), json!("weft-ssh, weft-web"));
+    fields.insert("external_ip".into(), json!("false"));
+    let p = provider();
+    let timeout = Duration::from_secs(30);
+    let mut t = task(Action::Create, "n1", config(&fields), timeout);
+    t.tenant_id = "Acme.Tenant_1".into();
+    let out = p.create(&t).await.unwrap();
+    {
+        let g = f.lock().unwrap();
+        let inst = &g.instances[&instance_name("n1")].0;
+        assert_eq!(inst["tags"]["items"], json!(["weft-ssh", "weft-web"]));
+        assert!(
+            inst["networkInterfaces"][0].get("accessConfigs").is_none(),
+            "no external address: {inst}"
+        );
+        assert_eq!(inst["labels"]["weft-tenant"], "acme-tenant_1");
+    }
+    let ips = confirm_n1(&p, &fields, out).await;
+    assert_eq!(
+        (ips["access_v4"].as_str(), ips["bind_v4"].as_str()),
+        ("10.128.0.1", "10.128.0.1"),
+        "SSH goes to the internal address"
+    );
+    for (field, value) in [("tags", "Web_Servers"), ("external_ip", "maybe")] {
+        let mut bad = fields.clone();
+        bad.insert(field.into(), json!(value));
+        let e = p
+            .create(&task(Action::Create, "n2", config(&bad), timeout))
+            .await
+            .unwrap_err();
+        assert!(!e.retryable && e.message.contains(field), "{field}: {e}");
+    }
+    assert_eq!(
+        f.lock().unwrap().inserts,
+        1,
+        "bad fields never reach the API"
+    );
+}
+
+#[tokio::test]
+async fn google_sweep_lists_labelled_instances_page_by_page() {
+    let (f, fields) = fake(&keys().0).await;
+    {
+        let mut g = f.lock().unwrap();
+        g.page_size = 2;
+        for (name, labels) in [
+            ("other-a", json!({"team": "x"})),
+            ("other-b", json!({})),
+            (
+                "weft-rogue",
+                json!({"weft-node": "rogue", "weft-cluster": "9", "weft-tenant": "t1"}),
+            ),
+            (
+                "weft-live",
+                json!({"weft-node": "live", "weft-cluster": "9", "weft-tenant": "t1"}),
+            ),
+            (
+                "weft-theirs",
+                json!({"weft-node": "theirs", "weft-cluster": "8", "weft-tenant": "t2"}),
+            ),
+        ] {
+            let inst = json!({"name": name, "status": "RUNNING", "labels": labels});
+            g.instances.insert(name.to_string(), (inst, 0));
+        }
+    }
+    let p: Arc<dyn Provider> = Arc::new(provider());
+    let mut nodes: Vec<String> = p
+        .machines(&fields)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.node)
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["live", "rogue", "theirs"]);
+    let req: weft_provisioner::sweep::SweepRequest = serde_json::from_value(json!({
+        "providertype": "google", "fields": fields, "tenant": "t1", "live": ["live"],
+        "delete": true}))
+    .unwrap();
+    let report = weft_provisioner::sweep::sweep(p, &req).await.unwrap();
+    assert_eq!(report.machines.len(), 1, "{report:?}");
+    assert_eq!(report.deleted, ["weft-rogue"]);
+    let g = f.lock().unwrap();
+    let mut left: Vec<&String> = g.instances.keys().collect();
+    left.sort();
+    assert_eq!(left, ["other-a", "other-b", "weft-live", "weft-theirs"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn google_weft_provider_sweep_goes_through_the_server() {
+    let (f, fields) = fake(&keys().0).await;
+    let rogue = |tenant: &str| {
+        let mut g = f.lock().unwrap();
+        for (name, t) in [("weft-rogue", tenant), ("weft-foreign", "another-tenant")] {
+            let labels = json!({"weft-node": name, "weft-cluster": "5", "weft-tenant": t});
+            let inst = json!({"name": name, "status": "RUNNING", "labels": labels});
+            g.instances.insert(name.to_string(), (inst, 0));
+        }
+    };
+    let (found, swept) =
+        crate::sweep::through_the_server(Arc::new(provider()), "google", fields, rogue).await;
+    let found: Vec<&str> = found
+        .machines
+        .iter()
+        .map(|m| m.providerid.as_str())
+        .collect();
+    assert_eq!(found, ["weft-rogue"], "only this tenant's orphan");
+    assert_eq!(swept.deleted, ["weft-rogue"], "{swept:?}");
+    let g = f.lock().unwrap();
+    assert_eq!(g.instances.keys().collect::<Vec<_>>(), ["weft-foreign"]);
 }

@@ -253,3 +253,44 @@ async fn the_server_sweeps_an_aws_account_for_one_tenant_only() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 403);
 }
+
+/// Sweeps a provider of type `providertype` with `fields` through a real server and a
+/// provisioner agent holding `plugin`, as the admin of tenant `acme`: once to list, once with
+/// `?delete=true`. Before the sweeps `rogue` gets the tenant's id and makes machines behind
+/// weft's back. The tenant has no cluster, so every machine marked with its id is an orphan.
+pub async fn through_the_server(
+    plugin: std::sync::Arc<dyn Provider>,
+    providertype: &str,
+    fields: Map<String, serde_json::Value>,
+    rogue: impl FnOnce(&str),
+) -> (weft_model::SweepReport, weft_model::SweepReport) {
+    use reqwest::Method;
+    use serde_json::json;
+
+    let (s, tenant_id) = crate::common::Server::start("acme").await;
+    let plugins = weft_provisioner::Plugins::new().provider(plugin);
+    let _agent = weft_provisioner::Agent::start(s.config("sweeper"), plugins)
+        .await
+        .expect("agent starts");
+    let provider = json!({"name": "cloud", "providertype": providertype, "provisioner": fields});
+    let (code, body) = s
+        .ext(Method::POST, "acme", "/v2/providers", Some(provider))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    rogue(&tenant_id);
+    let mut reports = Vec::new();
+    for q in ["", "?delete=true"] {
+        let (code, body) = s
+            .ext(
+                Method::POST,
+                "acme",
+                &format!("/v2/providers/cloud/sweep{q}"),
+                None,
+            )
+            .await;
+        assert_eq!(code, 200, "sweep{q}: {body}");
+        reports.push(serde_json::from_value(body).expect("a sweep report"));
+    }
+    let deleted = reports.pop().unwrap();
+    (reports.pop().unwrap(), deleted)
+}
