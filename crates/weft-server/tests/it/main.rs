@@ -2,6 +2,7 @@
 //! each test over its own temporary SQLite store. One binary, one module per route group.
 
 mod apikeys;
+mod audit; // the audit trail (issue 38)
 mod bad_input;
 mod callbacks;
 mod cancel;

@@ -5,6 +5,7 @@
 //! run against SQLite and PostgreSQL (`<module>::sqlite::*`, `<module>::postgres::*`); `harness`
 //! gives each test a fresh store.
 
+mod audit; // the audit trail (issue 38)
 mod contract;
 mod engine;
 mod harness;
