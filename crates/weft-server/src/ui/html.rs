@@ -45,6 +45,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
     ("metrics.html", include_str!("templates/metrics.html")),
     ("apikeys.html", include_str!("templates/apikeys.html")),
+    ("audit.html", include_str!("templates/audit.html")),
     ("hostpools.html", include_str!("templates/hostpools.html")),
     (
         "template_editor.html",

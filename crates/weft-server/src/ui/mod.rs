@@ -15,6 +15,7 @@
 //! provisioners, queue metrics), `html` (templates, static files and small helpers).
 
 mod admin;
+mod audit;
 mod cluster;
 mod clusters;
 mod editors;
@@ -65,6 +66,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(clusters::routes())
         .merge(cluster::routes())
         .merge(admin::routes())
+        .merge(audit::routes())
         .merge(editors::routes())
         .merge(superadmin::routes())
         .layer(axum::middleware::from_fn(guard::cross_site))

@@ -163,3 +163,35 @@ async fn refusals_are_recorded_and_each_tenant_reads_only_its_own_records() {
     assert_eq!(mine[0]["tenantId"], acme_id.as_str());
     assert_eq!(mine[0]["ok"], true);
 }
+
+/// The Audit page shows the tenant's records with every value escaped: a user id chosen by an
+/// attacker is text, never markup.
+#[tokio::test]
+async fn the_audit_page_shows_records_as_text() {
+    let h = Harness::new().await;
+    h.tenant("acme").await;
+    let hostile = "<img src=x onerror=alert(1)>";
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/v2/clusters")
+        .header("Coopr-UserID", hostile)
+        .header("Coopr-TenantID", "acme")
+        .body(Body::from("{}"))
+        .unwrap();
+    h.send(Port::External, req).await;
+    let cookie = crate::ui::login(&h, "acme", "admin", "").await;
+    let page = crate::ui::page(&h, &cookie, "/ui/audit").await;
+    assert_eq!(page.status.as_u16(), 200, "{}", page.text());
+    let html = page.text();
+    assert!(
+        html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{html}"
+    );
+    assert!(!html.contains(hostile));
+    assert!(html.contains("verifies"), "the chain's state is shown");
+    let filtered = crate::ui::page(&h, &cookie, "/ui/audit?action=nothing-like-this").await;
+    assert!(filtered.text().contains("No records match."));
+    let bob = crate::ui::login(&h, "acme", "bob", "").await;
+    let refused = crate::ui::page(&h, &bob, "/ui/audit").await;
+    assert_eq!(refused.status.as_u16(), 403);
+}
