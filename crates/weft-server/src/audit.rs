@@ -17,6 +17,9 @@ use weft_store::{AuditEntry, SUPERADMIN};
 use crate::auth::{ClaimSlot, Claimed};
 use crate::state::AppState;
 
+/// The UI's log-in form: recorded as action `login` of entity `sessions`.
+const LOGIN_ROUTE: &str = "/ui/login";
+
 /// The answer header that holds the request's id.
 pub const REQUEST_ID_HEADER: &str = "weft-request-id";
 
@@ -82,9 +85,15 @@ impl Asked {
             _ => "read",
         };
         let action = match tail.as_deref() {
+            _ if route == LOGIN_ROUTE => "login".to_string(),
             None => verb.to_string(),
             Some(t) if method == Method::POST => t.to_string(),
             Some(t) => format!("{t}.{verb}"),
+        };
+        let entity = if route == LOGIN_ROUTE {
+            "sessions".to_string()
+        } else {
+            entity
         };
         Some(Asked {
             changes: !method.is_safe(),

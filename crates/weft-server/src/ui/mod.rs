@@ -38,7 +38,7 @@ use serde_json::{json, Value};
 use crate::state::AppState;
 
 pub use html::render_error;
-use session::{cookie_token, identity};
+use session::cookie_token;
 pub use session::{ApiResp, Ctx, Login, NeedLogin, Ui, COOKIE};
 
 /// The UI routes, to merge into the external router.
@@ -59,7 +59,15 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
         .route("/ui/", get(home))
         .route("/ui/static/{file}", get(html::static_file))
-        .route("/ui/login", get(login_page).post(login))
+        .route(
+            "/ui/login",
+            get(login_page)
+                .post(login)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    crate::audit::audit,
+                )),
+        )
         .route("/ui/logout", post(logout))
         .route("/ui/api/{*path}", any(proxy))
         .route("/ui/csp-report", post(guard::csp_report))
@@ -104,6 +112,7 @@ async fn login(
     State(state): State<AppState>,
     Extension(ui): Extension<Arc<Ui>>,
     headers: axum::http::HeaderMap,
+    slot: Option<Extension<crate::auth::ClaimSlot>>,
     Form(f): Form<LoginForm>,
 ) -> Response {
     let key = Some(f.apikey.trim().to_string()).filter(|k| !k.is_empty());
@@ -125,7 +134,7 @@ async fn login(
     if login.key.is_none() && (login.tenant.is_empty() || login.user.is_empty()) {
         return fail("tenant and user are required".into());
     }
-    let who = match identity(&state, &login).await {
+    let who = match session::identity_noted(&state, &login, slot.as_ref().map(|s| &s.0)).await {
         Ok(w) => w,
         Err(m) => return fail(m),
     };

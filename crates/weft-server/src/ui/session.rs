@@ -71,6 +71,15 @@ pub(super) fn cookie_token(parts: &Parts) -> Option<String> {
 
 /// Resolves an identity exactly as the API does, from the headers a session sends.
 pub(super) async fn identity(state: &AppState, login: &Login) -> Result<Identity, String> {
+    identity_noted(state, login, None).await
+}
+
+/// [`identity`], leaving what was found (or claimed) in `slot` for the audit trail.
+pub(super) async fn identity_noted(
+    state: &AppState,
+    login: &Login,
+    slot: Option<&crate::auth::ClaimSlot>,
+) -> Result<Identity, String> {
     let mut b = axum::http::Request::builder()
         .header(USER_HEADER, &login.user)
         .header(TENANT_HEADER, &login.tenant);
@@ -78,6 +87,9 @@ pub(super) async fn identity(state: &AppState, login: &Login) -> Result<Identity
         b = b.header(APIKEY_HEADER, k);
     }
     let (mut parts, ()) = b.body(()).map_err(|e| e.to_string())?.into_parts();
+    if let Some(slot) = slot {
+        parts.extensions.insert(slot.clone());
+    }
     Identity::from_request_parts(&mut parts, state)
         .await
         .map_err(|e| e.to_string())

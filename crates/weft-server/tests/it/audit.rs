@@ -194,4 +194,23 @@ async fn the_audit_page_shows_records_as_text() {
     let bob = crate::ui::login(&h, "acme", "bob", "").await;
     let refused = crate::ui::page(&h, &bob, "/ui/audit").await;
     assert_eq!(refused.status.as_u16(), 403);
+    // Log-ins through the UI are recorded.
+    let logins = h
+        .get(admin("acme"), "/v2/audit?action=login")
+        .await
+        .expect(200)
+        .json();
+    let who: Vec<(&str, &str, u64)> = logins
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["user"].as_str().unwrap(),
+                r["entity"].as_str().unwrap(),
+                r["status"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(who, [("bob", "sessions", 303), ("admin", "sessions", 303)]);
 }
