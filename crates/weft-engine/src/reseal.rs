@@ -14,8 +14,24 @@ use crate::error::EngineResult;
 use crate::seal::is_sealed;
 use crate::{view, Engine};
 
-/// Seals every secret the store still holds in clear; answers how many rows it rewrote.
+/// The counter that says the store was read through once and nothing is left in clear: every
+/// secret written since is sealed as it is written, so later starts skip the pass (which reads
+/// every node of every tenant).
+const DONE: &str = "sealed-at-rest";
+
+/// Seals every secret the store still holds in clear, once per store; answers how many rows it
+/// rewrote.
 pub async fn seal_what_is_clear(st: &Engine) -> EngineResult<usize> {
+    if st.store.counter(DONE).await? > 0 {
+        return Ok(0);
+    }
+    let rewritten = seal_every_row(st).await?;
+    st.store.next_id(DONE).await?;
+    Ok(rewritten)
+}
+
+/// The pass itself: every tenant's providers, clusters, nodes and pool hosts.
+pub async fn seal_every_row(st: &Engine) -> EngineResult<usize> {
     let sensitive = sensitive_by_type(st).await?;
     let mut rewritten = 0;
     for tenant in st.store.list_tenants().await? {

@@ -389,6 +389,8 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     /// then +1 per call. Atomic: concurrent callers, also in other processes, never get the same
     /// value, and a value is never handed out twice (committed before it is returned).
     async fn next_id(&self, counter: &str) -> Result<u64>;
+    /// A global counter's value without moving it: 0 if it was never counted.
+    async fn counter(&self, counter: &str) -> Result<u64>;
     async fn get_cluster(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterRow>>;
     /// The tenant's clusters (all, or only `owner`'s), newest (highest id) first.
     async fn list_clusters(&self, tenant_id: &str, owner: Option<&str>) -> Result<Vec<ClusterRow>>;

@@ -1115,6 +1115,10 @@ impl Store for SqlStore {
         self.next_id_impl(counter).await
     }
 
+    async fn counter(&self, counter: &str) -> Result<u64> {
+        self.counter_impl(counter).await
+    }
+
     async fn get_cluster(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterRow>> {
         self.get_cluster_impl(tenant_id, id).await
     }

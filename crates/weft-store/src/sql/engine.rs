@@ -745,6 +745,14 @@ impl SqlStore {
         to_u64(v, "counter value")
     }
 
+    pub(crate) async fn counter_impl(&self, counter: &str) -> Result<u64> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT value FROM counters WHERE name = $1")
+            .bind(counter)
+            .fetch_optional(&self.reader)
+            .await?;
+        to_u64(v.unwrap_or(0), "counter value")
+    }
+
     pub(crate) async fn get_cluster_impl(
         &self,
         tenant_id: &str,
