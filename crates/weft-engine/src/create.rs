@@ -430,6 +430,7 @@ async fn record_unsolvable(st: &Engine, new: NewCluster, reason: String) -> Engi
         create_time: row.create_time,
         rev: 0,
         steps_done: 0,
+        steps_total: 0,
         body: to_body(&JobBody {
             message: Some(reason.clone()),
             ..Default::default()

@@ -29,7 +29,7 @@ pub(crate) enum Stop {
     /// The job is paused (all written to the change set).
     Paused,
     /// The job, failed: the caller settles the cluster and starts what follows.
-    Failed(JobRow),
+    Failed(Box<JobRow>),
 }
 
 /// Adds to `cs` what a failed gate check does: the check's task (`done`, with its result in
@@ -99,7 +99,7 @@ pub(crate) async fn stop_rollout(
     stopped.status = status.as_str().into();
     stopped.body = to_body(&jb)?;
     if !pause {
-        return Ok(Stop::Failed(stopped));
+        return Ok(Stop::Failed(Box::new(stopped)));
     }
     cs.expect(Expect::job(job));
     cs.write(Write::Job(stopped));

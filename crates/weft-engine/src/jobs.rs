@@ -370,6 +370,7 @@ pub fn solved_job(tenant_id: &str, cluster_id: u64, id: String, now: i64) -> Eng
         create_time: now,
         rev: 0,
         steps_done: 0,
+        steps_total: 0,
         body: to_body(&JobBody::default())?,
     })
 }
@@ -578,6 +579,7 @@ fn job_row(at: &RowsOf, plan: &Plan, end_deps: u32) -> EngineResult<JobRow> {
         create_time: at.now,
         rev: 0,
         steps_done: 0,
+        steps_total: plan.tasks.len() as u64,
         body: to_body(&JobBody {
             stages,
             total: plan.tasks.len() as u64,

@@ -41,15 +41,14 @@ pub async fn visible(st: &Engine, who: &Caller, id: &str) -> EngineResult<Cluste
 }
 
 /// The progress of a job: its action (lower case), status and completed tasks (gates not counted,
-/// as the store keeps them in the job's row).
+/// as the store keeps them in the job's row, which also holds the total: the body is not read).
 pub fn progress(job: &JobRow) -> EngineResult<Progress> {
-    let body: JobBody = from_body(&job.body)?;
     let done = job.steps_done;
     Ok(Progress {
         action: job.action.to_ascii_lowercase(),
         actionstatus: job_status(job)?,
-        stepstotal: body.total,
-        stepscompleted: done.min(body.total),
+        stepstotal: job.steps_total,
+        stepscompleted: done.min(job.steps_total),
     })
 }
 
@@ -196,14 +195,14 @@ fn actions(t: &TaskRow, max_attempts: u32) -> EngineResult<Vec<NodeAction>> {
     Ok(out)
 }
 
-/// The cluster's latest job, and the cluster row no older than it. A job that ends and the
-/// cluster status it sets are committed together, but `row` was read before the job: if the job
-/// has ended while the row still shows the cluster pending, the row is read again.
+/// The cluster's latest job (its head: no body), and the cluster row no older than it. A job that
+/// ends and the cluster status it sets are committed together, but `row` was read before the job:
+/// if the job has ended while the row still shows the cluster pending, the row is read again.
 async fn latest_job(st: &Engine, row: &ClusterRow) -> EngineResult<(ClusterRow, Option<JobRow>)> {
     let Some(id) = &row.latest_job else {
         return Ok((row.clone(), None));
     };
-    let job = st.store.get_job(&row.tenant_id, id).await?;
+    let job = st.store.get_job_head(&row.tenant_id, id).await?;
     let ended = job.as_ref().is_some_and(|j| {
         j.status != JobStatus::Running.as_str() && j.status != JobStatus::Paused.as_str()
     });

@@ -75,6 +75,12 @@ pub struct JobRow {
     /// commit that changes a task's state. Ignored when writing.
     #[serde(default)]
     pub steps_done: u64,
+    /// How many tasks other than gates the job has (its body's `total`), in a column of its own
+    /// so that progress is read without the body ([`Store::get_job_head`]).
+    ///
+    /// [`Store::get_job_head`]: crate::Store::get_job_head
+    #[serde(default)]
+    pub steps_total: u64,
     pub body: Value,
 }
 

@@ -399,6 +399,9 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>>;
     /// Every node of the tenant, by cluster id then `nodenum`.
     async fn list_tenant_nodes(&self, tenant_id: &str) -> Result<Vec<NodeRow>>;
+    /// A job without its body (`Value::Null`): its status and counts, for progress. Never
+    /// write such a row back.
+    async fn get_job_head(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>>;
     async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>>;
     /// A cluster's jobs, newest first: by `create_time` descending, ties by id descending (ids
     /// compared by length first, so `c-1000` is newer than `c-999`).

@@ -448,17 +448,20 @@ CREATE TABLE secret_keys (
     // Reads that cost what they return (issue 37): a cluster's node count and a job's completed
     // steps (tasks other than gates) kept in its row by triggers, so in the commit that changes
     // them whichever path commits it. A cluster or job row written after its nodes or tasks
-    // counts them once when it is inserted.
+    // counts them once when it is inserted. A job's step total in a column of its own, so that
+    // progress is read without the job's body (which lists every task id).
     Migration {
         version: 11,
-        description: "clusters.node_count, jobs.steps_done kept by triggers",
+        description: "clusters.node_count, jobs.steps_done kept by triggers, jobs.steps_total",
         sqlite: r#"
 ALTER TABLE clusters ADD COLUMN node_count BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN steps_done BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN steps_total BIGINT NOT NULL DEFAULT 0;
 UPDATE clusters SET node_count = (SELECT COUNT(*) FROM nodes n
     WHERE n.tenant_id = clusters.tenant_id AND n.cluster_id = clusters.id);
 UPDATE jobs SET steps_done = (SELECT COUNT(*) FROM tasks t WHERE t.tenant_id = jobs.tenant_id
-    AND t.job_id = jobs.id AND t.state = 'complete' AND t.action <> 'GATE');
+    AND t.job_id = jobs.id AND t.state = 'complete' AND t.action <> 'GATE'),
+    steps_total = COALESCE(json_extract(body, '$.total'), 0);
 CREATE TRIGGER nodes_count_insert AFTER INSERT ON nodes BEGIN
     UPDATE clusters SET node_count = node_count + 1
         WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id;
@@ -505,10 +508,12 @@ END;
         postgres: r#"
 ALTER TABLE clusters ADD COLUMN node_count BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN steps_done BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN steps_total BIGINT NOT NULL DEFAULT 0;
 UPDATE clusters SET node_count = (SELECT COUNT(*) FROM nodes n
     WHERE n.tenant_id = clusters.tenant_id AND n.cluster_id = clusters.id);
 UPDATE jobs SET steps_done = (SELECT COUNT(*) FROM tasks t WHERE t.tenant_id = jobs.tenant_id
-    AND t.job_id = jobs.id AND t.state = 'complete' AND t.action <> 'GATE');
+    AND t.job_id = jobs.id AND t.state = 'complete' AND t.action <> 'GATE'),
+    steps_total = COALESCE((body::jsonb ->> 'total')::bigint, 0);
 CREATE FUNCTION weft_nodes_count() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     IF TG_OP <> 'INSERT' THEN

@@ -1139,6 +1139,10 @@ impl Store for SqlStore {
         self.list_tenant_nodes_impl(tenant_id).await
     }
 
+    async fn get_job_head(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>> {
+        self.get_job_head_impl(tenant_id, job_id).await
+    }
+
     async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>> {
         self.get_job_impl(tenant_id, job_id).await
     }

@@ -47,7 +47,11 @@ const CLUSTER_COLUMNS: &str = "tenant_id, id, owner, name, status, create_time, 
      latest_job, rev, node_count, body";
 const NODE_COLUMNS: &str = "tenant_id, cluster_id, id, nodenum, rev, body";
 const JOB_COLUMNS: &str =
-    "tenant_id, cluster_id, id, action, status, create_time, rev, steps_done, body";
+    "tenant_id, cluster_id, id, action, status, create_time, rev, steps_done, steps_total, body";
+/// A job's columns without its body (which lists every task id of its plan).
+const JOB_HEAD_COLUMNS: &str =
+    "tenant_id, cluster_id, id, action, status, create_time, rev, steps_done, steps_total, \
+     'null' AS body";
 const TASK_COLUMNS: &str = "tenant_id, cluster_id, job_id, id, node_id, action, service, state, \
      attempts, deps_remaining, successors, lease_owner, lease_deadline, queued_at, started_at, rev, body";
 
@@ -184,6 +188,7 @@ fn job_from_row(row: &impl Cols) -> Result<JobRow> {
         create_time: row.get("create_time")?,
         rev: row.get("rev")?,
         steps_done: to_u64(row.get("steps_done")?, "job steps done")?,
+        steps_total: to_u64(row.get("steps_total")?, "job steps total")?,
         body: parse_json(&row.get::<String>("body")?, "job body")?,
     })
 }
@@ -496,11 +501,12 @@ pub(super) fn statements(w: &Write) -> Vec<(&'static str, Vec<Param>)> {
             ),
         ],
         Write::Job(j) => vec![(
-            "INSERT INTO jobs (tenant_id, id, cluster_id, action, status, create_time, rev, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7) ON CONFLICT (tenant_id, id) DO UPDATE SET \
+            "INSERT INTO jobs (tenant_id, id, cluster_id, action, status, create_time, rev, \
+             steps_total, body) VALUES ($1, $2, $3, $4, $5, $6, 1, $8, $7) \
+             ON CONFLICT (tenant_id, id) DO UPDATE SET \
              cluster_id = excluded.cluster_id, action = excluded.action, \
              status = excluded.status, create_time = excluded.create_time, \
-             rev = jobs.rev + 1, body = excluded.body",
+             rev = jobs.rev + 1, steps_total = excluded.steps_total, body = excluded.body",
             vec![
                 j.tenant_id.as_str().into(),
                 j.id.as_str().into(),
@@ -509,6 +515,7 @@ pub(super) fn statements(w: &Write) -> Vec<(&'static str, Vec<Param>)> {
                 j.status.as_str().into(),
                 j.create_time.into(),
                 Param::Text(j.body.to_string()),
+                to_i64(j.steps_total).into(),
             ],
         )],
         Write::Task(t) => vec![(
@@ -845,6 +852,20 @@ impl SqlStore {
         job_id: &str,
     ) -> Result<Option<JobRow>> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND id = $2");
+        let row = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(job_id)
+            .fetch_optional_on(self)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    pub(crate) async fn get_job_head_impl(
+        &self,
+        tenant_id: &str,
+        job_id: &str,
+    ) -> Result<Option<JobRow>> {
+        let sql = format!("SELECT {JOB_HEAD_COLUMNS} FROM jobs WHERE tenant_id = $1 AND id = $2");
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(job_id)

@@ -53,6 +53,7 @@ fn job(tenant: &str, cluster_id: u64, id: &str, create_time: i64) -> JobRow {
         create_time,
         rev: 0,
         steps_done: 0,
+        steps_total: 0,
         body: json!({"stages": []}),
     }
 }
