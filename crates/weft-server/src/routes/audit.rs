@@ -29,7 +29,7 @@ pub fn routes(api: Api) -> Api {
         .query_as("from", "from this time (ms since the epoch, inclusive)", Param::Time)
         .query_as("to", "before this time (ms since the epoch)", Param::Time)
         .query_as("offset", "records to skip", Param::Int(0))
-        .query_as("limit", "records to answer, 1 to 1000 (default 100)", Param::Int(1))
+        .query_as("limit", "records to answer (default 100; at most 1000 are answered)", Param::Int(1))
         .ok(200, "records", Body::Array("AuditRecord"))
         .status(403, "not an admin"),
     )

@@ -32,7 +32,7 @@ enum Cmd {
         /// A tenant's records (superadmin; default: every tenant).
         #[arg(long = "of-tenant")]
         of_tenant: Option<String>,
-        /// At most this many records (1 to 1000).
+        /// At most this many records (the server answers at most 1000).
         #[arg(long, default_value_t = 100)]
         limit: u64,
     },
