@@ -851,13 +851,7 @@ impl SqlStore {
         tenant_id: &str,
         job_id: &str,
     ) -> Result<Option<JobRow>> {
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND id = $2");
-        let row = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(job_id)
-            .fetch_optional_on(self)
-            .await?;
-        row.as_ref().map(job_from_row).transpose()
+        self.job_by_id(JOB_COLUMNS, tenant_id, job_id).await
     }
 
     pub(crate) async fn get_job_head_impl(
@@ -865,7 +859,17 @@ impl SqlStore {
         tenant_id: &str,
         job_id: &str,
     ) -> Result<Option<JobRow>> {
-        let sql = format!("SELECT {JOB_HEAD_COLUMNS} FROM jobs WHERE tenant_id = $1 AND id = $2");
+        self.job_by_id(JOB_HEAD_COLUMNS, tenant_id, job_id).await
+    }
+
+    /// A job's `columns` (all of them, or all but the body).
+    async fn job_by_id(
+        &self,
+        columns: &str,
+        tenant_id: &str,
+        job_id: &str,
+    ) -> Result<Option<JobRow>> {
+        let sql = format!("SELECT {columns} FROM jobs WHERE tenant_id = $1 AND id = $2");
         let row = sqlx::query(&sql)
             .bind(tenant_id)
             .bind(job_id)
