@@ -81,6 +81,9 @@ impl Body {
     }
 }
 
+/// The largest value of a [`Param::Int`]: 2^53 - 1, which every client's JSON numbers hold.
+pub const MAX_INT: u64 = 9_007_199_254_740_991;
+
 /// What a path or query parameter holds, so that a client generated from the document checks
 /// what the server checks.
 #[derive(Debug, Clone, Copy)]
@@ -120,7 +123,7 @@ impl Param {
             Param::Int(min) => b
                 .schema_type(Type::Integer)
                 .minimum(Some(min as f64))
-                .maximum(Some(9_007_199_254_740_991.0))
+                .maximum(Some(MAX_INT as f64))
                 .build(),
             Param::OneOf(words) => b
                 .schema_type(Type::String)

@@ -8,9 +8,9 @@ use serde::Deserialize;
 use weft_engine::audit::AuditFilter;
 use weft_model::audit::{AuditRecord, ChainReport};
 
-use crate::api::{op, Api, Body, Param};
+use crate::api::{op, Api, Body, Param, MAX_INT};
 use crate::auth::Identity;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 pub fn routes(api: Api) -> Api {
@@ -68,14 +68,32 @@ async fn list(
         user: p.user,
         entity: p.entity,
         action: p.action,
-        from: p.from,
-        to: p.to,
-        offset: p.offset,
-        limit: p.limit,
+        from: time(p.from, "from")?,
+        to: time(p.to, "to")?,
+        offset: count(p.offset, "offset")?,
+        limit: count(p.limit, "limit")?,
     };
     Ok(Json(
         weft_engine::audit::list(&st.engine, &who.caller(), f).await?,
     ))
+}
+
+/// A count parameter: at most [`MAX_INT`], as the document says.
+fn count(n: Option<u64>, name: &str) -> ApiResult<Option<u64>> {
+    match n {
+        Some(v) if v > MAX_INT => Err(ApiError::BadRequest(format!("{name}: at most {MAX_INT}"))),
+        _ => Ok(n),
+    }
+}
+
+/// A time parameter: milliseconds since the epoch, not negative.
+fn time(t: Option<i64>, name: &str) -> ApiResult<Option<i64>> {
+    match t {
+        Some(v) if v < 0 => Err(ApiError::BadRequest(format!(
+            "{name}: milliseconds since the epoch, 0 or more"
+        ))),
+        _ => Ok(t),
+    }
 }
 
 async fn verify(State(st): State<AppState>, who: Identity) -> ApiResult<Json<Vec<ChainReport>>> {
