@@ -175,8 +175,10 @@ pub async fn rollouts_keep_serving(s: &Server, tenant: &str, id: &str, lb: &str)
         .as_str()
         .unwrap()
         .to_string();
-    // The upgrade fails its gate and starts the revert, which then runs to the end. (A job that
-    // ends without an outcome is answered at once, with the cluster's message, for the assert.)
+    // The upgrade fails its gate and starts the revert, which then runs to the end. The failed
+    // upgrade settles the cluster in its own commit and the revert starts just after: until then
+    // the cluster reads `inconsistent` without an outcome, so only a cluster that has moved on to
+    // another job without one is answered at once (with the cluster's message, for the assert).
     let report = until(
         Duration::from_secs(300),
         "the upgrade's outcome",
@@ -195,7 +197,8 @@ pub async fn rollouts_keep_serving(s: &Server, tenant: &str, id: &str, lb: &str)
             }
             let c = cluster(s, tenant, id).await;
             let status = c["status"].as_str().unwrap_or_default();
-            (status != "pending").then(|| json!({"cluster": c, "plan": p}))
+            let moved_on = c["latestJobId"] != upgrade.as_str();
+            (status != "pending" && moved_on).then(|| json!({"cluster": c, "plan": p}))
         },
     )
     .await;
