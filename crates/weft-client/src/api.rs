@@ -231,17 +231,7 @@ impl ApiClient {
         content_type: &str,
     ) -> ClientResult<(bytes::Bytes, reqwest::header::HeaderMap)> {
         let url = format!("{}{path}", self.base);
-        let mut req = self.http.request(method, &url);
-        // An empty tenant or user is left out: with an API key, the key says who calls.
-        if !self.who.tenant.is_empty() {
-            req = req.header("Coopr-TenantID", &self.who.tenant);
-        }
-        if !self.who.user.is_empty() {
-            req = req.header("Coopr-UserID", &self.who.user);
-        }
-        if let Some(k) = &self.who.api_key {
-            req = req.header("Coopr-ApiKey", k);
-        }
+        let mut req = self.request(method, &url);
         if let Some(b) = body {
             req = req
                 .header(reqwest::header::CONTENT_TYPE, content_type)
@@ -268,6 +258,22 @@ impl ApiClient {
             });
         }
         Ok((bytes, headers))
+    }
+
+    /// A request to `url` with the caller's identity headers.
+    fn request(&self, method: Method, url: &str) -> reqwest::RequestBuilder {
+        let mut req = self.http.request(method, url);
+        // An empty tenant or user is left out: with an API key, the key says who calls.
+        if !self.who.tenant.is_empty() {
+            req = req.header("Coopr-TenantID", &self.who.tenant);
+        }
+        if !self.who.user.is_empty() {
+            req = req.header("Coopr-UserID", &self.who.user);
+        }
+        if let Some(k) = &self.who.api_key {
+            req = req.header("Coopr-ApiKey", k);
+        }
+        req
     }
 
     fn decode<T: DeserializeOwned>(&self, path: &str, bytes: &[u8]) -> ClientResult<T> {
@@ -763,6 +769,55 @@ impl ApiClient {
             format!("/v2/audit?{}", query.join("&"))
         };
         self.get(&path).await
+    }
+
+    /// `GET /v2/events` as NDJSON with these query parameters, resumed after `last_id` (sent as
+    /// `Last-Event-ID`): `each` gets every line (an event, or a `lost` notice) as it arrives,
+    /// until the server ends the stream or `each` answers `false`. No time limit: a follow may
+    /// wait for events as long as it likes.
+    pub async fn events(
+        &self,
+        params: &[(&str, String)],
+        last_id: Option<u64>,
+        mut each: impl FnMut(Value) -> bool,
+    ) -> ClientResult<()> {
+        let mut query: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", seg(v)))
+            .collect();
+        query.push("format=ndjson".into());
+        let url = format!("{}/v2/events?{}", self.base, query.join("&"));
+        let mut req = self
+            .request(Method::GET, &url)
+            .timeout(Duration::from_secs(365 * 24 * 3600));
+        if let Some(id) = last_id {
+            req = req.header("Last-Event-ID", id.to_string());
+        }
+        let transport = |source| ClientError::Transport {
+            url: url.clone(),
+            source,
+        };
+        let mut resp = req.send().await.map_err(transport)?;
+        if !resp.status().is_success() {
+            let status = resp.status().as_u16();
+            let body = resp.text().await.unwrap_or_default();
+            let url = url.clone();
+            return Err(ClientError::Status { url, status, body });
+        }
+        let mut pending: Vec<u8> = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                if !each(v) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `GET /v2/audit/verify`: one report per tenant the caller may read.

@@ -37,6 +37,38 @@ pub struct EngineSettings {
     pub max_cluster_size: u64,
     /// How long the audit trail keeps a record (0: for ever).
     pub audit_retention_ms: i64,
+    /// How long the event stream's backlog keeps an event (0: for ever).
+    pub event_retention_ms: i64,
+    /// Webhooks (see [`crate::webhooks`]).
+    pub webhooks: WebhookSettings,
+}
+
+/// How webhooks are delivered.
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Whether webhook URLs may point at loopback and link-local addresses (tests, a receiver
+    /// on the server's own machine); off: such URLs are refused (SSRF).
+    pub allow_loopback: bool,
+    /// The first retry's back-off ceiling; each retry doubles it, up to `retry_max_ms`, and
+    /// waits a random time up to it (full jitter).
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    /// How long a delivery is retried from its first attempt before it is marked failed.
+    pub retry_window_ms: i64,
+    /// How long one attempt may take.
+    pub timeout_ms: u64,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            allow_loopback: false,
+            retry_base_ms: 1000,
+            retry_max_ms: 3_600_000,
+            retry_window_ms: 25 * 3_600_000,
+            timeout_ms: 10_000,
+        }
+    }
 }
 
 /// What the engine asks of the world outside the store, which weft-server provides over HTTP: the
@@ -51,6 +83,19 @@ pub trait Messenger: Send + Sync {
     /// The machines with weft's marks for `tenant` that a provisioner having `providertype`
     /// lists with the provider's fields `fields` (secrets included), except those of the nodes in
     /// `known` (a drift check's orphans). An error says why they could not be listed.
+    /// POSTs a webhook delivery (`body` with `headers`) to `url` within `limit`, without
+    /// following redirects, to an address [`crate::webhooks::address_allowed`] allows (checked
+    /// on every address the host resolves to); answers the HTTP status, or why none came.
+    async fn post_webhook(
+        &self,
+        _url: &str,
+        _headers: &[(String, String)],
+        _body: Vec<u8>,
+        _limit: Duration,
+        _allow_loopback: bool,
+    ) -> Result<u16, String> {
+        Err("no messenger".into())
+    }
     async fn machines(
         &self,
         _tenant: &str,
@@ -97,6 +142,10 @@ pub struct Engine {
     pub reads: Arc<tokio::sync::Semaphore>,
     /// Calls out of the process.
     pub messenger: Arc<dyn Messenger>,
+    /// Changes whenever a tenant's event backlog has new events (see [`crate::feed`]).
+    pub feed_mark: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Wakes this server's webhook deliveries (a redelivery asked here).
+    pub webhooks_wake: Arc<tokio::sync::Notify>,
     /// Seals secrets before they are stored and opens them for provisioners (see [`seal`]).
     pub sealer: Arc<seal::Sealer>,
 }
@@ -128,6 +177,8 @@ impl Engine {
             sealer: Arc::new(seal::Sealer::new(store.clone(), seal::KeySource::Ephemeral)),
             store,
             messenger,
+            feed_mark: Arc::new(tokio::sync::watch::channel(0).0),
+            webhooks_wake: Arc::default(),
         }
     }
 

@@ -55,6 +55,12 @@ pub enum EngineError {
     /// A job that is not there.
     #[error("job {0} not found.")]
     JobNotFound(String),
+    /// A webhook that is not there (or not the caller's tenant's).
+    #[error("webhook {0} not found.")]
+    WebhookNotFound(String),
+    /// A delivery a webhook never had.
+    #[error("webhook {webhook} has no delivery of event {event}.")]
+    DeliveryNotFound { webhook: String, event: u64 },
     /// A new cluster would take the tenant past its `maxClusters`.
     #[error("tenant {tenant} would exceed its quota maxClusters ({limit}): it has {has} clusters")]
     ClusterQuota {

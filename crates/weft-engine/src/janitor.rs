@@ -81,7 +81,8 @@ async fn run_pass(
         && give_hosts_back(st, now, &mut lease).await
         && drop_silent_provisioners(st, now, &mut lease, &mut report).await?
         && check_drift(st, now, &mut lease, &mut report).await?
-        && purge_audit(st, now).await;
+        && purge_audit(st, now).await
+        && purge_events(st, now).await;
     if finished && !report.dropped_provisioners.is_empty() {
         workers::rebalance(st).await?;
     }
@@ -99,6 +100,24 @@ async fn purge_audit(st: &Engine, now: i64) -> bool {
         Ok(0) => {}
         Ok(n) => tracing::info!(records = n, "audit records past their retention removed"),
         Err(e) => tracing::warn!(error = %e, "audit retention failed; the next round tries again"),
+    }
+    true
+}
+
+/// Retention of the event stream's backlog and of the webhooks' delivery log (a failure is logged; the next round tries again).
+async fn purge_events(st: &Engine, now: i64) -> bool {
+    let keep = st.settings.event_retention_ms;
+    if keep <= 0 {
+        return true;
+    }
+    match crate::feed::purge(st, now, keep).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(events = n, "events past their retention removed"),
+        Err(e) => tracing::warn!(error = %e, "event retention failed; the next round tries again"),
+    }
+    // The delivery log of webhooks goes with the events it delivered.
+    if let Err(e) = st.store.purge_deliveries(now.saturating_sub(keep)).await {
+        tracing::warn!(error = %e, "webhook delivery log retention failed; the next round tries again");
     }
     true
 }

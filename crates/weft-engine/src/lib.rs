@@ -48,6 +48,7 @@ pub mod delete;
 pub mod drift;
 pub mod error;
 pub mod events;
+pub mod feed;
 pub mod gaps;
 mod gate;
 pub mod health;
@@ -65,11 +66,13 @@ pub mod retry;
 pub mod rollback;
 pub mod seal;
 pub mod view;
+pub mod webhooks;
 pub mod work;
 pub mod workers;
 
 pub use context::{
-    notify, now_ms, Caller, Engine, EngineSettings, Messenger, Quiet, Role, HEAVY_READS,
+    notify, now_ms, Caller, Engine, EngineSettings, Messenger, Quiet, Role, WebhookSettings,
+    HEAVY_READS,
 };
 pub use error::{EngineError, EngineResult};
 pub use events::{JobEvent, JobEventKind};

@@ -112,6 +112,8 @@ async fn fixture(max_clusters: u64) -> Fixture {
         auto_replace_per_hour: 2,
         max_cluster_size: weft_model::MAX_CLUSTER_SIZE,
         audit_retention_ms: 0,
+        event_retention_ms: 0,
+        webhooks: Default::default(),
     };
     Fixture {
         engine: Engine::new(store, settings, Arc::new(Quiet)),

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod drift;
 pub mod entity;
 pub mod error;
+pub mod event;
 pub mod failure;
 pub mod health;
 pub mod hostpool;
@@ -19,6 +20,7 @@ pub mod rollout;
 pub mod sweep; // provider sweep
 pub mod tenant;
 pub mod validate;
+pub mod webhook;
 
 pub use cluster::*;
 pub use drift::{
@@ -27,6 +29,7 @@ pub use drift::{
 };
 pub use entity::*;
 pub use error::ModelError;
+pub use event::{Event, EventKind};
 pub use failure::{FailureReason, TaskFailure};
 pub use health::{
     ClusterHealth, HealthReport, HealthRun, HealthState, NodeHealth, ServiceHealth,
@@ -40,6 +43,9 @@ pub use rollout::{
 pub use sweep::{SweepError, SweepReport, SweptMachine}; // provider sweep
 pub use tenant::*;
 pub use validate::{validate_name, Validate};
+pub use webhook::{
+    Delivery, DeliveryStatus, Webhook, WebhookCreated, WebhookFormat, WebhookRequest,
+};
 
 /// Coopr's "unbounded" integer: Java's `Integer.MAX_VALUE`.
 pub const UNBOUNDED: u64 = 2_147_483_647;

@@ -30,9 +30,22 @@ pub enum Body {
     Text,
     /// Raw bytes.
     Bytes,
+    /// A stream of events: Server-Sent Events, or one JSON object per line (NDJSON).
+    Events,
 }
 
 impl Body {
+    /// The media types the body may come as, each with its schema.
+    fn contents(self) -> Vec<(&'static str, RefOr<Schema>)> {
+        match self {
+            Body::Events => {
+                let (sse, text) = self.content();
+                vec![(sse, text.clone()), ("application/x-ndjson", text)]
+            }
+            other => vec![other.content()],
+        }
+    }
+
     fn content(self) -> (&'static str, RefOr<Schema>) {
         let reference = |n: &str| RefOr::Ref(Ref::from_schema_name(n));
         match self {
@@ -62,6 +75,12 @@ impl Body {
             ),
             Body::Text => (
                 "text/plain",
+                RefOr::T(Schema::Object(
+                    ObjectBuilder::new().schema_type(Type::String).build(),
+                )),
+            ),
+            Body::Events => (
+                "text/event-stream",
                 RefOr::T(Schema::Object(
                     ObjectBuilder::new().schema_type(Type::String).build(),
                 )),
@@ -353,8 +372,9 @@ impl Api {
         for (code, desc, body) in doc.responses {
             let mut r = ResponseBuilder::new().description(desc);
             if let Some(body) = body {
-                let (mime, schema) = body.content();
-                r = r.content(mime, ContentBuilder::new().schema(Some(schema)).build());
+                for (mime, schema) in body.contents() {
+                    r = r.content(mime, ContentBuilder::new().schema(Some(schema)).build());
+                }
             }
             b = b.response(code.to_string(), r.build());
         }

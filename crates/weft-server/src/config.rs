@@ -71,6 +71,18 @@ pub struct RawConfig {
     /// Days the audit trail keeps a record; older ones are removed by the janitor (the only way
     /// records leave). Default 400; 0 keeps them for ever.
     pub audit_retention_days: Option<u64>,
+    /// Hours the event stream's backlog keeps an event (`GET /v2/events` resumes from it);
+    /// older ones are removed by the janitor. Default 72; 0 keeps them for ever.
+    pub event_retention_hours: Option<u64>,
+    /// Whether tenants' webhook URLs may point at loopback and link-local addresses (a receiver
+    /// on this machine; tests). Default false: such URLs are refused (SSRF).
+    pub webhooks_allow_loopback: Option<bool>,
+    /// Hours a webhook delivery is retried from its first attempt before it is marked failed.
+    /// Default 25.
+    pub webhook_retry_hours: Option<u64>,
+    /// The first retry's back-off ceiling in milliseconds (doubled per retry, up to an hour,
+    /// with full jitter). Default 1000.
+    pub webhook_retry_base_ms: Option<u64>,
     /// PEM certificate chain both listeners serve over TLS (with `tls_key`); read again when the
     /// file changes. Unset: plain HTTP, allowed only on a loopback `bind` or with `insecure_http`.
     pub tls_cert: Option<PathBuf>,
@@ -110,6 +122,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("check_interval", "WEFT_CHECK_INTERVAL"),
     ("auto_replace_per_hour", "WEFT_AUTO_REPLACE_PER_HOUR"),
     ("audit_retention_days", "WEFT_AUDIT_RETENTION_DAYS"),
+    ("event_retention_hours", "WEFT_EVENT_RETENTION_HOURS"),
+    ("webhooks_allow_loopback", "WEFT_WEBHOOKS_ALLOW_LOOPBACK"),
+    ("webhook_retry_hours", "WEFT_WEBHOOK_RETRY_HOURS"),
+    ("webhook_retry_base_ms", "WEFT_WEBHOOK_RETRY_BASE_MS"),
     ("tls_cert", "WEFT_TLS_CERT"),
     ("tls_key", "WEFT_TLS_KEY"),
     ("client_ca", "WEFT_CLIENT_CA"),
@@ -156,6 +172,9 @@ pub struct Settings {
     pub auto_replace_per_hour: u32,
     /// How long the audit trail keeps a record (0: for ever).
     pub audit_retention_ms: i64,
+    /// How long the event backlog keeps an event (0: for ever).
+    pub event_retention_ms: i64,
+    pub webhooks: weft_engine::WebhookSettings,
 }
 
 /// The listeners' certificate files.
@@ -199,11 +218,35 @@ impl Settings {
             auto_replace_per_hour: self.auto_replace_per_hour,
             max_cluster_size: self.max_cluster_size,
             audit_retention_ms: self.audit_retention_ms,
+            event_retention_ms: self.event_retention_ms,
+            webhooks: self.webhooks.clone(),
         }
     }
 }
 
 impl RawConfig {
+    /// The webhook settings, checked.
+    fn webhook_settings(&self) -> Result<weft_engine::WebhookSettings, ConfigError> {
+        let d = weft_engine::WebhookSettings::default();
+        let hours = self.webhook_retry_hours.unwrap_or(25);
+        if !(1..=24 * 31).contains(&hours) {
+            return Err(key_error("webhook_retry_hours", "must be 1 to 744 hours"));
+        }
+        let base = self.webhook_retry_base_ms.unwrap_or(d.retry_base_ms);
+        if !(1..=d.retry_max_ms).contains(&base) {
+            return Err(key_error(
+                "webhook_retry_base_ms",
+                "must be 1 to 3600000 milliseconds",
+            ));
+        }
+        Ok(weft_engine::WebhookSettings {
+            allow_loopback: self.webhooks_allow_loopback.unwrap_or(false),
+            retry_base_ms: base,
+            retry_window_ms: hours as i64 * 3_600_000,
+            ..d
+        })
+    }
+
     /// Reads a TOML file. Unknown keys and wrong types are errors naming the key.
     pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
@@ -247,6 +290,12 @@ impl RawConfig {
             check_interval: over.check_interval.or(self.check_interval),
             auto_replace_per_hour: over.auto_replace_per_hour.or(self.auto_replace_per_hour),
             audit_retention_days: over.audit_retention_days.or(self.audit_retention_days),
+            event_retention_hours: over.event_retention_hours.or(self.event_retention_hours),
+            webhooks_allow_loopback: over
+                .webhooks_allow_loopback
+                .or(self.webhooks_allow_loopback),
+            webhook_retry_hours: over.webhook_retry_hours.or(self.webhook_retry_hours),
+            webhook_retry_base_ms: over.webhook_retry_base_ms.or(self.webhook_retry_base_ms),
             tls_cert: over.tls_cert.or(self.tls_cert),
             tls_key: over.tls_key.or(self.tls_key),
             client_ca: over.client_ca.or(self.client_ca),
@@ -257,6 +306,7 @@ impl RawConfig {
 
     /// Validates and fills in defaults.
     pub fn resolve(self) -> Result<Settings, ConfigError> {
+        let webhooks = self.webhook_settings()?;
         let data_dir = absolute_data_dir(self.data_dir.clone())?;
         let (bind, port, internal_port) = self.addresses()?;
         let tls = self.tls(bind)?;
@@ -300,6 +350,13 @@ impl RawConfig {
             ));
         }
         let auto_replace_per_hour = self.auto_replace_per_hour.unwrap_or(2);
+        let event_retention_hours = self.event_retention_hours.unwrap_or(72);
+        if event_retention_hours > 100 * 366 * 24 {
+            return Err(key_error(
+                "event_retention_hours",
+                "must be 0 (keep for ever) to 878400 hours",
+            ));
+        }
         let audit_retention_days = self.audit_retention_days.unwrap_or(400);
         if audit_retention_days > 100 * 366 {
             return Err(key_error(
@@ -314,6 +371,8 @@ impl RawConfig {
             check_interval_ms: check_interval * 1000,
             auto_replace_per_hour,
             audit_retention_ms: audit_retention_days as i64 * 24 * 3600 * 1000,
+            event_retention_ms: event_retention_hours as i64 * 3600 * 1000,
+            webhooks,
             provisioner_token_file,
             janitor_interval_ms: janitor_interval * 1000,
             provisioner_timeout_ms: provisioner_timeout as i64 * 1000,

@@ -106,7 +106,9 @@ impl From<EngineError> for ApiError {
             | E::ServiceNotOnCluster { .. }
             | E::ServiceGone(_)
             | E::PlansNotFound(_)
-            | E::JobNotFound(_)) => ApiError::NotFound(e.to_string()),
+            | E::JobNotFound(_)
+            | E::WebhookNotFound(_)
+            | E::DeliveryNotFound { .. }) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }
             | E::JobUnderway { .. }

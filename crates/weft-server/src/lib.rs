@@ -320,6 +320,14 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::audit::AuditEntry,
         weft_model::audit::AuditRecord,
         weft_model::audit::ChainReport,
+        weft_model::Event,
+        weft_model::EventKind,
+        weft_model::Webhook,
+        weft_model::WebhookRequest,
+        weft_model::WebhookCreated,
+        weft_model::WebhookFormat,
+        weft_model::Delivery,
+        weft_model::DeliveryStatus,
         weft_model::PoolHost,        // host pools
         weft_model::PoolHostRequest, // host pools
         weft_model::HostState,       // host pools
@@ -603,6 +611,10 @@ pub struct Background {
     pub callbacks: tokio::task::JoinHandle<()>,
     /// Gives pool hosts back when their clusters' jobs succeed (see [`weft_engine::hostpool`]).
     pub hostpool: tokio::task::JoinHandle<()>,
+    /// Numbers committed events and wakes event followers (see [`weft_engine::feed`]).
+    pub feed: tokio::task::JoinHandle<()>,
+    /// Delivers tenants' webhooks (see [`weft_engine::webhooks`]).
+    pub webhooks: tokio::task::JoinHandle<()>,
 }
 
 impl Background {
@@ -610,6 +622,8 @@ impl Background {
         self.janitor.abort();
         self.callbacks.abort();
         self.hostpool.abort();
+        self.feed.abort();
+        self.webhooks.abort();
     }
 }
 
@@ -620,6 +634,8 @@ pub fn spawn_background(state: &AppState) -> Background {
     Background {
         callbacks: weft_engine::callbacks::spawn(state.engine.clone()),
         hostpool: weft_engine::hostpool::spawn(state.engine.clone()),
+        feed: weft_engine::feed::spawn(state.engine.clone()),
+        webhooks: weft_engine::webhooks::spawn(state.engine.clone()),
         janitor: weft_engine::janitor::spawn(state.engine.clone()),
     }
 }

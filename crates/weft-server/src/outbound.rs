@@ -41,6 +41,17 @@ impl weft_engine::Messenger for Courier {
         post_json(url, body, limit).await
     }
 
+    async fn post_webhook(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+        limit: Duration,
+        allow_loopback: bool,
+    ) -> Result<u16, String> {
+        post_webhook(url, headers, body, limit, allow_loopback).await
+    }
+
     async fn machines(
         &self,
         tenant: &str,
@@ -71,6 +82,52 @@ impl weft_engine::Messenger for Courier {
 }
 
 /// POSTs a job notice to a callback URL.
+/// A webhook delivery: the host is resolved here and every address it has must be allowed
+/// (`weft_engine::webhooks::address_allowed`); the connection goes to those addresses only (no
+/// second look-up that could answer otherwise) and redirects are not followed. Errors never
+/// carry the URL, which may hold a token.
+async fn post_webhook(
+    url: &str,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+    limit: Duration,
+    allow_loopback: bool,
+) -> Result<u16, String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("the URL does not parse: {e}"))?;
+    let port = u.port_or_known_default().ok_or("the URL has no port")?;
+    let (name, lookup) = match u.host() {
+        Some(url::Host::Domain(d)) => (Some(d.to_string()), d.to_string()),
+        Some(url::Host::Ipv4(ip)) => (None, ip.to_string()),
+        Some(url::Host::Ipv6(ip)) => (None, ip.to_string()),
+        None => return Err("the URL has no host".into()),
+    };
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((lookup.as_str(), port))
+        .await
+        .map_err(|e| format!("the host does not resolve: {e}"))?
+        .collect();
+    let refused = addrs
+        .iter()
+        .any(|a| !weft_engine::webhooks::address_allowed(a.ip(), allow_loopback));
+    if addrs.is_empty() || refused {
+        return Err(
+            "the host resolves to an address webhooks may not reach (loopback, link-local)".into(),
+        );
+    }
+    let mut client = reqwest::Client::builder()
+        .timeout(limit)
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(name) = &name {
+        client = client.resolve_to_addrs(name, &addrs);
+    }
+    let client = client.build().map_err(|e| e.to_string())?;
+    let mut req = client.post(u).body(body);
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let r = req.send().await.map_err(|e| e.without_url().to_string())?;
+    Ok(r.status().as_u16())
+}
+
 async fn post_json(url: &str, body: &Value, limit: Duration) -> Result<(), String> {
     let client = reqwest::Client::builder()
         .timeout(limit)

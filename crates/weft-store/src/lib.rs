@@ -22,16 +22,19 @@ use weft_model::{EntityKind, ResourceMeta, TenantSpecification};
 
 pub mod audit;
 pub mod engine;
+pub mod events;
 pub mod hostpool; // host pools (issue 7): see hostpool.rs
 mod leader;
 mod migrate;
 mod sql;
+pub mod webhooks;
 
 pub use audit::{AuditAnchor, AuditEntry, AuditQuery, AuditRecord, ChainReport, StoredAudit};
 pub use engine::{
     ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
     TaskState, Write, GATE,
 };
+pub use events::{Event, EventBounds, EventKind, EventQuery};
 pub use hostpool::{
     HostDelete, HostLease, HostPoolStore, HostRequest, PoolHostRow, Reservation, ShortGroup,
     Shortfall,
@@ -39,6 +42,7 @@ pub use hostpool::{
 pub use leader::{Leadership, Lease};
 pub use migrate::{Migration, MIGRATIONS, SCHEMA_VERSION};
 pub use sql::SqlStore;
+pub use webhooks::{DeliveryRow, DeliveryStatus, WebhookRow};
 
 /// The one error type of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -353,6 +357,70 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     ) -> Result<Vec<StoredAudit>>;
     /// Retention: removes the records older than `before` (ms) and moves the anchors past them.
     async fn purge_audit(&self, before: i64) -> Result<u64>;
+
+    // ---- the event backlog (see [`events`]) ----------------------------------------------------
+
+    /// The events `q` asks for, oldest first.
+    async fn read_events(&self, q: &EventQuery) -> Result<Vec<Event>>;
+    /// The oldest and newest event numbers a tenant's backlog holds.
+    async fn event_bounds(&self, tenant_id: &str) -> Result<EventBounds>;
+    /// Numbers the events committed since the last pass (PostgreSQL; SQLite numbers them as
+    /// they are written) and returns a mark that changes whenever any tenant has new events.
+    async fn sequence_events(&self) -> Result<u64>;
+    /// Retention: removes events older than `before` (ms), each tenant's newest kept.
+    async fn purge_events(&self, before: i64) -> Result<u64>;
+
+    // ---- webhooks (see [`webhooks`]) -----------------------------------------------------------
+
+    /// Writes a webhook: a new one with its cursor, or new settings of an existing one (its
+    /// cursor kept).
+    async fn put_webhook(&self, w: &WebhookRow) -> Result<()>;
+    /// One tenant's webhooks, or every tenant's.
+    async fn list_webhooks(&self, tenant_id: Option<&str>) -> Result<Vec<WebhookRow>>;
+    async fn get_webhook(&self, tenant_id: &str, id: &str) -> Result<Option<WebhookRow>>;
+    /// Removes a webhook and its delivery log; `true` if it existed.
+    async fn delete_webhook(&self, tenant_id: &str, id: &str) -> Result<bool>;
+    /// Takes or keeps a webhook's lease for `owner` until `until`; `false` if another holds it.
+    async fn lease_webhook(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        owner: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<bool>;
+    /// Moves a webhook's cursor from `from` to `to` and writes `pending` deliveries, in one
+    /// commit; `false` (nothing written) if the cursor is no longer `from`.
+    async fn advance_webhook(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        from: u64,
+        to: u64,
+        pending: &[DeliveryRow],
+    ) -> Result<bool>;
+    /// Rewrites a delivery after an attempt or a redeliver.
+    async fn put_delivery(&self, d: &DeliveryRow) -> Result<()>;
+    /// A webhook's oldest pending delivery, due or not.
+    async fn next_delivery(&self, tenant_id: &str, webhook_id: &str)
+        -> Result<Option<DeliveryRow>>;
+    /// A webhook's deliveries, newest event first, before an event id if given.
+    async fn list_deliveries(
+        &self,
+        tenant_id: &str,
+        webhook_id: &str,
+        before: Option<u64>,
+        limit: u64,
+    ) -> Result<Vec<DeliveryRow>>;
+    async fn get_delivery(
+        &self,
+        tenant_id: &str,
+        webhook_id: &str,
+        event_id: u64,
+    ) -> Result<Option<DeliveryRow>>;
+    /// Retention of the delivery log: removes delivered and failed rows last touched before
+    /// `before` (ms).
+    async fn purge_deliveries(&self, before: i64) -> Result<u64>;
 
     // ---- sealed secrets' data keys ----
     /// Every data key, oldest first.

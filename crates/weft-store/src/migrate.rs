@@ -623,6 +623,234 @@ CREATE TABLE audit_heads (
 );
 "#,
     },
+    // The public event stream (issue 38): triggers write an event for every change of a cluster's
+    // or job's status, a task's state (gates aside), a node added or removed and an audit record,
+    // in the commit that makes the change, whichever of the store's commit paths commits it.
+    // SQLite numbers each event per tenant as it is written (one writer at a time). PostgreSQL
+    // leaves `seq` empty and a sequencer numbers events in the order their commits became
+    // visible (`sequence_events`), so a reader resuming after event n never misses one that
+    // committed late with a smaller serial; `event_heads` keeps each tenant's last number.
+    Migration {
+        version: 13,
+        description: "events, event_heads and the triggers that write events",
+        sqlite: r#"
+CREATE TABLE events (
+    pid INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id TEXT NOT NULL,
+    seq BIGINT,
+    time BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    cluster_id BIGINT,
+    owner TEXT,
+    subject TEXT,
+    status TEXT,
+    previous TEXT,
+    action TEXT,
+    detail TEXT
+);
+CREATE UNIQUE INDEX events_seq ON events (tenant_id, seq);
+CREATE INDEX events_cluster ON events (tenant_id, cluster_id, seq);
+CREATE INDEX events_time ON events (time);
+CREATE TABLE event_heads (
+    tenant_id TEXT NOT NULL PRIMARY KEY,
+    seq BIGINT NOT NULL
+);
+CREATE TRIGGER events_cluster_insert AFTER INSERT ON clusters BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'cluster', NEW.id, NEW.owner, NEW.name, NEW.status, NULL, NULL, NULL);
+END;
+CREATE TRIGGER events_cluster_status AFTER UPDATE OF status ON clusters
+    WHEN OLD.status <> NEW.status BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'cluster', NEW.id, NEW.owner, NEW.name, NEW.status, OLD.status, NULL, NULL);
+END;
+CREATE TRIGGER events_job_insert AFTER INSERT ON jobs BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'job', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, NEW.status, NULL, NEW.action, NULL);
+END;
+CREATE TRIGGER events_job_status AFTER UPDATE OF status ON jobs
+    WHEN OLD.status <> NEW.status BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'job', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, NEW.status, OLD.status, NEW.action, NULL);
+END;
+CREATE TRIGGER events_task_state AFTER UPDATE OF state ON tasks
+    WHEN OLD.state <> NEW.state AND NEW.action <> 'GATE' BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'task', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, NEW.state, OLD.state, NEW.action, json_object('jobId', NEW.job_id, 'nodeId', NEW.node_id, 'service', NEW.service));
+END;
+CREATE TRIGGER events_node_insert AFTER INSERT ON nodes BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'node', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, 'added', NULL, NULL, NULL);
+END;
+CREATE TRIGGER events_node_delete AFTER DELETE ON nodes BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (OLD.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = OLD.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'node', OLD.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = OLD.tenant_id AND id = OLD.cluster_id), OLD.id, 'removed', NULL, NULL, NULL);
+END;
+CREATE TRIGGER events_audit AFTER INSERT ON audit BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'audit', NULL, NEW.user_id, CAST(NEW.seq AS TEXT), NULL, NULL, NEW.action, NEW.body);
+END;
+"#,
+        postgres: r#"
+CREATE TABLE events (
+    pid BIGSERIAL PRIMARY KEY,
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    seq BIGINT,
+    time BIGINT NOT NULL,
+    kind TEXT COLLATE "C" NOT NULL,
+    cluster_id BIGINT,
+    owner TEXT COLLATE "C",
+    subject TEXT,
+    status TEXT,
+    previous TEXT,
+    action TEXT,
+    detail TEXT
+);
+CREATE UNIQUE INDEX events_seq ON events (tenant_id, seq);
+CREATE INDEX events_cluster ON events (tenant_id, cluster_id, seq);
+CREATE INDEX events_time ON events (time);
+CREATE INDEX events_pending ON events (pid) WHERE seq IS NULL;
+CREATE TABLE event_heads (
+    tenant_id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    seq BIGINT NOT NULL
+);
+CREATE FUNCTION weft_event() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    r record;
+    k text;
+    cid bigint;
+    own text;
+    subj text;
+    st text;
+    prev text;
+    act text;
+    det text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+    IF TG_TABLE_NAME = 'clusters' THEN
+        k := 'cluster'; cid := r.id; own := r.owner; subj := r.name; st := r.status;
+        IF TG_OP = 'UPDATE' THEN prev := OLD.status; END IF;
+    ELSIF TG_TABLE_NAME = 'audit' THEN
+        k := 'audit'; own := r.user_id; subj := r.seq::text; act := r.action; det := r.body;
+    ELSE
+        cid := r.cluster_id;
+        SELECT owner INTO own FROM clusters WHERE tenant_id = r.tenant_id AND id = r.cluster_id;
+        IF TG_TABLE_NAME = 'jobs' THEN
+            k := 'job'; subj := r.id; st := r.status; act := r.action;
+            IF TG_OP = 'UPDATE' THEN prev := OLD.status; END IF;
+        ELSIF TG_TABLE_NAME = 'tasks' THEN
+            k := 'task'; subj := r.id; st := r.state; prev := OLD.state; act := r.action;
+            det := json_build_object('jobId', r.job_id, 'nodeId', r.node_id,
+                'service', r.service)::text;
+        ELSE
+            k := 'node'; subj := r.id;
+            st := CASE WHEN TG_OP = 'DELETE' THEN 'removed' ELSE 'added' END;
+        END IF;
+    END IF;
+    INSERT INTO events (tenant_id, time, kind, cluster_id, owner, subject, status, previous,
+        action, detail)
+    VALUES (r.tenant_id, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, k, cid, own,
+        subj, st, prev, act, det);
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER events_cluster_insert AFTER INSERT ON clusters
+    FOR EACH ROW EXECUTE FUNCTION weft_event();
+CREATE TRIGGER events_cluster_status AFTER UPDATE OF status ON clusters
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION weft_event();
+CREATE TRIGGER events_job_insert AFTER INSERT ON jobs
+    FOR EACH ROW EXECUTE FUNCTION weft_event();
+CREATE TRIGGER events_job_status AFTER UPDATE OF status ON jobs
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION weft_event();
+CREATE TRIGGER events_task_state AFTER UPDATE OF state ON tasks
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state AND NEW.action <> 'GATE')
+    EXECUTE FUNCTION weft_event();
+CREATE TRIGGER events_node_insert AFTER INSERT OR DELETE ON nodes
+    FOR EACH ROW EXECUTE FUNCTION weft_event();
+CREATE TRIGGER events_audit AFTER INSERT ON audit
+    FOR EACH ROW EXECUTE FUNCTION weft_event();
+"#,
+    },
+    // Tenants' webhooks (issue 38): settings and a cursor in the tenant's events per webhook,
+    // a lease so that one server at a time delivers it, and the delivery log.
+    Migration {
+        version: 14,
+        description: "webhooks, webhook_deliveries",
+        sqlite: r#"
+CREATE TABLE webhooks (
+    tenant_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    cursor BIGINT NOT NULL,
+    create_time BIGINT NOT NULL,
+    lease_owner TEXT,
+    lease_until BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE TABLE webhook_deliveries (
+    tenant_id TEXT NOT NULL,
+    webhook_id TEXT NOT NULL,
+    event_id BIGINT NOT NULL,
+    cluster_id BIGINT,
+    status TEXT NOT NULL,
+    attempts BIGINT NOT NULL,
+    first_time BIGINT NOT NULL,
+    last_time BIGINT NOT NULL,
+    next_time BIGINT NOT NULL,
+    code BIGINT,
+    error TEXT,
+    latency_ms BIGINT,
+    PRIMARY KEY (tenant_id, webhook_id, event_id)
+);
+CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (tenant_id, webhook_id, status, event_id);
+CREATE INDEX webhook_deliveries_time ON webhook_deliveries (last_time);
+"#,
+        postgres: r#"
+CREATE TABLE webhooks (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    id TEXT COLLATE "C" NOT NULL,
+    body TEXT NOT NULL,
+    cursor BIGINT NOT NULL,
+    create_time BIGINT NOT NULL,
+    lease_owner TEXT,
+    lease_until BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE TABLE webhook_deliveries (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    webhook_id TEXT COLLATE "C" NOT NULL,
+    event_id BIGINT NOT NULL,
+    cluster_id BIGINT,
+    status TEXT COLLATE "C" NOT NULL,
+    attempts BIGINT NOT NULL,
+    first_time BIGINT NOT NULL,
+    last_time BIGINT NOT NULL,
+    next_time BIGINT NOT NULL,
+    code BIGINT,
+    error TEXT,
+    latency_ms BIGINT,
+    PRIMARY KEY (tenant_id, webhook_id, event_id)
+);
+CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (tenant_id, webhook_id, status, event_id);
+CREATE INDEX webhook_deliveries_time ON webhook_deliveries (last_time);
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

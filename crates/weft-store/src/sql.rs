@@ -35,7 +35,9 @@ use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, 
 use crate::engine::{
     ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskHead, TaskRow,
 };
+use crate::events::{Event, EventBounds, EventQuery};
 use crate::migrate;
+use crate::webhooks::{DeliveryRow, WebhookRow};
 use crate::{
     ApiKeyRecord, AuditAnchor, AuditEntry, AuditQuery, AuditRecord, Backend, Leadership,
     ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow, Result, SecretKeyRow, Store,
@@ -44,10 +46,12 @@ use crate::{
 
 mod audit;
 mod engine;
+mod events;
 mod hostpool; // HostPoolStore for SqlStore (host pools)
 mod pg_reader;
 use pg_reader::ReadOn;
 mod pg_writer;
+mod webhooks;
 mod writer;
 
 /// How many times a write that lost a version race is retried before giving up.
@@ -586,6 +590,11 @@ impl Store for SqlStore {
             "nodes",
             "clusters",
             "pool_hosts", // host pools
+            "webhook_deliveries",
+            "webhooks",
+            // Last: deleting the rows above wrote events.
+            "events",
+            "event_heads",
         ] {
             sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1"))
                 .bind(id)
@@ -1006,6 +1015,103 @@ impl Store for SqlStore {
 
     async fn purge_audit(&self, before: i64) -> Result<u64> {
         self.purge_audit_impl(before).await
+    }
+
+    // ---- the event backlog -------------------------------------------------------------------
+
+    async fn read_events(&self, q: &EventQuery) -> Result<Vec<Event>> {
+        self.read_events_impl(q).await
+    }
+
+    async fn event_bounds(&self, tenant_id: &str) -> Result<EventBounds> {
+        self.event_bounds_impl(tenant_id).await
+    }
+
+    async fn sequence_events(&self) -> Result<u64> {
+        self.sequence_events_impl().await
+    }
+
+    async fn purge_events(&self, before: i64) -> Result<u64> {
+        self.purge_events_impl(before).await
+    }
+
+    // ---- webhooks ----------------------------------------------------------------------------
+
+    async fn put_webhook(&self, w: &WebhookRow) -> Result<()> {
+        self.put_webhook_impl(w).await
+    }
+
+    async fn list_webhooks(&self, tenant_id: Option<&str>) -> Result<Vec<WebhookRow>> {
+        self.list_webhooks_impl(tenant_id).await
+    }
+
+    async fn get_webhook(&self, tenant_id: &str, id: &str) -> Result<Option<WebhookRow>> {
+        self.get_webhook_impl(tenant_id, id).await
+    }
+
+    async fn delete_webhook(&self, tenant_id: &str, id: &str) -> Result<bool> {
+        self.delete_webhook_impl(tenant_id, id).await
+    }
+
+    async fn lease_webhook(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        owner: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<bool> {
+        self.lease_webhook_impl(tenant_id, id, owner, now, until)
+            .await
+    }
+
+    async fn advance_webhook(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        from: u64,
+        to: u64,
+        pending: &[DeliveryRow],
+    ) -> Result<bool> {
+        self.advance_webhook_impl(tenant_id, id, from, to, pending)
+            .await
+    }
+
+    async fn put_delivery(&self, d: &DeliveryRow) -> Result<()> {
+        self.put_delivery_impl(d).await
+    }
+
+    async fn next_delivery(
+        &self,
+        tenant_id: &str,
+        webhook_id: &str,
+    ) -> Result<Option<DeliveryRow>> {
+        self.next_delivery_impl(tenant_id, webhook_id).await
+    }
+
+    async fn list_deliveries(
+        &self,
+        tenant_id: &str,
+        webhook_id: &str,
+        before: Option<u64>,
+        limit: u64,
+    ) -> Result<Vec<DeliveryRow>> {
+        self.list_deliveries_impl(tenant_id, webhook_id, before, limit)
+            .await
+    }
+
+    async fn get_delivery(
+        &self,
+        tenant_id: &str,
+        webhook_id: &str,
+        event_id: u64,
+    ) -> Result<Option<DeliveryRow>> {
+        self.get_delivery_impl(tenant_id, webhook_id, event_id)
+            .await
+    }
+
+    async fn purge_deliveries(&self, before: i64) -> Result<u64> {
+        self.purge_deliveries_impl(before).await
     }
 
     // ---- API keys ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ pub mod cluster_ops;
 pub mod clusters;
 pub mod drift; // drift checks, node replacement (weft addition)
 pub mod entities;
+pub mod events;
 pub mod health; // health runs (weft addition)
 pub mod hostpools; // host pools (weft addition)
 pub mod metrics;
@@ -20,6 +21,7 @@ pub mod solve; // layout preview (weft addition)
 pub mod sweep; // provider sweep
 pub mod tasks;
 pub mod tenants;
+pub mod webhooks; // tenants' webhooks (issue 38)
 
 use crate::api::Api;
 
@@ -42,6 +44,8 @@ pub fn external(resource_limit: usize) -> Api {
     let api = provisioners::external_routes(api);
     let api = metrics::routes(api);
     let api = audit::routes(api);
+    let api = events::routes(api);
+    let api = webhooks::routes(api);
     apikeys::routes(api)
 }
 

@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use weft_engine::feed::{self, FeedFilter};
 
 use super::html::{enc, object_from_rows, value_rows};
 use super::session::{ApiResp, Ctx};
@@ -723,52 +724,83 @@ fn live_parts(ctx: &Ctx, c: &Value) -> Value {
     json!({"grid_rev": rev(&grid), "links_rev": rev(&links), "grid_html": grid, "links_html": links})
 }
 
-/// Server-sent events: a `state` event with the cluster's [`snapshot`] whenever it changes, checked
-/// on each job notice of the cluster and every second; `?offset=` picks the page of nodes, as on
-/// the page.
+/// Server-sent events: a `state` event with the cluster's [`snapshot`] whenever it changes,
+/// rebuilt on each of the cluster's events in the tenant's event stream (`/v2/events`, see
+/// `weft_engine::feed`) and every [`RECHECK`] for what is no event (health results, links that
+/// became reachable); `?offset=` picks the page of nodes, as on the page.
 async fn events(ctx: Ctx, Path(id): Path<String>, Query(q): Query<DetailQuery>) -> Response {
-    let Some(n) = weft_engine::parse_cluster_id(&id) else {
+    let offset = q.offset.unwrap_or(0);
+    let filter = FeedFilter {
+        cluster: Some(id.clone()),
+        kinds: Vec::new(),
+    };
+    let engine = ctx.state.engine.clone();
+    let Ok(start) = feed::follow(&engine, &ctx.who.caller(), &filter, None).await else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let offset = q.offset.unwrap_or(0);
     if snapshot(&ctx, &id, offset).await.is_none() {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let rx = ctx.state.engine.events.subscribe();
-    let tenant = ctx.who.tenant.id.clone();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(RECHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let start = (ctx, id, rx, tick, String::new(), tenant, n);
-    let stream = futures_util::stream::unfold(
-        start,
-        move |(ctx, id, mut rx, mut tick, last, tenant, n)| async move {
-            let mut first = last.is_empty();
+    let live = Live {
+        wake: feed::subscribe(&engine),
+        after: start.query.after,
+        query: start.query,
+        tick,
+        last: String::new(),
+    };
+    let stream =
+        futures_util::stream::unfold((ctx, id, live), move |(ctx, id, mut live)| async move {
             loop {
-                if !first {
-                    tokio::select! {
-                        ev = rx.recv() => match ev {
-                            Ok(e) if e.tenant_id != tenant || e.cluster_id != n => continue,
-                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                            _ => {}
-                        },
-                        _ = tick.tick() => {}
-                    }
+                if !live.last.is_empty() && !live.changed(&ctx).await {
+                    return None;
                 }
-                first = false;
                 let snap = snapshot(&ctx, &id, offset).await?.to_string();
-                if snap != last {
-                    let ev = Event::default().event("state").data(snap.clone());
-                    return Some((
-                        Ok::<Event, Infallible>(ev),
-                        (ctx, id, rx, tick, snap, tenant, n),
-                    ));
+                if snap != live.last {
+                    live.last = snap.clone();
+                    let ev = Event::default().event("state").data(snap);
+                    return Some((Ok::<Event, Infallible>(ev), (ctx, id, live)));
                 }
             }
-        },
-    );
+        });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// How often a live view looks again without an event.
+const RECHECK: Duration = Duration::from_secs(5);
+
+/// A live view's place in its cluster's events.
+struct Live {
+    wake: tokio::sync::watch::Receiver<u64>,
+    query: weft_store::EventQuery,
+    after: u64,
+    tick: tokio::time::Interval,
+    /// The last snapshot sent.
+    last: String,
+}
+
+impl Live {
+    /// Waits until the cluster has new events or [`RECHECK`] passed; `false` when the stream
+    /// must end (the server stops, or the backlog cannot be read).
+    async fn changed(&mut self, ctx: &Ctx) -> bool {
+        loop {
+            self.wake.borrow_and_update();
+            let Ok(page) = feed::next_page(&ctx.state.engine, &self.query, self.after).await else {
+                return false;
+            };
+            if let Some(e) = page.last() {
+                self.after = e.id;
+                return true;
+            }
+            tokio::select! {
+                woke = self.wake.changed() => if woke.is_err() { return false },
+                _ = self.tick.tick() => return true,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod coopr_catalog; // Coopr's shipped catalog (issue 35)
 mod delete_running;
 mod drift;
 mod entities;
+mod events; // the event stream (issue 38)
 mod health; // health runs (issue 20)
 mod hostpools;
 mod isolation;
@@ -35,3 +36,4 @@ mod store_faults; // a full disk, a database restart (issue 37)
 mod sweep; // provider sweep
 mod tenants;
 mod ui;
+mod webhooks; // tenants' webhooks (issue 38)

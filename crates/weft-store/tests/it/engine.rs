@@ -13,10 +13,16 @@ use weft_store::{
 
 use crate::harness::{contract_tests, Ctx};
 
-const A: &str = "tenant-a";
-const B: &str = "tenant-b";
+pub(crate) const A: &str = "tenant-a";
+pub(crate) const B: &str = "tenant-b";
 
-fn cluster(tenant: &str, id: u64, owner: &str, status: &str, expire_time: i64) -> ClusterRow {
+pub(crate) fn cluster(
+    tenant: &str,
+    id: u64,
+    owner: &str,
+    status: &str,
+    expire_time: i64,
+) -> ClusterRow {
     ClusterRow {
         tenant_id: tenant.into(),
         id,
@@ -32,7 +38,7 @@ fn cluster(tenant: &str, id: u64, owner: &str, status: &str, expire_time: i64) -
     }
 }
 
-fn node(tenant: &str, cluster_id: u64, id: &str, nodenum: u64) -> NodeRow {
+pub(crate) fn node(tenant: &str, cluster_id: u64, id: &str, nodenum: u64) -> NodeRow {
     NodeRow {
         tenant_id: tenant.into(),
         cluster_id,
@@ -43,7 +49,7 @@ fn node(tenant: &str, cluster_id: u64, id: &str, nodenum: u64) -> NodeRow {
     }
 }
 
-fn job(tenant: &str, cluster_id: u64, id: &str, create_time: i64) -> JobRow {
+pub(crate) fn job(tenant: &str, cluster_id: u64, id: &str, create_time: i64) -> JobRow {
     JobRow {
         tenant_id: tenant.into(),
         cluster_id,
@@ -58,7 +64,13 @@ fn job(tenant: &str, cluster_id: u64, id: &str, create_time: i64) -> JobRow {
     }
 }
 
-fn task(tenant: &str, job_id: &str, id: &str, state: TaskState, queued_at: i64) -> TaskRow {
+pub(crate) fn task(
+    tenant: &str,
+    job_id: &str,
+    id: &str,
+    state: TaskState,
+    queued_at: i64,
+) -> TaskRow {
     TaskRow {
         tenant_id: tenant.into(),
         cluster_id: 1,
@@ -80,7 +92,7 @@ fn task(tenant: &str, job_id: &str, id: &str, state: TaskState, queued_at: i64) 
     }
 }
 
-fn writes(ws: impl IntoIterator<Item = Write>) -> ChangeSet {
+pub(crate) fn writes(ws: impl IntoIterator<Item = Write>) -> ChangeSet {
     ChangeSet {
         expect: vec![],
         writes: ws.into_iter().collect(),

@@ -8,6 +8,7 @@
 mod audit; // the audit trail (issue 38)
 mod contract;
 mod engine;
+mod events; // the event backlog (issue 38)
 mod harness;
 mod hostpool;
 mod open;

@@ -84,6 +84,18 @@ pub struct ServerArgs {
     /// Days the audit trail keeps a record [default: 400; 0: for ever].
     #[arg(long, env = "WEFT_AUDIT_RETENTION_DAYS")]
     audit_retention_days: Option<u64>,
+    /// Hours the event stream's backlog keeps an event [default: 72; 0: for ever].
+    #[arg(long, env = "WEFT_EVENT_RETENTION_HOURS")]
+    event_retention_hours: Option<u64>,
+    /// Let tenants' webhook URLs point at loopback and link-local addresses (refused by default).
+    #[arg(long, env = "WEFT_WEBHOOKS_ALLOW_LOOPBACK")]
+    webhooks_allow_loopback: bool,
+    /// Hours a webhook delivery is retried before it is marked failed [default: 25].
+    #[arg(long, env = "WEFT_WEBHOOK_RETRY_HOURS")]
+    webhook_retry_hours: Option<u64>,
+    /// The first webhook retry's back-off ceiling in ms, doubled per retry [default: 1000].
+    #[arg(long, env = "WEFT_WEBHOOK_RETRY_BASE_MS")]
+    webhook_retry_base_ms: Option<u64>,
     /// PEM certificate chain both ports serve over TLS (with --tls-key); re-read when it changes.
     #[arg(long, env = "WEFT_TLS_CERT")]
     tls_cert: Option<PathBuf>,
@@ -131,6 +143,10 @@ impl ServerArgs {
             check_interval: self.check_interval,
             auto_replace_per_hour: self.auto_replace_per_hour,
             audit_retention_days: self.audit_retention_days,
+            event_retention_hours: self.event_retention_hours,
+            webhooks_allow_loopback: self.webhooks_allow_loopback.then_some(true),
+            webhook_retry_hours: self.webhook_retry_hours,
+            webhook_retry_base_ms: self.webhook_retry_base_ms,
             tls_cert: self.tls_cert,
             tls_key: self.tls_key,
             client_ca: self.client_ca,

@@ -14,6 +14,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
+use crate::follow::{assert_saw_every_event_once, Follower};
 use crate::support::{start, weft, Running};
 use crate::worker::{Pool, Record, Target, Worker};
 
@@ -332,6 +333,8 @@ async fn crash_run(data_dir: PathBuf, database: String) {
     let http = Http::new();
     let mut server = Server::new(data_dir, database, 5);
     let tenant_id = setup(&http, &server).await;
+    // A client follows the tenant's event stream through every crash (issue 38).
+    let follower = Follower::start(vec![server.api()], TENANT, "admin");
     let cluster = create_cluster(&http, &server, 50).await;
     let planned = plan_tasks(&http, &server, &cluster).await;
     assert!(planned.len() > 300, "{} tasks planned", planned.len());
@@ -380,6 +383,14 @@ async fn crash_run(data_dir: PathBuf, database: String) {
     assert_eq!(server.restarts, kills.len() as u32);
     let cleanups = check_exactly_once(&record, &planned);
     eprintln!("cleanup DELETEs of lost CREATEs: {cleanups:?}");
+    tokio::task::block_in_place(|| {
+        assert_saw_every_event_once(&follower, &server.api(), TENANT, "admin");
+    });
+    eprintln!(
+        "the event follower saw {} events, reconnecting {} times",
+        follower.ids().len(),
+        follower.reconnects()
+    );
 }
 
 /// Asserts that no task was completed twice and that the completed tasks are the planned ones plus

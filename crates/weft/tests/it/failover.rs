@@ -8,7 +8,8 @@
 //!   completes through the other server, the janitor moves to the survivor within the lease, a
 //!   restarted server does not take the leadership back, no task is left in progress and no node
 //!   got a second machine. `WEFT_FAILOVER_SEED` replays a run (the seed is printed);
-//!   `WEFT_FAILOVER_ROUNDS` sets the rounds (20).
+//!   `WEFT_FAILOVER_ROUNDS` sets the rounds (20). A client follows the tenant's event stream through
+//!   whichever server is up and sees every event once, in order.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use weft_store::{SqlStore, Store};
 
+use crate::follow::{assert_saw_every_event_once, Follower};
 use crate::lost_provisioner::{ok, spawn, Proc, SA};
 use crate::support::weft;
 
@@ -319,6 +321,8 @@ async fn jobs_complete_through_the_other_server_when_one_is_killed() {
     );
     catalog(&api0);
     wait_for_leader(&store, None, Duration::from_secs(20)).await;
+    // A client follows the tenant's events through whichever server is up (issue 38).
+    let follower = Follower::start(vec![servers[0].api(), servers[1].api()], "acme", "admin");
 
     let mut clusters: Vec<(String, u64)> = Vec::new();
     let mut takeovers = Vec::new();
@@ -414,5 +418,11 @@ async fn jobs_complete_through_the_other_server_when_one_is_killed() {
         dirs.len() as u64,
         nodes,
         "one machine per node (seed {seed}): {dirs:?} for {ids:?}"
+    );
+    assert_saw_every_event_once(&follower, &api, "acme", "admin");
+    eprintln!(
+        "failover: the event follower saw {} events, reconnecting {} times",
+        follower.ids().len(),
+        follower.reconnects()
     );
 }

@@ -7,6 +7,7 @@ mod cli_sweep; // weft provider sweep
 mod crash;
 mod crash_up;
 mod failover; // several servers on one PostgreSQL (issue 21)
+mod follow; // an event stream follower (issue 38)
 mod guide;
 mod hostpool_ssh;
 mod lost_provisioner;

@@ -21,6 +21,7 @@ mod cluster;
 pub mod config;
 mod drift; // `weft cluster check`
 pub mod duration; // durations in one form (48h, 90s)
+mod events; // `weft events`
 mod hostpool; // `weft hostpool`
 mod logs; // `weft cluster logs`
 mod plan_view; // plans grouped for people
@@ -99,6 +100,8 @@ pub enum ClientCommand {
     Apikey(admin::ApiKeyArgs),
     /// The audit trail: who did what, from where, and what came of it (admin).
     Audit(audit::Args),
+    /// The tenant's events: clusters, jobs, tasks, nodes, audit records; --follow to stream.
+    Events(events::Args),
     /// Hosts in the pools of hostpool providers: list, show, add, edit, remove (admin).
     Hostpool(hostpool::Args),
     /// Print a shell completion script: `weft completions bash > /etc/bash_completion.d/weft`.
@@ -291,6 +294,7 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
         ClientCommand::Resource(a) => admin::resource(a),
         ClientCommand::Apikey(a) => admin::apikey(a),
         ClientCommand::Audit(a) => audit::run(a),
+        ClientCommand::Events(a) => events::run(a),
         ClientCommand::Hostpool(a) => hostpool::run(a),
         ClientCommand::Completions(a) => {
             let (mut bin, mut script) = (bin, Vec::new());

@@ -1,0 +1,145 @@
+//! Webhooks as tenant admins register them (`/v2/webhooks`) and their deliveries as the API
+//! answers them. How deliveries are made, signed and retried is weft-engine's `webhooks`.
+
+use serde::{Deserialize, Serialize};
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+use crate::event::EventKind;
+
+/// What a delivery's body looks like.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    /// `{"id", "webhookId", "timestamp", "event"}`.
+    #[default]
+    Json,
+    /// A Slack incoming-webhook message: `{"text": "..."}`.
+    Slack,
+}
+
+/// A webhook to register, or its new settings (`POST /v2/webhooks`, `PUT /v2/webhooks/{id}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookRequest {
+    /// Where deliveries are POSTed: `http` or `https`. Loopback and link-local addresses are
+    /// refused unless the server allows them (`webhooks_allow_loopback`).
+    pub url: String,
+    /// Only events of these kinds (default: every kind; `audit` needs an admin, as in the stream).
+    #[serde(default)]
+    pub kinds: Vec<EventKind>,
+    /// Only events of this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Only events of clusters made from this template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// The signing secret (at least 16 characters); one is made when absent and answered once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub format: WebhookFormat,
+    /// Paused webhooks keep their place and deliver what they missed when enabled again.
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+}
+
+fn enabled() -> bool {
+    true
+}
+
+/// A registered webhook as answered: never its secret, and its URL without path or query
+/// (which often carry a token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Webhook {
+    pub id: String,
+    /// `scheme://host[:port]/…`.
+    pub url: String,
+    pub kinds: Vec<EventKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    pub format: WebhookFormat,
+    pub enabled: bool,
+    pub created_by: String,
+    /// Milliseconds since the epoch.
+    pub create_time: i64,
+    /// The last event id given a delivery (every later one will be).
+    pub cursor: u64,
+}
+
+/// A webhook just registered: the one time its secret is answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookCreated {
+    #[serde(flatten)]
+    pub webhook: Webhook,
+    pub secret: String,
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    /// Not yet delivered: waiting for its turn or for its next attempt.
+    Pending,
+    /// The receiver answered 2xx.
+    Delivered,
+    /// Retries ran out (`webhook_retry_hours`); a redeliver sends it again.
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DeliveryStatus> {
+        [
+            DeliveryStatus::Pending,
+            DeliveryStatus::Delivered,
+            DeliveryStatus::Failed,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == s)
+    }
+}
+
+/// One event's delivery to one webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    pub webhook_id: String,
+    pub event_id: u64,
+    /// The cluster of the event, if any (deliveries of one cluster go in order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    pub status: DeliveryStatus,
+    pub attempts: u32,
+    /// The last answer's HTTP status, if one came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_code: Option<u16>,
+    /// Why the last attempt failed (no answer, a refused address, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// How long the last attempt took, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+    /// Milliseconds since the epoch: the first attempt, the last, and the next (pending only).
+    pub first_attempt: i64,
+    pub last_attempt: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt: Option<i64>,
+}
