@@ -359,8 +359,10 @@ async fn open(st: &Engine, row: WebhookRow) -> EngineResult<Hook> {
 /// What a step of a webhook's delivery did.
 #[derive(Debug, PartialEq, Eq)]
 enum Step {
-    /// An attempt was made, or deliveries were queued: go on.
-    Busy,
+    /// An attempt was made: go on.
+    Sent,
+    /// Deliveries were queued (the cursor moved): go on with the webhook read again.
+    Filled,
     /// Nothing to send until this time (ms): the oldest pending delivery waits for its retry.
     WaitUntil(i64),
     /// Nothing to send until new events come.
@@ -430,7 +432,7 @@ async fn fill(st: &Engine, h: &Hook, now: i64) -> EngineResult<Step> {
     st.store
         .advance_webhook(&h.row.tenant_id, &h.row.id, h.row.cursor, last, &pending)
         .await?;
-    Ok(Step::Busy)
+    Ok(Step::Filled)
 }
 
 /// The body of a delivery of `e` in the webhook's format.
@@ -501,7 +503,7 @@ fn retried(code: u16) -> bool {
 async fn attempt(st: &Engine, h: &Hook, mut d: DeliveryRow) -> EngineResult<DeliveryRow> {
     let q = EventQuery {
         tenant_id: d.tenant_id.clone(),
-        after: d.event_id - 1,
+        after: d.event_id.saturating_sub(1),
         limit: 1,
         ..EventQuery::default()
     };
@@ -578,32 +580,43 @@ async fn step(st: &Engine, h: &Hook) -> EngineResult<Step> {
         Some(d) => {
             let after = attempt(st, h, d).await?;
             st.store.put_delivery(&after).await?;
-            Ok(Step::Busy)
+            Ok(Step::Sent)
         }
         None => fill(st, h, now).await,
     }
 }
 
 /// Delivers one webhook while this server holds its lease, until it has nothing to send now.
+/// The lease is renewed (and the settings read again) once a third of it has passed.
 async fn run_webhook(st: &Engine, tenant: &str, id: &str, me: &str) -> EngineResult<Step> {
+    let mut lease_ends = 0;
+    let mut hook: Option<Hook> = None;
     loop {
         let now = now_ms();
-        if !st
-            .store
-            .lease_webhook(tenant, id, me, now, now + LEASE_MS)
-            .await?
-        {
-            return Ok(Step::WaitUntil(now + LEASE_MS));
+        if now > lease_ends - 2 * LEASE_MS / 3 {
+            if !st
+                .store
+                .lease_webhook(tenant, id, me, now, now + LEASE_MS)
+                .await?
+            {
+                return Ok(Step::WaitUntil(now + LEASE_MS));
+            }
+            lease_ends = now + LEASE_MS;
+            hook = None;
         }
-        let Some(row) = st.store.get_webhook(tenant, id).await? else {
-            return Ok(Step::Idle);
+        let h = match hook.take() {
+            Some(h) => h,
+            None => match st.store.get_webhook(tenant, id).await? {
+                Some(row) => open(st, row).await?,
+                None => return Ok(Step::Idle),
+            },
         };
-        let h = open(st, row).await?;
         if !h.enabled {
             return Ok(Step::Idle);
         }
         match step(st, &h).await? {
-            Step::Busy => continue,
+            Step::Sent => hook = Some(h),
+            Step::Filled => {}
             other => return Ok(other),
         }
     }

@@ -39,6 +39,9 @@ enum What {
     /// Many concurrent cluster lists and status reads in a tenant with one large cluster:
     /// latency percentiles and the server's memory.
     Reads(super::bench_reads::ReadsArgs),
+    /// The same clusters created and run with no webhook and with several: time to active and
+    /// tasks/s side by side, deliveries and their lag.
+    Webhooks(super::bench_webhooks::WebhooksArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Queue(q) => super::runtime::runtime()?.block_on(queue(q))?,
         What::Create(c) => super::runtime::runtime()?.block_on(super::bench_create::run(c))?,
         What::Reads(r) => super::runtime::runtime()?.block_on(super::bench_reads::run(r))?,
+        What::Webhooks(w) => super::runtime::runtime()?.block_on(super::bench_webhooks::run(w))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod bench;
 pub mod bench_create;
 pub mod bench_reads;
+pub mod bench_webhooks;
 pub mod cli;
 pub mod down;
 pub mod local_ca;

@@ -517,6 +517,23 @@ fn cluster_commands_change_a_running_cluster() {
         .ok(&["cluster", "ssh", "--print", &id, node])
         .starts_with("ssh weft@"));
     s.fails(&["cluster", "ssh", "--print", &id, "nope"], 1);
+
+    // The tenant's events: the backlog as NDJSON, numbered 1, 2, 3, ...; one cluster's, as lines
+    // for people; a bad kind refused by name.
+    let lines: Vec<serde_json::Value> = s
+        .ok(&["events", "--since", "0", "-o", "json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let ids: Vec<u64> = lines.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+    assert!(lines
+        .iter()
+        .any(|e| e["kind"] == "task" && e["clusterId"] == id.as_str()));
+    let mine = s.ok(&["events", "--cluster", &id, "--kind", "cluster"]);
+    assert!(mine.contains("pending -> active"), "{mine}");
+    let err = s.fails(&["events", "--kind", "bogus"], 2);
+    assert!(err.contains("kind"), "{err}");
 }
 
 #[test]
