@@ -608,7 +608,7 @@ impl<'a> Builder<'a> {
     }
 
     /// Order each node, number tasks by stage, and produce the plan.
-    pub(crate) fn finish(self, action: &str) -> Result<Plan, PlanError> {
+    pub(crate) fn finish(mut self, action: &str) -> Result<Plan, PlanError> {
         let n_tasks = self.tasks.len();
         let vid = |v: usize| {
             if v >= GATE_BASE {
@@ -619,26 +619,34 @@ impl<'a> Builder<'a> {
         };
         let dep: Vec<(usize, usize)> = self.edges.iter().map(|&(f, t)| (vid(f), vid(t))).collect();
         let g = Graph::new(n_tasks, self.gates, dep.iter().copied());
-        let order = g.topo().map_err(|v| PlanError::CyclicPlan {
-            task: self.describe(v),
-        })?;
-        let level = g.levels(&order);
-        let tail = g.tails(&order);
+        let order = self.topo(&g)?;
+        let per_node = self.node_order(&g.levels(&order), &g.tails(&order));
+        let (chain, chain_next) = node_chains(&g, &per_node, n_tasks);
+        let all = Graph::new(n_tasks, self.gates, dep.iter().chain(&chain).copied());
+        let perm = self.stage_order(&all, &per_node)?;
+        let edges = sorted_edges(&g, &chain_next, &perm, self.gates);
+        Ok(Plan {
+            action: action.to_string(),
+            tasks: self.planned_tasks(&perm),
+            gates: self.gates,
+            edges,
+        })
+    }
 
-        // Per node: tasks in (level, longest tail first, action, service name) order.
+    /// The graph's topological order, or the plan's cycle named.
+    fn topo(&self, g: &Graph) -> Result<Vec<usize>, PlanError> {
+        g.topo().map_err(|v| PlanError::CyclicPlan {
+            task: self.describe(v),
+        })
+    }
+
+    /// Per node: its tasks in (level, longest tail first, action, service name) order.
+    fn node_order(&self, level: &[usize], tail: &[usize]) -> Vec<Vec<usize>> {
         let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, k) in self.tasks.iter().enumerate() {
             per_node[k.node as usize].push(i);
         }
-        // Rank of each service name, so that the per-node sort compares integers.
-        let mut by_name: Vec<u32> = (0..self.services.len() as u32).collect();
-        by_name.sort_by(|&a, &b| self.services[a as usize].cmp(&self.services[b as usize]));
-        let mut rank = vec![0u32; self.services.len()];
-        for (r, &id) in by_name.iter().enumerate() {
-            rank[id as usize] = r as u32;
-        }
-        let mut chain: Vec<(usize, usize)> = Vec::new();
-        let mut chain_next: Vec<Option<usize>> = vec![None; n_tasks];
+        let rank = self.service_ranks();
         for list in &mut per_node {
             list.sort_by_key(|&t| {
                 let k = &self.tasks[t];
@@ -650,81 +658,53 @@ impl<'a> Builder<'a> {
                     t,
                 )
             });
-            for w in list.windows(2) {
-                if !g.succs(w[0]).contains(&w[1]) {
-                    chain.push((w[0], w[1]));
-                    chain_next[w[0]] = Some(w[1]);
-                }
-            }
         }
+        per_node
+    }
 
-        // Final numbering: by stage of the chained DAG, then node order (a bucket sort: within a
-        // stage each node has at most one task).
-        let all = Graph::new(n_tasks, self.gates, dep.iter().chain(&chain).copied());
-        let order2 = all.topo().map_err(|v| PlanError::CyclicPlan {
-            task: self.describe(v),
-        })?;
-        let level2 = all.levels(&order2);
-        let n_levels = level2.iter().take(n_tasks).max().map_or(0, |m| m + 1);
-        let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); n_levels];
-        for list in &per_node {
-            for &t in list {
-                buckets[level2[t]].push(t);
-            }
+    /// Rank of each service name, so that the per-node sort compares integers.
+    fn service_ranks(&self) -> Vec<u32> {
+        let mut by_name: Vec<u32> = (0..self.services.len() as u32).collect();
+        by_name.sort_by(|&a, &b| self.services[a as usize].cmp(&self.services[b as usize]));
+        let mut rank = vec![0u32; self.services.len()];
+        for (r, &id) in by_name.iter().enumerate() {
+            rank[id as usize] = r as u32;
         }
-        let perm: Vec<usize> = buckets.into_iter().flatten().collect();
-        let mut new_index = vec![0usize; n_tasks];
-        for (new, &old) in perm.iter().enumerate() {
-            new_index[old] = new;
-        }
-        let vertex = |v: usize| {
-            if v < n_tasks {
-                Vertex::Task(new_index[v])
-            } else {
-                Vertex::Gate(v - n_tasks)
-            }
-        };
-        // Edges sorted by source (tasks in new order, then gates), then target; duplicates dropped.
-        let mut edges: Vec<Edge> = Vec::with_capacity(dep.len() + chain.len());
-        let mut out: Vec<Edge> = Vec::new();
-        for from in perm.iter().copied().chain(n_tasks..n_tasks + self.gates) {
-            out.clear();
-            let f = vertex(from);
-            out.extend(g.succs(from).iter().map(|&t| Edge {
-                from: f,
-                to: vertex(t),
-                kind: EdgeKind::Dependency,
-            }));
-            if let Some(t) = chain_next.get(from).copied().flatten() {
-                out.push(Edge {
-                    from: f,
-                    to: vertex(t),
-                    kind: EdgeKind::NodeOrder,
-                });
-            }
-            out.sort_unstable();
-            out.dedup_by_key(|e| e.to);
-            edges.extend_from_slice(&out);
-        }
-        let mut automators = self.automators;
-        let tasks = perm
+        rank
+    }
+
+    /// Final numbering: by stage of the chained DAG, then node order (a bucket sort: within a
+    /// stage each node has at most one task). Returns the old index of each new one.
+    fn stage_order(&self, all: &Graph, per_node: &[Vec<usize>]) -> Result<Vec<usize>, PlanError> {
+        let level = all.levels(&self.topo(all)?);
+        let n_levels = level
             .iter()
+            .take(self.tasks.len())
+            .max()
+            .map_or(0, |m| m + 1);
+        let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); n_levels];
+        for list in per_node {
+            for &t in list {
+                buckets[level[t]].push(t);
+            }
+        }
+        Ok(buckets.into_iter().flatten().collect())
+    }
+
+    /// The plan's tasks in their final order (`perm`: the old index of each); takes the
+    /// automators.
+    fn planned_tasks(&mut self, perm: &[usize]) -> Vec<PlannedTask> {
+        perm.iter()
             .map(|&old| {
                 let k = &self.tasks[old];
                 PlannedTask {
                     node_id: self.nodes[k.node as usize].id.clone(),
                     action: k.action,
                     service: k.service.map(|s| self.services[s as usize].clone()),
-                    automators: automators.remove(&old).unwrap_or_default(),
+                    automators: self.automators.remove(&old).unwrap_or_default(),
                 }
             })
-            .collect();
-        Ok(Plan {
-            action: action.to_string(),
-            tasks,
-            gates: self.gates,
-            edges,
-        })
+            .collect()
     }
 
     fn describe(&self, v: usize) -> String {
@@ -740,4 +720,68 @@ impl<'a> Builder<'a> {
             None => format!("gate {}", v - self.tasks.len()),
         }
     }
+}
+
+/// The node-order edges chaining each node's tasks (those the dependency graph `g` does not
+/// already have), and each task's successor on its node.
+fn node_chains(
+    g: &Graph,
+    per_node: &[Vec<usize>],
+    n_tasks: usize,
+) -> (Vec<(usize, usize)>, Vec<Option<usize>>) {
+    let mut chain: Vec<(usize, usize)> = Vec::new();
+    let mut chain_next: Vec<Option<usize>> = vec![None; n_tasks];
+    for list in per_node {
+        for w in list.windows(2) {
+            if !g.succs(w[0]).contains(&w[1]) {
+                chain.push((w[0], w[1]));
+                chain_next[w[0]] = Some(w[1]);
+            }
+        }
+    }
+    (chain, chain_next)
+}
+
+/// The plan's edges (dependencies of `g`, node order of `chain_next`) in final numbering
+/// (`perm`): sorted by source (tasks in new order, then gates), then target; duplicates dropped.
+fn sorted_edges(
+    g: &Graph,
+    chain_next: &[Option<usize>],
+    perm: &[usize],
+    gates: usize,
+) -> Vec<Edge> {
+    let n_tasks = perm.len();
+    let mut new_index = vec![0usize; n_tasks];
+    for (new, &old) in perm.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let vertex = |v: usize| {
+        if v < n_tasks {
+            Vertex::Task(new_index[v])
+        } else {
+            Vertex::Gate(v - n_tasks)
+        }
+    };
+    let mut edges: Vec<Edge> = Vec::with_capacity(g.succ.len() + n_tasks);
+    let mut out: Vec<Edge> = Vec::new();
+    for from in perm.iter().copied().chain(n_tasks..n_tasks + gates) {
+        out.clear();
+        let f = vertex(from);
+        out.extend(g.succs(from).iter().map(|&t| Edge {
+            from: f,
+            to: vertex(t),
+            kind: EdgeKind::Dependency,
+        }));
+        if let Some(t) = chain_next.get(from).copied().flatten() {
+            out.push(Edge {
+                from: f,
+                to: vertex(t),
+                kind: EdgeKind::NodeOrder,
+            });
+        }
+        out.sort_unstable();
+        out.dedup_by_key(|e| e.to);
+        edges.extend_from_slice(&out);
+    }
+    edges
 }

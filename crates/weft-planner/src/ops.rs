@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weft_model::{ProvisionerAction as A, Service};
 
-use crate::dag::{Builder, NodeProgram, Plan};
+use crate::dag::{Builder, NodeProgram, Plan, ProgramTasks};
 use crate::deps::{rule, Class, DepGraph, Direction};
 use crate::error::PlanError;
 use crate::layout::{sorted, PlanNode};
@@ -152,22 +152,60 @@ const INSTALL_CHAIN: [A; 4] = [A::Install, A::Configure, A::Initialize, A::Start
 const HARDWARE_UP: [A; 3] = [A::Create, A::Confirm, A::Bootstrap];
 
 /// Plan an operation. Pure and deterministic.
+///
+/// A pipeline: index the services, check and index the layouts, make each node's program for the
+/// operation, add their tasks, then the barriers between them (dependency rules, stops before
+/// re-configures, confirms before service tasks, batches and their health gates).
 pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
-    let name = op.name();
+    let catalog = index_services(op.name(), &input.services)?;
+    let cx = Context::new(op, input, &catalog)?;
+    cx.check_rollout()?;
+    let programs = programs(&cx)?;
+    let mut tasks = add_programs(&cx, &programs);
+    dependency_barriers(&cx, &mut tasks);
+    stops_before_configures(&cx, &mut tasks);
+    confirms_before_services(&cx, &mut tasks);
+    batch_barriers(&cx, &programs, &mut tasks);
+    tasks.b.finish(op.cluster_action())
+}
+
+impl Operation {
+    /// Whether the operation re-runs CONFIGURE of the services that stay (it changes which nodes
+    /// the cluster has).
+    fn refreshes_configuration(&self) -> bool {
+        matches!(
+            self,
+            Operation::Expand | Operation::Shrink | Operation::ChangeTemplate
+        )
+    }
+}
+
+/// Service definitions by name; rejects a name defined twice.
+fn index_services(
+    operation: &'static str,
+    services: &[Service],
+) -> Result<BTreeMap<String, Service>, PlanError> {
     let mut catalog: BTreeMap<String, Service> = BTreeMap::new();
-    for s in &input.services {
+    for s in services {
         if catalog.insert(s.name.clone(), s.clone()).is_some() {
             return Err(PlanError::BadService {
-                operation: name,
+                operation,
                 service: s.name.clone(),
                 problem: "is defined more than once".into(),
             });
         }
     }
-    let before = sorted(&input.before, "old")?;
-    let after = sorted(&input.after, "new")?;
+    Ok(catalog)
+}
+
+/// The services on either layout; fails on one the catalog lacks.
+fn services_in_use(
+    catalog: &BTreeMap<String, Service>,
+    before: &[&PlanNode],
+    after: &[&PlanNode],
+) -> Result<BTreeSet<String>, PlanError> {
     let mut cluster: BTreeSet<String> = BTreeSet::new();
-    for n in before.iter().chain(&after) {
+    for n in before.iter().chain(after) {
         for s in &n.services {
             if !catalog.contains_key(s) {
                 return Err(PlanError::UnknownService {
@@ -178,316 +216,272 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             cluster.insert(s.clone());
         }
     }
-    let graph = DepGraph::new(&catalog, &cluster)?;
+    Ok(cluster)
+}
 
-    // The node universe: after's nodes, plus nodes only in before; sorted by nodenum.
+/// The node universe: after's nodes, plus nodes only in before; sorted by nodenum.
+fn node_universe<'a>(before: &[&'a PlanNode], after: &[&'a PlanNode]) -> Vec<&'a PlanNode> {
     let mut by_id: BTreeMap<&str, &PlanNode> = BTreeMap::new();
-    for n in before.iter().chain(&after) {
+    for n in before.iter().chain(after) {
         by_id.insert(n.id.as_str(), n);
     }
     let mut nodes: Vec<&PlanNode> = by_id.into_values().collect();
     nodes.sort_by(|a, b| (a.nodenum, &a.id).cmp(&(b.nodenum, &b.id)));
-    let pos: BTreeMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.id.as_str(), i))
-        .collect();
-    let before_map: BTreeMap<&str, &PlanNode> =
-        before.iter().map(|n| (n.id.as_str(), *n)).collect();
-    let after_map: BTreeMap<&str, &PlanNode> = after.iter().map(|n| (n.id.as_str(), *n)).collect();
+    nodes
+}
 
-    let automators = |n: &PlanNode| -> Vec<String> {
+fn by_id<'a>(nodes: &[&'a PlanNode]) -> BTreeMap<&'a str, &'a PlanNode> {
+    nodes.iter().map(|n| (n.id.as_str(), *n)).collect()
+}
+
+/// Service chains: each service with the same actions.
+fn chains<'s>(
+    services: impl IntoIterator<Item = &'s String>,
+    actions: &[A],
+) -> Vec<(String, Vec<A>)> {
+    services
+        .into_iter()
+        .map(|s| (s.clone(), actions.to_vec()))
+        .collect()
+}
+
+/// The input checked and indexed: what every operation's programs and the barrier passes read.
+struct Context<'a> {
+    op: &'a Operation,
+    name: &'static str,
+    input: &'a PlanInput,
+    catalog: &'a BTreeMap<String, Service>,
+    /// Every service on either layout.
+    cluster: BTreeSet<String>,
+    graph: DepGraph,
+    /// The layouts, each sorted by nodenum.
+    before: Vec<&'a PlanNode>,
+    after: Vec<&'a PlanNode>,
+    /// The node universe (see `node_universe`).
+    nodes: Vec<&'a PlanNode>,
+    /// Node id -> index in `nodes`.
+    pos: BTreeMap<&'a str, usize>,
+    before_map: BTreeMap<&'a str, &'a PlanNode>,
+    after_map: BTreeMap<&'a str, &'a PlanNode>,
+    rollout: Option<&'a RolloutPlan>,
+}
+
+impl<'a> Context<'a> {
+    fn new(
+        op: &'a Operation,
+        input: &'a PlanInput,
+        catalog: &'a BTreeMap<String, Service>,
+    ) -> Result<Context<'a>, PlanError> {
+        let before = sorted(&input.before, "old")?;
+        let after = sorted(&input.after, "new")?;
+        let cluster = services_in_use(catalog, &before, &after)?;
+        let graph = DepGraph::new(catalog, &cluster)?;
+        let nodes = node_universe(&before, &after);
+        let pos = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.as_str(), i))
+            .collect();
+        Ok(Context {
+            op,
+            name: op.name(),
+            input,
+            catalog,
+            cluster,
+            graph,
+            before_map: by_id(&before),
+            after_map: by_id(&after),
+            before,
+            after,
+            nodes,
+            pos,
+            rollout: input.rollout.as_ref(),
+        })
+    }
+
+    /// The node's index in the node universe.
+    fn at(&self, n: &PlanNode) -> usize {
+        self.pos[n.id.as_str()]
+    }
+
+    /// The automators the node's services use.
+    fn automators(&self, n: &PlanNode) -> Vec<String> {
         let set: BTreeSet<&str> = n
             .services
             .iter()
-            .filter_map(|s| catalog.get(s))
+            .filter_map(|s| self.catalog.get(s))
             .flat_map(|s| s.provisioner.actions.values().map(|a| a.automator.as_str()))
             .filter(|a| !a.is_empty())
             .collect();
         set.into_iter().map(String::from).collect()
-    };
-    let chains =
-        |services: &mut dyn Iterator<Item = &String>, actions: &[A]| -> Vec<(String, Vec<A>)> {
-            services.map(|s| (s.clone(), actions.to_vec())).collect()
-        };
-    let mismatch = |problem: String| PlanError::LayoutMismatch {
-        operation: name,
-        problem,
-    };
-    let same_layout = || -> Result<(), PlanError> {
-        if before.is_empty() {
+    }
+
+    /// Whether service `s` defines action `a`.
+    fn defined(&self, s: &str, a: A) -> bool {
+        self.catalog
+            .get(s)
+            .is_some_and(|svc| svc.provisioner.actions.contains_key(&a))
+    }
+
+    fn mismatch(&self, problem: String) -> PlanError {
+        PlanError::LayoutMismatch {
+            operation: self.name,
+            problem,
+        }
+    }
+
+    fn bad_parameter(&self, problem: String) -> PlanError {
+        PlanError::BadParameter {
+            operation: self.name,
+            problem,
+        }
+    }
+
+    /// The new layout is the old one (or the old one is not given).
+    fn same_layout(&self) -> Result<(), PlanError> {
+        if self.before.is_empty() {
             return Ok(());
         }
-        for n in &before {
-            match after_map.get(n.id.as_str()) {
+        for n in &self.before {
+            match self.after_map.get(n.id.as_str()) {
                 Some(a) if a.services == n.services => {}
                 Some(_) => {
-                    return Err(mismatch(format!(
+                    return Err(self.mismatch(format!(
                         "node {} changes services; use another operation",
                         n.id
                     )))
                 }
                 None => {
-                    return Err(mismatch(format!(
-                        "node {} is missing from the new layout",
-                        n.id
-                    )))
+                    return Err(
+                        self.mismatch(format!("node {} is missing from the new layout", n.id))
+                    )
                 }
             }
         }
-        if let Some(n) = after
+        if let Some(n) = self
+            .after
             .iter()
-            .find(|n| !before_map.contains_key(n.id.as_str()))
+            .find(|n| !self.before_map.contains_key(n.id.as_str()))
         {
-            return Err(mismatch(format!("node {} is not in the old layout", n.id)));
+            return Err(self.mismatch(format!("node {} is not in the old layout", n.id)));
         }
         Ok(())
-    };
-    let on_cluster = |s: &str| -> Result<(), PlanError> {
-        if after.iter().any(|n| n.services.contains(s)) {
+    }
+
+    /// Service `s` is on a node of the new layout.
+    fn on_cluster(&self, s: &str) -> Result<(), PlanError> {
+        if self.after.iter().any(|n| n.services.contains(s)) {
             Ok(())
         } else {
             Err(PlanError::BadService {
-                operation: name,
+                operation: self.name,
                 service: s.to_string(),
                 problem: "is not on the cluster".into(),
             })
         }
-    };
+    }
 
-    let rollout = input.rollout.as_ref();
-    if rollout.is_some()
-        && !matches!(
-            op,
-            Operation::Upgrade { .. } | Operation::Restart { .. } | Operation::Reconfigure { .. }
-        )
-    {
-        return Err(PlanError::BadParameter {
-            operation: name,
-            problem: "a rollout applies only to upgrade, restart and reconfigure".into(),
-        });
+    /// Every id of `only` names a node of the new layout.
+    fn in_cluster(&self, only: Option<&BTreeSet<String>>) -> Result<(), PlanError> {
+        match only
+            .into_iter()
+            .flatten()
+            .find(|id| !self.after_map.contains_key(id.as_str()))
+        {
+            Some(bad) => Err(self.bad_parameter(format!("node {bad} is not in the cluster"))),
+            None => Ok(()),
+        }
     }
-    // A rollout's own node list must name nodes of the cluster.
-    if let Some(bad) = rollout
-        .and_then(|r| r.nodes.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|id| !after_map.contains_key(id.as_str()))
-    {
-        return Err(PlanError::BadParameter {
-            operation: name,
-            problem: format!("node {bad} is not in the cluster"),
-        });
+
+    /// A rollout applies only to upgrade, restart and reconfigure, and its own node list must
+    /// name nodes of the cluster.
+    fn check_rollout(&self) -> Result<(), PlanError> {
+        if self.rollout.is_some()
+            && !matches!(
+                self.op,
+                Operation::Upgrade { .. }
+                    | Operation::Restart { .. }
+                    | Operation::Reconfigure { .. }
+            )
+        {
+            return Err(self.bad_parameter(
+                "a rollout applies only to upgrade, restart and reconfigure".into(),
+            ));
+        }
+        self.in_cluster(self.rollout.and_then(|r| r.nodes.as_ref()))
     }
-    let takes_part = |n: &PlanNode| {
-        rollout
+
+    /// Whether the node takes part in the rollout (every node does without a rollout's list).
+    fn takes_part(&self, n: &PlanNode) -> bool {
+        self.rollout
             .and_then(|r| r.nodes.as_ref())
             .is_none_or(|o| o.contains(&n.id))
-    };
+    }
 
-    let after_sorted: Vec<&PlanNode> = nodes
-        .iter()
-        .copied()
-        .filter(|n| after_map.contains_key(n.id.as_str()))
-        .collect();
-    let repair_input = || repair::Input {
-        operation: name,
-        nodes: &after_sorted,
-        pos: &pos,
-        catalog: &catalog,
-        graph: &graph,
-    };
-    let mut programs: Vec<NodeProgram> = Vec::new();
-    // Program indices per batch (upgrades and rollouts): a batch starts when the previous one is
-    // done (and, in a rollout, its health gate).
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    // Rollouts: per batch, the services each of its nodes changes (what its health gate checks).
-    let mut changed: Vec<BTreeMap<usize, Vec<String>>> = Vec::new();
-    match op {
-        Operation::Create => {
-            if !before.is_empty() {
-                return Err(mismatch(format!(
-                    "the old layout must be empty, it has {} nodes",
-                    before.len()
-                )));
-            }
-            for n in &after {
-                programs.push(NodeProgram {
-                    node: pos[n.id.as_str()],
-                    pre: HARDWARE_UP.to_vec(),
-                    then: chains(&mut n.services.iter(), &INSTALL_CHAIN),
-                    automators: automators(n),
-                    ..Default::default()
-                });
-            }
+    fn repair_input(&self) -> repair::Input<'_> {
+        repair::Input {
+            operation: self.name,
+            nodes: &self.after,
+            pos: &self.pos,
+            catalog: self.catalog,
+            graph: &self.graph,
         }
-        Operation::Delete => {
-            if !after.is_empty() {
-                return Err(mismatch(format!(
-                    "the new layout must be empty, it has {} nodes",
-                    after.len()
-                )));
-            }
-            for n in &before {
-                programs.push(NodeProgram {
-                    node: pos[n.id.as_str()],
-                    post: vec![A::Delete],
-                    ..Default::default()
-                });
-            }
+    }
+
+    /// A new node: the machine comes up, then its services are installed and started.
+    fn new_node(&self, n: &PlanNode) -> NodeProgram {
+        NodeProgram {
+            node: self.at(n),
+            pre: HARDWARE_UP.to_vec(),
+            then: chains(&n.services, &INSTALL_CHAIN),
+            automators: self.automators(n),
+            ..Default::default()
         }
+    }
+}
+
+/// What an operation does on each node, before any barrier.
+#[derive(Default)]
+struct Programs {
+    list: Vec<NodeProgram>,
+    /// Program indices per batch (upgrades and rollouts): a batch starts when the previous one is
+    /// done (and, in a rollout, its health gate).
+    batches: Vec<Vec<usize>>,
+    /// Rollouts: per batch, the services each of its nodes changes (what its health gate checks).
+    changed: Vec<BTreeMap<usize, Vec<String>>>,
+}
+
+impl Programs {
+    fn unbatched(list: Vec<NodeProgram>) -> Programs {
+        Programs {
+            list,
+            ..Default::default()
+        }
+    }
+
+    /// Adds a batch: its programs and, per node index, the services it changes there.
+    fn push_batch(&mut self, programs: Vec<NodeProgram>, changed: BTreeMap<usize, Vec<String>>) {
+        let start = self.list.len();
+        self.list.extend(programs);
+        self.batches.push((start..self.list.len()).collect());
+        self.changed.push(changed);
+    }
+}
+
+/// The programs of the operation, one function per kind of operation.
+fn programs(cx: &Context<'_>) -> Result<Programs, PlanError> {
+    match cx.op {
+        Operation::Create => create(cx),
+        Operation::Delete => delete(cx),
         Operation::AddServices
         | Operation::RemoveService { .. }
         | Operation::Expand
         | Operation::Shrink
-        | Operation::ChangeTemplate => {
-            let refresh = matches!(
-                op,
-                Operation::Expand | Operation::Shrink | Operation::ChangeTemplate
-            );
-            check_change(op, &before_map, &after_map, &catalog)?;
-            for n in &nodes {
-                let id = n.id.as_str();
-                let node = pos[id];
-                match (before_map.get(id), after_map.get(id)) {
-                    (None, Some(a)) => programs.push(NodeProgram {
-                        node,
-                        pre: HARDWARE_UP.to_vec(),
-                        then: chains(&mut a.services.iter(), &INSTALL_CHAIN),
-                        automators: automators(a),
-                        ..Default::default()
-                    }),
-                    (Some(b), None) => programs.push(NodeProgram {
-                        node,
-                        first: chains(&mut b.services.iter(), &[A::Stop]),
-                        post: vec![A::Delete],
-                        ..Default::default()
-                    }),
-                    (Some(b), Some(a)) => {
-                        let added: Vec<&String> = a.services.difference(&b.services).collect();
-                        let removed: Vec<&String> = b.services.difference(&a.services).collect();
-                        let mut then = chains(&mut added.iter().copied(), &INSTALL_CHAIN);
-                        if refresh {
-                            then.extend(chains(
-                                &mut a.services.intersection(&b.services),
-                                &[A::Configure],
-                            ));
-                            then.sort();
-                        }
-                        let p = NodeProgram {
-                            node,
-                            pre: if added.is_empty() {
-                                vec![]
-                            } else {
-                                vec![A::Bootstrap]
-                            },
-                            first: chains(&mut removed.into_iter(), &[A::Stop, A::Remove]),
-                            then,
-                            automators: automators(a),
-                            ..Default::default()
-                        };
-                        if !p.first.is_empty() || !p.then.is_empty() {
-                            programs.push(p);
-                        }
-                    }
-                    (None, None) => {}
-                }
-            }
-        }
-        Operation::Reconfigure { restart } => {
-            same_layout()?;
-            let actions: &[A] = if *restart {
-                &[A::Stop, A::Configure, A::Start]
-            } else {
-                &[A::Configure]
-            };
-            let mut add = |n: &PlanNode| {
-                programs.push(NodeProgram {
-                    node: pos[n.id.as_str()],
-                    pre: vec![A::Bootstrap],
-                    then: chains(&mut n.services.iter(), actions),
-                    automators: automators(n),
-                    ..Default::default()
-                });
-                programs.len() - 1
-            };
-            match rollout {
-                None => after.iter().for_each(|n| {
-                    add(n);
-                }),
-                Some(r) => {
-                    let hosts: Vec<&PlanNode> =
-                        after.iter().copied().filter(|n| takes_part(n)).collect();
-                    for group in r.batches(&hosts) {
-                        batches.push(group.iter().map(|n| add(n)).collect());
-                        changed.push(
-                            group
-                                .iter()
-                                .map(|n| (pos[n.id.as_str()], n.services.iter().cloned().collect()))
-                                .collect(),
-                        );
-                    }
-                }
-            }
-        }
+        | Operation::ChangeTemplate => change_layout(cx),
+        Operation::Reconfigure { restart } => reconfigure(cx, *restart),
         Operation::Start { service }
         | Operation::Stop { service }
-        | Operation::Restart { service } => {
-            same_layout()?;
-            let (dir, actions): (Direction, &[A]) = match op {
-                Operation::Start { .. } => (Direction::Forward, &[A::Start]),
-                Operation::Stop { .. } => (Direction::Reverse, &[A::Stop]),
-                _ => (Direction::Reverse, &[A::Stop, A::Start]),
-            };
-            let selected: BTreeSet<String> = match service {
-                None => cluster.clone(),
-                // A rolling restart restarts the service alone: what depends on it keeps running,
-                // and its health is checked by the gates.
-                Some(s) if rollout.is_some() => {
-                    on_cluster(s)?;
-                    BTreeSet::from([s.clone()])
-                }
-                Some(s) => {
-                    on_cluster(s)?;
-                    let mut set: BTreeSet<String> = graph
-                        .reachable(Class::Runtime, dir, s)
-                        .into_iter()
-                        .flatten()
-                        .filter(|d| cluster.contains(*d))
-                        .cloned()
-                        .collect();
-                    set.insert(s.clone());
-                    set
-                }
-            };
-            let hosts: Vec<&PlanNode> = after
-                .iter()
-                .copied()
-                .filter(|n| takes_part(n) && !n.services.is_disjoint(&selected))
-                .collect();
-            let groups = match rollout {
-                Some(r) => r.batches(&hosts),
-                None => vec![hosts],
-            };
-            for group in groups {
-                let mut batch = Vec::new();
-                let mut touched = BTreeMap::new();
-                for n in group {
-                    let svcs: Vec<String> = n.services.intersection(&selected).cloned().collect();
-                    batch.push(programs.len());
-                    programs.push(NodeProgram {
-                        node: pos[n.id.as_str()],
-                        then: chains(&mut svcs.iter(), actions),
-                        ..Default::default()
-                    });
-                    touched.insert(pos[n.id.as_str()], svcs);
-                }
-                if rollout.is_some() {
-                    batches.push(batch);
-                    changed.push(touched);
-                }
-            }
-        }
+        | Operation::Restart { service } => start_stop_restart(cx, service.as_ref()),
         Operation::Upgrade {
             service,
             batch_size,
@@ -496,107 +490,324 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             service,
             batch_size,
             ..
-        } => {
-            same_layout()?;
-            if *batch_size == 0 {
-                return Err(PlanError::BadParameter {
-                    operation: name,
-                    problem: "batch size must be at least 1".into(),
-                });
-            }
-            on_cluster(service)?;
-            let mut hosts: Vec<&PlanNode> = after
-                .iter()
-                .copied()
-                .filter(|n| n.services.contains(service))
-                .collect();
-            if let Operation::RollbackUpgrade {
-                nodes: Some(only), ..
-            } = op
-            {
-                if let Some(bad) = only.iter().find(|id| !hosts.iter().any(|n| &n.id == *id)) {
-                    return Err(PlanError::BadParameter {
-                        operation: name,
-                        problem: format!("node {bad} does not have service {service}"),
-                    });
-                }
-                hosts.retain(|n| only.contains(&n.id));
-            }
-            hosts.retain(|n| takes_part(n));
-            let mut groups: Vec<Vec<&PlanNode>> = match rollout {
-                Some(r) => r.batches(&hosts),
-                None => hosts.chunks(*batch_size).map(<[_]>::to_vec).collect(),
-            };
-            if matches!(op, Operation::RollbackUpgrade { .. }) {
-                groups.reverse();
-            }
-            for group in groups {
-                let mut batch = Vec::new();
-                changed.push(
-                    group
-                        .iter()
-                        .map(|n| (pos[n.id.as_str()], vec![service.clone()]))
-                        .collect(),
-                );
-                for n in group {
-                    batch.push(programs.len());
-                    programs.push(NodeProgram {
-                        node: pos[n.id.as_str()],
-                        pre: vec![A::Bootstrap],
-                        then: vec![(
-                            service.clone(),
-                            vec![A::Stop, A::Install, A::Configure, A::Start],
-                        )],
-                        automators: automators(n),
-                        ..Default::default()
-                    });
-                }
-                batches.push(batch);
-            }
-        }
-        Operation::Healthcheck { nodes: only } => {
-            same_layout()?;
-            if let Some(bad) = only
-                .iter()
-                .flatten()
-                .find(|id| !after_map.contains_key(id.as_str()))
-            {
-                return Err(PlanError::BadParameter {
-                    operation: name,
-                    problem: format!("node {bad} is not in the cluster"),
-                });
-            }
-            let checked = |s: &&String| {
-                catalog
-                    .get(*s)
-                    .is_some_and(|svc| svc.provisioner.actions.contains_key(&A::Healthcheck))
-            };
-            for n in after
-                .iter()
-                .filter(|n| only.as_ref().is_none_or(|o| o.contains(&n.id)))
-            {
-                let then = chains(&mut n.services.iter().filter(checked), &[A::Healthcheck]);
-                if !then.is_empty() {
-                    programs.push(NodeProgram {
-                        node: pos[n.id.as_str()],
-                        then,
-                        ..Default::default()
-                    });
-                }
-            }
-        }
-        Operation::Check { nodes: only } => {
-            same_layout()?;
-            programs = repair::check(&repair_input(), only.as_ref())?;
-        }
-        Operation::ReplaceNode { node } => {
-            same_layout()?;
-            programs = repair::replace(&repair_input(), node)?;
+        } => upgrade(cx, service, *batch_size),
+        Operation::Healthcheck { nodes } => healthcheck(cx, nodes.as_ref()),
+        Operation::Check { nodes } => drift_check(cx, nodes.as_ref()),
+        Operation::ReplaceNode { node } => replace_node(cx, node),
+    }
+}
+
+/// Create: every node of the new layout comes up and installs its services.
+fn create(cx: &Context<'_>) -> Result<Programs, PlanError> {
+    if !cx.before.is_empty() {
+        return Err(cx.mismatch(format!(
+            "the old layout must be empty, it has {} nodes",
+            cx.before.len()
+        )));
+    }
+    Ok(Programs::unbatched(
+        cx.after.iter().map(|n| cx.new_node(n)).collect(),
+    ))
+}
+
+/// Delete: DELETE every node of the old layout.
+fn delete(cx: &Context<'_>) -> Result<Programs, PlanError> {
+    if !cx.after.is_empty() {
+        return Err(cx.mismatch(format!(
+            "the new layout must be empty, it has {} nodes",
+            cx.after.len()
+        )));
+    }
+    Ok(Programs::unbatched(
+        cx.before
+            .iter()
+            .map(|n| NodeProgram {
+                node: cx.at(n),
+                post: vec![A::Delete],
+                ..Default::default()
+            })
+            .collect(),
+    ))
+}
+
+/// Add services, remove a service, expand, shrink, move to a new template: programs from the
+/// difference between the layouts (see the module doc).
+fn change_layout(cx: &Context<'_>) -> Result<Programs, PlanError> {
+    check_change(cx.op, &cx.before_map, &cx.after_map, cx.catalog)?;
+    let mut list = Vec::new();
+    for n in &cx.nodes {
+        let id = n.id.as_str();
+        match (cx.before_map.get(id), cx.after_map.get(id)) {
+            (None, Some(a)) => list.push(cx.new_node(a)),
+            (Some(b), None) => list.push(NodeProgram {
+                node: cx.at(n),
+                first: chains(&b.services, &[A::Stop]),
+                post: vec![A::Delete],
+                ..Default::default()
+            }),
+            (Some(b), Some(a)) => list.extend(kept_node(cx, b, a)),
+            (None, None) => {}
         }
     }
+    Ok(Programs::unbatched(list))
+}
 
-    // Build tasks and lifecycle chains.
+/// A node that stays through a layout change: STOP, REMOVE of the services it loses; BOOTSTRAP,
+/// then the install chain of those it gains; CONFIGURE of those it keeps when the operation
+/// refreshes configuration. `None` when it does nothing.
+fn kept_node(cx: &Context<'_>, b: &PlanNode, a: &PlanNode) -> Option<NodeProgram> {
+    let added: Vec<&String> = a.services.difference(&b.services).collect();
+    let removed: Vec<&String> = b.services.difference(&a.services).collect();
+    let mut then = chains(added.iter().copied(), &INSTALL_CHAIN);
+    if cx.op.refreshes_configuration() {
+        then.extend(chains(
+            a.services.intersection(&b.services),
+            &[A::Configure],
+        ));
+        then.sort();
+    }
+    let p = NodeProgram {
+        node: cx.at(a),
+        pre: if added.is_empty() {
+            vec![]
+        } else {
+            vec![A::Bootstrap]
+        },
+        first: chains(removed, &[A::Stop, A::Remove]),
+        then,
+        automators: cx.automators(a),
+        ..Default::default()
+    };
+    (!p.first.is_empty() || !p.then.is_empty()).then_some(p)
+}
+
+/// Reconfigure: BOOTSTRAP and CONFIGURE on every node (STOP before and START after with
+/// `restart`); in a rollout, batch by batch over the nodes taking part.
+fn reconfigure(cx: &Context<'_>, restart: bool) -> Result<Programs, PlanError> {
+    cx.same_layout()?;
+    let actions: &[A] = if restart {
+        &[A::Stop, A::Configure, A::Start]
+    } else {
+        &[A::Configure]
+    };
+    let program = |n: &PlanNode| NodeProgram {
+        node: cx.at(n),
+        pre: vec![A::Bootstrap],
+        then: chains(&n.services, actions),
+        automators: cx.automators(n),
+        ..Default::default()
+    };
+    let Some(r) = cx.rollout else {
+        return Ok(Programs::unbatched(
+            cx.after.iter().map(|n| program(n)).collect(),
+        ));
+    };
+    let hosts: Vec<&PlanNode> = cx
+        .after
+        .iter()
+        .copied()
+        .filter(|n| cx.takes_part(n))
+        .collect();
+    let mut out = Programs::default();
+    for group in r.batches(&hosts) {
+        let changed = group
+            .iter()
+            .map(|n| (cx.at(n), n.services.iter().cloned().collect()))
+            .collect();
+        out.push_batch(group.iter().map(|n| program(n)).collect(), changed);
+    }
+    Ok(out)
+}
+
+/// Start, stop or restart `service` with what it needs (start) or what needs it (stop,
+/// restart) at runtime, or every service; in a rollout, batch by batch.
+fn start_stop_restart(cx: &Context<'_>, service: Option<&String>) -> Result<Programs, PlanError> {
+    cx.same_layout()?;
+    let (dir, actions): (Direction, &[A]) = match cx.op {
+        Operation::Start { .. } => (Direction::Forward, &[A::Start]),
+        Operation::Stop { .. } => (Direction::Reverse, &[A::Stop]),
+        _ => (Direction::Reverse, &[A::Stop, A::Start]),
+    };
+    let selected = runtime_selection(cx, service, dir)?;
+    let hosts: Vec<&PlanNode> = cx
+        .after
+        .iter()
+        .copied()
+        .filter(|n| cx.takes_part(n) && !n.services.is_disjoint(&selected))
+        .collect();
+    let groups = match cx.rollout {
+        Some(r) => r.batches(&hosts),
+        None => vec![hosts],
+    };
+    let mut out = Programs::default();
+    for group in groups {
+        let touched: Vec<(usize, Vec<String>)> = group
+            .iter()
+            .map(|n| {
+                (
+                    cx.at(n),
+                    n.services.intersection(&selected).cloned().collect(),
+                )
+            })
+            .collect();
+        let programs = touched
+            .iter()
+            .map(|(node, svcs)| NodeProgram {
+                node: *node,
+                then: chains(svcs, actions),
+                ..Default::default()
+            })
+            .collect();
+        if cx.rollout.is_some() {
+            out.push_batch(programs, touched.into_iter().collect());
+        } else {
+            out.list.extend(programs);
+        }
+    }
+    Ok(out)
+}
+
+/// The services a start, stop or restart acts on: every service, or `service` and what it
+/// reaches at runtime in direction `dir` (a rolling restart restarts the service alone: what
+/// depends on it keeps running, and its health is checked by the gates).
+fn runtime_selection(
+    cx: &Context<'_>,
+    service: Option<&String>,
+    dir: Direction,
+) -> Result<BTreeSet<String>, PlanError> {
+    let Some(s) = service else {
+        return Ok(cx.cluster.clone());
+    };
+    cx.on_cluster(s)?;
+    if cx.rollout.is_some() {
+        return Ok(BTreeSet::from([s.clone()]));
+    }
+    let mut set: BTreeSet<String> = cx
+        .graph
+        .reachable(Class::Runtime, dir, s)
+        .into_iter()
+        .flatten()
+        .filter(|d| cx.cluster.contains(*d))
+        .cloned()
+        .collect();
+    set.insert(s.clone());
+    Ok(set)
+}
+
+/// Upgrade (or roll back an upgrade of) a service: STOP, INSTALL, CONFIGURE, START on each node
+/// that has it, in batches (of `batch_size`, or the rollout's); a rollback's in reverse order.
+fn upgrade(cx: &Context<'_>, service: &str, batch_size: usize) -> Result<Programs, PlanError> {
+    cx.same_layout()?;
+    if batch_size == 0 {
+        return Err(cx.bad_parameter("batch size must be at least 1".into()));
+    }
+    cx.on_cluster(service)?;
+    let hosts = upgrade_hosts(cx, service)?;
+    let mut groups: Vec<Vec<&PlanNode>> = match cx.rollout {
+        Some(r) => r.batches(&hosts),
+        None => hosts.chunks(batch_size).map(<[_]>::to_vec).collect(),
+    };
+    if matches!(cx.op, Operation::RollbackUpgrade { .. }) {
+        groups.reverse();
+    }
+    let mut out = Programs::default();
+    for group in groups {
+        let changed = group
+            .iter()
+            .map(|n| (cx.at(n), vec![service.to_string()]))
+            .collect();
+        let programs = group
+            .iter()
+            .map(|n| NodeProgram {
+                node: cx.at(n),
+                pre: vec![A::Bootstrap],
+                then: vec![(
+                    service.to_string(),
+                    vec![A::Stop, A::Install, A::Configure, A::Start],
+                )],
+                automators: cx.automators(n),
+                ..Default::default()
+            })
+            .collect();
+        out.push_batch(programs, changed);
+    }
+    Ok(out)
+}
+
+/// The nodes an upgrade changes: those with the service (of a rollback, only the nodes it
+/// names, which must have it) that take part in the rollout.
+fn upgrade_hosts<'a>(cx: &Context<'a>, service: &str) -> Result<Vec<&'a PlanNode>, PlanError> {
+    let mut hosts: Vec<&PlanNode> = cx
+        .after
+        .iter()
+        .copied()
+        .filter(|n| n.services.contains(service))
+        .collect();
+    if let Operation::RollbackUpgrade {
+        nodes: Some(only), ..
+    } = cx.op
+    {
+        if let Some(bad) = only.iter().find(|id| !hosts.iter().any(|n| &n.id == *id)) {
+            return Err(cx.bad_parameter(format!("node {bad} does not have service {service}")));
+        }
+        hosts.retain(|n| only.contains(&n.id));
+    }
+    hosts.retain(|n| cx.takes_part(n));
+    Ok(hosts)
+}
+
+/// Health run: the HEALTHCHECK of every service that declares one, on every node (or `only`).
+fn healthcheck(cx: &Context<'_>, only: Option<&BTreeSet<String>>) -> Result<Programs, PlanError> {
+    cx.same_layout()?;
+    cx.in_cluster(only)?;
+    let list = cx
+        .after
+        .iter()
+        .filter(|n| only.is_none_or(|o| o.contains(&n.id)))
+        .filter_map(|n| {
+            let checked = n.services.iter().filter(|s| cx.defined(s, A::Healthcheck));
+            let then = chains(checked, &[A::Healthcheck]);
+            (!then.is_empty()).then(|| NodeProgram {
+                node: cx.at(n),
+                then,
+                ..Default::default()
+            })
+        })
+        .collect();
+    Ok(Programs::unbatched(list))
+}
+
+/// Drift check (see `repair`).
+fn drift_check(cx: &Context<'_>, only: Option<&BTreeSet<String>>) -> Result<Programs, PlanError> {
+    cx.same_layout()?;
+    Ok(Programs::unbatched(repair::check(
+        &cx.repair_input(),
+        only,
+    )?))
+}
+
+/// Replace a node (see `repair`).
+fn replace_node(cx: &Context<'_>, node: &str) -> Result<Programs, PlanError> {
+    cx.same_layout()?;
+    Ok(Programs::unbatched(repair::replace(
+        &cx.repair_input(),
+        node,
+    )?))
+}
+
+/// The plan being built: every program's tasks, then the barriers between them.
+struct Tasks<'a> {
+    b: Builder<'a>,
+    /// The tasks of each program, by program index.
+    made: Vec<ProgramTasks>,
+    /// In a rollout, which batch each task belongs to (dependency rules hold within a batch).
+    task_batch: Vec<Option<usize>>,
+}
+
+/// Build tasks and lifecycle chains.
+fn add_programs<'a>(cx: &Context<'a>, programs: &Programs) -> Tasks<'a> {
     let expected: usize = programs
+        .list
         .iter()
         .map(|p| {
             p.pre.len()
@@ -608,34 +819,37 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
                     .sum::<usize>()
         })
         .sum();
-    let mut b = Builder::new(nodes.clone(), expected);
-    let defined = |s: &str, a: A| {
-        catalog
-            .get(s)
-            .is_some_and(|svc| svc.provisioner.actions.contains_key(&a))
-    };
-    // In a rollout, which batch each task belongs to (dependency rules hold within a batch).
-    let mut program_batch: Vec<Option<usize>> = vec![None; programs.len()];
-    if rollout.is_some() {
-        for (k, batch) in batches.iter().enumerate() {
+    let mut b = Builder::new(cx.nodes.clone(), expected);
+    let mut program_batch: Vec<Option<usize>> = vec![None; programs.list.len()];
+    if cx.rollout.is_some() {
+        for (k, batch) in programs.batches.iter().enumerate() {
             for &p in batch {
                 program_batch[p] = Some(k);
             }
         }
     }
     let mut task_batch: Vec<Option<usize>> = Vec::with_capacity(expected);
-    let made: Vec<_> = programs
+    let made = programs
+        .list
         .iter()
         .zip(&program_batch)
         .map(|(p, &k)| {
-            let m = b.add_program(p, defined);
+            let m = b.add_program(p, |s, a| cx.defined(s, a));
             task_batch.resize(b.task_count(), k);
             m
         })
         .collect();
+    Tasks {
+        b,
+        made,
+        task_batch,
+    }
+}
 
-    // Dependency rules between service tasks, across nodes. Keys are sorted before gates are made
-    // so that gate numbers are deterministic.
+/// Dependency rules between service tasks, across nodes. Keys are sorted before gates are made so
+/// that gate numbers are deterministic.
+fn dependency_barriers(cx: &Context<'_>, tasks: &mut Tasks<'_>) {
+    let b = &mut tasks.b;
     let groups = b.service_groups();
     let mut resolved: HashMap<(u32, A), Vec<u32>> = HashMap::new();
     let mut needs: HashMap<(A, u32, Option<usize>), Vec<usize>> = HashMap::new();
@@ -645,7 +859,7 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             continue;
         };
         let targets = resolved.entry((service, action)).or_insert_with(|| {
-            graph
+            cx.graph
                 .targets(class, dir, b.service_name(service), |d| {
                     b.find_service(d)
                         .is_some_and(|id| groups.contains_key(&(wanted, id)))
@@ -656,7 +870,7 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
         });
         for &d in targets.iter() {
             needs
-                .entry((wanted, d, task_batch[task]))
+                .entry((wanted, d, tasks.task_batch[task]))
                 .or_default()
                 .push(task);
         }
@@ -668,96 +882,114 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
             let from: Vec<usize> = from
                 .iter()
                 .copied()
-                .filter(|&t| task_batch[t] == key.2)
+                .filter(|&t| tasks.task_batch[t] == key.2)
                 .collect();
             b.barrier(&from, &needs[&key]);
         }
     }
+}
 
-    // A layout change re-configures the services that stay against the layout it makes: what
-    // leaves is stopped first, so that nothing is configured to use a service that is going away.
-    if matches!(
-        op,
-        Operation::Expand | Operation::Shrink | Operation::ChangeTemplate
-    ) {
-        let stopped: Vec<usize> = made
-            .iter()
-            .flat_map(|m| m.first_tails.iter().copied())
-            .collect();
-        let heads: Vec<usize> = made
-            .iter()
-            .flat_map(|m| m.then_heads.iter().copied())
-            .collect();
-        if !stopped.is_empty() && !heads.is_empty() {
-            b.barrier(&stopped, &heads);
-        }
+/// A layout change re-configures the services that stay against the layout it makes: what leaves
+/// is stopped first, so that nothing is configured to use a service that is going away.
+fn stops_before_configures(cx: &Context<'_>, tasks: &mut Tasks<'_>) {
+    if !cx.op.refreshes_configuration() {
+        return;
     }
+    let stopped: Vec<usize> = tasks
+        .made
+        .iter()
+        .flat_map(|m| m.first_tails.iter().copied())
+        .collect();
+    let heads: Vec<usize> = tasks
+        .made
+        .iter()
+        .flat_map(|m| m.then_heads.iter().copied())
+        .collect();
+    if !stopped.is_empty() && !heads.is_empty() {
+        tasks.b.barrier(&stopped, &heads);
+    }
+}
 
-    // Addresses first: a service task sees every node of the plan with its addresses, unless its
-    // service uses only its own node's (and no configuration names other nodes).
-    let names_others = refers_to_other_nodes(input, &catalog, &cluster);
+/// Addresses first: a service task sees every node of the plan with its addresses, unless its
+/// service uses only its own node's (and no configuration names other nodes).
+fn confirms_before_services(cx: &Context<'_>, tasks: &mut Tasks<'_>) {
+    let names_others = refers_to_other_nodes(cx.input, cx.catalog, &cx.cluster);
+    let b = &mut tasks.b;
     let confirms = b.tasks_of(A::Confirm);
-    let heads: Vec<usize> = made
+    let heads: Vec<usize> = tasks
+        .made
         .iter()
         .flat_map(|m| m.then_heads.iter().copied())
         .filter(|&t| {
             names_others
                 || b.task_service(t)
-                    .and_then(|s| catalog.get(s))
+                    .and_then(|s| cx.catalog.get(s))
                     .is_none_or(|svc| !svc.own_address_only)
         })
         .collect();
     if !confirms.is_empty() && !heads.is_empty() {
         b.barrier(&confirms, &heads);
     }
+}
 
-    // Batches: a batch starts when the previous one is done, and in a rollout its health gate:
-    // the checks of what the batch changed and of what depends on it.
-    let gates = rollout.is_some_and(|r| r.gates);
-    let everyone: Vec<(usize, &BTreeSet<String>)> = after
-        .iter()
-        .map(|n| (pos[n.id.as_str()], &n.services))
-        .collect();
-    let dependents = |s: &str| -> Vec<String> {
-        graph
-            .reachable(Class::Runtime, Direction::Reverse, s)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect()
-    };
-    let has_check = |s: &str| defined(s, A::Healthcheck);
+/// Batches: a batch starts when the previous one is done, and in a rollout its health gate: the
+/// checks of what the batch changed and of what depends on it.
+fn batch_barriers(cx: &Context<'_>, programs: &Programs, tasks: &mut Tasks<'_>) {
+    let gates = cx.rollout.is_some_and(|r| r.gates);
+    let everyone: Vec<(usize, &BTreeSet<String>)> =
+        cx.after.iter().map(|n| (cx.at(n), &n.services)).collect();
+    let batches = &programs.batches;
     for (k, batch) in batches.iter().enumerate() {
         let mut done: Vec<usize> = batch
             .iter()
-            .flat_map(|&p| made[p].sinks.iter().copied())
+            .flat_map(|&p| tasks.made[p].sinks.iter().copied())
             .collect();
         if gates {
-            let checks = gate_checks(&changed[k], &everyone, dependents, has_check);
-            let mut gate: Vec<usize> = Vec::new();
-            for (node, services) in checks {
-                let p = NodeProgram {
-                    node,
-                    then: chains(&mut services.iter(), &[A::Healthcheck]),
-                    ..Default::default()
-                };
-                gate.extend(b.add_program(&p, defined).sinks);
-            }
+            let gate = health_gate(cx, &programs.changed[k], &everyone, &mut tasks.b);
             if !gate.is_empty() {
-                b.barrier(&done, &gate);
+                tasks.b.barrier(&done, &gate);
                 done = gate;
             }
         }
         if let Some(next) = batches.get(k + 1) {
             let sources: Vec<usize> = next
                 .iter()
-                .flat_map(|&p| made[p].sources.iter().copied())
+                .flat_map(|&p| tasks.made[p].sources.iter().copied())
                 .collect();
-            b.barrier(&done, &sources);
+            tasks.b.barrier(&done, &sources);
         }
     }
+}
 
-    b.finish(op.cluster_action())
+/// The HEALTHCHECK tasks of a batch's health gate (see `gate_checks`; `everyone` gives every
+/// node's services), added to the plan.
+fn health_gate(
+    cx: &Context<'_>,
+    changed: &BTreeMap<usize, Vec<String>>,
+    everyone: &[(usize, &BTreeSet<String>)],
+    b: &mut Builder<'_>,
+) -> Vec<usize> {
+    let dependents = |s: &str| -> Vec<String> {
+        cx.graph
+            .reachable(Class::Runtime, Direction::Reverse, s)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    };
+    let checks = gate_checks(changed, everyone, dependents, |s| {
+        cx.defined(s, A::Healthcheck)
+    });
+    let mut gate: Vec<usize> = Vec::new();
+    for (node, services) in checks {
+        let p = NodeProgram {
+            node,
+            then: chains(&services, &[A::Healthcheck]),
+            ..Default::default()
+        };
+        gate.extend(b.add_program(&p, |s, a| cx.defined(s, a)).sinks);
+    }
+    gate
 }
 
 /// Whether the cluster config or an action field of a cluster service names other nodes' hosts or
@@ -837,39 +1069,55 @@ fn check_change(
         }
     }
     if let Operation::RemoveService { service } = op {
-        if !before.values().any(|n| n.services.contains(service)) {
-            return Err(PlanError::BadService {
-                operation: name,
-                service: service.clone(),
-                problem: "is not on the cluster".into(),
-            });
-        }
-        if let Some(n) = after.values().find(|n| n.services.contains(service)) {
-            return mismatch(format!("node {} still has service {service}", n.id));
-        }
-        // Nothing that stays may require the removed service (unless another service provides it).
-        let remaining: BTreeSet<&String> = after.values().flat_map(|n| n.services.iter()).collect();
-        for s in &remaining {
-            let Some(svc) = catalog.get(*s) else { continue };
-            let deps = &svc.dependencies;
-            for need in deps.install.requires.iter().chain(&deps.runtime.requires) {
-                let satisfied = remaining.iter().any(|r| {
-                    *r == need
-                        || catalog
-                            .get(*r)
-                            .is_some_and(|c| c.dependencies.provides.contains(need))
-                });
-                let hits_removed = need == service
+        check_removal(name, service, before, after, catalog)?;
+    }
+    Ok(())
+}
+
+/// Removing `service`: it was on the cluster, no node keeps it, and nothing that stays requires
+/// it.
+fn check_removal(
+    name: &'static str,
+    service: &String,
+    before: &BTreeMap<&str, &PlanNode>,
+    after: &BTreeMap<&str, &PlanNode>,
+    catalog: &BTreeMap<String, Service>,
+) -> Result<(), PlanError> {
+    if !before.values().any(|n| n.services.contains(service)) {
+        return Err(PlanError::BadService {
+            operation: name,
+            service: service.clone(),
+            problem: "is not on the cluster".into(),
+        });
+    }
+    if let Some(n) = after.values().find(|n| n.services.contains(service)) {
+        return Err(PlanError::LayoutMismatch {
+            operation: name,
+            problem: format!("node {} still has service {service}", n.id),
+        });
+    }
+    // Nothing that stays may require the removed service (unless another service provides it).
+    let remaining: BTreeSet<&String> = after.values().flat_map(|n| n.services.iter()).collect();
+    for s in &remaining {
+        let Some(svc) = catalog.get(*s) else { continue };
+        let deps = &svc.dependencies;
+        for need in deps.install.requires.iter().chain(&deps.runtime.requires) {
+            let satisfied = remaining.iter().any(|r| {
+                *r == need
                     || catalog
-                        .get(service)
-                        .is_some_and(|c| c.dependencies.provides.contains(need));
-                if hits_removed && !satisfied {
-                    return Err(PlanError::BadService {
-                        operation: name,
-                        service: service.clone(),
-                        problem: format!("is required by service {s}, which stays on the cluster"),
-                    });
-                }
+                        .get(*r)
+                        .is_some_and(|c| c.dependencies.provides.contains(need))
+            });
+            let hits_removed = need == service
+                || catalog
+                    .get(service)
+                    .is_some_and(|c| c.dependencies.provides.contains(need));
+            if hits_removed && !satisfied {
+                return Err(PlanError::BadService {
+                    operation: name,
+                    service: service.clone(),
+                    problem: format!("is required by service {s}, which stays on the cluster"),
+                });
             }
         }
     }

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use weft_client::{Client, ClientError, Finish, PluginKind, Registration};
 
 use crate::plugin::Plugins;
-use crate::task::{PluginError, Task};
+use crate::task::{PluginError, PluginResult, Task};
 use crate::transport::tail_text;
 
 /// What the agent needs to know.
@@ -597,33 +597,7 @@ async fn run_and_finish(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let timeout = inner.cfg.task_timeout;
-    let outcome = match Task::from_json(raw, timeout) {
-        Err(e) => Err(e),
-        Ok(mut task) => {
-            task.tenant_id = tenant_id.to_string();
-            tracing::info!(task_id = %task.id, job_id = %task.job_id, cluster_id = %task.cluster_id,
-                action = task.action.lower(), "running task");
-            let plugins = inner.plugins.clone();
-            // Plugins kill what they start at the time-out; this is the backstop for one that hangs
-            // anyway (with a margin so the plugin's own report wins).
-            let run = tokio::spawn(async move { plugins.run(&task).await });
-            let abort = run.abort_handle();
-            match tokio::time::timeout(timeout + Duration::from_secs(5), run).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => Err(PluginError::fatal(format!("the plugin crashed: {e}"))
-                    .because(weft_model::FailureReason::Crash)),
-                Err(_) => {
-                    abort.abort();
-                    Err(PluginError::timeout(format!(
-                        "the task did not end within {}s",
-                        timeout.as_secs()
-                    )))
-                }
-            }
-        }
-    };
-    let max = inner.cfg.max_output;
+    let outcome = run_task(inner, tenant_id, raw).await;
     let mut finish = Finish {
         worker_id: worker_id.to_string(),
         provisioner_id: inner.cfg.id.clone(),
@@ -631,6 +605,42 @@ async fn run_and_finish(
         task_id: task_id.clone(),
         ..Default::default()
     };
+    report_outcome(&mut finish, outcome, inner.cfg.max_output);
+    if task_id.is_empty() {
+        return None;
+    }
+    send_finish(inner, &finish, take_next).await
+}
+
+/// Runs the task with the plugins, within its time-out.
+async fn run_task(inner: &Arc<Inner>, tenant_id: &str, raw: Value) -> PluginResult {
+    let timeout = inner.cfg.task_timeout;
+    let mut task = Task::from_json(raw, timeout)?;
+    task.tenant_id = tenant_id.to_string();
+    tracing::info!(task_id = %task.id, job_id = %task.job_id, cluster_id = %task.cluster_id,
+        action = task.action.lower(), "running task");
+    let plugins = inner.plugins.clone();
+    // Plugins kill what they start at the time-out; this is the backstop for one that hangs
+    // anyway (with a margin so the plugin's own report wins).
+    let run = tokio::spawn(async move { plugins.run(&task).await });
+    let abort = run.abort_handle();
+    match tokio::time::timeout(timeout + Duration::from_secs(5), run).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(PluginError::fatal(format!("the plugin crashed: {e}"))
+            .because(weft_model::FailureReason::Crash)),
+        Err(_) => {
+            abort.abort();
+            Err(PluginError::timeout(format!(
+                "the task did not end within {}s",
+                timeout.as_secs()
+            )))
+        }
+    }
+}
+
+/// Writes the task's outcome into its finish: status, output (the last `max` bytes of each
+/// stream), and what the plugin answered or why it failed.
+fn report_outcome(finish: &mut Finish, outcome: PluginResult, max: usize) {
     match outcome {
         Ok(out) => {
             finish.status = 0;
@@ -641,6 +651,7 @@ async fn run_and_finish(
             finish.result = Some(out.result);
         }
         Err(e) => {
+            let task_id = &finish.task_id;
             tracing::warn!(%task_id, retryable = e.retryable, reason = %e.reason, error = %e, "task failed");
             finish.status = 1;
             finish.stdout = Some(tail_text(&e.stdout, max));
@@ -653,16 +664,18 @@ async fn run_and_finish(
             finish.failure = Some(e.failure());
         }
     }
-    if task_id.is_empty() {
-        return None;
-    }
-    // The result matters: try a few times before giving the task up to the server's time-out. A
-    // finish is applied once however often it arrives, so one whose answer was lost is sent again.
+}
+
+/// Sends the finish (with `take_next`, taking the next task, which it returns). The result
+/// matters: try a few times before giving the task up to the server's time-out. A finish is
+/// applied once however often it arrives, so one whose answer was lost is sent again.
+async fn send_finish(inner: &Arc<Inner>, finish: &Finish, take_next: bool) -> Option<Value> {
+    let task_id = &finish.task_id;
     for attempt in 0..5u32 {
         let sent = if take_next {
-            inner.client.finish_and_take(&finish).await
+            inner.client.finish_and_take(finish).await
         } else {
-            inner.client.finish(&finish).await.map(|()| None)
+            inner.client.finish(finish).await.map(|()| None)
         };
         match sent {
             Ok(next) => return next,

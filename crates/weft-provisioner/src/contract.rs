@@ -13,6 +13,7 @@ use weft_model::{MachineReport, MachineState, PluginType, Validate, STATUS_RESUL
 
 use crate::plugin::{run_automator, Automator, Provider};
 use crate::task::{Action, PluginError, Task, TaskOutput};
+use crate::transport::{CommandSpec, Transport};
 
 /// A task for `action` on `node_id` with `config`.
 pub fn task(action: Action, node_id: &str, config: Map<String, Value>, timeout: Duration) -> Task {
@@ -94,6 +95,19 @@ pub async fn provider_contract_on(
     );
     config.insert("hostname".into(), json!(format!("{node_id}.contract")));
 
+    let made = check_create(p, node_id, &config, timeout).await;
+    check_confirm(p, node_id, &made, timeout).await;
+    check_delete(p, node_id, made, config, timeout).await;
+}
+
+/// CREATE answers a provider id, and again the same one. Returns the config of the node made
+/// (`config` with CREATE's results).
+async fn check_create(
+    p: &dyn Provider,
+    node_id: &str,
+    config: &Map<String, Value>,
+    timeout: Duration,
+) -> Map<String, Value> {
     let created = ok(
         p.create(&task(Action::Create, node_id, config.clone(), timeout))
             .await,
@@ -116,9 +130,18 @@ pub async fn provider_contract_on(
         created.result.get("providerid"),
         "create is idempotent"
     );
-
     let mut made = config.clone();
-    made.extend(created.result.clone());
+    made.extend(created.result);
+    made
+}
+
+/// CONFIRM answers both addresses, the same ones again; STATUS finds the machine.
+async fn check_confirm(
+    p: &dyn Provider,
+    node_id: &str,
+    made: &Map<String, Value>,
+    timeout: Duration,
+) {
     let confirmed = ok(
         p.confirm(&task(Action::Confirm, node_id, made.clone(), timeout))
             .await,
@@ -142,13 +165,23 @@ pub async fn provider_contract_on(
         "confirm is stable"
     );
 
-    let state = machine_state(p, node_id, &made, timeout).await;
+    let state = machine_state(p, node_id, made, timeout).await;
     assert_ne!(
         state,
         MachineState::Missing,
         "status finds a confirmed machine"
     );
+}
 
+/// DELETE removes the machine (STATUS no longer finds it, CONFIRM fails), and again; a DELETE
+/// of nothing (`config`: no provider id) passes, a CONFIRM of nothing fails for good.
+async fn check_delete(
+    p: &dyn Provider,
+    node_id: &str,
+    made: Map<String, Value>,
+    config: Map<String, Value>,
+    timeout: Duration,
+) {
     ok(
         p.delete(&task(Action::Delete, node_id, made.clone(), timeout))
             .await,
@@ -285,10 +318,24 @@ pub async fn automator_contract(a: &dyn Automator, fx: AutomatorFixture, node_id
 /// hangs killed (with what it started) at the time-out, files written with parents and mode and
 /// read back, an empty command refused for good. `dir` is a scratch directory on the node that the
 /// transport may write to (it is created).
-pub async fn transport_contract(t: &dyn crate::transport::Transport, dir: &str) {
-    use crate::transport::CommandSpec;
-    let sh = |line: &str| CommandSpec::new(vec!["sh".into(), "-c".into(), line.into()]);
+pub async fn transport_contract(t: &dyn Transport, dir: &str) {
+    check_status_and_streams(t).await;
+    check_files(t, dir).await;
+    check_bounded_output(t).await;
+    check_time_out(t).await;
+    let e = t
+        .run(&CommandSpec::new(Vec::new()))
+        .await
+        .expect_err("an empty command is refused");
+    assert!(!e.retryable, "{e}");
+}
 
+fn sh(line: &str) -> CommandSpec {
+    CommandSpec::new(vec!["sh".into(), "-c".into(), line.into()])
+}
+
+/// Output and exit status of a command that passes and of one that fails.
+async fn check_status_and_streams(t: &dyn Transport) {
     let out = t
         .run(&sh("echo hello; echo oops >&2"))
         .await
@@ -305,7 +352,11 @@ pub async fn transport_contract(t: &dyn crate::transport::Transport, dir: &str) 
     assert_eq!(out.exit, Some(7), "{out:?}");
     assert!(!out.success());
     assert_eq!(out.stderr, "failing\n");
+}
 
+/// Files written with parents and mode, read back by a command with a working directory and
+/// environment; a file replaced.
+async fn check_files(t: &dyn Transport, dir: &str) {
     t.write_file(
         &format!("{dir}/sub/deeper/file.txt"),
         b"it's \"quoted\"\n$HOME\n",
@@ -329,7 +380,10 @@ pub async fn transport_contract(t: &dyn crate::transport::Transport, dir: &str) 
         .await
         .expect("cat runs");
     assert_eq!(out.stdout, "new");
+}
 
+/// Output past the bound is cut, the cut marked, the end kept.
+async fn check_bounded_output(t: &dyn Transport) {
     let mut big = sh("i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; echo end");
     big.max_output = 100;
     let out = t.run(&big).await.expect("a chatty command runs");
@@ -339,7 +393,11 @@ pub async fn transport_contract(t: &dyn crate::transport::Transport, dir: &str) 
         "output is bounded and the cut is marked: {:?}",
         out.stdout
     );
+}
 
+/// A command that hangs is killed at the time-out with what it started; its output so far is
+/// kept.
+async fn check_time_out(t: &dyn Transport) {
     let marker = format!("weft-contract-{}", std::process::id());
     let mut hang = sh(&format!(
         "sleep 7207 & echo started; exec sh -c 'sleep 7208; echo {marker}'"
@@ -366,10 +424,4 @@ pub async fn transport_contract(t: &dyn crate::transport::Transport, dir: &str) 
         "0",
         "what the command started is killed with it"
     );
-
-    let e = t
-        .run(&CommandSpec::new(Vec::new()))
-        .await
-        .expect_err("an empty command is refused");
-    assert!(!e.retryable, "{e}");
 }

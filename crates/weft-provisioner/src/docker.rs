@@ -498,131 +498,254 @@ impl DockerProvider {
     }
 
     /// Makes and starts the container; on failure removes what it made.
-    #[allow(clippy::too_many_arguments)]
     async fn make_container(
         &self,
         engine: &Engine,
         task: &Task,
-        name: &str,
-        network: &str,
-        image: &str,
-        limits: Limits,
-        public_key: &str,
-        fingerprint: &str,
+        spec: &ContainerSpec,
     ) -> Result<String, PluginError> {
         let docker = &engine.docker;
-        let hostname = task.config_str("hostname").unwrap_or_default();
-        let (short, domain) = match hostname.split_once('.') {
-            Some((s, d)) => (s, d),
-            None => (hostname, ""),
-        };
-        let short: String = short.chars().take(63).collect();
-        let mut aliases = Vec::new();
-        if !short.is_empty() {
-            aliases.push(short.clone());
-        }
-        if !hostname.is_empty() && hostname != short {
-            aliases.push(hostname.to_string());
-        }
-        let labels = HashMap::from([
-            (LABEL_CLUSTER.to_string(), task.cluster_id.clone()),
-            (LABEL_TENANT.to_string(), task.tenant_id.clone()),
-            (LABEL_NODE.to_string(), task.node_id.clone()),
-            (LABEL_NETWORK.to_string(), network.to_string()),
-            (LABEL_KEY.to_string(), fingerprint.to_string()),
-        ]);
-        let cpus = match (limits.cpus, engine.ncpu) {
-            (Some(c), Some(n)) => Some(c.min(n)),
-            (c, _) => c,
-        };
+        let (name, network) = (spec.name.as_str(), spec.network.as_str());
         let guard = self.networks.lock().await;
         let net_id = self.ensure_network(docker, task, network).await?;
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            hostname: (!short.is_empty()).then(|| short.clone()),
-            domainname: (!domain.is_empty()).then(|| domain.to_string()),
-            env: Some(vec![format!("AUTHORIZED_KEY={public_key}")]),
-            labels: Some(labels),
-            host_config: Some(HostConfig {
-                init: Some(true),
-                nano_cpus: cpus.map(|c| (c * 1e9) as i64),
-                memory: limits.memory,
-                network_mode: Some(net_id.clone()),
-                ..Default::default()
-            }),
-            networking_config: Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(
-                    net_id.clone(),
-                    EndpointSettings {
-                        aliases: (!aliases.is_empty()).then_some(aliases),
-                        ..Default::default()
-                    },
-                )])),
-            }),
-            ..Default::default()
-        };
         let created = docker
             .create_container(
                 Some(CreateContainerOptions {
                     name: Some(name.to_string()),
                     ..Default::default()
                 }),
-                body,
+                container_body(task, spec, engine.ncpu, net_id),
             )
             .await;
         drop(guard);
         let id = match created {
             Ok(r) => r.id,
             Err(e) => {
-                let err = match status_of(&e) {
-                    Some(404) if e.to_string().contains("No such image") => {
-                        PluginError::not_found(missing_image(image))
-                    }
-                    Some(409) => PluginError::retryable(format!(
-                        "container {name} is being made by another worker: {e}"
-                    )),
-                    Some(404) => PluginError::retryable(format!(
-                        "creating container {name}: {e} (the network was removed meanwhile?)"
-                    )),
-                    _ => engine_error(&format!("creating container {name}"), e),
-                };
+                let err = create_error(spec, e);
                 let _ = self.remove_network_if_unused(docker, network).await;
                 return Err(err);
             }
         };
-        // While a twin network exists (see `ensure_network`) the engine cannot resolve the
-        // container's network by name: settle the twins (ours may be the one removed, and the
-        // start then fails with "not found") and try again.
-        let mut tries = 0;
-        loop {
-            let err = match docker.start_container(name, None).await {
-                Ok(()) => break,
-                Err(e) if ambiguous(&e) && tries < 50 => {
-                    tries += 1;
-                    let guard = self.networks.lock().await;
-                    let settled = self.ensure_network(docker, task, network).await;
-                    drop(guard);
-                    if settled.is_err() || tries > 1 {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                    continue;
-                }
-                Err(e) if ambiguous(&e) => {
-                    PluginError::retryable(format!("starting container {name}: {}", e))
-                }
-                Err(e) => engine_error(&format!("starting container {name}"), e),
-            };
+        if let Err(err) = self.start_container(docker, task, spec).await {
             let _ = self.remove_container(docker, name).await;
             let _ = self.remove_network_if_unused(docker, network).await;
             return Err(err);
         }
         Ok(id)
     }
+
+    /// Starts the container made. While a twin network exists (see `ensure_network`) the engine
+    /// cannot resolve the container's network by name: settle the twins (ours may be the one
+    /// removed, and the start then fails with "not found") and try again.
+    async fn start_container(
+        &self,
+        docker: &Docker,
+        task: &Task,
+        spec: &ContainerSpec,
+    ) -> Result<(), PluginError> {
+        let name = spec.name.as_str();
+        let mut tries = 0;
+        loop {
+            match docker.start_container(name, None).await {
+                Ok(()) => return Ok(()),
+                Err(e) if ambiguous(&e) && tries < 50 => {
+                    tries += 1;
+                    let guard = self.networks.lock().await;
+                    let settled = self.ensure_network(docker, task, &spec.network).await;
+                    drop(guard);
+                    if settled.is_err() || tries > 1 {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+                Err(e) if ambiguous(&e) => {
+                    return Err(PluginError::retryable(format!(
+                        "starting container {name}: {}",
+                        e
+                    )))
+                }
+                Err(e) => return Err(engine_error(&format!("starting container {name}"), e)),
+            }
+        }
+    }
+
+    /// The container of a retried CREATE's first attempt, when it can stay (running, with this
+    /// cluster's key, on this cluster's network); anything else under the name is removed. Fails
+    /// on a container under the name that weft did not make for this node.
+    async fn reusable_container(
+        &self,
+        docker: &Docker,
+        task: &Task,
+        spec: &ContainerSpec,
+        stdout: &mut String,
+    ) -> Result<Option<String>, PluginError> {
+        let name = spec.name.as_str();
+        let c = match docker.inspect_container(name, None).await {
+            Ok(c) => c,
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(engine_error(&format!("inspecting container {name}"), e)),
+        };
+        let labels = c
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        if labels.get(LABEL_NODE).map(String::as_str) != Some(task.node_id.as_str()) {
+            return Err(PluginError::fatal(format!(
+                "container {name} exists and was not made by weft for node {}",
+                task.node_id
+            )));
+        }
+        let running = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+        let same_key = labels.get(LABEL_KEY) == Some(&spec.fingerprint);
+        let same_net = labels.get(LABEL_NETWORK) == Some(&spec.network);
+        if running && same_key && same_net {
+            stdout.push_str(&format!("container {name} exists\n"));
+            return Ok(c.id);
+        }
+        stdout.push_str(&format!(
+            "container {name} exists but is {}: replacing it\n",
+            if running {
+                "another cluster key's"
+            } else {
+                "not running"
+            }
+        ));
+        self.remove_container(docker, name).await?;
+        Ok(None)
+    }
+
+    /// Makes the container. One that joined a twin network its maker then removed (two workers
+    /// made the cluster's network at once) is made again on the network that stays.
+    async fn make_on_the_network_that_stays(
+        &self,
+        engine: &Engine,
+        task: &Task,
+        spec: &ContainerSpec,
+        stdout: &mut String,
+    ) -> Result<String, PluginError> {
+        let mut tries = 0;
+        let id = loop {
+            match self.make_container(engine, task, spec).await {
+                Err(e) if tries < 3 && lost_its_network(&e) => tries += 1,
+                other => break other?,
+            }
+        };
+        let (name, image, network) = (&spec.name, &spec.image, &spec.network);
+        tracing::info!(cluster_id = %task.cluster_id, node_id = %task.node_id,
+            container = %name, %image, "container started");
+        stdout.push_str(&format!(
+            "container {name} started from {image} on network {network}\n"
+        ));
+        Ok(id)
+    }
+}
+
+/// What a node's container is made of.
+struct ContainerSpec {
+    name: String,
+    network: String,
+    image: String,
+    limits: Limits,
+    /// The cluster key's public half (OpenSSH) and its SHA-256 fingerprint.
+    public_key: String,
+    fingerprint: String,
+}
+
+/// The body of a node's container: its image, host name (the node's hostname cut at the first
+/// dot, and the domain), the cluster key, weft's labels, the CPU (at most the engine's `ncpu`)
+/// and memory limits, and the cluster's network (`net_id`) with the host names as aliases.
+fn container_body(
+    task: &Task,
+    spec: &ContainerSpec,
+    ncpu: Option<f64>,
+    net_id: String,
+) -> ContainerCreateBody {
+    let hostname = task.config_str("hostname").unwrap_or_default();
+    let (short, domain) = match hostname.split_once('.') {
+        Some((s, d)) => (s, d),
+        None => (hostname, ""),
+    };
+    let short: String = short.chars().take(63).collect();
+    let mut aliases = Vec::new();
+    if !short.is_empty() {
+        aliases.push(short.clone());
+    }
+    if !hostname.is_empty() && hostname != short {
+        aliases.push(hostname.to_string());
+    }
+    let labels = HashMap::from([
+        (LABEL_CLUSTER.to_string(), task.cluster_id.clone()),
+        (LABEL_TENANT.to_string(), task.tenant_id.clone()),
+        (LABEL_NODE.to_string(), task.node_id.clone()),
+        (LABEL_NETWORK.to_string(), spec.network.clone()),
+        (LABEL_KEY.to_string(), spec.fingerprint.clone()),
+    ]);
+    let cpus = match (spec.limits.cpus, ncpu) {
+        (Some(c), Some(n)) => Some(c.min(n)),
+        (c, _) => c,
+    };
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        hostname: (!short.is_empty()).then(|| short.clone()),
+        domainname: (!domain.is_empty()).then(|| domain.to_string()),
+        env: Some(vec![format!("AUTHORIZED_KEY={}", spec.public_key)]),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            init: Some(true),
+            nano_cpus: cpus.map(|c| (c * 1e9) as i64),
+            memory: spec.limits.memory,
+            network_mode: Some(net_id.clone()),
+            ..Default::default()
+        }),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                net_id,
+                EndpointSettings {
+                    aliases: (!aliases.is_empty()).then_some(aliases),
+                    ..Default::default()
+                },
+            )])),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A failed container create in the plugin's terms.
+fn create_error(spec: &ContainerSpec, e: DockerError) -> PluginError {
+    let name = &spec.name;
+    match status_of(&e) {
+        Some(404) if e.to_string().contains("No such image") => {
+            PluginError::not_found(missing_image(&spec.image))
+        }
+        Some(409) => PluginError::retryable(format!(
+            "container {name} is being made by another worker: {e}"
+        )),
+        Some(404) => PluginError::retryable(format!(
+            "creating container {name}: {e} (the network was removed meanwhile?)"
+        )),
+        _ => engine_error(&format!("creating container {name}"), e),
+    }
 }
 
 /// Whether a container could not start because its network was removed under it.
 fn lost_its_network(e: &PluginError) -> bool {
     e.retryable && e.message.contains("network") && e.message.contains("not found")
+}
+
+/// The node's image: the image type's docker image, else the provider's.
+fn image_of(task: &Task) -> Result<String, PluginError> {
+    let fields = task.provider_fields();
+    task.config_str("image")
+        .or_else(|| fields.get("image").and_then(Value::as_str))
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            PluginError::fatal(
+                "no image: give the image type a docker image (providermap image) or the \
+                 provider an image",
+            )
+        })
 }
 
 /// Of the twins named alike, the one to keep: the one a container runs on (there is at most one:
@@ -824,19 +947,7 @@ impl Provider for DockerProvider {
             )));
         }
         let network = network_name(task);
-        let fields = task.provider_fields();
-        let image = task
-            .config_str("image")
-            .or_else(|| fields.get("image").and_then(Value::as_str))
-            .map(str::trim)
-            .filter(|i| !i.is_empty())
-            .ok_or_else(|| {
-                PluginError::fatal(
-                    "no image: give the image type a docker image (providermap image) or the \
-                     provider an image",
-                )
-            })?
-            .to_string();
+        let image = image_of(task)?;
         let limits = flavor_limits(task.config_str("flavor")).map_err(PluginError::fatal)?;
         let engine = self.engine(task).await?;
         let docker = &engine.docker;
@@ -847,84 +958,31 @@ impl Provider for DockerProvider {
         }
         let seed = self.key_seed(task).await?;
         let key = cluster_key(&seed, &task.tenant_id, &task.cluster_id);
-        let public = key
+        let public_key = key
             .public_key()
             .to_openssh()
             .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
         let private = key
             .to_openssh(LineEnding::LF)
             .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
-        let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
-
-        // A retried CREATE finds what the first one made: a running container with this cluster's
-        // key is kept; anything else under the name (stopped, another key) is replaced.
-        let mut stdout = String::new();
-        let existing = match docker.inspect_container(&name, None).await {
-            Ok(c) => Some(c),
-            Err(e) if not_found(&e) => None,
-            Err(e) => return Err(engine_error(&format!("inspecting container {name}"), e)),
+        let spec = ContainerSpec {
+            name,
+            network,
+            image,
+            limits,
+            public_key,
+            fingerprint: key.fingerprint(HashAlg::Sha256).to_string(),
         };
-        let mut id = None;
-        if let Some(c) = existing {
-            let labels = c
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.clone())
-                .unwrap_or_default();
-            if labels.get(LABEL_NODE).map(String::as_str) != Some(task.node_id.as_str()) {
-                return Err(PluginError::fatal(format!(
-                    "container {name} exists and was not made by weft for node {}",
-                    task.node_id
-                )));
-            }
-            let running = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
-            let same_key = labels.get(LABEL_KEY) == Some(&fingerprint);
-            let same_net = labels.get(LABEL_NETWORK) == Some(&network);
-            if running && same_key && same_net {
-                stdout.push_str(&format!("container {name} exists\n"));
-                id = c.id;
-            } else {
-                stdout.push_str(&format!(
-                    "container {name} exists but is {}: replacing it\n",
-                    if running {
-                        "another cluster key's"
-                    } else {
-                        "not running"
-                    }
-                ));
-                self.remove_container(docker, &name).await?;
-            }
-        }
-        let id = match id {
+        // A retried CREATE finds what the first one made.
+        let mut stdout = String::new();
+        let id = match self
+            .reusable_container(docker, task, &spec, &mut stdout)
+            .await?
+        {
             Some(id) => id,
             None => {
-                // A container that joined a twin network its maker then removed (two workers
-                // made the cluster's network at once) is made again on the network that stays.
-                let mut tries = 0;
-                let id = loop {
-                    let made = self
-                        .make_container(
-                            &engine,
-                            task,
-                            &name,
-                            &network,
-                            &image,
-                            limits,
-                            &public,
-                            &fingerprint,
-                        )
-                        .await;
-                    match made {
-                        Err(e) if tries < 3 && lost_its_network(&e) => tries += 1,
-                        other => break other?,
-                    }
-                };
-                tracing::info!(cluster_id = %task.cluster_id, node_id = %task.node_id,
-                    container = %name, %image, "container started");
-                stdout.push_str(&format!(
-                    "container {name} started from {image} on network {network}\n"
-                ));
-                id
+                self.make_on_the_network_that_stays(&engine, task, &spec, &mut stdout)
+                    .await?
             }
         };
         let mut out = TaskOutput {
@@ -932,9 +990,9 @@ impl Provider for DockerProvider {
             stdout,
             ..Default::default()
         };
-        out.result.insert("providerid".into(), json!(name));
+        out.result.insert("providerid".into(), json!(spec.name));
         out.result.insert("containerid".into(), json!(id));
-        out.result.insert("network".into(), json!(network));
+        out.result.insert("network".into(), json!(spec.network));
         Ok(out)
     }
 

@@ -50,6 +50,22 @@ pub fn change(
     existing: &[ExistingNode],
     change: &Change,
 ) -> Result<Layout, SolveError> {
+    check_existing(existing)?;
+    let on_cluster: BTreeSet<String> = existing
+        .iter()
+        .flat_map(|n| n.services.iter().cloned())
+        .collect();
+    match change {
+        Change::AddServices(new) => add_services(cat, existing, &on_cluster, new, false),
+        Change::Retemplate(new) => add_services(cat, existing, &on_cluster, new, true),
+        Change::RemoveService(s) => remove_service(cat, existing, &on_cluster, s),
+        Change::Expand(k) => expand(cat, existing, &on_cluster, *k),
+        Change::Shrink(k) => shrink(cat, existing, &on_cluster, *k),
+    }
+}
+
+/// The cluster has nodes, none listed twice.
+fn check_existing(existing: &[ExistingNode]) -> Result<(), SolveError> {
     let mut ids = BTreeSet::new();
     for n in existing {
         if !ids.insert(n.id.as_str()) {
@@ -64,111 +80,127 @@ pub fn change(
             "the cluster has no nodes".to_string(),
         ));
     }
-    let on_cluster: BTreeSet<String> = existing
-        .iter()
-        .flat_map(|n| n.services.iter().cloned())
-        .collect();
+    Ok(())
+}
+
+/// Adds services `new` to the existing nodes, or (`retemplate`) moves the cluster to the
+/// catalog's template, placing those of `new` not yet on the cluster.
+fn add_services(
+    cat: &Catalog<'_>,
+    existing: &[ExistingNode],
+    on_cluster: &BTreeSet<String>,
+    new: &[String],
+    retemplate: bool,
+) -> Result<Layout, SolveError> {
     let count = existing.len() as u64;
-    match change {
-        Change::AddServices(new) | Change::Retemplate(new) => {
-            let retemplate = matches!(change, Change::Retemplate(_));
-            let new: BTreeSet<String> = new
-                .iter()
-                .filter(|s| !retemplate || !on_cluster.contains(*s))
-                .cloned()
-                .collect();
-            if !retemplate {
-                if new.is_empty() {
-                    return Err(SolveError::BadChange("no services to add".to_string()));
-                }
-                if let Some(s) = new.iter().find(|s| on_cluster.contains(*s)) {
-                    return Err(SolveError::BadChange(format!(
-                        "service {s} is already on the cluster"
-                    )));
-                }
-            } else {
-                check_size(cat, count)?;
-            }
-            let all: BTreeSet<String> = on_cluster.union(&new).cloned().collect();
-            check_services(cat, &all, &new)?;
-            let ex = Existing::group(existing, &BTreeSet::new(), true);
-            let m = ex.model(cat, &all)?;
-            let place = new
-                .iter()
-                .filter_map(|s| m.service_bit(s))
-                .fold(0, |b, i| b | bit(i));
-            let setup = Setup {
-                total: count,
-                existing: ex.classes(&m),
-                fresh: 0,
-                place,
-            };
-            let intro = if retemplate {
-                format!("cannot move the cluster to template {}", cat.template.name)
-            } else {
-                format!(
-                    "cannot add {} to the {} existing {}",
-                    and_list(&new.iter().collect::<Vec<_>>()),
-                    count,
-                    plural(count)
-                )
-            };
-            run(&m, &setup, &ex, &intro)
+    let new: BTreeSet<String> = new
+        .iter()
+        .filter(|s| !retemplate || !on_cluster.contains(*s))
+        .cloned()
+        .collect();
+    if !retemplate {
+        if new.is_empty() {
+            return Err(SolveError::BadChange("no services to add".to_string()));
         }
-        Change::RemoveService(s) => {
-            if !on_cluster.contains(s) {
-                return Err(SolveError::BadChange(format!(
-                    "service {s} is not on the cluster"
-                )));
-            }
-            let all: BTreeSet<String> = on_cluster.iter().filter(|x| *x != s).cloned().collect();
-            check_services(cat, &all, &BTreeSet::new())?;
-            let mut gone = BTreeSet::new();
-            gone.insert(s.clone());
-            let ex = Existing::group(existing, &gone, false);
-            let left = ex.nodes.len() as u64;
-            if left == 0 {
-                return Err(SolveError::BadChange(format!(
-                    "removing {s} would leave the cluster with no nodes"
-                )));
-            }
-            check_size(cat, left)?;
-            let m = ex.model(cat, &all)?;
-            let setup = Setup {
-                total: left,
-                existing: ex.classes(&m),
-                fresh: 0,
-                place: 0,
-            };
-            run(&m, &setup, &ex, &format!("cannot remove {s}"))
+        if let Some(s) = new.iter().find(|s| on_cluster.contains(*s)) {
+            return Err(SolveError::BadChange(format!(
+                "service {s} is already on the cluster"
+            )));
         }
-        Change::Expand(k) => {
-            if *k == 0 {
-                return Err(SolveError::BadChange(
-                    "expand needs at least 1 node".to_string(),
-                ));
-            }
-            let total = count.saturating_add(*k);
-            check_size(cat, total)?;
-            check_services(cat, &on_cluster, &BTreeSet::new())?;
-            let ex = Existing::group(existing, &BTreeSet::new(), false);
-            let m = ex.model(cat, &on_cluster)?;
-            check_types(cat, &m)?;
-            let setup = Setup {
-                total,
-                existing: ex.classes(&m),
-                fresh: *k,
-                place: Bits::MAX,
-            };
-            run(
-                &m,
-                &setup,
-                &ex,
-                &format!("cannot add {} to the cluster of {}", nodes(*k), count),
-            )
-        }
-        Change::Shrink(k) => shrink(cat, existing, &on_cluster, *k),
+    } else {
+        check_size(cat, count)?;
     }
+    let all: BTreeSet<String> = on_cluster.union(&new).cloned().collect();
+    check_services(cat, &all, &new)?;
+    let ex = Existing::group(existing, &BTreeSet::new(), true);
+    let m = ex.model(cat, &all)?;
+    let place = new
+        .iter()
+        .filter_map(|s| m.service_bit(s))
+        .fold(0, |b, i| b | bit(i));
+    let setup = Setup {
+        total: count,
+        existing: ex.classes(&m),
+        fresh: 0,
+        place,
+    };
+    let intro = if retemplate {
+        format!("cannot move the cluster to template {}", cat.template.name)
+    } else {
+        format!(
+            "cannot add {} to the {} existing {}",
+            and_list(&new.iter().collect::<Vec<_>>()),
+            count,
+            plural(count)
+        )
+    };
+    run(&m, &setup, &ex, &intro)
+}
+
+/// Removes service `s` from every node; nodes left with nothing go.
+fn remove_service(
+    cat: &Catalog<'_>,
+    existing: &[ExistingNode],
+    on_cluster: &BTreeSet<String>,
+    s: &String,
+) -> Result<Layout, SolveError> {
+    if !on_cluster.contains(s) {
+        return Err(SolveError::BadChange(format!(
+            "service {s} is not on the cluster"
+        )));
+    }
+    let all: BTreeSet<String> = on_cluster.iter().filter(|x| *x != s).cloned().collect();
+    check_services(cat, &all, &BTreeSet::new())?;
+    let gone = BTreeSet::from([s.clone()]);
+    let ex = Existing::group(existing, &gone, false);
+    let left = ex.nodes.len() as u64;
+    if left == 0 {
+        return Err(SolveError::BadChange(format!(
+            "removing {s} would leave the cluster with no nodes"
+        )));
+    }
+    check_size(cat, left)?;
+    let m = ex.model(cat, &all)?;
+    let setup = Setup {
+        total: left,
+        existing: ex.classes(&m),
+        fresh: 0,
+        place: 0,
+    };
+    run(&m, &setup, &ex, &format!("cannot remove {s}"))
+}
+
+/// Adds `k` new nodes; the existing ones keep what they have.
+fn expand(
+    cat: &Catalog<'_>,
+    existing: &[ExistingNode],
+    on_cluster: &BTreeSet<String>,
+    k: u64,
+) -> Result<Layout, SolveError> {
+    if k == 0 {
+        return Err(SolveError::BadChange(
+            "expand needs at least 1 node".to_string(),
+        ));
+    }
+    let count = existing.len() as u64;
+    let total = count.saturating_add(k);
+    check_size(cat, total)?;
+    check_services(cat, on_cluster, &BTreeSet::new())?;
+    let ex = Existing::group(existing, &BTreeSet::new(), false);
+    let m = ex.model(cat, on_cluster)?;
+    check_types(cat, &m)?;
+    let setup = Setup {
+        total,
+        existing: ex.classes(&m),
+        fresh: k,
+        place: Bits::MAX,
+    };
+    run(
+        &m,
+        &setup,
+        &ex,
+        &format!("cannot add {} to the cluster of {}", nodes(k), count),
+    )
 }
 
 fn nodes(n: u64) -> String {
@@ -485,33 +517,47 @@ fn shrink(
         .collect();
     let mut chosen = Vec::new();
     if !pick(&sets, k as usize, &mut slack.clone(), &mut chosen)? {
-        // Name a minimal set of minimums that block the shrink.
-        let mut needed = Vec::new();
-        for s in 0..slack.len() {
-            let saved = slack[s];
-            slack[s] = i64::MAX / 2;
-            if pick(&sets, k as usize, &mut slack.clone(), &mut Vec::new())? {
-                slack[s] = saved;
-                needed.push(s);
-            }
-        }
-        let what: Vec<String> = needed
-            .iter()
-            .map(|&s| match m.rules[s].min {
-                0 | 1 => format!("{} must be on a node", m.names[s]),
-                min => format!("{} needs at least {}", m.names[s], nodes(min)),
-            })
-            .collect();
-        return Err(SolveError::NoLayout(format!(
-            "cannot remove {} from the cluster of {n}: {}",
-            nodes(k),
-            what.join("; ")
-        )));
+        return Err(shrink_blocked(&m, &sets, k, n, &mut slack)?);
     }
-    let gone: BTreeSet<&str> = chosen
+    Ok(layout_without(existing, &chosen))
+}
+
+/// Why `k` of the `n` nodes (`sets`: their services) cannot go: a minimal set of minimums that
+/// block the shrink (`slack`: per service, how many nodes with it may go).
+fn shrink_blocked(
+    m: &Model,
+    sets: &[Bits],
+    k: u64,
+    n: u64,
+    slack: &mut [i64],
+) -> Result<SolveError, SolveError> {
+    let mut needed = Vec::new();
+    for s in 0..slack.len() {
+        let saved = slack[s];
+        slack[s] = i64::MAX / 2;
+        if pick(sets, k as usize, &mut slack.to_vec(), &mut Vec::new())? {
+            slack[s] = saved;
+            needed.push(s);
+        }
+    }
+    let what: Vec<String> = needed
         .iter()
-        .map(|i: &usize| existing[*i].id.as_str())
+        .map(|&s| match m.rules[s].min {
+            0 | 1 => format!("{} must be on a node", m.names[s]),
+            min => format!("{} needs at least {}", m.names[s], nodes(min)),
+        })
         .collect();
+    Ok(SolveError::NoLayout(format!(
+        "cannot remove {} from the cluster of {n}: {}",
+        nodes(k),
+        what.join("; ")
+    )))
+}
+
+/// The existing nodes without those at the indexes `chosen`, which are the removed ones (newest
+/// first).
+fn layout_without(existing: &[ExistingNode], chosen: &[usize]) -> Layout {
+    let gone: BTreeSet<&str> = chosen.iter().map(|i| existing[*i].id.as_str()).collect();
     let nodes = existing
         .iter()
         .filter(|e| !gone.contains(e.id.as_str()))
@@ -528,7 +574,7 @@ fn shrink(
         .filter(|e| gone.contains(e.id.as_str()))
         .map(|e| e.id.clone())
         .collect();
-    Ok(Layout { nodes, removed })
+    Layout { nodes, removed }
 }
 
 /// Depth first over nodes newest first: remove a node when every service on it has slack left,

@@ -94,8 +94,19 @@ fn type_clause(
 }
 
 fn render(m: &Model, kept: &[Unit]) -> String {
+    let mut clauses = type_clauses(m, kept);
+    clauses.extend(coexist_clauses(m, kept));
+    clauses.extend(max_clauses(m, kept));
+    clauses.extend(min_clauses(m, kept));
+    if clauses.is_empty() {
+        clauses.push("every node needs at least one service".to_string());
+    }
+    clauses.join("; ")
+}
+
+/// The clauses of the kept hardware and image constraints: per service, then the template's.
+fn type_clauses(m: &Model, kept: &[Unit]) -> Vec<String> {
     let mut clauses: Vec<String> = Vec::new();
-    let names_of = |bits| m.set_names(bits);
     let offered_hw: Vec<String> = ones(m.hw_offered).map(|i| m.hw[i].clone()).collect();
     let offered_img: Vec<String> = ones(m.img_offered).map(|i| m.img[i].clone()).collect();
     let compat_hw: Option<Vec<String>> = m
@@ -144,24 +155,32 @@ fn render(m: &Model, kept: &[Unit]) -> String {
             or_list(compat_img.as_deref().unwrap_or_default())
         ));
     }
-    for u in kept {
-        match *u {
-            Unit::Must(i) => clauses.push(format!(
+    clauses
+}
+
+/// The clauses of the kept must-coexist and can't-coexist rules.
+fn coexist_clauses(m: &Model, kept: &[Unit]) -> Vec<String> {
+    kept.iter()
+        .filter_map(|u| match *u {
+            Unit::Must(i) => Some(format!(
                 "{} must share a node",
-                and_list(&names_of(m.must[i]))
+                and_list(&m.set_names(m.must[i]))
             )),
             Unit::Cant(i) => {
-                let n = names_of(m.cant[i]);
-                clauses.push(match n.len() {
+                let n = m.set_names(m.cant[i]);
+                Some(match n.len() {
                     1 => format!("{} may not be on any node", n[0]),
                     2 => format!("{} may not share a node", and_list(&n)),
                     _ => format!("{} may not all share a node", and_list(&n)),
-                });
+                })
             }
-            _ => {}
-        }
-    }
-    // Maxes, grouped by value.
+            _ => None,
+        })
+        .collect()
+}
+
+/// The clauses of the kept maximums, grouped by value.
+fn max_clauses(m: &Model, kept: &[Unit]) -> Vec<String> {
     let mut maxes: Vec<(u64, Vec<String>)> = Vec::new();
     for u in kept {
         if let Unit::Max(s) = *u {
@@ -173,13 +192,22 @@ fn render(m: &Model, kept: &[Unit]) -> String {
         }
     }
     maxes.sort();
-    for (v, l) in maxes {
-        clauses.push(if l.len() == 1 {
-            format!("{} is limited to {}", l[0], nodes(v))
-        } else {
-            format!("{} are each limited to {}", and_list(&l), nodes(v))
-        });
-    }
+    maxes
+        .into_iter()
+        .map(|(v, l)| {
+            if l.len() == 1 {
+                format!("{} is limited to {}", l[0], nodes(v))
+            } else {
+                format!("{} are each limited to {}", and_list(&l), nodes(v))
+            }
+        })
+        .collect()
+}
+
+/// The clauses of the kept minimums: those of two or more each, then the services that must be
+/// on a node, in one clause.
+fn min_clauses(m: &Model, kept: &[Unit]) -> Vec<String> {
+    let mut clauses: Vec<String> = Vec::new();
     let mut placed: Vec<String> = Vec::new();
     for u in kept {
         if let Unit::Min(s) = *u {
@@ -196,8 +224,5 @@ fn render(m: &Model, kept: &[Unit]) -> String {
         1 => clauses.push(format!("{} must be on a node", placed[0])),
         _ => clauses.push(format!("{} must each be on a node", and_list(&placed))),
     }
-    if clauses.is_empty() {
-        clauses.push("every node needs at least one service".to_string());
-    }
-    clauses.join("; ")
+    clauses
 }

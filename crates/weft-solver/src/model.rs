@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use weft_model::{ClusterTemplate, LayoutConstraint};
+
 use crate::input::{Catalog, TypeOffer};
 use crate::SolveError;
 
@@ -94,6 +96,111 @@ fn mask(names: &[String], list: &[String]) -> Bits {
         .fold(0, |m, (i, _)| m | bit(i))
 }
 
+/// The mask of `list` over `names`, `None` (any) for an empty list.
+fn list_mask(names: &[String], list: &[String]) -> Option<Bits> {
+    (!list.is_empty()).then(|| mask(names, list))
+}
+
+/// No min above its max: the template's size and each service's quantities.
+fn check_min_max(t: &ClusterTemplate) -> Result<(), SolveError> {
+    let c = &t.constraints;
+    if c.size.min > c.size.max {
+        return Err(SolveError::MinAboveMax {
+            what: format!("template {} size", t.name),
+            min: c.size.min,
+            max: c.size.max,
+        });
+    }
+    for (svc, sc) in &c.services {
+        if sc.quantities.min > sc.quantities.max {
+            return Err(SolveError::MinAboveMax {
+                what: format!("service {svc} quantities"),
+                min: sc.quantities.min,
+                max: sc.quantities.max,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The types the service constraints name that the tenant does not have. Such a type simply
+/// never matches (Coopr's own catalogs name some); an explanation says so when nothing else is
+/// left.
+fn unknown_types(
+    cat: &Catalog<'_>,
+    extra_hw: &BTreeSet<String>,
+    extra_img: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    let mut unknown = BTreeSet::new();
+    for sc in cat.template.constraints.services.values() {
+        for (list, offer, extra) in [
+            (&sc.hardwaretypes, cat.hardware, extra_hw),
+            (&sc.imagetypes, cat.images, extra_img),
+        ] {
+            unknown.extend(
+                list.iter()
+                    .filter(|n| !offer.is_known(n) && !extra.contains(*n))
+                    .cloned(),
+            );
+        }
+    }
+    unknown
+}
+
+/// Services, hardware types and image types each fit in a bit set.
+fn check_sizes(names: &[String], hw: &[String], img: &[String]) -> Result<(), SolveError> {
+    for (what, list) in [
+        ("services", names),
+        ("hardware types", hw),
+        ("image types", img),
+    ] {
+        if list.len() > MAX_BITS {
+            return Err(SolveError::TooLarge {
+                what,
+                count: list.len(),
+                limit: MAX_BITS,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The layout's must-coexist sets shrunk to the cluster's services `names` (two or more members),
+/// and its can't-coexist sets whose members are all on the cluster; without duplicates.
+fn coexistence(layout: &LayoutConstraint, names: &[String]) -> (Vec<Bits>, Vec<Bits>) {
+    let svc_index: BTreeMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    let set_bits = |set: &BTreeSet<String>| -> (Bits, bool) {
+        let mut b = 0;
+        let mut all = true;
+        for s in set {
+            match svc_index.get(s.as_str()) {
+                Some(i) => b |= bit(*i),
+                None => all = false,
+            }
+        }
+        (b, all)
+    };
+    let mut must = Vec::new();
+    for r in &layout.mustcoexist {
+        let (b, _) = set_bits(r);
+        if b.count_ones() >= 2 && !must.contains(&b) {
+            must.push(b);
+        }
+    }
+    let mut cant = Vec::new();
+    for r in &layout.cantcoexist {
+        let (b, all) = set_bits(r);
+        if all && b != 0 && !cant.contains(&b) {
+            cant.push(b);
+        }
+    }
+    (must, cant)
+}
+
 impl Model {
     /// Resolves the template for a cluster with `services`; `extra_hw` / `extra_img` are the types
     /// of existing nodes (they need an index even when no longer offered).
@@ -105,58 +212,12 @@ impl Model {
     ) -> Result<Model, SolveError> {
         let t = cat.template;
         let c = &t.constraints;
-        if c.size.min > c.size.max {
-            return Err(SolveError::MinAboveMax {
-                what: format!("template {} size", t.name),
-                min: c.size.min,
-                max: c.size.max,
-            });
-        }
-        let mut unknown = BTreeSet::new();
-        for (svc, sc) in &c.services {
-            if sc.quantities.min > sc.quantities.max {
-                return Err(SolveError::MinAboveMax {
-                    what: format!("service {svc} quantities"),
-                    min: sc.quantities.min,
-                    max: sc.quantities.max,
-                });
-            }
-            // A type the tenant does not have simply never matches (Coopr's own catalogs name
-            // some); an explanation says so when nothing else is left.
-            for (list, offer, extra) in [
-                (&sc.hardwaretypes, cat.hardware, extra_hw),
-                (&sc.imagetypes, cat.images, extra_img),
-            ] {
-                unknown.extend(
-                    list.iter()
-                        .filter(|n| !offer.is_known(n) && !extra.contains(*n))
-                        .cloned(),
-                );
-            }
-        }
+        check_min_max(t)?;
+        let unknown = unknown_types(cat, extra_hw, extra_img);
         let names: Vec<String> = services.iter().cloned().collect();
-        if names.len() > MAX_BITS {
-            return Err(SolveError::TooLarge {
-                what: "services",
-                count: names.len(),
-                limit: MAX_BITS,
-            });
-        }
         let hw = index(cat.hardware, extra_hw);
         let img = index(cat.images, extra_img);
-        for (what, list) in [("hardware types", &hw), ("image types", &img)] {
-            if list.len() > MAX_BITS {
-                return Err(SolveError::TooLarge {
-                    what,
-                    count: list.len(),
-                    limit: MAX_BITS,
-                });
-            }
-        }
-        let hw_offered = all_bits(cat.hardware.offered().len());
-        let img_offered = all_bits(cat.images.offered().len());
-        let list_mask =
-            |names: &[String], list: &[String]| (!list.is_empty()).then(|| mask(names, list));
+        check_sizes(&names, &hw, &img)?;
         let rules = names
             .iter()
             .map(|s| {
@@ -171,40 +232,11 @@ impl Model {
                 }
             })
             .collect();
-        let svc_index: BTreeMap<&str, usize> = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_str(), i))
-            .collect();
-        let set_bits = |set: &BTreeSet<String>| -> (Bits, bool) {
-            let mut b = 0;
-            let mut all = true;
-            for s in set {
-                match svc_index.get(s.as_str()) {
-                    Some(i) => b |= bit(*i),
-                    None => all = false,
-                }
-            }
-            (b, all)
-        };
-        let mut must = Vec::new();
-        for r in &c.layout.mustcoexist {
-            let (b, _) = set_bits(r);
-            if b.count_ones() >= 2 && !must.contains(&b) {
-                must.push(b);
-            }
-        }
-        let mut cant = Vec::new();
-        for r in &c.layout.cantcoexist {
-            let (b, all) = set_bits(r);
-            if all && b != 0 && !cant.contains(&b) {
-                cant.push(b);
-            }
-        }
+        let (must, cant) = coexistence(&c.layout, &names);
         Ok(Model {
             names,
-            hw_offered,
-            img_offered,
+            hw_offered: all_bits(cat.hardware.offered().len()),
+            img_offered: all_bits(cat.images.offered().len()),
             compat_hw: list_mask(&hw, &t.compatibility.hardwaretypes),
             compat_img: list_mask(&img, &t.compatibility.imagetypes),
             hw,

@@ -98,55 +98,89 @@ fn img_of(m: &Model, r: &Relax, s: usize) -> Bits {
 
 /// Builds the search problem; `None` when the fixed part (existing nodes) already breaks a rule.
 fn compile(m: &Model, r: &Relax, setup: &Setup) -> Option<Problem> {
-    let n = m.names.len();
-    let total = setup.total;
-    let must: Vec<Bits> = m
-        .must
+    let must = active(&m.must, |i| r.on(Unit::Must(i)));
+    let cant = active(&m.cant, |i| r.on(Unit::Cant(i)));
+    let fits = |c: &Class| existing_fits(m, r, setup, c, &must, &cant);
+    if !setup.existing.iter().all(fits) {
+        return None;
+    }
+    let base = service_counts(m.names.len(), &setup.existing);
+    let free = free_services(m, r, setup, &base, &must, &cant)?;
+    let placed = setup.place & !free & all_bits(m.names.len());
+    let atoms = atoms(m, r, setup.total, &base, placed, &must);
+    let (decided, later) = decided_and_later(&atoms, !setup.place | free);
+    let classes = start_classes(m, r, setup, free)?;
+    Some(Problem {
+        atoms,
+        cant,
+        must,
+        decided,
+        later,
+        classes,
+    })
+}
+
+/// The coexistence rules (`rules[i]`) that `on(i)` keeps.
+fn active(rules: &[Bits], on: impl Fn(usize) -> bool) -> Vec<Bits> {
+    rules
         .iter()
         .enumerate()
-        .filter(|(i, _)| r.on(Unit::Must(*i)))
+        .filter(|(i, _)| on(*i))
         .map(|(_, b)| *b)
-        .collect();
-    let cant: Vec<Bits> = m
-        .cant
+        .collect()
+}
+
+/// Whether a class of existing nodes keeps the active rules: no can't-coexist set whole, every
+/// service's (and the template's) hardware and image allowed, and no must-coexist set split
+/// among the services the search does not decide there.
+fn existing_fits(
+    m: &Model,
+    r: &Relax,
+    setup: &Setup,
+    c: &Class,
+    must: &[Bits],
+    cant: &[Bits],
+) -> bool {
+    if cant.iter().any(|k| k & c.set == *k) {
+        return false;
+    }
+    if ones(c.set).any(|s| hw_of(m, r, s) & c.hw == 0 || img_of(m, r, s) & c.img == 0) {
+        return false;
+    }
+    if r.on(Unit::CompatHw) && m.compat_hw.is_some_and(|h| h & c.hw == 0) {
+        return false;
+    }
+    if r.on(Unit::CompatImg) && m.compat_img.is_some_and(|h| h & c.img == 0) {
+        return false;
+    }
+    let decided = if c.open { !setup.place } else { Bits::MAX };
+    !must
         .iter()
-        .enumerate()
-        .filter(|(i, _)| r.on(Unit::Cant(*i)))
-        .map(|(_, b)| *b)
-        .collect();
-    let hw_new = m.hw_offered
-        & m.compat_hw
-            .filter(|_| r.on(Unit::CompatHw))
-            .unwrap_or(Bits::MAX);
-    let img_new = m.img_offered
-        & m.compat_img
-            .filter(|_| r.on(Unit::CompatImg))
-            .unwrap_or(Bits::MAX);
+        .any(|k| k & decided == *k && c.set & k != 0 && c.set & k != *k)
+}
+
+/// How many existing nodes have each service.
+fn service_counts(n: usize, existing: &[Class]) -> Vec<u64> {
     let mut base = vec![0u64; n];
-    for c in &setup.existing {
+    for c in existing {
         for s in ones(c.set) {
             base[s] += c.count;
         }
-        if cant.iter().any(|k| k & c.set == *k) {
-            return None;
-        }
-        if ones(c.set).any(|s| hw_of(m, r, s) & c.hw == 0 || img_of(m, r, s) & c.img == 0) {
-            return None;
-        }
-        if r.on(Unit::CompatHw) && m.compat_hw.is_some_and(|h| h & c.hw == 0) {
-            return None;
-        }
-        if r.on(Unit::CompatImg) && m.compat_img.is_some_and(|h| h & c.img == 0) {
-            return None;
-        }
-        let decided = if c.open { !setup.place } else { Bits::MAX };
-        if must
-            .iter()
-            .any(|k| k & decided == *k && c.set & k != 0 && c.set & k != *k)
-        {
-            return None;
-        }
     }
+    base
+}
+
+/// The placed services that no rule restricts, which simply go on every open node; `None` when a
+/// service's count on existing nodes already breaks its bounds (`base`: those counts).
+fn free_services(
+    m: &Model,
+    r: &Relax,
+    setup: &Setup,
+    base: &[u64],
+    must: &[Bits],
+    cant: &[Bits],
+) -> Option<Bits> {
+    let total = setup.total;
     let open_count: u64 = setup
         .existing
         .iter()
@@ -167,13 +201,44 @@ fn compile(m: &Model, r: &Relax, setup: &Setup) -> Option<Problem> {
         if have > hi {
             return None;
         }
-        let in_rule = must.iter().chain(&cant).any(|k| k & bit(s) != 0);
+        let in_rule = must.iter().chain(cant).any(|k| k & bit(s) != 0);
         let unrestricted = hw_of(m, r, s) == Bits::MAX && img_of(m, r, s) == Bits::MAX;
         if !in_rule && unrestricted && hi >= total && lo <= have + open_count {
             free |= bit(s);
         }
     }
-    // Union-find over the placed services, by the active must-coexist rules.
+    Some(free)
+}
+
+/// The `placed` services merged into atoms by the active must-coexist rules, each with the
+/// bounds and types all its members allow, most constrained first.
+fn atoms(m: &Model, r: &Relax, total: u64, base: &[u64], placed: Bits, must: &[Bits]) -> Vec<Atom> {
+    let mut atoms: Vec<Atom> = coexisting_groups(m.names.len(), placed, must)
+        .into_iter()
+        .map(|g| {
+            let mut a = Atom {
+                members: g,
+                lo: 0,
+                hi: total,
+                hw: Bits::MAX,
+                img: Bits::MAX,
+            };
+            for s in ones(g) {
+                a.lo = a.lo.max(lo_of(m, r, s).saturating_sub(base[s]));
+                a.hi = a.hi.min(hi_of(m, r, s, total) - base[s]);
+                a.hw &= hw_of(m, r, s);
+                a.img &= img_of(m, r, s);
+            }
+            a
+        })
+        .collect();
+    atoms.sort_by_key(|a| (a.hi, std::cmp::Reverse(a.lo), a.members.trailing_zeros()));
+    atoms
+}
+
+/// The `placed` services grouped by the must-coexist rules (union-find), in order of their
+/// smallest member.
+fn coexisting_groups(n: usize, placed: Bits, must: &[Bits]) -> Vec<Bits> {
     let mut parent: Vec<usize> = (0..n).collect();
     fn find(p: &mut [usize], x: usize) -> usize {
         let mut x = x;
@@ -183,8 +248,7 @@ fn compile(m: &Model, r: &Relax, setup: &Setup) -> Option<Problem> {
         }
         x
     }
-    let placed = setup.place & !free & all_bits(n);
-    for k in &must {
+    for k in must {
         let members: Vec<usize> = ones(k & placed).collect();
         for w in members.windows(2) {
             let (a, b) = (find(&mut parent, w[0]), find(&mut parent, w[1]));
@@ -196,36 +260,32 @@ fn compile(m: &Model, r: &Relax, setup: &Setup) -> Option<Problem> {
         let root = find(&mut parent, s);
         groups[root] |= bit(s);
     }
-    let mut atoms: Vec<Atom> = Vec::new();
-    for g in groups.into_iter().filter(|g| *g != 0) {
-        let mut a = Atom {
-            members: g,
-            lo: 0,
-            hi: total,
-            hw: Bits::MAX,
-            img: Bits::MAX,
-        };
-        for s in ones(g) {
-            a.lo = a.lo.max(lo_of(m, r, s).saturating_sub(base[s]));
-            a.hi = a.hi.min(hi_of(m, r, s, total) - base[s]);
-            a.hw &= hw_of(m, r, s);
-            a.img &= img_of(m, r, s);
-        }
-        atoms.push(a);
-    }
-    atoms.sort_by_key(|a| (a.hi, std::cmp::Reverse(a.lo), a.members.trailing_zeros()));
-    let mut decided = Vec::with_capacity(atoms.len());
-    let mut d = !setup.place | free;
-    for a in &atoms {
-        d |= a.members;
-        decided.push(d);
-    }
+    groups.into_iter().filter(|g| *g != 0).collect()
+}
+
+/// Per atom: the services decided once it is placed (starting from `decided`), and the members
+/// of the atoms after it.
+fn decided_and_later(atoms: &[Atom], decided: Bits) -> (Vec<Bits>, Vec<Bits>) {
+    let mut d = decided;
+    let decided = atoms
+        .iter()
+        .map(|a| {
+            d |= a.members;
+            d
+        })
+        .collect();
     let mut later = vec![0; atoms.len()];
     let mut acc = 0;
     for i in (0..atoms.len()).rev() {
         later[i] = acc;
         acc |= atoms[i].members;
     }
+    (decided, later)
+}
+
+/// The classes the search starts from: the existing ones (open ones with the free services),
+/// and one of the fresh nodes; `None` when fresh nodes have no hardware or image to use.
+fn start_classes(m: &Model, r: &Relax, setup: &Setup, free: Bits) -> Option<Vec<Class>> {
     let mut classes: Vec<Class> = setup
         .existing
         .iter()
@@ -235,6 +295,14 @@ fn compile(m: &Model, r: &Relax, setup: &Setup) -> Option<Problem> {
         })
         .collect();
     if setup.fresh > 0 {
+        let hw_new = m.hw_offered
+            & m.compat_hw
+                .filter(|_| r.on(Unit::CompatHw))
+                .unwrap_or(Bits::MAX);
+        let img_new = m.img_offered
+            & m.compat_img
+                .filter(|_| r.on(Unit::CompatImg))
+                .unwrap_or(Bits::MAX);
         if hw_new == 0 || img_new == 0 {
             return None;
         }
@@ -247,14 +315,7 @@ fn compile(m: &Model, r: &Relax, setup: &Setup) -> Option<Problem> {
             count: setup.fresh,
         });
     }
-    Some(Problem {
-        atoms,
-        cant,
-        must,
-        decided,
-        later,
-        classes,
-    })
+    Some(classes)
 }
 
 /// Solves with the given constraints switched off. `Ok(None)`: no layout exists.
@@ -366,23 +427,41 @@ impl Dfs<'_> {
     }
 
     fn run(&mut self, i: usize, classes: Vec<Class>) -> Result<Option<Vec<Class>>, SolveError> {
-        let p = self.p;
-        if i == p.atoms.len() {
+        if i == self.p.atoms.len() {
             return Ok(classes
                 .iter()
                 .all(|c| c.count == 0 || c.set != 0)
                 .then_some(classes));
         }
-        self.steps += 1;
-        if self.steps > STEP_LIMIT {
-            return Err(SolveError::SearchLimit { steps: STEP_LIMIT });
-        }
+        self.step()?;
         let mut key_classes = classes.clone();
         key_classes.sort();
         let key = (i, key_classes);
         if self.dead.contains(&key) {
             return Ok(None);
         }
+        let found = match self.limits(i, &classes) {
+            Some(limits) => self.place(i, &classes, &limits)?,
+            None => None,
+        };
+        if found.is_none() {
+            self.dead.insert(key);
+        }
+        Ok(found)
+    }
+
+    /// Counts a search step; fails past the limit.
+    fn step(&mut self) -> Result<(), SolveError> {
+        self.steps += 1;
+        if self.steps > STEP_LIMIT {
+            return Err(SolveError::SearchLimit { steps: STEP_LIMIT });
+        }
+        Ok(())
+    }
+
+    /// How atom `i` may go on `classes`; `None` when it cannot.
+    fn limits(&self, i: usize, classes: &[Class]) -> Option<Limits> {
+        let p = self.p;
         let a = &p.atoms[i];
         let decided = p.decided[i];
         let must_ok = |set: Bits| {
@@ -390,92 +469,114 @@ impl Dfs<'_> {
                 .iter()
                 .all(|k| k & a.members == 0 || k & decided != *k || set & k == 0 || set & k == *k)
         };
-        // Per class: the most it may take (ub) and the least it must take (forced).
         let mut ub = Vec::with_capacity(classes.len());
         let mut forced = Vec::with_capacity(classes.len());
-        for c in &classes {
+        for c in classes {
             let take = self.compatible(c, a.members, a.hw, a.img) && must_ok(c.set | a.members);
             let skip = !c.open || must_ok(c.set);
-            match (take, skip) {
-                (false, false) => {
-                    self.dead.insert(key);
-                    return Ok(None);
-                }
-                (true, false) => {
-                    ub.push(c.count);
-                    forced.push(c.count);
-                }
-                (true, true) => {
-                    ub.push(c.count);
-                    forced.push(0);
-                }
-                (false, true) => {
-                    ub.push(0);
-                    forced.push(0);
-                }
-            }
+            let (most, least) = match (take, skip) {
+                (false, false) => return None,
+                (true, false) => (c.count, c.count),
+                (true, true) => (c.count, 0),
+                (false, true) => (0, 0),
+            };
+            ub.push(most);
+            forced.push(least);
         }
         let cap: u64 = ub.iter().sum();
         let must_take: u64 = forced.iter().sum();
         let lo = a.lo.max(must_take);
         let hi = a.hi.min(cap);
-        if lo > hi {
-            self.dead.insert(key);
-            return Ok(None);
+        (lo <= hi).then_some(Limits {
+            ub,
+            forced,
+            must_take,
+            lo,
+            hi,
+        })
+    }
+
+    /// Tries the distributions of atom `i` over `classes` within `l`, searching on from each.
+    fn place(
+        &mut self,
+        i: usize,
+        classes: &[Class],
+        l: &Limits,
+    ) -> Result<Option<Vec<Class>>, SolveError> {
+        let optional: Vec<u64> = l.ub.iter().zip(&l.forced).map(|(u, f)| u - f).collect();
+        if self.harmless(i, classes, &l.ub) {
+            let x = dominant(classes, &l.forced, &optional, l.hi - l.must_take);
+            return self.descend(i, classes, &x);
         }
-        let optional: Vec<u64> = ub.iter().zip(&forced).map(|(u, f)| u - f).collect();
-        let harmless = !p
-            .cant
+        for t in (l.lo..=l.hi).rev() {
+            let Some(mut dist) = Distributions::new(optional.clone(), t - l.must_take) else {
+                continue;
+            };
+            while let Some(x) = dist.next() {
+                self.step()?;
+                let x: Vec<u64> = x.iter().zip(&l.forced).map(|(o, f)| o + f).collect();
+                if let Some(done) = self.descend(i, classes, &x)? {
+                    return Ok(Some(done));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether atom `i` cannot hinder any later atom (no rule ties it to them, and every class it
+    /// may go on already has only types it allows): then one choice dominates the others.
+    fn harmless(&self, i: usize, classes: &[Class], ub: &[u64]) -> bool {
+        let p = self.p;
+        let a = &p.atoms[i];
+        !p.cant
             .iter()
             .chain(&p.must)
             .any(|k| k & a.members != 0 && k & p.later[i] != 0)
             && classes
                 .iter()
-                .zip(&ub)
-                .all(|(c, u)| *u == 0 || (c.hw & a.hw == c.hw && c.img & a.img == c.img));
-        if harmless {
-            // Dominant choice: as many nodes as allowed, empty nodes first.
-            let mut left = hi - must_take;
-            let mut x = forced.clone();
-            for pass_empty in [true, false] {
-                for (j, c) in classes.iter().enumerate() {
-                    if (c.set == 0) == pass_empty {
-                        let t = optional[j].min(left);
-                        x[j] += t;
-                        left -= t;
-                    }
-                }
-            }
-            let next = split(&classes, &x, a);
-            if !self.pruned(i + 1, &next) {
-                if let Some(done) = self.run(i + 1, next)? {
-                    return Ok(Some(done));
-                }
-            }
-        } else {
-            for t in (lo..=hi).rev() {
-                let Some(mut dist) = Distributions::new(optional.clone(), t - must_take) else {
-                    continue;
-                };
-                while let Some(x) = dist.next() {
-                    self.steps += 1;
-                    if self.steps > STEP_LIMIT {
-                        return Err(SolveError::SearchLimit { steps: STEP_LIMIT });
-                    }
-                    let x: Vec<u64> = x.iter().zip(&forced).map(|(o, f)| o + f).collect();
-                    let next = split(&classes, &x, a);
-                    if self.pruned(i + 1, &next) {
-                        continue;
-                    }
-                    if let Some(done) = self.run(i + 1, next)? {
-                        return Ok(Some(done));
-                    }
-                }
+                .zip(ub)
+                .all(|(c, u)| *u == 0 || (c.hw & a.hw == c.hw && c.img & a.img == c.img))
+    }
+
+    /// Gives atom `i` to `x[j]` nodes of each class j and searches on, unless the bounds prune.
+    fn descend(
+        &mut self,
+        i: usize,
+        classes: &[Class],
+        x: &[u64],
+    ) -> Result<Option<Vec<Class>>, SolveError> {
+        let next = split(classes, x, &self.p.atoms[i]);
+        if self.pruned(i + 1, &next) {
+            return Ok(None);
+        }
+        self.run(i + 1, next)
+    }
+}
+
+/// How an atom may go on the classes: per class the most it may take (`ub`) and the least it must
+/// (`forced`, `must_take` in all), and how many nodes it goes on in all (`lo..=hi`).
+struct Limits {
+    ub: Vec<u64>,
+    forced: Vec<u64>,
+    must_take: u64,
+    lo: u64,
+    hi: u64,
+}
+
+/// The dominant choice for a harmless atom: `forced`, plus as many of the `optional` nodes as
+/// `left` allows, empty nodes first.
+fn dominant(classes: &[Class], forced: &[u64], optional: &[u64], mut left: u64) -> Vec<u64> {
+    let mut x = forced.to_vec();
+    for pass_empty in [true, false] {
+        for (j, c) in classes.iter().enumerate() {
+            if (c.set == 0) == pass_empty {
+                let t = optional[j].min(left);
+                x[j] += t;
+                left -= t;
             }
         }
-        self.dead.insert(key);
-        Ok(None)
     }
+    x
 }
 
 /// Gives atom `a` to `x[j]` nodes of class j; merges classes that end up identical.

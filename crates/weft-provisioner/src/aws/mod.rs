@@ -39,7 +39,7 @@ pub mod ec2;
 pub mod sigv4;
 pub mod xml;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -432,6 +432,98 @@ impl AwsProvider {
     }
 }
 
+/// What to launch for the node: the AMI and instance type (the image and hardware types', else
+/// the provider's defaults), the provider's subnet and security groups, the node's tags.
+fn run_spec(task: &Task) -> Result<RunSpec, PluginError> {
+    let f = task.provider_fields();
+    let pick = |config: &str, admin: &str| {
+        task.config_str(config)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .or_else(|| field(&f, admin))
+    };
+    let instance_type = pick("flavor", "instance_type").ok_or_else(|| {
+        PluginError::fatal(
+            "no instance type: give the hardware type an aws flavor or the provider an instance_type",
+        )
+    })?;
+    let ami = pick("image", "ami").ok_or_else(|| {
+        PluginError::fatal("no AMI: give the image type an aws image or the provider an ami")
+    })?;
+    let mut tags = node_tags(task);
+    if let Some(h) = task.config_str("hostname").filter(|h| !h.is_empty()) {
+        tags.push(("Name".into(), h.to_string()));
+    }
+    Ok(RunSpec {
+        ami,
+        instance_type,
+        subnet_id: field(&f, "subnet_id"),
+        security_group_ids: field(&f, "security_group_ids")
+            .map(|s| {
+                s.split(',')
+                    .map(str::trim)
+                    .filter(|g| !g.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        tags,
+        ..Default::default()
+    })
+}
+
+/// The key pair an instance launches with.
+struct LaunchKey {
+    /// A key pair to import first: its name and public key.
+    import: Option<(String, String)>,
+    /// The private key the provisioner reaches the node with.
+    private: Option<String>,
+}
+
+/// The key pair the instance launches with (its name set in `spec`).
+fn launch_key(plan: &KeyPlan, spec: &mut RunSpec) -> Result<LaunchKey, PluginError> {
+    let (import, private) = match plan {
+        KeyPlan::None => (None, None),
+        KeyPlan::Import { name, key } => {
+            spec.key_name = Some(name.clone());
+            let public = key
+                .public_key()
+                .to_openssh()
+                .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
+            let private = key
+                .to_openssh(LineEnding::LF)
+                .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?
+                .to_string();
+            (Some((name.clone(), public)), Some(private))
+        }
+        KeyPlan::Existing { name, private } => {
+            spec.key_name = Some(name.clone());
+            (None, private.clone())
+        }
+    };
+    Ok(LaunchKey { import, private })
+}
+
+/// The provider's admin fields: name, label, tip, and whether the value is secret.
+#[rustfmt::skip]
+const ADMIN_FIELDS: [(&str, &str, &str, bool); 14] = [
+    ("region", "Region", "the EC2 region, e.g. us-east-1", false),
+    ("access_key_id", "Access key id", "the IAM access key id", true),
+    ("secret_access_key", "Secret access key", "the IAM secret access key", true),
+    ("session_token", "Session token", "for temporary credentials only", true),
+    ("endpoint", "Endpoint", "default https://ec2.<region>.amazonaws.com/", false),
+    ("subnet_id", "Subnet", "the subnet instances are launched in (default: the default VPC's)", false),
+    ("security_group_ids", "Security groups", "comma-separated security group ids", false),
+    ("instance_type", "Default instance type", "when the hardware type names none (its flavor)", false),
+    ("ami", "Default AMI", "when the image type names none (its image)", false),
+    ("import_key", "Import the cluster key", "true: import each cluster's SSH key as a key pair", false),
+    ("sshkeyseed", "SSH key seed", "a long random secret each cluster's SSH key is derived from (import_key)", true),
+    ("key_name", "Key pair", "an existing key pair to launch with (without import_key)", false),
+    ("ssh_private_key", "SSH private key", "the private key of key_name (OpenSSH format)", true),
+    ("name_prefix", "Name prefix", "prefix of imported key pair names (default weft)", false),
+];
+
 fn text_field(label: &str, tip: &str) -> FieldSchema {
     FieldSchema {
         label: label.into(),
@@ -454,89 +546,17 @@ fn secret_field(label: &str, tip: &str) -> FieldSchema {
 #[async_trait]
 impl Provider for AwsProvider {
     fn plugin_type(&self) -> PluginType {
-        let fields: HashMap<&str, FieldSchema> = HashMap::from([
-            (
-                "region",
-                text_field("Region", "the EC2 region, e.g. us-east-1"),
-            ),
-            (
-                "access_key_id",
-                secret_field("Access key id", "the IAM access key id"),
-            ),
-            (
-                "secret_access_key",
-                secret_field("Secret access key", "the IAM secret access key"),
-            ),
-            (
-                "session_token",
-                secret_field("Session token", "for temporary credentials only"),
-            ),
-            (
-                "endpoint",
-                text_field("Endpoint", "default https://ec2.<region>.amazonaws.com/"),
-            ),
-            (
-                "subnet_id",
-                text_field(
-                    "Subnet",
-                    "the subnet instances are launched in (default: the default VPC's)",
-                ),
-            ),
-            (
-                "security_group_ids",
-                text_field("Security groups", "comma-separated security group ids"),
-            ),
-            (
-                "instance_type",
-                text_field(
-                    "Default instance type",
-                    "when the hardware type names none (its flavor)",
-                ),
-            ),
-            (
-                "ami",
-                text_field("Default AMI", "when the image type names none (its image)"),
-            ),
-            (
-                "import_key",
-                text_field(
-                    "Import the cluster key",
-                    "true: import each cluster's SSH key as a key pair",
-                ),
-            ),
-            (
-                "sshkeyseed",
-                secret_field(
-                    "SSH key seed",
-                    "a long random secret each cluster's SSH key is derived from (import_key)",
-                ),
-            ),
-            (
-                "key_name",
-                text_field(
-                    "Key pair",
-                    "an existing key pair to launch with (without import_key)",
-                ),
-            ),
-            (
-                "ssh_private_key",
-                secret_field(
-                    "SSH private key",
-                    "the private key of key_name (OpenSSH format)",
-                ),
-            ),
-            (
-                "name_prefix",
-                text_field(
-                    "Name prefix",
-                    "prefix of imported key pair names (default weft)",
-                ),
-            ),
-        ]);
         let admin = ParamSpec {
-            fields: fields
+            fields: ADMIN_FIELDS
                 .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
+                .map(|(name, label, tip, secret)| {
+                    let field = if secret {
+                        secret_field(label, tip)
+                    } else {
+                        text_field(label, tip)
+                    };
+                    (name.to_string(), field)
+                })
                 .collect(),
             required: vec![["region", "access_key_id", "secret_access_key"]
                 .into_iter()
@@ -562,63 +582,10 @@ impl Provider for AwsProvider {
     }
 
     async fn create(&self, task: &Task) -> PluginResult {
-        let f = task.provider_fields();
-        let pick = |config: &str, admin: &str| {
-            task.config_str(config)
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .or_else(|| field(&f, admin))
-        };
-        let instance_type = pick("flavor", "instance_type").ok_or_else(|| {
-            PluginError::fatal(
-                "no instance type: give the hardware type an aws flavor or the provider an instance_type",
-            )
-        })?;
-        let ami = pick("image", "ami").ok_or_else(|| {
-            PluginError::fatal("no AMI: give the image type an aws image or the provider an ami")
-        })?;
+        let mut spec = run_spec(task)?;
         let ec2 = self.ec2(task)?;
         let plan = self.key_plan(task)?;
-        let mut tags = node_tags(task);
-        if let Some(h) = task.config_str("hostname").filter(|h| !h.is_empty()) {
-            tags.push(("Name".into(), h.to_string()));
-        }
-        let mut spec = RunSpec {
-            ami,
-            instance_type,
-            subnet_id: field(&f, "subnet_id"),
-            security_group_ids: field(&f, "security_group_ids")
-                .map(|s| {
-                    s.split(',')
-                        .map(str::trim)
-                        .filter(|g| !g.is_empty())
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            tags,
-            ..Default::default()
-        };
-        let (import, private) = match &plan {
-            KeyPlan::None => (None, None),
-            KeyPlan::Import { name, key } => {
-                spec.key_name = Some(name.clone());
-                let public = key
-                    .public_key()
-                    .to_openssh()
-                    .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
-                let private = key
-                    .to_openssh(LineEnding::LF)
-                    .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?
-                    .to_string();
-                (Some((name.clone(), public)), Some(private))
-            }
-            KeyPlan::Existing { name, private } => {
-                spec.key_name = Some(name.clone());
-                (None, private.clone())
-            }
-        };
+        let LaunchKey { import, private } = launch_key(&plan, &mut spec)?;
         let mut stdout = String::new();
         let inst = self
             .find_or_launch(

@@ -510,8 +510,9 @@ fn server_fields() -> Vec<(&'static str, FieldSchema)> {
     ]
 }
 
-fn plugin_type(kind: Kind) -> PluginType {
-    let mut fields: Vec<(&str, FieldSchema)> = match kind {
+/// The fields of the credentials each kind of cloud takes.
+fn credential_fields(kind: Kind) -> Vec<(&'static str, FieldSchema)> {
+    match kind {
         Kind::OpenStack => vec![
             (
                 "auth_url",
@@ -574,7 +575,11 @@ fn plugin_type(kind: Kind) -> PluginType {
             ),
             ("api_key", secret_field("API key", "the user's API key")),
         ],
-    };
+    }
+}
+
+fn plugin_type(kind: Kind) -> PluginType {
+    let mut fields = credential_fields(kind);
     fields.extend(server_fields());
     let required = match kind {
         Kind::OpenStack => vec!["auth_url"],
@@ -612,6 +617,41 @@ fn plugin_type(kind: Kind) -> PluginType {
         .into(),
         resource_types: Default::default(),
     }
+}
+
+/// The body of a server create: `name`, image and flavor as `[name, image, flavor]`, weft's
+/// metadata, the key pair, and the provider's networks, security groups and availability zone.
+fn server_request(
+    task: &Task,
+    s: &Settings,
+    [name, image, flavor]: [&str; 3],
+    key_name: Option<&String>,
+) -> Value {
+    let mut server = json!({
+        "name": name, "imageRef": image, "flavorRef": flavor,
+        "metadata": {META_NODE: task.node_id, META_CLUSTER: task.cluster_id},
+    });
+    if let Some(k) = key_name {
+        server["key_name"] = json!(k);
+    }
+    if !s.networks.is_empty() {
+        server["networks"] = json!(s
+            .networks
+            .iter()
+            .map(|n| json!({"uuid": n}))
+            .collect::<Vec<_>>());
+    }
+    if !s.security_groups.is_empty() {
+        server["security_groups"] = json!(s
+            .security_groups
+            .iter()
+            .map(|n| json!({"name": n}))
+            .collect::<Vec<_>>());
+    }
+    if let Some(az) = &s.availability_zone {
+        server["availability_zone"] = json!(az);
+    }
+    server
 }
 
 #[async_trait]
@@ -664,30 +704,8 @@ impl Provider for NovaProvider {
             if made_key.is_none() {
                 made_key = Some(self.key_pair(&nova, &s, key.as_ref()).await?);
             }
-            let mut server = json!({
-                "name": name, "imageRef": image, "flavorRef": flavor,
-                "metadata": {META_NODE: task.node_id, META_CLUSTER: task.cluster_id},
-            });
-            if let Some(Some(k)) = &made_key {
-                server["key_name"] = json!(k);
-            }
-            if !s.networks.is_empty() {
-                server["networks"] = json!(s
-                    .networks
-                    .iter()
-                    .map(|n| json!({"uuid": n}))
-                    .collect::<Vec<_>>());
-            }
-            if !s.security_groups.is_empty() {
-                server["security_groups"] = json!(s
-                    .security_groups
-                    .iter()
-                    .map(|n| json!({"name": n}))
-                    .collect::<Vec<_>>());
-            }
-            if let Some(az) = &s.availability_zone {
-                server["availability_zone"] = json!(az);
-            }
+            let key_name = made_key.as_ref().and_then(|k| k.as_ref());
+            let server = server_request(task, &s, [&name, &image, &flavor], key_name);
             match nova.create(&server).await {
                 Ok(id) => {
                     tracing::info!(cluster_id = %task.cluster_id, node_id = %task.node_id,

@@ -321,7 +321,36 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
     );
     println!("| backend | workers | nodes | tasks | seconds | tasks/s | finishes answered 500 |");
     println!("|---|---|---|---|---|---|---|");
+    let run = QueueRun {
+        http: &http,
+        servers: &servers,
+        tenant_id: &tenant_id,
+        backend,
+        q: &q,
+    };
     for (i, &workers) in q.workers.iter().enumerate() {
+        run.row(i, workers).await?;
+    }
+    if q.create_nodes > 0 {
+        run.big_create().await?;
+    }
+    Ok(())
+}
+
+/// What every measurement of `weft bench queue` runs against.
+struct QueueRun<'a> {
+    http: &'a reqwest::Client,
+    servers: &'a [Server],
+    tenant_id: &'a str,
+    backend: &'a str,
+    q: &'a QueueArgs,
+}
+
+impl QueueRun<'_> {
+    /// One row of the table: clusters with enough tasks for `workers` (the `i`th count), all
+    /// driven to the end.
+    async fn row(&self, i: usize, workers: usize) -> anyhow::Result<()> {
+        let (http, server, q) = (self.http, &self.servers[0], self.q);
         let nodes = q.tasks.div_ceil(TASKS_PER_NODE).max(workers as u64).max(1);
         let per_cluster = if q.cluster_nodes == 0 {
             nodes
@@ -332,55 +361,56 @@ async fn queue(q: QueueArgs) -> anyhow::Result<()> {
         let mut total = 0;
         for c in 0..nodes.div_ceil(per_cluster) {
             let size = per_cluster.min(nodes - c * per_cluster);
-            let cluster = create(&http, server, &format!("q{i}-{c}"), size).await?;
-            total += plan_size(&http, server, &cluster).await?;
+            let cluster = create(http, server, &format!("q{i}-{c}"), size).await?;
+            total += plan_size(http, server, &cluster).await?;
             clusters.push(cluster);
         }
         let t0 = Instant::now();
-        let Driven { done, errors, .. } = drive_on(
-            &http,
-            &servers,
-            &tenant_id,
+        let Driven { done, errors, .. } = self.drive(workers, total).await?;
+        let secs = t0.elapsed().as_secs_f64();
+        for cluster in &clusters {
+            check_active(http, server, cluster).await?;
+        }
+        println!(
+            "| {} | {workers} | {nodes} | {done} | {secs:.2} | {:.0} | {errors} |",
+            self.backend,
+            done as f64 / secs
+        );
+        Ok(())
+    }
+
+    /// One create of `--create-nodes` nodes, timed from the POST until the cluster is active.
+    async fn big_create(&self) -> anyhow::Result<()> {
+        let (http, server, q) = (self.http, &self.servers[0], self.q);
+        let t0 = Instant::now();
+        let cluster = create(http, server, "big", q.create_nodes).await?;
+        let posted = t0.elapsed().as_secs_f64();
+        let total = plan_size(http, server, &cluster).await?;
+        let Driven { done, errors, .. } = self.drive(q.create_workers, total).await?;
+        check_active(http, server, &cluster).await?;
+        let secs = t0.elapsed().as_secs_f64();
+        println!(
+            "\ncreate of {} nodes ({done} tasks) with {} instant workers on {}: \
+             POST answered in {posted:.2} s, cluster active after {secs:.2} s \
+             ({errors} finishes answered 500)",
+            q.create_nodes, q.create_workers, self.backend
+        );
+        Ok(())
+    }
+
+    /// Runs `workers` instant workers until `total` tasks are done.
+    async fn drive(&self, workers: usize, total: u64) -> anyhow::Result<Driven> {
+        drive_on(
+            self.http,
+            self.servers,
+            self.tenant_id,
             workers,
             total,
             true,
-            !q.separate_takes,
+            !self.q.separate_takes,
         )
-        .await?;
-        let secs = t0.elapsed().as_secs_f64();
-        for cluster in &clusters {
-            check_active(&http, server, cluster).await?;
-        }
-        println!(
-            "| {backend} | {workers} | {nodes} | {done} | {secs:.2} | {:.0} | {errors} |",
-            done as f64 / secs
-        );
+        .await
     }
-    if q.create_nodes > 0 {
-        let t0 = Instant::now();
-        let cluster = create(&http, server, "big", q.create_nodes).await?;
-        let posted = t0.elapsed().as_secs_f64();
-        let total = plan_size(&http, server, &cluster).await?;
-        let Driven { done, errors, .. } = drive_on(
-            &http,
-            &servers,
-            &tenant_id,
-            q.create_workers,
-            total,
-            true,
-            !q.separate_takes,
-        )
-        .await?;
-        check_active(&http, server, &cluster).await?;
-        let secs = t0.elapsed().as_secs_f64();
-        println!(
-            "\ncreate of {} nodes ({done} tasks) with {} instant workers on {backend}: \
-             POST answered in {posted:.2} s, cluster active after {secs:.2} s \
-             ({errors} finishes answered 500)",
-            q.create_nodes, q.create_workers
-        );
-    }
-    Ok(())
 }
 
 /// Refuses a database with queued or leased tasks of the bench's tenant: a run counts the tasks
@@ -780,115 +810,36 @@ async fn drive_on(
     by_revision: bool,
     one_request: bool,
 ) -> anyhow::Result<Driven> {
-    let bytes = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let empty = Arc::new(AtomicU64::new(0));
-    // Microseconds spent in takes that got a task and in finishes, and how many such takes.
-    let waited = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let addresses = Arc::new(AtomicU64::new(1));
+    let shared = Arc::new(Shared {
+        addresses: AtomicU64::new(1),
+        ..Default::default()
+    });
     // Per server: its routes, and the maps held from it (revisions are a server process's own).
     let urls: Vec<ServerUrls> = servers.iter().map(ServerUrls::of).collect();
     let mut handles = Vec::new();
     for w in 0..workers {
-        let (http, done, stop) = (http.clone(), done.clone(), stop.clone());
-        let (errors, addresses, bytes) = (errors.clone(), addresses.clone(), bytes.clone());
-        let (empty, waited) = (empty.clone(), waited.clone());
-        let ServerUrls {
-            take_url,
-            finish_url,
-            nodes_url,
-            maps,
-        } = urls[w % urls.len()].clone();
-        let ids = json!({"workerId": format!("w{w}"), "provisionerId": PROVISIONER, "tenantId": tenant_id});
-        handles.push(tokio::spawn(async move {
-            let mut take_body = ids.clone();
-            if by_revision {
-                take_body["capabilities"] = json!([weft_model::NODES_BY_REVISION]);
-            }
-            let take_body = take_body.to_string();
-            // The task the last finish took (`next`), if it took one.
-            let mut held: Option<Taken> = None;
-            while !stop.load(Ordering::Relaxed) {
-                let task = match held.take() {
-                    Some(task) => task,
-                    None => {
-                        let sent = Instant::now();
-                        let r = http.post(&*take_url).body(take_body.clone()).send().await?;
-                        let status = r.status().as_u16();
-                        if status == 204 {
-                            empty.fetch_add(1, Ordering::Relaxed);
-                            // Nothing ready: this node's next task waits on another worker.
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                            continue;
-                        }
-                        if status != 200 {
-                            bail!("take: {status}: {}", r.text().await?);
-                        }
-                        let task = Taken::receive(r, &bytes).await?;
-                        waited[0].fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
-                        waited[2].fetch_add(1, Ordering::Relaxed);
-                        task
-                    }
-                };
-                if let Some(wanted) = &task.nodes_revision {
-                    maps.ensure(&http, &nodes_url, &ids, &task.cluster_id, wanted)
-                        .await?;
-                }
-                let mut body = ids.clone();
-                body["taskId"] = json!(task.task_id);
-                body["status"] = json!(0);
-                if task.task_name == "CONFIRM" {
-                    // An address of its own per node.
-                    let n = addresses.fetch_add(1, Ordering::Relaxed);
-                    let ip = format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255);
-                    body["ipaddresses"] = json!({"access_v4": ip, "bind_v4": ip});
-                }
-                if one_request {
-                    body["next"] = json!({"capabilities": take_body_capabilities(by_revision)});
-                }
-                let body = body.to_string();
-                let mut tries = 0;
-                loop {
-                    let sent = Instant::now();
-                    let r = http.post(&*finish_url).body(body.clone()).send().await?;
-                    let status = r.status().as_u16();
-                    if status == 200 && one_request {
-                        held = Some(Taken::receive(r, &bytes).await?);
-                    } else if status != 204 || !one_request {
-                        let text = r.text().await?;
-                        match status {
-                            200 => {}
-                            // A real worker retries a finish the server could not apply.
-                            500 if tries < 20 => {
-                                tries += 1;
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                            _ => bail!("finish: {status}: {text}"),
-                        }
-                    }
-                    waited[1].fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    break;
-                }
-                if done.fetch_add(1, Ordering::Relaxed) + 1 >= total {
-                    stop.store(true, Ordering::Relaxed);
-                }
-            }
-            Ok(())
-        }));
+        let worker = InstantWorker {
+            http: http.clone(),
+            shared: shared.clone(),
+            urls: urls[w % urls.len()].clone(),
+            ids: json!({"workerId": format!("w{w}"), "provisionerId": PROVISIONER, "tenantId": tenant_id}),
+            by_revision,
+            one_request,
+            total,
+        };
+        handles.push(tokio::spawn(worker.run()));
     }
     for h in handles {
         h.await??;
     }
+    let s = &shared;
     Ok(Driven {
-        done: done.load(Ordering::Relaxed),
-        errors: errors.load(Ordering::Relaxed),
-        empty_takes: empty.load(Ordering::Relaxed),
-        take_ms: mean_ms(&waited[0], waited[2].load(Ordering::Relaxed)),
-        finish_ms: mean_ms(&waited[1], done.load(Ordering::Relaxed)),
-        payload_bytes: bytes.load(Ordering::Relaxed),
+        done: s.done.load(Ordering::Relaxed),
+        errors: s.errors.load(Ordering::Relaxed),
+        empty_takes: s.empty.load(Ordering::Relaxed),
+        take_ms: mean_ms(&s.waited[0], s.waited[2].load(Ordering::Relaxed)),
+        finish_ms: mean_ms(&s.waited[1], s.done.load(Ordering::Relaxed)),
+        payload_bytes: s.bytes.load(Ordering::Relaxed),
         nodes_bytes: urls
             .iter()
             .map(|u| u.maps.bytes.load(Ordering::Relaxed))
@@ -898,4 +849,140 @@ async fn drive_on(
             .map(|u| u.maps.fetches.load(Ordering::Relaxed))
             .sum(),
     })
+}
+
+/// What the instant workers of one drive share: counters, the next address, the stop flag.
+#[derive(Default)]
+struct Shared {
+    bytes: AtomicU64,
+    done: AtomicU64,
+    errors: AtomicU64,
+    empty: AtomicU64,
+    /// Microseconds spent in takes that got a task and in finishes, and how many such takes.
+    waited: [AtomicU64; 3],
+    stop: AtomicBool,
+    addresses: AtomicU64,
+}
+
+/// One instant worker: takes a task, finishes it at once, until `total` tasks are done.
+struct InstantWorker {
+    http: reqwest::Client,
+    shared: Arc<Shared>,
+    urls: ServerUrls,
+    ids: Value,
+    by_revision: bool,
+    one_request: bool,
+    total: u64,
+}
+
+impl InstantWorker {
+    async fn run(self) -> anyhow::Result<()> {
+        let mut take_body = self.ids.clone();
+        if self.by_revision {
+            take_body["capabilities"] = json!([weft_model::NODES_BY_REVISION]);
+        }
+        let take_body = take_body.to_string();
+        // The task the last finish took (`next`), if it took one.
+        let mut held: Option<Taken> = None;
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let task = match held.take() {
+                Some(task) => task,
+                None => match self.take(&take_body).await? {
+                    Some(task) => task,
+                    None => continue,
+                },
+            };
+            if let Some(wanted) = &task.nodes_revision {
+                let urls = &self.urls;
+                urls.maps
+                    .ensure(
+                        &self.http,
+                        &urls.nodes_url,
+                        &self.ids,
+                        &task.cluster_id,
+                        wanted,
+                    )
+                    .await?;
+            }
+            held = self.finish(&task).await?;
+            if self.shared.done.fetch_add(1, Ordering::Relaxed) + 1 >= self.total {
+                self.shared.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a task; `None`, after a short sleep, when none is ready.
+    async fn take(&self, take_body: &str) -> anyhow::Result<Option<Taken>> {
+        let s = &self.shared;
+        let sent = Instant::now();
+        let r = self
+            .http
+            .post(&*self.urls.take_url)
+            .body(take_body.to_string())
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        if status == 204 {
+            s.empty.fetch_add(1, Ordering::Relaxed);
+            // Nothing ready: this node's next task waits on another worker.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            return Ok(None);
+        }
+        if status != 200 {
+            bail!("take: {status}: {}", r.text().await?);
+        }
+        let task = Taken::receive(r, &s.bytes).await?;
+        s.waited[0].fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
+        s.waited[2].fetch_add(1, Ordering::Relaxed);
+        Ok(Some(task))
+    }
+
+    /// Finishes `task` as a success (a CONFIRM with an address of its own), retrying a finish
+    /// answered 500 up to 20 times; the next task when the finish took one.
+    async fn finish(&self, task: &Taken) -> anyhow::Result<Option<Taken>> {
+        let s = &self.shared;
+        let mut body = self.ids.clone();
+        body["taskId"] = json!(task.task_id);
+        body["status"] = json!(0);
+        if task.task_name == "CONFIRM" {
+            // An address of its own per node.
+            let n = s.addresses.fetch_add(1, Ordering::Relaxed);
+            let ip = format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255);
+            body["ipaddresses"] = json!({"access_v4": ip, "bind_v4": ip});
+        }
+        if self.one_request {
+            body["next"] = json!({"capabilities": take_body_capabilities(self.by_revision)});
+        }
+        let body = body.to_string();
+        let mut held = None;
+        let mut tries = 0;
+        loop {
+            let sent = Instant::now();
+            let r = self
+                .http
+                .post(&*self.urls.finish_url)
+                .body(body.clone())
+                .send()
+                .await?;
+            let status = r.status().as_u16();
+            if status == 200 && self.one_request {
+                held = Some(Taken::receive(r, &s.bytes).await?);
+            } else if status != 204 || !self.one_request {
+                let text = r.text().await?;
+                match status {
+                    200 => {}
+                    // A real worker retries a finish the server could not apply.
+                    500 if tries < 20 => {
+                        tries += 1;
+                        s.errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    _ => bail!("finish: {status}: {text}"),
+                }
+            }
+            s.waited[1].fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
+            return Ok(held);
+        }
+    }
 }

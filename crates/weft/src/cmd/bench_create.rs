@@ -182,16 +182,7 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
     let id: Value = serde_json::from_str(&text)?;
     let id = id["id"].as_str().unwrap_or_default().to_string();
     let total = plan_size(&http, &server, &id).await?;
-    let Driven {
-        done,
-        errors,
-        payload_bytes,
-        nodes_bytes,
-        nodes_fetches,
-        empty_takes,
-        take_ms,
-        finish_ms,
-    } = drive(
+    let driven = drive(
         &http,
         &server,
         &tenant_id,
@@ -201,59 +192,112 @@ pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
         !a.separate_takes,
     )
     .await?;
-    let bytes_total = payload_bytes + nodes_bytes;
     check_active(&http, &server, &id).await?;
-    let seconds = t0.elapsed().as_secs_f64();
-    let driver_rss = proc_status_bytes("/proc/self/status", "VmHWM");
-    let (peak_rss, (cpu_user, cpu_sys)) = match &server.process {
-        Some(p) => (p.status_bytes("VmHWM"), p.cpu_seconds()),
-        None => (driver_rss, (0.0, 0.0)),
+    let run = Run {
+        posted,
+        seconds: t0.elapsed().as_secs_f64(),
+        driven,
+        usage: Usage::of(&server),
     };
-    let report = json!({
+    if a.output == "json" {
+        println!("{}", report(&a, &run));
+    } else {
+        println!("{}", summary(&a, &run));
+    }
+    Ok(())
+}
+
+/// What one create took.
+struct Run {
+    /// Seconds until the POST was answered, and until the cluster was active.
+    posted: f64,
+    seconds: f64,
+    driven: Driven,
+    usage: Usage,
+}
+
+/// Peak RSS (the server's and the driver's) and the server's CPU time.
+struct Usage {
+    peak_rss: u64,
+    driver_rss: u64,
+    cpu_user: f64,
+    cpu_sys: f64,
+}
+
+impl Usage {
+    /// The server process's figures; the driver's own when the server runs in this process.
+    fn of(server: &super::bench::Server) -> Usage {
+        let driver_rss = proc_status_bytes("/proc/self/status", "VmHWM");
+        let (peak_rss, (cpu_user, cpu_sys)) = match &server.process {
+            Some(p) => (p.status_bytes("VmHWM"), p.cpu_seconds()),
+            None => (driver_rss, (0.0, 0.0)),
+        };
+        Usage {
+            peak_rss,
+            driver_rss,
+            cpu_user,
+            cpu_sys,
+        }
+    }
+}
+
+/// The run as one JSON object (`-o json`).
+fn report(a: &CreateArgs, run: &Run) -> Value {
+    let d = &run.driven;
+    let u = &run.usage;
+    let bytes_total = d.payload_bytes + d.nodes_bytes;
+    json!({
         "database": a.database,
         "nodes": a.nodes,
         "workers": a.workers,
-        "tasks": done,
-        "post_seconds": posted,
-        "seconds": seconds,
-        "tasks_per_s": done as f64 / seconds,
+        "tasks": d.done,
+        "post_seconds": run.posted,
+        "seconds": run.seconds,
+        "tasks_per_s": d.done as f64 / run.seconds,
         "nodes_in_payload": a.nodes_in_payload,
         "separate_takes": a.separate_takes,
-        "bytes_per_task": bytes_total / done.max(1),
+        "bytes_per_task": bytes_total / d.done.max(1),
         "bytes_total": bytes_total,
-        "payload_bytes": payload_bytes,
-        "nodes_map_bytes": nodes_bytes,
-        "nodes_map_fetches": nodes_fetches,
-        "finishes_answered_500": errors,
-        "takes_answered_204": empty_takes,
-        "take_ms_mean": take_ms,
-        "finish_ms_mean": finish_ms,
+        "payload_bytes": d.payload_bytes,
+        "nodes_map_bytes": d.nodes_bytes,
+        "nodes_map_fetches": d.nodes_fetches,
+        "finishes_answered_500": d.errors,
+        "takes_answered_204": d.empty_takes,
+        "take_ms_mean": d.take_ms,
+        "finish_ms_mean": d.finish_ms,
         "server_in_process": a.in_process,
-        "peak_rss_bytes": peak_rss,
-        "driver_peak_rss_bytes": driver_rss,
-        "server_cpu_user_s": cpu_user,
-        "server_cpu_system_s": cpu_sys,
-    });
-    if a.output == "json" {
-        println!("{report}");
-    } else {
-        println!(
-            "create of {} nodes ({done} tasks) with {} instant workers on {}: POST answered in \
-             {posted:.2} s, active after {seconds:.2} s ({:.0} tasks/s); {} bytes per task \
-             (payloads and {nodes_fetches} nodes-map fetches of {nodes_bytes} bytes); server \
-             peak RSS {} MiB{}; server CPU {cpu_user:.1} s user, {cpu_sys:.1} s system",
-            a.nodes,
-            a.workers,
-            a.database,
-            done as f64 / seconds,
-            bytes_total / done.max(1),
-            peak_rss / (1024 * 1024),
-            if a.in_process {
-                " (driver included)"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok(())
+        "peak_rss_bytes": u.peak_rss,
+        "driver_peak_rss_bytes": u.driver_rss,
+        "server_cpu_user_s": u.cpu_user,
+        "server_cpu_system_s": u.cpu_sys,
+    })
+}
+
+/// The run in one sentence (`-o table`).
+fn summary(a: &CreateArgs, run: &Run) -> String {
+    let Run {
+        posted,
+        seconds,
+        driven: d,
+        usage: u,
+    } = run;
+    let (done, nodes_fetches, nodes_bytes) = (d.done, d.nodes_fetches, d.nodes_bytes);
+    let (cpu_user, cpu_sys) = (u.cpu_user, u.cpu_sys);
+    format!(
+        "create of {} nodes ({done} tasks) with {} instant workers on {}: POST answered in \
+         {posted:.2} s, active after {seconds:.2} s ({:.0} tasks/s); {} bytes per task \
+         (payloads and {nodes_fetches} nodes-map fetches of {nodes_bytes} bytes); server \
+         peak RSS {} MiB{}; server CPU {cpu_user:.1} s user, {cpu_sys:.1} s system",
+        a.nodes,
+        a.workers,
+        a.database,
+        done as f64 / seconds,
+        (d.payload_bytes + nodes_bytes) / done.max(1),
+        u.peak_rss / (1024 * 1024),
+        if a.in_process {
+            " (driver included)"
+        } else {
+            ""
+        }
+    )
 }

@@ -146,87 +146,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         images: &images,
         services: Some(&services),
     };
-
-    let before: Vec<PlanNode> = match &args.existing {
-        None if args.operation == Op::Create => Vec::new(),
-        None => bail!("--existing is required for {:?}", args.operation),
-        Some(_) if args.operation == Op::Create => bail!("create takes no --existing layout"),
-        Some(path) => {
-            let file: LayoutFile = read(path, "a layout")?;
-            let mut nodes = Vec::new();
-            for g in &file.layout {
-                for _ in 0..g.count {
-                    let k = nodes.len() as u64;
-                    let services = g.services.iter().cloned().collect();
-                    nodes.push(plan_node(
-                        format!("node-{}", k + 1),
-                        1000 + k,
-                        &g.hardwaretype,
-                        &g.imagetype,
-                        services,
-                    ));
-                }
-            }
-            if nodes.is_empty() {
-                bail!("{}: the existing layout has no nodes", path.display());
-            }
-            nodes
-        }
-    };
-    let existing: Vec<ExistingNode> = before
-        .iter()
-        .map(|n| ExistingNode {
-            id: n.id.clone(),
-            hardwaretype: n.hardwaretype.clone(),
-            imagetype: n.imagetype.clone(),
-            services: n.services.clone(),
-        })
-        .collect();
-    let count = before.len() as u64;
-    let need_service = || {
-        args.service
-            .clone()
-            .with_context(|| format!("{:?} needs --service", args.operation))
-    };
-
-    let solved: Result<Option<Layout>, SolveError> = match args.operation {
-        Op::Create => {
-            let size = args.size.context("create needs --size")?;
-            weft_solver::create(&cat, &[], size).map(Some)
-        }
-        Op::AddServices => {
-            if args.add.is_empty() {
-                bail!("add-services needs --add s1,s2");
-            }
-            weft_solver::change(&cat, &existing, &Change::AddServices(args.add.clone())).map(Some)
-        }
-        Op::RemoveService => {
-            weft_solver::change(&cat, &existing, &Change::RemoveService(need_service()?)).map(Some)
-        }
-        Op::Expand => {
-            let size = args
-                .size
-                .context("expand needs --size (the size after expanding)")?;
-            if size <= count {
-                bail!("expand: --size {size} must be larger than the current {count} nodes");
-            }
-            weft_solver::change(&cat, &existing, &Change::Expand(size - count)).map(Some)
-        }
-        Op::Shrink => {
-            let size = args
-                .size
-                .context("shrink needs --size (the size after shrinking)")?;
-            if size >= count {
-                bail!("shrink: --size {size} must be smaller than the current {count} nodes");
-            }
-            weft_solver::change(&cat, &existing, &Change::Shrink(count - size)).map(Some)
-        }
-        Op::ChangeTemplate => {
-            weft_solver::change(&cat, &existing, &Change::Retemplate(args.add.clone())).map(Some)
-        }
-        _ => Ok(None),
-    };
-    let solved = match solved {
+    let before = existing_layout(&args)?;
+    let solved = match solve(&args, &cat, &before)? {
         Ok(s) => s,
         Err(e) if e.is_no_layout() || matches!(e, SolveError::SearchLimit { .. }) => {
             eprintln!("{e}");
@@ -234,100 +155,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Err(e) => bail!(e),
     };
-
-    // The layout after the operation, as planner nodes: kept nodes keep their numbers.
-    let after: Vec<PlanNode> = match &solved {
-        None => before.clone(),
-        Some(layout) => {
-            let by_id: BTreeMap<&str, &PlanNode> =
-                before.iter().map(|n| (n.id.as_str(), n)).collect();
-            let mut next = 1000 + count;
-            layout
-                .nodes
-                .iter()
-                .map(|n| {
-                    let services: BTreeSet<String> = n.services.iter().cloned().collect();
-                    match n.id.as_deref().and_then(|id| by_id.get(id)) {
-                        Some(old) => PlanNode {
-                            services,
-                            ..(*old).clone()
-                        },
-                        None => {
-                            next += 1;
-                            let k = next - 1;
-                            plan_node(
-                                format!("node-{}", k - 999),
-                                k,
-                                &n.hardwaretype,
-                                &n.imagetype,
-                                services,
-                            )
-                        }
-                    }
-                })
-                .collect()
+    let after = layout_after(&before, solved.as_ref());
+    let op = operation(&args)?;
+    let (before, after) = match args.operation {
+        Op::Create => (Vec::new(), after),
+        Op::Delete => (before, Vec::new()),
+        Op::AddServices | Op::RemoveService | Op::Expand | Op::Shrink | Op::ChangeTemplate => {
+            (before, after)
         }
-    };
-
-    let (op, before, after) = match args.operation {
-        Op::Create => (Operation::Create, Vec::new(), after),
-        Op::Delete => (Operation::Delete, before, Vec::new()),
-        Op::AddServices => (Operation::AddServices, before, after),
-        Op::RemoveService => (
-            Operation::RemoveService {
-                service: need_service()?,
-            },
-            before,
-            after,
-        ),
-        Op::Expand => (Operation::Expand, before, after),
-        Op::Shrink => (Operation::Shrink, before, after),
-        Op::ChangeTemplate => (Operation::ChangeTemplate, before, after),
-        Op::Reconfigure => (
-            Operation::Reconfigure {
-                restart: args.restart,
-            },
-            Vec::new(),
-            after,
-        ),
-        Op::Start => (
-            Operation::Start {
-                service: args.service.clone(),
-            },
-            Vec::new(),
-            after,
-        ),
-        Op::Stop => (
-            Operation::Stop {
-                service: args.service.clone(),
-            },
-            Vec::new(),
-            after,
-        ),
-        Op::Restart => (
-            Operation::Restart {
-                service: args.service.clone(),
-            },
-            Vec::new(),
-            after,
-        ),
-        Op::Upgrade => (
-            Operation::Upgrade {
-                service: need_service()?,
-                batch_size: args.batch_size,
-            },
-            Vec::new(),
-            after,
-        ),
-        Op::RollbackUpgrade => (
-            Operation::RollbackUpgrade {
-                service: need_service()?,
-                batch_size: args.batch_size,
-                nodes: None,
-            },
-            Vec::new(),
-            after,
-        ),
+        _ => (Vec::new(), after),
     };
     let input = PlanInput {
         before,
@@ -344,4 +180,164 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Text => super::print_out(&plan.render_text())?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The layout of `--existing` as planner nodes (`node-1`, numbered from 1000, in the file's
+/// order); none for create, which takes none.
+fn existing_layout(args: &Args) -> anyhow::Result<Vec<PlanNode>> {
+    let path = match &args.existing {
+        None if args.operation == Op::Create => return Ok(Vec::new()),
+        None => bail!("--existing is required for {:?}", args.operation),
+        Some(_) if args.operation == Op::Create => bail!("create takes no --existing layout"),
+        Some(path) => path,
+    };
+    let file: LayoutFile = read(path, "a layout")?;
+    let mut nodes = Vec::new();
+    for g in &file.layout {
+        for _ in 0..g.count {
+            let k = nodes.len() as u64;
+            let services = g.services.iter().cloned().collect();
+            nodes.push(plan_node(
+                format!("node-{}", k + 1),
+                1000 + k,
+                &g.hardwaretype,
+                &g.imagetype,
+                services,
+            ));
+        }
+    }
+    if nodes.is_empty() {
+        bail!("{}: the existing layout has no nodes", path.display());
+    }
+    Ok(nodes)
+}
+
+/// `--service`, which the operation needs.
+fn need_service(args: &Args) -> anyhow::Result<String> {
+    args.service
+        .clone()
+        .with_context(|| format!("{:?} needs --service", args.operation))
+}
+
+/// The solver's layout after the operation, for those that change the layout (`Ok(None)` for the
+/// others); the outer error is bad input.
+fn solve(
+    args: &Args,
+    cat: &Catalog<'_>,
+    before: &[PlanNode],
+) -> anyhow::Result<Result<Option<Layout>, SolveError>> {
+    let existing: Vec<ExistingNode> = before
+        .iter()
+        .map(|n| ExistingNode {
+            id: n.id.clone(),
+            hardwaretype: n.hardwaretype.clone(),
+            imagetype: n.imagetype.clone(),
+            services: n.services.clone(),
+        })
+        .collect();
+    let count = before.len() as u64;
+    let change = match args.operation {
+        Op::Create => {
+            let size = args.size.context("create needs --size")?;
+            return Ok(weft_solver::create(cat, &[], size).map(Some));
+        }
+        Op::AddServices => {
+            if args.add.is_empty() {
+                bail!("add-services needs --add s1,s2");
+            }
+            Change::AddServices(args.add.clone())
+        }
+        Op::RemoveService => Change::RemoveService(need_service(args)?),
+        Op::Expand => {
+            let size = args
+                .size
+                .context("expand needs --size (the size after expanding)")?;
+            if size <= count {
+                bail!("expand: --size {size} must be larger than the current {count} nodes");
+            }
+            Change::Expand(size - count)
+        }
+        Op::Shrink => {
+            let size = args
+                .size
+                .context("shrink needs --size (the size after shrinking)")?;
+            if size >= count {
+                bail!("shrink: --size {size} must be smaller than the current {count} nodes");
+            }
+            Change::Shrink(count - size)
+        }
+        Op::ChangeTemplate => Change::Retemplate(args.add.clone()),
+        _ => return Ok(Ok(None)),
+    };
+    Ok(weft_solver::change(cat, &existing, &change).map(Some))
+}
+
+/// The layout after the operation, as planner nodes: kept nodes keep their numbers, new ones
+/// are numbered after the existing ones; `before` when nothing was solved.
+fn layout_after(before: &[PlanNode], solved: Option<&Layout>) -> Vec<PlanNode> {
+    let Some(layout) = solved else {
+        return before.to_vec();
+    };
+    let by_id: BTreeMap<&str, &PlanNode> = before.iter().map(|n| (n.id.as_str(), n)).collect();
+    let mut next = 1000 + before.len() as u64;
+    layout
+        .nodes
+        .iter()
+        .map(|n| {
+            let services: BTreeSet<String> = n.services.iter().cloned().collect();
+            match n.id.as_deref().and_then(|id| by_id.get(id)) {
+                Some(old) => PlanNode {
+                    services,
+                    ..(*old).clone()
+                },
+                None => {
+                    next += 1;
+                    let k = next - 1;
+                    plan_node(
+                        format!("node-{}", k - 999),
+                        k,
+                        &n.hardwaretype,
+                        &n.imagetype,
+                        services,
+                    )
+                }
+            }
+        })
+        .collect()
+}
+
+/// The planner's operation for `--operation` and its flags.
+fn operation(args: &Args) -> anyhow::Result<Operation> {
+    Ok(match args.operation {
+        Op::Create => Operation::Create,
+        Op::Delete => Operation::Delete,
+        Op::AddServices => Operation::AddServices,
+        Op::RemoveService => Operation::RemoveService {
+            service: need_service(args)?,
+        },
+        Op::Expand => Operation::Expand,
+        Op::Shrink => Operation::Shrink,
+        Op::ChangeTemplate => Operation::ChangeTemplate,
+        Op::Reconfigure => Operation::Reconfigure {
+            restart: args.restart,
+        },
+        Op::Start => Operation::Start {
+            service: args.service.clone(),
+        },
+        Op::Stop => Operation::Stop {
+            service: args.service.clone(),
+        },
+        Op::Restart => Operation::Restart {
+            service: args.service.clone(),
+        },
+        Op::Upgrade => Operation::Upgrade {
+            service: need_service(args)?,
+            batch_size: args.batch_size,
+        },
+        Op::RollbackUpgrade => Operation::RollbackUpgrade {
+            service: need_service(args)?,
+            batch_size: args.batch_size,
+            nodes: None,
+        },
+    })
 }

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Map, Value};
 use weft_client::api::{CreateCluster, Kind, Started};
@@ -67,43 +66,7 @@ impl RolloutFlags {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Create a cluster from a template: shows the plan, then creates.
-    Create {
-        /// The cluster template.
-        #[arg(long)]
-        template: String,
-        /// Number of nodes.
-        #[arg(long)]
-        size: i64,
-        /// Cluster name [default: <template>-<random>].
-        #[arg(long)]
-        name: Option<String>,
-        /// What the cluster is for.
-        #[arg(long)]
-        description: Option<String>,
-        /// A service to run (repeat; default: the template's services).
-        #[arg(long = "service")]
-        services: Vec<String>,
-        /// key=value over the template's default config (dotted keys nest; JSON values allowed).
-        #[arg(long = "config")]
-        config: Vec<String>,
-        /// The provider [default: the template's].
-        #[arg(long)]
-        provider: Option<String>,
-        /// Hardware type of every node [default: per the template].
-        #[arg(long)]
-        hardwaretype: Option<String>,
-        /// Image type of every node [default: per the template].
-        #[arg(long)]
-        imagetype: Option<String>,
-        /// Initial lease: a duration (48h, 30d, 1h30m; 0 for forever, when the template allows it).
-        #[arg(long, value_parser = lease_ms)]
-        lease: Option<i64>,
-        /// Delete what was made if the create fails.
-        #[arg(long)]
-        rollback_on_failure: bool,
-        #[command(flatten)]
-        job: JobFlags,
-    },
+    Create(CreateArgs),
     /// List the tenant's clusters that are not terminated (`--all` for every one).
     List {
         /// Filter by status (comma-separated: pending,active,incomplete,inconsistent,terminated).
@@ -275,28 +238,7 @@ enum Cmd {
     Logs(super::logs::LogsArgs),
     /// A shell on a node, or `-- COMMAND...` there (exits with its exit code). Local provider: a
     /// shell in the node's directory with its environment; others: ssh to the node.
-    Ssh {
-        /// The cluster.
-        id: String,
-        /// The node: id, hostname or node number.
-        node: String,
-        /// Print the ssh command instead of running it.
-        #[arg(long)]
-        print: bool,
-        /// Accepted for compatibility: running is the default.
-        #[arg(long, hide = true)]
-        exec: bool,
-        /// Private key for ssh (host pool: the provider's key) [default: the Docker cluster key].
-        #[arg(long)]
-        identity: Option<std::path::PathBuf>,
-        /// Data dir of the provisioner (`weft up`) that made Docker nodes: its key seed
-        /// [default: the data dir of the `weft up` serving --server, else ./.weft].
-        #[arg(long, env = "WEFT_DATA_DIR")]
-        data_dir: Option<std::path::PathBuf>,
-        /// The command to run (after `--`); a shell when missing.
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
+    Ssh(SshArgs),
     /// Follow the cluster's running job until it ends.
     Wait {
         /// The cluster id.
@@ -339,207 +281,90 @@ enum Cmd {
     },
 }
 
+// `cluster create`'s flags (its help text is the variant's).
+#[derive(Debug, clap::Args)]
+struct CreateArgs {
+    /// The cluster template.
+    #[arg(long)]
+    template: String,
+    /// Number of nodes.
+    #[arg(long)]
+    size: i64,
+    /// Cluster name [default: <template>-<random>].
+    #[arg(long)]
+    name: Option<String>,
+    /// What the cluster is for.
+    #[arg(long)]
+    description: Option<String>,
+    /// A service to run (repeat; default: the template's services).
+    #[arg(long = "service")]
+    services: Vec<String>,
+    /// key=value over the template's default config (dotted keys nest; JSON values allowed).
+    #[arg(long = "config")]
+    config: Vec<String>,
+    /// The provider [default: the template's].
+    #[arg(long)]
+    provider: Option<String>,
+    /// Hardware type of every node [default: per the template].
+    #[arg(long)]
+    hardwaretype: Option<String>,
+    /// Image type of every node [default: per the template].
+    #[arg(long)]
+    imagetype: Option<String>,
+    /// Initial lease: a duration (48h, 30d, 1h30m; 0 for forever, when the template allows it).
+    #[arg(long, value_parser = lease_ms)]
+    lease: Option<i64>,
+    /// Delete what was made if the create fails.
+    #[arg(long)]
+    rollback_on_failure: bool,
+    #[command(flatten)]
+    job: JobFlags,
+}
+
+// `cluster ssh`'s flags (its help text is the variant's).
+#[derive(Debug, clap::Args)]
+struct SshArgs {
+    /// The cluster.
+    id: String,
+    /// The node: id, hostname or node number.
+    node: String,
+    /// Print the ssh command instead of running it.
+    #[arg(long)]
+    print: bool,
+    /// Accepted for compatibility: running is the default.
+    #[arg(long, hide = true)]
+    exec: bool,
+    /// Private key for ssh (host pool: the provider's key) [default: the Docker cluster key].
+    #[arg(long)]
+    identity: Option<std::path::PathBuf>,
+    /// Data dir of the provisioner (`weft up`) that made Docker nodes: its key seed
+    /// [default: the data dir of the `weft up` serving --server, else ./.weft].
+    #[arg(long, env = "WEFT_DATA_DIR")]
+    data_dir: Option<std::path::PathBuf>,
+    /// The command to run (after `--`); a shell when missing.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
-    let c = &ctx.client;
     match a.cmd {
-        Cmd::Create {
-            template,
-            size,
-            name,
-            description,
-            services,
-            config,
-            provider,
-            hardwaretype,
-            imagetype,
-            lease,
-            rollback_on_failure,
-            job,
-        } => {
-            let config = if config.is_empty() {
-                None
-            } else {
-                let t: ClusterTemplate = ctx.block(c.entity(Kind::ClusterTemplate, &template))?;
-                let mut base = t.defaults.config.clone();
-                apply_kv(&mut base, &config)?;
-                Some(base)
-            };
-            let name = name.unwrap_or_else(|| {
-                let r = uuid::Uuid::new_v4().simple().to_string();
-                format!("{template}-{}", &r[..6])
-            });
-            let req = CreateCluster {
-                name,
-                description,
-                cluster_template: template,
-                num_machines: size,
-                provider,
-                hardwaretype,
-                imagetype,
-                services: (!services.is_empty()).then_some(services),
-                initial_lease_duration: lease,
-                config,
-                rollback_on_failure,
-            };
-            let plan = ctx.block(c.plan_cluster(&req))?;
-            let t: ClusterTemplate =
-                ctx.block(c.entity(Kind::ClusterTemplate, &req.cluster_template))?;
-            let kinds =
-                NodeKinds::from_template(&t, req.hardwaretype.as_deref(), req.imagetype.as_deref());
-            if job.dry_run {
-                return show_plan(&ctx, &plan, &kinds, job.verbose);
-            }
-            if !ctx.json() {
-                let plan = PlanView {
-                    id: "(to run)".into(),
-                    ..plan
-                };
-                show_plan(&ctx, &plan, &kinds, job.verbose)?;
-            }
-            let id = ctx.block(c.create_cluster(&req))?;
-            if !ctx.json() {
-                println!("created cluster {id} ({})", req.name);
-            }
-            if job.wait {
-                let details = wait(&ctx, &id, false)?;
-                if ctx.json() {
-                    print_json(&details)?;
-                }
-            } else if ctx.json() {
-                print_json(&serde_json::json!({ "id": id }))?;
-            }
-            Ok(())
-        }
-        Cmd::List { status, all } => {
-            let live = "pending,active,incomplete,inconsistent";
-            let status = status.or((!all).then(|| live.to_string()));
-            let list = ctx.block(c.clusters(status.as_deref()))?;
-            if ctx.json() {
-                return print_json(&list);
-            }
-            let mut t = table(&[
-                "ID", "NAME", "STATUS", "TEMPLATE", "NODES", "OWNER", "JOB", "EXPIRES",
-            ]);
-            for s in &list {
-                let job = s
-                    .progress
-                    .as_ref()
-                    .map(|p| {
-                        format!(
-                            "{} {} {}/{}",
-                            p.action,
-                            p.actionstatus.as_str(),
-                            p.stepscompleted,
-                            p.stepstotal
-                        )
-                    })
-                    .unwrap_or_default();
-                t.add_row(vec![
-                    s.id.clone(),
-                    s.name.clone(),
-                    s.status.as_str().to_string(),
-                    s.cluster_template.name.clone(),
-                    s.num_nodes.to_string(),
-                    s.owner_id.clone(),
-                    job,
-                    time(s.expire_time),
-                ]);
-            }
-            println!("{t}");
-            Ok(())
-        }
-        Cmd::Show { id, offset, limit } => {
-            let (d, page) = ctx.block(c.cluster_page(&id, offset, limit as usize))?;
-            if ctx.json() {
-                return print_json(&d);
-            }
-            show_cluster(&d);
-            if let Some(more) = page_note(&id, page) {
-                println!("{more}");
-            }
-            Ok(())
-        }
-        Cmd::Status { id } => {
-            let s = ctx.block(c.cluster_status(&id))?;
-            if ctx.json() {
-                return print_json(&s);
-            }
-            println!(
-                "cluster {} is {}; {} {} ({}/{} steps)",
-                s.clusterid,
-                s.status.as_str(),
-                s.action,
-                s.actionstatus.as_str(),
-                s.stepscompleted,
-                s.stepstotal
-            );
-            Ok(())
-        }
-        Cmd::Delete { id, wait: w, force } => {
-            if force {
-                ctx.block(c.force_delete_cluster(&id))?;
-                if !ctx.json() {
-                    println!("cluster {id} deleted by force: weft deleted none of its machines");
-                }
-                return Ok(());
-            }
-            ctx.block(c.delete_cluster(&id))?;
-            if !ctx.json() {
-                println!("deleting cluster {id}");
-            }
-            if w {
-                let d = wait(&ctx, &id, true)?;
-                if ctx.json() {
-                    print_json(&d)?;
-                }
-            }
-            Ok(())
-        }
-        Cmd::Expand { id, count, job } => {
-            let r = ctx.block(c.expand(&id, count, job.dry_run))?;
-            started(
-                &ctx,
-                &id,
-                r,
-                &job,
-                &format!("expanding cluster {id} by {count}"),
-            )
-        }
-        Cmd::Shrink { id, count, job } => {
-            let r = ctx.block(c.shrink(&id, count, job.dry_run))?;
-            started(
-                &ctx,
-                &id,
-                r,
-                &job,
-                &format!("shrinking cluster {id} by {count}"),
-            )
-        }
-        Cmd::AddService { id, services, job } => {
-            let r = ctx.block(c.add_services(&id, &services, job.dry_run))?;
-            let what = format!("adding {} to cluster {id}", services.join(", "));
-            started(&ctx, &id, r, &job, &what)
-        }
-        Cmd::RemoveService { id, service, job } => {
-            let r = ctx.block(c.remove_service(&id, &service, job.dry_run))?;
-            let what = format!("removing {service} from cluster {id}");
-            started(&ctx, &id, r, &job, &what)
-        }
+        Cmd::Create(create) => create_cluster(&ctx, create),
+        Cmd::List { status, all } => list(&ctx, status, all),
+        Cmd::Show { id, offset, limit } => show(&ctx, &id, offset, limit),
+        Cmd::Status { id } => status(&ctx, &id),
+        Cmd::Delete { id, wait, force } => delete(&ctx, &id, wait, force),
+        Cmd::Expand { id, count, job } => expand(&ctx, &id, count, &job),
+        Cmd::Shrink { id, count, job } => shrink(&ctx, &id, count, &job),
+        Cmd::AddService { id, services, job } => add_services(&ctx, &id, &services, &job),
+        Cmd::RemoveService { id, service, job } => remove_service(&ctx, &id, &service, &job),
         Cmd::Reconfigure {
             id,
             config,
             no_restart,
             rollout,
             job,
-        } => {
-            let mut current = ctx.block(c.cluster_config(&id))?;
-            apply_kv(&mut current, &config)?;
-            let spec = rollout.spec();
-            let restart = !no_restart;
-            let r = ctx.block(c.reconfigure(&id, &current, restart, spec.as_ref(), job.dry_run))?;
-            started(&ctx, &id, r, &job, &format!("reconfiguring cluster {id}"))
-        }
+        } => reconfigure(&ctx, &id, &config, !no_restart, &rollout, &job),
         Cmd::Start { id, service, job } => service_action(&ctx, &id, service, "start", None, &job),
         Cmd::Stop { id, service, job } => service_action(&ctx, &id, service, "stop", None, &job),
         Cmd::Restart {
@@ -554,93 +379,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             batch_size,
             rollout,
             job,
-        } => {
-            let spec = rollout.spec();
-            let r = ctx.block(c.upgrade(&id, &service, batch_size, spec.as_ref(), job.dry_run))?;
-            started(
-                &ctx,
-                &id,
-                r,
-                &job,
-                &format!("upgrading {service} on cluster {id}"),
-            )
-        }
+        } => upgrade(&ctx, &id, &service, batch_size, &rollout, &job),
         Cmd::Pause { id } => job_control(&ctx, &id, "pause", "paused"),
         Cmd::Resume { id } => job_control(&ctx, &id, "resume", "resumed"),
         Cmd::Abort { id } => job_control(&ctx, &id, "abort", "aborted"),
-        Cmd::ExtendLease { id, until } => {
-            let at = parse_until(&until, now_ms())?;
-            ctx.block(c.set_expire_time(&id, at))?;
-            if ctx.json() {
-                print_json(&serde_json::json!({ "expireTime": at }))
-            } else {
-                println!("cluster {id} now expires {}", time(at));
-                Ok(())
-            }
-        }
-        Cmd::Plan { id, job } => {
-            let job = match job {
-                Some(j) => j,
-                None => ctx
-                    .block(c.cluster(&id))?
-                    .latest_job_id
-                    .ok_or_else(|| UsageError(format!("cluster {id} has no job yet")))?,
-            };
-            let plan = ctx.block(c.plan(&id, &job))?;
-            let d = ctx.block(c.cluster(&id))?;
-            let kinds =
-                NodeKinds::from_template(&d.cluster_template, None, None).with_nodes(&d.nodes);
-            show_plan(&ctx, &plan, &kinds, true)
-        }
+        Cmd::ExtendLease { id, until } => extend_lease(&ctx, &id, &until),
+        Cmd::Plan { id, job } => job_plan(&ctx, &id, job),
         Cmd::Logs(a) => super::logs::run(&ctx, &a),
-        Cmd::Ssh {
-            id,
-            node,
-            print,
-            exec: _,
-            identity,
-            data_dir,
-            command,
-        } => {
-            let d = ctx.block(c.cluster(&id))?;
-            let n = find_node(&d, &node)?;
-            if !print && !ctx.json() {
-                let data_dir = data_dir
-                    .or_else(|| super::config::up_data_dir(ctx.client.base()))
-                    .unwrap_or_else(|| ".weft".into());
-                let opts = super::ssh::SshOptions { identity, data_dir };
-                let code = super::ssh::run_on(n, &command, &opts)?;
-                std::process::exit(code);
-            }
-            let exec = false;
-            let ip = access_ip(n)
-                .ok_or_else(|| UsageError(format!("node {} has no address yet", n.id)))?;
-            let target = format!("{}@{ip}", n.properties.sshuser);
-            if exec {
-                let status = std::process::Command::new("ssh")
-                    .arg(&target)
-                    .status()
-                    .context("running ssh")?;
-                if !status.success() {
-                    return Err(UsageError(format!("ssh exited with {status}")).into());
-                }
-                Ok(())
-            } else if ctx.json() {
-                print_json(
-                    &serde_json::json!({ "node": n.id, "user": n.properties.sshuser, "address": ip, "command": format!("ssh {target}") }),
-                )
-            } else {
-                println!("ssh {target}");
-                Ok(())
-            }
-        }
-        Cmd::Wait { id } => {
-            let d = wait(&ctx, &id, false)?;
-            if ctx.json() {
-                print_json(&d)?;
-            }
-            Ok(())
-        }
+        Cmd::Ssh(ssh) => ssh_to_node(&ctx, ssh),
+        Cmd::Wait { id } => wait_and_show(&ctx, &id),
         Cmd::Health {
             id,
             latest,
@@ -651,17 +398,325 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             latest,
             timeout,
         } => super::drift::check(&ctx, &id, latest, timeout),
-        Cmd::ReplaceNode { id, node, job } => {
-            let r = ctx.block(c.replace_node(&id, &node, job.dry_run))?;
-            started(
-                &ctx,
-                &id,
-                r,
-                &job,
-                &format!("replacing node {node} of cluster {id}"),
-            )
+        Cmd::ReplaceNode { id, node, job } => replace_node(&ctx, &id, &node, &job),
+    }
+}
+
+/// `cluster create`: the plan, then (unless a dry run) the create and optionally the wait.
+fn create_cluster(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<()> {
+    let c = &ctx.client;
+    let job = a.job.clone();
+    let req = create_request(ctx, a)?;
+    let plan = ctx.block(c.plan_cluster(&req))?;
+    let t: ClusterTemplate = ctx.block(c.entity(Kind::ClusterTemplate, &req.cluster_template))?;
+    let kinds = NodeKinds::from_template(&t, req.hardwaretype.as_deref(), req.imagetype.as_deref());
+    if job.dry_run {
+        return show_plan(ctx, &plan, &kinds, job.verbose);
+    }
+    if !ctx.json() {
+        let plan = PlanView {
+            id: "(to run)".into(),
+            ..plan
+        };
+        show_plan(ctx, &plan, &kinds, job.verbose)?;
+    }
+    let id = ctx.block(c.create_cluster(&req))?;
+    if !ctx.json() {
+        println!("created cluster {id} ({})", req.name);
+    }
+    if job.wait {
+        wait_and_show(ctx, &id)
+    } else if ctx.json() {
+        print_json(&serde_json::json!({ "id": id }))
+    } else {
+        Ok(())
+    }
+}
+
+/// The create request of `cluster create`: its config over the template's defaults, its name
+/// made up when not given.
+fn create_request(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<CreateCluster> {
+    let config = if a.config.is_empty() {
+        None
+    } else {
+        let t: ClusterTemplate =
+            ctx.block(ctx.client.entity(Kind::ClusterTemplate, &a.template))?;
+        let mut base = t.defaults.config.clone();
+        apply_kv(&mut base, &a.config)?;
+        Some(base)
+    };
+    let name = a.name.unwrap_or_else(|| {
+        let r = uuid::Uuid::new_v4().simple().to_string();
+        format!("{}-{}", a.template, &r[..6])
+    });
+    Ok(CreateCluster {
+        name,
+        description: a.description,
+        cluster_template: a.template,
+        num_machines: a.size,
+        provider: a.provider,
+        hardwaretype: a.hardwaretype,
+        imagetype: a.imagetype,
+        services: (!a.services.is_empty()).then_some(a.services),
+        initial_lease_duration: a.lease,
+        config,
+        rollback_on_failure: a.rollback_on_failure,
+    })
+}
+
+/// `cluster list`: live clusters, those of `status`, or (`all`) every one.
+fn list(ctx: &Ctx, status: Option<String>, all: bool) -> anyhow::Result<()> {
+    let live = "pending,active,incomplete,inconsistent";
+    let status = status.or((!all).then(|| live.to_string()));
+    let list = ctx.block(ctx.client.clusters(status.as_deref()))?;
+    if ctx.json() {
+        return print_json(&list);
+    }
+    let mut t = table(&[
+        "ID", "NAME", "STATUS", "TEMPLATE", "NODES", "OWNER", "JOB", "EXPIRES",
+    ]);
+    for s in &list {
+        let job = s
+            .progress
+            .as_ref()
+            .map(|p| {
+                format!(
+                    "{} {} {}/{}",
+                    p.action,
+                    p.actionstatus.as_str(),
+                    p.stepscompleted,
+                    p.stepstotal
+                )
+            })
+            .unwrap_or_default();
+        t.add_row(vec![
+            s.id.clone(),
+            s.name.clone(),
+            s.status.as_str().to_string(),
+            s.cluster_template.name.clone(),
+            s.num_nodes.to_string(),
+            s.owner_id.clone(),
+            job,
+            time(s.expire_time),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// `cluster show`: the cluster with a page of its nodes.
+fn show(ctx: &Ctx, id: &str, offset: usize, limit: u64) -> anyhow::Result<()> {
+    let (d, page) = ctx.block(ctx.client.cluster_page(id, offset, limit as usize))?;
+    if ctx.json() {
+        return print_json(&d);
+    }
+    show_cluster(&d);
+    if let Some(more) = page_note(id, page) {
+        println!("{more}");
+    }
+    Ok(())
+}
+
+/// `cluster status`: the status of the cluster's latest job.
+fn status(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
+    let s = ctx.block(ctx.client.cluster_status(id))?;
+    if ctx.json() {
+        return print_json(&s);
+    }
+    println!(
+        "cluster {} is {}; {} {} ({}/{} steps)",
+        s.clusterid,
+        s.status.as_str(),
+        s.action,
+        s.actionstatus.as_str(),
+        s.stepscompleted,
+        s.stepstotal
+    );
+    Ok(())
+}
+
+/// `cluster delete`: the delete (optionally followed until the end), or the forced one.
+fn delete(ctx: &Ctx, id: &str, follow: bool, force: bool) -> anyhow::Result<()> {
+    if force {
+        ctx.block(ctx.client.force_delete_cluster(id))?;
+        if !ctx.json() {
+            println!("cluster {id} deleted by force: weft deleted none of its machines");
+        }
+        return Ok(());
+    }
+    ctx.block(ctx.client.delete_cluster(id))?;
+    if !ctx.json() {
+        println!("deleting cluster {id}");
+    }
+    if follow {
+        let d = wait(ctx, id, true)?;
+        if ctx.json() {
+            print_json(&d)?;
         }
     }
+    Ok(())
+}
+
+fn expand(ctx: &Ctx, id: &str, count: u64, job: &JobFlags) -> anyhow::Result<()> {
+    let r = ctx.block(ctx.client.expand(id, count, job.dry_run))?;
+    started(
+        ctx,
+        id,
+        r,
+        job,
+        &format!("expanding cluster {id} by {count}"),
+    )
+}
+
+fn shrink(ctx: &Ctx, id: &str, count: u64, job: &JobFlags) -> anyhow::Result<()> {
+    let r = ctx.block(ctx.client.shrink(id, count, job.dry_run))?;
+    started(
+        ctx,
+        id,
+        r,
+        job,
+        &format!("shrinking cluster {id} by {count}"),
+    )
+}
+
+fn add_services(ctx: &Ctx, id: &str, services: &[String], job: &JobFlags) -> anyhow::Result<()> {
+    let r = ctx.block(ctx.client.add_services(id, services, job.dry_run))?;
+    let what = format!("adding {} to cluster {id}", services.join(", "));
+    started(ctx, id, r, job, &what)
+}
+
+fn remove_service(ctx: &Ctx, id: &str, service: &str, job: &JobFlags) -> anyhow::Result<()> {
+    let r = ctx.block(ctx.client.remove_service(id, service, job.dry_run))?;
+    started(
+        ctx,
+        id,
+        r,
+        job,
+        &format!("removing {service} from cluster {id}"),
+    )
+}
+
+/// `cluster reconfigure`: `config` (key=value) over the current config.
+fn reconfigure(
+    ctx: &Ctx,
+    id: &str,
+    config: &[String],
+    restart: bool,
+    rollout: &RolloutFlags,
+    job: &JobFlags,
+) -> anyhow::Result<()> {
+    let mut current = ctx.block(ctx.client.cluster_config(id))?;
+    apply_kv(&mut current, config)?;
+    let spec = rollout.spec();
+    let r = ctx.block(
+        ctx.client
+            .reconfigure(id, &current, restart, spec.as_ref(), job.dry_run),
+    )?;
+    started(ctx, id, r, job, &format!("reconfiguring cluster {id}"))
+}
+
+fn upgrade(
+    ctx: &Ctx,
+    id: &str,
+    service: &str,
+    batch_size: Option<u64>,
+    rollout: &RolloutFlags,
+    job: &JobFlags,
+) -> anyhow::Result<()> {
+    let spec = rollout.spec();
+    let r = ctx.block(
+        ctx.client
+            .upgrade(id, service, batch_size, spec.as_ref(), job.dry_run),
+    )?;
+    started(
+        ctx,
+        id,
+        r,
+        job,
+        &format!("upgrading {service} on cluster {id}"),
+    )
+}
+
+fn replace_node(ctx: &Ctx, id: &str, node: &str, job: &JobFlags) -> anyhow::Result<()> {
+    let r = ctx.block(ctx.client.replace_node(id, node, job.dry_run))?;
+    started(
+        ctx,
+        id,
+        r,
+        job,
+        &format!("replacing node {node} of cluster {id}"),
+    )
+}
+
+/// `cluster extend-lease`: `until` is ms since the epoch or + and a duration.
+fn extend_lease(ctx: &Ctx, id: &str, until: &str) -> anyhow::Result<()> {
+    let at = parse_until(until, now_ms())?;
+    ctx.block(ctx.client.set_expire_time(id, at))?;
+    if ctx.json() {
+        print_json(&serde_json::json!({ "expireTime": at }))
+    } else {
+        println!("cluster {id} now expires {}", time(at));
+        Ok(())
+    }
+}
+
+/// `cluster plan`: the plan of `job`, by default the latest.
+fn job_plan(ctx: &Ctx, id: &str, job: Option<String>) -> anyhow::Result<()> {
+    let c = &ctx.client;
+    let job = match job {
+        Some(j) => j,
+        None => ctx
+            .block(c.cluster(id))?
+            .latest_job_id
+            .ok_or_else(|| UsageError(format!("cluster {id} has no job yet")))?,
+    };
+    let plan = ctx.block(c.plan(id, &job))?;
+    let d = ctx.block(c.cluster(id))?;
+    let kinds = NodeKinds::from_template(&d.cluster_template, None, None).with_nodes(&d.nodes);
+    show_plan(ctx, &plan, &kinds, true)
+}
+
+/// `cluster ssh`: runs the shell or command on the node, or (`--print`, `-o json`) shows the
+/// ssh command.
+fn ssh_to_node(ctx: &Ctx, a: SshArgs) -> anyhow::Result<()> {
+    let SshArgs {
+        id,
+        node,
+        print,
+        exec: _,
+        identity,
+        data_dir,
+        command,
+    } = a;
+    let d = ctx.block(ctx.client.cluster(&id))?;
+    let n = find_node(&d, &node)?;
+    if !print && !ctx.json() {
+        let data_dir = data_dir
+            .or_else(|| super::config::up_data_dir(ctx.client.base()))
+            .unwrap_or_else(|| ".weft".into());
+        let opts = super::ssh::SshOptions { identity, data_dir };
+        let code = super::ssh::run_on(n, &command, &opts)?;
+        std::process::exit(code);
+    }
+    let ip = access_ip(n).ok_or_else(|| UsageError(format!("node {} has no address yet", n.id)))?;
+    let target = format!("{}@{ip}", n.properties.sshuser);
+    if ctx.json() {
+        print_json(
+            &serde_json::json!({ "node": n.id, "user": n.properties.sshuser, "address": ip, "command": format!("ssh {target}") }),
+        )
+    } else {
+        println!("ssh {target}");
+        Ok(())
+    }
+}
+
+/// Follows the cluster's running job until it ends; the cluster as JSON with `-o json`.
+fn wait_and_show(ctx: &Ctx, id: &str) -> anyhow::Result<()> {
+    let d = wait(ctx, id, false)?;
+    if ctx.json() {
+        print_json(&d)?;
+    }
+    Ok(())
 }
 
 /// `weft cluster health`: runs the checks (unless `latest`), waits for the run to end, shows the
