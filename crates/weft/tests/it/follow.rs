@@ -101,6 +101,10 @@ pub fn backlog_ids(base: &str, tenant: &str, user: &str) -> Vec<u64> {
 /// The follower saw every event of the backlog exactly once, in order, and the backlog is
 /// numbered without gaps.
 pub fn assert_saw_every_event_once(f: &Follower, base: &str, tenant: &str, user: &str) {
+    assert!(
+        f.reconnects() >= 1,
+        "the follower's connection broke at least once (a server was killed)"
+    );
     let backlog = backlog_ids(base, tenant, user);
     let n = backlog.len() as u64;
     assert_eq!(
