@@ -649,8 +649,6 @@ CREATE TABLE events (
     detail TEXT
 );
 CREATE UNIQUE INDEX events_seq ON events (tenant_id, seq);
-CREATE INDEX events_cluster ON events (tenant_id, cluster_id, seq);
-CREATE INDEX events_time ON events (time);
 CREATE TABLE event_heads (
     tenant_id TEXT NOT NULL PRIMARY KEY,
     seq BIGINT NOT NULL
@@ -723,8 +721,6 @@ CREATE TABLE events (
     detail TEXT
 );
 CREATE UNIQUE INDEX events_seq ON events (tenant_id, seq);
-CREATE INDEX events_cluster ON events (tenant_id, cluster_id, seq);
-CREATE INDEX events_time ON events (time);
 CREATE INDEX events_pending ON events (pid) WHERE seq IS NULL;
 CREATE TABLE event_heads (
     tenant_id TEXT COLLATE "C" NOT NULL PRIMARY KEY,

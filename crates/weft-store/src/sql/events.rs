@@ -152,20 +152,25 @@ impl SqlStore {
 
     /// Retention: removes events older than `before` (ms), but never a tenant's newest (on
     /// SQLite its number is where the next one counts from; both backends keep it so that a
-    /// tenant's bounds read the same). Returns how many went.
+    /// tenant's bounds read the same). Events are written in about time order, so the ones to go
+    /// are those before the first event at or after `before` in write order (`pid`): found and
+    /// removed without an index on time. Returns how many went.
     pub(crate) async fn purge_events_impl(&self, before: i64) -> Result<u64> {
-        let sql = match self.backend_kind() {
+        let newest = match self.backend_kind() {
             Backend::Sqlite => {
-                "DELETE FROM events WHERE time < $1 AND seq < (SELECT MAX(e.seq) FROM events e \
-                 WHERE e.tenant_id = events.tenant_id)"
+                "(SELECT MAX(e.seq) FROM events e WHERE e.tenant_id = events.tenant_id)"
             }
             Backend::Postgres => {
-                "DELETE FROM events WHERE time < $1 AND seq < (SELECT h.seq FROM event_heads h \
-                 WHERE h.tenant_id = events.tenant_id)"
+                "(SELECT h.seq FROM event_heads h WHERE h.tenant_id = events.tenant_id)"
             }
         };
+        let sql = format!(
+            "DELETE FROM events WHERE pid < COALESCE((SELECT MIN(pid) FROM \
+             (SELECT pid FROM events WHERE time >= $1 ORDER BY pid LIMIT 1) AS b), \
+             (SELECT MAX(pid) + 1 FROM events)) AND seq < {newest}"
+        );
         let mut tx = self.write_tx().await?;
-        let n = sqlx::query(sql)
+        let n = sqlx::query(&sql)
             .bind(before)
             .execute(&mut *tx)
             .await?
