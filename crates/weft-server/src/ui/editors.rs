@@ -747,9 +747,9 @@ pub async fn service_save_edit(
     save(ctx, "services", Some(name), form).await
 }
 
-#[cfg(test)]
 // A test reads as one scenario; short functions (docs/dev/style.md) are for the crates' code.
 #[allow(clippy::too_many_lines)]
+#[cfg(test)]
 mod tests {
     use super::*;
 
