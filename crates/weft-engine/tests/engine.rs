@@ -2,6 +2,9 @@
 //! refused in the engine's own terms, a cluster created and run to active by a scripted worker,
 //! deleted, and a request that cannot be laid out recorded as a terminated cluster.
 
+// A test reads as one scenario; short functions (docs/dev/style.md) are for the crates' code.
+#![allow(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -312,72 +312,32 @@ impl RawConfig {
         let tls = self.tls(bind)?;
         let database_url = database_url(self.database.clone(), &data_dir)?;
         let auth = auth_mode(self.auth.as_deref())?;
-        let task_timeout = self.task_timeout.unwrap_or(1800);
-        if task_timeout == 0 || task_timeout > 7 * 24 * 3600 {
-            return Err(key_error("task_timeout", "must be 1 to 604800 seconds"));
-        }
-        let max_action_retries = self.max_action_retries.unwrap_or(3);
-        if max_action_retries == 0 {
-            return Err(key_error("max_action_retries", "must be at least 1"));
-        }
+        let task_timeout = self.task_timeout()?;
+        let max_action_retries = self.max_action_retries()?;
         let janitor_interval = seconds("janitor_interval", self.janitor_interval, 10)?;
         let provisioner_timeout = seconds("provisioner_timeout", self.provisioner_timeout, 120)?;
         let callback_timeout = seconds("callback_timeout", self.callback_timeout, 10)?;
-        let max_cluster_size = self
-            .max_cluster_size
-            .unwrap_or(weft_model::MAX_CLUSTER_SIZE);
-        if !(1..=weft_model::LARGEST_CLUSTER).contains(&max_cluster_size) {
-            let message = format!("must be 1 to {}", weft_model::LARGEST_CLUSTER);
-            return Err(key_error("max_cluster_size", &message));
-        }
-        if let Some(u) = &self.callback_url {
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
-                let message = format!("\"{u}\" is not an http:// or https:// URL");
-                return Err(key_error("callback_url", &message));
-            }
-        }
-        let blank = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
-        let provisioner_token_file = match (self.provisioner_token_file, auth) {
-            (Some(p), _) => Some(p),
-            (None, AuthMode::ApiKey) => Some(data_dir.join("provisioner.token")),
-            (None, AuthMode::None) => None,
-        };
-        let check_interval = self.check_interval.unwrap_or(0);
-        if check_interval > 7 * 24 * 3600 {
-            return Err(key_error(
-                "check_interval",
-                "must be 0 (off) to 604800 seconds",
-            ));
-        }
-        let auto_replace_per_hour = self.auto_replace_per_hour.unwrap_or(2);
-        let event_retention_hours = self.event_retention_hours.unwrap_or(72);
-        if event_retention_hours > 100 * 366 * 24 {
-            return Err(key_error(
-                "event_retention_hours",
-                "must be 0 (keep for ever) to 878400 hours",
-            ));
-        }
-        let audit_retention_days = self.audit_retention_days.unwrap_or(400);
-        if audit_retention_days > 100 * 366 {
-            return Err(key_error(
-                "audit_retention_days",
-                "must be 0 (keep for ever) to 36600 days",
-            ));
-        }
+        let max_cluster_size = self.max_cluster_size()?;
+        self.check_callback_url()?;
+        let provisioner_token_file =
+            provisioner_token_file(self.provisioner_token_file.clone(), auth, &data_dir);
+        let check_interval = self.check_interval()?;
+        let event_retention_hours = self.event_retention_hours()?;
+        let audit_retention_days = self.audit_retention_days()?;
         let secrets_key = secrets_key(self.secrets_key_file.clone(), &data_dir);
         Ok(Settings {
             tls,
             secrets_key,
             check_interval_ms: check_interval * 1000,
-            auto_replace_per_hour,
+            auto_replace_per_hour: self.auto_replace_per_hour.unwrap_or(2),
             audit_retention_ms: audit_retention_days as i64 * 24 * 3600 * 1000,
             event_retention_ms: event_retention_hours as i64 * 3600 * 1000,
             webhooks,
             provisioner_token_file,
             janitor_interval_ms: janitor_interval * 1000,
             provisioner_timeout_ms: provisioner_timeout as i64 * 1000,
-            callback_url: blank(self.callback_url),
-            callback_command: blank(self.callback_command),
+            callback_url: non_blank(self.callback_url),
+            callback_command: non_blank(self.callback_command),
             callback_timeout_ms: callback_timeout * 1000,
             max_cluster_size,
             task_timeout_ms: task_timeout as i64 * 1000,
@@ -395,6 +355,83 @@ impl RawConfig {
             database_url,
             auth,
         })
+    }
+
+    /// Seconds a worker may hold a task: 1 to 604800 (default 1800).
+    fn task_timeout(&self) -> Result<u64, ConfigError> {
+        let task_timeout = self.task_timeout.unwrap_or(1800);
+        if task_timeout == 0 || task_timeout > 7 * 24 * 3600 {
+            return Err(key_error("task_timeout", "must be 1 to 604800 seconds"));
+        }
+        Ok(task_timeout)
+    }
+
+    /// How many times an action runs before its task fails: at least 1 (default 3).
+    fn max_action_retries(&self) -> Result<u32, ConfigError> {
+        let max_action_retries = self.max_action_retries.unwrap_or(3);
+        if max_action_retries == 0 {
+            return Err(key_error("max_action_retries", "must be at least 1"));
+        }
+        Ok(max_action_retries)
+    }
+
+    /// The largest cluster a request may ask for: 1 to `LARGEST_CLUSTER`.
+    fn max_cluster_size(&self) -> Result<u64, ConfigError> {
+        let max_cluster_size = self
+            .max_cluster_size
+            .unwrap_or(weft_model::MAX_CLUSTER_SIZE);
+        if !(1..=weft_model::LARGEST_CLUSTER).contains(&max_cluster_size) {
+            let message = format!("must be 1 to {}", weft_model::LARGEST_CLUSTER);
+            return Err(key_error("max_cluster_size", &message));
+        }
+        Ok(max_cluster_size)
+    }
+
+    /// The callback URL, if set, is an http:// or https:// URL.
+    fn check_callback_url(&self) -> Result<(), ConfigError> {
+        if let Some(u) = &self.callback_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                let message = format!("\"{u}\" is not an http:// or https:// URL");
+                return Err(key_error("callback_url", &message));
+            }
+        }
+        Ok(())
+    }
+
+    /// Seconds between drift checks: 0 (off, the default) to a week.
+    fn check_interval(&self) -> Result<u64, ConfigError> {
+        let check_interval = self.check_interval.unwrap_or(0);
+        if check_interval > 7 * 24 * 3600 {
+            return Err(key_error(
+                "check_interval",
+                "must be 0 (off) to 604800 seconds",
+            ));
+        }
+        Ok(check_interval)
+    }
+
+    /// How long the event backlog keeps an event, in hours: 0 (for ever) to 100 years (default 72).
+    fn event_retention_hours(&self) -> Result<u64, ConfigError> {
+        let event_retention_hours = self.event_retention_hours.unwrap_or(72);
+        if event_retention_hours > 100 * 366 * 24 {
+            return Err(key_error(
+                "event_retention_hours",
+                "must be 0 (keep for ever) to 878400 hours",
+            ));
+        }
+        Ok(event_retention_hours)
+    }
+
+    /// How long the audit trail keeps a record, in days: 0 (for ever) to 100 years (default 400).
+    fn audit_retention_days(&self) -> Result<u64, ConfigError> {
+        let audit_retention_days = self.audit_retention_days.unwrap_or(400);
+        if audit_retention_days > 100 * 366 {
+            return Err(key_error(
+                "audit_retention_days",
+                "must be 0 (keep for ever) to 36600 days",
+            ));
+        }
+        Ok(audit_retention_days)
     }
 
     /// The listeners' TLS files, checked: both or neither of cert and key, a client CA only with
@@ -458,6 +495,25 @@ fn key_error(key: &'static str, message: &str) -> ConfigError {
 /// The data directory, absolute, so that nothing below depends on the working directory of
 /// whoever uses it. Default `./.weft`.
 /// Where the secrets' master key comes from: `WEFT_SECRETS_KEY`, else the key file.
+/// A value that is set and not blank.
+fn non_blank(v: Option<String>) -> Option<String> {
+    v.filter(|s| !s.trim().is_empty())
+}
+
+/// Where provisioner tokens are read: the file given, else with API keys `provisioner.token` in
+/// the data directory, else none (the internal port checks no token).
+fn provisioner_token_file(
+    file: Option<PathBuf>,
+    auth: AuthMode,
+    data_dir: &Path,
+) -> Option<PathBuf> {
+    match (file, auth) {
+        (Some(p), _) => Some(p),
+        (None, AuthMode::ApiKey) => Some(data_dir.join("provisioner.token")),
+        (None, AuthMode::None) => None,
+    }
+}
+
 fn secrets_key(file: Option<PathBuf>, data_dir: &Path) -> weft_engine::seal::KeySource {
     use weft_engine::seal::{KeySource, KEY_ENV};
     match std::env::var(KEY_ENV).ok().filter(|k| !k.trim().is_empty()) {

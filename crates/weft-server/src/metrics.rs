@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use weft_engine::metrics::BUCKETS;
+use weft_engine::metrics::{Histogram, BUCKETS};
 
 use crate::error::ApiResult;
 use crate::state::{now_ms, AppState};
@@ -97,14 +97,29 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
         .count();
 
     let mut out = String::new();
-    let o = &mut out;
+    write_store_gauges(&mut out, &counts, &names, alive);
+    let r = weft_engine::metrics::snapshot();
+    write_task_durations(&mut out, &r.durations);
+    write_job_counts(&mut out, &r.jobs);
+    write_process_counters(&mut out);
+    Ok(out)
+}
+
+/// `weft_queue_tasks`, `weft_tasks_in_flight` and `weft_provisioners_alive`: what the store
+/// holds now (`names`: tenant id -> name).
+fn write_store_gauges(
+    o: &mut String,
+    counts: &BTreeMap<String, (u64, u64)>,
+    names: &BTreeMap<String, String>,
+    alive: usize,
+) {
     let _ = writeln!(
         o,
         "# HELP weft_queue_tasks Tasks in each tenant's queue, by state."
     );
     let _ = writeln!(o, "# TYPE weft_queue_tasks gauge");
     let mut in_flight = 0u64;
-    for (tenant_id, (queued, in_progress)) in &counts {
+    for (tenant_id, (queued, in_progress)) in counts {
         let name = label(names.get(tenant_id).unwrap_or(tenant_id));
         let _ = writeln!(
             o,
@@ -128,14 +143,16 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
     );
     let _ = writeln!(o, "# TYPE weft_provisioners_alive gauge");
     let _ = writeln!(o, "weft_provisioners_alive {alive}");
+}
 
-    let r = weft_engine::metrics::snapshot();
+/// The `weft_task_duration_seconds` histogram, by action.
+fn write_task_durations(o: &mut String, durations: &BTreeMap<String, Histogram>) {
     let _ = writeln!(
         o,
         "# HELP weft_task_duration_seconds Time from take to finish of finished tasks, by action."
     );
     let _ = writeln!(o, "# TYPE weft_task_duration_seconds histogram");
-    for (action, h) in &r.durations {
+    for (action, h) in durations {
         let action = label(action);
         let mut cumulative = 0u64;
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -160,18 +177,26 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
             "weft_task_duration_seconds_count{{action=\"{action}\"}} {cumulative}"
         );
     }
+}
+
+/// The `weft_jobs_total` counter, by action and result.
+fn write_job_counts(o: &mut String, jobs: &BTreeMap<(String, &'static str), u64>) {
     let _ = writeln!(
         o,
         "# HELP weft_jobs_total Jobs that ended, by action and result."
     );
     let _ = writeln!(o, "# TYPE weft_jobs_total counter");
-    for ((action, result), n) in &r.jobs {
+    for ((action, result), n) in jobs {
         let _ = writeln!(
             o,
             "weft_jobs_total{{action=\"{}\",result=\"{result}\"}} {n}",
             label(action)
         );
     }
+}
+
+/// The counters this process keeps itself: CSP reports and abandoned reads.
+fn write_process_counters(o: &mut String) {
     let _ = writeln!(
         o,
         "# HELP weft_ui_csp_reports_total Content-Security-Policy violations browsers reported on UI pages."
@@ -192,7 +217,6 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
         "weft_http_reads_abandoned_total {}",
         ABANDONED_READS.load(std::sync::atomic::Ordering::Relaxed)
     );
-    Ok(out)
 }
 
 /// `GET /metrics`.

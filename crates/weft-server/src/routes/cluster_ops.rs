@@ -39,6 +39,14 @@ fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
 }
 
 pub fn routes(api: Api) -> Api {
+    let api = lease_and_config_routes(api);
+    let api = service_routes(api);
+    let api = size_routes(api);
+    job_control_routes(api)
+}
+
+/// The lease and the configuration.
+fn lease_and_config_routes(api: Api) -> Api {
     let t = "clusters";
     api.route(
         MethodFilter::POST,
@@ -60,7 +68,12 @@ pub fn routes(api: Api) -> Api {
         changed(t, "Reconfigure: {\"config\": {...}, \"restart\": true}")
             .body(Body::Json("ReconfigureRequest")),
     )
-    .route(
+}
+
+/// Adding, removing, starting, stopping, restarting and upgrading services.
+fn service_routes(api: Api) -> Api {
+    let t = "clusters";
+    api.route(
         MethodFilter::POST,
         "/v2/clusters/{id}/services",
         add_services,
@@ -94,7 +107,12 @@ pub fn routes(api: Api) -> Api {
         )
         .optional_body(Body::Json("UpgradeRequest")),
     )
-    .route(
+}
+
+/// Expanding, shrinking and moving to the template's current version.
+fn size_routes(api: Api) -> Api {
+    let t = "clusters";
+    api.route(
         MethodFilter::POST,
         "/v2/clusters/{id}/nodes",
         expand,
@@ -137,7 +155,12 @@ pub fn routes(api: Api) -> Api {
         .status(404, "cluster or template not found")
         .status(409, "the cluster is not active"),
     )
-    .route(
+}
+
+/// Pausing, resuming and aborting the running job.
+fn job_control_routes(api: Api) -> Api {
+    let t = "clusters";
+    api.route(
         MethodFilter::POST,
         "/v2/clusters/{id}/pause",
         pause,

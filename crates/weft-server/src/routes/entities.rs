@@ -46,101 +46,113 @@ plugin type no provisioner offers) carries `incomplete`: a list of {field, messa
 
 pub fn routes(mut api: Api) -> Api {
     for kind in EntityKind::ADMIN {
-        let base = format!("/v2/{}", kind.as_str());
-        let one = format!("{base}/{{name}}");
-        let version = format!("{base}/{{name}}/{{version}}");
-        let (tag, label, s) = (kind.as_str(), kind.label(), schema(kind));
-        api = api
-            .route(
-                MethodFilter::GET,
-                &base,
-                move |st: State<AppState>, id: Identity| list(st, id, kind),
-                op(tag, format!("List the latest version of every {label}"))
-                    .ok(200, LISTED, Body::Array(s))
-                    .status(401, "identity header missing")
-                    .status(404, "tenant does not exist"),
-            )
-            .route(
-                MethodFilter::POST,
-                &base,
-                move |st: State<AppState>, id: Identity, body: Bytes| create(st, id, kind, body),
-                op(tag, format!("Create a {label} (version 1)"))
-                    .body(Body::Json(s))
-                    .ok(200, WRITTEN, Body::Json("CatalogWriteAnswer"))
-                    .status(400, "invalid body; the message names the field")
-                    .status(403, "caller is not the tenant admin")
-                    .status(409, "the name already exists")
-                    .status(413, "body over the size limit"),
-            )
-            .route(
-                MethodFilter::GET,
-                &one,
-                move |st: State<AppState>, id: Identity, Path(name): Path<String>| {
-                    get(st, id, kind, name, None)
-                },
-                op(tag, format!("Get the latest version of a {label}"))
-                    .ok(200, "the entity", Body::Json(s))
-                    .status(404, "not found"),
-            )
-            .route(
-                MethodFilter::PUT,
-                &one,
-                move |st: State<AppState>, id: Identity, Path(name): Path<String>, body: Bytes| {
-                    put(st, id, kind, name, body)
-                },
-                op(
-                    tag,
-                    format!("Write a new version of a {label} (creates it if absent)"),
-                )
-                .body(Body::Json(s))
-                .ok(200, WRITTEN, Body::Json("CatalogWriteAnswer"))
-                .status(
-                    400,
-                    "invalid body, or the body's name differs from the path",
-                )
-                .status(403, "caller is not the tenant admin"),
-            )
-            .route(
-                MethodFilter::DELETE,
-                &one,
-                move |st: State<AppState>, id: Identity, Path(name): Path<String>| {
-                    delete(st, id, kind, name, None)
-                },
-                op(
-                    tag,
-                    format!("Delete every version of a {label} (200 also if absent)"),
-                )
-                .status(200, "deleted")
-                .status(403, "caller is not the tenant admin"),
-            )
-            .route(
-                MethodFilter::GET,
-                &version,
-                move |st: State<AppState>,
-                      id: Identity,
-                      Path((name, v)): Path<(String, String)>| {
-                    get(st, id, kind, name, Some(v))
-                },
-                op(tag, format!("Get one version of a {label}"))
-                    .ok(200, "the entity", Body::Json(s))
-                    .status(400, "the version is not a positive number")
-                    .status(404, "not found"),
-            )
-            .route(
-                MethodFilter::DELETE,
-                &version,
-                move |st: State<AppState>,
-                      id: Identity,
-                      Path((name, v)): Path<(String, String)>| {
-                    delete(st, id, kind, name, Some(v))
-                },
-                op(tag, format!("Delete one version of a {label}"))
-                    .status(200, "deleted")
-                    .status(400, "the version is not a positive number")
-                    .status(403, "caller is not the tenant admin"),
-            );
+        api = collection_routes(api, kind);
+        api = latest_routes(api, kind);
+        api = version_routes(api, kind);
     }
     api
+}
+
+/// `/v2/{kind}`: list the latest versions, create one.
+fn collection_routes(api: Api, kind: EntityKind) -> Api {
+    let base = format!("/v2/{}", kind.as_str());
+    let (tag, label, s) = (kind.as_str(), kind.label(), schema(kind));
+    api.route(
+        MethodFilter::GET,
+        &base,
+        move |st: State<AppState>, id: Identity| list(st, id, kind),
+        op(tag, format!("List the latest version of every {label}"))
+            .ok(200, LISTED, Body::Array(s))
+            .status(401, "identity header missing")
+            .status(404, "tenant does not exist"),
+    )
+    .route(
+        MethodFilter::POST,
+        &base,
+        move |st: State<AppState>, id: Identity, body: Bytes| create(st, id, kind, body),
+        op(tag, format!("Create a {label} (version 1)"))
+            .body(Body::Json(s))
+            .ok(200, WRITTEN, Body::Json("CatalogWriteAnswer"))
+            .status(400, "invalid body; the message names the field")
+            .status(403, "caller is not the tenant admin")
+            .status(409, "the name already exists")
+            .status(413, "body over the size limit"),
+    )
+}
+
+/// `/v2/{kind}/{name}`: get, write a new version of, or delete an entity's latest version.
+fn latest_routes(api: Api, kind: EntityKind) -> Api {
+    let one = format!("/v2/{}/{{name}}", kind.as_str());
+    let (tag, label, s) = (kind.as_str(), kind.label(), schema(kind));
+    api.route(
+        MethodFilter::GET,
+        &one,
+        move |st: State<AppState>, id: Identity, Path(name): Path<String>| {
+            get(st, id, kind, name, None)
+        },
+        op(tag, format!("Get the latest version of a {label}"))
+            .ok(200, "the entity", Body::Json(s))
+            .status(404, "not found"),
+    )
+    .route(
+        MethodFilter::PUT,
+        &one,
+        move |st: State<AppState>, id: Identity, Path(name): Path<String>, body: Bytes| {
+            put(st, id, kind, name, body)
+        },
+        op(
+            tag,
+            format!("Write a new version of a {label} (creates it if absent)"),
+        )
+        .body(Body::Json(s))
+        .ok(200, WRITTEN, Body::Json("CatalogWriteAnswer"))
+        .status(
+            400,
+            "invalid body, or the body's name differs from the path",
+        )
+        .status(403, "caller is not the tenant admin"),
+    )
+    .route(
+        MethodFilter::DELETE,
+        &one,
+        move |st: State<AppState>, id: Identity, Path(name): Path<String>| {
+            delete(st, id, kind, name, None)
+        },
+        op(
+            tag,
+            format!("Delete every version of a {label} (200 also if absent)"),
+        )
+        .status(200, "deleted")
+        .status(403, "caller is not the tenant admin"),
+    )
+}
+
+/// `/v2/{kind}/{name}/{version}`: get or delete one version.
+fn version_routes(api: Api, kind: EntityKind) -> Api {
+    let version = format!("/v2/{}/{{name}}/{{version}}", kind.as_str());
+    let (tag, label, s) = (kind.as_str(), kind.label(), schema(kind));
+    api.route(
+        MethodFilter::GET,
+        &version,
+        move |st: State<AppState>, id: Identity, Path((name, v)): Path<(String, String)>| {
+            get(st, id, kind, name, Some(v))
+        },
+        op(tag, format!("Get one version of a {label}"))
+            .ok(200, "the entity", Body::Json(s))
+            .status(400, "the version is not a positive number")
+            .status(404, "not found"),
+    )
+    .route(
+        MethodFilter::DELETE,
+        &version,
+        move |st: State<AppState>, id: Identity, Path((name, v)): Path<(String, String)>| {
+            delete(st, id, kind, name, Some(v))
+        },
+        op(tag, format!("Delete one version of a {label}"))
+            .status(200, "deleted")
+            .status(400, "the version is not a positive number")
+            .status(403, "caller is not the tenant admin"),
+    )
 }
 
 async fn list(

@@ -38,18 +38,31 @@ fn plugin_kind(ptype: &str) -> ApiResult<EntityKind> {
 }
 
 pub fn external_routes(api: Api, resource_limit: usize) -> Api {
+    let api = type_routes(api);
+    let api = resource_routes(api, resource_limit);
+    release_routes(api)
+}
+
+/// Plugin types: list, get, delete.
+fn type_routes(api: Api) -> Api {
     let t = "plugins";
     api.route(
         MethodFilter::GET,
         "/v2/plugins/{ptype}",
         list_types,
-        op(t, "List provider types or automator types").ok(200, "plugin types", Body::Array("PluginType")),
+        op(t, "List provider types or automator types").ok(
+            200,
+            "plugin types",
+            Body::Array("PluginType"),
+        ),
     )
     .route(
         MethodFilter::GET,
         "/v2/plugins/{ptype}/{name}",
         get_type,
-        op(t, "Get a plugin type").ok(200, "the plugin type", Body::Json("PluginType")).status(404, "not found"),
+        op(t, "Get a plugin type")
+            .ok(200, "the plugin type", Body::Json("PluginType"))
+            .status(404, "not found"),
     )
     .route(
         MethodFilter::DELETE,
@@ -63,32 +76,50 @@ pub fn external_routes(api: Api, resource_limit: usize) -> Api {
         MethodFilter::DELETE,
         "/v2/plugins/{ptype}/{name}/{rtype}",
         delete_type_version,
-        op(t, "Delete one version of a plugin type (superadmin); the last segment is the version")
-            .status(200, "deleted")
-            .status(400, "the version is not a positive number")
-            .status(403, "not the superadmin (empty body)"),
+        op(
+            t,
+            "Delete one version of a plugin type (superadmin); the last segment is the version",
+        )
+        .status(200, "deleted")
+        .status(400, "the version is not a positive number")
+        .status(403, "not the superadmin (empty body)"),
     )
-    .route(
+}
+
+/// A plugin's resources: list, upload a version, delete.
+fn resource_routes(api: Api, resource_limit: usize) -> Api {
+    let t = "plugins";
+    api.route(
         MethodFilter::GET,
         "/v2/plugins/{ptype}/{name}/{rtype}",
         list_resources,
-        op(t, "List the resources of one resource type, by name (admin)")
-            .query("status", "active, inactive, staged or recalled")
-            .ok(200, "resource name -> versions", Body::MapOf("ResourceMeta"))
-            .status(400, "invalid status filter.")
-            .status(403, "not the tenant admin")
-            .status(404, "unknown plugin or resource type"),
+        op(
+            t,
+            "List the resources of one resource type, by name (admin)",
+        )
+        .query("status", "active, inactive, staged or recalled")
+        .ok(
+            200,
+            "resource name -> versions",
+            Body::MapOf("ResourceMeta"),
+        )
+        .status(400, "invalid status filter.")
+        .status(403, "not the tenant admin")
+        .status(404, "unknown plugin or resource type"),
     )
     .route(
         MethodFilter::POST,
         "/v2/plugins/{ptype}/{name}/{rtype}/{rname}",
         upload.layer(DefaultBodyLimit::max(resource_limit)),
-        op(t, "Upload a new version of a resource (raw bytes; starts inactive) (admin)")
-            .body(Body::Bytes)
-            .ok(200, "the new version", Body::Json("ResourceMeta"))
-            .status(403, "not the tenant admin")
-            .status(404, "unknown plugin or resource type")
-            .status(413, "body over the resource size limit"),
+        op(
+            t,
+            "Upload a new version of a resource (raw bytes; starts inactive) (admin)",
+        )
+        .body(Body::Bytes)
+        .ok(200, "the new version", Body::Json("ResourceMeta"))
+        .status(403, "not the tenant admin")
+        .status(404, "unknown plugin or resource type")
+        .status(413, "body over the resource size limit"),
     )
     .route(
         MethodFilter::GET,
@@ -103,10 +134,13 @@ pub fn external_routes(api: Api, resource_limit: usize) -> Api {
         MethodFilter::DELETE,
         "/v2/plugins/{ptype}/{name}/{rtype}/{rname}",
         delete_resource,
-        op(t, "Delete every version of a resource (all must be inactive) (admin)")
-            .status(200, "deleted")
-            .status(403, "not the tenant admin")
-            .status(409, "Resource not in a deletable state."),
+        op(
+            t,
+            "Delete every version of a resource (all must be inactive) (admin)",
+        )
+        .status(200, "deleted")
+        .status(403, "not the tenant admin")
+        .status(409, "Resource not in a deletable state."),
     )
     .route(
         MethodFilter::DELETE,
@@ -118,7 +152,12 @@ pub fn external_routes(api: Api, resource_limit: usize) -> Api {
             .status(403, "not the tenant admin")
             .status(409, "Resource not in a deletable state."),
     )
-    .route(
+}
+
+/// Staging and recalling resource versions, and the sync that makes them live.
+fn release_routes(api: Api) -> Api {
+    let t = "plugins";
+    api.route(
         MethodFilter::POST,
         "/v2/plugins/{ptype}/{name}/{rtype}/{rname}/versions/{version}/stage",
         stage,

@@ -148,6 +148,24 @@ pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
             "services": checked(form, "compat:svc:"),
         }),
     );
+    let defaults = template_defaults(form, &t)?;
+    t.insert("defaults".into(), Value::Object(defaults));
+    let links = links_from_rows(form, "link:");
+    if !links.is_empty() || t.contains_key("links") {
+        t.insert("links".into(), Value::Array(links));
+    }
+    let constraints = template_constraints(form, &t)?;
+    t.insert("constraints".into(), Value::Object(constraints));
+    let admin = template_administration(form, &t)?;
+    t.insert("administration".into(), Value::Object(admin));
+    Ok(Value::Object(t))
+}
+
+/// The template's `defaults` from the form, over those of `t` (the base).
+fn template_defaults(
+    form: &FormMap,
+    t: &Map<String, Value>,
+) -> Result<Map<String, Value>, (String, String)> {
     let mut defaults = t
         .get("defaults")
         .and_then(Value::as_object)
@@ -168,13 +186,30 @@ pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
         "" => defaults.remove("dnsSuffix"),
         d => defaults.insert("dnsSuffix".into(), json!(d)),
     };
-    t.insert("defaults".into(), Value::Object(defaults));
-    let links = links_from_rows(form, "link:");
-    if !links.is_empty() || t.contains_key("links") {
-        t.insert("links".into(), Value::Array(links));
-    }
+    Ok(defaults)
+}
+
+/// The template's `constraints` (size, per service, layout) from the form, over those of `t`.
+fn template_constraints(
+    form: &FormMap,
+    t: &Map<String, Value>,
+) -> Result<Map<String, Value>, (String, String)> {
     let min = number(form, "size:min", "the smallest size")?.unwrap_or(1);
     let max = number(form, "size:max", "the largest size")?.unwrap_or(weft_model::UNBOUNDED);
+    let services = service_constraints(form)?;
+    let mut constraints = object_at(t, "constraints");
+    constraints.insert("size".into(), json!({"min": min, "max": max}));
+    constraints.insert("services".into(), Value::Object(services));
+    let mut layout = object_at(&Map::from_iter(constraints.clone()), "layout");
+    layout.insert("mustcoexist".into(), json!(groups(form, "must:")));
+    layout.insert("cantcoexist".into(), json!(groups(form, "cant:")));
+    constraints.insert("layout".into(), Value::Object(layout));
+    Ok(constraints)
+}
+
+/// The per-service constraints of the form's `c:<service>:...` fields, for each service that
+/// has any.
+fn service_constraints(form: &FormMap) -> Result<Map<String, Value>, (String, String)> {
     let mut services = Map::new();
     let constrained: BTreeSet<&str> = form
         .keys()
@@ -204,14 +239,14 @@ pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
         }
         services.insert(s.to_string(), Value::Object(c));
     }
-    let mut constraints = object_at(&t, "constraints");
-    constraints.insert("size".into(), json!({"min": min, "max": max}));
-    constraints.insert("services".into(), Value::Object(services));
-    let mut layout = object_at(&Map::from_iter(constraints.clone()), "layout");
-    layout.insert("mustcoexist".into(), json!(groups(form, "must:")));
-    layout.insert("cantcoexist".into(), json!(groups(form, "cant:")));
-    constraints.insert("layout".into(), Value::Object(layout));
-    t.insert("constraints".into(), Value::Object(constraints));
+    Ok(services)
+}
+
+/// The template's `administration` with the form's lease durations, over that of `t`.
+fn template_administration(
+    form: &FormMap,
+    t: &Map<String, Value>,
+) -> Result<Map<String, Value>, (String, String)> {
     let mut lease = Map::new();
     for key in ["initial", "max", "step"] {
         let raw = text(form, &format!("lease:{key}"));
@@ -224,10 +259,9 @@ pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
         lease.insert(key.into(), json!(ms));
     }
     // Administration keeps what the editor does not show (a rollout policy, say).
-    let mut admin = object_at(&t, "administration");
+    let mut admin = object_at(t, "administration");
     admin.insert("leaseduration".into(), Value::Object(lease));
-    t.insert("administration".into(), Value::Object(admin));
-    Ok(Value::Object(t))
+    Ok(admin)
 }
 
 /// A duration in milliseconds as the editor shows it (`48h`, `30m`, `0` for none).
@@ -713,6 +747,8 @@ pub async fn service_save_edit(
     save(ctx, "services", Some(name), form).await
 }
 
+// A test reads as one scenario; short functions (docs/dev/style.md) are for the crates' code.
+#[allow(clippy::too_many_lines)]
 #[cfg(test)]
 mod tests {
     use super::*;

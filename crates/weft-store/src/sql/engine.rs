@@ -451,109 +451,133 @@ impl From<Option<&str>> for Param {
 /// n-th).
 pub(super) fn statements(w: &Write) -> Vec<(&'static str, Vec<Param>)> {
     match w {
-        Write::Cluster(c) => vec![(
-            "INSERT INTO clusters (tenant_id, id, owner, name, status, create_time, expire_time, \
-             latest_job, rev, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9) \
-             ON CONFLICT (tenant_id, id) DO UPDATE SET owner = excluded.owner, \
-             name = excluded.name, status = excluded.status, create_time = excluded.create_time, \
-             expire_time = excluded.expire_time, latest_job = excluded.latest_job, \
-             rev = clusters.rev + 1, body = excluded.body",
-            vec![
-                c.tenant_id.as_str().into(),
-                to_i64(c.id).into(),
-                c.owner.as_str().into(),
-                c.name.as_str().into(),
-                c.status.as_str().into(),
-                c.create_time.into(),
-                c.expire_time.into(),
-                c.latest_job.as_deref().into(),
-                Param::Text(c.body.to_string()),
-            ],
-        )],
-        Write::Node(n) => vec![
-            (
-                "INSERT INTO nodes (tenant_id, id, cluster_id, nodenum, rev, body) \
-                 VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (tenant_id, id) DO UPDATE SET \
-                 cluster_id = excluded.cluster_id, nodenum = excluded.nodenum, \
-                 rev = nodes.rev + 1, body = excluded.body",
-                vec![
-                    n.tenant_id.as_str().into(),
-                    n.id.as_str().into(),
-                    to_i64(n.cluster_id).into(),
-                    to_i64(n.nodenum).into(),
-                    Param::Text(n.body.to_string()),
-                ],
-            ),
-            (
-                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = $2",
-                vec![n.tenant_id.as_str().into(), to_i64(n.cluster_id).into()],
-            ),
-        ],
-        Write::DeleteNode { tenant_id, id } => vec![
-            (
-                "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = \
-                 (SELECT cluster_id FROM nodes WHERE tenant_id = $1 AND id = $2)",
-                vec![tenant_id.as_str().into(), id.as_str().into()],
-            ),
-            (
-                "DELETE FROM nodes WHERE tenant_id = $1 AND id = $2",
-                vec![tenant_id.as_str().into(), id.as_str().into()],
-            ),
-        ],
-        Write::Job(j) => vec![(
-            "INSERT INTO jobs (tenant_id, id, cluster_id, action, status, create_time, rev, \
-             steps_total, body) VALUES ($1, $2, $3, $4, $5, $6, 1, $8, $7) \
-             ON CONFLICT (tenant_id, id) DO UPDATE SET \
-             cluster_id = excluded.cluster_id, action = excluded.action, \
-             status = excluded.status, create_time = excluded.create_time, \
-             rev = jobs.rev + 1, steps_total = excluded.steps_total, body = excluded.body",
-            vec![
-                j.tenant_id.as_str().into(),
-                j.id.as_str().into(),
-                to_i64(j.cluster_id).into(),
-                j.action.as_str().into(),
-                j.status.as_str().into(),
-                j.create_time.into(),
-                Param::Text(j.body.to_string()),
-                to_i64(j.steps_total).into(),
-            ],
-        )],
-        Write::Task(t) => vec![(
-            "INSERT INTO tasks (tenant_id, id, cluster_id, job_id, node_id, action, service, \
-             state, attempts, deps_remaining, successors, lease_owner, lease_deadline, \
-             queued_at, started_at, rev, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16) \
-             ON CONFLICT (tenant_id, id) DO UPDATE SET cluster_id = excluded.cluster_id, \
-             job_id = excluded.job_id, node_id = excluded.node_id, action = excluded.action, \
-             service = excluded.service, state = excluded.state, \
-             attempts = excluded.attempts, deps_remaining = excluded.deps_remaining, \
-             successors = excluded.successors, lease_owner = excluded.lease_owner, \
-             lease_deadline = excluded.lease_deadline, queued_at = excluded.queued_at, \
-             started_at = excluded.started_at, rev = tasks.rev + 1, body = excluded.body",
-            vec![
-                t.tenant_id.as_str().into(),
-                t.id.as_str().into(),
-                to_i64(t.cluster_id).into(),
-                t.job_id.as_str().into(),
-                t.node_id.as_str().into(),
-                t.action.as_str().into(),
-                t.service.as_str().into(),
-                t.state.as_str().into(),
-                i64::from(t.attempts).into(),
-                i64::from(t.deps_remaining).into(),
-                Param::Text(
-                    serde_json::to_string(&t.successors)
-                        .expect("a list of strings always serializes"),
-                ),
-                t.lease_owner.as_deref().into(),
-                t.lease_deadline.into(),
-                t.queued_at.into(),
-                t.started_at.into(),
-                Param::Text(t.body.to_string()),
-            ],
-        )],
+        Write::Cluster(c) => cluster_statements(c),
+        Write::Node(n) => node_statements(n),
+        Write::DeleteNode { tenant_id, id } => delete_node_statements(tenant_id, id),
+        Write::Job(j) => job_statements(j),
+        Write::Task(t) => task_statements(t),
         Write::Release { .. } => Vec::new(),
     }
+}
+
+/// [`Write::Cluster`]: an upsert of the cluster row.
+fn cluster_statements(c: &ClusterRow) -> Vec<(&'static str, Vec<Param>)> {
+    vec![(
+        "INSERT INTO clusters (tenant_id, id, owner, name, status, create_time, expire_time, \
+         latest_job, rev, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9) \
+         ON CONFLICT (tenant_id, id) DO UPDATE SET owner = excluded.owner, \
+         name = excluded.name, status = excluded.status, create_time = excluded.create_time, \
+         expire_time = excluded.expire_time, latest_job = excluded.latest_job, \
+         rev = clusters.rev + 1, body = excluded.body",
+        vec![
+            c.tenant_id.as_str().into(),
+            to_i64(c.id).into(),
+            c.owner.as_str().into(),
+            c.name.as_str().into(),
+            c.status.as_str().into(),
+            c.create_time.into(),
+            c.expire_time.into(),
+            c.latest_job.as_deref().into(),
+            Param::Text(c.body.to_string()),
+        ],
+    )]
+}
+
+/// [`Write::Node`]: an upsert of the node row, and a new revision of its cluster's nodes.
+fn node_statements(n: &NodeRow) -> Vec<(&'static str, Vec<Param>)> {
+    vec![
+        (
+            "INSERT INTO nodes (tenant_id, id, cluster_id, nodenum, rev, body) \
+             VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (tenant_id, id) DO UPDATE SET \
+             cluster_id = excluded.cluster_id, nodenum = excluded.nodenum, \
+             rev = nodes.rev + 1, body = excluded.body",
+            vec![
+                n.tenant_id.as_str().into(),
+                n.id.as_str().into(),
+                to_i64(n.cluster_id).into(),
+                to_i64(n.nodenum).into(),
+                Param::Text(n.body.to_string()),
+            ],
+        ),
+        (
+            "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = $2",
+            vec![n.tenant_id.as_str().into(), to_i64(n.cluster_id).into()],
+        ),
+    ]
+}
+
+/// [`Write::DeleteNode`]: a new revision of the node's cluster's nodes, and the row's delete.
+fn delete_node_statements(tenant_id: &str, id: &str) -> Vec<(&'static str, Vec<Param>)> {
+    vec![
+        (
+            "UPDATE clusters SET nodes_rev = nodes_rev + 1 WHERE tenant_id = $1 AND id = \
+             (SELECT cluster_id FROM nodes WHERE tenant_id = $1 AND id = $2)",
+            vec![tenant_id.into(), id.into()],
+        ),
+        (
+            "DELETE FROM nodes WHERE tenant_id = $1 AND id = $2",
+            vec![tenant_id.into(), id.into()],
+        ),
+    ]
+}
+
+/// [`Write::Job`]: an upsert of the job row.
+fn job_statements(j: &JobRow) -> Vec<(&'static str, Vec<Param>)> {
+    vec![(
+        "INSERT INTO jobs (tenant_id, id, cluster_id, action, status, create_time, rev, \
+         steps_total, body) VALUES ($1, $2, $3, $4, $5, $6, 1, $8, $7) \
+         ON CONFLICT (tenant_id, id) DO UPDATE SET \
+         cluster_id = excluded.cluster_id, action = excluded.action, \
+         status = excluded.status, create_time = excluded.create_time, \
+         rev = jobs.rev + 1, steps_total = excluded.steps_total, body = excluded.body",
+        vec![
+            j.tenant_id.as_str().into(),
+            j.id.as_str().into(),
+            to_i64(j.cluster_id).into(),
+            j.action.as_str().into(),
+            j.status.as_str().into(),
+            j.create_time.into(),
+            Param::Text(j.body.to_string()),
+            to_i64(j.steps_total).into(),
+        ],
+    )]
+}
+
+/// [`Write::Task`]: an upsert of the task row.
+fn task_statements(t: &TaskRow) -> Vec<(&'static str, Vec<Param>)> {
+    vec![(
+        "INSERT INTO tasks (tenant_id, id, cluster_id, job_id, node_id, action, service, \
+         state, attempts, deps_remaining, successors, lease_owner, lease_deadline, \
+         queued_at, started_at, rev, body) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16) \
+         ON CONFLICT (tenant_id, id) DO UPDATE SET cluster_id = excluded.cluster_id, \
+         job_id = excluded.job_id, node_id = excluded.node_id, action = excluded.action, \
+         service = excluded.service, state = excluded.state, \
+         attempts = excluded.attempts, deps_remaining = excluded.deps_remaining, \
+         successors = excluded.successors, lease_owner = excluded.lease_owner, \
+         lease_deadline = excluded.lease_deadline, queued_at = excluded.queued_at, \
+         started_at = excluded.started_at, rev = tasks.rev + 1, body = excluded.body",
+        vec![
+            t.tenant_id.as_str().into(),
+            t.id.as_str().into(),
+            to_i64(t.cluster_id).into(),
+            t.job_id.as_str().into(),
+            t.node_id.as_str().into(),
+            t.action.as_str().into(),
+            t.service.as_str().into(),
+            t.state.as_str().into(),
+            i64::from(t.attempts).into(),
+            i64::from(t.deps_remaining).into(),
+            Param::Text(
+                serde_json::to_string(&t.successors).expect("a list of strings always serializes"),
+            ),
+            t.lease_owner.as_deref().into(),
+            t.lease_deadline.into(),
+            t.queued_at.into(),
+            t.started_at.into(),
+            Param::Text(t.body.to_string()),
+        ],
+    )]
 }
 
 /// Applies one write on `conn`, inside its transaction; a [`Write::Release`] adds the job-end gates it completed to
