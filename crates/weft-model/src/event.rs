@@ -16,7 +16,8 @@ pub enum EventKind {
     Cluster,
     /// A job was created or its status changed.
     Job,
-    /// A task's state changed (gates, the planner's barriers, are not reported).
+    /// A task started (`in_progress`) or ended (`complete`, `failed`, `dropped`); becoming ready
+    /// (`queued`) is no event, and gates (the planner's barriers) are not reported.
     Task,
     /// A node was added to or removed from a cluster.
     Node,

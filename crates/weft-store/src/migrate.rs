@@ -641,8 +641,10 @@ CREATE TABLE events (
     time BIGINT NOT NULL,
     kind TEXT NOT NULL,
     cluster_id BIGINT,
-    owner TEXT,
     subject TEXT,
+    job_id TEXT,
+    node_id TEXT,
+    service TEXT,
     status TEXT,
     previous TEXT,
     action TEXT,
@@ -654,55 +656,55 @@ CREATE TABLE event_heads (
     seq BIGINT NOT NULL
 );
 CREATE TRIGGER events_cluster_insert AFTER INSERT ON clusters BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'cluster', NEW.id, NEW.owner, NEW.name, NEW.status, NULL, NULL, NULL);
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'cluster', NEW.id, NEW.name, NEW.status, NULL, NULL, NULL, NULL, NULL, NULL);
 END;
 CREATE TRIGGER events_cluster_status AFTER UPDATE OF status ON clusters
     WHEN OLD.status <> NEW.status BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'cluster', NEW.id, NEW.owner, NEW.name, NEW.status, OLD.status, NULL, NULL);
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'cluster', NEW.id, NEW.name, NEW.status, OLD.status, NULL, NULL, NULL, NULL, NULL);
 END;
 CREATE TRIGGER events_job_insert AFTER INSERT ON jobs BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'job', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, NEW.status, NULL, NEW.action, NULL);
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'job', NEW.cluster_id, NEW.id, NEW.status, NULL, NEW.action, NEW.id, NULL, NULL, NULL);
 END;
 CREATE TRIGGER events_job_status AFTER UPDATE OF status ON jobs
     WHEN OLD.status <> NEW.status BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'job', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, NEW.status, OLD.status, NEW.action, NULL);
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'job', NEW.cluster_id, NEW.id, NEW.status, OLD.status, NEW.action, NEW.id, NULL, NULL, NULL);
 END;
 CREATE TRIGGER events_task_state AFTER UPDATE OF state ON tasks
-    WHEN OLD.state <> NEW.state AND NEW.action <> 'GATE' BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    WHEN OLD.state <> NEW.state AND NEW.state <> 'queued' AND NEW.action <> 'GATE' BEGIN
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'task', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, NEW.state, OLD.state, NEW.action, json_object('jobId', NEW.job_id, 'nodeId', NEW.node_id, 'service', NEW.service));
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'task', NEW.cluster_id, NEW.id, NEW.state, OLD.state, NEW.action, NEW.job_id, NEW.node_id, NEW.service, NULL);
 END;
 CREATE TRIGGER events_node_insert AFTER INSERT ON nodes BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'node', NEW.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = NEW.tenant_id AND id = NEW.cluster_id), NEW.id, 'added', NULL, NULL, NULL);
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'node', NEW.cluster_id, NEW.id, 'added', NULL, NULL, NULL, NEW.id, NULL, NULL);
 END;
 CREATE TRIGGER events_node_delete AFTER DELETE ON nodes BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (OLD.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = OLD.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'node', OLD.cluster_id, (SELECT owner FROM clusters WHERE tenant_id = OLD.tenant_id AND id = OLD.cluster_id), OLD.id, 'removed', NULL, NULL, NULL);
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'node', OLD.cluster_id, OLD.id, 'removed', NULL, NULL, NULL, OLD.id, NULL, NULL);
 END;
 CREATE TRIGGER events_audit AFTER INSERT ON audit BEGIN
-    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
+    INSERT INTO events (tenant_id, seq, time, kind, cluster_id, subject, status, previous,
+        action, job_id, node_id, service, detail)
     VALUES (NEW.tenant_id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE tenant_id = NEW.tenant_id),
-        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'audit', NULL, NEW.user_id, CAST(NEW.seq AS TEXT), NULL, NULL, NEW.action, NEW.body);
+        CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER), 'audit', NULL, CAST(NEW.seq AS TEXT), NULL, NULL, NEW.action, NULL, NULL, NULL, NEW.body);
 END;
 "#,
         postgres: r#"
@@ -713,8 +715,10 @@ CREATE TABLE events (
     time BIGINT NOT NULL,
     kind TEXT COLLATE "C" NOT NULL,
     cluster_id BIGINT,
-    owner TEXT COLLATE "C",
     subject TEXT,
+    job_id TEXT,
+    node_id TEXT,
+    service TEXT,
     status TEXT,
     previous TEXT,
     action TEXT,
@@ -731,38 +735,36 @@ DECLARE
     r record;
     k text;
     cid bigint;
-    own text;
     subj text;
     st text;
     prev text;
     act text;
+    job text;
+    node text;
+    svc text;
     det text;
 BEGIN
     IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
     IF TG_TABLE_NAME = 'clusters' THEN
-        k := 'cluster'; cid := r.id; own := r.owner; subj := r.name; st := r.status;
+        k := 'cluster'; cid := r.id; subj := r.name; st := r.status;
         IF TG_OP = 'UPDATE' THEN prev := OLD.status; END IF;
     ELSIF TG_TABLE_NAME = 'audit' THEN
-        k := 'audit'; own := r.user_id; subj := r.seq::text; act := r.action; det := r.body;
+        k := 'audit'; subj := r.seq::text; act := r.action; det := r.body;
+    ELSIF TG_TABLE_NAME = 'jobs' THEN
+        k := 'job'; cid := r.cluster_id; subj := r.id; job := r.id; st := r.status;
+        act := r.action;
+        IF TG_OP = 'UPDATE' THEN prev := OLD.status; END IF;
+    ELSIF TG_TABLE_NAME = 'tasks' THEN
+        k := 'task'; cid := r.cluster_id; subj := r.id; st := r.state; prev := OLD.state;
+        act := r.action; job := r.job_id; node := r.node_id; svc := r.service;
     ELSE
-        cid := r.cluster_id;
-        SELECT owner INTO own FROM clusters WHERE tenant_id = r.tenant_id AND id = r.cluster_id;
-        IF TG_TABLE_NAME = 'jobs' THEN
-            k := 'job'; subj := r.id; st := r.status; act := r.action;
-            IF TG_OP = 'UPDATE' THEN prev := OLD.status; END IF;
-        ELSIF TG_TABLE_NAME = 'tasks' THEN
-            k := 'task'; subj := r.id; st := r.state; prev := OLD.state; act := r.action;
-            det := json_build_object('jobId', r.job_id, 'nodeId', r.node_id,
-                'service', r.service)::text;
-        ELSE
-            k := 'node'; subj := r.id;
-            st := CASE WHEN TG_OP = 'DELETE' THEN 'removed' ELSE 'added' END;
-        END IF;
+        k := 'node'; cid := r.cluster_id; subj := r.id; node := r.id;
+        st := CASE WHEN TG_OP = 'DELETE' THEN 'removed' ELSE 'added' END;
     END IF;
-    INSERT INTO events (tenant_id, time, kind, cluster_id, owner, subject, status, previous,
-        action, detail)
-    VALUES (r.tenant_id, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, k, cid, own,
-        subj, st, prev, act, det);
+    INSERT INTO events (tenant_id, time, kind, cluster_id, subject, status, previous, action,
+        job_id, node_id, service, detail)
+    VALUES (r.tenant_id, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, k, cid, subj,
+        st, prev, act, job, node, svc, det);
     RETURN NULL;
 END
 $fn$;
@@ -775,7 +777,8 @@ CREATE TRIGGER events_job_insert AFTER INSERT ON jobs
 CREATE TRIGGER events_job_status AFTER UPDATE OF status ON jobs
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION weft_event();
 CREATE TRIGGER events_task_state AFTER UPDATE OF state ON tasks
-    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state AND NEW.action <> 'GATE')
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state AND NEW.state <> 'queued'
+        AND NEW.action <> 'GATE')
     EXECUTE FUNCTION weft_event();
 CREATE TRIGGER events_node_insert AFTER INSERT OR DELETE ON nodes
     FOR EACH ROW EXECUTE FUNCTION weft_event();

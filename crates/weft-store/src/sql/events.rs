@@ -32,10 +32,10 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
         // As the API writes cluster ids (weft_engine::ids): eight digits at least.
         cluster_id: cluster.map(|c| format!("{c:08}")),
         cluster_name: None,
-        job_id: None,
+        job_id: row.try_get("job_id")?,
         task_id: None,
-        node_id: None,
-        service: None,
+        node_id: row.try_get("node_id")?,
+        service: row.try_get("service")?,
         action: row.try_get("action")?,
         status: row.try_get("status")?,
         previous: row.try_get("previous")?,
@@ -43,17 +43,8 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
     };
     match kind {
         EventKind::Cluster => e.cluster_name = subject,
-        EventKind::Job => e.job_id = subject,
-        EventKind::Node => e.node_id = subject,
-        EventKind::Task => {
-            e.task_id = subject;
-            let d: serde_json::Value = detail
-                .as_deref()
-                .and_then(|d| serde_json::from_str(d).ok())
-                .unwrap_or_default();
-            let text = |k: &str| d[k].as_str().map(str::to_string);
-            (e.job_id, e.node_id, e.service) = (text("jobId"), text("nodeId"), text("service"));
-        }
+        EventKind::Task => e.task_id = subject,
+        EventKind::Job | EventKind::Node => {}
         EventKind::Audit => {
             e.audit = detail.as_deref().and_then(|d| serde_json::from_str(d).ok());
         }
@@ -69,11 +60,13 @@ impl SqlStore {
             format!(",{},", names.join(","))
         });
         let rows = sqlx::query(
-            "SELECT seq, time, kind, cluster_id, subject, status, previous, action, detail \
-             FROM events WHERE tenant_id = $1 AND seq > $2 \
+            "SELECT seq, time, kind, cluster_id, subject, status, previous, action, job_id, \
+             node_id, service, detail FROM events WHERE tenant_id = $1 AND seq > $2 \
              AND ($3 IS NULL OR cluster_id = $3) \
              AND ($4 IS NULL OR $4 LIKE '%,' || kind || ',%') \
-             AND ($5 IS NULL OR (owner = $5 AND kind <> 'audit')) \
+             AND ($5 IS NULL OR (kind <> 'audit' AND EXISTS (SELECT 1 FROM clusters c \
+                 WHERE c.tenant_id = events.tenant_id AND c.id = events.cluster_id \
+                 AND c.owner = $5))) \
              ORDER BY seq LIMIT $6",
         )
         .bind(q.tenant_id.as_str())
