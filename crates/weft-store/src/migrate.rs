@@ -626,7 +626,9 @@ CREATE TABLE audit_heads (
     // The public event stream (issue 38): triggers write an event for every change of a cluster's
     // or job's status, a task's state (gates aside), a node added or removed and an audit record,
     // in the commit that makes the change, whichever of the store's commit paths commits it.
-    // SQLite numbers each event per tenant as it is written (one writer at a time). PostgreSQL
+    // SQLite numbers each event per tenant as it is written (one writer at a time); its `pid` is
+    // the rowid without AUTOINCREMENT (which writes sqlite_sequence on every insert): retention
+    // keeps each tenant's newest event, so the largest rowid is never freed. PostgreSQL
     // leaves `seq` empty and a sequencer numbers events in the order their commits became
     // visible (`sequence_events`), so a reader resuming after event n never misses one that
     // committed late with a smaller serial; `event_heads` keeps each tenant's last number.
@@ -635,7 +637,7 @@ CREATE TABLE audit_heads (
         description: "events, event_heads and the triggers that write events",
         sqlite: r#"
 CREATE TABLE events (
-    pid INTEGER PRIMARY KEY AUTOINCREMENT,
+    pid INTEGER PRIMARY KEY,
     tenant_id TEXT NOT NULL,
     seq BIGINT,
     time BIGINT NOT NULL,
