@@ -3,7 +3,8 @@
 //! and how the chain is made is `weft_store::audit`'s; the server writes one record per request
 //! that may change state and per refusal (401, 403).
 
-use weft_store::audit::verify_all;
+pub use weft_store::audit::Pending;
+use weft_store::audit::{verify_all, UNANSWERED_AFTER_MS};
 use weft_store::{AuditEntry, AuditQuery, AuditRecord, ChainReport};
 
 use crate::error::{EngineError, EngineResult};
@@ -99,4 +100,13 @@ pub async fn verify(st: &Engine, who: &Caller) -> EngineResult<Vec<ChainReport>>
 /// Retention: removes records older than `keep_ms` before `now`. Returns how many went.
 pub async fn purge(st: &Engine, now: i64, keep_ms: i64) -> EngineResult<u64> {
     Ok(st.store.purge_audit(now.saturating_sub(keep_ms)).await?)
+}
+
+/// Chains the pending records of requests that changed something and were never answered (their
+/// server stopped) once they are [`UNANSWERED_AFTER_MS`] old. Returns how many.
+pub async fn settle(st: &Engine, now: i64) -> EngineResult<u64> {
+    Ok(st
+        .store
+        .settle_audit(now.saturating_sub(UNANSWERED_AFTER_MS))
+        .await?)
 }

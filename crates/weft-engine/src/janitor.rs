@@ -89,9 +89,17 @@ async fn run_pass(
     Ok(report)
 }
 
-/// Retention of the audit trail: records older than the setting go (a failure is logged; the
-/// next round tries again).
+/// The audit trail: records whose request's change committed but whose answer never came (its
+/// server stopped) are chained, then records older than the retention setting go (a failure is
+/// logged; the next round tries again).
 async fn purge_audit(st: &Engine, now: i64) -> bool {
+    match crate::audit::settle(st, now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(records = n, "audit records of unanswered requests chained"),
+        Err(e) => {
+            tracing::warn!(error = %e, "chaining unanswered audit records failed; the next round tries again")
+        }
+    }
     let keep = st.settings.audit_retention_ms;
     if keep <= 0 {
         return true;

@@ -36,7 +36,8 @@ pub struct AuditEntry {
     /// What was asked: `create`, `update`, `delete`, `read`, or an operation's own name
     /// (`clusterconfig`, `services`, `abort`, ...).
     pub action: String,
-    /// The answer's HTTP status.
+    /// The answer's HTTP status; 0 when the request's change committed but the server stopped
+    /// before it answered (recorded by the janitor).
     pub status: u16,
 }
 

@@ -5,12 +5,14 @@
 //! answered in `Weft-Request-Id` and carried by every log line of its handling.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
+use weft_engine::audit::Pending;
 use weft_engine::Role;
 use weft_store::{AuditEntry, SUPERADMIN};
 
@@ -29,20 +31,34 @@ pub fn layer(router: axum::Router<AppState>, state: &AppState) -> axum::Router<A
 }
 
 /// The middleware (see the module's documentation).
+///
+/// A request that may change state runs inside [`Pending::scope`]: the store writes its record
+/// (status 0) in the transaction of every change the request commits, and the record is chained
+/// with the answer's status once it is known, so that no committed change goes unrecorded even if
+/// the server stops in between (the janitor chains what is left). Such a request runs to its
+/// end even if its client goes away (`run_to_completion`), so its answer is always recorded.
 pub async fn audit(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     let request_id = uuid::Uuid::new_v4().simple().to_string();
     let slot = ClaimSlot::default();
     req.extensions_mut().insert(slot.clone());
-    let what = Asked::of(&req);
+    let what = Asked::of(&req).map(Arc::new);
     let span = tracing::info_span!("request", request_id = %request_id);
-    let mut resp = next.run(req).instrument(span).await;
+    let handling = next.run(req).instrument(span);
+    let mut resp = match what.as_ref().filter(|w| w.changes) {
+        Some(w) => {
+            let (w, who, id) = (Arc::clone(w), slot.clone(), request_id.clone());
+            let pending = Pending::new(request_id.clone(), move || w.entry(who.take(), &id, 0));
+            Pending::scope(pending, handling).await
+        }
+        None => handling.await,
+    };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
     let status = resp.status().as_u16();
     let refused = status == 401 || status == 403;
     if let Some(what) = what.filter(|w| w.changes || refused) {
-        let entry = what.entry(slot.take(), request_id, status);
+        let entry = what.entry(slot.take(), &request_id, status);
         tracing::info!(
             request_id = %entry.request_id,
             tenant_id = %entry.tenant_id,
@@ -106,7 +122,7 @@ impl Asked {
         })
     }
 
-    fn entry(self, who: Claimed, request_id: String, status: u16) -> AuditEntry {
+    fn entry(&self, who: Claimed, request_id: &str, status: u16) -> AuditEntry {
         let role = match who.role {
             Some(Role::SuperAdmin) => "superadmin",
             Some(Role::Admin) => "admin",
@@ -117,16 +133,16 @@ impl Asked {
             time: weft_engine::now_ms(),
             // A caller refused before its tenant was known is recorded in the superadmin's.
             tenant_id: who.tenant_id.unwrap_or_else(|| SUPERADMIN.to_string()),
-            request_id,
+            request_id: request_id.to_string(),
             user: who.user.unwrap_or_default(),
             role: role.into(),
             key_id: who.key_id,
-            source: self.source,
+            source: self.source.clone(),
             method: self.method.to_string(),
-            route: self.route,
-            entity: self.entity,
-            entity_id: self.entity_id,
-            action: self.action,
+            route: self.route.clone(),
+            entity: self.entity.clone(),
+            entity_id: self.entity_id.clone(),
+            action: self.action.clone(),
             status,
         }
     }

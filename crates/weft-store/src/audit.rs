@@ -9,8 +9,90 @@
 //!
 //! [`Store::purge_audit`]: crate::Store::purge_audit
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use sha2::{Digest, Sha256};
 pub use weft_model::audit::{AuditEntry, AuditRecord, ChainReport};
+
+/// How long a request's pending record may wait for its answer before the janitor chains it as
+/// unanswered (status 0): far longer than any request takes.
+pub const UNANSWERED_AFTER_MS: i64 = 10 * 60 * 1000;
+
+/// The record of the request being handled, before its answer is known. While a request runs
+/// inside [`Pending::scope`], every write transaction the store opens for it (a change set on any
+/// of the store's commit paths, or a plain write) also writes the record to `audit_pending`, in
+/// that transaction: if the change commits, so does its record. Once the request is answered,
+/// [`Store::append_audit`](crate::Store::append_audit) chains the record with its status and
+/// removes the pending row in one transaction; a server that stops in between leaves the row for
+/// [`Store::settle_audit`](crate::Store::settle_audit).
+pub struct Pending {
+    request_id: String,
+    /// The record as known when the store writes it (the caller's identity is found while the
+    /// request is handled), status 0.
+    entry: Box<dyn Fn() -> AuditEntry + Send + Sync>,
+    written: AtomicBool,
+}
+
+tokio::task_local! {
+    static PENDING: Arc<Pending>;
+}
+
+impl Pending {
+    pub fn new(
+        request_id: impl Into<String>,
+        entry: impl Fn() -> AuditEntry + Send + Sync + 'static,
+    ) -> Arc<Pending> {
+        Arc::new(Pending {
+            request_id: request_id.into(),
+            entry: Box::new(entry),
+            written: AtomicBool::new(false),
+        })
+    }
+
+    /// Runs `f` (the request's handling) with `pending` as its record.
+    pub async fn scope<F: Future>(pending: Arc<Pending>, f: F) -> F::Output {
+        PENDING.scope(pending, f).await
+    }
+
+    /// The record of the request this task is handling, if any.
+    pub(crate) fn current() -> Option<Arc<Pending>> {
+        PENDING.try_with(Arc::clone).ok()
+    }
+
+    /// The record as known now (status 0).
+    pub fn entry(&self) -> AuditEntry {
+        (self.entry)()
+    }
+
+    /// Whether a write transaction of the request carried the record (it may have rolled back).
+    pub fn written(&self) -> bool {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// The pending row's columns: request id, tenant id, time and body; marks it written.
+    pub(crate) fn row(&self) -> Option<PendingRow> {
+        let entry = self.entry();
+        let body = serde_json::to_string(&entry).ok()?;
+        self.written.store(true, Ordering::Relaxed);
+        Some(PendingRow {
+            request_id: self.request_id.clone(),
+            tenant_id: entry.tenant_id,
+            time: entry.time,
+            body,
+        })
+    }
+}
+
+/// A record waiting for its request's answer, as `audit_pending` holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRow {
+    pub request_id: String,
+    pub tenant_id: String,
+    pub time: i64,
+    pub body: String,
+}
 
 /// The hash before a tenant's first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -210,6 +210,9 @@ pub enum Write {
         queue: bool,
         now: i64,
     },
+    /// The audit record of the request whose change this is (see [`crate::audit::Pending`]);
+    /// added by the store itself, never by the engine.
+    AuditPending(crate::audit::PendingRow),
 }
 
 /// A task just taken, with what the engine checks next, read in the same statement: its job's

@@ -357,6 +357,9 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     ) -> Result<Vec<StoredAudit>>;
     /// Retention: removes the records older than `before` (ms) and moves the anchors past them.
     async fn purge_audit(&self, before: i64) -> Result<u64>;
+    /// Chains the records of requests whose change committed but whose answer was never recorded
+    /// (their server stopped), written before `before` (ms), with status 0. Returns how many.
+    async fn settle_audit(&self, before: i64) -> Result<u64>;
 
     // ---- the event backlog (see [`events`]) ----------------------------------------------------
 

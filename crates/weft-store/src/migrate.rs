@@ -852,6 +852,31 @@ CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (tenant_id, webhoo
 CREATE INDEX webhook_deliveries_time ON webhook_deliveries (last_time);
 "#,
     },
+    // The audit record of a request whose effect committed, written in that effect's very
+    // transaction and chained once the request is answered (issue 38): a server that stops in
+    // between leaves it here, and the janitor chains it.
+    Migration {
+        version: 15,
+        description: "audit_pending",
+        sqlite: r#"
+CREATE TABLE audit_pending (
+    request_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    time BIGINT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX audit_pending_time ON audit_pending (time);
+"#,
+        postgres: r#"
+CREATE TABLE audit_pending (
+    request_id TEXT COLLATE "C" PRIMARY KEY,
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    time BIGINT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX audit_pending_time ON audit_pending (time);
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

@@ -32,8 +32,9 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
 use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
 
+use crate::audit::Pending;
 use crate::engine::{
-    ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskHead, TaskRow,
+    ChangeSet, ClusterRow, ClusterStamp, JobRow, NodeRow, Taken, TaskHead, TaskRow, Write,
 };
 use crate::events::{Event, EventBounds, EventQuery};
 use crate::migrate;
@@ -159,11 +160,22 @@ impl SqlStore {
     }
 
     /// Starts a write transaction: `BEGIN IMMEDIATE` on SQLite, a plain `BEGIN` on PostgreSQL.
+    /// Within a request's handling, the transaction carries the request's audit record
+    /// ([`Pending`]).
     pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Any>> {
-        Ok(match self.backend {
+        let mut tx = match self.backend {
             Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => self.writer.begin().await?,
-        })
+        };
+        if let Some(row) = Pending::current().and_then(|p| p.row()) {
+            let (sql, params) = engine::audit_pending_statement(&row);
+            let mut q = sqlx::query(sql);
+            for p in params {
+                q = engine::bind_param(q, p);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        Ok(tx)
     }
 
     /// Migrations, then the superadmin tenant.
@@ -206,6 +218,12 @@ impl SqlStore {
             }
         }
     }
+}
+
+/// The audit record of the request being handled, as one more write of its change sets; `None`
+/// outside a request (see [`Pending`]).
+fn pending_audit_write() -> Option<Write> {
+    Pending::current()?.row().map(Write::AuditPending)
 }
 
 /// Which backend a URL names.
@@ -1017,6 +1035,10 @@ impl Store for SqlStore {
         self.purge_audit_impl(before).await
     }
 
+    async fn settle_audit(&self, before: i64) -> Result<u64> {
+        self.settle_audit_impl(before).await
+    }
+
     // ---- the event backlog -------------------------------------------------------------------
 
     async fn read_events(&self, q: &EventQuery) -> Result<Vec<Event>> {
@@ -1207,10 +1229,20 @@ impl Store for SqlStore {
     // ---- engine rows -------------------------------------------------------------------------
 
     async fn commit_released(&self, cs: &ChangeSet) -> Result<Vec<String>> {
-        self.commit_changes(cs).await
+        match pending_audit_write() {
+            Some(w) => {
+                let mut cs = cs.clone();
+                cs.write(w);
+                self.commit_changes(&cs).await
+            }
+            None => self.commit_changes(cs).await,
+        }
     }
 
-    async fn commit_owned(&self, cs: ChangeSet) -> Result<()> {
+    async fn commit_owned(&self, mut cs: ChangeSet) -> Result<()> {
+        if let Some(w) = pending_audit_write() {
+            cs.write(w);
+        }
         match &self.sqlite_writer {
             Some(w) => w.commit_owned(cs).await.map(drop),
             None => self.commit_changes(&cs).await.map(drop),

@@ -85,6 +85,12 @@ async fn every_operation_that_may_change_state_leaves_exactly_one_record() {
         verified.as_array().unwrap().iter().all(|r| r["ok"] == true),
         "{verified}"
     );
+    let store = &h.app.state.engine.store;
+    assert_eq!(
+        store.settle_audit(i64::MAX).await.unwrap(),
+        0,
+        "every record written with a change was chained with its answer"
+    );
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! filtered reads, the chain for verification, and retention.
 
 use sqlx::any::AnyRow;
-use sqlx::Row;
+use sqlx::{Any, Row, Transaction};
 
 use super::SqlStore;
 use crate::audit::{
@@ -31,21 +31,77 @@ fn stored_from_row(row: &AnyRow) -> Result<StoredAudit> {
 }
 
 impl SqlStore {
-    /// Appends `entry` to its tenant's chain: the head row is locked (PostgreSQL) or the whole
-    /// database is (SQLite's `BEGIN IMMEDIATE`), so concurrent appends of one tenant are chained
-    /// one after the other.
+    /// Appends `entry` to its tenant's chain, and removes the request's pending record (written
+    /// with its change, see [`crate::audit::Pending`]) in the same transaction.
     pub(crate) async fn append_audit_impl(&self, entry: &AuditEntry) -> Result<AuditRecord> {
         let body = serde_json::to_string(entry)
             .map_err(|e| StoreError::Corrupt(format!("audit record: {e}")))?;
-        let tenant = entry.tenant_id.as_str();
         let mut tx = self.write_tx().await?;
+        sqlx::query("DELETE FROM audit_pending WHERE request_id = $1")
+            .bind(entry.request_id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        let (seq, prev, hash) = self.chain_in(&mut tx, entry, &body).await?;
+        tx.commit().await?;
+        Ok(AuditRecord {
+            seq,
+            entry: entry.clone(),
+            prev_hash: prev,
+            hash,
+        })
+    }
+
+    /// Chains the pending records older than `before` (ms) as they are (status 0: their change
+    /// committed but no answer was recorded). Returns how many.
+    pub(crate) async fn settle_audit_impl(&self, before: i64) -> Result<u64> {
+        let rows = sqlx::query(
+            "SELECT request_id, body FROM audit_pending WHERE time < $1 ORDER BY time LIMIT 500",
+        )
+        .bind(before)
+        .fetch_all(&self.reader)
+        .await?;
+        let mut settled = 0;
+        for row in rows {
+            let request_id: String = row.try_get("request_id")?;
+            let body: String = row.try_get("body")?;
+            let Ok(entry) = serde_json::from_str::<AuditEntry>(&body) else {
+                return Err(StoreError::Corrupt(format!(
+                    "pending audit record of request {request_id}: body"
+                )));
+            };
+            let mut tx = self.write_tx().await?;
+            // Whoever removes the row chains it: the request's own answer may have come first.
+            let gone = sqlx::query("DELETE FROM audit_pending WHERE request_id = $1")
+                .bind(request_id.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if gone == 1 {
+                self.chain_in(&mut tx, &entry, &body).await?;
+                tx.commit().await?;
+                settled += 1;
+            }
+        }
+        Ok(settled)
+    }
+
+    /// Appends `body` (`entry` as stored) to its tenant's chain in `tx`: the head row is locked
+    /// (PostgreSQL) or the whole database is (SQLite's `BEGIN IMMEDIATE`), so concurrent appends
+    /// of one tenant are chained one after the other. Returns the number, previous hash and hash.
+    async fn chain_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        entry: &AuditEntry,
+        body: &str,
+    ) -> Result<(u64, String, String)> {
+        let tenant = entry.tenant_id.as_str();
         sqlx::query(
             "INSERT INTO audit_heads (tenant_id, seq, hash, first_seq, first_prev) \
              VALUES ($1, 0, $2, 1, $2) ON CONFLICT (tenant_id) DO NOTHING",
         )
         .bind(tenant)
         .bind(GENESIS)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
         let lock = match self.backend_kind() {
             Backend::Postgres => " FOR UPDATE",
@@ -55,38 +111,32 @@ impl SqlStore {
             "SELECT seq, hash FROM audit_heads WHERE tenant_id = $1{lock}"
         ))
         .bind(tenant)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await?;
         let seq = to_u64(head.try_get("seq")?, "audit head")? + 1;
         let prev: String = head.try_get("hash")?;
-        let hash = record_hash(tenant, seq, &prev, &body);
+        let hash = record_hash(tenant, seq, &prev, body);
         sqlx::query(&format!(
             "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ))
         .bind(tenant)
         .bind(seq as i64)
         .bind(entry.time)
-        .bind(body.as_str())
+        .bind(body)
         .bind(entry.user.as_str())
         .bind(entry.entity.as_str())
         .bind(entry.action.as_str())
         .bind(prev.as_str())
         .bind(hash.as_str())
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
         sqlx::query("UPDATE audit_heads SET seq = $2, hash = $3 WHERE tenant_id = $1")
             .bind(tenant)
             .bind(seq as i64)
             .bind(hash.as_str())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
-        tx.commit().await?;
-        Ok(AuditRecord {
-            seq,
-            entry: entry.clone(),
-            prev_hash: prev,
-            hash,
-        })
+        Ok((seq, prev, hash))
     }
 
     /// The records `q` asks for, newest first.

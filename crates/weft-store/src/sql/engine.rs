@@ -33,6 +33,7 @@ use sqlx::{Any, AnyConnection, Row};
 
 use super::pg_reader::ReadOn;
 use super::{parse_json, to_i64, to_u32, to_u64, SqlStore};
+use crate::audit::PendingRow;
 use crate::engine::{
     ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
     TaskState, Write, GATE,
@@ -252,6 +253,7 @@ fn writes_row(w: &Write, t: &Target<'_>) -> bool {
                 && t.tenant_id == tenant_id
                 && ids.iter().any(|i| t.id == Id::Text(i));
         }
+        Write::AuditPending(_) => return false,
     };
     table == t.table && tenant == t.tenant_id && id == t.id
 }
@@ -457,7 +459,22 @@ pub(super) fn statements(w: &Write) -> Vec<(&'static str, Vec<Param>)> {
         Write::Job(j) => job_statements(j),
         Write::Task(t) => task_statements(t),
         Write::Release { .. } => Vec::new(),
+        Write::AuditPending(p) => vec![audit_pending_statement(p)],
     }
+}
+
+/// [`Write::AuditPending`]: the request's record, once whatever its transactions wrote.
+pub(super) fn audit_pending_statement(p: &PendingRow) -> (&'static str, Vec<Param>) {
+    (
+        "INSERT INTO audit_pending (request_id, tenant_id, time, body) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (request_id) DO NOTHING",
+        vec![
+            p.request_id.as_str().into(),
+            p.tenant_id.as_str().into(),
+            p.time.into(),
+            p.body.as_str().into(),
+        ],
+    )
 }
 
 /// [`Write::Cluster`]: an upsert of the cluster row.
@@ -599,16 +616,23 @@ pub(super) async fn apply(
     for (sql, params) in statements(w) {
         let mut q = sqlx::query(sql);
         for p in params {
-            q = match p {
-                Param::Int(i) => q.bind(i),
-                Param::Text(s) => q.bind(s),
-                Param::Null => q.bind(None::<String>),
-            };
+            q = bind_param(q, p);
         }
         q.execute(&mut *conn).await?;
     }
     Ok(())
 }
+
+/// `q` with `p` bound to its next placeholder.
+pub(super) fn bind_param(q: AnyQuery<'_>, p: Param) -> AnyQuery<'_> {
+    match p {
+        Param::Int(i) => q.bind(i),
+        Param::Text(s) => q.bind(s),
+        Param::Null => q.bind(None::<String>),
+    }
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// [`Write::Release`]: one atomic decrement per successor, cascading through gates. Each statement
 /// reads the row's old values on the right-hand side, so "this decrement reached zero on a

@@ -108,7 +108,7 @@ fn cluster_of(cs: &ChangeSet) -> Option<(&str, u64)> {
         Write::Node(n) => Some((n.tenant_id.as_str(), n.cluster_id)),
         Write::Job(j) => Some((j.tenant_id.as_str(), j.cluster_id)),
         Write::Task(t) => Some((t.tenant_id.as_str(), t.cluster_id)),
-        Write::DeleteNode { .. } | Write::Release { .. } => None,
+        Write::DeleteNode { .. } | Write::Release { .. } | Write::AuditPending(_) => None,
     })
 }
 

@@ -3,9 +3,10 @@
 
 use anyhow::Result;
 use sqlx::Connection;
-use weft_store::audit::verify_all;
-use weft_store::{AuditEntry, AuditQuery};
+use weft_store::audit::{verify_all, Pending};
+use weft_store::{AuditEntry, AuditQuery, ChangeSet, Expect, StoreError, Write};
 
+use crate::engine::cluster;
 use crate::harness::{contract_tests, Ctx};
 
 fn entry(tenant: &str, time: i64, user: &str, action: &str) -> AuditEntry {
@@ -182,7 +183,97 @@ async fn retention_removes_old_records_and_the_rest_verifies(ctx: &Ctx) -> Resul
     Ok(())
 }
 
+/// How many records wait in `audit_pending`, read over a connection of the test's own.
+async fn pending_rows(ctx: &Ctx) -> Result<i64> {
+    let mut conn = sqlx::AnyConnection::connect(&ctx.url).await?;
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM audit_pending")
+        .fetch_one(&mut conn)
+        .await?)
+}
+
+/// A request's record commits with its change on each commit path (a change set, a plain write),
+/// leaves with the change when it rolls back, is chained once with the answer's status, and when
+/// no answer came (the server stopped) is chained by `settle_audit` with status 0.
+async fn a_requests_record_commits_with_its_change(ctx: &Ctx) -> Result<()> {
+    let s = &ctx.store;
+    let pending = |id: &str| {
+        let mut e = entry("t-a", 5_000, "alice", "create");
+        e.request_id = id.into();
+        e.status = 0;
+        Pending::new(id, move || e.clone())
+    };
+    let mut cs = ChangeSet::new();
+    cs.write(Write::Cluster(cluster("t-a", 1, "alice", "pending", 0)));
+    // A stopped server: the changes committed, the answers were never recorded. One request
+    // commits a change set, the other a plain write and then a change set.
+    let stopped = pending("req-stopped");
+    Pending::scope(stopped.clone(), s.commit_released(&cs)).await?;
+    assert!(stopped.written());
+    assert_eq!(
+        pending_rows(ctx).await?,
+        1,
+        "a change set carries the record"
+    );
+    let profile = serde_json::json!({"a": 1});
+    Pending::scope(pending("req-plain"), async {
+        s.put_profile("t-a", "alice", &profile).await?;
+        assert_eq!(
+            pending_rows(ctx).await?,
+            2,
+            "a plain write carries the record"
+        );
+        s.commit_released(&cs).await?;
+        anyhow::Ok(())
+    })
+    .await?;
+    assert_eq!(pending_rows(ctx).await?, 2, "one row per request");
+    assert!(s.list_audit(&query(Some("t-a"))).await?.is_empty());
+    // A change that rolls back takes its record with it.
+    let mut stale = ChangeSet::new();
+    stale.expect(Expect::ClusterRev {
+        tenant_id: "t-a".into(),
+        id: 1,
+        rev: 99,
+    });
+    stale.write(Write::Cluster(cluster("t-a", 1, "alice", "active", 0)));
+    let refused = Pending::scope(pending("req-stale"), s.commit_released(&stale)).await;
+    assert!(matches!(refused, Err(StoreError::Stale(_))), "{refused:?}");
+    assert_eq!(pending_rows(ctx).await?, 2);
+    // An answered request: chained once, with its status, its pending row gone.
+    let answered = pending("req-answered");
+    Pending::scope(answered.clone(), s.commit_owned(cs.clone())).await?;
+    assert_eq!(
+        pending_rows(ctx).await?,
+        3,
+        "an owned change set carries the record"
+    );
+    let mut done = answered.entry();
+    done.status = 201;
+    s.append_audit(&done).await?;
+    assert_eq!(pending_rows(ctx).await?, 2);
+    // Outside a request nothing is pending.
+    s.commit_released(&cs).await?;
+    assert_eq!(pending_rows(ctx).await?, 2);
+    assert_eq!(s.settle_audit(4_000).await?, 0, "not old enough");
+    assert_eq!(s.settle_audit(i64::MAX).await?, 2);
+    assert_eq!(s.settle_audit(i64::MAX).await?, 0, "settled once");
+    assert_eq!(pending_rows(ctx).await?, 0);
+    let records = s.list_audit(&query(Some("t-a"))).await?;
+    let got: Vec<(&str, u16)> = records
+        .iter()
+        .map(|r| (r.entry.request_id.as_str(), r.entry.status))
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.contains(&("req-answered", 201)), "{got:?}");
+    assert!(got.contains(&("req-stopped", 0)), "{got:?}");
+    assert!(got.contains(&("req-plain", 0)), "{got:?}");
+    let reports = verify_all(s.as_ref(), None).await?;
+    assert!(reports.iter().all(|r| r.ok), "{reports:?}");
+    Ok(())
+}
+
 contract_tests!(
+    a_requests_record_commits_with_its_change,
     concurrent_appends_form_one_chain_per_tenant,
     reads_filter_and_page,
     an_edited_or_removed_record_is_found,
