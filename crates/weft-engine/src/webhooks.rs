@@ -134,7 +134,12 @@ async fn checked(st: &Engine, who: &Caller, req: WebhookRequest) -> EngineResult
         view::visible(st, who, c).await?;
     }
     if let Some(t) = &req.template {
-        weft_model::validate_name(t, "template")?;
+        weft_model::validate_name("template", t)?;
+        if t.starts_with('.') {
+            return Err(EngineError::Invalid(
+                "template: a template's name does not start with '.'".into(),
+            ));
+        }
     }
     let secret = match req.secret {
         Some(s) if s.chars().count() < MIN_SECRET => {

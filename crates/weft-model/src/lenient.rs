@@ -382,6 +382,15 @@ pub fn object<'de, D: Deserializer<'de>>(d: D) -> Result<serde_json::Map<String,
     }
 }
 
+/// A value read by its own rules; null or absent is its default.
+pub fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 /// A list; null or absent is empty. Elements use their own (lenient) rules.
 pub fn vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where

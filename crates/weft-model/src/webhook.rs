@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::event::EventKind;
+use crate::lenient;
 
 /// What a delivery's body looks like.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,30 +25,60 @@ pub enum WebhookFormat {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookRequest {
-    /// Where deliveries are POSTed: `http` or `https`. Loopback and link-local addresses are
-    /// refused unless the server allows them (`webhooks_allow_loopback`).
+    /// Where deliveries are POSTed: `http` or `https`, no user or password. Loopback and
+    /// link-local addresses are refused unless the server allows them (`webhooks_allow_loopback`).
+    #[serde(deserialize_with = "lenient::string")]
     pub url: String,
     /// Only events of these kinds (default: every kind; `audit` needs an admin, as in the stream).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::vec")]
     pub kinds: Vec<EventKind>,
     /// Only events of this cluster.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
     pub cluster: Option<String>,
     /// Only events of clusters made from this template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_text"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 255,
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$"
+        )
+    )]
     pub template: Option<String>,
     /// The signing secret (at least 16 characters); one is made when absent and answered once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_text"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 16, pattern = r"^[\s\S]{16,}$")
+    )]
     pub secret: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::or_default")]
     pub format: WebhookFormat,
     /// Paused webhooks keep their place and deliver what they missed when enabled again.
-    #[serde(default = "enabled")]
+    #[serde(default = "enabled", deserialize_with = "enabled_unless_false")]
     pub enabled: bool,
 }
 
 fn enabled() -> bool {
     true
+}
+
+/// `enabled`: true unless given as false (null is absent).
+fn enabled_unless_false<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(lenient::opt_bool(d)?.unwrap_or(true))
 }
 
 /// A registered webhook as answered: never its secret, and its URL without path or query

@@ -151,11 +151,13 @@ impl Param {
         })
     }
 
-    /// Path parameters by name: versions are positive numbers, plugin kinds are two words.
+    /// Path parameters by name: versions are positive numbers, plugin kinds are two words, event
+    /// ids are positive integers.
     fn of_path(name: &str) -> Param {
         match name {
             "version" => Param::Version,
             "ptype" => Param::OneOf(&["providertypes", "automatortypes"]),
+            "event" => Param::Int(1),
             _ => Param::PathText,
         }
     }

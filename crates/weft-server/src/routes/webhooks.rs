@@ -16,6 +16,12 @@ use crate::state::AppState;
 
 const BODY: &str = "{url, kinds, cluster, template, secret, format, enabled}";
 
+/// What no schema states of a webhook's URL.
+const URL_RULE: &str = "url: an http or https URL with a host and no user or password; its host \
+                        is not a loopback, link-local, unspecified or multicast address, nor \
+                        localhost (loopback and link-local are allowed when the server's \
+                        webhooks_allow_loopback is set)";
+
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,
@@ -34,6 +40,7 @@ pub fn routes(api: Api) -> Api {
             "Register a webhook: the tenant's events from now on (of the kinds, cluster or template given) are POSTed to its URL, signed with its secret (answered once), in order, retried with back-off; loopback and link-local URLs are refused unless the server allows them",
         )
         .body(Body::Json("WebhookRequest"))
+        .rule("webhook-url", URL_RULE)
         .ok(200, "the webhook and its secret", Body::Json("WebhookCreated"))
         .status(403, "not an admin"),
     )
@@ -54,6 +61,7 @@ pub fn routes(api: Api) -> Api {
             "New settings for a webhook (its place in the events is kept; without a secret the old one stays)",
         )
         .body(Body::Json("WebhookRequest"))
+        .rule("webhook-url", URL_RULE)
         .ok(200, "the webhook", Body::Json("Webhook"))
         .status(403, "not an admin"),
     )
@@ -170,7 +178,9 @@ async fn redeliver(
     let event: u64 = event
         .trim()
         .parse()
-        .map_err(|_| ApiError::BadRequest("event: an event id".into()))?;
+        .ok()
+        .filter(|e| (1..=MAX_INT).contains(e))
+        .ok_or_else(|| ApiError::BadRequest("event: an event id".into()))?;
     Ok(Json(
         weft_engine::webhooks::redeliver(&st.engine, &who.caller(), &id, event).await?,
     ))

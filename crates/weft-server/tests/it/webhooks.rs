@@ -253,6 +253,27 @@ async fn webhooks_are_checked_and_their_secrets_never_answered() {
     h.post(a, "/v2/webhooks", bad_kind.to_string())
         .await
         .expect(400);
+    for template in ["a b", ".hidden", "..", "<script>"] {
+        let body = json!({"url": "https://hooks.example.com/x", "template": template});
+        let r = h.post(a, "/v2/webhooks", body.to_string()).await;
+        assert_eq!(r.status.as_u16(), 400, "{template}: {}", r.text());
+        assert!(r.text().starts_with("template"), "{}", r.text());
+    }
+    // null is absent, as everywhere in the API.
+    let nulls = json!({"url": "https://hooks.example.com/n", "kinds": null, "cluster": null,
+        "template": null, "secret": null, "format": null, "enabled": null});
+    let made = h
+        .post(a, "/v2/webhooks", nulls.to_string())
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (&made["format"], &made["enabled"]),
+        (&json!("json"), &json!(true))
+    );
+    h.delete(a, &format!("/v2/webhooks/{}", made["id"].as_str().unwrap()))
+        .await
+        .expect(200);
 
     let body = json!({"url": "https://hooks.example.com/services/T0/B0/XYZ", "kinds": ["cluster"], "format": "slack"});
     let made = h

@@ -75,12 +75,9 @@ fn run(bin: &PathBuf, url: &str, user: &str, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-#[test]
-fn a_client_of_the_openapi_document_is_answered_as_it_documents() {
-    let Some(bin) = schemathesis() else {
-        weft_testkit::skip_or_fail("schemathesis", "not in ~/.cache/weft/schemathesis");
-        return;
-    };
+/// A fresh `weft server` (webhooks may name loopback URLs: the hooks' valid webhook URL is one)
+/// with the fuzz tenant, and the URL of its document.
+fn server() -> (crate::support::Running, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = weft();
     cmd.args([
@@ -91,7 +88,8 @@ fn a_client_of_the_openapi_document_is_answered_as_it_documents() {
         "0",
         "--data-dir",
     ])
-    .arg(dir.path());
+    .arg(dir.path())
+    .env("WEFT_WEBHOOKS_ALLOW_LOOPBACK", "true");
     let srv = start(cmd);
     let sa = [("Coopr-TenantID", "superadmin"), ("Coopr-UserID", "admin")];
     let (code, body) = http(
@@ -102,53 +100,58 @@ fn a_client_of_the_openapi_document_is_answered_as_it_documents() {
     );
     assert!(code < 300, "{code} {body}");
     let doc = format!("{}/v2/openapi.json", srv.api);
+    (srv, dir, doc)
+}
 
-    // As the tenant admin and as a plain user (whose 403s must be documented too).
-    for user in ["admin", "bob"] {
-        let (code, out) = run(
-            &bin,
-            &doc,
-            user,
-            &[
-                "--checks",
-                "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,unsupported_method,allow_header_conformance",
-            ],
-        );
-        assert_eq!(
-            code, 0,
-            "the server answers {user} as its document says:\n{out}"
-        );
-    }
+/// Runs schemathesis as `user` with `args` against a server of its own; each check is a test of
+/// its own, so that they run side by side.
+fn fuzz(user: &str, args: &[&str], what: &str) {
+    let Some(bin) = schemathesis() else {
+        weft_testkit::skip_or_fail("schemathesis", "not in ~/.cache/weft/schemathesis");
+        return;
+    };
+    let (_srv, _dir, doc) = server();
+    let (code, out) = run(&bin, &doc, user, args);
+    assert_eq!(code, 0, "{what}:\n{out}");
+}
 
-    // Webhooks are left out of the data checks: their URL rules (no loopback or link-local
-    // host, no credentials), the secret's length and the event path parameter are not yet
-    // stated in the document (a known gap; `webhooks::webhooks_are_checked_and_their_secrets_never_answered`
-    // tests them). They stay in the conformance runs above.
-    let args = [
-        "--checks",
-        "positive_data_acceptance",
-        "--mode",
-        "positive",
-        "--exclude-path-regex",
-        "^/v2/webhooks",
-    ];
-    let (code, out) = run(&bin, &doc, "admin", &args);
-    assert_eq!(
-        code, 0,
-        "a request the document calls valid is accepted:\n{out}"
+/// What the conformance runs check.
+const CONFORMANCE: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
+                           response_schema_conformance,unsupported_method,allow_header_conformance";
+
+#[test]
+fn the_tenant_admin_is_answered_as_the_document_says() {
+    fuzz(
+        "admin",
+        &["--checks", CONFORMANCE],
+        "the server answers the tenant admin as its document says",
     );
+}
 
-    let args = [
-        "--checks",
-        "negative_data_rejection",
-        "--mode",
-        "negative",
-        "--exclude-path-regex",
-        "^/v2/webhooks",
-    ];
-    let (code, out) = run(&bin, &doc, "admin", &args);
-    assert_eq!(
-        code, 0,
-        "a request the document calls invalid is refused:\n{out}"
+/// A plain user's 403s must be documented too.
+#[test]
+fn a_plain_user_is_answered_as_the_document_says() {
+    fuzz(
+        "bob",
+        &["--checks", CONFORMANCE],
+        "the server answers a plain user as its document says",
+    );
+}
+
+#[test]
+fn a_request_the_document_calls_valid_is_accepted() {
+    fuzz(
+        "admin",
+        &["--checks", "positive_data_acceptance", "--mode", "positive"],
+        "a request the document calls valid is accepted",
+    );
+}
+
+#[test]
+fn a_request_the_document_calls_invalid_is_refused() {
+    fuzz(
+        "admin",
+        &["--checks", "negative_data_rejection", "--mode", "negative"],
+        "a request the document calls invalid is refused",
     );
 }
