@@ -55,6 +55,12 @@ pub enum EngineError {
     /// A job that is not there.
     #[error("job {0} not found.")]
     JobNotFound(String),
+    /// A user with no profile asked for it.
+    #[error("profile for user {0} not found.")]
+    ProfileNotFound(String),
+    /// A tenant a request names (by name) that does not exist.
+    #[error("tenant {0} does not exist.")]
+    TenantMissing(String),
     /// A webhook that is not there (or not the caller's tenant's).
     #[error("webhook {0} not found.")]
     WebhookNotFound(String),

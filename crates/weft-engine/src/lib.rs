@@ -36,6 +36,7 @@
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 
+pub mod apikeys;
 pub mod audit;
 pub mod body;
 pub mod cache;
@@ -60,6 +61,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod ops;
 pub mod preview;
+pub mod profiles;
 pub mod replace;
 pub mod reseal;
 pub mod retry;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use sha2::{Digest, Sha256};
 use weft_store::{Tenant, SUPERADMIN};
 
 use crate::config::AuthMode;
@@ -63,19 +62,6 @@ impl Identity {
             Err(ApiError::forbidden_empty())
         }
     }
-}
-
-/// The SHA-256 of an API key, hex-encoded: the only form in which keys are stored.
-pub fn hash_key(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
-}
-
-/// A new random API key secret.
-pub fn new_key() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 24];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    format!("weft_{}", hex::encode(bytes))
 }
 
 fn header<'a>(parts: &'a Parts, name: &str) -> ApiResult<Option<&'a str>> {
@@ -168,7 +154,7 @@ async fn identify(parts: &Parts, state: &AppState, claimed: &mut Claimed) -> Api
             })?;
             let record = state
                 .store
-                .api_key_by_hash(&hash_key(key))
+                .api_key_by_hash(&weft_engine::apikeys::hash_key(key))
                 .await?
                 .ok_or_else(|| ApiError::Unauthorized("invalid API key".into()))?;
             claimed.key_id = Some(record.id.clone());

@@ -108,6 +108,8 @@ impl From<EngineError> for ApiError {
             | E::PlansNotFound(_)
             | E::JobNotFound(_)
             | E::WebhookNotFound(_)
+            | E::ProfileNotFound(_)
+            | E::TenantMissing(_)
             | E::DeliveryNotFound { .. }) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }

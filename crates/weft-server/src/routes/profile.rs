@@ -5,11 +5,12 @@ use axum::extract::State;
 use axum::routing::MethodFilter;
 use axum::Json;
 use serde_json::Value;
+use weft_engine::profiles;
 
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::state::AppState;
 
 pub fn routes(api: Api) -> Api {
@@ -39,21 +40,14 @@ pub fn routes(api: Api) -> Api {
 }
 
 async fn get(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Value>> {
-    st.store
-        .get_profile(&id.tenant.id, &id.user)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::NotFound(format!("profile for user {} not found.", id.user)))
+    Ok(Json(profiles::get(&st.engine, &id.caller()).await?))
 }
 
 async fn put(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<()> {
     let v: Value = parse_body(&body, "a JSON object")?;
-    if !v.is_object() {
-        return Err(ApiError::BadRequest("profile must be a JSON object".into()));
-    }
-    Ok(st.store.put_profile(&id.tenant.id, &id.user, &v).await?)
+    Ok(profiles::put(&st.engine, &id.caller(), &v).await?)
 }
 
 async fn delete(State(st): State<AppState>, id: Identity) -> ApiResult<()> {
-    Ok(st.store.delete_profile(&id.tenant.id, &id.user).await?)
+    Ok(profiles::delete(&st.engine, &id.caller()).await?)
 }

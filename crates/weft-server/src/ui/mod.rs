@@ -120,7 +120,7 @@ async fn login(
         tenant: f.tenant.trim().to_string(),
         user: f.user.trim().to_string(),
         key,
-        csrf: crate::auth::new_key(),
+        csrf: weft_engine::apikeys::new_key(),
     };
     let fail = |message: String| {
         html::render(
@@ -141,7 +141,7 @@ async fn login(
     // With an API key, the key decides: remember the tenant and user it belongs to.
     login.tenant = who.tenant.spec.name.clone();
     login.user = who.user.clone();
-    let token = crate::auth::new_key();
+    let token = weft_engine::apikeys::new_key();
     match ui.sessions.lock() {
         Ok(mut s) => {
             s.insert(token.clone(), login);

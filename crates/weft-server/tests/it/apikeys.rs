@@ -4,9 +4,9 @@
 use axum::body::Body;
 use axum::http::{Method, Request};
 use serde_json::json;
+use weft_engine::apikeys::hash_key;
+use weft_engine::apikeys::make_key;
 use weft_model::ApiKeyRequest;
-use weft_server::auth::hash_key;
-use weft_server::routes::apikeys::make_key;
 
 use crate::common::{entity_body, Harness, Port};
 

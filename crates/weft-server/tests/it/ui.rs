@@ -588,7 +588,7 @@ async fn superadmin_manages_tenants_and_api_key_logins_work() {
         user: "admin".into(),
         admin: true,
     };
-    let sa = weft_server::routes::apikeys::make_key(h.app.state.store.as_ref(), &req)
+    let sa = weft_engine::apikeys::make_key(h.app.state.store.as_ref(), &req)
         .await
         .expect("key");
     let r = form(&h, None, "/ui/login", &[("apikey", "wrong")]).await;

@@ -112,7 +112,7 @@ pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
                     std::fs::create_dir_all(&settings.data_dir)?;
                 }
                 let store = weft_store::open(&settings.database_url).await?;
-                let created = weft_server::routes::apikeys::make_key(
+                let created = weft_engine::apikeys::make_key(
                     store.as_ref(),
                     &ApiKeyRequest {
                         tenant,
