@@ -58,6 +58,31 @@ pub enum EngineError {
     /// A user with no profile asked for it.
     #[error("profile for user {0} not found.")]
     ProfileNotFound(String),
+    /// A tenant the superadmin asked for that does not exist.
+    #[error("tenant {0} not found")]
+    TenantNotFound(String),
+    /// A tenant name that is taken.
+    #[error("tenant {0} already exists")]
+    TenantExists(String),
+    /// A tenant's workers do not fit what the provisioners have free.
+    #[error("not enough worker capacity: tenant {tenant} asks for {asks} workers, registered provisioners have {free} free")]
+    NoWorkerCapacity {
+        tenant: String,
+        asks: u32,
+        free: u64,
+    },
+    /// A tenant's new limits are below what it has.
+    #[error("tenant {tenant} has {clusters} clusters and {nodes} nodes: maxClusters {max_clusters} and maxNodes {max_nodes} would be below its usage")]
+    LimitsBelowUsage {
+        tenant: String,
+        clusters: u64,
+        nodes: u64,
+        max_clusters: u64,
+        max_nodes: u64,
+    },
+    /// A tenant to delete still has workers.
+    #[error("tenant {tenant} still has {workers} workers; set its workers to 0 first")]
+    TenantHasWorkers { tenant: String, workers: u32 },
     /// A tenant a request names (by name) that does not exist.
     #[error("tenant {0} does not exist.")]
     TenantMissing(String),

@@ -67,6 +67,7 @@ pub mod reseal;
 pub mod retry;
 pub mod rollback;
 pub mod seal;
+pub mod tenants;
 pub mod view;
 pub mod webhooks;
 pub mod work;

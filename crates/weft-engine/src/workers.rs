@@ -7,28 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use weft_store::{ProvisionerRecord, Store, Tenant};
+use weft_store::{ProvisionerRecord, Store};
 
 use crate::error::EngineResult;
 use crate::Engine;
-
-/// Total capacity of all provisioners minus the workers of every tenant except `except_tenant_id`.
-pub fn free_capacity(
-    provisioners: &[ProvisionerRecord],
-    tenants: &[Tenant],
-    except_tenant_id: Option<&str>,
-) -> u64 {
-    let total: u64 = provisioners
-        .iter()
-        .map(|p| u64::from(p.capacity_total))
-        .sum();
-    let used: u64 = tenants
-        .iter()
-        .filter(|t| Some(t.id.as_str()) != except_tenant_id)
-        .map(|t| u64::from(t.spec.workers))
-        .sum();
-    total.saturating_sub(used)
-}
 
 /// Computes new assignments. `wanted` maps tenant id to its worker count; tenants not in it lose
 /// their workers. Returns the provisioners whose assignments changed.

@@ -110,6 +110,7 @@ impl From<EngineError> for ApiError {
             | E::WebhookNotFound(_)
             | E::ProfileNotFound(_)
             | E::TenantMissing(_)
+            | E::TenantNotFound(_)
             | E::DeliveryNotFound { .. }) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }
@@ -121,7 +122,11 @@ impl From<EngineError> for ApiError {
             | E::NotOffered { .. }
             | E::Unservable(_)
             | E::Incomplete { .. }
-            | E::CannotAbort) => ApiError::Conflict(e.to_string()),
+            | E::CannotAbort
+            | E::TenantExists(_)
+            | E::NoWorkerCapacity { .. }
+            | E::LimitsBelowUsage { .. }
+            | E::TenantHasWorkers { .. }) => ApiError::Conflict(e.to_string()),
             e @ (E::NotRegistered(_) | E::NotYourTenant { .. } | E::Forbidden(_)) => {
                 ApiError::Forbidden(e.to_string())
             }

@@ -280,19 +280,25 @@ pub struct Quota {
 }
 
 impl Quota {
-    /// Checks the counts read in the transaction; the error names the quota, its limit and
-    /// what the tenant has.
-    pub fn check(&self, clusters: u64, nodes: u64) -> Result<(), crate::StoreError> {
-        if clusters + self.add_clusters > self.max_clusters {
+    /// Checks the counts read in the transaction against the tenant's limits as the transaction
+    /// reads them (`limits`: maxClusters, maxNodes; this quota's own when the tenant has no
+    /// row); the error names the quota, its limit and what the tenant has.
+    pub fn check(
+        &self,
+        clusters: u64,
+        nodes: u64,
+        limits: Option<(u64, u64)>,
+    ) -> Result<(), crate::StoreError> {
+        let (max_clusters, max_nodes) = limits.unwrap_or((self.max_clusters, self.max_nodes));
+        if clusters + self.add_clusters > max_clusters {
             return Err(crate::StoreError::QuotaExceeded(format!(
-                "maxClusters ({}): it has {clusters} clusters",
-                self.max_clusters
+                "maxClusters ({max_clusters}): it has {clusters} clusters"
             )));
         }
-        if nodes + self.add_nodes > self.max_nodes {
+        if nodes + self.add_nodes > max_nodes {
             return Err(crate::StoreError::QuotaExceeded(format!(
-                "maxNodes ({}): it has {nodes} nodes and asks for {} more",
-                self.max_nodes, self.add_nodes
+                "maxNodes ({max_nodes}): it has {nodes} nodes and asks for {} more",
+                self.add_nodes
             )));
         }
         Ok(())

@@ -79,12 +79,24 @@ pub enum StoreError {
     /// quota, its limit and what the tenant has. Nothing of the change set was written.
     #[error("tenant would exceed its quota {0}")]
     QuotaExceeded(String),
+    /// A checked tenant write ([`Store::save_tenant`]) was refused; nothing was written.
+    #[error("{0:?}")]
+    TenantRefused(TenantRefusal),
     /// The URL names no supported backend.
     #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://...")]
     BadUrl(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Why [`Store::save_tenant`] refused a tenant's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantRefusal {
+    /// More workers than the provisioners have free (`free`, counting every other tenant's).
+    Capacity { free: u64 },
+    /// Limits below what the tenant has: its clusters that are not terminated, and their nodes.
+    BelowUsage { clusters: u64, nodes: u64 },
+}
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> StoreError {
@@ -222,6 +234,11 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn insert_tenant(&self, tenant: &Tenant) -> Result<()>;
     /// Replaces the specification of the tenant with `tenant.id` (its name may not change).
     async fn update_tenant(&self, tenant: &Tenant) -> Result<()>;
+    /// Inserts `tenant` (`insert`) or replaces its specification, if in the same transaction its
+    /// workers fit the registered provisioners' free capacity and (update) its limits are not
+    /// below what it has; else [`StoreError::TenantRefused`]. Checked writes and cluster creates
+    /// of one tenant wait for each other, so no check is made on counts another one changes.
+    async fn save_tenant(&self, tenant: &Tenant, insert: bool) -> Result<()>;
     async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>>;
     async fn tenant_by_id(&self, id: &str) -> Result<Option<Tenant>>;
     /// Every tenant, by name.

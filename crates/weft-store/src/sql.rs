@@ -42,7 +42,7 @@ use crate::webhooks::{DeliveryRow, WebhookRow};
 use crate::{
     ApiKeyRecord, AuditAnchor, AuditEntry, AuditQuery, AuditRecord, Backend, Leadership,
     ProvisionerRecord, ResourceDelete, ResourceKey, ResourceRow, Result, SecretKeyRow, Store,
-    StoreError, StoredAudit, Tenant, SUPERADMIN,
+    StoreError, StoredAudit, Tenant, TenantRefusal, SUPERADMIN,
 };
 
 mod audit;
@@ -218,6 +218,85 @@ impl SqlStore {
             }
         }
     }
+}
+
+async fn insert_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) -> Result<()> {
+    let res = sqlx::query(
+        "INSERT INTO tenants \
+         (id, name, description, workers, max_clusters, max_nodes, check_interval, create_time) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(tenant.id.as_str())
+    .bind(tenant.spec.name.as_str())
+    .bind(tenant.spec.description.as_deref())
+    .bind(i64::from(tenant.spec.workers))
+    .bind(to_i64(tenant.spec.max_clusters))
+    .bind(to_i64(tenant.spec.max_nodes))
+    .bind(to_i64(tenant.spec.check_interval))
+    .bind(tenant.create_time)
+    .execute(&mut **tx)
+    .await;
+    match res {
+        Err(e) if is_unique_violation(&e) => {
+            Err(StoreError::Conflict(format!("tenant {}", tenant.spec.name)))
+        }
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(()),
+    }
+}
+
+async fn update_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) -> Result<()> {
+    sqlx::query(
+        "UPDATE tenants SET description = $2, workers = $3, max_clusters = $4, max_nodes = $5, \
+         check_interval = $6 WHERE id = $1",
+    )
+    .bind(tenant.id.as_str())
+    .bind(tenant.spec.description.as_deref())
+    .bind(i64::from(tenant.spec.workers))
+    .bind(to_i64(tenant.spec.max_clusters))
+    .bind(to_i64(tenant.spec.max_nodes))
+    .bind(to_i64(tenant.spec.check_interval))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// [`Store::save_tenant`]'s checks, on what `tx` reads.
+async fn check_tenant(
+    tx: &mut Transaction<'static, Any>,
+    tenant: &Tenant,
+    insert: bool,
+) -> Result<()> {
+    if tenant.spec.workers > 0 {
+        let row = sqlx::query(
+            "SELECT CAST((SELECT COALESCE(SUM(capacity_total), 0) FROM provisioners) AS BIGINT) \
+             AS total, CAST((SELECT COALESCE(SUM(workers), 0) FROM tenants WHERE id <> $1) \
+             AS BIGINT) AS used",
+        )
+        .bind(tenant.id.as_str())
+        .fetch_one(&mut **tx)
+        .await?;
+        let total = to_u64(row.try_get("total")?, "worker capacity")?;
+        let free = total.saturating_sub(to_u64(row.try_get("used")?, "workers")?);
+        if u64::from(tenant.spec.workers) > free {
+            return Err(StoreError::TenantRefused(TenantRefusal::Capacity { free }));
+        }
+    }
+    if !insert {
+        let row = sqlx::query(engine::QUOTA_COUNTS)
+            .bind(tenant.id.as_str())
+            .fetch_one(&mut **tx)
+            .await?;
+        let clusters = to_u64(row.try_get("c")?, "cluster count")?;
+        let nodes = to_u64(row.try_get("n")?, "node count")?;
+        if tenant.spec.max_clusters < clusters || tenant.spec.max_nodes < nodes {
+            return Err(StoreError::TenantRefused(TenantRefusal::BelowUsage {
+                clusters,
+                nodes,
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// The audit record of the request being handled, as one more write of its change sets; `None`
@@ -530,46 +609,28 @@ impl Store for SqlStore {
 
     async fn insert_tenant(&self, tenant: &Tenant) -> Result<()> {
         let mut tx = self.write_tx().await?;
-        let res = sqlx::query(
-            "INSERT INTO tenants \
-             (id, name, description, workers, max_clusters, max_nodes, check_interval, create_time) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(tenant.id.as_str())
-        .bind(tenant.spec.name.as_str())
-        .bind(tenant.spec.description.as_deref())
-        .bind(i64::from(tenant.spec.workers))
-        .bind(to_i64(tenant.spec.max_clusters))
-        .bind(to_i64(tenant.spec.max_nodes))
-        .bind(to_i64(tenant.spec.check_interval))
-        .bind(tenant.create_time)
-        .execute(&mut *tx)
-        .await;
-        match res {
-            Err(e) if is_unique_violation(&e) => {
-                Err(StoreError::Conflict(format!("tenant {}", tenant.spec.name)))
-            }
-            Err(e) => Err(e.into()),
-            Ok(_) => Ok(tx.commit().await?),
-        }
+        insert_tenant_row(&mut tx, tenant).await?;
+        Ok(tx.commit().await?)
     }
 
     async fn update_tenant(&self, tenant: &Tenant) -> Result<()> {
         let mut tx = self.write_tx().await?;
-        sqlx::query(
-            "UPDATE tenants SET description = $2, workers = $3, max_clusters = $4, max_nodes = $5, \
-             check_interval = $6 WHERE id = $1",
-        )
-        .bind(tenant.id.as_str())
-        .bind(tenant.spec.description.as_deref())
-        .bind(i64::from(tenant.spec.workers))
-        .bind(to_i64(tenant.spec.max_clusters))
-        .bind(to_i64(tenant.spec.max_nodes))
-        .bind(to_i64(tenant.spec.check_interval))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        update_tenant_row(&mut tx, tenant).await?;
+        Ok(tx.commit().await?)
+    }
+
+    async fn save_tenant(&self, tenant: &Tenant, insert: bool) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        if self.backend == Backend::Postgres {
+            engine::lock_tenant(&mut tx, &tenant.id).await?;
+        }
+        check_tenant(&mut tx, tenant, insert).await?;
+        if insert {
+            insert_tenant_row(&mut tx, tenant).await?;
+        } else {
+            update_tenant_row(&mut tx, tenant).await?;
+        }
+        Ok(tx.commit().await?)
     }
 
     async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>> {

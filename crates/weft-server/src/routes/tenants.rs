@@ -4,15 +4,16 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::MethodFilter;
 use axum::Json;
-use weft_model::{EntityKind, TenantSpecification, TenantWriteRequest, Validate};
-use weft_store::{Tenant, SUPERADMIN};
+use weft_engine::tenants;
+use weft_model::{EntityKind, TenantSpecification, TenantWriteRequest};
+use weft_store::SUPERADMIN;
 
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
-use weft_engine::workers::{free_capacity, rebalance};
+use crate::error::ApiResult;
+use crate::state::AppState;
+use weft_engine::workers::rebalance;
 
 pub fn routes(api: Api) -> Api {
     api.route(
@@ -75,15 +76,7 @@ async fn list(
     State(st): State<AppState>,
     id: Identity,
 ) -> ApiResult<Json<Vec<TenantSpecification>>> {
-    id.require_superadmin()?;
-    Ok(Json(
-        st.store
-            .list_tenants()
-            .await?
-            .into_iter()
-            .map(|t| t.spec)
-            .collect(),
-    ))
+    Ok(Json(tenants::list(&st.engine, &id.caller()).await?))
 }
 
 async fn get(
@@ -91,66 +84,17 @@ async fn get(
     id: Identity,
     Path(name): Path<String>,
 ) -> ApiResult<Json<TenantSpecification>> {
-    id.require_superadmin()?;
-    let t = st
-        .store
-        .tenant_by_name(&name)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("tenant {name} not found")))?;
-    Ok(Json(t.spec))
+    Ok(Json(tenants::get(&st.engine, &id.caller(), &name).await?))
 }
 
-fn read_spec(body: &Bytes) -> ApiResult<(TenantSpecification, bool)> {
-    let req: TenantWriteRequest = parse_body(body, "{\"tenant\": {...}}")?;
-    let spec = req
-        .tenant
-        .ok_or_else(|| ApiError::BadRequest("tenant must be specified".into()))?;
-    spec.validate()?;
-    Ok((spec, req.bootstrap))
-}
-
-async fn check_capacity(
-    st: &AppState,
-    spec: &TenantSpecification,
-    tenant_id: Option<&str>,
-) -> ApiResult<()> {
-    if spec.workers == 0 {
-        return Ok(());
-    }
-    let provisioners = st.store.list_provisioners().await?;
-    let tenants = st.store.list_tenants().await?;
-    let free = free_capacity(&provisioners, &tenants, tenant_id);
-    if u64::from(spec.workers) > free {
-        return Err(ApiError::Conflict(format!(
-            "not enough worker capacity: tenant {} asks for {} workers, registered provisioners have {} free",
-            spec.name, spec.workers, free
-        )));
-    }
-    Ok(())
+fn read_request(body: &Bytes) -> ApiResult<TenantWriteRequest> {
+    parse_body(body, "{\"tenant\": {...}}")
 }
 
 async fn create(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<()> {
-    id.require_superadmin()?;
-    let (spec, bootstrap) = read_spec(&body)?;
-    if st.store.tenant_by_name(&spec.name).await?.is_some() {
-        return Err(ApiError::Conflict(format!(
-            "tenant {} already exists",
-            spec.name
-        )));
-    }
-    check_capacity(&st, &spec, None).await?;
-    let tenant = Tenant {
-        id: uuid::Uuid::new_v4().to_string(),
-        spec,
-        create_time: now_ms(),
-    };
-    st.store.insert_tenant(&tenant).await.map_err(|e| match e {
-        weft_store::StoreError::Conflict(_) => {
-            ApiError::Conflict(format!("tenant {} already exists", tenant.spec.name))
-        }
-        other => other.into(),
-    })?;
-    if bootstrap {
+    let req = read_request(&body)?;
+    let tenant = tenants::create(&st.engine, &id.caller(), req.tenant).await?;
+    if req.bootstrap {
         bootstrap_tenant(&st, &tenant.id).await?;
     }
     Ok(rebalance(&st.engine).await?)
@@ -162,38 +106,10 @@ async fn put(
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<()> {
-    id.require_superadmin()?;
-    let (spec, bootstrap) = read_spec(&body)?;
-    if spec.name != name {
-        return Err(ApiError::BadRequest(format!(
-            "tenant name in the body ({}) does not match the name in the path ({name})",
-            spec.name
-        )));
-    }
-    match st.store.tenant_by_name(&name).await? {
-        Some(existing) => {
-            check_capacity(&st, &spec, Some(&existing.id)).await?;
-            let (clusters, nodes) = st.store.count_clusters(&existing.id).await?;
-            if spec.max_clusters < clusters || spec.max_nodes < nodes {
-                return Err(ApiError::Conflict(format!(
-                    "tenant {name} has {clusters} clusters and {nodes} nodes: maxClusters {} and maxNodes {} would be below its usage",
-                    spec.max_clusters, spec.max_nodes
-                )));
-            }
-            st.store.update_tenant(&Tenant { spec, ..existing }).await?;
-        }
-        None => {
-            check_capacity(&st, &spec, None).await?;
-            let tenant = Tenant {
-                id: uuid::Uuid::new_v4().to_string(),
-                spec,
-                create_time: now_ms(),
-            };
-            st.store.insert_tenant(&tenant).await?;
-            if bootstrap {
-                bootstrap_tenant(&st, &tenant.id).await?;
-            }
-        }
+    let req = read_request(&body)?;
+    let made = tenants::put(&st.engine, &id.caller(), &name, req.tenant).await?;
+    if let Some(tenant) = made.filter(|_| req.bootstrap) {
+        bootstrap_tenant(&st, &tenant.id).await?;
     }
     Ok(rebalance(&st.engine).await?)
 }
@@ -203,20 +119,7 @@ async fn delete(
     id: Identity,
     Path(name): Path<String>,
 ) -> ApiResult<()> {
-    id.require_superadmin()?;
-    if name == SUPERADMIN {
-        return Err(ApiError::Forbidden("Superadmin cannot be deleted.".into()));
-    }
-    let Some(t) = st.store.tenant_by_name(&name).await? else {
-        return Ok(());
-    };
-    if t.spec.workers > 0 {
-        return Err(ApiError::Conflict(format!(
-            "tenant {name} still has {} workers; set its workers to 0 first",
-            t.spec.workers
-        )));
-    }
-    st.store.delete_tenant(&t.id).await?;
+    tenants::delete(&st.engine, &id.caller(), &name).await?;
     Ok(rebalance(&st.engine).await?)
 }
 

@@ -323,13 +323,16 @@ pub(super) fn quotas(cs: &ChangeSet) -> impl Iterator<Item = &Quota> {
 /// The lock class of the per-tenant quota locks (PostgreSQL advisory locks, two-key form).
 const QUOTA_LOCK_CLASS: i32 = 0x7175_6f74;
 
-/// Counts a tenant's clusters that are not `terminated` and their nodes (`$1` tenant), in one
-/// statement so that both come from one snapshot.
+/// Counts a tenant's clusters that are not `terminated` and their nodes (`$1` tenant), and reads
+/// its limits (`maxClusters`, `maxNodes`; null without a tenant row), in one statement so that
+/// all come from one snapshot.
 pub(super) const QUOTA_COUNTS: &str = "SELECT \
      (SELECT COUNT(*) FROM clusters WHERE tenant_id = $1 AND status <> 'terminated') AS c, \
      (SELECT COUNT(*) FROM nodes n JOIN clusters k \
       ON k.tenant_id = n.tenant_id AND k.id = n.cluster_id \
-      WHERE n.tenant_id = $1 AND k.status <> 'terminated') AS n";
+      WHERE n.tenant_id = $1 AND k.status <> 'terminated') AS n, \
+     (SELECT max_clusters FROM tenants WHERE id = $1) AS mc, \
+     (SELECT max_nodes FROM tenants WHERE id = $1) AS mn";
 
 /// Checks a quota on `conn`, inside its transaction; on PostgreSQL it first waits for the tenant's quota lock, held
 /// until the transaction ends, so the next check counts what this one commits.
@@ -346,10 +349,35 @@ async fn check_quota(conn: &mut AnyConnection, backend: Backend, q: &Quota) -> R
         .bind(&q.tenant_id)
         .fetch_one(&mut *conn)
         .await?;
+    let limits = match (row.try_get("mc")?, row.try_get("mn")?) {
+        (Some(c), Some(n)) => Some((to_u64(c, "maxClusters")?, to_u64(n, "maxNodes")?)),
+        _ => None,
+    };
     q.check(
         to_u64(row.try_get("c")?, "cluster count")?,
         to_u64(row.try_get("n")?, "node count")?,
+        limits,
     )
+}
+
+/// The lock class of the tenants' worker capacity (PostgreSQL advisory lock, two-key form,
+/// second key 0): every checked tenant write takes it, so their capacity checks see each other.
+const CAPACITY_LOCK_CLASS: i32 = 0x6361_7061;
+
+/// Takes the locks a checked tenant write holds until its commit (PostgreSQL; SQLite's
+/// `BEGIN IMMEDIATE` already serializes writers): the worker capacity lock, and the tenant's
+/// quota lock, which every quota check of a cluster create takes too.
+pub(super) async fn lock_tenant(conn: &mut AnyConnection, tenant_id: &str) -> Result<()> {
+    let objid = fnv1a64(tenant_id.as_bytes()) as u32 as i32;
+    sqlx::query(
+        "SELECT 1 FROM (SELECT pg_advisory_xact_lock($1, 0), pg_advisory_xact_lock($2, $3)) AS l",
+    )
+    .bind(CAPACITY_LOCK_CLASS)
+    .bind(QUOTA_LOCK_CLASS)
+    .bind(objid)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// A change set's expectations in one canonical locking order: by table, tenant, id.

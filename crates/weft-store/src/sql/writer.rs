@@ -361,10 +361,17 @@ fn run_steps(conn: &Connection, steps: impl IntoIterator<Item = Step>) -> Result
         match &step {
             Step::Quota(q) => {
                 let mut stmt = conn.prepare_cached(QUOTA_COUNTS)?;
-                let (c, n) = stmt.query_row([&q.tenant_id], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                let (c, n, mc, mn) = stmt.query_row([&q.tenant_id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, Option<i64>>(2)?,
+                        r.get::<_, Option<i64>>(3)?,
+                    ))
                 })?;
-                q.check(u64::try_from(c).unwrap_or(0), u64::try_from(n).unwrap_or(0))?;
+                let count = |v: i64| u64::try_from(v).unwrap_or(0);
+                let limits = mc.zip(mn).map(|(mc, mn)| (count(mc), count(mn)));
+                q.check(count(c), count(n), limits)?;
             }
             Step::Check {
                 table,

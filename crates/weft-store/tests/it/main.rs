@@ -15,3 +15,4 @@ mod events; // the event backlog (issue 38)
 mod harness;
 mod hostpool;
 mod open;
+mod tenants; // checked tenant writes (issue 40)

@@ -1,0 +1,137 @@
+//! Tenants as the superadmin manages them: their workers (placed on provisioners) and quotas.
+//! A tenant's settings are checked against the provisioners' free worker capacity and, when they
+//! change, against what the tenant has, in the commit that writes them
+//! ([`Store::save_tenant`](weft_store::Store::save_tenant)); the superadmin tenant cannot be
+//! deleted, nor a tenant that still has workers.
+
+use weft_model::{TenantSpecification, Validate};
+use weft_store::{StoreError, Tenant, TenantRefusal, SUPERADMIN};
+
+use crate::error::{EngineError, EngineResult};
+use crate::{now_ms, Caller, Engine};
+
+/// Every tenant's settings.
+pub async fn list(st: &Engine, who: &Caller) -> EngineResult<Vec<TenantSpecification>> {
+    who.require_superadmin()?;
+    Ok(st
+        .store
+        .list_tenants()
+        .await?
+        .into_iter()
+        .map(|t| t.spec)
+        .collect())
+}
+
+/// Tenant `name`'s settings.
+pub async fn get(st: &Engine, who: &Caller, name: &str) -> EngineResult<TenantSpecification> {
+    who.require_superadmin()?;
+    Ok(find(st, name).await?.spec)
+}
+
+async fn find(st: &Engine, name: &str) -> EngineResult<Tenant> {
+    st.store
+        .tenant_by_name(name)
+        .await?
+        .ok_or_else(|| EngineError::TenantNotFound(name.to_string()))
+}
+
+/// Creates a tenant from `spec` (`None`: the body named none). Returns it.
+pub async fn create(
+    st: &Engine,
+    who: &Caller,
+    spec: Option<TenantSpecification>,
+) -> EngineResult<Tenant> {
+    who.require_superadmin()?;
+    let spec = checked(spec)?;
+    if st.store.tenant_by_name(&spec.name).await?.is_some() {
+        return Err(EngineError::TenantExists(spec.name));
+    }
+    insert(st, spec).await
+}
+
+/// Writes tenant `name`'s settings, creating it if absent. Returns the tenant if it was created.
+pub async fn put(
+    st: &Engine,
+    who: &Caller,
+    name: &str,
+    spec: Option<TenantSpecification>,
+) -> EngineResult<Option<Tenant>> {
+    who.require_superadmin()?;
+    let spec = checked(spec)?;
+    if spec.name != name {
+        return Err(EngineError::Invalid(format!(
+            "tenant name in the body ({}) does not match the name in the path ({name})",
+            spec.name
+        )));
+    }
+    match st.store.tenant_by_name(name).await? {
+        Some(existing) => {
+            let tenant = Tenant { spec, ..existing };
+            save(st, &tenant, false).await?;
+            Ok(None)
+        }
+        None => insert(st, spec).await.map(Some),
+    }
+}
+
+/// Deletes tenant `name` and everything it owns (nothing happens if there is none).
+pub async fn delete(st: &Engine, who: &Caller, name: &str) -> EngineResult<()> {
+    who.require_superadmin()?;
+    if name == SUPERADMIN {
+        return Err(EngineError::Forbidden(
+            "Superadmin cannot be deleted.".into(),
+        ));
+    }
+    let Some(t) = st.store.tenant_by_name(name).await? else {
+        return Ok(());
+    };
+    if t.spec.workers > 0 {
+        return Err(EngineError::TenantHasWorkers {
+            tenant: name.to_string(),
+            workers: t.spec.workers,
+        });
+    }
+    Ok(st.store.delete_tenant(&t.id).await?)
+}
+
+fn checked(spec: Option<TenantSpecification>) -> EngineResult<TenantSpecification> {
+    let spec = spec.ok_or_else(|| EngineError::Invalid("tenant must be specified".into()))?;
+    spec.validate()?;
+    Ok(spec)
+}
+
+async fn insert(st: &Engine, spec: TenantSpecification) -> EngineResult<Tenant> {
+    let tenant = Tenant {
+        id: uuid::Uuid::new_v4().to_string(),
+        spec,
+        create_time: now_ms(),
+    };
+    save(st, &tenant, true).await?;
+    Ok(tenant)
+}
+
+/// [`Store::save_tenant`](weft_store::Store::save_tenant), its refusals named.
+async fn save(st: &Engine, tenant: &Tenant, insert: bool) -> EngineResult<()> {
+    let spec = &tenant.spec;
+    match st.store.save_tenant(tenant, insert).await {
+        Ok(()) => Ok(()),
+        Err(StoreError::Conflict(_)) => Err(EngineError::TenantExists(spec.name.clone())),
+        Err(StoreError::TenantRefused(TenantRefusal::Capacity { free })) => {
+            Err(EngineError::NoWorkerCapacity {
+                tenant: spec.name.clone(),
+                asks: spec.workers,
+                free,
+            })
+        }
+        Err(StoreError::TenantRefused(TenantRefusal::BelowUsage { clusters, nodes })) => {
+            Err(EngineError::LimitsBelowUsage {
+                tenant: spec.name.clone(),
+                clusters,
+                nodes,
+                max_clusters: spec.max_clusters,
+                max_nodes: spec.max_nodes,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
