@@ -58,6 +58,9 @@ pub enum EngineError {
     /// A user with no profile asked for it.
     #[error("profile for user {0} not found.")]
     ProfileNotFound(String),
+    /// A provisioner that is not registered (a heartbeat: it registers again).
+    #[error("Provisioner {0} not found.")]
+    ProvisionerNotFound(String),
     /// A tenant the superadmin asked for that does not exist.
     #[error("tenant {0} not found")]
     TenantNotFound(String),

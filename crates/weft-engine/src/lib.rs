@@ -62,6 +62,7 @@ pub mod nodes;
 pub mod ops;
 pub mod preview;
 pub mod profiles;
+pub mod provisioners;
 pub mod replace;
 pub mod reseal;
 pub mod retry;

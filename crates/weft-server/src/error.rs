@@ -111,6 +111,7 @@ impl From<EngineError> for ApiError {
             | E::ProfileNotFound(_)
             | E::TenantMissing(_)
             | E::TenantNotFound(_)
+            | E::ProvisionerNotFound(_)
             | E::DeliveryNotFound { .. }) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }
