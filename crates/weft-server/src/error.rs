@@ -108,7 +108,13 @@ impl From<EngineError> for ApiError {
             | E::PlansNotFound(_)
             | E::JobNotFound(_)
             | E::WebhookNotFound(_)
-            | E::DeliveryNotFound { .. }) => ApiError::NotFound(e.to_string()),
+            | E::DeliveryNotFound { .. }
+            | E::EntityNotFound { .. }
+            | E::UnknownPluginKind(_)
+            | E::PluginNotFound { .. }
+            | E::ResourceTypeNotFound { .. }
+            | E::ResourceVersionNotFound { .. }
+            | E::ResourceNotFound) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }
             | E::JobUnderway { .. }
@@ -119,6 +125,8 @@ impl From<EngineError> for ApiError {
             | E::NotOffered { .. }
             | E::Unservable(_)
             | E::Incomplete { .. }
+            | E::EntityExists { .. }
+            | E::ResourceNotDeletable
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),
             e @ (E::NotRegistered(_) | E::NotYourTenant { .. } | E::Forbidden(_)) => {
                 ApiError::Forbidden(e.to_string())

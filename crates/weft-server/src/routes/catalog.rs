@@ -8,12 +8,12 @@ use axum::Json;
 use serde_json::{Map, Value};
 use weft_model::{lenient, CatalogWriteAnswer, ClusterTemplate, EntityKind, SealedExportRequest};
 
-use super::entities::{mask_provider, normalize, provider_to_store, sensitive_fields};
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use weft_engine::entities::{catalog_entities, mask_provider, provider_to_store, sensitive_fields};
 
 pub fn routes(api: Api) -> Api {
     api.route(
@@ -121,7 +121,7 @@ async fn catalog_export(
         if kind == EntityKind::Provider {
             for item in &mut items {
                 match sealer {
-                    None => mask_provider(st.store.as_ref(), item).await?,
+                    None => mask_provider(&st.engine, item).await?,
                     Some(s) => seal_for_export(st, &id.tenant.id, item, s).await?,
                 }
             }
@@ -138,7 +138,7 @@ async fn seal_for_export(
     provider: &mut Value,
     sealer: &weft_engine::seal::ExportSealer,
 ) -> ApiResult<()> {
-    let fields = sensitive_fields(st.store.as_ref(), provider).await?;
+    let fields = sensitive_fields(&st.engine, provider).await?;
     if let Some(p) = provider
         .get_mut("provisioner")
         .and_then(Value::as_object_mut)
@@ -198,35 +198,6 @@ async fn import(
     st.engine.providers.forget(&id.tenant.id);
     let warnings = weft_engine::gaps::import_warnings(&st.engine, &id.tenant.id, &entities).await?;
     Ok(Json(CatalogWriteAnswer { warnings }))
-}
-
-/// The entities of a catalog document (the shape of `GET /v2/export`), each read leniently,
-/// validated and in canonical form. A kind left out contributes nothing.
-pub fn catalog_entities(v: Value) -> ApiResult<Vec<(EntityKind, String, Value)>> {
-    let Value::Object(mut obj) = v else {
-        return Err(ApiError::BadRequest(
-            "Json syntax error: expected an object with the six entity lists".into(),
-        ));
-    };
-    let mut entities = Vec::new();
-    for kind in EntityKind::ADMIN {
-        let items = match obj.remove(kind.as_str()) {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(a)) => a,
-            Some(_) => {
-                return Err(ApiError::BadRequest(format!(
-                    "{}: expected an array",
-                    kind.as_str()
-                )))
-            }
-        };
-        for (i, item) in items.into_iter().enumerate() {
-            let (name, doc) = normalize(kind, item, None)
-                .map_err(|e| ApiError::BadRequest(format!("{}[{i}]: {e}", kind.as_str())))?;
-            entities.push((kind, name, doc));
-        }
-    }
-    Ok(entities)
 }
 
 async fn resolve(

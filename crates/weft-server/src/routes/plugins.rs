@@ -20,12 +20,12 @@ use serde_json::Value;
 use weft_model::{validate_name, EntityKind, PluginType, ResourceMeta, ResourceStatus};
 use weft_store::{ResourceDelete, ResourceKey, SUPERADMIN};
 
-use super::entities::normalize;
 use super::params::{parse_body, parse_version};
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use weft_engine::entities::normalize;
 
 fn plugin_kind(ptype: &str) -> ApiResult<EntityKind> {
     match ptype {

@@ -228,7 +228,7 @@ pub async fn bootstrap_tenant(st: &AppState, tenant_id: &str) -> ApiResult<()> {
             if kind == EntityKind::Provider {
                 // A sealed value opens only for its own tenant: sealed again for the new one.
                 st.engine.sealer.open_all(SUPERADMIN, &mut doc).await?;
-                super::entities::provider_to_store(&st.engine, tenant_id, &mut doc).await?;
+                weft_engine::entities::provider_to_store(&st.engine, tenant_id, &mut doc).await?;
             }
             let name = doc
                 .get("name")
