@@ -239,5 +239,6 @@ pub async fn bootstrap_tenant(st: &AppState, tenant_id: &str) -> ApiResult<()> {
         }
     }
     st.store.replace_entities(tenant_id, &entities).await?;
-    super::plugins::copy_resources(st, SUPERADMIN, tenant_id).await
+    let resources = st.resources.as_ref();
+    Ok(weft_engine::plugins::copy_resources(&st.engine, resources, SUPERADMIN, tenant_id).await?)
 }
