@@ -34,7 +34,9 @@
 //! Modules, bottom up: `error`, `metrics` (process counters), `seal` (secrets sealed at rest), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
 //! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `gaps`, `hostpool` (lending pool hosts to nodes),
-//! `entities` (catalog writes), `jobs` (starting jobs), `control`, `health`, `replace` (replacing a node), `transfer` (catalog export and import), `plugins` (plugin types and resources), `create`, `ops`,
+//! `entities` (catalog writes), `jobs` (starting jobs), `control`, `health`, `plugins` (plugin
+//! types and resources), `replace` (replacing a node), `transfer` (catalog export and import),
+//! `create`, `ops`,
 //! `preview`, `delete`, `drift` (drift checks, automatic replacement), `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
