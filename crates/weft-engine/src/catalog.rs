@@ -1,5 +1,6 @@
 //! The tenant's catalog as the engine reads it: templates resolved through their parents and
-//! partials, whole kinds as typed lists, and which templates cannot make a cluster now.
+//! partials (and as `POST /v2/resolve` answers), whole kinds as typed lists, and which templates
+//! cannot make a cluster now.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +42,20 @@ pub async fn resolve_in_tenant(
     resolve_chain(st, tenant_id, own)
         .await
         .map_err(|e| if alone { e } else { e.against_catalog() })
+}
+
+/// A template resolved as `POST /v2/resolve` answers it: merged through its parents and
+/// partials, still naming what it extends and includes (as Coopr answers).
+pub async fn resolve_as_asked(
+    st: &Engine,
+    tenant_id: &str,
+    own: ClusterTemplate,
+) -> EngineResult<ClusterTemplate> {
+    let (extends, includes) = (own.extends.clone(), own.includes.clone());
+    let mut merged = resolve_in_tenant(st, tenant_id, own).await?;
+    merged.extends = extends;
+    merged.includes = includes;
+    Ok(merged)
 }
 
 async fn resolve_chain(

@@ -77,6 +77,9 @@ impl Default for WebhookSettings {
 pub trait Messenger: Send + Sync {
     /// Tenants' worker counts changed on these provisioners: tell them, in the background.
     fn workers_moved(&self, moved: Vec<Moved>);
+    /// A sync changed which of `tenant`'s plugin resources are live: tell the provisioners, in
+    /// the background.
+    fn resources_synced(&self, _tenant: &str) {}
     /// POSTs a job notice to a callback URL within `limit`; an error is a short text for the log
     /// (never the URL, which may carry a token).
     async fn post_json(&self, url: &str, body: &Value, limit: Duration) -> Result<(), String>;

@@ -27,6 +27,35 @@ pub enum EngineError {
     /// registered yet: the request may work once one has, so it is a conflict, not a 404.
     #[error("no provisioner offers {kind} {name}: none has registered it yet")]
     NotOffered { kind: &'static str, name: String },
+    /// A catalog entity asked for by name (and version) that the tenant does not have (`kind`
+    /// is [`EntityKind::label`](weft_model::EntityKind::label); Coopr's double space kept).
+    #[error("{kind} {name}  not found.")]
+    EntityNotFound { kind: &'static str, name: String },
+    /// A catalog entity created under a name the tenant already uses.
+    #[error("{kind} {name} already exists")]
+    EntityExists { kind: &'static str, name: String },
+    /// A plugin kind in a path other than `providertypes` and `automatortypes`.
+    #[error("unknown plugin type {0}: expected providertypes or automatortypes")]
+    UnknownPluginKind(String),
+    /// A plugin type that no provisioner has registered (`kind` as its label says it).
+    #[error("{kind} {name} not found.")]
+    PluginNotFound { kind: &'static str, name: String },
+    /// A resource type that the plugin type does not declare.
+    #[error("{rtype} for {kind} {plugin} not found.")]
+    ResourceTypeNotFound {
+        rtype: String,
+        kind: &'static str,
+        plugin: String,
+    },
+    /// A version of a plugin resource that is not there (staged or recalled).
+    #[error("resource {name} version {version} not found.")]
+    ResourceVersionNotFound { name: String, version: u64 },
+    /// A plugin resource's bytes asked for by a provisioner that are not there.
+    #[error("Resource not found.")]
+    ResourceNotFound,
+    /// A resource deleted while one of its versions is live, staged or recalled.
+    #[error("Resource not in a deletable state.")]
+    ResourceNotDeletable,
     /// A cluster that is not there (or not the caller's tenant's).
     /// The template names what the catalog lacks (written before its parts, as Coopr allowed).
     #[error("cluster template {template} cannot make this cluster yet: {}", missing.join("; "))]

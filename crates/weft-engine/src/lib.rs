@@ -25,13 +25,18 @@
 //! * reading: [`view`] (clusters, nodes, jobs and plans as the API shows them), [`catalog`]
 //!   (templates resolved in a tenant), [`gaps`] (what catalog entries name that the catalog
 //!   lacks), [`preview::preview_layout`] (a layout without a cluster);
+//! * the catalog: [`entities`] (entries read and written, provider secrets masked and sealed),
+//!   [`transfer`] (export and import of a whole catalog), [`plugins`] (plugin types and
+//!   resources);
 //! * background: [`janitor`], [`callbacks`], [`hostpool::spawn`] (hosts back to their pools),
 //!   [`workers::rebalance`] (tenants' workers placed on provisioners).
 //!
 //! Modules, bottom up: `error`, `metrics` (process counters), `seal` (secrets sealed at rest), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
 //! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `gaps`, `hostpool` (lending pool hosts to nodes),
-//! `jobs` (starting jobs), `control`, `health`, `replace` (replacing a node), `create`, `ops`,
+//! `entities` (catalog writes), `jobs` (starting jobs), `control`, `health`, `plugins` (plugin
+//! types and resources), `replace` (replacing a node), `transfer` (catalog export and import),
+//! `create`, `ops`,
 //! `preview`, `delete`, `drift` (drift checks, automatic replacement), `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
@@ -47,6 +52,7 @@ pub mod control;
 pub mod create;
 pub mod delete;
 pub mod drift;
+pub mod entities;
 pub mod error;
 pub mod events;
 pub mod feed;
@@ -60,6 +66,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod nodes;
 pub mod ops;
+pub mod plugins;
 pub mod preview;
 pub mod profiles;
 pub mod provisioners;
@@ -69,6 +76,7 @@ pub mod retry;
 pub mod rollback;
 pub mod seal;
 pub mod tenants;
+pub mod transfer;
 pub mod view;
 pub mod webhooks;
 pub mod work;

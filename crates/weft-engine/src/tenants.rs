@@ -2,12 +2,16 @@
 //! A tenant's settings are checked against the provisioners' free worker capacity and, when they
 //! change, against what the tenant has, in the commit that writes them
 //! ([`Store::save_tenant`](weft_store::Store::save_tenant)); the superadmin tenant cannot be
-//! deleted, nor a tenant that still has workers.
+//! deleted, nor a tenant that still has workers. A new tenant may start with a copy of the
+//! superadmin's catalog and plugin resources (bootstrap). Every change places workers anew.
 
-use weft_model::{TenantSpecification, Validate};
+use weft_model::{EntityKind, TenantSpecification, Validate};
 use weft_store::{StoreError, Tenant, TenantRefusal, SUPERADMIN};
 
+use crate::entities::provider_to_store;
 use crate::error::{EngineError, EngineResult};
+use crate::plugins::{copy_resources, ResourceStore};
+use crate::workers::rebalance;
 use crate::{now_ms, Caller, Engine};
 
 /// Every tenant's settings.
@@ -35,27 +39,36 @@ async fn find(st: &Engine, name: &str) -> EngineResult<Tenant> {
         .ok_or_else(|| EngineError::TenantNotFound(name.to_string()))
 }
 
-/// Creates a tenant from `spec` (`None`: the body named none). Returns it.
+/// Creates a tenant from `spec` (`None`: the body named none), with a copy of the superadmin's
+/// catalog and plugin resources if `bootstrap` gives where resources are kept; its workers are
+/// then placed.
 pub async fn create(
     st: &Engine,
     who: &Caller,
     spec: Option<TenantSpecification>,
-) -> EngineResult<Tenant> {
+    bootstrap: Option<&dyn ResourceStore>,
+) -> EngineResult<()> {
     who.require_superadmin()?;
     let spec = checked(spec)?;
     if st.store.tenant_by_name(&spec.name).await?.is_some() {
         return Err(EngineError::TenantExists(spec.name));
     }
-    insert(st, spec).await
+    let tenant = insert(st, spec).await?;
+    if let Some(resources) = bootstrap {
+        copy_catalog(st, resources, &tenant.id).await?;
+    }
+    rebalance(st).await
 }
 
-/// Writes tenant `name`'s settings, creating it if absent. Returns the tenant if it was created.
+/// Writes tenant `name`'s settings, creating it if absent (then as [`create`] does); its
+/// workers are then placed.
 pub async fn put(
     st: &Engine,
     who: &Caller,
     name: &str,
     spec: Option<TenantSpecification>,
-) -> EngineResult<Option<Tenant>> {
+    bootstrap: Option<&dyn ResourceStore>,
+) -> EngineResult<()> {
     who.require_superadmin()?;
     let spec = checked(spec)?;
     if spec.name != name {
@@ -65,13 +78,41 @@ pub async fn put(
         )));
     }
     match st.store.tenant_by_name(name).await? {
-        Some(existing) => {
-            let tenant = Tenant { spec, ..existing };
-            save(st, &tenant, false).await?;
-            Ok(None)
+        Some(existing) => save(st, &Tenant { spec, ..existing }, false).await?,
+        None => {
+            let tenant = insert(st, spec).await?;
+            if let Some(resources) = bootstrap {
+                copy_catalog(st, resources, &tenant.id).await?;
+            }
         }
-        None => insert(st, spec).await.map(Some),
     }
+    rebalance(st).await
+}
+
+/// Copies the superadmin's catalog (entities and plugin resources) into a new tenant.
+async fn copy_catalog(
+    st: &Engine,
+    resources: &dyn ResourceStore,
+    tenant_id: &str,
+) -> EngineResult<()> {
+    let mut entities = Vec::new();
+    for kind in EntityKind::ADMIN {
+        for mut doc in st.store.list_entities(SUPERADMIN, kind).await? {
+            if kind == EntityKind::Provider {
+                // A sealed value opens only for its own tenant: sealed again for the new one.
+                st.sealer.open_all(SUPERADMIN, &mut doc).await?;
+                provider_to_store(st, tenant_id, &mut doc).await?;
+            }
+            let name = doc
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_string();
+            entities.push((kind, name, doc));
+        }
+    }
+    st.store.replace_entities(tenant_id, &entities).await?;
+    copy_resources(st, resources, SUPERADMIN, tenant_id).await
 }
 
 /// Deletes tenant `name` and everything it owns (nothing happens if there is none).
@@ -91,7 +132,8 @@ pub async fn delete(st: &Engine, who: &Caller, name: &str) -> EngineResult<()> {
             workers: t.spec.workers,
         });
     }
-    Ok(st.store.delete_tenant(&t.id).await?)
+    st.store.delete_tenant(&t.id).await?;
+    rebalance(st).await
 }
 
 fn checked(spec: Option<TenantSpecification>) -> EngineResult<TenantSpecification> {

@@ -1,6 +1,8 @@
 //! The engine called directly, on a temporary SQLite store, with no HTTP server: create requests
 //! refused in the engine's own terms, a cluster created and run to active by a scripted worker,
-//! deleted, and a request that cannot be laid out recorded as a terminated cluster.
+//! deleted, and a request that cannot be laid out recorded as a terminated cluster; catalog writes
+//! with provider secrets masked and sealed, and plugin resources from upload to a copy in a new
+//! tenant.
 
 // A test reads as one scenario; short functions (docs/dev/style.md) are for the crates' code.
 #![allow(clippy::too_many_lines)]
@@ -565,4 +567,209 @@ async fn a_lease_whose_answer_was_lost_is_released_by_the_workers_next_request()
     // The job still completes, every task run once by the worker that got it.
     finish(e, fin(next_id, "w2")).await.unwrap();
     assert!(run_worker(e).await > 0);
+}
+
+/// `f.who` as the tenant's admin.
+fn admin(f: &Fixture) -> Caller {
+    Caller {
+        role: Role::Admin,
+        ..f.who.clone()
+    }
+}
+
+#[tokio::test]
+async fn catalog_writes_are_the_admins_and_provider_secrets_are_never_answered() {
+    use weft_engine::{entities, plugins, transfer};
+    let f = fixture(1).await;
+    let (e, admin) = (&f.engine, admin(&f));
+    let cloud = json!({"name": "cloud", "parameters": {"admin": {"fields": {
+        "key": {"label": "key", "type": "password", "sensitive": true}}}}});
+    plugins::register_type(e, "providertypes", "cloud", cloud.to_string().as_bytes())
+        .await
+        .unwrap();
+    let body = json!({"name": "p", "providertype": "cloud",
+                      "provisioner": {"key": "s3cret", "region": "eu"}})
+    .to_string();
+
+    // The role is checked before the body is read.
+    let err = entities::create(e, &f.who, EntityKind::Provider, b"{")
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "user alice is not an admin of tenant acme");
+    entities::create(e, &admin, EntityKind::Provider, body.as_bytes())
+        .await
+        .unwrap();
+    let err = entities::create(e, &admin, EntityKind::Provider, body.as_bytes())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::EntityExists { .. }), "{err:?}");
+    assert_eq!(err.to_string(), "provider p already exists");
+
+    // Answered masked, stored sealed; written back masked, the secret stays.
+    let mut shown = entities::get(e, &f.who, EntityKind::Provider, "p", None)
+        .await
+        .unwrap();
+    assert_eq!(shown["provisioner"]["key"], weft_engine::view::MASK);
+    shown["provisioner"]["region"] = json!("us");
+    entities::put(
+        e,
+        &admin,
+        EntityKind::Provider,
+        "p",
+        shown.to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
+    let stored = e
+        .store
+        .get_entity("t-acme", EntityKind::Provider, "p", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(weft_engine::seal::is_sealed(&stored["provisioner"]["key"]));
+    let mut opened = stored["provisioner"].clone();
+    e.sealer.open_all("t-acme", &mut opened).await.unwrap();
+    assert_eq!(opened, json!({"key": "s3cret", "region": "us"}));
+    let export = transfer::export(e, &f.who).await.unwrap();
+    let exported = export["providers"].as_array().unwrap();
+    let p = exported.iter().find(|p| p["name"] == "p").unwrap();
+    assert_eq!(p["provisioner"]["key"], weft_engine::view::MASK);
+
+    let err = entities::get(e, &f.who, EntityKind::Provider, "p", Some("0"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "Version must be higher then zero");
+    let err = entities::get(e, &f.who, EntityKind::Provider, "nope", None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "provider nope  not found.");
+    let err = entities::delete(e, &f.who, EntityKind::Provider, "p", Some("x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Forbidden(_)), "{err:?}");
+}
+
+/// Resource bytes in memory.
+#[derive(Default)]
+struct Bytes(std::sync::Mutex<BTreeMap<String, bytes::Bytes>>);
+
+fn bytes_key(k: &weft_store::ResourceKey, version: u64) -> String {
+    format!(
+        "{}/{}/{}/{}/{}/{version}",
+        k.tenant_id, k.ptype, k.plugin, k.rtype, k.name
+    )
+}
+
+#[async_trait::async_trait]
+impl weft_engine::plugins::ResourceStore for Bytes {
+    async fn put(
+        &self,
+        key: &weft_store::ResourceKey,
+        version: u64,
+        bytes: bytes::Bytes,
+    ) -> std::io::Result<()> {
+        let mut m = self.0.lock().unwrap();
+        m.insert(bytes_key(key, version), bytes);
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        key: &weft_store::ResourceKey,
+        version: u64,
+    ) -> std::io::Result<Option<bytes::Bytes>> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .get(&bytes_key(key, version))
+            .cloned())
+    }
+
+    async fn delete(&self, key: &weft_store::ResourceKey, version: u64) -> std::io::Result<()> {
+        self.0.lock().unwrap().remove(&bytes_key(key, version));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn plugin_resources_go_through_their_lifecycle_in_the_engine() {
+    use weft_engine::plugins::{self, ResourceType};
+    let f = fixture(1).await;
+    let (e, admin, mem) = (&f.engine, admin(&f), Bytes::default());
+    let shell = json!({"name": "shell", "resourceTypes": {"scripts": {"format": "file"}}});
+    plugins::register_type(e, "automatortypes", "shell", shell.to_string().as_bytes())
+        .await
+        .unwrap();
+    let at = |ptype: &str, plugin: &str, rtype: &str| ResourceType {
+        ptype: ptype.into(),
+        plugin: plugin.into(),
+        rtype: rtype.into(),
+    };
+    let scripts = at("automatortypes", "shell", "scripts");
+    for (bad, says) in [
+        (
+            at("bogus", "shell", "scripts"),
+            "unknown plugin type bogus: expected providertypes or automatortypes",
+        ),
+        (
+            at("automatortypes", "nope", "scripts"),
+            "automator plugin nope not found.",
+        ),
+        (
+            at("automatortypes", "shell", "keys"),
+            "keys for automator plugin shell not found.",
+        ),
+    ] {
+        let err = plugins::list_resources(e, &admin, &bad, None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), says);
+    }
+    let err = plugins::list_resources(e, &f.who, &scripts, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Forbidden(_)), "{err:?}");
+
+    let body = bytes::Bytes::from_static(b"echo hi");
+    let meta = plugins::upload(e, &mem, &admin, scripts.clone(), "run.sh", body.clone())
+        .await
+        .unwrap();
+    assert_eq!(meta.version, 1);
+    let err = plugins::transition(e, &admin, scripts.clone(), ("run.sh", "9"), true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "resource run.sh version 9 not found.");
+    plugins::transition(e, &admin, scripts.clone(), ("run.sh", "1"), true)
+        .await
+        .unwrap();
+    plugins::sync(e, &admin).await.unwrap();
+    let live = plugins::list_versions(e, &admin, &scripts, "run.sh", Some("active"))
+        .await
+        .unwrap();
+    assert_eq!(live.len(), 1);
+    let got = plugins::download(e, &mem, "t-acme", (scripts.clone(), "run.sh"), "1")
+        .await
+        .unwrap();
+    assert_eq!(got, body);
+    let err = plugins::delete_resource(e, &mem, &admin, scripts.clone(), "run.sh", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::ResourceNotDeletable), "{err:?}");
+
+    // A bootstrapped tenant gets a copy, live as it was.
+    plugins::copy_resources(e, &mem, "t-acme", "t-new")
+        .await
+        .unwrap();
+    let got = plugins::download(e, &mem, "t-new", (scripts, "run.sh"), "1")
+        .await
+        .unwrap();
+    assert_eq!(got, body);
+    let rows = e
+        .store
+        .list_resources("t-new", "automatortypes", "shell", "scripts", None)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].meta.status, weft_model::ResourceStatus::Active);
 }

@@ -112,7 +112,13 @@ impl From<EngineError> for ApiError {
             | E::TenantMissing(_)
             | E::TenantNotFound(_)
             | E::ProvisionerNotFound(_)
-            | E::DeliveryNotFound { .. }) => ApiError::NotFound(e.to_string()),
+            | E::DeliveryNotFound { .. }
+            | E::EntityNotFound { .. }
+            | E::UnknownPluginKind(_)
+            | E::PluginNotFound { .. }
+            | E::ResourceTypeNotFound { .. }
+            | E::ResourceVersionNotFound { .. }
+            | E::ResourceNotFound) => ApiError::NotFound(e.to_string()),
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }
             | E::JobUnderway { .. }
@@ -123,11 +129,13 @@ impl From<EngineError> for ApiError {
             | E::NotOffered { .. }
             | E::Unservable(_)
             | E::Incomplete { .. }
-            | E::CannotAbort
             | E::TenantExists(_)
             | E::NoWorkerCapacity { .. }
             | E::LimitsBelowUsage { .. }
-            | E::TenantHasWorkers { .. }) => ApiError::Conflict(e.to_string()),
+            | E::TenantHasWorkers { .. }
+            | E::EntityExists { .. }
+            | E::ResourceNotDeletable
+            | E::CannotAbort) => ApiError::Conflict(e.to_string()),
             e @ (E::NotRegistered(_) | E::NotYourTenant { .. } | E::Forbidden(_)) => {
                 ApiError::Forbidden(e.to_string())
             }

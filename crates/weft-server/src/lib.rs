@@ -466,8 +466,8 @@ pub async fn seed_catalog(
     }
     let v = weft_model::lenient::parse(json.as_bytes())
         .map_err(|e| ServerError::Catalog(e.to_string()))?;
-    let entities =
-        routes::catalog::catalog_entities(v).map_err(|e| ServerError::Catalog(e.to_string()))?;
+    let entities = weft_engine::entities::catalog_entities(v)
+        .map_err(|e| ServerError::Catalog(e.to_string()))?;
     store.replace_entities(tenant_id, &entities).await?;
     Ok(true)
 }

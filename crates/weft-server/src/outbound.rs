@@ -37,6 +37,10 @@ impl weft_engine::Messenger for Courier {
         spawn_assignments(self, moved);
     }
 
+    fn resources_synced(&self, tenant: &str) {
+        spawn_resources(self, tenant);
+    }
+
     async fn post_json(&self, url: &str, body: &Value, limit: Duration) -> Result<(), String> {
         post_json(url, body, limit).await
     }

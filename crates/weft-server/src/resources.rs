@@ -1,6 +1,7 @@
-//! Where the bytes of plugin resources live, behind [`ResourceStore`]. The default keeps them on the
-//! local filesystem under `<data_dir>/resources/<tenant>/<ptype>/<plugin>/<rtype>/<name>/<version>`;
-//! another backend (an object store, say) implements the same trait.
+//! Where the bytes of plugin resources live, behind the engine's [`ResourceStore`]. The default
+//! keeps them on the local filesystem under
+//! `<data_dir>/resources/<tenant>/<ptype>/<plugin>/<rtype>/<name>/<version>`; another backend (an
+//! object store, say) implements the same trait.
 
 use std::path::PathBuf;
 
@@ -8,14 +9,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use weft_store::ResourceKey;
 
-#[async_trait]
-pub trait ResourceStore: Send + Sync + 'static {
-    async fn put(&self, key: &ResourceKey, version: u64, bytes: Bytes) -> std::io::Result<()>;
-    /// `None` if there are no bytes for this version.
-    async fn get(&self, key: &ResourceKey, version: u64) -> std::io::Result<Option<Bytes>>;
-    /// Removes the bytes; absent bytes are not an error.
-    async fn delete(&self, key: &ResourceKey, version: u64) -> std::io::Result<()>;
-}
+pub use weft_engine::plugins::ResourceStore;
 
 /// Plugin resources on the local filesystem.
 pub struct LocalResourceStore {

@@ -1,18 +1,18 @@
 //! `/v2/export`, `/v2/import` and `/v2/resolve`: the whole catalog of a tenant at once, and template
-//! inheritance.
+//! inheritance (the rules are `weft_engine::transfer`'s and `weft_engine::catalog`'s).
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::MethodFilter;
 use axum::Json;
-use serde_json::{Map, Value};
-use weft_model::{lenient, CatalogWriteAnswer, ClusterTemplate, EntityKind, SealedExportRequest};
+use serde_json::Value;
+use weft_engine::{catalog, transfer};
+use weft_model::{CatalogWriteAnswer, ClusterTemplate};
 
-use super::entities::{mask_provider, normalize, provider_to_store, sensitive_fields};
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::state::AppState;
 
 pub fn routes(api: Api) -> Api {
@@ -92,7 +92,7 @@ pub fn routes(api: Api) -> Api {
 }
 
 async fn export(State(st): State<AppState>, id: Identity) -> ApiResult<Json<Value>> {
-    catalog_export(&st, &id, None).await.map(Json)
+    Ok(Json(transfer::export(&st.engine, &id.caller()).await?))
 }
 
 async fn export_sealed(
@@ -100,74 +100,9 @@ async fn export_sealed(
     id: Identity,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    id.require_admin()?;
-    // Read strictly: a passphrase is text, never a number or a boolean turned into one.
-    let req: SealedExportRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("an object with a passphrase: {e}")))?;
-    let sealer = weft_engine::seal::ExportSealer::new(&req.passphrase)?;
-    catalog_export(&st, &id, Some(&sealer)).await.map(Json)
-}
-
-/// The tenant's catalog: sensitive provider fields masked, or (`sealer`) sealed under an
-/// export's passphrase.
-async fn catalog_export(
-    st: &AppState,
-    id: &Identity,
-    sealer: Option<&weft_engine::seal::ExportSealer>,
-) -> ApiResult<Value> {
-    let mut out = Map::new();
-    for kind in EntityKind::ADMIN {
-        let mut items = st.store.list_entities(&id.tenant.id, kind).await?;
-        if kind == EntityKind::Provider {
-            for item in &mut items {
-                match sealer {
-                    None => mask_provider(st.store.as_ref(), item).await?,
-                    Some(s) => seal_for_export(st, &id.tenant.id, item, s).await?,
-                }
-            }
-        }
-        out.insert(kind.as_str().into(), Value::Array(items));
-    }
-    Ok(Value::Object(out))
-}
-
-/// A provider's sensitive fields opened from the store and sealed under the export's passphrase.
-async fn seal_for_export(
-    st: &AppState,
-    tenant: &str,
-    provider: &mut Value,
-    sealer: &weft_engine::seal::ExportSealer,
-) -> ApiResult<()> {
-    let fields = sensitive_fields(st.store.as_ref(), provider).await?;
-    if let Some(p) = provider
-        .get_mut("provisioner")
-        .and_then(Value::as_object_mut)
-    {
-        for f in fields {
-            if let Some(v) = p.get_mut(&f) {
-                st.engine.sealer.open_all(tenant, v).await?;
-                *v = sealer.seal(v);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Opens the values of `doc` (a provider) that an export sealed under a passphrase.
-fn open_exported(
-    opener: &mut weft_engine::seal::ExportOpener,
-    name: &str,
-    doc: &mut Value,
-) -> ApiResult<()> {
-    if let Some(p) = doc.get_mut("provisioner").and_then(Value::as_object_mut) {
-        for (k, v) in p.iter_mut() {
-            let field = format!("providers[{name}].provisioner.{k}");
-            if let Some(plain) = opener.open(v, &field)? {
-                *v = plain;
-            }
-        }
-    }
-    Ok(())
+    Ok(Json(
+        transfer::export_sealed(&st.engine, &id.caller(), &body).await?,
+    ))
 }
 
 async fn import(
@@ -175,58 +110,9 @@ async fn import(
     id: Identity,
     body: Bytes,
 ) -> ApiResult<Json<CatalogWriteAnswer>> {
-    id.require_admin()?;
-    let mut v = lenient::parse(&body)
-        .map_err(|e| ApiError::BadRequest(format!("Json syntax error: {e}")))?;
-    let passphrase = match v.as_object_mut().and_then(|o| o.remove("passphrase")) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(p)) => Some(p),
-        // The lenient reader's habit: numbers and booleans as their text.
-        Some(v @ (Value::Bool(_) | Value::Number(_))) => Some(v.to_string()),
-        Some(_) => return Err(ApiError::BadRequest("passphrase: expected a string".into())),
-    };
-    let mut opener = weft_engine::seal::ExportOpener::new(passphrase);
-    let mut entities = catalog_entities(v)?;
-    for (kind, name, doc) in entities.iter_mut() {
-        if *kind == EntityKind::Provider {
-            open_exported(&mut opener, name, doc)?;
-            provider_to_store(&st.engine, &id.tenant.id, doc).await?;
-        }
-        weft_engine::gaps::refuse_unrunnable(&st.engine, *kind, doc).await?;
-    }
-    st.store.replace_entities(&id.tenant.id, &entities).await?;
-    st.engine.providers.forget(&id.tenant.id);
-    let warnings = weft_engine::gaps::import_warnings(&st.engine, &id.tenant.id, &entities).await?;
-    Ok(Json(CatalogWriteAnswer { warnings }))
-}
-
-/// The entities of a catalog document (the shape of `GET /v2/export`), each read leniently,
-/// validated and in canonical form. A kind left out contributes nothing.
-pub fn catalog_entities(v: Value) -> ApiResult<Vec<(EntityKind, String, Value)>> {
-    let Value::Object(mut obj) = v else {
-        return Err(ApiError::BadRequest(
-            "Json syntax error: expected an object with the six entity lists".into(),
-        ));
-    };
-    let mut entities = Vec::new();
-    for kind in EntityKind::ADMIN {
-        let items = match obj.remove(kind.as_str()) {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(a)) => a,
-            Some(_) => {
-                return Err(ApiError::BadRequest(format!(
-                    "{}: expected an array",
-                    kind.as_str()
-                )))
-            }
-        };
-        for (i, item) in items.into_iter().enumerate() {
-            let (name, doc) = normalize(kind, item, None)
-                .map_err(|e| ApiError::BadRequest(format!("{}[{i}]: {e}", kind.as_str())))?;
-            entities.push((kind, name, doc));
-        }
-    }
-    Ok(entities)
+    Ok(Json(
+        transfer::import(&st.engine, &id.caller(), &body).await?,
+    ))
 }
 
 async fn resolve(
@@ -235,11 +121,7 @@ async fn resolve(
     body: Bytes,
 ) -> ApiResult<Json<ClusterTemplate>> {
     let own: ClusterTemplate = parse_body(&body, "a cluster template")?;
-    let (extends, includes) = (own.extends.clone(), own.includes.clone());
-    let mut merged =
-        weft_engine::catalog::resolve_in_tenant(&st.engine, &id.tenant.id, own).await?;
-    // As Coopr answers: the merged template still names what it extends and includes.
-    merged.extends = extends;
-    merged.includes = includes;
-    Ok(Json(merged))
+    Ok(Json(
+        catalog::resolve_as_asked(&st.engine, &id.tenant.id, own).await?,
+    ))
 }

@@ -6,25 +6,16 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use weft_model::lenient;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 
 /// Reads a JSON request body leniently into `T`; `what` names the expected body in messages.
 pub fn parse_body<T: DeserializeOwned>(body: &Bytes, what: &str) -> ApiResult<T> {
     Ok(lenient::parse_as(body, what)?)
 }
 
-/// Parses a version path segment as Coopr did.
+/// Parses a version path segment as Coopr did (`weft_engine::entities::parse_version`).
 pub fn parse_version(s: &str) -> ApiResult<u64> {
-    let v: i64 = s
-        .trim()
-        .parse()
-        .map_err(|_| ApiError::BadRequest("Version must be a number".into()))?;
-    if v <= 0 {
-        return Err(ApiError::BadRequest(
-            "Version must be higher then zero".into(),
-        ));
-    }
-    Ok(v as u64)
+    Ok(weft_engine::entities::parse_version(s)?)
 }
 
 #[derive(Debug, Deserialize)]

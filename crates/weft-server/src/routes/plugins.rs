@@ -4,7 +4,7 @@
 //! the superadmin tenant; every tenant reads the same ones; only the superadmin deletes them. Plugin
 //! resources (scripts, keys, archives) belong to a tenant and are managed by its admin: upload makes
 //! an inactive version, stage and recall mark what the next sync makes live, and provisioners download
-//! the bytes on the internal port.
+//! the bytes on the internal port. The rules are `weft_engine::plugins`'.
 
 use std::collections::BTreeMap;
 
@@ -17,25 +17,13 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
-use weft_model::{validate_name, EntityKind, PluginType, ResourceMeta, ResourceStatus};
-use weft_store::{ResourceDelete, ResourceKey, SUPERADMIN};
+use weft_engine::plugins::{self, ResourceType};
+use weft_model::ResourceMeta;
 
-use super::entities::normalize;
-use super::params::{parse_body, parse_version};
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::state::AppState;
-
-fn plugin_kind(ptype: &str) -> ApiResult<EntityKind> {
-    match ptype {
-        "providertypes" => Ok(EntityKind::ProviderType),
-        "automatortypes" => Ok(EntityKind::AutomatorType),
-        other => Err(ApiError::NotFound(format!(
-            "unknown plugin type {other}: expected providertypes or automatortypes"
-        ))),
-    }
-}
 
 pub fn external_routes(api: Api, resource_limit: usize) -> Api {
     let api = type_routes(api);
@@ -211,13 +199,27 @@ pub fn internal_routes(api: Api) -> Api {
     )
 }
 
+/// A path's `{ptype}/{name}/{rtype}`.
+type TypePath = (String, String, String);
+/// A path's `{ptype}/{name}/{rtype}/{rname}`.
+type NamePath = (String, String, String, String);
+/// A path's `{ptype}/{name}/{rtype}/{rname}/versions/{version}`.
+type VersionPath = (String, String, String, String, String);
+
+fn at(ptype: String, plugin: String, rtype: String) -> ResourceType {
+    ResourceType {
+        ptype,
+        plugin,
+        rtype,
+    }
+}
+
 async fn list_types(
     State(st): State<AppState>,
     _id: Identity,
     Path(ptype): Path<String>,
 ) -> ApiResult<Json<Vec<Value>>> {
-    let kind = plugin_kind(&ptype)?;
-    Ok(Json(st.store.list_entities(SUPERADMIN, kind).await?))
+    Ok(Json(plugins::list_types(&st.engine, &ptype).await?))
 }
 
 async fn get_type(
@@ -225,13 +227,7 @@ async fn get_type(
     _id: Identity,
     Path((ptype, name)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let kind = plugin_kind(&ptype)?;
-    let doc = st
-        .store
-        .get_entity(SUPERADMIN, kind, &name, None)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("{} {name} not found.", kind.label())))?;
-    Ok(Json(doc))
+    Ok(Json(plugins::get_type(&st.engine, &ptype, &name).await?))
 }
 
 async fn delete_type(
@@ -239,26 +235,16 @@ async fn delete_type(
     id: Identity,
     Path((ptype, name)): Path<(String, String)>,
 ) -> ApiResult<()> {
-    id.require_superadmin()?;
-    let kind = plugin_kind(&ptype)?;
-    Ok(st
-        .store
-        .delete_entity(SUPERADMIN, kind, &name, None)
-        .await?)
+    Ok(plugins::delete_type(&st.engine, &id.caller(), &ptype, &name, None).await?)
 }
 
 async fn delete_type_version(
     State(st): State<AppState>,
     id: Identity,
-    Path((ptype, name, version)): Path<(String, String, String)>,
+    Path((ptype, name, version)): Path<TypePath>,
 ) -> ApiResult<()> {
-    id.require_superadmin()?;
-    let kind = plugin_kind(&ptype)?;
-    let version = parse_version(&version)?;
-    Ok(st
-        .store
-        .delete_entity(SUPERADMIN, kind, &name, Some(version))
-        .await?)
+    let version = Some(version.as_str());
+    Ok(plugins::delete_type(&st.engine, &id.caller(), &ptype, &name, version).await?)
 }
 
 async fn register_type(
@@ -266,52 +252,7 @@ async fn register_type(
     Path((ptype, name)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<()> {
-    let kind = plugin_kind(&ptype)?;
-    let value: Value = parse_body(&body, "a plugin type object")?;
-    if !value.is_object() {
-        return Err(ApiError::BadRequest(
-            "request body must be a plugin type object".into(),
-        ));
-    }
-    let (name, doc) = normalize(kind, value, Some(&name))?;
-    st.store.put_entity(SUPERADMIN, kind, &name, &doc).await?;
-    Ok(())
-}
-
-/// Checks the caller and that `{ptype}/{name}` has resource type `rtype`.
-async fn resource_scope(
-    st: &AppState,
-    id: &Identity,
-    ptype: &str,
-    plugin: &str,
-    rtype: &str,
-) -> ApiResult<()> {
-    id.require_admin()?;
-    let kind = plugin_kind(ptype)?;
-    let doc = st
-        .store
-        .get_entity(SUPERADMIN, kind, plugin, None)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("{} {plugin} not found.", kind.label())))?;
-    let pt: PluginType =
-        serde_json::from_value(doc).map_err(|e| ApiError::Internal(e.to_string()))?;
-    if !pt.resource_types.contains_key(rtype) {
-        return Err(ApiError::NotFound(format!(
-            "{rtype} for {} {plugin} not found.",
-            kind.label()
-        )));
-    }
-    Ok(())
-}
-
-fn key(id: &Identity, ptype: String, plugin: String, rtype: String, name: String) -> ResourceKey {
-    ResourceKey {
-        tenant_id: id.tenant.id.clone(),
-        ptype,
-        plugin,
-        rtype,
-        name,
-    }
+    Ok(plugins::register_type(&st.engine, &ptype, &name, &body).await?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -319,172 +260,87 @@ struct StatusFilter {
     status: Option<String>,
 }
 
-fn status_filter(q: &StatusFilter) -> ApiResult<Option<ResourceStatus>> {
-    q.status
-        .as_deref()
-        .map(|s| {
-            ResourceStatus::parse(s)
-                .ok_or_else(|| ApiError::BadRequest("invalid status filter.".into()))
-        })
-        .transpose()
-}
-
 async fn list_resources(
     State(st): State<AppState>,
     id: Identity,
-    Path((ptype, plugin, rtype)): Path<(String, String, String)>,
+    Path((ptype, plugin, rtype)): Path<TypePath>,
     Query(q): Query<StatusFilter>,
 ) -> ApiResult<Json<BTreeMap<String, Vec<ResourceMeta>>>> {
-    resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
-    let filter = status_filter(&q)?;
-    let mut out: BTreeMap<String, Vec<ResourceMeta>> = BTreeMap::new();
-    for row in st
-        .store
-        .list_resources(&id.tenant.id, &ptype, &plugin, &rtype, None)
-        .await?
-    {
-        if filter.is_none_or(|f| f == row.meta.status) {
-            out.entry(row.key.name).or_default().push(row.meta);
-        }
-    }
-    Ok(Json(out))
+    let at = at(ptype, plugin, rtype);
+    let status = q.status.as_deref();
+    Ok(Json(
+        plugins::list_resources(&st.engine, &id.caller(), &at, status).await?,
+    ))
 }
 
 async fn list_versions(
     State(st): State<AppState>,
     id: Identity,
-    Path((ptype, plugin, rtype, rname)): Path<(String, String, String, String)>,
+    Path((ptype, plugin, rtype, rname)): Path<NamePath>,
     Query(q): Query<StatusFilter>,
 ) -> ApiResult<Json<Vec<ResourceMeta>>> {
-    resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
-    let filter = status_filter(&q)?;
-    let rows = st
-        .store
-        .list_resources(&id.tenant.id, &ptype, &plugin, &rtype, Some(&rname))
-        .await?;
+    let at = at(ptype, plugin, rtype);
+    let status = q.status.as_deref();
     Ok(Json(
-        rows.into_iter()
-            .map(|r| r.meta)
-            .filter(|m| filter.is_none_or(|f| f == m.status))
-            .collect(),
+        plugins::list_versions(&st.engine, &id.caller(), &at, &rname, status).await?,
     ))
 }
 
 async fn upload(
     State(st): State<AppState>,
     id: Identity,
-    Path((ptype, plugin, rtype, rname)): Path<(String, String, String, String)>,
+    Path((ptype, plugin, rtype, rname)): Path<NamePath>,
     body: Bytes,
 ) -> ApiResult<Json<ResourceMeta>> {
-    resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
-    validate_name("resource name", &rname)?;
-    let key = key(&id, ptype, plugin, rtype, rname);
-    let version = st.store.create_resource_version(&key).await?;
-    if let Err(e) = st.resources.put(&key, version, body).await {
-        // Without its bytes the version must not exist: take the record back.
-        let _ = st.store.delete_resource(&key, Some(version)).await;
-        return Err(ApiError::Internal(format!("storing resource bytes: {e}")));
-    }
-    Ok(Json(ResourceMeta {
-        name: key.name,
-        version,
-        status: ResourceStatus::Inactive,
-    }))
-}
-
-async fn transition(
-    st: AppState,
-    id: Identity,
-    (ptype, plugin, rtype, rname, version): (String, String, String, String, String),
-    stage: bool,
-) -> ApiResult<()> {
-    resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
-    let version = parse_version(&version)?;
-    let key = key(&id, ptype, plugin, rtype, rname);
-    let found = if stage {
-        st.store.stage_resource(&key, version).await?
-    } else {
-        st.store.recall_resource(&key, version).await?
-    };
-    if found {
-        Ok(())
-    } else {
-        Err(ApiError::NotFound(format!(
-            "resource {} version {version} not found.",
-            key.name
-        )))
-    }
+    let (at, who) = (at(ptype, plugin, rtype), id.caller());
+    let resources = st.resources.as_ref();
+    Ok(Json(
+        plugins::upload(&st.engine, resources, &who, at, &rname, body).await?,
+    ))
 }
 
 async fn stage(
     State(st): State<AppState>,
     id: Identity,
-    Path(p): Path<(String, String, String, String, String)>,
+    Path((ptype, plugin, rtype, rname, version)): Path<VersionPath>,
 ) -> ApiResult<()> {
-    transition(st, id, p, true).await
+    let at = at(ptype, plugin, rtype);
+    let version = (rname.as_str(), version.as_str());
+    Ok(plugins::transition(&st.engine, &id.caller(), at, version, true).await?)
 }
 
 async fn recall(
     State(st): State<AppState>,
     id: Identity,
-    Path(p): Path<(String, String, String, String, String)>,
+    Path((ptype, plugin, rtype, rname, version)): Path<VersionPath>,
 ) -> ApiResult<()> {
-    transition(st, id, p, false).await
-}
-
-async fn remove(st: &AppState, key: &ResourceKey, version: Option<u64>) -> ApiResult<()> {
-    let rows = st
-        .store
-        .list_resources(
-            &key.tenant_id,
-            &key.ptype,
-            &key.plugin,
-            &key.rtype,
-            Some(&key.name),
-        )
-        .await?;
-    match st.store.delete_resource(key, version).await? {
-        ResourceDelete::NotDeletable => Err(ApiError::Conflict(
-            "Resource not in a deletable state.".into(),
-        )),
-        ResourceDelete::Deleted => {
-            for row in rows
-                .iter()
-                .filter(|r| version.is_none_or(|v| v == r.meta.version))
-            {
-                if let Err(e) = st.resources.delete(key, row.meta.version).await {
-                    tracing::warn!(resource = %key.name, version = row.meta.version, error = %e, "could not remove resource bytes");
-                }
-            }
-            Ok(())
-        }
-    }
+    let at = at(ptype, plugin, rtype);
+    let version = (rname.as_str(), version.as_str());
+    Ok(plugins::transition(&st.engine, &id.caller(), at, version, false).await?)
 }
 
 async fn delete_resource(
     State(st): State<AppState>,
     id: Identity,
-    Path((ptype, plugin, rtype, rname)): Path<(String, String, String, String)>,
+    Path((ptype, plugin, rtype, rname)): Path<NamePath>,
 ) -> ApiResult<()> {
-    resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
-    remove(&st, &key(&id, ptype, plugin, rtype, rname), None).await
+    let (at, who) = (at(ptype, plugin, rtype), id.caller());
+    let resources = st.resources.as_ref();
+    Ok(plugins::delete_resource(&st.engine, resources, &who, at, &rname, None).await?)
 }
 
 async fn delete_resource_version(
     State(st): State<AppState>,
     id: Identity,
-    Path((ptype, plugin, rtype, rname, version)): Path<(String, String, String, String, String)>,
+    Path((ptype, plugin, rtype, rname, version)): Path<VersionPath>,
 ) -> ApiResult<()> {
-    resource_scope(&st, &id, &ptype, &plugin, &rtype).await?;
-    let version = parse_version(&version)?;
-    remove(&st, &key(&id, ptype, plugin, rtype, rname), Some(version)).await
+    let (at, who) = (at(ptype, plugin, rtype), id.caller());
+    let (resources, version) = (st.resources.as_ref(), Some(version.as_str()));
+    Ok(plugins::delete_resource(&st.engine, resources, &who, at, &rname, version).await?)
 }
 
 async fn sync(State(st): State<AppState>, id: Identity) -> ApiResult<()> {
-    id.require_admin()?;
-    st.store.sync_resources(&id.tenant.id).await?;
-    crate::outbound::spawn_resources(&st.courier, &id.tenant.id);
-    Ok(())
+    Ok(plugins::sync(&st.engine, &id.caller()).await?)
 }
 
 async fn download(
@@ -498,80 +354,8 @@ async fn download(
         String,
     )>,
 ) -> ApiResult<Response> {
-    let version = parse_version(&version)?;
-    plugin_kind(&ptype)?;
-    let key = ResourceKey {
-        tenant_id,
-        ptype,
-        plugin,
-        rtype,
-        name: rname,
-    };
-    let known = st
-        .store
-        .list_resources(
-            &key.tenant_id,
-            &key.ptype,
-            &key.plugin,
-            &key.rtype,
-            Some(&key.name),
-        )
-        .await?
-        .iter()
-        .any(|r| r.meta.version == version);
-    let bytes = match known {
-        true => st
-            .resources
-            .get(&key, version)
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?,
-        false => None,
-    };
-    let bytes = bytes.ok_or_else(|| ApiError::NotFound("Resource not found.".into()))?;
+    let name = (at(ptype, plugin, rtype), rname.as_str());
+    let resources = st.resources.as_ref();
+    let bytes = plugins::download(&st.engine, resources, &tenant_id, name, &version).await?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
-}
-
-/// Copies every resource version of `from` into `to` (a bootstrapped tenant), keeping what was
-/// live or staged live after a sync.
-pub async fn copy_resources(st: &AppState, from: &str, to: &str) -> ApiResult<()> {
-    for kind in [EntityKind::ProviderType, EntityKind::AutomatorType] {
-        for doc in st.store.list_entities(SUPERADMIN, kind).await? {
-            let Ok(pt) = serde_json::from_value::<PluginType>(doc) else {
-                continue;
-            };
-            for rtype in pt.resource_types.keys() {
-                for row in st
-                    .store
-                    .list_resources(from, kind.as_str(), &pt.name, rtype, None)
-                    .await?
-                {
-                    let Some(bytes) = st
-                        .resources
-                        .get(&row.key, row.meta.version)
-                        .await
-                        .map_err(|e| ApiError::Internal(e.to_string()))?
-                    else {
-                        continue;
-                    };
-                    let key = ResourceKey {
-                        tenant_id: to.to_string(),
-                        ..row.key.clone()
-                    };
-                    let v = st.store.create_resource_version(&key).await?;
-                    st.resources
-                        .put(&key, v, bytes)
-                        .await
-                        .map_err(|e| ApiError::Internal(e.to_string()))?;
-                    if matches!(
-                        row.meta.status,
-                        ResourceStatus::Active | ResourceStatus::Staged
-                    ) {
-                        st.store.stage_resource(&key, v).await?;
-                    }
-                }
-            }
-        }
-    }
-    st.store.sync_resources(to).await?;
-    Ok(())
 }

@@ -5,15 +5,13 @@ use axum::extract::{Path, State};
 use axum::routing::MethodFilter;
 use axum::Json;
 use weft_engine::tenants;
-use weft_model::{EntityKind, TenantSpecification, TenantWriteRequest};
-use weft_store::SUPERADMIN;
+use weft_model::{TenantSpecification, TenantWriteRequest};
 
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
-use weft_engine::workers::rebalance;
 
 pub fn routes(api: Api) -> Api {
     api.route(
@@ -93,11 +91,8 @@ fn read_request(body: &Bytes) -> ApiResult<TenantWriteRequest> {
 
 async fn create(State(st): State<AppState>, id: Identity, body: Bytes) -> ApiResult<()> {
     let req = read_request(&body)?;
-    let tenant = tenants::create(&st.engine, &id.caller(), req.tenant).await?;
-    if req.bootstrap {
-        bootstrap_tenant(&st, &tenant.id).await?;
-    }
-    Ok(rebalance(&st.engine).await?)
+    let bootstrap = req.bootstrap.then_some(st.resources.as_ref());
+    Ok(tenants::create(&st.engine, &id.caller(), req.tenant, bootstrap).await?)
 }
 
 async fn put(
@@ -107,11 +102,8 @@ async fn put(
     body: Bytes,
 ) -> ApiResult<()> {
     let req = read_request(&body)?;
-    let made = tenants::put(&st.engine, &id.caller(), &name, req.tenant).await?;
-    if let Some(tenant) = made.filter(|_| req.bootstrap) {
-        bootstrap_tenant(&st, &tenant.id).await?;
-    }
-    Ok(rebalance(&st.engine).await?)
+    let bootstrap = req.bootstrap.then_some(st.resources.as_ref());
+    Ok(tenants::put(&st.engine, &id.caller(), &name, req.tenant, bootstrap).await?)
 }
 
 async fn delete(
@@ -119,28 +111,5 @@ async fn delete(
     id: Identity,
     Path(name): Path<String>,
 ) -> ApiResult<()> {
-    tenants::delete(&st.engine, &id.caller(), &name).await?;
-    Ok(rebalance(&st.engine).await?)
-}
-
-/// Copies the superadmin's catalog (entities and plugin resources) into a new tenant.
-pub async fn bootstrap_tenant(st: &AppState, tenant_id: &str) -> ApiResult<()> {
-    let mut entities = Vec::new();
-    for kind in EntityKind::ADMIN {
-        for mut doc in st.store.list_entities(SUPERADMIN, kind).await? {
-            if kind == EntityKind::Provider {
-                // A sealed value opens only for its own tenant: sealed again for the new one.
-                st.engine.sealer.open_all(SUPERADMIN, &mut doc).await?;
-                super::entities::provider_to_store(&st.engine, tenant_id, &mut doc).await?;
-            }
-            let name = doc
-                .get("name")
-                .and_then(|n| n.as_str())
-                .unwrap_or_default()
-                .to_string();
-            entities.push((kind, name, doc));
-        }
-    }
-    st.store.replace_entities(tenant_id, &entities).await?;
-    super::plugins::copy_resources(st, SUPERADMIN, tenant_id).await
+    Ok(tenants::delete(&st.engine, &id.caller(), &name).await?)
 }
