@@ -243,6 +243,18 @@ impl Caller {
         self.role >= Role::Admin
     }
 
+    /// Refuses a caller who does not administer its tenant.
+    pub fn require_admin(&self) -> EngineResult<()> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(EngineError::Forbidden(format!(
+                "user {} is not an admin of tenant {}",
+                self.user, self.tenant.spec.name
+            )))
+        }
+    }
+
     /// Refuses (an empty 403, as Coopr answered) a caller who is not the superadmin.
     pub fn require_superadmin(&self) -> EngineResult<()> {
         if self.role == Role::SuperAdmin {

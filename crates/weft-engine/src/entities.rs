@@ -14,28 +14,7 @@ use weft_store::{StoreError, SUPERADMIN};
 
 use crate::error::{EngineError, EngineResult};
 use crate::view::MASK;
-use crate::{gaps, Caller, Engine, Role};
-
-/// Refuses a caller that is not the tenant's admin (the superadmin is one).
-pub fn require_admin(who: &Caller) -> EngineResult<()> {
-    if who.is_admin() {
-        Ok(())
-    } else {
-        Err(EngineError::Forbidden(format!(
-            "user {} is not an admin of tenant {}",
-            who.user, who.tenant.spec.name
-        )))
-    }
-}
-
-/// Refuses a caller that is not the superadmin, with an empty message (as Coopr answers).
-pub fn require_superadmin(who: &Caller) -> EngineResult<()> {
-    if who.role == Role::SuperAdmin {
-        Ok(())
-    } else {
-        Err(EngineError::Forbidden(String::new()))
-    }
-}
+use crate::{gaps, Caller, Engine};
 
 /// A version as a path names it, read as Coopr did: a positive number.
 pub fn parse_version(s: &str) -> EngineResult<u64> {
@@ -107,7 +86,7 @@ pub async fn create(
     kind: EntityKind,
     body: &[u8],
 ) -> EngineResult<CatalogWriteAnswer> {
-    require_admin(who)?;
+    who.require_admin()?;
     let (name, doc) = for_store(st, who, kind, body, None).await?;
     match st
         .store
@@ -133,7 +112,7 @@ pub async fn put(
     name: &str,
     body: &[u8],
 ) -> EngineResult<CatalogWriteAnswer> {
-    require_admin(who)?;
+    who.require_admin()?;
     let (name, doc) = for_store(st, who, kind, body, Some(name)).await?;
     st.store
         .put_entity(&who.tenant.id, kind, &name, &doc)
@@ -151,7 +130,7 @@ pub async fn delete(
     name: &str,
     version: Option<&str>,
 ) -> EngineResult<()> {
-    require_admin(who)?;
+    who.require_admin()?;
     let version = version.map(parse_version).transpose()?;
     st.store
         .delete_entity(&who.tenant.id, kind, name, version)

@@ -16,7 +16,7 @@ use serde_json::Value;
 use weft_model::{validate_name, EntityKind, PluginType, ResourceMeta, ResourceStatus};
 use weft_store::{ResourceDelete, ResourceKey, SUPERADMIN};
 
-use crate::entities::{normalize, parse_version, require_admin, require_superadmin};
+use crate::entities::{normalize, parse_version};
 use crate::error::{EngineError, EngineResult};
 use crate::{Caller, Engine};
 
@@ -83,7 +83,7 @@ pub async fn delete_type(
     name: &str,
     version: Option<&str>,
 ) -> EngineResult<()> {
-    require_superadmin(who)?;
+    who.require_superadmin()?;
     let kind = plugin_kind(ptype)?;
     let version = version.map(parse_version).transpose()?;
     Ok(st
@@ -115,7 +115,7 @@ fn not_registered(kind: EntityKind, name: &str) -> EngineError {
 
 /// Checks the caller (the tenant's admin) and that the plugin type has the resource type.
 async fn resource_scope(st: &Engine, who: &Caller, at: &ResourceType) -> EngineResult<()> {
-    require_admin(who)?;
+    who.require_admin()?;
     let kind = plugin_kind(&at.ptype)?;
     let doc = st
         .store
@@ -284,7 +284,7 @@ pub async fn delete_resource(
 ///
 /// [`Messenger`]: crate::Messenger
 pub async fn sync(st: &Engine, who: &Caller) -> EngineResult<()> {
-    require_admin(who)?;
+    who.require_admin()?;
     st.store.sync_resources(&who.tenant.id).await?;
     st.messenger.resources_synced(&who.tenant.id);
     Ok(())

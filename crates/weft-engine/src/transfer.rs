@@ -5,9 +5,7 @@
 use serde_json::{Map, Value};
 use weft_model::{lenient, CatalogWriteAnswer, EntityKind, SealedExportRequest};
 
-use crate::entities::{
-    catalog_entities, mask_provider, provider_to_store, require_admin, sensitive_fields,
-};
+use crate::entities::{catalog_entities, mask_provider, provider_to_store, sensitive_fields};
 use crate::error::{EngineError, EngineResult};
 use crate::seal::{ExportOpener, ExportSealer};
 use crate::{gaps, Caller, Engine};
@@ -20,7 +18,7 @@ pub async fn export(st: &Engine, who: &Caller) -> EngineResult<Value> {
 /// The catalog with its secrets, each sealed under the passphrase of `body` (admin; the body is
 /// read strictly: a passphrase is text, never a number or a boolean turned into one).
 pub async fn export_sealed(st: &Engine, who: &Caller, body: &[u8]) -> EngineResult<Value> {
-    require_admin(who)?;
+    who.require_admin()?;
     let req: SealedExportRequest = serde_json::from_slice(body)
         .map_err(|e| EngineError::Invalid(format!("an object with a passphrase: {e}")))?;
     let sealer = ExportSealer::new(&req.passphrase)?;
@@ -75,7 +73,7 @@ async fn seal_for_export(
 /// Replaces the tenant's whole catalog with the one in `body` (admin; kinds left out end up
 /// empty). Answers what each entry lacks or may not mean.
 pub async fn import(st: &Engine, who: &Caller, body: &[u8]) -> EngineResult<CatalogWriteAnswer> {
-    require_admin(who)?;
+    who.require_admin()?;
     let tenant = &who.tenant.id;
     let mut v = lenient::parse(body)
         .map_err(|e| EngineError::Invalid(format!("Json syntax error: {e}")))?;
