@@ -87,6 +87,29 @@ pub enum EngineError {
     /// A user with no profile asked for it.
     #[error("profile for user {0} not found.")]
     ProfileNotFound(String),
+    /// A provider without a host pool, asked for its hosts.
+    #[error("provider {provider} has no host pool: its type is {providertype}, not hostpool")]
+    NotAPool {
+        provider: String,
+        providertype: String,
+    },
+    /// A host a pool does not have.
+    #[error("host {host} not found in the pool of provider {provider}.")]
+    HostNotFound { provider: String, host: String },
+    /// A host whose id, or address and port, another host of the tenant has.
+    #[error("host {host} (or another host at {address}:{port}) already exists")]
+    HostExists {
+        host: String,
+        address: String,
+        port: u16,
+    },
+    /// A host lent to a node, asked to leave its pool.
+    #[error("host {host} is lent to node {node} of cluster {cluster}: delete the cluster (or shrink it) first")]
+    HostInUse {
+        host: String,
+        node: String,
+        cluster: String,
+    },
     /// A provisioner that is not registered (a heartbeat: it registers again).
     #[error("Provisioner {0} not found.")]
     ProvisionerNotFound(String),

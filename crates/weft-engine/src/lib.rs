@@ -67,6 +67,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod ops;
 pub mod plugins;
+pub mod pools;
 pub mod preview;
 pub mod profiles;
 pub mod provisioners;

@@ -112,6 +112,8 @@ impl From<EngineError> for ApiError {
             | E::TenantMissing(_)
             | E::TenantNotFound(_)
             | E::ProvisionerNotFound(_)
+            | E::NotAPool { .. }
+            | E::HostNotFound { .. }
             | E::DeliveryNotFound { .. }
             | E::EntityNotFound { .. }
             | E::UnknownPluginKind(_)
@@ -133,6 +135,8 @@ impl From<EngineError> for ApiError {
             | E::NoWorkerCapacity { .. }
             | E::LimitsBelowUsage { .. }
             | E::TenantHasWorkers { .. }
+            | E::HostExists { .. }
+            | E::HostInUse { .. }
             | E::EntityExists { .. }
             | E::ResourceNotDeletable
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),

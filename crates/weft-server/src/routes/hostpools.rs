@@ -7,17 +7,14 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::MethodFilter;
 use axum::Json;
-use weft_model::{lenient, EntityKind, PoolHost, PoolHostRequest, Provider};
-use weft_store::{HostDelete, PoolHostRow, StoreError};
+use weft_engine::pools;
+use weft_model::{PoolHost, PoolHostRequest};
 
-use super::entities::not_found;
 use super::params::parse_body;
 use crate::api::{op, Api, Body};
 use crate::auth::Identity;
-use crate::error::{ApiError, ApiResult};
-use crate::state::{now_ms, AppState};
-use weft_engine::cluster_id_text;
-use weft_engine::hostpool::view;
+use crate::error::ApiResult;
+use crate::state::AppState;
 
 const TAG: &str = "hostpools";
 
@@ -84,52 +81,12 @@ pub fn routes(api: Api) -> Api {
     )
 }
 
-/// The provider, if it exists and is a host pool.
-async fn pool(st: &AppState, who: &Identity, name: &str) -> ApiResult<Provider> {
-    let doc = st
-        .store
-        .get_entity(&who.tenant.id, EntityKind::Provider, name, None)
-        .await?
-        .ok_or_else(|| not_found(EntityKind::Provider, name))?;
-    let p: Provider = lenient::from_value(doc)?;
-    if !weft_engine::hostpool::is_pool(&p) {
-        return Err(ApiError::NotFound(format!(
-            "provider {name} has no host pool: its type is {}, not {}",
-            p.providertype,
-            weft_model::hostpool::HOSTPOOL
-        )));
-    }
-    Ok(p)
-}
-
-fn host_not_found(provider: &str, host: &str) -> ApiError {
-    ApiError::NotFound(format!(
-        "host {host} not found in the pool of provider {provider}."
-    ))
-}
-
-fn conflict(e: StoreError, spec: &weft_model::HostSpec) -> ApiError {
-    match e {
-        StoreError::Conflict(_) => ApiError::Conflict(format!(
-            "host {} (or another host at {}:{}) already exists",
-            spec.id, spec.address, spec.port
-        )),
-        other => other.into(),
-    }
-}
-
 async fn list(
     State(st): State<AppState>,
     who: Identity,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Vec<PoolHost>>> {
-    who.require_admin()?;
-    pool(&st, &who, &name).await?;
-    let hosts = st
-        .store
-        .list_pool_hosts(&who.tenant.id, Some(&name))
-        .await?;
-    Ok(Json(hosts.iter().map(view).collect()))
+    Ok(Json(pools::list(&st.engine, &who.caller(), &name).await?))
 }
 
 async fn get(
@@ -137,24 +94,9 @@ async fn get(
     who: Identity,
     Path((name, host)): Path<(String, String)>,
 ) -> ApiResult<Json<PoolHost>> {
-    who.require_admin()?;
-    pool(&st, &who, &name).await?;
-    let h = st
-        .store
-        .get_pool_host(&who.tenant.id, &name, &host)
-        .await?
-        .ok_or_else(|| host_not_found(&name, &host))?;
-    Ok(Json(view(&h)))
-}
-
-/// A host's private key as it is stored: sealed.
-async fn seal_key(st: &AppState, who: &Identity, key: String) -> ApiResult<String> {
-    let sealed = st
-        .engine
-        .sealer
-        .seal(&who.tenant.id, &serde_json::Value::String(key))
-        .await?;
-    Ok(sealed.as_str().unwrap_or_default().to_string())
+    Ok(Json(
+        pools::get(&st.engine, &who.caller(), &name, &host).await?,
+    ))
 }
 
 async fn create(
@@ -163,33 +105,10 @@ async fn create(
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<PoolHost>> {
-    who.require_admin()?;
-    pool(&st, &who, &name).await?;
     let req: PoolHostRequest = parse_body(&body, "a host object")?;
-    let spec = req.check(None)?;
-    let key = spec
-        .key
-        .clone()
-        .ok_or_else(|| ApiError::BadRequest("key must be specified".into()))?;
-    let key = seal_key(&st, &who, key).await?;
-    let row = PoolHostRow {
-        tenant_id: who.tenant.id.clone(),
-        provider: name.clone(),
-        id: spec.id.clone(),
-        address: spec.address.clone(),
-        port: spec.port,
-        user: spec.user.clone(),
-        key,
-        labels: spec.labels.clone(),
-        lease: None,
-        create_time: now_ms(),
-    };
-    st.store
-        .insert_pool_host(&row)
-        .await
-        .map_err(|e| conflict(e, &spec))?;
-    tracing::info!(provider = %name, host = %row.id, address = %row.address, "pool host added");
-    Ok(Json(view(&row)))
+    Ok(Json(
+        pools::create(&st.engine, &who.caller(), &name, req).await?,
+    ))
 }
 
 async fn put(
@@ -198,42 +117,10 @@ async fn put(
     Path((name, host)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<Json<PoolHost>> {
-    who.require_admin()?;
-    pool(&st, &who, &name).await?;
     let req: PoolHostRequest = parse_body(&body, "a host object")?;
-    let spec = req.check(Some(&host))?;
-    let stored = st.store.get_pool_host(&who.tenant.id, &name, &host).await?;
-    let key = match (&spec.key, &stored) {
-        (Some(k), _) => seal_key(&st, &who, k.clone()).await?,
-        (None, Some(s)) => s.key.clone(),
-        (None, None) => return Err(ApiError::BadRequest("key must be specified".into())),
-    };
-    let mut row = PoolHostRow {
-        tenant_id: who.tenant.id.clone(),
-        provider: name.clone(),
-        id: spec.id.clone(),
-        address: spec.address.clone(),
-        port: spec.port,
-        user: spec.user.clone(),
-        key,
-        labels: spec.labels.clone(),
-        lease: None,
-        create_time: now_ms(),
-    };
-    let written = match stored {
-        Some(_) => st.store.update_pool_host(&row).await,
-        // Created by a concurrent writer meanwhile: its conflict is this PUT's answer.
-        None => st.store.insert_pool_host(&row).await.map(|()| true),
-    }
-    .map_err(|e| conflict(e, &spec))?;
-    if !written {
-        return Err(host_not_found(&name, &host)); // deleted meanwhile
-    }
-    if let Some(h) = st.store.get_pool_host(&who.tenant.id, &name, &host).await? {
-        row = h;
-    }
-    tracing::info!(provider = %name, host = %row.id, address = %row.address, "pool host written");
-    Ok(Json(view(&row)))
+    Ok(Json(
+        pools::put(&st.engine, &who.caller(), &name, &host, req).await?,
+    ))
 }
 
 async fn delete(
@@ -241,22 +128,5 @@ async fn delete(
     who: Identity,
     Path((name, host)): Path<(String, String)>,
 ) -> ApiResult<()> {
-    who.require_admin()?;
-    pool(&st, &who, &name).await?;
-    match st
-        .store
-        .delete_pool_host(&who.tenant.id, &name, &host)
-        .await?
-    {
-        HostDelete::Deleted => {
-            tracing::info!(provider = %name, host = %host, "pool host removed");
-            Ok(())
-        }
-        HostDelete::Missing => Err(host_not_found(&name, &host)),
-        HostDelete::InUse(l) => Err(ApiError::Conflict(format!(
-            "host {host} is lent to node {} of cluster {}: delete the cluster (or shrink it) first",
-            l.node_id,
-            cluster_id_text(l.cluster_id)
-        ))),
-    }
+    Ok(pools::delete(&st.engine, &who.caller(), &name, &host).await?)
 }
