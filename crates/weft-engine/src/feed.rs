@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use weft_store::{Event, EventKind, EventQuery};
+pub use weft_store::EventQuery;
+use weft_store::{Event, EventKind};
 
 use crate::error::{EngineError, EngineResult};
 use crate::ids::parse_cluster_id;

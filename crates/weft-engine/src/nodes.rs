@@ -67,7 +67,7 @@ pub async fn find(st: &Engine, who: &Caller, id: &str) -> EngineResult<NodeRow> 
 
 /// Writes a node record of one of the tenant's clusters (a new one when `expect_absent`). Its
 /// history is read from tasks, and masked secrets written back keep their values.
-pub async fn put_node(
+async fn put_node(
     st: &Engine,
     who: &Caller,
     mut node: Node,
@@ -109,7 +109,7 @@ pub async fn put_node(
 }
 
 /// Removes a node record.
-pub async fn delete_node(st: &Engine, who: &Caller, id: String) -> EngineResult<()> {
+async fn delete_node(st: &Engine, who: &Caller, id: String) -> EngineResult<()> {
     let cs = ChangeSet {
         expect: vec![],
         writes: vec![Write::DeleteNode {
@@ -118,4 +118,67 @@ pub async fn delete_node(st: &Engine, who: &Caller, id: String) -> EngineResult<
         }],
     };
     st.store.commit(&cs).await.map_err(store_err)
+}
+
+/// Records a new node (tenant admins).
+pub async fn create(st: &Engine, who: &Caller, node: Node) -> EngineResult<()> {
+    who.require_admin()?;
+    if node.id.is_empty() {
+        return Err(EngineError::Invalid("node id must be specified".into()));
+    }
+    put_node(st, who, node, true).await
+}
+
+/// Replaces node `id`'s record (tenant admins).
+pub async fn replace(st: &Engine, who: &Caller, id: &str, node: Node) -> EngineResult<()> {
+    who.require_admin()?;
+    if node.id != id {
+        return Err(EngineError::Invalid(format!(
+            "node id in the body ({}) does not match the path ({id})",
+            node.id
+        )));
+    }
+    find(st, who, id).await?;
+    put_node(st, who, node, false).await
+}
+
+/// Removes node `id`'s record (tenant admins).
+pub async fn remove(st: &Engine, who: &Caller, id: String) -> EngineResult<()> {
+    who.require_admin()?;
+    delete_node(st, who, id).await
+}
+
+/// The properties of cluster `cluster_id`'s nodes that run every service of `services`, by node
+/// id, only those named in `properties` (all if none); nothing for a cluster the caller cannot
+/// see, as Coopr answered.
+pub async fn properties(
+    st: &Engine,
+    who: &Caller,
+    cluster_id: Option<String>,
+    properties: &[String],
+    services: &[String],
+) -> EngineResult<serde_json::Map<String, serde_json::Value>> {
+    let id = cluster_id
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| EngineError::Invalid("clusterId must be specified".into()))?;
+    let mut out = serde_json::Map::new();
+    let Ok(row) = view::visible(st, who, &id).await else {
+        return Ok(out);
+    };
+    for r in st.store.list_nodes(&row.tenant_id, row.id).await? {
+        let node: Node = from_body(&r.body)?;
+        if !services
+            .iter()
+            .all(|s| node.properties.services.contains(s))
+        {
+            continue;
+        }
+        let mut props = serde_json::to_value(&node.properties)
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        if let (false, Some(o)) = (properties.is_empty(), props.as_object_mut()) {
+            o.retain(|k, _| properties.contains(k));
+        }
+        out.insert(node.id, props);
+    }
+    Ok(out)
 }

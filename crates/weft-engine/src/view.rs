@@ -9,7 +9,7 @@ use weft_store::{ClusterRow, JobRow, NodeRow, TaskRow, TaskState};
 use super::body::{from_body, ClusterBody, JobBody, TaskBody};
 use super::{cluster_id_text, parse_cluster_id};
 use crate::error::{EngineError, EngineResult};
-use crate::{Caller, Engine};
+use crate::{Caller, Engine, Role};
 
 /// What a sensitive field's value reads as in any answer.
 pub const MASK: &str = "********";
@@ -553,6 +553,32 @@ pub fn changed_nodes(
         }
     }
     out
+}
+
+/// Each tenant's queued and in-progress task counts, by tenant name: the superadmin's are every
+/// tenant's, an admin's their own tenant's; plain users are refused.
+pub async fn queue_counts(
+    st: &Engine,
+    who: &Caller,
+) -> EngineResult<std::collections::BTreeMap<String, (u64, u64)>> {
+    let tenants = match who.role {
+        Role::SuperAdmin => st.store.list_tenants().await?,
+        Role::Admin => vec![who.tenant.clone()],
+        Role::User => {
+            return Err(EngineError::Forbidden(format!(
+                "user {} is not an admin",
+                who.user
+            )))
+        }
+    };
+    let counts = st.store.queue_counts().await?;
+    Ok(tenants
+        .into_iter()
+        .map(|t| {
+            let c = counts.get(&t.id).copied().unwrap_or((0, 0));
+            (t.spec.name, c)
+        })
+        .collect())
 }
 
 #[cfg(test)]

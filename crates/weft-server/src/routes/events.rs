@@ -12,10 +12,9 @@ use axum::routing::MethodFilter;
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::json;
-use weft_engine::feed::{self, FeedFilter, Lost};
+use weft_engine::feed::{self, EventQuery, FeedFilter, Lost};
 use weft_engine::Engine;
 use weft_model::{Event, EventKind};
-use weft_store::EventQuery;
 
 use crate::api::{op, Api, Body, Param, MAX_INT};
 use crate::auth::Identity;

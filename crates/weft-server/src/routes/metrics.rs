@@ -88,28 +88,17 @@ async fn queues(
     State(st): State<AppState>,
     id: Identity,
 ) -> ApiResult<Json<BTreeMap<String, QueueMetrics>>> {
-    let tenants = match id.role {
-        Role::SuperAdmin => st.store.list_tenants().await?,
-        Role::Admin => vec![id.tenant.clone()],
-        Role::User => {
-            return Err(ApiError::Forbidden(format!(
-                "user {} is not an admin",
-                id.user
-            )))
-        }
-    };
-    let counts = st.store.queue_counts().await?;
+    let counts = weft_engine::view::queue_counts(&st.engine, &id.caller()).await?;
     Ok(Json(
-        tenants
+        counts
             .into_iter()
-            .map(|t| {
-                let (queued, in_progress) = counts.get(&t.id).copied().unwrap_or((0, 0));
+            .map(|(tenant, (queued, in_progress))| {
                 let m = QueueMetrics {
                     queued,
                     in_progress,
                     total: queued + in_progress,
                 };
-                (t.spec.name, m)
+                (tenant, m)
             })
             .collect(),
     ))

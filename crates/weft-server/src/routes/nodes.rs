@@ -15,7 +15,6 @@ use crate::api::{op, Api, Body};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use weft_engine::body::from_body;
 use weft_engine::nodes;
 
 pub fn routes(api: Api) -> Api {
@@ -111,12 +110,8 @@ async fn get(
 }
 
 async fn create(State(st): State<AppState>, who: Identity, body: Bytes) -> ApiResult<StatusCode> {
-    who.require_admin()?;
     let node: Node = parse_body(&body, "a node")?;
-    if node.id.is_empty() {
-        return Err(ApiError::BadRequest("node id must be specified".into()));
-    }
-    nodes::put_node(&st.engine, &who.caller(), node, true).await?;
+    nodes::create(&st.engine, &who.caller(), node).await?;
     Ok(StatusCode::CREATED)
 }
 
@@ -126,16 +121,8 @@ async fn put(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    who.require_admin()?;
     let node: Node = parse_body(&body, "a node")?;
-    if node.id != id {
-        return Err(ApiError::BadRequest(format!(
-            "node id in the body ({}) does not match the path ({id})",
-            node.id
-        )));
-    }
-    nodes::find(&st.engine, &who.caller(), &id).await?;
-    nodes::put_node(&st.engine, &who.caller(), node, false).await?;
+    nodes::replace(&st.engine, &who.caller(), &id, node).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -144,8 +131,7 @@ async fn delete(
     who: Identity,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    who.require_admin()?;
-    nodes::delete_node(&st.engine, &who.caller(), id).await?;
+    nodes::remove(&st.engine, &who.caller(), id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -172,31 +158,10 @@ async fn node_properties(
     body: Bytes,
 ) -> ApiResult<Json<Map<String, Value>>> {
     let req: PropsReq = parse_body(&body, "{\"clusterId\": ..}")?;
-    let id = req
-        .cluster_id
-        .filter(|id| !id.is_empty())
-        .ok_or_else(|| ApiError::BadRequest("clusterId must be specified".into()))?;
-    let Ok(row) = weft_engine::view::visible(&st.engine, &who.caller(), &id).await else {
-        return Ok(Json(Map::new()));
-    };
-    let mut out = Map::new();
-    for r in st.store.list_nodes(&row.tenant_id, row.id).await? {
-        let node: Node = from_body(&r.body)?;
-        if !req
-            .services
-            .iter()
-            .all(|s| node.properties.services.contains(s))
-        {
-            continue;
-        }
-        let mut props = serde_json::to_value(&node.properties)
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        if let (false, Some(o)) = (req.properties.is_empty(), props.as_object_mut()) {
-            o.retain(|k, _| req.properties.contains(k));
-        }
-        out.insert(node.id, props);
-    }
-    Ok(Json(out))
+    let (props, services) = (&req.properties, &req.services);
+    Ok(Json(
+        nodes::properties(&st.engine, &who.caller(), req.cluster_id, props, services).await?,
+    ))
 }
 
 async fn cluster_statuses(_who: Identity) -> ApiResult<()> {
