@@ -83,9 +83,6 @@ pub trait Messenger: Send + Sync {
     /// POSTs a job notice to a callback URL within `limit`; an error is a short text for the log
     /// (never the URL, which may carry a token).
     async fn post_json(&self, url: &str, body: &Value, limit: Duration) -> Result<(), String>;
-    /// The machines with weft's marks for `tenant` that a provisioner having `providertype`
-    /// lists with the provider's fields `fields` (secrets included), except those of the nodes in
-    /// `known` (a drift check's orphans). An error says why they could not be listed.
     /// POSTs a webhook delivery (`body` with `headers`) to `url` within `limit`, without
     /// following redirects, to an address [`crate::webhooks::address_allowed`] allows (checked
     /// on every address the host resolves to); answers the HTTP status, or why none came.
@@ -99,6 +96,9 @@ pub trait Messenger: Send + Sync {
     ) -> Result<u16, String> {
         Err("no messenger".into())
     }
+    /// The machines with weft's marks for `tenant` that a provisioner having `providertype`
+    /// lists with the provider's fields `fields` (secrets included), except those of the nodes in
+    /// `known` (a drift check's orphans). An error says why they could not be listed.
     async fn machines(
         &self,
         _tenant: &str,
@@ -107,6 +107,40 @@ pub trait Messenger: Send + Sync {
         _known: &[String],
     ) -> Result<Vec<weft_model::SweptMachine>, String> {
         Err("no provisioner can be asked".into())
+    }
+    /// Asks a provisioner having `providertype` to sweep: `body` holds the provider's fields
+    /// (secrets included), the tenant, its live node ids and whether to delete.
+    async fn sweep(
+        &self,
+        _tenant: &str,
+        providertype: &str,
+        _body: &Value,
+    ) -> Result<weft_model::SweepReport, SweepError> {
+        Err(SweepError::NoProvisioner(format!(
+            "no live provisioner has provider type {providertype}"
+        )))
+    }
+}
+
+/// Why a sweep got no report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepError {
+    /// The provisioner refused the request (the provider type cannot list its machines, or a
+    /// field is wrong): its message.
+    Refused(String),
+    /// No provisioner that has the provider type answered: which, and why.
+    NoProvisioner(String),
+    /// A provisioner failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for SweepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SweepError::Refused(m) | SweepError::NoProvisioner(m) | SweepError::Failed(m) => {
+                f.write_str(m)
+            }
+        }
     }
 }
 

@@ -87,6 +87,9 @@ pub enum EngineError {
     /// A user with no profile asked for it.
     #[error("profile for user {0} not found.")]
     ProfileNotFound(String),
+    /// No live provisioner could do what was asked (a sweep): which, and why.
+    #[error("{0}")]
+    NoProvisioner(String),
     /// A provider without a host pool, asked for its hosts.
     #[error("provider {provider} has no host pool: its type is {providertype}, not hostpool")]
     NotAPool {

@@ -76,6 +76,7 @@ pub mod reseal;
 pub mod retry;
 pub mod rollback;
 pub mod seal;
+pub mod sweep;
 pub mod tenants;
 pub mod transfer;
 pub mod view;
@@ -84,8 +85,8 @@ pub mod work;
 pub mod workers;
 
 pub use context::{
-    notify, now_ms, Caller, Engine, EngineSettings, Messenger, Quiet, Role, WebhookSettings,
-    HEAVY_READS,
+    notify, now_ms, Caller, Engine, EngineSettings, Messenger, Quiet, Role, SweepError,
+    WebhookSettings, HEAVY_READS,
 };
 pub use error::{EngineError, EngineResult};
 pub use events::{JobEvent, JobEventKind};

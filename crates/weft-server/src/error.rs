@@ -137,6 +137,7 @@ impl From<EngineError> for ApiError {
             | E::TenantHasWorkers { .. }
             | E::HostExists { .. }
             | E::HostInUse { .. }
+            | E::NoProvisioner(_)
             | E::EntityExists { .. }
             | E::ResourceNotDeletable
             | E::CannotAbort) => ApiError::Conflict(e.to_string()),

@@ -19,6 +19,7 @@ use weft_store::{ProvisionerRecord, Store, SUPERADMIN};
 
 use weft_engine::cache::ProvisionerCache;
 use weft_engine::workers::{self, Moved};
+use weft_engine::SweepError;
 
 use crate::error::{ApiError, ApiResult};
 
@@ -82,6 +83,15 @@ impl weft_engine::Messenger for Courier {
             })?
             .map_err(|e| e.to_string())?;
         Ok(report.machines)
+    }
+
+    async fn sweep(
+        &self,
+        tenant: &str,
+        providertype: &str,
+        body: &Value,
+    ) -> Result<SweepReport, SweepError> {
+        ask_sweep(&self.outbound, &*self.store, tenant, providertype, body).await
     }
 }
 
@@ -548,8 +558,11 @@ pub async fn ask_sweep(
     tenant: &str,
     providertype: &str,
     body: &Value,
-) -> ApiResult<SweepReport> {
-    let mut all = store.list_provisioners().await?;
+) -> Result<SweepReport, SweepError> {
+    let mut all = store
+        .list_provisioners()
+        .await
+        .map_err(|e| SweepError::Failed(e.to_string()))?;
     all.sort_by_key(|p| {
         let serving = p.assignments.get(tenant).is_some_and(|n| *n > 0);
         (!serving, -p.last_heartbeat_ms)
@@ -559,13 +572,13 @@ pub async fn ask_sweep(
         match outbound.post_json(&sweep_url(p), body, SWEEP_TIMEOUT).await {
             Ok((200, text)) => {
                 return serde_json::from_str(&text).map_err(|e| {
-                    ApiError::Internal(format!("provisioner {} sweep answer: {e}", p.id))
+                    SweepError::Failed(format!("provisioner {} sweep answer: {e}", p.id))
                 })
             }
             Ok((404, _)) => continue,
-            Ok((400, text)) => return Err(ApiError::BadRequest(text)),
+            Ok((400, text)) => return Err(SweepError::Refused(text)),
             Ok((status, text)) => {
-                return Err(ApiError::Internal(format!(
+                return Err(SweepError::Failed(format!(
                     "provisioner {} answered {status}: {}",
                     p.id,
                     text.trim()
@@ -577,7 +590,7 @@ pub async fn ask_sweep(
             }
         }
     }
-    Err(ApiError::Conflict(format!(
+    Err(SweepError::NoProvisioner(format!(
         "no live provisioner has provider type {providertype}{}",
         if unreachable.is_empty() {
             String::new()

@@ -73,7 +73,8 @@ async fn receiver(t0: Instant) -> anyhow::Result<(String, Arc<Received>)> {
 }
 
 /// One run: a fresh server, `webhooks` webhooks to `hook`, the clusters created at once and run.
-async fn one_run(a: &WebhooksArgs, webhooks: u64, hook: &str) -> anyhow::Result<Value> {
+/// The server is answered too: it delivers for as long as it runs.
+async fn one_run(a: &WebhooksArgs, webhooks: u64, hook: &str) -> anyhow::Result<(Value, Server)> {
     let server = spawn_server(&a.database, a.database_url.as_deref()).await?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(300))
@@ -103,11 +104,12 @@ async fn one_run(a: &WebhooksArgs, webhooks: u64, hook: &str) -> anyhow::Result<
     let events = count_events(&http, &server).await?;
     // Each webhook is due every event after its cursor (ids run 1..=events without gaps).
     let due: u64 = cursors.iter().map(|c| events.saturating_sub(*c)).sum();
-    Ok(json!({
+    let report = json!({
         "webhooks": webhooks, "clusters": ids.len(), "tasks": total, "deliveries_due": due,
         "seconds_to_active": active_s, "tasks_per_s": total as f64 / active_s,
         "events": events, "server": server.api,
-    }))
+    });
+    Ok((report, server))
 }
 
 /// Every cluster's POST at once; their ids.
@@ -157,9 +159,11 @@ pub async fn run(a: WebhooksArgs) -> anyhow::Result<()> {
     std::env::set_var("WEFT_WEBHOOKS_ALLOW_LOOPBACK", "true");
     let start = Instant::now();
     let (hook, got) = receiver(start).await?;
-    let without = one_run(&a, 0, &hook).await?;
+    let (without, first) = one_run(&a, 0, &hook).await?;
+    drop(first);
     let run_start_ms = start.elapsed().as_millis() as u64;
-    let with = one_run(&a, a.webhooks, &hook).await?;
+    // This server runs until its deliveries have arrived.
+    let (with, _server) = one_run(&a, a.webhooks, &hook).await?;
     let active_ms = start.elapsed().as_millis() as u64;
     let due = with["deliveries_due"].as_u64().unwrap_or(0);
     let t = Instant::now();
