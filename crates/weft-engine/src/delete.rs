@@ -15,7 +15,7 @@ use crate::control::{running_job, stop_job, Stopped};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{load, start_job};
-use crate::{Caller, Engine, Role};
+use crate::{Caller, Engine};
 
 /// What a delete request started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,12 +98,7 @@ pub async fn start_delete(st: &Engine, row: &ClusterRow) -> EngineResult<Option<
 /// termination). A job underway is aborted first; while any of its tasks still runs, the force is
 /// refused (409), so no machine being made is forgotten.
 pub async fn force_delete(st: &Engine, who: &Caller, row: &ClusterRow) -> EngineResult<()> {
-    if who.role < Role::Admin {
-        return Err(EngineError::Invalid(format!(
-            "force: only the tenant's admin may delete cluster {} by force",
-            cluster_id_text(row.id)
-        )));
-    }
+    who.require_admin()?;
     if row.status == ClusterStatus::Terminated.as_str() {
         return Ok(());
     }

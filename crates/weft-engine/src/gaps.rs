@@ -559,3 +559,24 @@ fn refuse_unoffered(action: &str, automator: &str, offered: &[PluginType]) -> En
         "provisioner.actions.{action}.type: no provisioner offers automator type {automator} ({hint})"
     )))
 }
+
+/// A tenant's templates that cannot make a cluster now, with why: what keeps their provider from
+/// making machines ([`crate::catalog::unusable_templates`]), then what the catalog lacks for them.
+pub async fn templates_not_usable(
+    st: &Engine,
+    tenant_id: &str,
+) -> EngineResult<BTreeMap<String, String>> {
+    let mut out = crate::catalog::unusable_templates(st, tenant_id).await?;
+    let templates = st
+        .store
+        .list_entities(tenant_id, EntityKind::ClusterTemplate)
+        .await?;
+    for (name, lacks) in incomplete(st, tenant_id, EntityKind::ClusterTemplate, &templates).await? {
+        let why: Vec<String> = lacks.into_iter().map(|w| w.message).collect();
+        let why = format!("incomplete: {}", why.join("; "));
+        out.entry(name)
+            .and_modify(|w| *w = format!("{w}; {why}"))
+            .or_insert(why);
+    }
+    Ok(out)
+}

@@ -37,6 +37,18 @@ pub async fn get(st: &Engine, who: &Caller, id: &str) -> EngineResult<Provisione
     Ok(view(&tenant_names(st).await?, p))
 }
 
+/// Each provisioner's last heartbeat (ms), by id (the superadmin's).
+pub async fn heartbeats(st: &Engine, who: &Caller) -> EngineResult<BTreeMap<String, i64>> {
+    who.require_superadmin()?;
+    Ok(st
+        .store
+        .list_provisioners()
+        .await?
+        .into_iter()
+        .map(|p| (p.id, p.last_heartbeat_ms))
+        .collect())
+}
+
 async fn tenant_names(st: &Engine) -> EngineResult<BTreeMap<String, String>> {
     Ok(st
         .store

@@ -32,6 +32,21 @@ pub async fn get(st: &Engine, who: &Caller, name: &str) -> EngineResult<TenantSp
     Ok(find(st, name).await?.spec)
 }
 
+/// Every tenant's name, by id (the superadmin's).
+pub async fn names(
+    st: &Engine,
+    who: &Caller,
+) -> EngineResult<std::collections::BTreeMap<String, String>> {
+    who.require_superadmin()?;
+    Ok(st
+        .store
+        .list_tenants()
+        .await?
+        .into_iter()
+        .map(|t| (t.id, t.spec.name))
+        .collect())
+}
+
 async fn find(st: &Engine, name: &str) -> EngineResult<Tenant> {
     st.store
         .tenant_by_name(name)

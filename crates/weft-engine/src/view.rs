@@ -581,6 +581,41 @@ pub async fn queue_counts(
         .collect())
 }
 
+/// The states of job `job_id`'s tasks on cluster `id` (gates left out), by task id: all of them,
+/// or only those of `nodes` that have started (a cluster shown a page of nodes at a time).
+pub async fn task_states(
+    st: &Engine,
+    who: &Caller,
+    id: &str,
+    job_id: &str,
+    nodes: &[&str],
+) -> EngineResult<std::collections::BTreeMap<String, TaskState>> {
+    let row = visible(st, who, id).await?;
+    let tasks = if nodes.is_empty() {
+        st.store.list_tasks(&row.tenant_id, job_id).await?
+    } else {
+        let mut all = Vec::new();
+        for node in nodes {
+            let on_node = st.store.node_tasks(&row.tenant_id, node, 500).await?;
+            all.extend(on_node.into_iter().filter(|t| t.job_id == job_id));
+        }
+        all
+    };
+    Ok(tasks
+        .into_iter()
+        .filter(|t| t.cluster_id == row.id && t.action != crate::GATE)
+        .map(|t| (t.id, t.state))
+        .collect())
+}
+
+/// Cluster `id`'s jobs, newest first.
+pub async fn jobs_newest_first(st: &Engine, who: &Caller, id: &str) -> EngineResult<Vec<JobRow>> {
+    let row = visible(st, who, id).await?;
+    let mut jobs = st.store.list_jobs(&row.tenant_id, row.id).await?;
+    jobs.sort_by(|a, b| b.create_time.cmp(&a.create_time).then(b.id.cmp(&a.id)));
+    Ok(jobs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -253,7 +253,6 @@ async fn delete(
             delete_cluster(&st.engine, &row).await?;
         }
         Some("true") => {
-            who.require_admin()?;
             weft_engine::delete::force_delete(&st.engine, &caller, &row).await?;
         }
         Some(other) => {

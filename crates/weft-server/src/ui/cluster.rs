@@ -85,29 +85,13 @@ pub fn page_info(offset: usize, shown: usize, total: usize) -> Value {
 /// The states of a job's tasks (gates left out), by task id: all of them, or for a cluster shown a
 /// page at a time, those of the page's nodes that have started (the rest show as planned).
 async fn task_states(ctx: &Ctx, id: &str, job_id: &str, page: &[&str]) -> BTreeMap<String, String> {
-    let Ok(row) = weft_engine::view::visible(&ctx.state.engine, &ctx.who.caller(), id).await else {
-        return BTreeMap::new();
-    };
-    let tasks = if page.is_empty() {
-        ctx.state.store.list_tasks(&row.tenant_id, job_id).await
-    } else {
-        let mut all = Vec::new();
-        let mut failed = None;
-        for node in page {
-            match ctx.state.store.node_tasks(&row.tenant_id, node, 500).await {
-                Ok(t) => all.extend(t.into_iter().filter(|t| t.job_id == job_id)),
-                Err(e) => failed = Some(e),
-            }
-        }
-        failed.map_or(Ok(all), Err)
-    };
-    let Ok(tasks) = tasks else {
-        return BTreeMap::new();
-    };
-    tasks
+    let states =
+        weft_engine::view::task_states(&ctx.state.engine, &ctx.who.caller(), id, job_id, page)
+            .await;
+    states
+        .unwrap_or_default()
         .into_iter()
-        .filter(|t| t.cluster_id == row.id && t.action != weft_store::GATE)
-        .map(|t| (t.id, t.state.as_str().to_string()))
+        .map(|(task, state)| (task, state.as_str().to_string()))
         .collect()
 }
 
@@ -126,14 +110,9 @@ fn paged_nodes<'a>(c: &'a Value, page: &Value) -> Vec<&'a str> {
 
 /// The cluster's jobs, newest first: id, action, outcome, start time.
 async fn jobs(ctx: &Ctx, id: &str) -> Vec<Value> {
-    let Ok(row) = weft_engine::view::visible(&ctx.state.engine, &ctx.who.caller(), id).await else {
-        return Vec::new();
-    };
-    let Ok(mut jobs) = ctx.state.store.list_jobs(&row.tenant_id, row.id).await else {
-        return Vec::new();
-    };
-    jobs.sort_by(|a, b| b.create_time.cmp(&a.create_time).then(b.id.cmp(&a.id)));
-    jobs.into_iter()
+    let jobs = weft_engine::view::jobs_newest_first(&ctx.state.engine, &ctx.who.caller(), id).await;
+    jobs.unwrap_or_default()
+        .into_iter()
         .map(|j| json!({"id": j.id, "action": j.action, "status": j.status, "time": j.create_time}))
         .collect()
 }
@@ -775,7 +754,7 @@ const RECHECK: Duration = Duration::from_secs(5);
 /// A live view's place in its cluster's events.
 struct Live {
     wake: tokio::sync::watch::Receiver<u64>,
-    query: weft_store::EventQuery,
+    query: feed::EventQuery,
     after: u64,
     tick: tokio::time::Interval,
     /// The last snapshot sent.

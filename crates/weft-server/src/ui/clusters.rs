@@ -35,34 +35,11 @@ async fn catalog(ctx: Ctx) -> Page {
     ))
 }
 
-/// The caller's templates that cannot make a cluster now, with why (the engine's judgement):
-/// what the catalog lacks for them first, then what keeps their provider from making machines.
+/// The caller's templates that cannot make a cluster now, with why (the engine's judgement).
 async fn unusable(ctx: &Ctx) -> BTreeMap<String, String> {
-    let (engine, tenant) = (&ctx.state.engine, &ctx.who.tenant.id);
-    let mut out = weft_engine::catalog::unusable_templates(engine, tenant)
+    weft_engine::gaps::templates_not_usable(&ctx.state.engine, &ctx.who.tenant.id)
         .await
-        .unwrap_or_default();
-    let templates = engine
-        .store
-        .list_entities(tenant, weft_model::EntityKind::ClusterTemplate)
-        .await
-        .unwrap_or_default();
-    let lacking = weft_engine::gaps::incomplete(
-        engine,
-        tenant,
-        weft_model::EntityKind::ClusterTemplate,
-        &templates,
-    )
-    .await
-    .unwrap_or_default();
-    for (name, lacks) in lacking {
-        let why: Vec<String> = lacks.into_iter().map(|w| w.message).collect();
-        let why = format!("incomplete: {}", why.join("; "));
-        out.entry(name)
-            .and_modify(|w| *w = format!("{w}; {why}"))
-            .or_insert(why);
-    }
-    out
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -129,17 +129,9 @@ async fn delete_tenant(ctx: Ctx, Path(name): Path<String>) -> Page {
 async fn provisioners(ctx: Ctx) -> Page {
     ctx.require(Role::SuperAdmin)?;
     let mut list: Vec<Value> = ctx.get_json("/v2/provisioners").await?;
-    // The last heartbeat is not part of the API's view: read it from the store's records.
-    let beats: std::collections::BTreeMap<String, i64> = ctx
-        .state
-        .store
-        .list_provisioners()
+    // The last heartbeat is not part of the API's view.
+    let beats = weft_engine::provisioners::heartbeats(&ctx.state.engine, &ctx.who.caller())
         .await
-        .map(|ps| {
-            ps.into_iter()
-                .map(|p| (p.id, p.last_heartbeat_ms))
-                .collect()
-        })
         .unwrap_or_default();
     let now = now_ms();
     for p in &mut list {
@@ -150,13 +142,11 @@ async fn provisioners(ctx: Ctx) -> Page {
         }
     }
     let tenants: Vec<Value> = ctx.get_json("/v2/tenants").await.unwrap_or_default();
-    let names: std::collections::BTreeMap<String, Value> = ctx
-        .state
-        .store
-        .list_tenants()
-        .await
-        .map(|ts| ts.into_iter().map(|t| (t.id, json!(t.spec.name))).collect())
-        .unwrap_or_default();
+    let names: std::collections::BTreeMap<String, Value> =
+        weft_engine::tenants::names(&ctx.state.engine, &ctx.who.caller())
+            .await
+            .map(|ns| ns.into_iter().map(|(id, name)| (id, json!(name))).collect())
+            .unwrap_or_default();
     Ok(ctx.page(
         "provisioners.html",
         "Provisioners",

@@ -398,6 +398,43 @@ fn modules_only_use_lower_layers() {
     assert!(found.is_empty(), "layering broken:\n{}", found.join("\n"));
 }
 
+/// What in a handler's source reaches the store: the crate, or the store handle of the state.
+fn store_uses(text: &str) -> Vec<&'static str> {
+    ["weft_store", ".store"]
+        .into_iter()
+        .filter(|needle| {
+            text.match_indices(needle).any(|(i, _)| {
+                let after = text[i + needle.len()..].chars().next();
+                !after.is_some_and(is_ident)
+            })
+        })
+        .collect()
+}
+
+/// Route handlers only parse, call the engine and render (ARCHITECTURE.md): no module of
+/// `routes` or `ui` reaches the store; the engine owns every rule that reads or writes it.
+#[test]
+fn route_and_ui_modules_do_not_reach_the_store() {
+    let src = workspace().join("crates/weft-server/src");
+    let found: Vec<String> = modules(&src)
+        .into_iter()
+        .filter(|(m, _)| {
+            m == "routes" || m.starts_with("routes::") || m == "ui" || m.starts_with("ui::")
+        })
+        .flat_map(|(m, text)| {
+            store_uses(&text)
+                .into_iter()
+                .map(move |u| format!("{m} uses {u}"))
+        })
+        .collect();
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    assert_eq!(
+        store_uses("use weft_store::X; st.store.get(); st.stored; weft_storex"),
+        ["weft_store", ".store"]
+    );
+    assert!(store_uses("st.stored; weft_storex").is_empty());
+}
+
 #[test]
 fn the_check_sees_grouped_and_nested_paths() {
     let paths = paths_after(
