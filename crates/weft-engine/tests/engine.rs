@@ -2,7 +2,7 @@
 //! refused in the engine's own terms, a cluster created and run to active by a scripted worker,
 //! deleted, and a request that cannot be laid out recorded as a terminated cluster; catalog writes
 //! with provider secrets masked and sealed, and plugin resources from upload to a copy in a new
-//! tenant.
+//! tenant; the rules of tenants, API keys, profiles, host pools, sweeps and provisioners.
 
 // A test reads as one scenario; short functions (docs/dev/style.md) are for the crates' code.
 #![allow(clippy::too_many_lines)]
@@ -772,4 +772,154 @@ async fn plugin_resources_go_through_their_lifecycle_in_the_engine() {
         .unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].meta.status, weft_model::ResourceStatus::Active);
+}
+
+/// The superadmin of `f`'s store.
+async fn superadmin(f: &Fixture) -> Caller {
+    let tenant = f
+        .engine
+        .store
+        .tenant_by_id(SUPERADMIN)
+        .await
+        .unwrap()
+        .unwrap();
+    Caller {
+        tenant,
+        user: "admin".into(),
+        role: Role::SuperAdmin,
+    }
+}
+
+fn spec(v: Value) -> Option<weft_model::TenantSpecification> {
+    Some(serde_json::from_value(v).unwrap())
+}
+
+#[tokio::test]
+async fn tenants_are_the_superadmins_and_checked_in_the_commit_that_writes_them() {
+    use weft_engine::tenants;
+    let f = fixture(5).await;
+    let (e, sa) = (&f.engine, superadmin(&f).await);
+    let err = tenants::create(e, &admin(&f), spec(json!({"name": "beta"})), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Forbidden(m) if m.is_empty()),
+        "{err}"
+    );
+    let err = tenants::create(e, &sa, None, None).await.unwrap_err();
+    assert_eq!(err.to_string(), "tenant must be specified");
+    // p1 has 4 workers; acme holds 1.
+    let err = tenants::create(e, &sa, spec(json!({"name": "beta", "workers": 4})), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "not enough worker capacity: tenant beta asks for 4 workers, registered provisioners have 3 free"
+    );
+    tenants::create(e, &sa, spec(json!({"name": "beta", "workers": 3})), None)
+        .await
+        .unwrap();
+    let err = tenants::create(e, &sa, spec(json!({"name": "beta"})), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::TenantExists(_)), "{err}");
+    let err = tenants::put(e, &sa, "beta", spec(json!({"name": "gamma"})), None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("does not match"), "{err}");
+    create_one(&f).await;
+    let err = tenants::put(
+        e,
+        &sa,
+        "acme",
+        spec(json!({"name": "acme", "workers": 1, "maxClusters": 0})),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::LimitsBelowUsage {
+                clusters: 1,
+                max_clusters: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = tenants::delete(e, &sa, SUPERADMIN).await.unwrap_err();
+    assert_eq!(err.to_string(), "Superadmin cannot be deleted.");
+    let err = tenants::delete(e, &sa, "acme").await.unwrap_err();
+    assert!(
+        matches!(err, EngineError::TenantHasWorkers { workers: 1, .. }),
+        "{err}"
+    );
+    tenants::put(e, &sa, "beta", spec(json!({"name": "beta"})), None)
+        .await
+        .unwrap();
+    tenants::delete(e, &sa, "beta").await.unwrap();
+    let err = tenants::get(e, &sa, "beta").await.unwrap_err();
+    assert_eq!(err.to_string(), "tenant beta not found");
+}
+
+#[tokio::test]
+async fn keys_profiles_pools_sweeps_and_provisioners_are_checked_in_the_engine() {
+    use weft_engine::{apikeys, pools, profiles, provisioners, sweep};
+    let f = fixture(5).await;
+    let (e, sa, admin) = (&f.engine, superadmin(&f).await, admin(&f));
+    let req = |tenant: &str| weft_model::ApiKeyRequest {
+        tenant: tenant.into(),
+        user: "bob".into(),
+        admin: false,
+    };
+    let err = apikeys::create(e, &admin, &req("acme")).await.unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Forbidden(m) if m.is_empty()),
+        "{err}"
+    );
+    let err = apikeys::create(e, &sa, &req("nope")).await.unwrap_err();
+    assert_eq!(err.to_string(), "tenant nope does not exist.");
+    let made = apikeys::create(e, &sa, &req("acme")).await.unwrap();
+    let stored = e
+        .store
+        .api_key_by_hash(&apikeys::hash_key(&made.key))
+        .await
+        .unwrap();
+    assert_eq!(stored.map(|k| k.id), Some(made.id.clone()));
+    let listed = apikeys::list(e, &sa).await.unwrap();
+    assert_eq!((listed.len(), listed[0].tenant.as_str()), (1, "acme"));
+
+    let err = profiles::put(e, &f.who, &json!([1])).await.unwrap_err();
+    assert_eq!(err.to_string(), "profile must be a JSON object");
+    profiles::put(e, &f.who, &json!({"theme": "dark"}))
+        .await
+        .unwrap();
+    assert_eq!(profiles::get(e, &f.who).await.unwrap()["theme"], "dark");
+    profiles::delete(e, &f.who).await.unwrap();
+    let err = profiles::get(e, &f.who).await.unwrap_err();
+    assert_eq!(err.to_string(), "profile for user alice not found.");
+
+    let err = pools::list(e, &f.who, "local").await.unwrap_err();
+    assert!(matches!(err, EngineError::Forbidden(_)), "{err}");
+    let err = pools::list(e, &admin, "local").await.unwrap_err();
+    assert!(matches!(err, EngineError::NotAPool { .. }), "{err}");
+    let err = sweep::sweep(e, &f.who, "local", false).await.unwrap_err();
+    assert!(matches!(err, EngineError::Forbidden(_)), "{err}");
+    let err = sweep::sweep(e, &admin, "local", false).await.unwrap_err();
+    assert!(matches!(err, EngineError::NoProvisioner(_)), "{err}");
+
+    let reg: weft_model::ProvisionerRegistration =
+        serde_json::from_value(json!({"host": "p2.example.com", "port": 0, "capacityTotal": 2}))
+            .unwrap();
+    let err = provisioners::register(e, "p2", reg, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "port 0 is not a valid port");
+    let hb = weft_model::Heartbeat::default();
+    let err = provisioners::heartbeat(e, "p9", &hb).await.unwrap_err();
+    assert_eq!(err.to_string(), "Provisioner p9 not found.");
+    let err = provisioners::list(e, &admin).await.unwrap_err();
+    assert!(matches!(err, EngineError::Forbidden(_)), "{err}");
+    assert_eq!(provisioners::list(e, &sa).await.unwrap().len(), 1);
 }
