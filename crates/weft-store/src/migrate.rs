@@ -877,6 +877,91 @@ CREATE TABLE audit_pending (
 CREATE INDEX audit_pending_time ON audit_pending (time);
 "#,
     },
+    // A job's completed steps in a row of their own: counting them in the job row (migration 11)
+    // rewrote the whole row at every task's end, and SQLite rewrites a row whole, body included
+    // (the body lists every task id: megabytes for a 10,000-node create), which made a large
+    // create quadratic.
+    Migration {
+        version: 16,
+        description: "job_steps: a job's completed steps apart from its row",
+        sqlite: r#"
+CREATE TABLE job_steps (
+    tenant_id TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    steps_done BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, job_id)
+);
+INSERT INTO job_steps (tenant_id, job_id, steps_done) SELECT tenant_id, id, steps_done FROM jobs;
+DROP TRIGGER tasks_steps_insert;
+DROP TRIGGER tasks_steps_delete;
+DROP TRIGGER tasks_steps_update;
+DROP TRIGGER jobs_steps_insert;
+CREATE TRIGGER tasks_steps_insert AFTER INSERT ON tasks
+    WHEN NEW.state = 'complete' AND NEW.action <> 'GATE' BEGIN
+    UPDATE job_steps SET steps_done = steps_done + 1
+        WHERE tenant_id = NEW.tenant_id AND job_id = NEW.job_id;
+END;
+CREATE TRIGGER tasks_steps_delete AFTER DELETE ON tasks
+    WHEN OLD.state = 'complete' AND OLD.action <> 'GATE' BEGIN
+    UPDATE job_steps SET steps_done = steps_done - 1
+        WHERE tenant_id = OLD.tenant_id AND job_id = OLD.job_id;
+END;
+CREATE TRIGGER tasks_steps_update AFTER UPDATE OF state, job_id, action ON tasks
+    WHEN (OLD.state = 'complete' AND OLD.action <> 'GATE')
+        <> (NEW.state = 'complete' AND NEW.action <> 'GATE')
+        OR OLD.job_id <> NEW.job_id BEGIN
+    UPDATE job_steps SET steps_done = steps_done - 1 WHERE OLD.state = 'complete'
+        AND OLD.action <> 'GATE' AND tenant_id = OLD.tenant_id AND job_id = OLD.job_id;
+    UPDATE job_steps SET steps_done = steps_done + 1 WHERE NEW.state = 'complete'
+        AND NEW.action <> 'GATE' AND tenant_id = NEW.tenant_id AND job_id = NEW.job_id;
+END;
+CREATE TRIGGER jobs_steps_insert AFTER INSERT ON jobs BEGIN
+    INSERT OR REPLACE INTO job_steps (tenant_id, job_id, steps_done) VALUES (NEW.tenant_id, NEW.id,
+        (SELECT COUNT(*) FROM tasks WHERE tenant_id = NEW.tenant_id AND job_id = NEW.id
+            AND state = 'complete' AND action <> 'GATE'));
+END;
+CREATE TRIGGER jobs_steps_delete AFTER DELETE ON jobs BEGIN
+    DELETE FROM job_steps WHERE tenant_id = OLD.tenant_id AND job_id = OLD.id;
+END;
+"#,
+        postgres: r#"
+CREATE TABLE job_steps (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    job_id TEXT COLLATE "C" NOT NULL,
+    steps_done BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, job_id)
+);
+INSERT INTO job_steps (tenant_id, job_id, steps_done) SELECT tenant_id, id, steps_done FROM jobs;
+CREATE OR REPLACE FUNCTION weft_steps_count() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.state = 'complete' AND OLD.action <> 'GATE' THEN
+        UPDATE job_steps SET steps_done = steps_done - 1
+            WHERE tenant_id = OLD.tenant_id AND job_id = OLD.job_id;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.state = 'complete' AND NEW.action <> 'GATE' THEN
+        UPDATE job_steps SET steps_done = steps_done + 1
+            WHERE tenant_id = NEW.tenant_id AND job_id = NEW.job_id;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE OR REPLACE FUNCTION weft_jobs_count() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM job_steps WHERE tenant_id = OLD.tenant_id AND job_id = OLD.id;
+        RETURN NULL;
+    END IF;
+    INSERT INTO job_steps (tenant_id, job_id, steps_done) VALUES (NEW.tenant_id, NEW.id,
+        (SELECT COUNT(*) FROM tasks WHERE tenant_id = NEW.tenant_id AND job_id = NEW.id
+            AND state = 'complete' AND action <> 'GATE'))
+        ON CONFLICT (tenant_id, job_id) DO UPDATE SET steps_done = excluded.steps_done;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER jobs_steps_delete AFTER DELETE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION weft_jobs_count();
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

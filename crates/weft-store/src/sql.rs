@@ -665,6 +665,7 @@ impl Store for SqlStore {
             "profiles",
             "api_keys",
             "tasks",
+            "job_steps",
             "jobs",
             "nodes",
             "clusters",

@@ -47,12 +47,14 @@ const ROW_LOCK_CLASS: i32 = 0x7765_6674;
 const CLUSTER_COLUMNS: &str = "tenant_id, id, owner, name, status, create_time, expire_time, \
      latest_job, rev, node_count, body";
 const NODE_COLUMNS: &str = "tenant_id, cluster_id, id, nodenum, rev, body";
-const JOB_COLUMNS: &str =
-    "tenant_id, cluster_id, id, action, status, create_time, rev, steps_done, steps_total, body";
+/// A job's columns, read from `jobs` (not aliased), its completed steps from `job_steps`.
+const JOB_COLUMNS: &str = "tenant_id, cluster_id, id, action, status, create_time, rev, \
+     COALESCE((SELECT s.steps_done FROM job_steps s WHERE s.tenant_id = jobs.tenant_id \
+     AND s.job_id = jobs.id), 0) AS steps_done, steps_total, body";
 /// A job's columns without its body (which lists every task id of its plan).
-const JOB_HEAD_COLUMNS: &str =
-    "tenant_id, cluster_id, id, action, status, create_time, rev, steps_done, steps_total, \
-     'null' AS body";
+const JOB_HEAD_COLUMNS: &str = "tenant_id, cluster_id, id, action, status, create_time, rev, \
+     COALESCE((SELECT s.steps_done FROM job_steps s WHERE s.tenant_id = jobs.tenant_id \
+     AND s.job_id = jobs.id), 0) AS steps_done, steps_total, 'null' AS body";
 const TASK_COLUMNS: &str = "tenant_id, cluster_id, job_id, id, node_id, action, service, state, \
      attempts, deps_remaining, successors, lease_owner, lease_deadline, queued_at, started_at, rev, body";
 
@@ -1162,9 +1164,10 @@ impl SqlStore {
 
     pub(crate) async fn ended_jobs_impl(&self) -> Result<Vec<JobRow>> {
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs j WHERE j.status IN ('running', 'paused') AND EXISTS \
-             (SELECT 1 FROM tasks t WHERE t.tenant_id = j.tenant_id AND t.id = j.id || '-end' \
-              AND t.state = 'complete') ORDER BY j.tenant_id, j.id"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE jobs.status IN ('running', 'paused') AND EXISTS \
+             (SELECT 1 FROM tasks t WHERE t.tenant_id = jobs.tenant_id \
+              AND t.id = jobs.id || '-end' AND t.state = 'complete') \
+             ORDER BY jobs.tenant_id, jobs.id"
         );
         let rows = sqlx::query(&sql).fetch_all_on(self).await?;
         rows.iter().map(job_from_row).collect()
