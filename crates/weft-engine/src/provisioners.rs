@@ -9,6 +9,7 @@ use weft_model::{EntityKind, Heartbeat, HeartbeatAnswer, Provisioner, Provisione
 use weft_store::{ProvisionerRecord, SUPERADMIN};
 
 use crate::error::{EngineError, EngineResult};
+use crate::tenants::names_by_id;
 use crate::work::fail_over_leases;
 use crate::workers::{reassign, rebalance, Moved};
 use crate::{now_ms, Caller, Engine};
@@ -16,7 +17,7 @@ use crate::{now_ms, Caller, Engine};
 /// Every provisioner (the superadmin's).
 pub async fn list(st: &Engine, who: &Caller) -> EngineResult<Vec<Provisioner>> {
     who.require_superadmin()?;
-    let names = tenant_names(st).await?;
+    let names = names_by_id(st).await?;
     Ok(st
         .store
         .list_provisioners()
@@ -34,7 +35,7 @@ pub async fn get(st: &Engine, who: &Caller, id: &str) -> EngineResult<Provisione
         .get_provisioner(id)
         .await?
         .ok_or_else(|| EngineError::ProvisionerNotFound(id.to_string()))?;
-    Ok(view(&tenant_names(st).await?, p))
+    Ok(view(&names_by_id(st).await?, p))
 }
 
 /// Each provisioner's last heartbeat (ms), by id (the superadmin's).
@@ -46,16 +47,6 @@ pub async fn heartbeats(st: &Engine, who: &Caller) -> EngineResult<BTreeMap<Stri
         .await?
         .into_iter()
         .map(|p| (p.id, p.last_heartbeat_ms))
-        .collect())
-}
-
-async fn tenant_names(st: &Engine) -> EngineResult<BTreeMap<String, String>> {
-    Ok(st
-        .store
-        .list_tenants()
-        .await?
-        .into_iter()
-        .map(|t| (t.id, t.spec.name))
         .collect())
 }
 

@@ -38,6 +38,13 @@ pub async fn names(
     who: &Caller,
 ) -> EngineResult<std::collections::BTreeMap<String, String>> {
     who.require_superadmin()?;
+    names_by_id(st).await
+}
+
+/// Every tenant's name, by id (for answers that show tenants by name).
+pub(crate) async fn names_by_id(
+    st: &Engine,
+) -> EngineResult<std::collections::BTreeMap<String, String>> {
     Ok(st
         .store
         .list_tenants()
@@ -68,10 +75,7 @@ pub async fn create(
     if st.store.tenant_by_name(&spec.name).await?.is_some() {
         return Err(EngineError::TenantExists(spec.name));
     }
-    let tenant = insert(st, spec).await?;
-    if let Some(resources) = bootstrap {
-        copy_catalog(st, resources, &tenant.id).await?;
-    }
+    insert(st, spec, bootstrap).await?;
     rebalance(st).await
 }
 
@@ -94,12 +98,7 @@ pub async fn put(
     }
     match st.store.tenant_by_name(name).await? {
         Some(existing) => save(st, &Tenant { spec, ..existing }, false).await?,
-        None => {
-            let tenant = insert(st, spec).await?;
-            if let Some(resources) = bootstrap {
-                copy_catalog(st, resources, &tenant.id).await?;
-            }
-        }
+        None => insert(st, spec, bootstrap).await?,
     }
     rebalance(st).await
 }
@@ -157,14 +156,23 @@ fn checked(spec: Option<TenantSpecification>) -> EngineResult<TenantSpecificatio
     Ok(spec)
 }
 
-async fn insert(st: &Engine, spec: TenantSpecification) -> EngineResult<Tenant> {
+/// Inserts a new tenant, with a copy of the superadmin's catalog if `bootstrap` says where
+/// resources are kept.
+async fn insert(
+    st: &Engine,
+    spec: TenantSpecification,
+    bootstrap: Option<&dyn ResourceStore>,
+) -> EngineResult<()> {
     let tenant = Tenant {
         id: uuid::Uuid::new_v4().to_string(),
         spec,
         create_time: now_ms(),
     };
     save(st, &tenant, true).await?;
-    Ok(tenant)
+    match bootstrap {
+        Some(resources) => copy_catalog(st, resources, &tenant.id).await,
+        None => Ok(()),
+    }
 }
 
 /// [`Store::save_tenant`](weft_store::Store::save_tenant), its refusals named.

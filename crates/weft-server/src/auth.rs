@@ -42,18 +42,6 @@ impl Identity {
         self.role >= Role::Admin
     }
 
-    /// 403 unless the caller is the tenant's admin.
-    pub fn require_admin(&self) -> ApiResult<()> {
-        if self.is_admin() {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden(format!(
-                "user {} is not an admin of tenant {}",
-                self.user, self.tenant.spec.name
-            )))
-        }
-    }
-
     /// An empty 403 unless the caller is the superadmin, as Coopr answers.
     pub fn require_superadmin(&self) -> ApiResult<()> {
         if self.role == Role::SuperAdmin {
