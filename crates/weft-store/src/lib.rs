@@ -41,7 +41,7 @@ pub use hostpool::{
 };
 pub use leader::{Leadership, Lease};
 pub use migrate::{Migration, MIGRATIONS, SCHEMA_VERSION};
-pub use sql::SqlStore;
+pub use sql::{PgStore, Postgres, SqlStore, Sqlite, SqliteStore};
 pub use webhooks::{DeliveryRow, DeliveryStatus, WebhookRow};
 
 /// The one error type of this crate.
@@ -82,7 +82,8 @@ pub enum StoreError {
     /// A checked tenant write ([`Store::save_tenant`]) was refused; nothing was written.
     #[error("{0:?}")]
     TenantRefused(TenantRefusal),
-    /// The URL names no supported backend.
+    /// The URL names no supported backend, or an in-memory SQLite database (which would forget
+    /// every cluster, and so leave its machines behind, when weft stops).
     #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://...")]
     BadUrl(String),
 }
@@ -218,7 +219,7 @@ pub struct SecretKeyRow {
     pub seq: i64,
 }
 
-/// Everything weft keeps. Implemented by [`SqlStore`] for SQLite and PostgreSQL; every
+/// Everything weft keeps. Implemented by [`SqliteStore`] and [`PgStore`]; every
 /// implementation passes the contract suite in `tests/it/contract.rs`. The host pools' methods
 /// are in the supertrait [`HostPoolStore`] (hostpool.rs).
 #[async_trait]
@@ -227,6 +228,12 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
 
     /// The schema version recorded by the last migration.
     async fn schema_version(&self) -> Result<i64>;
+
+    /// The versions and times (ms since the epoch) of every applied migration, in order.
+    async fn applied_migrations(&self) -> Result<Vec<(i64, i64)>>;
+
+    /// Closes the store's connections, waiting for those in use to come back.
+    async fn close(&self);
 
     // ---- tenants -------------------------------------------------------------------------------
 
@@ -592,5 +599,5 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
 /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`), runs the migrations, and
 /// makes sure the superadmin tenant exists.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
-    Ok(Arc::new(SqlStore::connect(url).await?))
+    sql::open(url).await
 }

@@ -12,7 +12,7 @@
 //! sqlx's `Any` driver agree on. On PostgreSQL key columns use the `"C"` collation so that `ORDER BY
 //! name` sorts bytewise, as SQLite's default collation does.
 
-use sqlx::{Any, Transaction};
+use sqlx::{Any, AnyPool, Transaction};
 
 use crate::{Backend, Result, StoreError};
 
@@ -969,11 +969,11 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// Applies every migration in [`MIGRATIONS`] that `weft_schema` does not list yet, in order, each in
 /// its own transaction. Returns the versions it applied.
-pub(crate) async fn run(store: &crate::SqlStore, now_ms: i64) -> Result<Vec<i64>> {
+pub(crate) async fn run(pool: &AnyPool, backend: Backend, now_ms: i64) -> Result<Vec<i64>> {
     let mut applied = Vec::new();
     for m in MIGRATIONS {
-        let mut tx = store.write_tx().await?;
-        lock_and_ensure_table(&mut tx, store.backend_kind()).await?;
+        let mut tx = crate::sql::begin(pool, backend).await?;
+        lock_and_ensure_table(&mut tx, backend).await?;
         let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM weft_schema WHERE version = $1")
             .bind(m.version)
             .fetch_one(&mut *tx)
@@ -981,7 +981,7 @@ pub(crate) async fn run(store: &crate::SqlStore, now_ms: i64) -> Result<Vec<i64>
         if done > 0 {
             continue;
         }
-        sqlx::raw_sql(m.sql(store.backend_kind()))
+        sqlx::raw_sql(m.sql(backend))
             .execute(&mut *tx)
             .await
             .map_err(|e| {

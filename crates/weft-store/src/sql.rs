@@ -1,5 +1,7 @@
-//! [`SqlStore`]: the [`Store`] over SQLite or PostgreSQL, one implementation through sqlx's `Any`
-//! driver.
+//! [`SqlStore`]: the [`Store`] over SQLite ([`SqliteStore`]) or PostgreSQL ([`PgStore`]): the SQL
+//! both share, through sqlx's `Any` driver, and per backend its own path for the engine's hot
+//! operations ([`Hot`]: `sqlite.rs`, `postgres.rs`), which is that backend's only way to commit a
+//! change set.
 //!
 //! Queries are checked at run time (no compile-time macros, no `DATABASE_URL` at build) and use
 //! `$1`-style placeholders, which both sqlx drivers accept. Every method is one transaction (or one
@@ -12,8 +14,8 @@
 //!   `BEGIN IMMEDIATE`, so writers in this process queue in the pool instead of failing with
 //!   `SQLITE_BUSY`, and a writer in another process waits on the busy timeout instead of deadlocking
 //!   on a read-to-write lock upgrade. Reads use a separate pool of several connections: WAL lets
-//!   them run beside the writer. On a file, the engine's hot operations skip sqlx: they run on a
-//!   writer thread and a reader thread of their own (`writer.rs`), and the writer thread's
+//!   them run beside the writer. The engine's hot operations skip sqlx: they run on a writer
+//!   thread and a reader thread of their own (`writer.rs`), and the writer thread's
 //!   transactions serialize with sqlx's through SQLite's write lock and the busy timeout.
 //! * **PostgreSQL** uses one pool for both. Writes that compute `max(version) + 1` can race under
 //!   READ COMMITTED; the loser hits the primary key and the whole transaction is retried, so
@@ -21,14 +23,17 @@
 //!   pool: writer tasks with connections of their own batch them, one transaction per batch
 //!   (`pg_writer.rs`).
 
+// `SqlStore<B>`'s backend is sealed: its trait, `Hot`, is crate-private on purpose.
+#![allow(private_bounds)]
+
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::str::FromStr;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
 use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
 
@@ -52,121 +57,100 @@ mod hostpool; // HostPoolStore for SqlStore (host pools)
 mod pg_reader;
 use pg_reader::ReadOn;
 mod pg_writer;
+mod postgres;
+mod sqlite;
 mod webhooks;
 mod writer;
+
+pub use postgres::Postgres;
+pub use sqlite::Sqlite;
+
+use engine::{AnyQuery, Param, RowMap};
 
 /// How many times a write that lost a version race is retried before giving up.
 const MAX_VERSION_RETRIES: usize = 64;
 
-/// The store over SQLite or PostgreSQL. Cheap to clone (the pools are shared).
+/// The store over SQL: the statements both backends share, on the pools of sqlx's `Any` driver,
+/// and `B`, the backend's own path for the engine's hot operations ([`Hot`]): [`SqliteStore`] or
+/// [`PgStore`]. Cheap to clone (the pools and the backend's workers are shared).
 #[derive(Debug, Clone)]
-pub struct SqlStore {
-    backend: Backend,
-    /// Every write transaction. On SQLite: exactly one connection.
+pub struct SqlStore<B> {
+    /// Every write transaction but the hot path's. On SQLite: exactly one connection.
     writer: AnyPool,
     /// Read-only statements. On PostgreSQL the same pool as `writer`.
     reader: AnyPool,
-    /// SQLite (a file): the thread that runs the engine's hot operations. `None` on PostgreSQL and
-    /// for an in-memory database, which another connection could not see.
-    sqlite_writer: Option<writer::SqliteWriter>,
-    /// SQLite (a file): the thread that runs the engine's frequent reads. `None` where
-    /// `sqlite_writer` is.
-    sqlite_reader: Option<writer::SqliteReader>,
-    /// PostgreSQL: the task that runs the engine's hot operations with group commit
-    /// (`pg_writer.rs`). `None` on SQLite.
-    pg_writer: Option<pg_writer::PgWriter>,
-    /// PostgreSQL: connections for the engine's frequent reads, without sqlx's pings
-    /// (`pg_reader.rs`). `None` on SQLite.
-    pg_reader: Option<pg_reader::PgReader>,
+    /// The backend's hot path.
+    hot: B,
 }
 
-impl SqlStore {
-    /// Opens `sqlite://PATH` (the file is created if missing) or `postgres://...` /
-    /// `postgresql://...`, applies the missing migrations and makes sure the superadmin tenant
-    /// exists.
-    pub async fn connect(url: &str) -> Result<SqlStore> {
-        sqlx::any::install_default_drivers();
-        let backend = backend_of(url)?;
-        let store = match backend {
-            Backend::Sqlite => {
-                let url = sqlite_url(url);
-                let opts = AnyConnectOptions::from_str(&url)?;
-                let writer = sqlite_pool(1).connect_with(opts.clone()).await?;
-                let store = SqlStore {
-                    backend,
-                    reader: writer.clone(),
-                    writer,
-                    sqlite_writer: None,
-                    sqlite_reader: None,
-                    pg_writer: None,
-                    pg_reader: None,
-                };
-                store.prepare().await?;
-                if url.contains(":memory:") || url.contains("mode=memory") {
-                    // Each connection would see its own empty in-memory database.
-                    store
-                } else {
-                    let reader = sqlite_pool(4).connect_with(opts).await?;
-                    let path = sqlite_path(&url).as_ref();
-                    SqlStore {
-                        reader,
-                        sqlite_writer: Some(writer::SqliteWriter::start(path)?),
-                        sqlite_reader: Some(writer::SqliteReader::start(path)?),
-                        ..store
-                    }
-                }
-            }
-            Backend::Postgres => {
-                let opts = AnyConnectOptions::from_str(url)?;
-                let pool = pool_options(16).connect_with(opts.clone()).await?;
-                let store = SqlStore {
-                    backend,
-                    reader: pool.clone(),
-                    writer: pool,
-                    sqlite_writer: None,
-                    sqlite_reader: None,
-                    pg_writer: None,
-                    pg_reader: None,
-                };
-                store.prepare().await?;
-                SqlStore {
-                    pg_reader: Some(pg_reader::PgReader::new(opts.clone())),
-                    pg_writer: Some(pg_writer::PgWriter::start(opts)),
-                    ..store
-                }
-            }
-        };
-        Ok(store)
-    }
+/// The store on a SQLite file: change sets, takes and the leader lease on a writer thread of its
+/// own (`writer.rs`), the frequent reads on a reader thread.
+pub type SqliteStore = SqlStore<Sqlite>;
 
-    /// The versions and times (ms since the epoch) of every applied migration, in order.
-    pub async fn applied_migrations(&self) -> Result<Vec<(i64, i64)>> {
-        let rows = sqlx::query("SELECT version, applied_at FROM weft_schema ORDER BY version")
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
-            .collect()
-    }
+/// The store on PostgreSQL: change sets and takes batched by writer tasks through a PL/pgSQL
+/// function (`pg_writer.rs`), the frequent reads on connections without sqlx's pings.
+pub type PgStore = SqlStore<Postgres>;
 
-    /// Closes both pools, waiting for connections in use to come back.
-    pub async fn close(&self) {
-        self.reader.close().await;
-        self.writer.close().await;
-    }
+/// What a backend does its own way: the engine's hot operations. Each backend commits a change set
+/// one way only (`SqliteWriter` or `PgWriter`); everything else is the SQL both share.
+#[async_trait]
+pub(crate) trait Hot: std::fmt::Debug + Clone + Send + Sync + 'static {
+    /// Which backend this is.
+    const BACKEND: Backend;
 
+    /// Commits a change set in one transaction; the job-end gates its releases completed.
+    async fn commit(&self, cs: &ChangeSet) -> Result<Vec<String>>;
+
+    /// [`Hot::commit`] of a change set given up by its caller.
+    async fn commit_owned(&self, cs: ChangeSet) -> Result<()>;
+
+    /// Leases the next queued task of a tenant (see [`Store::take_next`]).
+    async fn take(
+        &self,
+        tenant_id: &str,
+        owner: &str,
+        now: i64,
+        deadline: i64,
+    ) -> Result<Option<Taken>>;
+
+    /// A task with its job's status and revision, as the latest commit left them.
+    async fn task_with_job(&self, tenant_id: &str, task_id: &str) -> Result<TaskWithJob>;
+
+    /// Runs a write that answers at most one integer, in turn with the hot writes.
+    async fn scalar(
+        &self,
+        pool: &AnyPool,
+        sql: &'static str,
+        params: Vec<Param>,
+    ) -> Result<Option<i64>>;
+
+    /// One of the engine's frequent reads: `sql` with `params`, each row mapped by `M`.
+    async fn read<M: RowMap>(
+        &self,
+        pool: &AnyPool,
+        sql: String,
+        params: Vec<Param>,
+    ) -> Result<Vec<M::Out>>;
+
+    /// Any other read's rows, on `pool` or the backend's own read connections.
+    async fn fetch_all(&self, pool: &AnyPool, q: AnyQuery<'_>) -> Result<Vec<AnyRow>>;
+
+    /// Any other read's one row at most, on `pool` or the backend's own read connections.
+    async fn fetch_optional(&self, pool: &AnyPool, q: AnyQuery<'_>) -> Result<Option<AnyRow>>;
+}
+
+/// A task with its job's status and revision (`None` when the job is gone).
+pub(crate) type TaskWithJob = Option<(TaskRow, Option<(String, i64)>)>;
+
+impl<B: Hot> SqlStore<B> {
     pub(crate) fn backend_kind(&self) -> Backend {
-        self.backend
+        B::BACKEND
     }
 
-    /// Starts a write transaction: `BEGIN IMMEDIATE` on SQLite, a plain `BEGIN` on PostgreSQL.
-    /// Within a request's handling, the transaction carries the request's audit record
-    /// ([`Pending`]).
+    /// Starts a write transaction ([`begin`]). Within a request's handling, the transaction
+    /// carries the request's audit record ([`Pending`]).
     pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Any>> {
-        let mut tx = match self.backend {
-            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.writer.begin().await?,
-        };
+        let mut tx = begin(&self.writer, B::BACKEND).await?;
         if let Some(row) = Pending::current().and_then(|p| p.row()) {
             let (sql, params) = engine::audit_pending_statement(&row);
             let mut q = sqlx::query(sql);
@@ -176,26 +160,6 @@ impl SqlStore {
             q.execute(&mut *tx).await?;
         }
         Ok(tx)
-    }
-
-    /// Migrations, then the superadmin tenant.
-    async fn prepare(&self) -> Result<()> {
-        migrate::run(self, now_ms()).await?;
-        let mut tx = self.write_tx().await?;
-        sqlx::query(
-            "INSERT INTO tenants (id, name, description, workers, max_clusters, max_nodes, create_time) \
-             VALUES ($1, $2, $3, 0, $4, $5, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(SUPERADMIN)
-        .bind(SUPERADMIN)
-        .bind("super admin tenant")
-        .bind(UNBOUNDED as i64)
-        .bind(UNBOUNDED as i64)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     /// Runs `attempt` in a fresh write transaction, again when it lost a race on a unique key.
@@ -218,6 +182,35 @@ impl SqlStore {
             }
         }
     }
+}
+
+/// Starts a write transaction on `pool`: `BEGIN IMMEDIATE` on SQLite (the write lock at once,
+/// so writers queue instead of deadlocking on a lock upgrade), a plain `BEGIN` on PostgreSQL.
+pub(crate) async fn begin(pool: &AnyPool, backend: Backend) -> Result<Transaction<'static, Any>> {
+    Ok(match backend {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
+        Backend::Postgres => pool.begin().await?,
+    })
+}
+
+/// Readies a database: the missing migrations, then the superadmin tenant.
+async fn prepare(pool: &AnyPool, backend: Backend) -> Result<()> {
+    migrate::run(pool, backend, now_ms()).await?;
+    let mut tx = begin(pool, backend).await?;
+    sqlx::query(
+        "INSERT INTO tenants (id, name, description, workers, max_clusters, max_nodes, create_time) \
+         VALUES ($1, $2, $3, 0, $4, $5, $6) ON CONFLICT DO NOTHING",
+    )
+    .bind(SUPERADMIN)
+    .bind(SUPERADMIN)
+    .bind("super admin tenant")
+    .bind(UNBOUNDED as i64)
+    .bind(UNBOUNDED as i64)
+    .bind(now_ms())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 async fn insert_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) -> Result<()> {
@@ -303,6 +296,14 @@ async fn check_tenant(
 /// outside a request (see [`Pending`]).
 fn pending_audit_write() -> Option<Write> {
     Pending::current()?.row().map(Write::AuditPending)
+}
+
+/// Opens the store a URL names (see [`crate::open`]).
+pub(crate) async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    Ok(match backend_of(url)? {
+        Backend::Sqlite => std::sync::Arc::new(SqliteStore::open(url).await?),
+        Backend::Postgres => std::sync::Arc::new(PgStore::open(url).await?),
+    })
 }
 
 /// Which backend a URL names.
@@ -593,9 +594,23 @@ fn bind_key<'q>(
 }
 
 #[async_trait]
-impl Store for SqlStore {
+impl<B: Hot> Store for SqlStore<B> {
     fn backend(&self) -> Backend {
-        self.backend
+        B::BACKEND
+    }
+
+    async fn applied_migrations(&self) -> Result<Vec<(i64, i64)>> {
+        let rows = sqlx::query("SELECT version, applied_at FROM weft_schema ORDER BY version")
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
+            .collect()
+    }
+
+    async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
     }
 
     async fn schema_version(&self) -> Result<i64> {
@@ -621,7 +636,7 @@ impl Store for SqlStore {
 
     async fn save_tenant(&self, tenant: &Tenant, insert: bool) -> Result<()> {
         let mut tx = self.write_tx().await?;
-        if self.backend == Backend::Postgres {
+        if B::BACKEND == Backend::Postgres {
             engine::lock_tenant(&mut tx, &tenant.id).await?;
         }
         check_tenant(&mut tx, tenant, insert).await?;
@@ -1305,10 +1320,7 @@ impl Store for SqlStore {
         if let Some(w) = pending_audit_write() {
             cs.write(w);
         }
-        match &self.sqlite_writer {
-            Some(w) => w.commit_owned(cs).await.map(drop),
-            None => self.commit_changes(&cs).await.map(drop),
-        }
+        self.hot.commit_owned(cs).await
     }
 
     async fn next_id(&self, counter: &str) -> Result<u64> {

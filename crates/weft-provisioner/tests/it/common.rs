@@ -11,7 +11,7 @@ use weft_provisioner::local::LocalProvider;
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::{Agent, AgentConfig, Plugins};
 use weft_server::config::RawConfig;
-use weft_store::{SqlStore, Store, Tenant, SUPERADMIN};
+use weft_store::{Store, Tenant, SUPERADMIN};
 
 pub const CATALOG: &str = include_str!("../../../../examples/catalog/catalog.json");
 
@@ -48,7 +48,7 @@ impl Server {
         .expect("settings");
         std::fs::create_dir_all(dir.path().join("server")).expect("dir");
         let url = format!("sqlite://{}", dir.path().join("server/weft.db").display());
-        let store: Arc<dyn Store> = Arc::new(SqlStore::connect(&url).await.expect("store"));
+        let store: Arc<dyn Store> = weft_store::open(&url).await.expect("store");
         weft_server::seed_catalog(store.as_ref(), SUPERADMIN, CATALOG)
             .await
             .expect("catalog");

@@ -1308,12 +1308,12 @@ fn the_fake_reads_names_as_nova_does_as_regular_expressions() {
 #[tokio::test]
 async fn the_example_catalog_holds_valid_openstack_and_rackspace_templates() {
     use weft_model::EntityKind;
-    use weft_store::{SqlStore, Store, SUPERADMIN};
+    use weft_store::SUPERADMIN;
     let dir = tempfile::tempdir().unwrap();
-    let store = SqlStore::connect(&weft_testkit::temp_sqlite_url(&dir))
+    let store = weft_store::open(&weft_testkit::temp_sqlite_url(&dir))
         .await
         .expect("store");
-    weft_server::seed_catalog(&store, SUPERADMIN, crate::common::CATALOG)
+    weft_server::seed_catalog(&*store, SUPERADMIN, crate::common::CATALOG)
         .await
         .expect("the example catalog validates");
     let names = |v: Vec<Value>| -> Vec<String> {

@@ -1,7 +1,6 @@
 //! The test harness: a temporary store, both routers, and small helpers to send requests as a given
 //! caller and read the answers.
 
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -11,7 +10,6 @@ use tempfile::TempDir;
 use tower::ServiceExt;
 use weft_server::config::RawConfig;
 use weft_server::App;
-use weft_store::SqlStore;
 
 /// The superadmin: user `admin` of tenant `superadmin`.
 pub const SA: Who = Who {
@@ -138,8 +136,8 @@ impl Harness {
             weft_client::tokens::create_if_missing(p, [42; 32]).expect("token file");
         }
         let url = format!("sqlite://{}", dir.path().join("weft.db").display());
-        let store = SqlStore::connect(&url).await.expect("store");
-        let app = weft_server::app(Arc::new(store), settings);
+        let store = weft_store::open(&url).await.expect("store");
+        let app = weft_server::app(store, settings);
         // The provisioners tests register do not listen: no calls out, unless a test (outbound.rs)
         // turns them on against a listener of its own.
         app.state.outbound.set_enabled(false);

@@ -4,7 +4,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
-use super::SqlStore;
+use super::{Hot, SqlStore};
 use crate::audit::{
     record_hash, AuditAnchor, AuditEntry, AuditQuery, AuditRecord, StoredAudit, GENESIS,
 };
@@ -30,7 +30,7 @@ fn stored_from_row(row: &AnyRow) -> Result<StoredAudit> {
     })
 }
 
-impl SqlStore {
+impl<B: Hot> SqlStore<B> {
     /// Appends `entry` to its tenant's chain, and removes the request's pending record (written
     /// with its change, see [`crate::audit::Pending`]) in the same transaction.
     pub(crate) async fn append_audit_impl(&self, entry: &AuditEntry) -> Result<AuditRecord> {

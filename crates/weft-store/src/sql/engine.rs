@@ -32,7 +32,7 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, Row};
 
 use super::pg_reader::ReadOn;
-use super::{parse_json, to_i64, to_u32, to_u64, SqlStore};
+use super::{parse_json, to_i64, to_u32, to_u64, Hot, SqlStore};
 use crate::audit::PendingRow;
 use crate::engine::{
     ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
@@ -90,12 +90,12 @@ fn stamp_of_task(row: &impl Cols) -> Result<Option<ClusterStamp>> {
 
 /// Reading a column by name, from a sqlx row or a rusqlite row (the SQLite writer thread), so one
 /// mapping serves both.
-pub(super) trait Cols {
+pub(crate) trait Cols {
     fn get<T: ColType>(&self, name: &str) -> Result<T>;
 }
 
 /// The column types the rows are made of.
-pub(super) trait ColType:
+pub(crate) trait ColType:
     for<'r> sqlx::Decode<'r, Any> + sqlx::Type<Any> + rusqlite::types::FromSql
 {
     /// The value of a row given as a JSON object (PostgreSQL's batch function, `pg_batch.sql`);
@@ -149,6 +149,39 @@ impl Cols for rusqlite::Row<'_> {
         Ok(rusqlite::Row::get(self, name)?)
     }
 }
+
+/// How one of the engine's frequent reads ([`Hot::read`]) maps a row, from a sqlx row or a
+/// rusqlite row.
+pub(crate) trait RowMap: Send + 'static {
+    type Out: Send + 'static;
+    fn map(row: &impl Cols) -> Result<Self::Out>;
+}
+
+/// Declares a [`RowMap`] by the function that maps one row.
+macro_rules! row_map {
+    ($name:ident => $out:ty, $f:expr) => {
+        pub(crate) struct $name;
+        impl RowMap for $name {
+            type Out = $out;
+            fn map(row: &impl Cols) -> Result<$out> {
+                $f(row)
+            }
+        }
+    };
+}
+
+row_map!(Clusters => ClusterRow, cluster_from_row);
+row_map!(Nodes => NodeRow, node_from_row);
+row_map!(Tasks => TaskRow, task_from_row);
+row_map!(Stamps => ClusterStamp, |row: &_| Ok(ClusterStamp {
+    rev: Cols::get(row, "rev")?,
+    nodes_rev: Cols::get(row, "nodes_rev")?,
+}));
+row_map!(NodeTexts => (String, i64, String), |row: &_| Ok((
+    Cols::get(row, "id")?,
+    Cols::get(row, "rev")?,
+    Cols::get(row, "body")?,
+)));
 
 /// Orders ids made of a common prefix and a zero-padded counter numerically, also once the counter
 /// outgrows its padding (`...-999` before `...-1000`).
@@ -455,7 +488,7 @@ pub(super) fn check_found(t: &Target<'_>, found: Option<i64>) -> Result<()> {
 
 /// A statement parameter, bound alike by sqlx and by the SQLite writer thread.
 #[derive(Debug, Clone)]
-pub(super) enum Param {
+pub(crate) enum Param {
     Int(i64),
     Text(String),
     Null,
@@ -654,7 +687,7 @@ pub(super) async fn apply(
 }
 
 /// `q` with `p` bound to its next placeholder.
-pub(super) fn bind_param(q: AnyQuery<'_>, p: Param) -> AnyQuery<'_> {
+pub(crate) fn bind_param(q: AnyQuery<'_>, p: Param) -> AnyQuery<'_> {
     match p {
         Param::Int(i) => q.bind(i),
         Param::Text(s) => q.bind(s),
@@ -662,7 +695,7 @@ pub(super) fn bind_param(q: AnyQuery<'_>, p: Param) -> AnyQuery<'_> {
     }
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
+pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
 /// [`Write::Release`]: one atomic decrement per successor, cascading through gates. Each statement
 /// reads the row's old values on the right-hand side, so "this decrement reached zero on a
@@ -783,38 +816,9 @@ pub(super) async fn check_all(
     Ok(())
 }
 
-/// A change set's checks and writes on `conn`, inside a transaction (or savepoint) the caller
-/// opened and ends. Returns the job-end gates its releases completed.
-pub(super) async fn apply_change_set(
-    conn: &mut AnyConnection,
-    backend: Backend,
-    quotas: &[&Quota],
-    targets: &[Target<'_>],
-    writes: &[Write],
-) -> Result<Vec<String>> {
-    check_all(conn, backend, quotas, targets).await?;
-    let mut ended = Vec::new();
-    for w in writes {
-        apply(conn, w, &mut ended).await?;
-    }
-    Ok(ended)
-}
-
-impl SqlStore {
+impl<B: Hot> SqlStore<B> {
     pub(crate) async fn commit_changes(&self, cs: &ChangeSet) -> Result<Vec<String>> {
-        if let Some(w) = &self.sqlite_writer {
-            return w.commit(cs).await;
-        }
-        if let Some(w) = &self.pg_writer {
-            return w.commit(cs).await;
-        }
-        // An in-memory SQLite database, on its one connection: no writer thread, no deadlock.
-        let quotas: Vec<&Quota> = quotas(cs).collect();
-        let mut tx = self.write_tx().await?;
-        let ended =
-            apply_change_set(&mut tx, self.backend, &quotas, &targets(cs), &cs.writes).await?;
-        tx.commit().await?;
-        Ok(ended)
+        self.hot.commit(cs).await
     }
 
     pub(crate) async fn next_id_impl(&self, counter: &str) -> Result<u64> {
@@ -845,19 +849,9 @@ impl SqlStore {
     ) -> Result<Option<ClusterRow>> {
         let sql =
             format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE tenant_id = $1 AND id = $2");
-        if let Some(r) = &self.sqlite_reader {
-            let params = vec![tenant_id.into(), to_i64(id).into()];
-            return Ok(r
-                .query(sql, params, |row| cluster_from_row(row))
-                .await?
-                .pop());
-        }
-        let row = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(to_i64(id))
-            .fetch_optional_on(self)
-            .await?;
-        row.as_ref().map(cluster_from_row).transpose()
+        let params = vec![tenant_id.into(), to_i64(id).into()];
+        let mut rows = self.hot.read::<Clusters>(&self.reader, sql, params).await?;
+        Ok(rows.pop())
     }
 
     pub(crate) async fn list_clusters_impl(
@@ -886,16 +880,8 @@ impl SqlStore {
             "SELECT {NODE_COLUMNS} FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 \
              ORDER BY nodenum, id"
         );
-        if let Some(r) = &self.sqlite_reader {
-            let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
-            return r.query(sql, params, |row| node_from_row(row)).await;
-        }
-        let rows = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(to_i64(cluster_id))
-            .fetch_all_on(self)
-            .await?;
-        rows.iter().map(node_from_row).collect()
+        let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
+        self.hot.read::<Nodes>(&self.reader, sql, params).await
     }
 
     pub(crate) async fn get_node_impl(
@@ -904,16 +890,12 @@ impl SqlStore {
         node_id: &str,
     ) -> Result<Option<NodeRow>> {
         let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE tenant_id = $1 AND id = $2");
-        if let Some(r) = &self.sqlite_reader {
-            let params = vec![tenant_id.into(), node_id.into()];
-            return Ok(r.query(sql, params, |row| node_from_row(row)).await?.pop());
-        }
-        let row = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(node_id)
-            .fetch_optional_on(self)
-            .await?;
-        row.as_ref().map(node_from_row).transpose()
+        let params = vec![tenant_id.into(), node_id.into()];
+        Ok(self
+            .hot
+            .read::<Nodes>(&self.reader, sql, params)
+            .await?
+            .pop())
     }
 
     pub(crate) async fn list_tenant_nodes_impl(&self, tenant_id: &str) -> Result<Vec<NodeRow>> {
@@ -1027,21 +1009,7 @@ impl SqlStore {
         now: i64,
         deadline: i64,
     ) -> Result<Option<Taken>> {
-        if let Some(w) = &self.sqlite_writer {
-            return w.take(tenant_id, owner, now, deadline).await;
-        }
-        if let Some(w) = &self.pg_writer {
-            return w.take(tenant_id, owner, now, deadline).await;
-        }
-        // An in-memory SQLite database. One statement is its own transaction.
-        let sql = take_sql();
-        let q = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(owner)
-            .bind(deadline)
-            .bind(now);
-        let row = q.fetch_optional(&self.writer).await?;
-        row.as_ref().map(taken_from_row).transpose()
+        self.hot.take(tenant_id, owner, now, deadline).await
     }
 
     pub(crate) async fn task_with_job_impl(
@@ -1049,16 +1017,7 @@ impl SqlStore {
         tenant_id: &str,
         task_id: &str,
     ) -> Result<Option<(TaskRow, Option<(String, i64)>)>> {
-        if let Some(w) = &self.sqlite_writer {
-            return w.task_with_job(tenant_id, task_id).await;
-        }
-        let row = sqlx::query(&TASK_WITH_JOB_SQL)
-            .bind(tenant_id)
-            .bind(task_id)
-            .fetch_optional_on(self)
-            .await?;
-        row.map(|r| Ok((task_from_row(&r)?, job_of_task(&r)?)))
-            .transpose()
+        self.hot.task_with_job(tenant_id, task_id).await
     }
 
     pub(crate) async fn cluster_stamp_impl(
@@ -1067,28 +1026,12 @@ impl SqlStore {
         id: u64,
     ) -> Result<Option<ClusterStamp>> {
         const SQL: &str = "SELECT rev, nodes_rev FROM clusters WHERE tenant_id = $1 AND id = $2";
-        if let Some(r) = &self.sqlite_reader {
-            let params = vec![tenant_id.into(), to_i64(id).into()];
-            let stamp = |row: &rusqlite::Row<'_>| {
-                Ok(ClusterStamp {
-                    rev: Cols::get(row, "rev")?,
-                    nodes_rev: Cols::get(row, "nodes_rev")?,
-                })
-            };
-            return Ok(r.query(SQL.into(), params, stamp).await?.pop());
-        }
-        let row = sqlx::query(SQL)
-            .bind(tenant_id)
-            .bind(to_i64(id))
-            .fetch_optional_on(self)
+        let params = vec![tenant_id.into(), to_i64(id).into()];
+        let mut rows = self
+            .hot
+            .read::<Stamps>(&self.reader, SQL.into(), params)
             .await?;
-        row.map(|r| {
-            Ok(ClusterStamp {
-                rev: r.try_get("rev")?,
-                nodes_rev: r.try_get("nodes_rev")?,
-            })
-        })
-        .transpose()
+        Ok(rows.pop())
     }
 
     pub(crate) async fn node_revs_impl(
@@ -1120,25 +1063,8 @@ impl SqlStore {
             "SELECT id, rev, {body} FROM nodes WHERE tenant_id = $1 AND cluster_id = $2 \
              ORDER BY id"
         );
-        if let Some(r) = &self.sqlite_reader {
-            let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
-            let row = |row: &rusqlite::Row<'_>| {
-                Ok((
-                    Cols::get(row, "id")?,
-                    Cols::get(row, "rev")?,
-                    Cols::get(row, "body")?,
-                ))
-            };
-            return r.query(sql, params, row).await;
-        }
-        let rows = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(to_i64(cluster_id))
-            .fetch_all_on(self)
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("id")?, r.try_get("rev")?, r.try_get("body")?)))
-            .collect()
+        let params = vec![tenant_id.into(), to_i64(cluster_id).into()];
+        self.hot.read::<NodeTexts>(&self.reader, sql, params).await
     }
 
     pub(crate) async fn node_tasks_impl(
@@ -1206,17 +1132,9 @@ impl SqlStore {
             "SELECT {TASK_COLUMNS} FROM tasks WHERE tenant_id = $1 AND state = 'in_progress' \
              AND lease_owner = $2 ORDER BY lease_deadline, id"
         );
-        // Every take asks: on a SQLite file, the reader thread rather than sqlx's thread hops.
-        if let Some(r) = &self.sqlite_reader {
-            let params = vec![tenant_id.into(), owner.into()];
-            return r.query(sql, params, |row| task_from_row(row)).await;
-        }
-        let rows = sqlx::query(&sql)
-            .bind(tenant_id)
-            .bind(owner)
-            .fetch_all_on(self)
-            .await?;
-        rows.iter().map(task_from_row).collect()
+        // Every take asks: the hot path's reader (on SQLite, no thread hops through sqlx).
+        let params = vec![tenant_id.into(), owner.into()];
+        self.hot.read::<Tasks>(&self.reader, sql, params).await
     }
 
     pub(crate) async fn expired_clusters_impl(&self, now: i64) -> Result<Vec<ClusterRow>> {
@@ -1280,27 +1198,13 @@ impl SqlStore {
              THEN leaders.term ELSE leaders.term + 1 END \
              WHERE leaders.holder = excluded.holder OR leaders.deadline < $3 \
              RETURNING term";
-        if let Some(w) = &self.sqlite_writer {
-            // Through the writer thread: it waits its turn behind a long batch (a 20,000-node
-            // create's commit) instead of failing on the busy timeout of a second writer.
-            let params = vec![
-                role.into(),
-                holder.into(),
-                now.into(),
-                (now + lease_ms).into(),
-            ];
-            return w.scalar(LEAD, params).await;
-        }
-        let mut tx = self.write_tx().await?;
-        let term: Option<i64> = sqlx::query_scalar(LEAD)
-            .bind(role)
-            .bind(holder)
-            .bind(now)
-            .bind(now + lease_ms)
-            .fetch_optional(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(term)
+        let params = vec![
+            role.into(),
+            holder.into(),
+            now.into(),
+            (now + lease_ms).into(),
+        ];
+        self.hot.scalar(&self.writer, LEAD, params).await
     }
 
     pub(crate) async fn resign_impl(&self, role: &str, holder: &str) -> Result<()> {

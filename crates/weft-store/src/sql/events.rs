@@ -4,7 +4,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::SqlStore;
+use super::{Hot, SqlStore};
 use crate::events::{Event, EventBounds, EventKind, EventQuery};
 use crate::{Backend, Result, StoreError};
 
@@ -52,7 +52,7 @@ fn event_from_row(row: &AnyRow) -> Result<Event> {
     Ok(e)
 }
 
-impl SqlStore {
+impl<B: Hot> SqlStore<B> {
     /// The events `q` asks for, oldest first.
     pub(crate) async fn read_events_impl(&self, q: &EventQuery) -> Result<Vec<Event>> {
         let kinds = (!q.kinds.is_empty()).then(|| {

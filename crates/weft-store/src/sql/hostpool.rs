@@ -13,7 +13,7 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 use weft_model::HostState;
 
-use super::{is_unique_violation, to_i64, to_u64, SqlStore};
+use super::{is_unique_violation, to_i64, to_u64, Hot, SqlStore};
 use crate::hostpool::{
     assign, shortfall, HostDelete, HostLease, HostPoolStore, HostRequest, PoolHostRow, Reservation,
 };
@@ -118,8 +118,8 @@ async fn select_hosts(
 }
 
 /// One try at a reservation; `None` when a chosen host was taken meanwhile (the caller retries).
-async fn try_reserve(
-    store: &SqlStore,
+async fn try_reserve<B: Hot>(
+    store: &SqlStore<B>,
     tenant_id: &str,
     provider: &str,
     cluster_id: u64,
@@ -191,7 +191,7 @@ async fn try_reserve(
 const FREE: &str = "state = NULL, cluster_id = NULL, node_id = NULL, reserve_time = NULL";
 
 #[async_trait]
-impl HostPoolStore for SqlStore {
+impl<B: Hot> HostPoolStore for SqlStore<B> {
     async fn list_pool_hosts(
         &self,
         tenant_id: &str,

@@ -13,7 +13,7 @@ use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::SqlStore;
+use super::{Hot, SqlStore};
 use crate::Result;
 
 /// At most this many reads run at once; the others wait for a connection.
@@ -91,33 +91,19 @@ impl Drop for ReadConn {
     }
 }
 
-/// Runs a read on [`PgReader`]'s connections where the store has them (PostgreSQL), else on its
-/// read pool.
+/// Runs a read on the backend's own read connections where it has them (PostgreSQL's
+/// [`PgReader`]), else on the store's read pool.
 pub(super) trait ReadOn {
-    async fn fetch_optional_on(self, store: &SqlStore) -> Result<Option<AnyRow>>;
-    async fn fetch_all_on(self, store: &SqlStore) -> Result<Vec<AnyRow>>;
+    async fn fetch_optional_on<B: Hot>(self, store: &SqlStore<B>) -> Result<Option<AnyRow>>;
+    async fn fetch_all_on<B: Hot>(self, store: &SqlStore<B>) -> Result<Vec<AnyRow>>;
 }
 
 impl<'q> ReadOn for Query<'q, Any, AnyArguments<'q>> {
-    async fn fetch_optional_on(self, store: &SqlStore) -> Result<Option<AnyRow>> {
-        match &store.pg_reader {
-            Some(r) => {
-                let mut c = r.conn().await?;
-                let out = self.fetch_optional(c.get()).await;
-                Ok(c.done(out)?)
-            }
-            None => Ok(self.fetch_optional(&store.reader).await?),
-        }
+    async fn fetch_optional_on<B: Hot>(self, store: &SqlStore<B>) -> Result<Option<AnyRow>> {
+        store.hot.fetch_optional(&store.reader, self).await
     }
 
-    async fn fetch_all_on(self, store: &SqlStore) -> Result<Vec<AnyRow>> {
-        match &store.pg_reader {
-            Some(r) => {
-                let mut c = r.conn().await?;
-                let out = self.fetch_all(c.get()).await;
-                Ok(c.done(out)?)
-            }
-            None => Ok(self.fetch_all(&store.reader).await?),
-        }
+    async fn fetch_all_on<B: Hot>(self, store: &SqlStore<B>) -> Result<Vec<AnyRow>> {
+        store.hot.fetch_all(&store.reader, self).await
     }
 }

@@ -31,9 +31,9 @@
 //!
 //! # The statement path
 //!
-//! Other change sets (creates with their quotas, cluster and job writes, deletes) run the very
-//! statements of [`SqlStore::commit_changes`]'s own path (`apply_change_set`: `FOR UPDATE` row
-//! locks, advisory locks for rows expected not to exist, the quota lock), prepared once on this
+//! Other change sets (creates with their quotas, cluster and job writes, deletes) run statement by
+//! statement (`engine.rs`'s checks and writes: `FOR UPDATE` row locks, advisory locks for rows
+//! expected not to exist, the quota lock), prepared once on this
 //! connection and cached, so the compare-and-swap semantics across servers are unchanged: another
 //! server's writer waits on the row locks a batch holds until it commits, then re-reads the
 //! committed revision. A deadlock with another server's batch rolls back the one operation's
@@ -46,8 +46,6 @@
 //! operation that waits too long on another session's lock fails alone instead of stalling the
 //! batch. At most [`MAX_BATCH`] operations share a transaction: each writing savepoint takes a
 //! subtransaction id, and PostgreSQL tracks only 64 of them per session cheaply.
-//!
-//! [`SqlStore::commit_changes`]: super::SqlStore::commit_changes
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::SqlStore;
+use super::{Hot, SqlStore};
 use crate::webhooks::{DeliveryRow, DeliveryStatus, WebhookRow};
 use crate::{Result, StoreError};
 
@@ -52,7 +52,7 @@ fn delivery_from_row(row: &AnyRow) -> Result<DeliveryRow> {
     })
 }
 
-impl SqlStore {
+impl<B: Hot> SqlStore<B> {
     pub(crate) async fn put_webhook_impl(&self, w: &WebhookRow) -> Result<()> {
         let mut tx = self.write_tx().await?;
         sqlx::query(

@@ -8,8 +8,8 @@ use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 use weft_model::{EntityKind, ResourceStatus, TenantSpecification, UNBOUNDED};
 use weft_store::{
-    ApiKeyRecord, ProvisionerRecord, ResourceDelete, ResourceKey, SqlStore, Store, StoreError,
-    Tenant, SCHEMA_VERSION, SUPERADMIN,
+    ApiKeyRecord, ProvisionerRecord, ResourceDelete, ResourceKey, Store, StoreError, Tenant,
+    SCHEMA_VERSION, SUPERADMIN,
 };
 
 use crate::harness::{contract_tests, Ctx};
@@ -819,13 +819,13 @@ async fn reopening_keeps_data_and_migrations(ctx: &Ctx) -> Result<()> {
     s.put_entity(A, EntityKind::Service, "kept", &json!({"name": "kept"}))
         .await?;
     s.insert_tenant(&tenant(A, "kept", 2)).await?;
-    let first = SqlStore::connect(&ctx.url).await?;
+    let first = weft_store::open(&ctx.url).await?;
     let applied = first.applied_migrations().await?;
     assert_eq!(applied.len(), weft_store::MIGRATIONS.len());
     first.close().await;
 
     // Two more opens at the same time: neither fails, nothing is applied twice.
-    let (a, b) = tokio::join!(SqlStore::connect(&ctx.url), SqlStore::connect(&ctx.url));
+    let (a, b) = tokio::join!(weft_store::open(&ctx.url), weft_store::open(&ctx.url));
     let (a, b) = (a?, b?);
     assert_eq!(
         a.applied_migrations().await?,

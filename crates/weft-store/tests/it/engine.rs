@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use weft_store::{
-    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, Lease, NodeRow, SqlStore, Store,
-    StoreError, TaskRow, TaskState, Write, GATE,
+    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, Lease, NodeRow, Store, StoreError,
+    TaskRow, TaskState, Write, GATE,
 };
 
 use crate::harness::{contract_tests, Ctx};
@@ -1059,7 +1059,7 @@ async fn queue_and_quota_counts(ctx: &Ctx) -> Result<()> {
 /// on one database.
 async fn one_store_leads_at_a_time(ctx: &Ctx) -> Result<()> {
     let a = &*ctx.store;
-    let b = SqlStore::connect(&ctx.url).await?;
+    let b = weft_store::open(&ctx.url).await?;
     let t0 = 1_000_000;
     assert_eq!(a.leader("janitor").await?, None);
     assert_eq!(a.lead("janitor", "A", t0, 100).await?, Some(1));
@@ -1099,7 +1099,7 @@ async fn one_store_leads_at_a_time(ctx: &Ctx) -> Result<()> {
 
     // Concurrent takers of a free role: exactly one leads.
     let mut takers = tokio::task::JoinSet::new();
-    for (i, s) in [SqlStore::connect(&ctx.url).await?, b.clone()]
+    for (i, s) in [weft_store::open(&ctx.url).await?, b.clone()]
         .into_iter()
         .enumerate()
     {
@@ -1119,7 +1119,7 @@ async fn one_store_leads_at_a_time(ctx: &Ctx) -> Result<()> {
     let mut lease = Lease::take(a, "helper", "A", 100, t0)
         .await?
         .context("free")?;
-    assert!(Lease::take(&b, "helper", "B", 100, t0 + 10)
+    assert!(Lease::take(&*b, "helper", "B", 100, t0 + 10)
         .await?
         .is_none());
     assert!(lease.keep(a, t0 + 10).await, "early: no renewal needed");
@@ -1128,12 +1128,12 @@ async fn one_store_leads_at_a_time(ctx: &Ctx) -> Result<()> {
     assert_eq!(lease.deadline(), t0 + 160);
     assert_eq!(a.leader("helper").await?.context("row")?.deadline, t0 + 160);
     assert!(!lease.keep(a, t0 + 160).await, "a passed lease is not kept");
-    let mut taken = Lease::take(&b, "helper", "B", 100, t0 + 161)
+    let mut taken = Lease::take(&*b, "helper", "B", 100, t0 + 161)
         .await?
         .context("passed: B takes it")?;
     assert_eq!(taken.term(), lease.term() + 1);
     // A leader that froze before its deadline and woke after the takeover finds it lost.
-    let mut frozen = Lease::take(&b, "frozen", "A", 100, t0)
+    let mut frozen = Lease::take(&*b, "frozen", "A", 100, t0)
         .await?
         .context("free")?;
     assert_eq!(a.lead("frozen", "B", t0 + 101, 100).await?, Some(2));
@@ -1142,8 +1142,8 @@ async fn one_store_leads_at_a_time(ctx: &Ctx) -> Result<()> {
         "taken over: lost even by A's clock"
     );
     assert!(!frozen.keep(a, t0 + 99).await, "and stays lost");
-    assert!(taken.keep(&b, t0 + 220).await);
-    taken.resign(&b).await?;
+    assert!(taken.keep(&*b, t0 + 220).await);
+    taken.resign(&*b).await?;
     assert!(Lease::take(a, "helper", "A", 100, t0 + 221)
         .await?
         .is_some());
@@ -1175,7 +1175,7 @@ async fn engine_rows_survive_reopening_and_go_with_their_tenant(ctx: &Ctx) -> Re
         )));
     }
     s.commit(&cs).await?;
-    let again = SqlStore::connect(&ctx.url).await?;
+    let again = weft_store::open(&ctx.url).await?;
     assert_eq!(again.next_id("clusters").await?, 3, "counters survive");
     assert_eq!(
         again.list_clusters(A, None).await?,

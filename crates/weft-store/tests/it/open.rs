@@ -2,7 +2,7 @@
 
 use serde_json::json;
 use weft_model::EntityKind;
-use weft_store::{SqlStore, Store, StoreError};
+use weft_store::{Store, StoreError};
 
 #[tokio::test]
 async fn unsupported_urls_are_refused() {
@@ -11,6 +11,10 @@ async fn unsupported_urls_are_refused() {
         "/var/lib/weft.db",
         "",
         "http://localhost/",
+        // A store in memory would forget every cluster, and leave its machines behind, on exit.
+        "sqlite::memory:",
+        "sqlite://:memory:",
+        "sqlite://weft.db?mode=memory",
     ] {
         match weft_store::open(url).await {
             Err(StoreError::BadUrl(u)) => assert_eq!(u, url),
@@ -52,9 +56,9 @@ async fn sqlite_runs_in_wal_mode() {
 async fn sqlite_writers_in_two_handles_wait_for_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let url = weft_testkit::temp_sqlite_url(&dir);
-    let (a, b) = tokio::join!(SqlStore::connect(&url), SqlStore::connect(&url));
+    let (a, b) = tokio::join!(weft_store::open(&url), weft_store::open(&url));
     let (a, b) = (a.unwrap(), b.unwrap());
-    let write = |s: SqlStore| {
+    let write = |s: std::sync::Arc<dyn Store>| {
         tokio::spawn(async move {
             let mut versions = Vec::new();
             for _ in 0..20 {

@@ -30,10 +30,10 @@ pub async fn server() -> Server {
         ..Default::default()
     };
     let settings = raw.resolve().unwrap();
-    let store = weft_store::SqlStore::connect(&weft_testkit::temp_sqlite_url(&dir))
+    let store = weft_store::open(&weft_testkit::temp_sqlite_url(&dir))
         .await
         .unwrap();
-    let app = weft_server::app(Arc::new(store), settings);
+    let app = weft_server::app(store, settings);
     app.state.outbound.set_enabled(false);
     let ext = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let int = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use weft_store::{SqlStore, Store};
+use weft_store::{PgStore, Store};
 
 use crate::follow::{assert_saw_every_event_once, Follower};
 use crate::lost_provisioner::{ok, spawn, Proc, SA};
@@ -132,7 +132,7 @@ impl Server {
 
 /// The pid in the janitor's lease row while the lease holds (holders are `<host>/<pid>/<id>`),
 /// and the term.
-async fn leader(store: &SqlStore) -> Option<(u32, i64)> {
+async fn leader(store: &PgStore) -> Option<(u32, i64)> {
     let row = store.leader("janitor").await.unwrap()?;
     let now = weft_server::state::now_ms();
     let pid = row.holder.split('/').nth(1)?.parse().ok()?;
@@ -142,7 +142,7 @@ async fn leader(store: &SqlStore) -> Option<(u32, i64)> {
 /// Polls until `want` leads (any server when `None`), for at most `within`; returns the leader
 /// and how long it took.
 async fn wait_for_leader(
-    store: &SqlStore,
+    store: &PgStore,
     want: Option<u32>,
     within: Duration,
 ) -> ((u32, i64), Duration) {
@@ -179,7 +179,7 @@ async fn a_frozen_janitor_leader_loses_its_lead_to_the_other_server() {
         return;
     }
     let pg = weft_testkit::TempPostgres::start().await.expect("postgres");
-    let store = SqlStore::connect(&pg.url()).await.unwrap();
+    let store = PgStore::open(&pg.url()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut servers = [
         Server::new(dir.path(), "a", &pg.url(), 2),
@@ -290,7 +290,7 @@ async fn jobs_complete_through_the_other_server_when_one_is_killed() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
 
     let pg = weft_testkit::TempPostgres::start().await.expect("postgres");
-    let store = SqlStore::connect(&pg.url()).await.unwrap();
+    let store = PgStore::open(&pg.url()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut servers = [
         Server::new(dir.path(), "a", &pg.url(), 60),
