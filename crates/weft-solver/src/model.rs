@@ -204,7 +204,7 @@ fn coexistence(layout: &LayoutConstraint, names: &[String]) -> (Vec<Bits>, Vec<B
 impl Model {
     /// Resolves the template for a cluster with `services`; `extra_hw` / `extra_img` are the types
     /// of existing nodes (they need an index even when no longer offered).
-    pub fn build(
+    pub(crate) fn build(
         cat: &Catalog<'_>,
         services: &BTreeSet<String>,
         extra_hw: &BTreeSet<String>,
@@ -250,7 +250,7 @@ impl Model {
 
     /// Every relaxable constraint, in the order an explanation tries to drop them (the ones tried
     /// first are the least informative to blame).
-    pub fn units(&self) -> Vec<Unit> {
+    pub(crate) fn units(&self) -> Vec<Unit> {
         let mut u = Vec::new();
         if self.compat_hw.is_some() {
             u.push(Unit::CompatHw);
@@ -281,19 +281,19 @@ impl Model {
         u
     }
 
-    pub fn service_bit(&self, name: &str) -> Option<usize> {
+    pub(crate) fn service_bit(&self, name: &str) -> Option<usize> {
         self.names.binary_search_by(|n| n.as_str().cmp(name)).ok()
     }
 
-    pub fn hw_bit(&self, name: &str) -> Option<usize> {
+    pub(crate) fn hw_bit(&self, name: &str) -> Option<usize> {
         self.hw.iter().position(|n| n == name)
     }
 
-    pub fn img_bit(&self, name: &str) -> Option<usize> {
+    pub(crate) fn img_bit(&self, name: &str) -> Option<usize> {
         self.img.iter().position(|n| n == name)
     }
 
-    pub fn set_names(&self, set: Bits) -> Vec<String> {
+    pub(crate) fn set_names(&self, set: Bits) -> Vec<String> {
         ones(set)
             .filter_map(|i| self.names.get(i).cloned())
             .collect()
@@ -307,7 +307,7 @@ pub(crate) struct Relax {
 }
 
 impl Relax {
-    pub fn on(&self, u: Unit) -> bool {
+    pub(crate) fn on(&self, u: Unit) -> bool {
         !self.off.contains(&u)
     }
 }

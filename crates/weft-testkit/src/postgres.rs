@@ -22,7 +22,7 @@ use anyhow::{anyhow, bail, Context};
 use sqlx::Connection;
 
 /// The environment variable naming an external server to use instead of a throwaway one.
-pub const EXTERNAL_URL_VAR: &str = "WEFT_TEST_POSTGRES_URL";
+pub(crate) const EXTERNAL_URL_VAR: &str = "WEFT_TEST_POSTGRES_URL";
 
 /// The system user the server runs as when the tests run as root.
 const SERVER_USER: &str = "postgres";

@@ -7,11 +7,11 @@ use weft_model::Service;
 use weft_planner::{Operation, PlanInput, PlanNode};
 
 /// A service from compact JSON: name, actions (lower-case) with automator, runtime and install deps.
-pub fn service(v: Value) -> Service {
+pub(crate) fn service(v: Value) -> Service {
     serde_json::from_value(v).expect("fixture service parses")
 }
 
-pub fn svc(name: &str, actions: &[&str], runtime: &[&str], install: &[&str]) -> Service {
+pub(crate) fn svc(name: &str, actions: &[&str], runtime: &[&str], install: &[&str]) -> Service {
     let acts: serde_json::Map<String, Value> = actions
         .iter()
         .map(|a| {
@@ -28,7 +28,7 @@ pub fn svc(name: &str, actions: &[&str], runtime: &[&str], install: &[&str]) -> 
     }))
 }
 
-pub fn node(id: &str, nodenum: u64, services: &[&str]) -> PlanNode {
+pub(crate) fn node(id: &str, nodenum: u64, services: &[&str]) -> PlanNode {
     PlanNode {
         id: id.to_string(),
         nodenum,
@@ -47,7 +47,7 @@ pub fn node(id: &str, nodenum: u64, services: &[&str]) -> PlanNode {
 }
 
 /// db <- app <- web (runtime requires); web lacks INITIALIZE; db is chef-driven.
-pub fn three_services() -> Vec<Service> {
+pub(crate) fn three_services() -> Vec<Service> {
     let mut db = svc(
         "db",
         &[
@@ -88,7 +88,7 @@ pub fn three_services() -> Vec<Service> {
     ]
 }
 
-pub fn three_layout() -> Vec<PlanNode> {
+pub(crate) fn three_layout() -> Vec<PlanNode> {
     vec![
         node("n1", 1000, &["db"]),
         node("n2", 1001, &["app", "web"]),
@@ -97,7 +97,7 @@ pub fn three_layout() -> Vec<PlanNode> {
 }
 
 /// Hadoop-like: hosts/firewall/base on every node, HDFS, YARN, ZooKeeper and HBase.
-pub fn hadoop_services() -> Vec<Service> {
+pub(crate) fn hadoop_services() -> Vec<Service> {
     let mut zk = svc(
         "zookeeper-server",
         &["install", "configure", "start", "stop"],
@@ -154,7 +154,7 @@ pub fn hadoop_services() -> Vec<Service> {
     ]
 }
 
-pub fn hadoop_layout() -> Vec<PlanNode> {
+pub(crate) fn hadoop_layout() -> Vec<PlanNode> {
     let master = [
         "hosts",
         "firewall",
@@ -180,7 +180,7 @@ pub fn hadoop_layout() -> Vec<PlanNode> {
     ]
 }
 
-pub fn hadoop_config() -> Value {
+pub(crate) fn hadoop_config() -> Value {
     json!({
         "hadoop": {"core_site": {"fs.defaultFS": "hdfs://%host.service.hadoop-hdfs-namenode%:8020"}},
         "hbase": {"hbase_site": {"hbase.zookeeper.quorum": "%join(map(host.service.zookeeper-server,'$:2181'),',')%"}}
@@ -200,7 +200,7 @@ fn without_service(layout: &[PlanNode], service: &str) -> Vec<PlanNode> {
 
 /// One (operation, input) per operation, on a given catalog and layout. `removable` is a service
 /// that nothing else requires; `upgraded` is the service to upgrade.
-pub fn cases(
+pub(crate) fn cases(
     services: Vec<Service>,
     layout: Vec<PlanNode>,
     config: Value,

@@ -13,13 +13,13 @@ use weft_provisioner::{Agent, AgentConfig, Plugins};
 use weft_server::config::RawConfig;
 use weft_store::{Store, Tenant, SUPERADMIN};
 
-pub const CATALOG: &str = include_str!("../../../../examples/catalog/catalog.json");
+pub(crate) const CATALOG: &str = include_str!("../../../../examples/catalog/catalog.json");
 
-pub fn scripts_dir() -> PathBuf {
+pub(crate) fn scripts_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/catalog/scripts")
 }
 
-pub struct Server {
+pub(crate) struct Server {
     pub external: String,
     pub internal: String,
     pub dir: TempDir,
@@ -28,12 +28,12 @@ pub struct Server {
 
 impl Server {
     /// A server with the example catalog loaded into the superadmin and tenant `tenant`.
-    pub async fn start(tenant: &str) -> (Server, String) {
+    pub(crate) async fn start(tenant: &str) -> (Server, String) {
         Server::start_with(tenant, RawConfig::default()).await
     }
 
     /// [`Server::start`] with the settings of `extra` (those it sets) over the test's.
-    pub async fn start_with(tenant: &str, extra: RawConfig) -> (Server, String) {
+    pub(crate) async fn start_with(tenant: &str, extra: RawConfig) -> (Server, String) {
         let dir = tempfile::tempdir().expect("temp dir");
         let settings = RawConfig {
             data_dir: Some(dir.path().join("server")),
@@ -82,11 +82,11 @@ impl Server {
         (server, t.id)
     }
 
-    pub fn provisioner_data(&self) -> PathBuf {
+    pub(crate) fn provisioner_data(&self) -> PathBuf {
         self.dir.path().join("provisioner")
     }
 
-    pub fn config(&self, id: &str) -> AgentConfig {
+    pub(crate) fn config(&self, id: &str) -> AgentConfig {
         let mut cfg = AgentConfig::new(&self.internal, self.provisioner_data());
         cfg.id = id.into();
         cfg.capacity = 8;
@@ -97,7 +97,7 @@ impl Server {
         cfg
     }
 
-    pub fn plugins(&self) -> Plugins {
+    pub(crate) fn plugins(&self) -> Plugins {
         Plugins::new()
             .provider(Arc::new(LocalProvider::new(&self.provisioner_data())))
             .automator(Arc::new(
@@ -106,14 +106,14 @@ impl Server {
             ))
     }
 
-    pub async fn agent(&self, id: &str) -> Agent {
+    pub(crate) async fn agent(&self, id: &str) -> Agent {
         Agent::start(self.config(id), self.plugins())
             .await
             .expect("agent starts")
     }
 
     /// A request to the external API as the admin of `tenant`.
-    pub async fn ext(
+    pub(crate) async fn ext(
         &self,
         method: reqwest::Method,
         tenant: &str,
@@ -137,7 +137,7 @@ impl Server {
 }
 
 /// Polls `f` until it answers `Some`, failing after `limit`.
-pub async fn until<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+pub(crate) async fn until<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -157,7 +157,7 @@ where
 
 /// Sends 100 requests through a kv-web balancer at `url`; every one must succeed (a 2xx with a
 /// web node's JSON). Answers the web nodes that served them.
-pub async fn hundred_requests(
+pub(crate) async fn hundred_requests(
     http: &reqwest::Client,
     url: &str,
 ) -> std::collections::BTreeSet<String> {

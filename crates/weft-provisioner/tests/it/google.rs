@@ -37,7 +37,7 @@ const EMAIL: &str = "weft-test@weft-test.iam.gserviceaccount.com";
 const ZONE: &str = "us-central1-a";
 
 /// Test-only RSA keys, made once per test binary: the account's key and a stranger's.
-pub fn keys() -> &'static (RsaPrivateKey, RsaPrivateKey) {
+pub(crate) fn keys() -> &'static (RsaPrivateKey, RsaPrivateKey) {
     static KEYS: OnceLock<(RsaPrivateKey, RsaPrivateKey)> = OnceLock::new();
     KEYS.get_or_init(|| {
         let mut rng = rand::thread_rng();

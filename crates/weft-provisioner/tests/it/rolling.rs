@@ -17,7 +17,7 @@ const BROKEN: &str = "broken-v2";
 
 /// What the balancer answered while a change ran.
 #[derive(Debug, Default)]
-pub struct Traffic {
+pub(crate) struct Traffic {
     pub ok: usize,
     pub failures: Vec<String>,
     /// Web nodes (hostnames) that answered with the broken version's greeting.
@@ -118,7 +118,7 @@ fn web_hosts(c: &Value) -> BTreeMap<String, String> {
 }
 
 /// Runs both rollouts on the active kv-web cluster `id` whose balancer listens at `lb`.
-pub async fn rollouts_keep_serving(s: &Server, tenant: &str, id: &str, lb: &str) {
+pub(crate) async fn rollouts_keep_serving(s: &Server, tenant: &str, id: &str, lb: &str) {
     let c = cluster(s, tenant, id).await;
     let webs = web_hosts(&c);
     assert!(

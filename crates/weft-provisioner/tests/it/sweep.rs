@@ -258,7 +258,7 @@ async fn the_server_sweeps_an_aws_account_for_one_tenant_only() {
 /// provisioner agent holding `plugin`, as the admin of tenant `acme`: once to list, once with
 /// `?delete=true`. Before the sweeps `rogue` gets the tenant's id and makes machines behind
 /// weft's back. The tenant has no cluster, so every machine marked with its id is an orphan.
-pub async fn through_the_server(
+pub(crate) async fn through_the_server(
     plugin: std::sync::Arc<dyn Provider>,
     providertype: &str,
     fields: Map<String, serde_json::Value>,

@@ -21,7 +21,7 @@ use crate::state::AppState;
 
 type Page = Result<Response, Response>;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/ui/admin/plugins", get(plugins))
         .route("/ui/admin/plugins/action", post(plugin_action))

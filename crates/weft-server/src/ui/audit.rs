@@ -18,7 +18,7 @@ type Page = Result<axum::response::Response, axum::response::Response>;
 /// Records per page.
 const PAGE: u64 = 100;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/ui/audit", get(audit))
 }
 

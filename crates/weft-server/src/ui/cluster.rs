@@ -26,7 +26,7 @@ use crate::state::{now_ms, AppState};
 
 type Page = Result<Response, Response>;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/ui/clusters/{id}", get(detail))
         .route("/ui/clusters/{id}/action", post(action))
@@ -45,7 +45,7 @@ struct DetailQuery {
 
 /// Nodes a page shows (the grid, the lanes and the live view): a 10,000-node cluster is never
 /// read whole for a page or a poll.
-pub const PAGE: usize = 100;
+pub(super) const PAGE: usize = 100;
 
 /// The cluster's details with the page of nodes from `offset`, and where that page is.
 async fn cluster_page(ctx: &Ctx, id: &str, offset: usize) -> Result<(Value, Value), ApiResp> {
@@ -72,7 +72,7 @@ async fn cluster_page(ctx: &Ctx, id: &str, offset: usize) -> Result<(Value, Valu
 }
 
 /// What the pager shows: the range, and the offsets of the pages before and after (null at an end).
-pub fn page_info(offset: usize, shown: usize, total: usize) -> Value {
+pub(super) fn page_info(offset: usize, shown: usize, total: usize) -> Value {
     let end = offset + shown;
     json!({
         "offset": offset, "first": (offset + 1).min(end), "end": end, "total": total,
@@ -202,7 +202,7 @@ fn node_label(n: &Value) -> String {
 /// expand or a reconfigure without restart re-configures it in place). Health checks, drift
 /// checks and node-level work other than a new machine (`CREATE`, which starts the services
 /// over) leave it alone. Returns (state, tone).
-pub fn service_state(actions: &[Value], service: &str) -> (String, &'static str) {
+pub(super) fn service_state(actions: &[Value], service: &str) -> (String, &'static str) {
     let mut state = ("planned".to_string(), "planned");
     let mut running = false;
     for a in actions {
@@ -253,7 +253,7 @@ fn lifecycle(action: &str) -> Option<(&'static str, &'static str)> {
 
 /// A service's health on a node: the last finished health check since the service last started
 /// or stopped (`healthy`, `unhealthy`), else `unknown`. A configure in place keeps the last check.
-pub fn service_health(actions: &[Value], service: &str) -> &'static str {
+pub(super) fn service_health(actions: &[Value], service: &str) -> &'static str {
     let mut health = "unknown";
     for a in actions {
         let action = a["action"].as_str().unwrap_or_default();
@@ -293,7 +293,7 @@ fn link_services(url: &str) -> Vec<String> {
 }
 
 /// A human duration of `ms` milliseconds.
-pub fn duration(ms: i64) -> String {
+pub(super) fn duration(ms: i64) -> String {
     match ms {
         i64::MIN..=0 => "0 s".into(),
         1..=9_999 => format!("{:.1} s", ms as f64 / 1000.0),
@@ -304,7 +304,7 @@ pub fn duration(ms: i64) -> String {
 
 /// The page's model: `grid` and `links` ([`grid_and_links`]), `lanes` (per node the tasks of the
 /// plan in stage order, each with its attempts) and `services_summary`.
-pub fn view(
+pub(super) fn view(
     c: &Value,
     plan: &Value,
     states: &BTreeMap<String, String>,
@@ -347,7 +347,7 @@ fn held_services(n: &Value) -> Vec<String> {
 /// per node its label, addresses, types and one cell per service: lifecycle state and, for
 /// services with a health check, health) and `links` (one target per URL; not live while a
 /// service a link names has not started).
-pub fn grid_and_links(c: &Value) -> Value {
+pub(super) fn grid_and_links(c: &Value) -> Value {
     let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     let services = strings(&c["services"]);
     let rows: Vec<Value> = nodes.iter().map(|n| grid_row(n, &services)).collect();
@@ -416,7 +416,7 @@ fn links(c: &Value, nodes: &[Value]) -> Vec<Value> {
 
 /// `u` when it is an absolute http or https URL (what a link may point to), else `None`: a
 /// template's `javascript:` or `data:` URL is shown as text, never as a link.
-pub fn web_url(u: &str) -> Option<&str> {
+pub(super) fn web_url(u: &str) -> Option<&str> {
     let t = u.trim();
     let scheme = t.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     match scheme.as_deref() {

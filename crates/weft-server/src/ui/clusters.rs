@@ -17,7 +17,7 @@ use crate::state::AppState;
 
 type Page = Result<Response, Response>;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/ui/catalog", get(catalog))
         .route("/ui/clusters", get(list))

@@ -24,7 +24,7 @@ use crate::auth::Role;
 use crate::state::AppState;
 
 /// The structured editors' pages (the generic admin forms are `admin::routes`).
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route(
             "/ui/admin/clustertemplates/new",
@@ -133,7 +133,7 @@ fn groups(form: &FormMap, prefix: &str) -> Vec<Vec<String>> {
 }
 
 /// The cluster template a template editor form describes; an error names the form field.
-pub fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
+pub(super) fn template_from_form(form: &FormMap) -> Result<Value, (String, String)> {
     let mut t = base(form);
     t.insert("name".into(), json!(text(form, "name")));
     match text(form, "description") {
@@ -277,7 +277,7 @@ fn duration_text(ms: u64) -> String {
 }
 
 /// Sizes with a layout as words: `3 to 61 nodes`, `2 nodes`, `1 to 3 or 5 nodes`.
-pub fn sizes_text(ranges: &Value) -> String {
+pub(super) fn sizes_text(ranges: &Value) -> String {
     let parts: Vec<String> = ranges
         .as_array()
         .into_iter()
@@ -432,13 +432,13 @@ async fn template_page(
     ))
 }
 
-pub async fn template_new(ctx: Ctx) -> Page {
+pub(super) async fn template_new(ctx: Ctx) -> Page {
     ctx.require(Role::Admin)?;
     let t = json!({"constraints": {"size": {"min": 1}}});
     template_page(&ctx, StatusCode::OK, &t, None, BTreeMap::new(), ("", "")).await
 }
 
-pub async fn template_edit(ctx: Ctx, Path(name): Path<String>) -> Page {
+pub(super) async fn template_edit(ctx: Ctx, Path(name): Path<String>) -> Page {
     ctx.require(Role::Admin)?;
     let t: Value = ctx
         .get_json(&format!("/v2/clustertemplates/{}", enc(&name)))
@@ -455,7 +455,7 @@ pub async fn template_edit(ctx: Ctx, Path(name): Path<String>) -> Page {
 }
 
 /// The editor's live preview: the form as it stands, solved; answers the HTML fragment.
-pub async fn template_preview(ctx: Ctx, Form(form): Form<FormMap>) -> Response {
+pub(super) async fn template_preview(ctx: Ctx, Form(form): Form<FormMap>) -> Response {
     if let Err(r) = ctx.require(Role::Admin) {
         return r;
     }
@@ -570,11 +570,11 @@ async fn save(ctx: Ctx, kind: &str, name: Option<String>, form: FormMap) -> Page
     .into_response())
 }
 
-pub async fn template_save_new(ctx: Ctx, Form(form): Form<FormMap>) -> Page {
+pub(super) async fn template_save_new(ctx: Ctx, Form(form): Form<FormMap>) -> Page {
     save(ctx, "clustertemplates", None, form).await
 }
 
-pub async fn template_save_edit(
+pub(super) async fn template_save_edit(
     ctx: Ctx,
     Path(name): Path<String>,
     Form(form): Form<FormMap>,
@@ -583,7 +583,7 @@ pub async fn template_save_edit(
 }
 
 /// The service a service editor form describes; an error names the form field.
-pub fn service_from_form(form: &FormMap) -> Result<Value, (String, String)> {
+pub(super) fn service_from_form(form: &FormMap) -> Result<Value, (String, String)> {
     let mut s = base(form);
     s.insert("name".into(), json!(text(form, "name")));
     match text(form, "description") {
@@ -722,12 +722,12 @@ async fn service_page(
     ))
 }
 
-pub async fn service_new(ctx: Ctx) -> Page {
+pub(super) async fn service_new(ctx: Ctx) -> Page {
     ctx.require(Role::Admin)?;
     service_page(&ctx, StatusCode::OK, &json!({}), None, BTreeMap::new()).await
 }
 
-pub async fn service_edit(ctx: Ctx, Path(name): Path<String>) -> Page {
+pub(super) async fn service_edit(ctx: Ctx, Path(name): Path<String>) -> Page {
     ctx.require(Role::Admin)?;
     let s: Value = ctx
         .get_json(&format!("/v2/services/{}", enc(&name)))
@@ -735,11 +735,11 @@ pub async fn service_edit(ctx: Ctx, Path(name): Path<String>) -> Page {
     service_page(&ctx, StatusCode::OK, &s, Some(&name), BTreeMap::new()).await
 }
 
-pub async fn service_save_new(ctx: Ctx, Form(form): Form<FormMap>) -> Page {
+pub(super) async fn service_save_new(ctx: Ctx, Form(form): Form<FormMap>) -> Page {
     save(ctx, "services", None, form).await
 }
 
-pub async fn service_save_edit(
+pub(super) async fn service_save_edit(
     ctx: Ctx,
     Path(name): Path<String>,
     Form(form): Form<FormMap>,

@@ -23,21 +23,21 @@ use super::html;
 use super::session::{cookie_token, Ui};
 
 /// The form field that carries the session's CSRF token.
-pub const CSRF_FIELD: &str = "csrf";
+pub(super) const CSRF_FIELD: &str = "csrf";
 
 /// Form bodies are read whole for the token check; no UI form comes near this.
 const FORM_LIMIT: usize = 4 << 20;
 
 /// The Content-Security-Policy of every UI page: nothing inline (scripts, handlers, styles), the
 /// one script and stylesheet from this origin, no framing, forms only to this origin.
-pub fn content_security_policy() -> &'static str {
+pub(super) fn content_security_policy() -> &'static str {
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; \
      report-uri /ui/csp-report"
 }
 
 /// Adds the security headers to a UI answer.
-pub async fn headers(req: Request, next: Next) -> Response {
+pub(super) async fn headers(req: Request, next: Next) -> Response {
     let mut r = next.run(req).await;
     let h = r.headers_mut();
     let set = |h: &mut HeaderMap, name: &'static str, v: &'static str| {
@@ -55,7 +55,7 @@ pub async fn headers(req: Request, next: Next) -> Response {
 }
 
 /// Refuses a state-changing UI request that did not come from one of this origin's own pages.
-pub async fn cross_site(req: Request, next: Next) -> Response {
+pub(super) async fn cross_site(req: Request, next: Next) -> Response {
     if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
         return next.run(req).await;
     }
@@ -127,7 +127,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 
 /// `POST /ui/csp-report`: a browser reporting a blocked script, style or frame. Counted and
 /// logged (the directive and what was blocked, a few hundred bytes at most).
-pub async fn csp_report(body: axum::body::Bytes) -> StatusCode {
+pub(super) async fn csp_report(body: axum::body::Bytes) -> StatusCode {
     crate::metrics::CSP_REPORTS.fetch_add(1, Ordering::Relaxed);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let r = &v["csp-report"];

@@ -66,7 +66,7 @@ const JS: &str = include_str!("static/app.js");
 
 /// The template environment, with every template loaded (a broken template panics here, at
 /// startup and in every test).
-pub fn environment() -> minijinja::Environment<'static> {
+pub(super) fn environment() -> minijinja::Environment<'static> {
     let mut env = minijinja::Environment::new();
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
     env.add_filter("time", |ms: i64| fmt_time(ms));
@@ -100,7 +100,7 @@ fn integrity(body: &'static str, cell: &'static std::sync::OnceLock<String>) -> 
 /// config): each key, its value as text (a string as it is, anything else as JSON) and `string`
 /// or `json`, which says how [`object_from_rows`] reads the text back, so a form saved unchanged
 /// gives the object back exactly.
-pub fn value_rows(obj: &Value) -> Vec<Value> {
+pub(super) fn value_rows(obj: &Value) -> Vec<Value> {
     obj.as_object()
         .into_iter()
         .flatten()
@@ -114,7 +114,10 @@ pub fn value_rows(obj: &Value) -> Vec<Value> {
 /// The object a key/value editor posted: rows `{prefix}k{i}` / `{prefix}v{i}` (`{prefix}t{i}` =
 /// `string` keeps a value a string; otherwise a value that reads as JSON is taken as JSON). Rows
 /// with an empty key drop out; a key given twice is an error.
-pub fn object_from_rows(f: &BTreeMap<String, String>, prefix: &str) -> Result<Value, String> {
+pub(super) fn object_from_rows(
+    f: &BTreeMap<String, String>,
+    prefix: &str,
+) -> Result<Value, String> {
     let mut out = serde_json::Map::new();
     for i in 0.. {
         let Some(key) = f.get(&format!("{prefix}k{i}")) else {
@@ -145,7 +148,7 @@ pub fn object_from_rows(f: &BTreeMap<String, String>, prefix: &str) -> Result<Va
 
 /// The links a links editor posted: rows `{prefix}label{i}` / `{prefix}url{i}`; a row with
 /// neither drops out.
-pub fn links_from_rows(f: &BTreeMap<String, String>, prefix: &str) -> Vec<Value> {
+pub(super) fn links_from_rows(f: &BTreeMap<String, String>, prefix: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for i in 0.. {
         let label = f.get(&format!("{prefix}label{i}"));
@@ -165,7 +168,7 @@ pub fn links_from_rows(f: &BTreeMap<String, String>, prefix: &str) -> Vec<Value>
 }
 
 /// Renders a template into an HTML response.
-pub fn render(
+pub(super) fn render(
     env: &minijinja::Environment<'static>,
     status: StatusCode,
     name: &str,
@@ -200,14 +203,14 @@ pub fn render_error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-pub fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-pub async fn static_file(Path(file): Path<String>) -> Response {
+pub(super) async fn static_file(Path(file): Path<String>) -> Response {
     let (ct, body) = match file.as_str() {
         "style.css" => ("text/css; charset=utf-8", CSS),
         "app.js" => ("text/javascript; charset=utf-8", JS),
@@ -224,7 +227,7 @@ pub async fn static_file(Path(file): Path<String>) -> Response {
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM UTC`; 0 or less as `never`.
-pub fn fmt_time(ms: i64) -> String {
+pub(super) fn fmt_time(ms: i64) -> String {
     if ms <= 0 {
         return "never".into();
     }
@@ -249,7 +252,7 @@ pub fn fmt_time(ms: i64) -> String {
 }
 
 /// A count or limit as people read it: Coopr's 2147483647 (and anything above) as `unbounded`.
-pub fn fmt_bound(n: &minijinja::Value) -> String {
+pub(super) fn fmt_bound(n: &minijinja::Value) -> String {
     match i64::try_from(n.clone()) {
         Ok(v) if v >= weft_model::UNBOUNDED as i64 => "unbounded".into(),
         Ok(v) => v.to_string(),
@@ -259,7 +262,7 @@ pub fn fmt_bound(n: &minijinja::Value) -> String {
 }
 
 /// Percent-encodes a query or path value.
-pub fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -274,7 +277,7 @@ pub fn enc(s: &str) -> String {
 /// The form field an API message is about: the API's messages start with the field path
 /// (`constraints.size.min must be ...`), so the first of `fields` that the message starts with (as a
 /// whole path segment) wins; otherwise `None` and the message belongs to the whole form.
-pub fn field_of<'a>(message: &str, fields: &[&'a str]) -> Option<&'a str> {
+pub(super) fn field_of<'a>(message: &str, fields: &[&'a str]) -> Option<&'a str> {
     let m = message.trim_start_matches('"');
     fields.iter().copied().find(|f| {
         m.strip_prefix(f)

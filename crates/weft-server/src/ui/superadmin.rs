@@ -16,7 +16,7 @@ use crate::state::{now_ms, AppState};
 
 type Page = Result<Response, Response>;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/ui/super/tenants", get(tenants).post(save_tenant))
         .route("/ui/super/tenants/{name}/delete", post(delete_tenant))

@@ -8,11 +8,11 @@ use serde_json::{json, Value};
 
 use crate::common::{admin, user, Harness, Who};
 
-pub const T: &str = "acme";
+pub(crate) const T: &str = "acme";
 
 /// A tenant with a provisioner, the `local` provider type and `shell` automator, two hardware
 /// types, an image, services `a` and `b` (b requires a at runtime) and template `t`.
-pub async fn setup(h: &Harness) -> String {
+pub(crate) async fn setup(h: &Harness) -> String {
     h.tenant(T).await;
     h.provisioner("p1", 10).await;
     // p1 holds a worker of the tenant: only then may it take the tenant's tasks.
@@ -71,7 +71,7 @@ fn service(name: &str, requires: &[&str]) -> Value {
            "provisioner": {"actions": {"install": action("install"), "configure": action("configure"), "start": action("start"), "stop": action("stop")}}})
 }
 
-pub async fn create(h: &Harness, who: Who, size: u64) -> String {
+pub(crate) async fn create(h: &Harness, who: Who, size: u64) -> String {
     let body = json!({"name": "c1", "clusterTemplate": "t", "numMachines": size, "providerFields": {"token": "s3cret"}});
     let r = h
         .post(who, "/v2/clusters", body.to_string())
@@ -81,7 +81,7 @@ pub async fn create(h: &Harness, who: Who, size: u64) -> String {
     r["id"].as_str().unwrap().to_string()
 }
 
-pub async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
+pub(crate) async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
     let body = json!({"workerId": worker, "provisionerId": "p1", "tenantId": tenant_id});
     let r = h
         .internal(Method::POST, "/v2/tasks/take", body.to_string())
@@ -99,7 +99,7 @@ pub async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
     }
 }
 
-pub async fn finish(
+pub(crate) async fn finish(
     h: &Harness,
     tenant_id: &str,
     worker: &str,
@@ -122,7 +122,7 @@ pub async fn finish(
 
 /// Takes and finishes tasks until the queue is empty; `fail` says which tasks to fail. Returns every
 /// task taken, in order.
-pub async fn drain(
+pub(crate) async fn drain(
     h: &Harness,
     tenant_id: &str,
     mut fail: impl FnMut(&Value) -> bool,

@@ -1,7 +1,6 @@
 //! The test harness: a temporary store, both routers, and small helpers to send requests as a given
 //! caller and read the answers.
 
-
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
@@ -12,20 +11,20 @@ use weft_server::config::RawConfig;
 use weft_server::App;
 
 /// The superadmin: user `admin` of tenant `superadmin`.
-pub const SA: Who = Who {
+pub(crate) const SA: Who = Who {
     user: "admin",
     tenant: "superadmin",
 };
 
 /// A caller identified by the Coopr headers.
 #[derive(Debug, Clone, Copy)]
-pub struct Who {
+pub(crate) struct Who {
     pub user: &'static str,
     pub tenant: &'static str,
 }
 
 /// The admin of `tenant`.
-pub const fn admin(tenant: &'static str) -> Who {
+pub(crate) const fn admin(tenant: &'static str) -> Who {
     Who {
         user: "admin",
         tenant,
@@ -33,39 +32,39 @@ pub const fn admin(tenant: &'static str) -> Who {
 }
 
 /// A plain user of `tenant`.
-pub const fn user(name: &'static str, tenant: &'static str) -> Who {
+pub(crate) const fn user(name: &'static str, tenant: &'static str) -> Who {
     Who { user: name, tenant }
 }
 
 /// Which listener a request goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Port {
+pub(crate) enum Port {
     External,
     Internal,
 }
 
 /// An answer, fully read.
 #[derive(Debug)]
-pub struct Resp {
+pub(crate) struct Resp {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Vec<u8>,
 }
 
 impl Resp {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// The body as JSON; panics with the body when it is not JSON.
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("answer is not JSON ({e}): {} {}", self.status, self.text()))
     }
 
     /// Asserts the status, showing the body on failure, and returns self.
     #[track_caller]
-    pub fn expect(self, status: u16) -> Self {
+    pub(crate) fn expect(self, status: u16) -> Self {
         assert_eq!(
             self.status.as_u16(),
             status,
@@ -77,13 +76,13 @@ impl Resp {
 
     /// Asserts status and exact text body.
     #[track_caller]
-    pub fn expect_text(self, status: u16, text: &str) -> Self {
+    pub(crate) fn expect_text(self, status: u16, text: &str) -> Self {
         let r = self.expect(status);
         assert_eq!(r.text(), text);
         r
     }
 
-    pub fn content_type(&self) -> &str {
+    pub(crate) fn content_type(&self) -> &str {
         self.headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
@@ -93,7 +92,7 @@ impl Resp {
 
 /// The secrets key file every server over the database `url` shares (servers of one database need
 /// the same key), in the system's temp dir.
-pub fn shared_key_file(url: &str) -> std::path::PathBuf {
+pub(crate) fn shared_key_file(url: &str) -> std::path::PathBuf {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     url.hash(&mut h);
@@ -101,31 +100,31 @@ pub fn shared_key_file(url: &str) -> std::path::PathBuf {
 }
 
 /// One server over one temporary store.
-pub struct Harness {
+pub(crate) struct Harness {
     pub app: App,
     _dir: TempDir,
 }
 
 impl Harness {
     /// The server's data dir (its SQLite files, unless it runs `over` another database).
-    pub fn data_dir(&self) -> &std::path::Path {
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
         self._dir.path()
     }
 }
 
 impl Harness {
     /// A server with default settings.
-    pub async fn new() -> Harness {
+    pub(crate) async fn new() -> Harness {
         Harness::with(|_| {}).await
     }
 
     /// A server whose settings `f` may change.
-    pub async fn with(f: impl FnOnce(&mut RawConfig)) -> Harness {
+    pub(crate) async fn with(f: impl FnOnce(&mut RawConfig)) -> Harness {
         Harness::in_dir(tempfile::tempdir().expect("temp dir"), f).await
     }
 
     /// A server whose data dir (and SQLite store) is `dir`, with settings `f` may change.
-    pub async fn in_dir(dir: TempDir, f: impl FnOnce(&mut RawConfig)) -> Harness {
+    pub(crate) async fn in_dir(dir: TempDir, f: impl FnOnce(&mut RawConfig)) -> Harness {
         let mut raw = RawConfig {
             data_dir: Some(dir.path().to_path_buf()),
             ..Default::default()
@@ -146,7 +145,7 @@ impl Harness {
 
     /// A server over the store at `url` (several harnesses over one URL are several servers on
     /// one database), with a data dir of its own.
-    pub async fn over(url: &str) -> Harness {
+    pub(crate) async fn over(url: &str) -> Harness {
         let dir = tempfile::tempdir().expect("temp dir");
         let settings = RawConfig {
             data_dir: Some(dir.path().to_path_buf()),
@@ -162,7 +161,7 @@ impl Harness {
     }
 
     /// Sends a prepared request.
-    pub async fn send(&self, port: Port, req: Request<Body>) -> Resp {
+    pub(crate) async fn send(&self, port: Port, req: Request<Body>) -> Resp {
         let router = match port {
             Port::External => self.app.external.clone(),
             Port::Internal => self.app.internal.clone(),
@@ -185,7 +184,7 @@ impl Harness {
     }
 
     /// Sends `method path` with `body` to the external port as `who` (no headers if `None`).
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         who: Option<Who>,
         method: Method,
@@ -202,26 +201,26 @@ impl Harness {
             .await
     }
 
-    pub async fn get(&self, who: Who, path: &str) -> Resp {
+    pub(crate) async fn get(&self, who: Who, path: &str) -> Resp {
         self.call(Some(who), Method::GET, path, Body::empty()).await
     }
 
-    pub async fn post(&self, who: Who, path: &str, body: impl Into<Body>) -> Resp {
+    pub(crate) async fn post(&self, who: Who, path: &str, body: impl Into<Body>) -> Resp {
         self.call(Some(who), Method::POST, path, body).await
     }
 
-    pub async fn put(&self, who: Who, path: &str, body: impl Into<Body>) -> Resp {
+    pub(crate) async fn put(&self, who: Who, path: &str, body: impl Into<Body>) -> Resp {
         self.call(Some(who), Method::PUT, path, body).await
     }
 
-    pub async fn delete(&self, who: Who, path: &str) -> Resp {
+    pub(crate) async fn delete(&self, who: Who, path: &str) -> Resp {
         self.call(Some(who), Method::DELETE, path, Body::empty())
             .await
     }
 
     /// Sends to the internal port (no identity headers), presenting the provisioner token when
     /// the server requires one.
-    pub async fn internal(&self, method: Method, path: &str, body: impl Into<Body>) -> Resp {
+    pub(crate) async fn internal(&self, method: Method, path: &str, body: impl Into<Body>) -> Resp {
         let token = self
             .app
             .state
@@ -232,7 +231,7 @@ impl Harness {
     }
 
     /// Sends to the internal port with `authorization` as the `Authorization` header, if any.
-    pub async fn internal_as(
+    pub(crate) async fn internal_as(
         &self,
         authorization: Option<&str>,
         method: Method,
@@ -248,7 +247,7 @@ impl Harness {
     }
 
     /// Creates a tenant with no workers, as the superadmin.
-    pub async fn tenant(&self, name: &str) {
+    pub(crate) async fn tenant(&self, name: &str) {
         let body = serde_json::json!({ "tenant": { "name": name, "workers": 0 } });
         self.post(SA, "/v2/tenants", body.to_string())
             .await
@@ -257,7 +256,7 @@ impl Harness {
 
     /// Sets the tenant's workers (the server places them on registered provisioners; a
     /// provisioner takes only tasks of tenants it holds workers of).
-    pub async fn workers(&self, tenant: &str, n: u32) {
+    pub(crate) async fn workers(&self, tenant: &str, n: u32) {
         let body = serde_json::json!({ "tenant": { "name": tenant, "workers": n } });
         self.put(SA, &format!("/v2/tenants/{tenant}"), body.to_string())
             .await
@@ -265,7 +264,7 @@ impl Harness {
     }
 
     /// The internal id of a tenant.
-    pub async fn tenant_id(&self, name: &str) -> String {
+    pub(crate) async fn tenant_id(&self, name: &str) -> String {
         self.app
             .state
             .store
@@ -277,7 +276,7 @@ impl Harness {
     }
 
     /// Registers a provisioner on the internal port.
-    pub async fn provisioner(&self, id: &str, capacity: u32) {
+    pub(crate) async fn provisioner(&self, id: &str, capacity: u32) {
         let body = serde_json::json!({ "id": id, "host": "127.0.0.1", "port": 58025, "capacityTotal": capacity });
         self.internal(
             Method::PUT,
@@ -290,7 +289,7 @@ impl Harness {
 
     /// Registers provider type `fake` (admin field `region`, sensitive admin field `secret`, resource
     /// types `keys` (file) and `cookbooks` (archive)) and automator type `shell`.
-    pub async fn plugin_types(&self) {
+    pub(crate) async fn plugin_types(&self) {
         let pt = serde_json::json!({
             "name": "fake",
             "description": "a fake provider",
@@ -329,7 +328,7 @@ impl Harness {
 }
 
 /// A minimal valid body of each of the six admin kinds, named `name`.
-pub fn entity_body(kind: &str, name: &str) -> Value {
+pub(crate) fn entity_body(kind: &str, name: &str) -> Value {
     use serde_json::json;
     match kind {
         "providers" => {
@@ -353,7 +352,7 @@ pub fn entity_body(kind: &str, name: &str) -> Value {
 }
 
 /// The six admin kinds and their message labels.
-pub const KINDS: [(&str, &str); 6] = [
+pub(crate) const KINDS: [(&str, &str); 6] = [
     ("providers", "provider"),
     ("hardwaretypes", "hardware type"),
     ("imagetypes", "image type"),

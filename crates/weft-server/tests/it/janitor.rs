@@ -16,11 +16,11 @@ use weft_store::{ChangeSet, Expect, Write};
 
 use crate::common::{admin, Harness, SA};
 
-pub const T: &str = "acme";
+pub(crate) const T: &str = "acme";
 
 /// Tenant `acme` with provisioner `p1`, provider type `local`, automator `shell`, and template `t`
 /// with one service `a` (install, start). Returns the tenant id.
-pub async fn setup(h: &Harness) -> String {
+pub(crate) async fn setup(h: &Harness) -> String {
     h.tenant(T).await;
     h.provisioner("p1", 10).await;
     h.workers(T, 1).await;
@@ -73,7 +73,7 @@ pub async fn setup(h: &Harness) -> String {
 }
 
 /// Creates cluster `c1` of one node; returns its id text.
-pub async fn create(h: &Harness) -> String {
+pub(crate) async fn create(h: &Harness) -> String {
     let body = json!({"name": "c1", "clusterTemplate": "t", "numMachines": 1});
     let r = h
         .post(admin(T), "/v2/clusters", body.to_string())
@@ -83,7 +83,7 @@ pub async fn create(h: &Harness) -> String {
     r["id"].as_str().unwrap().to_string()
 }
 
-pub async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
+pub(crate) async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
     let body = json!({"workerId": worker, "provisionerId": "p1", "tenantId": tenant_id});
     let r = h
         .internal(Method::POST, "/v2/tasks/take", body.to_string())
@@ -95,7 +95,13 @@ pub async fn take(h: &Harness, tenant_id: &str, worker: &str) -> Option<Value> {
     }
 }
 
-pub async fn finish(h: &Harness, tenant_id: &str, worker: &str, task: &Value, status: i64) -> u16 {
+pub(crate) async fn finish(
+    h: &Harness,
+    tenant_id: &str,
+    worker: &str,
+    task: &Value,
+    status: i64,
+) -> u16 {
     let mut body = json!({"workerId": worker, "provisionerId": "p1", "tenantId": tenant_id,
         "taskId": task["taskId"], "status": status, "stdout": "out", "stderr": "err"});
     if task["taskName"] == "CONFIRM" && status == 0 {
@@ -108,7 +114,7 @@ pub async fn finish(h: &Harness, tenant_id: &str, worker: &str, task: &Value, st
 }
 
 /// Takes and finishes (successfully) every task until the queue is empty; returns the task names.
-pub async fn drain(h: &Harness, tenant_id: &str) -> Vec<String> {
+pub(crate) async fn drain(h: &Harness, tenant_id: &str) -> Vec<String> {
     let mut names = Vec::new();
     while let Some(task) = take(h, tenant_id, "w1").await {
         assert_eq!(finish(h, tenant_id, "w1", &task, 0).await, 200);

@@ -18,7 +18,7 @@ use crate::common::{admin, Harness, SA};
 
 /// A request the fake provisioner got.
 #[derive(Debug)]
-pub struct Got {
+pub(crate) struct Got {
     pub method: Method,
     pub path: String,
     pub body: Value,
@@ -42,7 +42,7 @@ async fn record(State(f): State<Fake>, method: Method, uri: Uri, body: Bytes) ->
 
 /// Starts a fake provisioner on 127.0.0.1 answering every request with `status`; returns its port
 /// and the requests it gets.
-pub async fn fake_provisioner(status: StatusCode) -> (u16, mpsc::UnboundedReceiver<Got>) {
+pub(crate) async fn fake_provisioner(status: StatusCode) -> (u16, mpsc::UnboundedReceiver<Got>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let app = axum::Router::new()
         .fallback(record)

@@ -13,7 +13,7 @@ use crate::clusters::{drain, setup, T};
 use crate::common::{Harness, Port, Resp};
 
 /// Logs in through the form; returns the session cookie (`name=value`).
-pub async fn login(h: &Harness, tenant: &str, user: &str, key: &str) -> String {
+pub(crate) async fn login(h: &Harness, tenant: &str, user: &str, key: &str) -> String {
     let r = form(
         h,
         None,
@@ -92,7 +92,7 @@ async fn raw_form(
         .await
 }
 
-pub async fn page(h: &Harness, cookie: &str, path: &str) -> Resp {
+pub(crate) async fn page(h: &Harness, cookie: &str, path: &str) -> Resp {
     let req = Request::builder()
         .uri(path)
         .header("cookie", cookie)

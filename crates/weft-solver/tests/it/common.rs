@@ -6,16 +6,16 @@ use std::collections::BTreeSet;
 use weft_model::{lenient, ClusterTemplate};
 use weft_solver::{Catalog, Layout, LayoutNode, SolveError, TypeOffer};
 
-pub fn template(json: &str) -> ClusterTemplate {
+pub(crate) fn template(json: &str) -> ClusterTemplate {
     lenient::parse_as(json.as_bytes(), "a cluster template").expect("test template parses")
 }
 
-pub fn names(list: &[&str]) -> Vec<String> {
+pub(crate) fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
 /// Solves a create and renders the layout, or the error message prefixed with `error: `.
-pub fn solve_text(
+pub(crate) fn solve_text(
     t: &ClusterTemplate,
     hw: &[&str],
     img: &[&str],
@@ -33,7 +33,7 @@ pub fn solve_text(
     render(weft_solver::create(&cat, &names(services), size))
 }
 
-pub fn render(r: Result<Layout, SolveError>) -> String {
+pub(crate) fn render(r: Result<Layout, SolveError>) -> String {
     match r {
         Ok(l) => l.render(),
         Err(e) => format!("error: {e}\n"),
@@ -43,7 +43,7 @@ pub fn render(r: Result<Layout, SolveError>) -> String {
 /// A Hadoop-like template: three masters (max 1 each, the namenode on large hardware), zookeeper
 /// on 3 to 5 nodes, workers (datanode, nodemanager, regionserver together, datanode max 50) that
 /// may not sit with their masters.
-pub const HADOOP: &str = r#"{
+pub(crate) const HADOOP: &str = r#"{
   "name": "hadoop",
   "defaults": {"services": ["hdfs-namenode", "yarn-resourcemanager", "hbase-master", "zookeeper",
                             "hdfs-datanode", "yarn-nodemanager", "hbase-regionserver"]},
@@ -64,7 +64,7 @@ pub const HADOOP: &str = r#"{
 }"#;
 
 /// The independent checker: is `nodes` a valid layout of `size` nodes for `services`?
-pub struct Rules<'a> {
+pub(crate) struct Rules<'a> {
     pub t: &'a ClusterTemplate,
     pub hw: &'a [String],
     pub img: &'a [String],
@@ -73,7 +73,12 @@ pub struct Rules<'a> {
 
 impl Rules<'_> {
     /// Node-level rules: services known, types offered and allowed, layout rules.
-    pub fn node_ok(&self, hw: &str, img: &str, set: &BTreeSet<String>) -> Result<(), String> {
+    pub(crate) fn node_ok(
+        &self,
+        hw: &str,
+        img: &str,
+        set: &BTreeSet<String>,
+    ) -> Result<(), String> {
         if set.is_empty() {
             return Err("a node has no service".into());
         }
@@ -116,7 +121,7 @@ impl Rules<'_> {
     }
 
     /// Per-service counts for a multiset of node service sets.
-    pub fn counts_ok<'s>(
+    pub(crate) fn counts_ok<'s>(
         &self,
         sets: impl Iterator<Item = &'s BTreeSet<String>> + Clone,
     ) -> Result<(), String> {
@@ -139,7 +144,7 @@ impl Rules<'_> {
         Ok(())
     }
 
-    pub fn layout_ok(&self, size: u64, nodes: &[LayoutNode]) -> Result<(), String> {
+    pub(crate) fn layout_ok(&self, size: u64, nodes: &[LayoutNode]) -> Result<(), String> {
         if nodes.len() as u64 != size {
             return Err(format!("{} nodes, want {size}", nodes.len()));
         }
@@ -158,7 +163,7 @@ impl Rules<'_> {
 }
 
 /// The naive reference: every multiset of `size` valid node shapes, checked by the rules.
-pub fn reference_exists(
+pub(crate) fn reference_exists(
     t: &ClusterTemplate,
     hw: &[String],
     img: &[String],

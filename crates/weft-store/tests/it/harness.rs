@@ -10,7 +10,7 @@ use weft_testkit::TempPostgres;
 
 /// What a contract test gets: the store, the URL it was opened with (to open it again), and
 /// whatever keeps the database alive.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub store: Arc<dyn Store>,
     pub url: String,
     _guard: Guard,
@@ -22,7 +22,7 @@ enum Guard {
 }
 
 /// A store on a new SQLite file in a temp dir.
-pub async fn sqlite() -> Ctx {
+pub(crate) async fn sqlite() -> Ctx {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = weft_testkit::temp_sqlite_url(&dir);
     let store = weft_store::open(&url).await.expect("open sqlite store");
@@ -34,7 +34,7 @@ pub async fn sqlite() -> Ctx {
 }
 
 /// A store on a new PostgreSQL database, or `None` (skip) when PostgreSQL is not available here.
-pub async fn postgres() -> Option<Ctx> {
+pub(crate) async fn postgres() -> Option<Ctx> {
     if !weft_testkit::require("postgres") {
         return None;
     }

@@ -15,15 +15,15 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
-pub struct Server {
+pub(crate) struct Server {
     pub external: SocketAddr,
     pub internal: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
-pub async fn server() -> Server {
+pub(crate) async fn server() -> Server {
     let dir = tempfile::tempdir().unwrap();
     let raw = weft_server::config::RawConfig {
         data_dir: Some(dir.path().to_path_buf()),
@@ -49,7 +49,7 @@ pub async fn server() -> Server {
 
 /// A request to the server's API as the Coopr headers say (`who` = (user, tenant)), or to the
 /// internal port when `who` is `None`.
-pub async fn api(
+pub(crate) async fn api(
     s: &Server,
     who: Option<(&str, &str)>,
     method: &str,
@@ -75,14 +75,20 @@ pub async fn api(
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
-pub async fn ok(s: &Server, who: Option<(&str, &str)>, method: &str, path: &str, body: Value) {
+pub(crate) async fn ok(
+    s: &Server,
+    who: Option<(&str, &str)>,
+    method: &str,
+    path: &str,
+    body: Value,
+) {
     let (status, text) = api(s, who, method, path, body).await;
     assert_eq!(status, 200, "{method} {path}: {text}");
 }
 
 /// Tenant `acme` with a provisioner, plugin types `local` and `shell`, and a catalog without
 /// templates: provider `local`, hardware `small`, image `host`, services `base` and `web`.
-pub async fn setup(s: &Server) {
+pub(crate) async fn setup(s: &Server) {
     let sa = Some(("admin", "superadmin"));
     ok(
         s,
@@ -133,7 +139,7 @@ pub async fn setup(s: &Server) {
 /// A real provisioner (the `local` provider and the `shell` automator) serving tenant `tenant_id`
 /// with two workers, registered as `p1`. Its scripts (install, configure, start, stop, and the
 /// health check `check`) only say they ran, and succeed.
-pub async fn provisioner(
+pub(crate) async fn provisioner(
     s: &Server,
     tenant_id: &str,
     dir: &std::path::Path,
@@ -170,7 +176,7 @@ pub async fn provisioner(
     agent
 }
 
-pub fn shots_dir() -> PathBuf {
+pub(crate) fn shots_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
@@ -179,7 +185,7 @@ pub fn shots_dir() -> PathBuf {
     d
 }
 
-pub async fn shot(c: &Client, name: &str) {
+pub(crate) async fn shot(c: &Client, name: &str) {
     let png = c.screenshot().await.expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
@@ -187,14 +193,14 @@ pub async fn shot(c: &Client, name: &str) {
 
 /// Screenshots of the page at 1400 and 390 pixels wide (`NAME-1400.png`, `NAME-390.png`), checking
 /// on the way that the page has no horizontal scroll on a phone.
-pub async fn shots(c: &Client, name: &str) {
+pub(crate) async fn shots(c: &Client, name: &str) {
     if let Err(e) = try_shots(c, name).await {
         panic!("{e}");
     }
 }
 
 /// As [`shots`], but a horizontal scroll at 390 px is returned rather than a failure.
-pub async fn try_shots(c: &Client, name: &str) -> Result<(), String> {
+pub(crate) async fn try_shots(c: &Client, name: &str) -> Result<(), String> {
     shot(c, &format!("{name}-1400")).await;
     c.set_window_size(390, 844).await.unwrap();
     let wide = c
@@ -225,7 +231,7 @@ pub async fn try_shots(c: &Client, name: &str) -> Result<(), String> {
 }
 
 /// Waits until `js` (an expression) is true in the page.
-pub async fn until(c: &Client, what: &str, js: &str) {
+pub(crate) async fn until(c: &Client, what: &str, js: &str) {
     let end = std::time::Instant::now() + WAIT;
     loop {
         let v = c
@@ -244,7 +250,7 @@ pub async fn until(c: &Client, what: &str, js: &str) {
 }
 
 /// Waits (reloading) until the cluster page shows the latest job complete.
-pub async fn job_completes(c: &Client, what: &str) {
+pub(crate) async fn job_completes(c: &Client, what: &str) {
     let end = std::time::Instant::now() + WAIT;
     loop {
         c.refresh().await.unwrap();
@@ -269,7 +275,7 @@ pub async fn job_completes(c: &Client, what: &str) {
 
 /// Waits until the page's notice starts with `prefix` (the page may still be the previous one, with
 /// an older notice, when this starts).
-pub async fn notice_starts(c: &Client, prefix: &str) {
+pub(crate) async fn notice_starts(c: &Client, prefix: &str) {
     let end = std::time::Instant::now() + WAIT;
     loop {
         let got = c
@@ -305,7 +311,7 @@ pub async fn notice_starts(c: &Client, prefix: &str) {
     }
 }
 
-pub async fn fill_css(c: &Client, css: &str, text: &str) {
+pub(crate) async fn fill_css(c: &Client, css: &str, text: &str) {
     let e = c
         .find(Locator::Css(css))
         .await
@@ -315,7 +321,7 @@ pub async fn fill_css(c: &Client, css: &str, text: &str) {
 }
 
 /// The id of the cluster whose page is open.
-pub async fn cluster_id(c: &Client) -> String {
+pub(crate) async fn cluster_id(c: &Client) -> String {
     c.find(Locator::Id("cluster"))
         .await
         .unwrap()
@@ -325,12 +331,12 @@ pub async fn cluster_id(c: &Client) -> String {
         .unwrap()
 }
 
-pub async fn count(c: &Client, css: &str) -> usize {
+pub(crate) async fn count(c: &Client, css: &str) -> usize {
     c.find_all(Locator::Css(css)).await.unwrap().len()
 }
 
 /// Starts chromedriver on a free port; returns the process and its URL once it says it is ready.
-pub async fn chromedriver() -> (tokio::process::Child, String) {
+pub(crate) async fn chromedriver() -> (tokio::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -359,12 +365,12 @@ pub async fn chromedriver() -> (tokio::process::Child, String) {
     (child, format!("http://127.0.0.1:{port}"))
 }
 
-pub async fn browser(url: &str) -> Client {
+pub(crate) async fn browser(url: &str) -> Client {
     browser_with(url, serde_json::Map::new()).await
 }
 
 /// A Chromium session with extra WebDriver capabilities (such as `unhandledPromptBehavior`).
-pub async fn browser_with(url: &str, mut caps: serde_json::Map<String, Value>) -> Client {
+pub(crate) async fn browser_with(url: &str, mut caps: serde_json::Map<String, Value>) -> Client {
     let binary = ["chromium", "chromium-browser", "google-chrome"]
         .iter()
         .find_map(|b| {
@@ -387,7 +393,7 @@ pub async fn browser_with(url: &str, mut caps: serde_json::Map<String, Value>) -
         .expect("a WebDriver session")
 }
 
-pub async fn fill(c: &Client, id: &str, text: &str) {
+pub(crate) async fn fill(c: &Client, id: &str, text: &str) {
     let e = c
         .find(Locator::Id(id))
         .await
@@ -396,7 +402,7 @@ pub async fn fill(c: &Client, id: &str, text: &str) {
     e.send_keys(text).await.unwrap();
 }
 
-pub async fn click(c: &Client, css: &str) {
+pub(crate) async fn click(c: &Client, css: &str) {
     c.find(Locator::Css(css))
         .await
         .unwrap_or_else(|e| panic!("{css}: {e}"))
@@ -405,7 +411,7 @@ pub async fn click(c: &Client, css: &str) {
         .unwrap();
 }
 
-pub async fn text(c: &Client, css: &str) -> String {
+pub(crate) async fn text(c: &Client, css: &str) -> String {
     c.wait()
         .at_most(WAIT)
         .for_element(Locator::Css(css))
@@ -416,7 +422,7 @@ pub async fn text(c: &Client, css: &str) -> String {
         .unwrap()
 }
 
-pub async fn login(c: &Client, base: &str, tenant: &str, user: &str) {
+pub(crate) async fn login(c: &Client, base: &str, tenant: &str, user: &str) {
     c.goto(&format!("{base}/ui/login")).await.unwrap();
     fill(c, "tenant", tenant).await;
     fill(c, "user", user).await;
@@ -428,7 +434,7 @@ pub async fn login(c: &Client, base: &str, tenant: &str, user: &str) {
 /// The internal id of tenant `acme` (what a provisioner's take names), from the superadmin's
 /// provisioner view: assignments are keyed by tenant id; with no workers, read the cluster's
 /// account instead.
-pub async fn tenant_id(s: &Server) -> String {
+pub(crate) async fn tenant_id(s: &Server) -> String {
     let (_, body) = api(
         s,
         Some(("alice", "acme")),
@@ -452,7 +458,7 @@ pub async fn tenant_id(s: &Server) -> String {
 }
 
 /// Percent-encodes a query or path value.
-pub fn enc(s: &str) -> String {
+pub(crate) fn enc(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -465,14 +471,14 @@ pub fn enc(s: &str) -> String {
 }
 
 /// The API's answer as JSON, which must be a 200.
-pub async fn get_json(s: &Server, who: Option<(&str, &str)>, path: &str) -> Value {
+pub(crate) async fn get_json(s: &Server, who: Option<(&str, &str)>, path: &str) -> Value {
     let (status, text) = api(s, who, "GET", path, Value::Null).await;
     assert_eq!(status, 200, "GET {path}: {text}");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
 }
 
 /// Clicks `css`, which submits a form, and waits for the page it leads to.
-pub async fn submit(c: &Client, css: &str) {
+pub(crate) async fn submit(c: &Client, css: &str) {
     c.execute(
         "document.body.dataset.submitted = 'before'; return 1;",
         vec![],

@@ -24,7 +24,7 @@ const BT: &str = "document.title=`pwned`;alert(1);window.__pwned=1";
 const TPL_RENDERED: &str = "tpl-49-end";
 
 /// The payloads, each marked with `tag` (the field it was planted in) so a finding's HTML names it.
-pub fn payloads(tag: &str) -> Vec<String> {
+pub(crate) fn payloads(tag: &str) -> Vec<String> {
     vec![
         format!("{tag}\" autofocus onfocus=\"{SQ}\" x=\""),
         format!("{tag}' autofocus onfocus='{DQ}' x='"),
@@ -41,7 +41,7 @@ pub fn payloads(tag: &str) -> Vec<String> {
 }
 
 /// Every payload in one string (text fields).
-pub fn hostile(tag: &str) -> String {
+pub(crate) fn hostile(tag: &str) -> String {
     payloads(tag).join(" ")
 }
 
@@ -49,7 +49,7 @@ pub fn hostile(tag: &str) -> String {
 /// names, which have a length limit): it closes a double- or single-quoted attribute and its
 /// tag, a textarea and a script, then runs as an image's error handler; and it holds a template
 /// expression.
-pub fn compact(tag: &str) -> String {
+pub(crate) fn compact(tag: &str) -> String {
     format!("{tag}\"'></textarea></script><img src=x onerror={BT}>tpl-{{{{ 7*7 }}}}-end")
 }
 
@@ -59,7 +59,7 @@ fn js_url(tag: &str) -> String {
 }
 
 /// A config object with payloads as values at every depth, in keys, and inside JSON strings.
-pub fn hostile_config(tag: &str) -> Value {
+pub(crate) fn hostile_config(tag: &str) -> Value {
     let mut c = json!({
         "evil": {"k": "x\" autofocus onfocus=document.title='pwned' y"},
         "evil_bt": {"k": format!("x\" autofocus onfocus={BT} y"), "hover": format!("x\" onmouseover={BT} y")},

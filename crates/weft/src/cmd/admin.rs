@@ -8,7 +8,7 @@ use weft_model::ApiKeyRequest;
 use weft_server::config::RawConfig;
 
 #[derive(Debug, clap::Args)]
-pub struct AdminArgs {
+pub(crate) struct AdminArgs {
     #[command(subcommand)]
     command: AdminCommand,
 }
@@ -82,7 +82,7 @@ enum ApikeyCommand {
     },
 }
 
-pub fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         AdminCommand::RotateSecretsKey {
             store,

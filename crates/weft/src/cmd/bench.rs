@@ -24,7 +24,7 @@ pub(super) const TENANT: &str = "bench";
 pub(super) const PROVISIONER: &str = "bench";
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     what: What,
 }
@@ -86,7 +86,7 @@ struct QueueArgs {
     separate_takes: bool,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Queue(q) => super::runtime::runtime()?.block_on(queue(q))?,
         What::Create(c) => super::runtime::runtime()?.block_on(super::bench_create::run(c))?,

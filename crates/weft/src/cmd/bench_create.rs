@@ -17,7 +17,7 @@ use super::bench::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct CreateArgs {
+pub(crate) struct CreateArgs {
     /// Nodes of the cluster.
     #[arg(long, default_value_t = 1000)]
     nodes: u64,
@@ -157,7 +157,7 @@ pub(super) async fn put_catalog(
     Ok(())
 }
 
-pub async fn run(a: CreateArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(a: CreateArgs) -> anyhow::Result<()> {
     if !matches!(a.output.as_str(), "table" | "json") {
         bail!("-o {}: expected table or json", a.output);
     }

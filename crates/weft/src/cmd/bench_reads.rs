@@ -19,7 +19,7 @@ use super::bench::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct ReadsArgs {
+pub(crate) struct ReadsArgs {
     /// Nodes of the large cluster.
     #[arg(long, default_value_t = 10_000)]
     nodes: u64,
@@ -43,7 +43,7 @@ pub struct ReadsArgs {
     output: String,
 }
 
-pub async fn run(a: ReadsArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(a: ReadsArgs) -> anyhow::Result<()> {
     if !matches!(a.output.as_str(), "table" | "json") {
         bail!("-o {}: expected table or json", a.output);
     }

@@ -18,7 +18,7 @@ use super::bench::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct WebhooksArgs {
+pub(crate) struct WebhooksArgs {
     /// Clusters created at once.
     #[arg(long, default_value_t = 100)]
     clusters: u64,
@@ -151,7 +151,7 @@ async fn count_events(http: &reqwest::Client, server: &Server) -> anyhow::Result
     Ok(text.lines().count() as u64)
 }
 
-pub async fn run(a: WebhooksArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(a: WebhooksArgs) -> anyhow::Result<()> {
     if !matches!(a.output.as_str(), "table" | "json") {
         bail!("-o {}: expected table or json", a.output);
     }

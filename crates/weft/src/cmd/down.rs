@@ -16,7 +16,7 @@ use super::up_record::{client, live_clusters, ADDRESS_FILE};
 
 /// Arguments of `weft down`.
 #[derive(Debug, clap::Args)]
-pub struct DownArgs {
+pub(crate) struct DownArgs {
     /// The data dir of the `weft up` whose clusters to delete [default: ./.weft].
     #[arg(long, env = "WEFT_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -25,7 +25,7 @@ pub struct DownArgs {
     timeout: Duration,
 }
 
-pub fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
     let settings = RawConfig {
         data_dir: args.data_dir,
         port: Some(0),

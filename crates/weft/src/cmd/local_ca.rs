@@ -18,13 +18,13 @@ use sha2::{Digest, Sha256};
 use time::{Duration, OffsetDateTime};
 
 /// How long a server or client certificate of the local CA is valid.
-pub const LEAF_DAYS: i64 = 365;
+pub(crate) const LEAF_DAYS: i64 = 365;
 /// How long the local CA is valid.
 const CA_DAYS: i64 = 3650;
 
 /// The files of the local CA.
 #[derive(Debug, Clone)]
-pub struct LocalTls {
+pub(crate) struct LocalTls {
     pub ca: PathBuf,
     pub ca_key: PathBuf,
     pub cert: PathBuf,
@@ -46,7 +46,7 @@ impl LocalTls {
     }
 
     /// The SHA-256 fingerprint of the CA certificate (hex pairs joined by `:`).
-    pub fn fingerprint(&self) -> anyhow::Result<String> {
+    pub(crate) fn fingerprint(&self) -> anyhow::Result<String> {
         let certs = weft_server::tls::read_certs(&self.ca)?;
         let digest = Sha256::digest(certs[0].as_ref());
         let pairs: Vec<String> = digest.iter().map(|b| format!("{b:02X}")).collect();
@@ -56,7 +56,7 @@ impl LocalTls {
 
 /// The local CA of `data_dir` (`<data_dir>/tls`, made when missing) and fresh leaf certificates:
 /// the server's names localhost, 127.0.0.1, ::1 and `bind` (the host name for a wildcard).
-pub fn ensure(data_dir: &Path, bind: IpAddr) -> anyhow::Result<LocalTls> {
+pub(crate) fn ensure(data_dir: &Path, bind: IpAddr) -> anyhow::Result<LocalTls> {
     let dir = data_dir.join("tls");
     let files = LocalTls::under(&dir);
     weft_server::private::dir(&dir)?;

@@ -14,7 +14,7 @@ use weft_solver::{Catalog, Change, ExistingNode, Layout, SolveError, TypeOffer};
 
 /// The operations `weft plan` previews.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Op {
+pub(crate) enum Op {
     Create,
     Delete,
     AddServices,
@@ -32,7 +32,7 @@ pub enum Op {
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Json,
     Text,
 }
@@ -40,7 +40,7 @@ pub enum Format {
 /// Arguments of `weft plan`.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = HELP)]
-pub struct Args {
+pub(crate) struct Args {
     /// The v2 cluster template (JSON; Coopr's lenient syntax is accepted).
     #[arg(long, value_name = "T.json")]
     pub template: PathBuf,
@@ -135,7 +135,7 @@ fn plan_node(
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let template: ClusterTemplate = read(&args.template, "a cluster template")?;
     let services: Vec<Service> = read(&args.services, "a list of services")?;
     let hardware = TypeOffer::new(args.hardwaretypes.iter().filter(|s| !s.is_empty()).cloned());

@@ -18,7 +18,7 @@ use weft_provisioner::tenancy::TenantUsers;
 use weft_provisioner::{Agent, AgentConfig, Plugins};
 
 /// The example catalog's scripts, written to `<data dir>/scripts` so the shell automator finds them.
-pub const EXAMPLE_SCRIPTS: [(&str, &str); 7] = [
+pub(crate) const EXAMPLE_SCRIPTS: [(&str, &str); 7] = [
     (
         "lib.sh",
         include_str!("../../../../examples/catalog/scripts/lib.sh"),
@@ -51,7 +51,7 @@ pub const EXAMPLE_SCRIPTS: [(&str, &str); 7] = [
 
 /// Arguments of `weft provisioner`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The server's provisioner API (its internal port); several servers on one database as a
     /// comma-separated list, used in turn when one cannot be reached.
     #[arg(long, env = "WEFT_SERVER", default_value = "http://127.0.0.1:55055")]
@@ -114,7 +114,7 @@ pub struct Args {
 /// example scripts into `<data_dir>/scripts`, searched after `extra_scripts`.
 /// With `users`, each tenant's local commands run as its own user and the synced resources
 /// directory is this process's alone (docs/security.md).
-pub fn plugins(
+pub(crate) fn plugins(
     data_dir: &Path,
     extra_scripts: Vec<PathBuf>,
     users: Option<Arc<TenantUsers>>,
@@ -165,7 +165,7 @@ pub fn plugins(
 }
 
 /// The provisioner `weft up` runs in its own process.
-pub struct Embedded {
+pub(crate) struct Embedded {
     /// The server's provisioner port.
     pub server: SocketAddr,
     pub capacity: u32,
@@ -176,7 +176,7 @@ pub struct Embedded {
 }
 
 /// Starts a provisioner for `weft up`: data under `<data_dir>/provisioner`, API on a free port.
-pub async fn start_in_process(data_dir: &Path, embedded: Embedded) -> anyhow::Result<Agent> {
+pub(crate) async fn start_in_process(data_dir: &Path, embedded: Embedded) -> anyhow::Result<Agent> {
     let data = data_dir.join("provisioner");
     let scheme = if embedded.tls.is_some() {
         "https"
@@ -193,7 +193,7 @@ pub async fn start_in_process(data_dir: &Path, embedded: Embedded) -> anyhow::Re
         .context("starting the provisioner")
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::runtime::runtime()?.block_on(async {
         let mut cfg = AgentConfig::new(&args.server, args.data_dir.clone());
         if let Some(id) = args.id {

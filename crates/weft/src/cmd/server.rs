@@ -8,17 +8,17 @@ use weft_server::config::{RawConfig, Settings};
 use weft_store::{Tenant, SUPERADMIN};
 
 /// The example catalog `weft up` loads on first start.
-pub const EXAMPLE_CATALOG: &str = include_str!("../../../../examples/catalog/catalog.json");
+pub(crate) const EXAMPLE_CATALOG: &str = include_str!("../../../../examples/catalog/catalog.json");
 
 /// The tenant `weft up` creates for people to work in.
-pub const DEFAULT_TENANT: &str = "default";
+pub(crate) const DEFAULT_TENANT: &str = "default";
 
 /// Workers of the provisioner `weft up` runs in-process, all for the default tenant.
-pub const UP_WORKERS: u32 = 8;
+pub(crate) const UP_WORKERS: u32 = 8;
 
 /// Arguments of `weft server`. Each flag is also a TOML key in --config and a WEFT_* variable.
 #[derive(Debug, clap::Args)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// TOML file with any of the keys below (data_dir, port, internal_port, bind, database, auth, ...).
     #[arg(long, env = "WEFT_CONFIG")]
     config: Option<PathBuf>,
@@ -117,7 +117,7 @@ pub struct ServerArgs {
 
 impl ServerArgs {
     /// Flags and environment over the config file over defaults.
-    pub fn settings(self) -> anyhow::Result<Settings> {
+    pub(crate) fn settings(self) -> anyhow::Result<Settings> {
         let file = match &self.config {
             Some(p) => RawConfig::from_file(p)?,
             None => RawConfig::default(),
@@ -159,7 +159,7 @@ impl ServerArgs {
 
 /// Arguments of `weft up`.
 #[derive(Debug, clap::Args)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// Where weft keeps its data [default: ./.weft].
     #[arg(long, env = "WEFT_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -197,7 +197,7 @@ pub struct UpArgs {
     log_level: Option<String>,
 }
 
-pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     for w in settings.warnings() {
         eprintln!("weft server: warning: {w}");
@@ -222,7 +222,7 @@ pub fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-pub fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     // Beyond loopback, weft up is secure by itself: HTTPS with its local CA and API keys.
     let bind = args.bind.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
     let network = !bind.is_loopback();
@@ -432,7 +432,7 @@ fn print_up(settings: &Settings, up: &UpShown) {
 
 /// Binds the external and internal ports of `settings`; a port in use is an error naming the
 /// port and the flag that changes it.
-pub async fn bind_ports(
+pub(crate) async fn bind_ports(
     settings: &Settings,
     command: &str,
 ) -> anyhow::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
@@ -464,7 +464,7 @@ fn port_error(
 
 /// Opens (or makes) the store of `weft up`: the example catalog and the default tenant on first
 /// start. Returns the app and whether the catalog was loaded now.
-pub async fn open_up_store(settings: &Settings) -> anyhow::Result<(weft_server::App, bool)> {
+pub(crate) async fn open_up_store(settings: &Settings) -> anyhow::Result<(weft_server::App, bool)> {
     let app = weft_server::build(settings.clone()).await?;
     let store = app.state.store.clone();
     let first = weft_server::seed_catalog(store.as_ref(), SUPERADMIN, EXAMPLE_CATALOG).await?;
@@ -490,7 +490,7 @@ pub async fn open_up_store(settings: &Settings) -> anyhow::Result<(weft_server::
 
 /// Starts the in-process provisioner of `weft up` and gives it the workers of every tenant (the
 /// default tenant gets [`UP_WORKERS`] when it has none).
-pub async fn start_up_provisioner(
+pub(crate) async fn start_up_provisioner(
     data_dir: &std::path::Path,
     store: &dyn weft_store::Store,
     embedded: super::provisioner::Embedded,

@@ -13,7 +13,7 @@ use weft_solver::{Catalog, Change, ExistingNode, Layout, SolveError, TypeOffer};
 /// Arguments of `weft solve`.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXISTING_HELP)]
-pub struct Args {
+pub(crate) struct Args {
     /// The v2 cluster template (JSON; Coopr's lenient syntax is accepted).
     #[arg(long, value_name = "T.json")]
     pub template: PathBuf,
@@ -41,7 +41,7 @@ pub struct Args {
 
 /// How `weft solve` prints the layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Json,
     Text,
 }
@@ -73,7 +73,7 @@ struct Group {
     count: u64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let body = std::fs::read(&args.template)
         .with_context(|| format!("reading {}", args.template.display()))?;
     let template: ClusterTemplate = lenient::parse_as(&body, "a cluster template")

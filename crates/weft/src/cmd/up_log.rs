@@ -12,13 +12,13 @@ use tracing_subscriber::Layer;
 use weft_engine::events::{JobEvent, JobEventKind};
 
 /// The log file in a data dir.
-pub const LOG_FILE: &str = "weft.log";
+pub(crate) const LOG_FILE: &str = "weft.log";
 
 /// The default filter of the log.
-pub const DEFAULT_LEVEL: &str = "info,sqlx=warn";
+pub(crate) const DEFAULT_LEVEL: &str = "info,sqlx=warn";
 
 /// Sends the log to `<data_dir>/weft.log` (and to stderr with `verbose`); returns the file's path.
-pub fn init(data_dir: &Path, verbose: bool, level: Option<&str>) -> anyhow::Result<PathBuf> {
+pub(crate) fn init(data_dir: &Path, verbose: bool, level: Option<&str>) -> anyhow::Result<PathBuf> {
     let path = data_dir.join(LOG_FILE);
     let file = open_private_append(&path)?;
     let filter = || {
@@ -46,7 +46,7 @@ pub fn init(data_dir: &Path, verbose: bool, level: Option<&str>) -> anyhow::Resu
 }
 
 /// Checks a `--log-level` value (a level or a filter such as `debug,sqlx=warn`).
-pub fn level(s: &str) -> Result<String, String> {
+pub(crate) fn level(s: &str) -> Result<String, String> {
     tracing_subscriber::EnvFilter::try_new(s)
         .map(|_| s.to_string())
         .map_err(|e| format!("not a log level or filter: {e}"))
@@ -63,7 +63,7 @@ fn open_private_append(path: &Path) -> anyhow::Result<std::fs::File> {
 }
 
 /// Prints a line for every job that starts or ends, until the engine's notices stop.
-pub fn print_jobs(
+pub(crate) fn print_jobs(
     events: &tokio::sync::broadcast::Sender<JobEvent>,
     store: Arc<dyn weft_store::Store>,
 ) -> tokio::task::JoinHandle<()> {
@@ -120,7 +120,7 @@ fn clock() -> String {
 }
 
 /// One line on stdout; a closed stdout is not an error worth stopping for.
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();

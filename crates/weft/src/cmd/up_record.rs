@@ -10,11 +10,11 @@ use weft_model::ClusterStatus;
 use weft_store::SUPERADMIN;
 
 /// The file in the data dir where `weft up` records its API address.
-pub const ADDRESS_FILE: &str = "up.url";
+pub(crate) const ADDRESS_FILE: &str = "up.url";
 
 /// A cluster that is not terminated, and its tenant.
 #[derive(Debug, Clone)]
-pub struct Live {
+pub(crate) struct Live {
     pub tenant: String,
     pub id: String,
     pub name: String,
@@ -24,18 +24,18 @@ pub struct Live {
 }
 
 /// Records the API address and process id of a running `weft up` in its data dir.
-pub fn record_address(data_dir: &Path, api: &str) -> anyhow::Result<()> {
+pub(crate) fn record_address(data_dir: &Path, api: &str) -> anyhow::Result<()> {
     let text = format!("{api}\n{}\n", std::process::id());
     std::fs::write(data_dir.join(ADDRESS_FILE), text)
         .with_context(|| format!("writing {}", data_dir.join(ADDRESS_FILE).display()))
 }
 
 /// Forgets the address (`weft up` is stopping).
-pub fn forget_address(data_dir: &Path) {
+pub(crate) fn forget_address(data_dir: &Path) {
     let _ = std::fs::remove_file(data_dir.join(ADDRESS_FILE));
 }
 
-pub fn client(api: &str, tenant: &str) -> anyhow::Result<ApiClient> {
+pub(crate) fn client(api: &str, tenant: &str) -> anyhow::Result<ApiClient> {
     let who = Identity {
         tenant: tenant.into(),
         user: "admin".into(),
@@ -45,7 +45,7 @@ pub fn client(api: &str, tenant: &str) -> anyhow::Result<ApiClient> {
 }
 
 /// Every cluster of every tenant that is not terminated.
-pub async fn live_clusters(api: &str) -> anyhow::Result<Vec<Live>> {
+pub(crate) async fn live_clusters(api: &str) -> anyhow::Result<Vec<Live>> {
     let mut live = Vec::new();
     for t in client(api, SUPERADMIN)?.tenants().await? {
         for c in client(api, &t.name)?.clusters(None).await? {
@@ -66,7 +66,7 @@ pub async fn live_clusters(api: &str) -> anyhow::Result<Vec<Live>> {
 
 /// Every cluster of every tenant that is not terminated, read from the store through the engine
 /// (`weft up` on exit: whatever its API asks of callers, TLS and API keys included).
-pub async fn live_in_store(engine: &weft_engine::Engine) -> anyhow::Result<Vec<Live>> {
+pub(crate) async fn live_in_store(engine: &weft_engine::Engine) -> anyhow::Result<Vec<Live>> {
     let mut live = Vec::new();
     for t in engine.store.list_tenants().await? {
         for row in engine.store.list_clusters(&t.id, None).await? {
@@ -88,7 +88,7 @@ pub async fn live_in_store(engine: &weft_engine::Engine) -> anyhow::Result<Vec<L
 }
 
 /// What `weft up` says on exit: the clusters that keep running and how to remove them.
-pub fn print_left_behind(data_dir: &Path, live: &[Live]) {
+pub(crate) fn print_left_behind(data_dir: &Path, live: &[Live]) {
     let dir = data_dir.display();
     if live.is_empty() {
         println!("weft stopped; no cluster is running (data kept in {dir})");

@@ -39,7 +39,7 @@ pub(crate) struct Cli {
 }
 
 impl Cli {
-    pub fn start() -> Cli {
+    pub(crate) fn start() -> Cli {
         let dir = tempfile::tempdir().unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -80,23 +80,23 @@ impl Cli {
     }
 
     /// Adds `args` to every command line.
-    pub fn with_args(mut self, args: &[&str]) -> Cli {
+    pub(crate) fn with_args(mut self, args: &[&str]) -> Cli {
         self.args.extend(args.iter().map(|a| a.to_string()));
         self
     }
 
     /// Fails any command that prints `secret`.
-    pub fn never_printing(mut self, secret: &str) -> Cli {
+    pub(crate) fn never_printing(mut self, secret: &str) -> Cli {
         self.secrets.push(secret.to_string());
         self
     }
 
     /// Runs `weft` with this test's config file; returns its output.
-    pub fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.run_env(args, &[])
     }
 
-    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+    pub(crate) fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut c = weft();
         c.env("WEFT_CLI_CONFIG", self.config())
             .env("HOME", self.dir.path())
@@ -120,13 +120,13 @@ impl Cli {
         out
     }
 
-    pub fn config(&self) -> PathBuf {
+    pub(crate) fn config(&self) -> PathBuf {
         self.dir.path().join("weft-cli.toml")
     }
 
     /// Runs and asserts exit 0; returns stdout.
     #[track_caller]
-    pub fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
@@ -140,7 +140,7 @@ impl Cli {
 
     /// Runs with `-o json` and parses stdout as `T`.
     #[track_caller]
-    pub fn json<T: DeserializeOwned>(&self, args: &[&str]) -> T {
+    pub(crate) fn json<T: DeserializeOwned>(&self, args: &[&str]) -> T {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         let out = self.ok(&all);
@@ -150,7 +150,7 @@ impl Cli {
 
     /// Runs, expecting exit `code`; returns stderr.
     #[track_caller]
-    pub fn fails(&self, args: &[&str], code: i32) -> String {
+    pub(crate) fn fails(&self, args: &[&str], code: i32) -> String {
         let out = self.run(args);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(
@@ -163,7 +163,7 @@ impl Cli {
     }
 
     /// Writes `text` to a file of the test's directory.
-    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str, text: &str) -> PathBuf {
         let p = self.dir.path().join(name);
         std::fs::write(&p, text).unwrap();
         p

@@ -11,14 +11,14 @@ use weft_client::api::{ApiClient, Identity};
 use crate::support::http;
 
 /// A follower running on a thread of its own.
-pub struct Follower {
+pub(crate) struct Follower {
     ids: Arc<Mutex<Vec<u64>>>,
     reconnects: Arc<Mutex<u32>>,
 }
 
 impl Follower {
     /// Follows `tenant`'s events as its `user` from the first, through `bases` in turn.
-    pub fn start(bases: Vec<String>, tenant: &str, user: &str) -> Follower {
+    pub(crate) fn start(bases: Vec<String>, tenant: &str, user: &str) -> Follower {
         let ids = Arc::new(Mutex::new(Vec::new()));
         let reconnects = Arc::new(Mutex::new(0));
         let (seen, again) = (ids.clone(), reconnects.clone());
@@ -38,16 +38,16 @@ impl Follower {
     }
 
     /// The ids seen so far, in the order they came.
-    pub fn ids(&self) -> Vec<u64> {
+    pub(crate) fn ids(&self) -> Vec<u64> {
         self.ids.lock().unwrap().clone()
     }
 
-    pub fn reconnects(&self) -> u32 {
+    pub(crate) fn reconnects(&self) -> u32 {
         *self.reconnects.lock().unwrap()
     }
 
     /// Waits until the follower has seen event `id` (at most `within`).
-    pub fn wait_for(&self, id: u64, within: Duration) {
+    pub(crate) fn wait_for(&self, id: u64, within: Duration) {
         let t0 = Instant::now();
         while self.ids().last().copied().unwrap_or(0) < id {
             assert!(
@@ -84,7 +84,7 @@ async fn follow(
 }
 
 /// Every event id the tenant's backlog holds, read through `base` (the stream's answer that ends).
-pub fn backlog_ids(base: &str, tenant: &str, user: &str) -> Vec<u64> {
+pub(crate) fn backlog_ids(base: &str, tenant: &str, user: &str) -> Vec<u64> {
     let who = [("Coopr-TenantID", tenant), ("Coopr-UserID", user)];
     let url = format!("{base}/v2/events?format=ndjson&follow=false&since=0");
     let (status, body) = http("GET", &url, &who, "");
@@ -100,7 +100,7 @@ pub fn backlog_ids(base: &str, tenant: &str, user: &str) -> Vec<u64> {
 
 /// The follower saw every event of the backlog exactly once, in order, and the backlog is
 /// numbered without gaps.
-pub fn assert_saw_every_event_once(f: &Follower, base: &str, tenant: &str, user: &str) {
+pub(crate) fn assert_saw_every_event_once(f: &Follower, base: &str, tenant: &str, user: &str) {
     assert!(
         f.reconnects() >= 1,
         "the follower's connection broke at least once (a server was killed)"

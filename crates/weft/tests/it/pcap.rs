@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// The bytes one side of a TCP connection sent, in sequence order as captured.
 #[derive(Debug)]
-pub struct Flow {
+pub(crate) struct Flow {
     pub src: SocketAddrV4,
     pub dst: SocketAddrV4,
     pub bytes: Vec<u8>,
@@ -17,11 +17,11 @@ pub struct Flow {
 
 impl Flow {
     /// Whether either end of the flow is `port`.
-    pub fn touches(&self, port: u16) -> bool {
+    pub(crate) fn touches(&self, port: u16) -> bool {
         self.src.port() == port || self.dst.port() == port
     }
 
-    pub fn contains(&self, needle: &[u8]) -> bool {
+    pub(crate) fn contains(&self, needle: &[u8]) -> bool {
         contains(&self.bytes, needle)
     }
 
@@ -40,13 +40,13 @@ impl Flow {
 }
 
 /// Whether `needle` occurs in `hay`.
-pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Reads a capture into its IPv4 TCP flows (one per direction, in order of their first packet),
 /// and the number of packets read. Other packets count but add no flow.
-pub fn tcp_flows(capture: &[u8]) -> Result<(Vec<Flow>, usize), String> {
+pub(crate) fn tcp_flows(capture: &[u8]) -> Result<(Vec<Flow>, usize), String> {
     let header = capture.get(..24).ok_or("shorter than a pcap header")?;
     let little = match header[..4] {
         [0xd4, 0xc3, 0xb2, 0xa1] | [0x4d, 0x3c, 0xb2, 0xa1] => true,

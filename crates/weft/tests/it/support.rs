@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub fn weft() -> Command {
+pub(crate) fn weft() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
     c.env("WEFT_LOG", "warn");
     // The CLI's files (profiles; the data dirs `weft up` notes) stay in the build's own dir, not
@@ -23,7 +23,7 @@ pub fn weft() -> Command {
 }
 
 /// A child process that is killed when dropped.
-pub struct Running {
+pub(crate) struct Running {
     pub child: Child,
     pub api: String,
 }
@@ -36,7 +36,7 @@ impl Drop for Running {
 }
 
 /// Starts `cmd` and reads its stdout until the "REST API" banner line; returns the API base URL.
-pub fn start(mut cmd: Command) -> Running {
+pub(crate) fn start(mut cmd: Command) -> Running {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -60,7 +60,7 @@ pub fn start(mut cmd: Command) -> Running {
 }
 
 /// A minimal HTTP/1.1 request; returns (status, body).
-pub fn http(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+pub(crate) fn http(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     let rest = url.strip_prefix("http://").expect("http url");
     let (host, path) = rest
         .split_once('/')

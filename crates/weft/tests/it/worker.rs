@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 /// Where workers connect and as whom.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// `http://host:port` of the internal (provisioner) port.
     pub internal: String,
     pub provisioner: String,
@@ -23,7 +23,7 @@ pub struct Target {
 
 /// What the workers saw.
 #[derive(Debug, Default)]
-pub struct Record {
+pub(crate) struct Record {
     /// Task ids whose successful finish was answered 200, in order (a repeated id is a bug).
     pub completed: Mutex<Vec<String>>,
     /// Task ids handed to a worker, in order (the same id twice means it was re-leased).
@@ -35,16 +35,16 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn completed(&self) -> Vec<String> {
+    pub(crate) fn completed(&self) -> Vec<String> {
         self.completed.lock().unwrap().clone()
     }
 
-    pub fn completed_count(&self) -> usize {
+    pub(crate) fn completed_count(&self) -> usize {
         self.completed.lock().unwrap().len()
     }
 
     /// Ids completed more than once, with their counts.
-    pub fn duplicates(&self) -> BTreeMap<String, usize> {
+    pub(crate) fn duplicates(&self) -> BTreeMap<String, usize> {
         let mut n: BTreeMap<String, usize> = BTreeMap::new();
         for id in self.completed() {
             *n.entry(id).or_default() += 1;
@@ -55,7 +55,7 @@ impl Record {
 }
 
 /// A pool of workers running until [`Pool::stop`].
-pub struct Pool {
+pub(crate) struct Pool {
     pub record: Arc<Record>,
     stop: Arc<AtomicBool>,
     handles: Vec<tokio::task::JoinHandle<()>>,
@@ -63,7 +63,7 @@ pub struct Pool {
 
 impl Pool {
     /// Starts `n` workers named `w0`..`w{n-1}`.
-    pub fn start(target: &Target, n: usize) -> Pool {
+    pub(crate) fn start(target: &Target, n: usize) -> Pool {
         let record = Arc::new(Record::default());
         let stop = Arc::new(AtomicBool::new(false));
         let handles = (0..n)
@@ -80,7 +80,7 @@ impl Pool {
         }
     }
 
-    pub async fn stop(self) -> Arc<Record> {
+    pub(crate) async fn stop(self) -> Arc<Record> {
         self.stop.store(true, Ordering::SeqCst);
         for h in self.handles {
             h.await.expect("worker panicked");
@@ -90,7 +90,7 @@ impl Pool {
 }
 
 /// One worker.
-pub struct Worker {
+pub(crate) struct Worker {
     target: Target,
     name: String,
     client: reqwest::Client,
@@ -100,7 +100,7 @@ pub struct Worker {
 const IDLE: Duration = Duration::from_millis(20);
 
 impl Worker {
-    pub fn new(target: Target, name: String) -> Worker {
+    pub(crate) fn new(target: Target, name: String) -> Worker {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
@@ -118,7 +118,7 @@ impl Worker {
     }
 
     /// One take: `Ok(Some(task))`, `Ok(None)` (nothing queued), or `Err` (no answer).
-    pub async fn take(&self) -> Result<Option<Value>, String> {
+    pub(crate) async fn take(&self) -> Result<Option<Value>, String> {
         let url = format!("{}/v2/tasks/take", self.target.internal);
         let r = self
             .client
@@ -137,7 +137,7 @@ impl Worker {
     }
 
     /// Finishes `task` successfully, retrying until an answer arrives; returns its status.
-    pub async fn finish(&self, task: &Value, record: &Record) -> u16 {
+    pub(crate) async fn finish(&self, task: &Value, record: &Record) -> u16 {
         let mut body = self.ids();
         body["taskId"] = task["taskId"].clone();
         body["status"] = json!(0);

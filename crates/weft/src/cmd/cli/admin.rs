@@ -10,7 +10,7 @@ use super::{print_json, read_input, table, time, Conn, Ctx, UsageError};
 // ---- tenants ----
 
 #[derive(Debug, clap::Args)]
-pub struct TenantArgs {
+pub(crate) struct TenantArgs {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -93,7 +93,7 @@ fn tenant_table(list: &[TenantSpecification]) {
     println!("{t}");
 }
 
-pub fn tenant(a: TenantArgs) -> anyhow::Result<()> {
+pub(super) fn tenant(a: TenantArgs) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let c = &ctx.client;
     match a.cmd {
@@ -181,7 +181,7 @@ fn done<T: serde::Serialize>(
 // ---- provisioners ----
 
 #[derive(Debug, clap::Args)]
-pub struct ProvisionersArgs {
+pub(crate) struct ProvisionersArgs {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -199,7 +199,7 @@ enum ProvisionersCmd {
     },
 }
 
-pub fn provisioners(a: ProvisionersArgs) -> anyhow::Result<()> {
+pub(super) fn provisioners(a: ProvisionersArgs) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let c = &ctx.client;
     let list = match a.cmd {
@@ -242,7 +242,7 @@ pub fn provisioners(a: ProvisionersArgs) -> anyhow::Result<()> {
 // ---- plugin resources ----
 
 #[derive(Debug, clap::Args)]
-pub struct ResourceArgs {
+pub(crate) struct ResourceArgs {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -327,7 +327,7 @@ enum ResourceCmd {
     Sync,
 }
 
-pub fn resource(a: ResourceArgs) -> anyhow::Result<()> {
+pub(super) fn resource(a: ResourceArgs) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let c = &ctx.client;
     match a.cmd {
@@ -397,7 +397,7 @@ fn say(ctx: &Ctx, msg: &str) {
 // ---- API keys ----
 
 #[derive(Debug, clap::Args)]
-pub struct ApiKeyArgs {
+pub(crate) struct ApiKeyArgs {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -427,7 +427,7 @@ enum ApiKeyCmd {
     },
 }
 
-pub fn apikey(a: ApiKeyArgs) -> anyhow::Result<()> {
+pub(super) fn apikey(a: ApiKeyArgs) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let c = &ctx.client;
     match a.cmd {

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use super::{print_json, table, time, Conn, Ctx};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -40,7 +40,7 @@ enum Cmd {
     Verify,
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub(super) fn run(a: Args) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     match a.cmd {
         Cmd::List {

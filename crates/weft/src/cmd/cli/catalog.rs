@@ -14,7 +14,7 @@ use weft_model::CatalogExport;
 use super::{confirm, parse_json, print_json, read_input, table, Conn, Ctx, UsageError};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -48,7 +48,7 @@ pub(super) enum Cmd {
     },
 }
 
-pub fn run(kind: Kind, a: Args) -> anyhow::Result<()> {
+pub(super) fn run(kind: Kind, a: Args) -> anyhow::Result<()> {
     run_cmd(kind, &a.conn, a.cmd)
 }
 
@@ -209,7 +209,7 @@ fn edit(v: &Value, stem: &str) -> anyhow::Result<Option<Value>> {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct CatalogArgs {
+pub(crate) struct CatalogArgs {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -265,9 +265,9 @@ impl Passphrase {
 }
 
 /// What an import would change, per kind: (added, changed, removed) names.
-pub type Diff = BTreeMap<&'static str, (Vec<String>, Vec<String>, Vec<String>)>;
+pub(super) type Diff = BTreeMap<&'static str, (Vec<String>, Vec<String>, Vec<String>)>;
 
-pub fn diff(current: &CatalogExport, new: &CatalogExport) -> anyhow::Result<Diff> {
+pub(super) fn diff(current: &CatalogExport, new: &CatalogExport) -> anyhow::Result<Diff> {
     let cur = serde_json::to_value(current)?;
     let new = serde_json::to_value(new)?;
     let mut out = Diff::new();
@@ -306,7 +306,7 @@ pub fn diff(current: &CatalogExport, new: &CatalogExport) -> anyhow::Result<Diff
     Ok(out)
 }
 
-pub fn run_catalog(a: CatalogArgs) -> anyhow::Result<()> {
+pub(super) fn run_catalog(a: CatalogArgs) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let c = &ctx.client;
     match a.cmd {

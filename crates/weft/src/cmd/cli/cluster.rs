@@ -14,7 +14,7 @@ use super::plan_view::{groups, render_groups, summary, NodeKinds};
 use super::{print_json, table, time, Conn, Ctx, JobFailed, Unhealthy, UsageError};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -23,7 +23,7 @@ pub struct Args {
 
 /// Flags of every call that starts a job.
 #[derive(Debug, Clone, clap::Args)]
-pub struct JobFlags {
+pub(super) struct JobFlags {
     /// Show only the plan that would run; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -39,7 +39,7 @@ pub struct JobFlags {
 /// Any of them makes the change a rollout; unset ones take the template's defaults, then one
 /// canary, one node at a time and pause.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct RolloutFlags {
+pub(super) struct RolloutFlags {
     /// Roll: nodes changed first, in a batch of their own (0 for none).
     #[arg(long)]
     canaries: Option<u64>,
@@ -346,7 +346,7 @@ struct SshArgs {
     command: Vec<String>,
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub(super) fn run(a: Args) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     match a.cmd {
         Cmd::Create(create) => create_cluster(&ctx, create),
@@ -1163,7 +1163,7 @@ pub(super) fn find_node<'a>(d: &'a ClusterDetails, which: &str) -> anyhow::Resul
         })
 }
 
-pub fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -1171,7 +1171,7 @@ pub fn now_ms() -> i64 {
 }
 
 /// `1700000000000` (ms since the epoch) or `+48h` / `+30m` / `+2d` / `+90s` from `now`.
-pub fn parse_until(s: &str, now: i64) -> anyhow::Result<i64> {
+pub(super) fn parse_until(s: &str, now: i64) -> anyhow::Result<i64> {
     let bad = || {
         UsageError(format!(
             "--until {s}: give ms since the epoch or + and a duration (+48h, +30d, +1h30m)"
@@ -1195,7 +1195,7 @@ fn lease_ms(s: &str) -> Result<i64, String> {
 }
 
 /// Applies `a.b=v` pairs to a config object; `v` is JSON when it parses, else a string.
-pub fn apply_kv(config: &mut Map<String, Value>, pairs: &[String]) -> anyhow::Result<()> {
+pub(super) fn apply_kv(config: &mut Map<String, Value>, pairs: &[String]) -> anyhow::Result<()> {
     for pair in pairs {
         let (k, v) = pair
             .split_once('=')

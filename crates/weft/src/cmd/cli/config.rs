@@ -20,12 +20,12 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Context};
 use serde::{Deserialize, Serialize};
 
-pub const DEFAULT_PROFILE: &str = "default";
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:55054";
+pub(crate) const DEFAULT_PROFILE: &str = "default";
+pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:55054";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Profile {
+pub(crate) struct Profile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,13 +41,13 @@ pub struct Profile {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {
+pub(crate) struct ConfigFile {
     #[serde(default)]
     pub profiles: BTreeMap<String, Profile>,
 }
 
 /// The config file's path.
-pub fn path() -> anyhow::Result<PathBuf> {
+pub(crate) fn path() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("WEFT_CLI_CONFIG").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
@@ -72,7 +72,7 @@ fn ups_path() -> anyhow::Result<PathBuf> {
 }
 
 /// Notes that `api` is served by a `weft up` on `data_dir` (an absolute path).
-pub fn remember_up(api: &str, data_dir: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn remember_up(api: &str, data_dir: &std::path::Path) -> anyhow::Result<()> {
     let p = ups_path()?;
     let mut ups: BTreeMap<String, PathBuf> = std::fs::read_to_string(&p)
         .ok()
@@ -93,7 +93,7 @@ pub fn remember_up(api: &str, data_dir: &std::path::Path) -> anyhow::Result<()> 
 }
 
 /// The data dir of the `weft up` that serves `api`, if one noted it and it still holds a store.
-pub fn up_data_dir(api: &str) -> Option<PathBuf> {
+pub(crate) fn up_data_dir(api: &str) -> Option<PathBuf> {
     let text = std::fs::read_to_string(ups_path().ok()?).ok()?;
     let ups: BTreeMap<String, PathBuf> = toml::from_str(&text).ok()?;
     ups.get(api.trim_end_matches('/'))
@@ -101,7 +101,7 @@ pub fn up_data_dir(api: &str) -> Option<PathBuf> {
         .cloned()
 }
 
-pub fn load() -> anyhow::Result<ConfigFile> {
+pub(crate) fn load() -> anyhow::Result<ConfigFile> {
     let p = path()?;
     match std::fs::read_to_string(&p) {
         Ok(text) => toml::from_str(&text).with_context(|| format!("config file {}", p.display())),
@@ -110,7 +110,7 @@ pub fn load() -> anyhow::Result<ConfigFile> {
     }
 }
 
-pub fn save(cfg: &ConfigFile) -> anyhow::Result<PathBuf> {
+pub(crate) fn save(cfg: &ConfigFile) -> anyhow::Result<PathBuf> {
     let p = path()?;
     if let Some(dir) = p.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

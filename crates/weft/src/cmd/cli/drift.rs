@@ -9,7 +9,7 @@ use super::{print_json, table, Ctx, Unhealthy};
 
 /// Runs (unless `latest`) and shows a check; [`Unhealthy`] (exit 5) when drift was found or the
 /// check did not end in time.
-pub fn check(ctx: &Ctx, id: &str, latest: bool, timeout: Duration) -> anyhow::Result<()> {
+pub(super) fn check(ctx: &Ctx, id: &str, latest: bool, timeout: Duration) -> anyhow::Result<()> {
     let job = if latest {
         None
     } else {

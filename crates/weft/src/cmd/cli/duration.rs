@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// Parses `48h`, `90s`, `1h30m`, `2d`. A bare number is an error naming the units.
-pub fn parse(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse(s: &str) -> Result<Duration, String> {
     let bad =
         || format!("{s:?}: give a duration as a number and a unit: 90s, 10m, 48h, 2d (also 1h30m)");
     let mut total: u64 = 0;
@@ -35,7 +35,7 @@ pub fn parse(s: &str) -> Result<Duration, String> {
 }
 
 /// The same form back: `48h`, `1h30m`, `0s`.
-pub fn format(d: Duration) -> String {
+pub(crate) fn format(d: Duration) -> String {
     let mut s = d.as_secs();
     if s == 0 {
         return "0s".into();

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{time, Conn, Ctx};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     conn: Conn,
     /// Keep printing events as they come (from now on, unless --since says otherwise); reconnects
@@ -30,7 +30,7 @@ pub struct Args {
 /// How long a broken follow waits before it reconnects.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub(super) fn run(a: Args) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let mut params: Vec<(&str, String)> = Vec::new();
     params.extend(a.cluster.clone().map(|c| ("cluster", c)));

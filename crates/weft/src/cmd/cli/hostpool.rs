@@ -9,7 +9,7 @@ use weft_model::{PoolHost, PoolHostRequest};
 use super::{print_json, read_input, table, time, Conn, Ctx, UsageError};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -139,7 +139,7 @@ fn shown(ctx: &Ctx, h: &PoolHost, msg: &str) -> anyhow::Result<()> {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub(super) fn run(a: Args) -> anyhow::Result<()> {
     let ctx = Ctx::new(&a.conn)?;
     let c = &ctx.client;
     match a.cmd {

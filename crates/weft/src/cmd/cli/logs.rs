@@ -14,7 +14,7 @@ use super::{print_json, time, Ctx, UsageError};
 
 /// The arguments of `weft cluster logs`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct LogsArgs {
+pub(super) struct LogsArgs {
     /// The cluster id.
     pub id: String,
     /// Only this node's tasks: its id, hostname or node number.
@@ -53,7 +53,7 @@ pub struct LogsArgs {
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs `weft cluster logs`.
-pub fn run(ctx: &Ctx, a: &LogsArgs) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Ctx, a: &LogsArgs) -> anyhow::Result<()> {
     let d = ctx.block(ctx.client.cluster(&a.id))?;
     if a.service_log {
         return service_log(ctx, &d, a);
@@ -77,7 +77,7 @@ pub fn run(ctx: &Ctx, a: &LogsArgs) -> anyhow::Result<()> {
 }
 
 /// The output of the cluster's failed tasks (what `--wait` shows when a job fails).
-pub fn print_failed(ctx: &Ctx, d: &ClusterDetails) -> anyhow::Result<()> {
+pub(super) fn print_failed(ctx: &Ctx, d: &ClusterDetails) -> anyhow::Result<()> {
     let a = LogsArgs {
         id: d.id.clone(),
         node: None,
@@ -194,7 +194,7 @@ fn print_entry(ctx: &Ctx, e: &Entry) -> anyhow::Result<()> {
 }
 
 /// `, attempt 2 of 3` for an action that is not its task's only try; nothing otherwise.
-pub fn attempt_text(a: &NodeAction) -> String {
+pub(super) fn attempt_text(a: &NodeAction) -> String {
     if a.attempt <= 1 && a.status != NodeActionStatus::Failed {
         return String::new();
     }

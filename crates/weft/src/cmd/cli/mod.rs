@@ -18,9 +18,9 @@ mod admin;
 mod audit; // `weft audit`
 mod catalog;
 mod cluster;
-pub mod config;
+pub(crate) mod config;
 mod drift; // `weft cluster check`
-pub mod duration; // durations in one form (48h, 90s)
+pub(crate) mod duration; // durations in one form (48h, 90s)
 mod events; // `weft events`
 mod hostpool; // `weft hostpool`
 mod logs; // `weft cluster logs`
@@ -29,7 +29,7 @@ mod provider; // `weft provider` (catalog commands and sweep)
 mod ssh; // `weft cluster ssh`
 
 /// Text for `weft --help`: the exit codes of the client commands.
-pub const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
+pub(crate) const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
 2 the server refused the call (4xx), 3 server error (5xx) or server unreachable, 4 a job waited for \
 (--wait) failed, 5 `cluster health` found a service not healthy or `cluster check` found drift; \
 141 the reader of the output went away (`| head`).";
@@ -39,7 +39,7 @@ const GLOBAL: &str = "Global options";
 
 /// Where and as whom: flags beat `WEFT_*` variables, which beat the profile in the config file.
 #[derive(Debug, Clone, Args)]
-pub struct Conn {
+pub(crate) struct Conn {
     /// The server's external API URL [default: the profile's, else http://127.0.0.1:55054].
     #[arg(long, env = "WEFT_URL", global = true, help_heading = GLOBAL)]
     server: Option<String>,
@@ -65,13 +65,13 @@ pub struct Conn {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     Table,
     Json,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ClientCommand {
+pub(crate) enum ClientCommand {
     /// Save a server, tenant, user (and API key) as a profile in ~/.config/weft/config.toml.
     Login(LoginArgs),
     /// Create, inspect, change and delete clusters.
@@ -109,7 +109,7 @@ pub enum ClientCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct LoginArgs {
+pub(crate) struct LoginArgs {
     #[command(flatten)]
     conn: Conn,
     /// Save without checking that the server answers.
@@ -118,20 +118,20 @@ pub struct LoginArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for.
     shell: clap_complete::Shell,
 }
 
 /// A client command with its connection settings resolved.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub client: ApiClient,
     pub output: Output,
     rt: tokio::runtime::Runtime,
 }
 
 impl Ctx {
-    pub fn new(conn: &Conn) -> anyhow::Result<Ctx> {
+    pub(crate) fn new(conn: &Conn) -> anyhow::Result<Ctx> {
         let (server, who, ca_cert) = resolve(conn)?;
         let trust = weft_client::TlsTrust {
             ca_cert,
@@ -145,11 +145,11 @@ impl Ctx {
         })
     }
 
-    pub fn block<F: std::future::Future>(&self, f: F) -> F::Output {
+    pub(crate) fn block<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }
 
-    pub fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         self.output == Output::Json
     }
 }
@@ -197,7 +197,7 @@ fn resolve(conn: &Conn) -> anyhow::Result<(String, Identity, Option<PathBuf>)> {
 
 /// A mistake on the command line or in an input file (exit 1).
 #[derive(Debug)]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -209,7 +209,7 @@ impl std::error::Error for UsageError {}
 
 /// A job that `--wait` watched failed (exit 4).
 #[derive(Debug)]
-pub struct JobFailed(pub String);
+pub(crate) struct JobFailed(pub String);
 
 impl std::fmt::Display for JobFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -221,7 +221,7 @@ impl std::error::Error for JobFailed {}
 
 /// `weft cluster health` found a service unhealthy, or could not check it (exit 5).
 #[derive(Debug)]
-pub struct Unhealthy(pub String);
+pub(crate) struct Unhealthy(pub String);
 
 impl std::fmt::Display for Unhealthy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -232,7 +232,7 @@ impl std::fmt::Display for Unhealthy {
 impl std::error::Error for Unhealthy {}
 
 /// Runs a client command; prints the error and maps it to the documented exit code.
-pub fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
     match dispatch(cmd, bin) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
@@ -263,7 +263,7 @@ pub fn run(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn exit_code(e: &anyhow::Error) -> u8 {
+pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<JobFailed>().is_some() {
         return 4;
     }
@@ -365,12 +365,12 @@ fn login(a: LoginArgs) -> anyhow::Result<()> {
 
 // ---- output helpers ----
 
-pub fn print_json<T: Serialize + ?Sized>(v: &T) -> anyhow::Result<()> {
+pub(crate) fn print_json<T: Serialize + ?Sized>(v: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
-pub fn table(header: &[&str]) -> comfy_table::Table {
+pub(crate) fn table(header: &[&str]) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY)
         .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
@@ -398,7 +398,7 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
 const MIN_TABLE_WIDTH: u16 = 20;
 
 /// `1700000000000` as `2023-11-14 22:13 UTC`; 0 as `never`.
-pub fn time(ms: i64) -> String {
+pub(crate) fn time(ms: i64) -> String {
     if ms <= 0 {
         return "never".into();
     }
@@ -428,7 +428,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// Asks a yes/no question on the terminal; refuses when stdin is not a terminal.
-pub fn confirm(question: &str) -> anyhow::Result<bool> {
+pub(crate) fn confirm(question: &str) -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
         return Err(UsageError(
             "stdin is not a terminal: pass --yes to go ahead without asking".into(),
@@ -442,7 +442,7 @@ pub fn confirm(question: &str) -> anyhow::Result<bool> {
 }
 
 /// Reads a file, or stdin for `-`.
-pub fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
     if path == "-" {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
@@ -453,7 +453,10 @@ pub fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Parses JSON input, naming the file on error (exit 1).
-pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> anyhow::Result<T> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &str,
+) -> anyhow::Result<T> {
     serde_json::from_slice(bytes).map_err(|e| UsageError(format!("{what}: {e}")).into())
 }
 

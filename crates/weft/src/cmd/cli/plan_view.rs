@@ -12,7 +12,7 @@ use weft_model::{ClusterTemplate, Node, PlanView};
 
 /// Where each node's hardware type, image type and services come from.
 #[derive(Debug, Clone, Default)]
-pub struct NodeKinds {
+pub(super) struct NodeKinds {
     known: HashMap<String, (String, String, BTreeSet<String>)>,
     hardwaretype: Option<String>,
     imagetype: Option<String>,
@@ -22,7 +22,7 @@ pub struct NodeKinds {
 
 /// Nodes alike: how many, their hardware and image types, their services.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Group {
+pub(super) struct Group {
     pub hardwaretype: String,
     pub imagetype: String,
     pub services: Vec<String>,
@@ -31,7 +31,7 @@ pub struct Group {
 
 impl NodeKinds {
     /// New nodes: `hardwaretype`/`imagetype` (the request's) over the template's.
-    pub fn from_template(
+    pub(super) fn from_template(
         t: &ClusterTemplate,
         hardwaretype: Option<&str>,
         imagetype: Option<&str>,
@@ -58,7 +58,7 @@ impl NodeKinds {
     }
 
     /// Nodes that exist keep their hardware, image and services.
-    pub fn with_nodes(mut self, nodes: &[Node]) -> NodeKinds {
+    pub(super) fn with_nodes(mut self, nodes: &[Node]) -> NodeKinds {
         for n in nodes {
             let p = &n.properties;
             let services = p.services.iter().cloned().collect();
@@ -115,7 +115,7 @@ fn plan_nodes(plan: &PlanView) -> Vec<(String, BTreeSet<String>)> {
 }
 
 /// The plan's nodes grouped: most nodes first, then by hardware, image and services.
-pub fn groups(plan: &PlanView, kinds: &NodeKinds) -> Vec<Group> {
+pub(super) fn groups(plan: &PlanView, kinds: &NodeKinds) -> Vec<Group> {
     let mut counts: BTreeMap<(String, String, Vec<String>), usize> = BTreeMap::new();
     for (node, planned) in plan_nodes(plan) {
         let (hw, img, services) = kinds.kind(&node, &planned);
@@ -137,7 +137,7 @@ pub fn groups(plan: &PlanView, kinds: &NodeKinds) -> Vec<Group> {
 }
 
 /// One line per group, columns aligned: `3 nodes  small/host  web`.
-pub fn render_groups(groups: &[Group]) -> String {
+pub(super) fn render_groups(groups: &[Group]) -> String {
     let counts: Vec<String> = groups
         .iter()
         .map(|g| format!("{} node{}", g.count, if g.count == 1 { "" } else { "s" }))
@@ -161,7 +161,7 @@ pub fn render_groups(groups: &[Group]) -> String {
 }
 
 /// `36 tasks on 4 nodes, longest chain 9`: a chain is the stages, each waiting for the last.
-pub fn summary(plan: &PlanView) -> String {
+pub(super) fn summary(plan: &PlanView) -> String {
     let tasks: usize = plan.stages.iter().map(Vec::len).sum();
     let nodes = plan_nodes(plan).len();
     format!(

@@ -9,7 +9,7 @@ use weft_model::SweepReport;
 use super::{catalog, print_json, table, Conn, Ctx};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     conn: Conn,
     #[command(subcommand)]
@@ -30,7 +30,7 @@ enum Cmd {
     Catalog(catalog::Cmd),
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub(super) fn run(a: Args) -> anyhow::Result<()> {
     match a.cmd {
         Cmd::Sweep { name, delete } => sweep(&a.conn, &name, delete),
         Cmd::Catalog(cmd) => catalog::run_cmd(Kind::Provider, &a.conn, cmd),

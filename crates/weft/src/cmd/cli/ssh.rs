@@ -11,7 +11,7 @@ use weft_model::Node;
 use super::UsageError;
 
 /// Runs `command` (a login shell when empty) on `node`; returns its exit code.
-pub fn run_on(node: &Node, command: &[String], opts: &SshOptions) -> anyhow::Result<i32> {
+pub(super) fn run_on(node: &Node, command: &[String], opts: &SshOptions) -> anyhow::Result<i32> {
     let results = &node.provisioner_results;
     let status = match results.get("transport").and_then(|t| t.as_str()) {
         Some("local") => {
@@ -62,7 +62,7 @@ fn local(node: &Node, dir: &Path, command: &[String]) -> anyhow::Result<std::pro
 
 /// How to reach a node over SSH: a key file, when one was given or can be derived.
 #[derive(Debug, Clone, Default)]
-pub struct SshOptions {
+pub(super) struct SshOptions {
     /// A private key file (host pool: the provider's key).
     pub identity: Option<PathBuf>,
     /// The data dir of the provisioner that made a Docker node (its key seed).
