@@ -6,6 +6,9 @@
 //! containers the `docker` automator ran for it on this machine's engine (label
 //! `weft.container.node`; when there is a `docker` CLI), and removes the directory and the address.
 
+// This module is a transport: it starts processes (clippy.toml's disallowed methods).
+#![allow(clippy::disallowed_methods)]
+
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -10,6 +10,9 @@
 //! With `WEFT_TEST_POSTGRES_URL` set, that server is used instead: each handle creates a database
 //! with a random name in it and drops it again when dropped.
 
+// Starting PostgreSQL's programs is what this module is for (clippy.toml's disallowed methods).
+#![allow(clippy::disallowed_methods)]
+
 use std::fs::File;
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;

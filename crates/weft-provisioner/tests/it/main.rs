@@ -1,6 +1,7 @@
 //! The provisioner's integration tests: the agent against a real in-process weft server, the
 //! plugin contract suite run for every plugin, and the example catalog end to end.
-
+// The tests start servers, containers and tools by design (clippy.toml's disallowed methods).
+#![allow(clippy::disallowed_methods)]
 // A test reads as one scenario from start to end; the rule of short functions (docs/dev/style.md,
 // checked with `-W clippy::too_many_lines`) is for the crates' code, not for their tests.
 #![allow(clippy::too_many_lines)]

@@ -1,6 +1,7 @@
 //! The integration tests of weft-server: both routers driven in-process (`tower::ServiceExt::oneshot`),
 //! each test over its own temporary SQLite store. One binary, one module per route group.
-
+// The tests start servers, containers and tools by design (clippy.toml's disallowed methods).
+#![allow(clippy::disallowed_methods)]
 // A test reads as one scenario; short functions (docs/dev/style.md) are for the crates' code.
 #![allow(clippy::too_many_lines)]
 

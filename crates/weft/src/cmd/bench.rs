@@ -246,6 +246,8 @@ pub(super) async fn restart(server: &mut Server) -> anyhow::Result<()> {
 }
 
 /// `weft server` on `dir` and `database_url`, on free ports: the process and its two base URLs.
+// The benchmark starts the weft server it measures (clippy.toml).
+#[allow(clippy::disallowed_methods)]
 async fn spawn_at(
     dir: &std::path::Path,
     database_url: &str,

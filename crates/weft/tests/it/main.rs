@@ -1,5 +1,6 @@
 //! End-to-end tests of the `weft` binary: real processes, real ports, a real SQLite file.
-
+// The tests start servers, containers and tools by design (clippy.toml's disallowed methods).
+#![allow(clippy::disallowed_methods)]
 // A test reads as one scenario from start to end; the rule of short functions (docs/dev/style.md,
 // checked with `-W clippy::too_many_lines`) is for the crates' code, not for their tests.
 #![allow(clippy::too_many_lines)]
