@@ -3,7 +3,10 @@
 //!
 //! Fields (admin, on the service action): `run_list` (required: `recipe[kv::install]`,
 //! `role[web]`, or a bare recipe name, comma-separated), `json_attributes` (a JSON object merged
-//! over the cluster config), `timeout` (seconds) shortens the task time-out.
+//! over the cluster config), `timeout` (seconds) shortens the task time-out, and `chef_license`
+//! (`accept`, `accept-silent` or `accept-no-persist`: passed as `--chef-license`). Chef Infra 15
+//! and later refuse to run (exit 172) until their licence is accepted, so that exit is fatal and
+//! names the field; Cinc, the free build, needs no acceptance.
 //!
 //! Every live resource of the tenant is copied to the node, as Coopr did: `cookbooks` (archives,
 //! each one cookbook named as the resource) under `cookbooks/`, `data_bags` (archives) under
@@ -12,11 +15,15 @@
 //! deep-merged with `json_attributes` (which wins), the nodes map under `nodes`, and the task under
 //! `weft` (see [`super::weft_vars`]). A non-zero exit may pass on a retry.
 //!
-//! BOOTSTRAP checks that `chef-solo` is there (on `PATH` or in /opt/chef/bin); when it is not, it
-//! runs the installer given to [`ChefSoloAutomator::with_installer`] if there is one, else fails
-//! for good. Chef itself has never been run by weft's tests (it cannot be installed where they
-//! run): they check this contract against a stub `chef-solo`.
+//! The run is `chef-solo`, or Cinc's `cinc-solo`, on `PATH` or in /opt/chef/bin or /opt/cinc/bin.
+//! BOOTSTRAP checks that one is there; when neither is, it copies the tenant's `installers`
+//! resources (files: a `.deb`, a `.rpm` or a `.sh`, e.g. Cinc's package) to the node and installs
+//! them (with `sudo -n` unless root), so a node needs no route to Chef's or Cinc's downloads; with
+//! no installer it fails for good. Chef itself has never been run by weft's tests (it cannot be
+//! installed where they run): they check this contract against a stub that behaves as Chef's
+//! documentation says (`--chef-license` or exit 172).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -31,34 +38,66 @@ use super::{
 use crate::plugin::Automator;
 use crate::shell::TransportFactory;
 use crate::task::{Action, PluginError, PluginResult, Task};
-use crate::transport::CommandSpec;
 
 /// The automator type name.
 pub const NAME: &str = "chef-solo";
 const REQUIRED: &[&[&str]] = &[&["run_list"]];
-const CHEF_PATH: &str = "/opt/chef/bin:/opt/chef/embedded/bin";
-/// The resource types, where each goes on the node.
+/// Where Chef's and Cinc's omnibus packages put their programs.
+const CHEF_PATH: &str = "/opt/chef/bin:/opt/chef/embedded/bin:/opt/cinc/bin:/opt/cinc/embedded/bin";
+/// The resource types copied for every run, where each goes on the node.
 const RESOURCES: [(&str, ResourceFormat); 3] = [
     ("cookbooks", ResourceFormat::Archive),
     ("data_bags", ResourceFormat::Archive),
     ("roles", ResourceFormat::File),
 ];
+/// The resource type of what BOOTSTRAP installs on a node without Chef.
+const INSTALLERS: &str = "installers";
+/// Every resource type the automator declares.
+const DECLARED: [(&str, ResourceFormat); 4] = [
+    RESOURCES[0],
+    RESOURCES[1],
+    RESOURCES[2],
+    (INSTALLERS, ResourceFormat::File),
+];
+/// The values `--chef-license` takes.
+const LICENSES: [&str; 3] = ["accept", "accept-silent", "accept-no-persist"];
+/// Chef Infra's exit code when its licence has not been accepted.
+const LICENSE_NOT_ACCEPTED: i32 = 172;
 
-/// Checks for chef-solo; runs `$1` (the installer) when it is missing and one is given.
-const BOOTSTRAP: &str = r#"set -e
-if command -v chef-solo >/dev/null 2>&1; then echo "chef-solo is on the node: $(command -v chef-solo)"; exit 0; fi
-if [ -z "$1" ]; then
-  echo "chef-solo is not on the node and no installer is configured" >&2; exit 3
-fi
-sh -c "$1"
-command -v chef-solo >/dev/null 2>&1 || { echo "the installer ran but chef-solo is still missing" >&2; exit 3; }
-echo "installed chef-solo"
+/// Exits 0 when chef-solo or cinc-solo is on the node, 4 when neither is.
+const CHECK: &str = r#"for b in chef-solo cinc-solo; do
+  if command -v "$b" >/dev/null 2>&1; then echo "$b is on the node: $(command -v "$b")"; exit 0; fi
+done
+exit 4
+"#;
+
+/// Installs every file in `$1` (the installers shipped to the node), then checks again.
+const INSTALL: &str = r#"set -e
+SUDO=; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+for f in "$1"/*; do
+  case "$f" in
+    *.deb) echo "installing $f"; $SUDO dpkg -i "$f" ;;
+    *.rpm) echo "installing $f"; $SUDO rpm -Uvh "$f" ;;
+    *.sh) echo "running $f"; $SUDO sh "$f" ;;
+    *) echo "skipping $f: not a .deb, .rpm or .sh" ;;
+  esac
+done
+for b in chef-solo cinc-solo; do
+  if command -v "$b" >/dev/null 2>&1; then echo "installed $b: $(command -v "$b")"; exit 0; fi
+done
+echo "the installers ran but neither chef-solo nor cinc-solo is on the node" >&2; exit 3
+"#;
+
+/// Runs chef-solo, or cinc-solo where only Cinc is installed, with the script's arguments.
+const RUN: &str = r#"for b in chef-solo cinc-solo; do
+  if command -v "$b" >/dev/null 2>&1; then exec "$b" "$@"; fi
+done
+echo "neither chef-solo nor cinc-solo is on the node" >&2; exit 127
 "#;
 
 /// The `chef-solo` automator.
 pub struct ChefSoloAutomator {
     base: Base,
-    installer: Option<String>,
 }
 
 impl ChefSoloAutomator {
@@ -67,7 +106,6 @@ impl ChefSoloAutomator {
     pub fn new(dirs: Vec<PathBuf>) -> ChefSoloAutomator {
         ChefSoloAutomator {
             base: Base::new(NAME, dirs),
-            installer: None,
         }
     }
 
@@ -78,12 +116,6 @@ impl ChefSoloAutomator {
 
     pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> ChefSoloAutomator {
         self.base.transports = t;
-        self
-    }
-
-    /// A shell command BOOTSTRAP runs on a node without chef-solo (e.g. Chef's install script).
-    pub fn with_installer(mut self, command: impl Into<String>) -> ChefSoloAutomator {
-        self.installer = Some(command.into());
         self
     }
 }
@@ -136,6 +168,24 @@ pub fn node_json(task: &Task, run_list: Vec<String>, attributes: Value) -> Value
     node
 }
 
+/// The `chef_license` field: `None` when unset, else one of [`LICENSES`].
+fn license(fields: &BTreeMap<String, String>) -> Result<Option<&str>, PluginError> {
+    match fields.get("chef_license").map(|v| v.trim()) {
+        None | Some("") => Ok(None),
+        Some(v) => LICENSES
+            .iter()
+            .find(|l| **l == v)
+            .copied()
+            .map(Some)
+            .ok_or_else(|| {
+                PluginError::fatal(format!(
+                    "chef-solo: chef_license {v:?} is not one of {}",
+                    LICENSES.join(", ")
+                ))
+            }),
+    }
+}
+
 /// A Ruby string literal for a path (double-quoted; `#` escaped against interpolation).
 fn ruby(s: &str) -> String {
     serde_json::to_string(s)
@@ -163,17 +213,45 @@ impl Automator for ChefSoloAutomator {
                     "timeout",
                     field("time-out", "seconds before the run is killed"),
                 ),
+                (
+                    "chef_license",
+                    field(
+                        "Chef licence",
+                        "accept, accept-silent or accept-no-persist (Chef Infra 15+; Cinc needs none)",
+                    ),
+                ),
             ],
             REQUIRED,
-            &RESOURCES,
+            &DECLARED,
         )
     }
 
     async fn bootstrap(&self, task: &Task) -> PluginResult {
-        let (t, _) = self.base.node(task)?;
-        let installer = self.installer.as_deref().unwrap_or_default();
-        let cmd = super::script(BOOTSTRAP, &[installer], CHEF_PATH, task.timeout);
-        run_tool(t.as_ref(), cmd, "checking for chef-solo", |c| match c {
+        let (t, dir) = self.base.node(task)?;
+        let check = super::script(CHECK, &[], CHEF_PATH, task.timeout);
+        let out = t.run(&check).await.map_err(transport_error)?;
+        if out.exit == Some(0) {
+            return Ok(crate::task::TaskOutput {
+                stdout: out.stdout,
+                ..Default::default()
+            });
+        }
+        let installers: Vec<_> = self
+            .base
+            .bundles(&task.tenant_id, INSTALLERS)
+            .into_iter()
+            .map(|(name, path)| (format!("{INSTALLERS}/{name}"), path))
+            .collect();
+        if installers.is_empty() {
+            return Err(PluginError::fatal(
+                "chef-solo: neither chef-solo nor cinc-solo is on the node, and the tenant has no \
+                 `installers` resource of the chef-solo automator to install one",
+            ));
+        }
+        let (code, _) = ship(t.as_ref(), installers, &format!("{dir}/code")).await?;
+        let from = format!("{code}/{INSTALLERS}");
+        let cmd = super::script(INSTALL, &[&from], CHEF_PATH, task.timeout);
+        run_tool(t.as_ref(), cmd, "installing Chef", |c| match c {
             0 => Verdict::Success,
             3 => Verdict::Fatal,
             _ => Verdict::Retry,
@@ -186,6 +264,7 @@ impl Automator for ChefSoloAutomator {
         check_required(NAME, &fields, REQUIRED)?;
         let list = run_list(fields.get("run_list").map(String::as_str).unwrap_or(""))?;
         let attrs = json_object_field(NAME, &fields, "json_attributes")?;
+        let license = license(&fields)?;
         let mut parts = Vec::new();
         for (rtype, _) in RESOURCES {
             for (name, path) in self.base.bundles(&task.tenant_id, rtype) {
@@ -210,19 +289,21 @@ impl Automator for ChefSoloAutomator {
                 .await
                 .map_err(transport_error)?;
         }
-        let argv = ["chef-solo", "-c", &solo_path, "-j", &json_path];
-        let mut cmd = CommandSpec::new(argv.map(String::from).into());
-        cmd.timeout = action_timeout(task, &fields);
+        let mut argv = vec!["-c", solo_path.as_str(), "-j", json_path.as_str()];
+        if let Some(l) = license {
+            argv.extend(["--chef-license", l]);
+        }
+        let mut cmd = super::script(RUN, &argv, CHEF_PATH, action_timeout(task, &fields));
         cmd.max_output = self.base.max_output;
         cmd.cwd = Some(code.clone());
-        cmd.env
-            .insert("PATH".into(), format!("{CHEF_PATH}:{}", super::SYSTEM_PATH));
-        let mut out = run_tool(t.as_ref(), cmd, "chef-solo", |c| {
-            if c == 0 {
-                Verdict::Success
-            } else {
-                Verdict::Retry
-            }
+        let mut out = run_tool(t.as_ref(), cmd, "chef-solo", |c| match c {
+            0 => Verdict::Success,
+            LICENSE_NOT_ACCEPTED => Verdict::Refused(
+                "Chef Infra's licence is not accepted: set the action's chef_license field \
+                 (accept, accept-silent or accept-no-persist), or install Cinc",
+            ),
+            127 => Verdict::Refused("neither chef-solo nor cinc-solo is on the node"),
+            _ => Verdict::Retry,
         })
         .await?;
         if copied {

@@ -340,6 +340,8 @@ pub(crate) enum Verdict {
     Retry,
     /// Failed for good (the code does not parse, bad options).
     Fatal,
+    /// Failed for good, for the reason given (what the exit code means, and what to do).
+    Refused(&'static str),
 }
 
 /// Runs `cmd` for `tool` and judges its exit code with `judge`.
@@ -372,6 +374,9 @@ pub(crate) async fn run_tool(
         Verdict::Retry => fail(PluginError::retryable(format!("{tool} exited with {code}"))),
         Verdict::Fatal => fail(PluginError::fatal(format!(
             "{tool} exited with {code}: fix the code or the fields"
+        ))),
+        Verdict::Refused(why) => fail(PluginError::fatal(format!(
+            "{tool} exited with {code}: {why}"
         ))),
     }
 }

@@ -205,12 +205,17 @@ async fn puppet_passes_the_automator_contract_on_a_node_over_ssh() {
 
 /// A stand-in for chef-solo for the contract test (this is not Chef): it checks its command line,
 /// `solo.rb` and `node.json`, then runs `<cookbook>/recipes/<recipe>.sh node.json` for each recipe
-/// of the run list.
-const STUB_CHEF_SOLO: &str = r#"#!/bin/sh
-set -eu
-if [ "$#" -ne 4 ] || [ "$1" != -c ] || [ "$3" != -j ]; then
-  echo "stub chef-solo: expected -c SOLO_RB -j NODE_JSON, got: $*" >&2; exit 64
+/// of the run list. As Chef Infra 15 and later do, it exits 172 unless `--chef-license accept`
+/// (or `accept-silent`, `accept-no-persist`) is given, when `LICENSED` is 1 (Chef; 0 for Cinc,
+/// which asks for no acceptance). The installer scripts below set `LICENSED`.
+const STUB_CHEF_SOLO: &str = r#"set -eu
+if [ "$#" -lt 4 ] || [ "$1" != -c ] || [ "$3" != -j ]; then
+  echo "stub chef-solo: expected -c SOLO_RB -j NODE_JSON [--chef-license V], got: $*" >&2; exit 64
 fi
+case "$LICENSED:${5:-}:${6:-}" in
+  0:*|1:--chef-license:accept|1:--chef-license:accept-silent|1:--chef-license:accept-no-persist) ;;
+  *) echo "stub chef-solo: Chef Infra's licence must be accepted (--chef-license accept)" >&2; exit 172 ;;
+esac
 exec python3 - "$2" "$4" <<'PY'
 import json, os, re, subprocess, sys
 solo, node_json = sys.argv[1], sys.argv[2]
@@ -263,14 +268,18 @@ async fn chef_solo_contract_against_a_stub_chef_solo_not_chef() {
         .await
         .unwrap_err();
     assert!(!e.retryable, "{e}");
-    assert!(e.stderr.contains("no installer is configured"), "{e:?}");
+    assert!(e.message.contains("no `installers` resource"), "{e:?}");
 
-    // The configured installer puts the stub in place.
-    let installer = format!(
-        "cat > /usr/local/bin/chef-solo <<'STUB'\n{STUB_CHEF_SOLO}STUB\nchmod 755 /usr/local/bin/chef-solo"
+    // The tenant's installers resource puts a Chef-like stub in place (no download).
+    write(
+        code.path(),
+        "installers/chef.sh",
+        &installer("/usr/local/bin/chef-solo", 1),
     );
-    let a = ChefSoloAutomator::new(dirs).with_installer(installer);
-    let run = |r: &str| obj(json!({"run_list": format!("recipe[contract::{r}]")}));
+    let a = ChefSoloAutomator::new(dirs.clone());
+    let run = |r: &str| {
+        obj(json!({"run_list": format!("recipe[contract::{r}]"), "chef_license": "accept"}))
+    };
     let mut ok = run("ok");
     ok.insert("json_attributes".into(), json!(r#"{"greeting": "hi"}"#));
     let fx = AutomatorFixture {
@@ -286,7 +295,58 @@ async fn chef_solo_contract_against_a_stub_chef_solo_not_chef() {
     );
     // The roles resource went with the cookbooks.
     let roles = node.exec("ls /var/lib/weft/.weft/chef-solo/code/*/roles");
-    assert_eq!(roles, "web.json\n", "{roles}");
+    assert!(roles.contains("web.json\n"), "{roles}");
+    chef_licence_and_cinc(&node, &cfg, code.path(), dirs).await;
+}
+
+/// Chef Infra's licence: a run without `chef_license` fails for good and names the field, a
+/// wrong value is refused before anything runs. Then Cinc (`/opt/cinc/bin/cinc-solo`, installed
+/// from the installers resource on a node without Chef) runs without one.
+async fn chef_licence_and_cinc(
+    node: &Node,
+    cfg: &Map<String, Value>,
+    code: &Path,
+    dirs: Vec<std::path::PathBuf>,
+) {
+    let a = ChefSoloAutomator::new(dirs.clone());
+    let fields =
+        json!({"run_list": "recipe[contract::ok]", "json_attributes": r#"{"greeting": "hi"}"#});
+    let e = act(&a, cfg, Action::Install, fields.clone())
+        .await
+        .unwrap_err();
+    assert!(!e.retryable, "exit 172 is not retried: {e}");
+    assert!(
+        e.message.contains("exited with 172") && e.message.contains("chef_license"),
+        "{e}"
+    );
+    let mut wrong = fields.clone();
+    wrong["chef_license"] = json!("yes");
+    let e = act(&a, cfg, Action::Install, wrong).await.unwrap_err();
+    assert!(
+        !e.retryable && e.message.contains("chef_license \"yes\""),
+        "{e}"
+    );
+
+    node.exec("rm /usr/local/bin/chef-solo");
+    std::fs::remove_file(code.join("installers/chef.sh")).unwrap();
+    write(
+        code,
+        "installers/cinc.sh",
+        &installer("/opt/cinc/bin/cinc-solo", 0),
+    );
+    let out = act(&a, cfg, Action::Bootstrap, json!({})).await.unwrap();
+    assert!(out.stdout.contains("installed cinc-solo"), "{out:?}");
+    let out = act(&a, cfg, Action::Install, fields).await.unwrap();
+    assert!(out.stdout.contains("stub chef-solo: run list"), "{out:?}");
+}
+
+/// An installer script (an `installers` resource) that puts the stub at `path`.
+fn installer(path: &str, licensed: u8) -> String {
+    format!(
+        "mkdir -p \"$(dirname {path})\"\n\
+         {{ echo '#!/bin/sh'; echo 'LICENSED={licensed}'; cat <<'STUB'\n{STUB_CHEF_SOLO}STUB\n}} > {path}\n\
+         chmod 755 {path}\n"
+    )
 }
 
 // ---- the plugin types through the server ----
