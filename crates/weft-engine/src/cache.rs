@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::value::RawValue;
-use weft_model::{Node, Service};
+use weft_model::{JobStatus, Node, Service};
 use weft_planner::PlanNode;
 use weft_store::{ClusterStamp, Store, TaskRow};
 
@@ -645,7 +645,7 @@ impl ProviderCache {
 const LEASES_MAX: usize = 100_000;
 
 /// A task and its job's status and revision, as [`Store::task_with_job`] answers.
-pub type LeasedTask = (TaskRow, Option<(String, i64)>);
+pub type LeasedTask = (TaskRow, Option<(JobStatus, i64)>);
 
 /// Tasks this server just leased, as `take` read them. The finish of the lease, which almost
 /// always comes back to the same server, starts from this copy instead of reading the task and
@@ -658,7 +658,7 @@ pub struct LeaseCache {
 }
 
 impl LeaseCache {
-    pub fn remember(&self, task: TaskRow, job: Option<(String, i64)>) {
+    pub fn remember(&self, task: TaskRow, job: Option<(JobStatus, i64)>) {
         let mut leased = self.leased.lock().expect("cache lock");
         if leased.len() < LEASES_MAX {
             leased.insert((task.tenant_id.clone(), task.id.clone()), (task, job));

@@ -361,7 +361,7 @@ impl NewCluster {
             id: cluster_id,
             owner: who.user.clone(),
             name: req.name.clone(),
-            status: ClusterStatus::Pending.as_str().into(),
+            status: ClusterStatus::Pending,
             create_time: inputs.now,
             expire_time: inputs.expire_time,
             latest_job: None,
@@ -418,7 +418,7 @@ async fn record_unsolvable(st: &Engine, new: NewCluster, reason: String) -> Engi
     let (tenant_id, cluster_id) = (row.tenant_id.clone(), row.id);
     let job_id = job_id(st, cluster_id).await?;
     body.message = Some(reason.clone());
-    row.status = ClusterStatus::Terminated.as_str().into();
+    row.status = ClusterStatus::Terminated;
     row.latest_job = Some(job_id.clone());
     row.body = to_body(&body)?;
     let job = JobRow {
@@ -426,7 +426,7 @@ async fn record_unsolvable(st: &Engine, new: NewCluster, reason: String) -> Engi
         cluster_id,
         id: job_id.clone(),
         action: "SOLVE_LAYOUT".into(),
-        status: JobStatus::Failed.as_str().into(),
+        status: JobStatus::Failed,
         create_time: row.create_time,
         rev: 0,
         steps_done: 0,

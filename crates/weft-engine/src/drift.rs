@@ -210,7 +210,9 @@ pub async fn report(st: &Engine, c: &Loaded) -> EngineResult<DriftReport> {
     Ok(DriftReport {
         cluster_id: cluster_id_text(c.row.id),
         job_id: job.as_ref().map(|j| j.id.clone()),
-        job_status: job.map(|j| j.status).unwrap_or_default(),
+        job_status: job
+            .map(|j| j.status.as_str().to_string())
+            .unwrap_or_default(),
         drift,
         nodes,
         orphans: record.orphans,
@@ -246,7 +248,7 @@ pub async fn active_clusters(st: &Engine) -> EngineResult<Vec<(weft_store::Clust
         out.extend(
             clusters
                 .into_iter()
-                .filter(|c| c.status == ClusterStatus::Active.as_str())
+                .filter(|c| c.status == ClusterStatus::Active)
                 .map(|c| (c, interval)),
         );
     }
@@ -283,7 +285,7 @@ async fn tend_one(
         let Some(job) = st.store.get_job(&c.row.tenant_id, job_id).await? else {
             return start(st, &c, pass).await;
         };
-        if matches!(job.status.as_str(), "running" | "paused") {
+        if job.status.is_underway() {
             return Ok(());
         }
         if record.recorded_job.as_deref() != Some(job_id.as_str()) {

@@ -121,7 +121,9 @@ pub async fn grid(st: &Engine, c: &Loaded, job: Option<&JobRow>) -> EngineResult
     Ok(ClusterHealth {
         cluster_id: cluster_id_text(c.row.id),
         job_id: job.map(|j| j.id.clone()),
-        job_status: job.map(|j| j.status.clone()).unwrap_or_default(),
+        job_status: job
+            .map(|j| j.status.as_str().to_string())
+            .unwrap_or_default(),
         healthy,
         nodes,
     })

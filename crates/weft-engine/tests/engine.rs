@@ -16,7 +16,9 @@ use weft_engine::create::{create_cluster, Created};
 use weft_engine::delete::start_delete;
 use weft_engine::work::{finish, take};
 use weft_engine::{Caller, Engine, EngineError, EngineSettings, Quiet, Role};
-use weft_model::{ClusterCreateRequest, EntityKind, FinishTaskRequest, TakeTaskRequest};
+use weft_model::{
+    ClusterCreateRequest, ClusterStatus, EntityKind, FinishTaskRequest, JobStatus, TakeTaskRequest,
+};
 use weft_store::{ProvisionerRecord, Store, Tenant, SUPERADMIN};
 
 /// An engine over a fresh store with tenant `acme`: provider `local`, hardware `small`, image
@@ -169,7 +171,7 @@ async fn run_worker(e: &Engine) -> usize {
     }
 }
 
-async fn status(e: &Engine, id: &str) -> String {
+async fn status(e: &Engine, id: &str) -> ClusterStatus {
     let id = weft_engine::parse_cluster_id(id).unwrap();
     e.store
         .get_cluster("t-acme", id)
@@ -189,13 +191,13 @@ async fn a_cluster_is_created_run_and_deleted_without_http() {
         panic!("not a dry run");
     };
     assert_eq!(id, "00000001");
-    assert_eq!(status(&f.engine, &id).await, "pending");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Pending);
     let ran = run_worker(&f.engine).await;
     assert!(
         ran >= 3 * 3,
         "create, confirm and bootstrap per node at least; ran {ran}"
     );
-    assert_eq!(status(&f.engine, &id).await, "active");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Active);
 
     let row = weft_engine::view::visible(&f.engine, &f.who, &id)
         .await
@@ -210,7 +212,7 @@ async fn a_cluster_is_created_run_and_deleted_without_http() {
         "{underway:?}"
     );
     run_worker(&f.engine).await;
-    assert_eq!(status(&f.engine, &id).await, "terminated");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Terminated);
 }
 
 #[tokio::test]
@@ -294,7 +296,7 @@ async fn a_request_without_a_layout_ends_terminated_with_the_reason() {
     let Created::Id(id) = create_cluster(&f.engine, &f.who, req, false).await.unwrap() else {
         panic!("not a dry run");
     };
-    assert_eq!(status(&f.engine, &id).await, "terminated");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Terminated);
     let row = weft_engine::view::visible(&f.engine, &f.who, &id)
         .await
         .unwrap();
@@ -352,7 +354,7 @@ async fn outcome(
     e: &Engine,
     id: &str,
 ) -> (
-    String,
+    JobStatus,
     Option<String>,
     Option<String>,
     Vec<weft_store::TaskRow>,
@@ -386,7 +388,7 @@ async fn a_fatal_create_fails_the_job_at_once_and_its_clean_up_still_runs() {
     );
     assert!(ran[1].1.ends_with("-cleanup"), "{ran:?}");
     let (job_status, job_msg, cluster_msg, tasks) = outcome(&f.engine, &id).await;
-    assert_eq!(job_status, "failed");
+    assert_eq!(job_status, JobStatus::Failed);
     let create = tasks.iter().find(|t| t.action == "CREATE").unwrap();
     assert_eq!(create.attempts, 1, "a fatal failure is not retried");
     let msg = job_msg.unwrap();
@@ -398,7 +400,7 @@ async fn a_fatal_create_fails_the_job_at_once_and_its_clean_up_still_runs() {
         Some(msg.as_str()),
         "the cause, not the clean-up"
     );
-    assert_eq!(status(&f.engine, &id).await, "incomplete");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Incomplete);
     // The clean-up is shown as such in the node's history, and the CREATE as not retryable.
     let node_id = &create.node_id;
     let row = f
@@ -445,7 +447,7 @@ async fn a_failed_clean_up_is_added_to_the_cause() {
         msg.contains("The clean-up failed too: DELETE (clean-up) on "),
         "{msg}"
     );
-    assert_eq!(status(&f.engine, &id).await, "incomplete");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Incomplete);
 }
 
 #[tokio::test]
@@ -466,7 +468,7 @@ async fn a_fatal_service_task_runs_once_and_names_its_service() {
         "no clean-up but a CREATE's: {ran:?}"
     );
     let (job_status, _, cluster_msg, _) = outcome(&f.engine, &id).await;
-    assert_eq!(job_status, "failed");
+    assert_eq!(job_status, JobStatus::Failed);
     let msg = cluster_msg.unwrap();
     assert!(msg.starts_with("INSTALL of a on "), "{msg}");
     assert!(msg.ends_with("not retried: not_found"), "{msg}");
@@ -497,7 +499,7 @@ async fn retryable_and_unclassified_failures_are_retried() {
     assert_eq!(count("CREATE"), 2, "{ran:?}");
     assert_eq!(count("DELETE"), 1, "the retry's clean-up: {ran:?}");
     assert_eq!(count("INSTALL"), 3, "a's twice, b's once: {ran:?}");
-    assert_eq!(status(&f.engine, &id).await, "active");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Active);
 }
 
 fn take_req(worker: &str) -> TakeTaskRequest {
