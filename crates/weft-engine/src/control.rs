@@ -15,7 +15,7 @@ use crate::body::{from_body, to_body, ClusterBody, JobBody};
 use crate::error::{EngineError, EngineResult};
 use crate::jobs::failure_status;
 use crate::view::visible;
-use crate::{notify, now_ms, retry_stale, store_err, Caller, Engine, JobEventKind, GATE};
+use crate::{notify, retry_stale, store_err, Caller, Engine, JobEventKind, GATE};
 
 /// What a cluster's latest job is doing, as read with its cluster.
 pub struct Running {
@@ -80,7 +80,7 @@ pub async fn resume(st: &Engine, row: &ClusterRow) -> EngineResult<()> {
         if job.status != JobStatus::Paused {
             return Ok(());
         }
-        let now = now_ms();
+        let now = st.now_ms();
         let tasks = tasks_in(st, &job, TaskState::Pending)
             .await?
             .into_iter()

@@ -19,7 +19,7 @@ use super::{cluster_id_text, notify, store_err, JobEventKind};
 use crate::catalog::{resolve_in_tenant, typed_list};
 use crate::error::{EngineError, EngineResult};
 use crate::jobs::{hostname, job_id, job_rows, solved_job, MachineTypes};
-use crate::{now_ms, Caller, Engine};
+use crate::{Caller, Engine};
 
 /// What a create request made: a cluster (its id), or for a dry run the plan it would run.
 #[derive(Debug)]
@@ -142,7 +142,7 @@ async fn gather(
 ) -> EngineResult<Inputs> {
     let template = template(st, tenant_id, &req.cluster_template).await?;
     check_size(&template, size)?;
-    let now = now_ms();
+    let now = st.now_ms();
     let expire_time = lease_expiry(&template, req.initial_lease_duration, now)?;
     let provider_name = req
         .provider

@@ -31,7 +31,7 @@ use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{job_id, job_rows, load, plan_in_place, require_status, Loaded};
 use crate::view::visible;
-use crate::{notify, now_ms, retry_stale, store_err, Caller, Engine, JobEventKind};
+use crate::{notify, retry_stale, store_err, Caller, Engine, JobEventKind};
 
 /// The job action of a drift check.
 pub const CHECK_ACTION: &str = "CLUSTER_CHECK";
@@ -60,7 +60,7 @@ pub async fn start_check(st: &Engine, c: &Loaded) -> EngineResult<DriftRun> {
         Err(why) => (Vec::new(), Some(why)),
     };
     let job_id = job_id(st, c.row.id).await?;
-    let now = now_ms();
+    let now = st.now_ms();
     let (job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now)?;
     let mut body: ClusterBody = c.body.clone();
     let record = body.drift.get_or_insert_with(DriftRecord::default);
@@ -96,7 +96,12 @@ pub async fn start_check(st: &Engine, c: &Loaded) -> EngineResult<DriftRun> {
 async fn find_orphans(st: &Engine, c: &Loaded) -> Result<Vec<SweptMachine>, String> {
     let current = st
         .providers
-        .current(st.store.as_ref(), &c.row.tenant_id, &c.body.provider.name)
+        .current(
+            st.store.as_ref(),
+            &c.row.tenant_id,
+            &c.body.provider.name,
+            st.clock.monotonic(),
+        )
         .await
         .unwrap_or_default();
     let mut fields = Value::Object(c.body.provider_fields(current.as_ref()));

@@ -15,7 +15,7 @@ use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, NodeRow, TaskRow, TaskSt
 use crate::body::{from_body, plan_nodes, to_body, ClusterBody, JobBody, TaskBody};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::{cluster_id_text, GATE};
-use crate::{notify, now_ms, store_err, view, Engine, JobEventKind};
+use crate::{notify, store_err, view, Engine, JobEventKind};
 
 /// A cluster with its body and nodes, as read.
 pub struct Loaded {
@@ -150,7 +150,7 @@ pub async fn start_job(
         return Ok(Started { plan });
     }
     let job_id = job_id(st, c.row.id).await?;
-    let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now_ms())?;
+    let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, st.now_ms())?;
     if report.is_some() {
         let mut jb: JobBody = from_body(&job.body)?;
         jb.rollout = report;

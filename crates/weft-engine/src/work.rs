@@ -26,7 +26,7 @@ use crate::error::{EngineError, EngineResult};
 use crate::ids::end_gate;
 use crate::jobs::{failure_status, success_status};
 use crate::view;
-use crate::{now_ms, Engine};
+use crate::Engine;
 
 /// Task output kept per action, from the end.
 const MAX_LOG: usize = 2048;
@@ -70,7 +70,7 @@ async fn worker(
 async fn holds_tenant(st: &Engine, provisioner_id: &str, tenant_id: &str) -> EngineResult<()> {
     match st
         .provisioners
-        .tenants_of(st.store.as_ref(), provisioner_id)
+        .tenants_of(st.store.as_ref(), provisioner_id, st.clock.monotonic())
         .await?
     {
         None => Err(EngineError::NotRegistered(provisioner_id.to_string())),
@@ -99,7 +99,7 @@ pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<Stri
 async fn take_as(st: &Engine, w: &Worker, by_revision: bool) -> EngineResult<Option<String>> {
     let timeout = st.settings.task_timeout_ms;
     loop {
-        let now = now_ms();
+        let now = st.now_ms();
         let Some(taken) = st
             .store
             .take_next(&w.tenant_id, &w.owner, now, now + timeout)
@@ -431,7 +431,12 @@ async fn current_provider(
 ) -> Option<weft_model::Provider> {
     match st
         .providers
-        .current(st.store.as_ref(), &task.tenant_id, &body.provider.name)
+        .current(
+            st.store.as_ref(),
+            &task.tenant_id,
+            &body.provider.name,
+            st.clock.monotonic(),
+        )
         .await
     {
         Ok(p) => p,
@@ -644,7 +649,7 @@ async fn finish_step(
     task_id: &str,
     req: &FinishTaskRequest,
 ) -> EngineResult<()> {
-    let now = now_ms();
+    let now = st.now_ms();
     let tenant = &w.tenant_id;
     let (task, job) = leased_task(st, w, task_id).await?;
     let span = tracing::Span::current();
