@@ -1236,8 +1236,42 @@ async fn a_finish_carries_any_text(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// Statuses are stored as their lowercase names; a row whose status is none of them reads as
+/// corrupt rather than as some status.
+async fn an_unknown_status_reads_as_corrupt(ctx: &Ctx) -> Result<()> {
+    use sqlx::Connection;
+    let s = &*ctx.store;
+    let j = job(A, 7, "00000007-001", 0);
+    s.commit(&writes([
+        Write::Cluster(cluster(A, 7, "alice", "inconsistent", 0)),
+        Write::Job(j.clone()),
+    ]))
+    .await?;
+    let mut conn = sqlx::AnyConnection::connect(&ctx.url).await?;
+    let stored: (String, String) = sqlx::query_as(
+        "SELECT c.status, j.status FROM clusters c, jobs j WHERE c.id = 7 AND j.id = '00000007-001'",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    ensure!(
+        stored == ("inconsistent".into(), "running".into()),
+        "{stored:?}"
+    );
+    sqlx::raw_sql(
+        "UPDATE clusters SET status = 'Active' WHERE id = 7; UPDATE jobs SET status = 'done'",
+    )
+    .execute(&mut conn)
+    .await?;
+    let c = s.get_cluster(A, 7).await;
+    ensure!(matches!(c, Err(StoreError::Corrupt(_))), "{c:?}");
+    let j = s.get_job(A, "00000007-001").await;
+    ensure!(matches!(j, Err(StoreError::Corrupt(_))), "{j:?}");
+    Ok(())
+}
+
 contract_tests!(
     a_finish_carries_any_text,
+    an_unknown_status_reads_as_corrupt,
     commit_writes_rows_and_bumps_revisions,
     reads_are_ordered_and_filtered,
     a_stale_expectation_writes_nothing,
