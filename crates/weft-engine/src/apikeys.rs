@@ -7,7 +7,7 @@ use weft_model::{validate_name, ApiKeyCreated, ApiKeyInfo, ApiKeyRequest};
 use weft_store::{ApiKeyRecord, Store};
 
 use crate::error::{EngineError, EngineResult};
-use crate::{now_ms, Caller, Engine};
+use crate::{Caller, Engine};
 
 /// The SHA-256 of an API key, hex-encoded: the only form in which keys are stored.
 pub fn hash_key(key: &str) -> String {
@@ -44,12 +44,16 @@ pub async fn list(st: &Engine, who: &Caller) -> EngineResult<Vec<ApiKeyInfo>> {
 /// Makes a key as the superadmin asks.
 pub async fn create(st: &Engine, who: &Caller, req: &ApiKeyRequest) -> EngineResult<ApiKeyCreated> {
     who.require_superadmin()?;
-    make_key(st.store.as_ref(), req).await
+    make_key(st.store.as_ref(), req, st.now_ms()).await
 }
 
-/// Makes and stores a key; also used by `weft admin apikey create`, which works on the store
-/// directly (no server, no caller).
-pub async fn make_key(store: &dyn Store, req: &ApiKeyRequest) -> EngineResult<ApiKeyCreated> {
+/// Makes and stores a key made at `now` (ms); also used by `weft admin apikey create`, which
+/// works on the store directly (no server, no caller).
+pub async fn make_key(
+    store: &dyn Store,
+    req: &ApiKeyRequest,
+    now: i64,
+) -> EngineResult<ApiKeyCreated> {
     validate_name("tenant", &req.tenant)?;
     if req.user.trim().is_empty() {
         return Err(EngineError::Invalid("user must be specified".into()));
@@ -65,7 +69,7 @@ pub async fn make_key(store: &dyn Store, req: &ApiKeyRequest) -> EngineResult<Ap
         tenant_id: tenant.id,
         user: req.user.clone(),
         admin: req.admin,
-        create_time: now_ms(),
+        create_time: now,
     };
     store.insert_api_key(&record).await?;
     Ok(ApiKeyCreated {

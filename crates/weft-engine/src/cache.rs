@@ -23,9 +23,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use serde_json::value::RawValue;
-use weft_model::{Node, Service};
+use weft_model::{JobStatus, Node, Service};
 use weft_planner::PlanNode;
 use weft_store::{ClusterStamp, Store, TaskRow};
 
@@ -541,31 +542,39 @@ impl Snapshot {
 
 /// How long a provisioner seen registered is trusted without reading the store again. Deletes in
 /// this process forget it at once; another server's delete is noticed within this time.
-const PROVISIONER_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+const PROVISIONER_TTL: Duration = Duration::from_secs(2);
 
 /// Provisioners recently seen registered, with the tenants each holds workers of: `take`,
 /// `finish` and the nodes map check the worker's provisioner on every call, which would
 /// otherwise be a read per request.
 #[derive(Default)]
 pub struct ProvisionerCache {
-    seen: Mutex<HashMap<String, (std::time::Instant, BTreeSet<String>)>>,
+    /// When each was read (the engine clock's monotonic reading), and its tenants.
+    seen: Mutex<HashMap<String, (Duration, BTreeSet<String>)>>,
 }
 
 impl ProvisionerCache {
-    /// Whether `id` is registered.
-    pub async fn is_registered(&self, store: &dyn Store, id: &str) -> weft_store::Result<bool> {
-        Ok(self.tenants_of(store, id).await?.is_some())
+    /// Whether `id` is registered, at `now` (the engine clock's monotonic reading).
+    pub async fn is_registered(
+        &self,
+        store: &dyn Store,
+        id: &str,
+        now: Duration,
+    ) -> weft_store::Result<bool> {
+        Ok(self.tenants_of(store, id, now).await?.is_some())
     }
 
     /// The tenants whose workers provisioner `id` holds (assigned by the server, or reported
-    /// live in its heartbeats), or `None` when it is not registered.
+    /// live in its heartbeats), or `None` when it is not registered; at `now` (the engine
+    /// clock's monotonic reading).
     pub async fn tenants_of(
         &self,
         store: &dyn Store,
         id: &str,
+        now: Duration,
     ) -> weft_store::Result<Option<BTreeSet<String>>> {
         if let Some((at, tenants)) = self.seen.lock().expect("cache lock").get(id) {
-            if at.elapsed() < PROVISIONER_TTL {
+            if now.saturating_sub(*at) < PROVISIONER_TTL {
                 return Ok(Some(tenants.clone()));
             }
         }
@@ -582,7 +591,7 @@ impl ProvisionerCache {
             .filter(|(_, n)| **n > 0)
             .map(|(t, _)| t.clone())
             .collect();
-        seen.insert(id.to_string(), (std::time::Instant::now(), tenants.clone()));
+        seen.insert(id.to_string(), (now, tenants.clone()));
         Ok(Some(tenants))
     }
 
@@ -594,7 +603,7 @@ impl ProvisionerCache {
 
 /// How long a provider read from the catalog is used for task payloads: a rotated credential
 /// reaches every cluster's next task within this time, on every server.
-const PROVIDER_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+const PROVIDER_TTL: Duration = Duration::from_secs(2);
 
 /// Providers as the tenant's catalog has them now, for task payloads: credentials are read when
 /// used, not frozen into each cluster at create.
@@ -603,20 +612,23 @@ pub struct ProviderCache {
     read: Mutex<HashMap<(String, String), ProviderRead>>,
 }
 
-/// When a provider was read, and what the catalog had (`None`: no such provider).
-type ProviderRead = (std::time::Instant, Option<weft_model::Provider>);
+/// When a provider was read (the engine clock's monotonic reading), and what the catalog had
+/// (`None`: no such provider).
+type ProviderRead = (Duration, Option<weft_model::Provider>);
 
 impl ProviderCache {
-    /// The tenant's provider `name` as the catalog has it now (`None` when it is gone).
+    /// The tenant's provider `name` as the catalog has it at `now` (the engine clock's
+    /// monotonic reading; `None` when it is gone).
     pub async fn current(
         &self,
         store: &dyn Store,
         tenant_id: &str,
         name: &str,
+        now: Duration,
     ) -> weft_store::Result<Option<weft_model::Provider>> {
         let key = (tenant_id.to_string(), name.to_string());
         if let Some((at, p)) = self.read.lock().expect("cache lock").get(&key) {
-            if at.elapsed() < PROVIDER_TTL {
+            if now.saturating_sub(*at) < PROVIDER_TTL {
                 return Ok(p.clone());
             }
         }
@@ -627,7 +639,7 @@ impl ProviderCache {
         self.read
             .lock()
             .expect("cache lock")
-            .insert(key, (std::time::Instant::now(), provider.clone()));
+            .insert(key, (now, provider.clone()));
         Ok(provider)
     }
 
@@ -645,7 +657,7 @@ impl ProviderCache {
 const LEASES_MAX: usize = 100_000;
 
 /// A task and its job's status and revision, as [`Store::task_with_job`] answers.
-pub type LeasedTask = (TaskRow, Option<(String, i64)>);
+pub type LeasedTask = (TaskRow, Option<(JobStatus, i64)>);
 
 /// Tasks this server just leased, as `take` read them. The finish of the lease, which almost
 /// always comes back to the same server, starts from this copy instead of reading the task and
@@ -658,7 +670,7 @@ pub struct LeaseCache {
 }
 
 impl LeaseCache {
-    pub fn remember(&self, task: TaskRow, job: Option<(String, i64)>) {
+    pub fn remember(&self, task: TaskRow, job: Option<(JobStatus, i64)>) {
         let mut leased = self.leased.lock().expect("cache lock");
         if leased.len() < LEASES_MAX {
             leased.insert((task.tenant_id.clone(), task.id.clone()), (task, job));

@@ -1,5 +1,5 @@
 //! What every engine step works with: the [`Engine`] (store, settings, job notices, caches, the
-//! [`Messenger`] to the world outside), who asks ([`Caller`]) and the clock.
+//! [`Messenger`] to the world outside, the [`Clock`]) and who asks ([`Caller`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use weft_store::{Store, Tenant};
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::{EngineError, EngineResult};
 use crate::events::{JobEvent, JobEventKind, Moved};
 use crate::{cache, seal};
@@ -156,7 +157,7 @@ impl Messenger for Quiet {
 }
 
 /// What every engine step works with: the store, the settings, the job notices, the per-process
-/// caches and the [`Messenger`]. Cheap to clone.
+/// caches, the [`Messenger`] and the [`Clock`]. Cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
     pub store: Arc<dyn Store>,
@@ -185,6 +186,8 @@ pub struct Engine {
     pub webhooks_wake: Arc<tokio::sync::Notify>,
     /// Seals secrets before they are stored and opens them for provisioners (see [`seal`]).
     pub sealer: Arc<seal::Sealer>,
+    /// Where every step reads the time (see [`crate::clock`]).
+    pub clock: Arc<dyn Clock>,
 }
 
 /// How many whole-cluster answers are built at once.
@@ -194,8 +197,9 @@ pub const HEAVY_READS: usize = 4;
 pub const READS: usize = 32;
 
 impl Engine {
-    /// An engine over `store` with empty caches, sealing secrets under a key of the process's
-    /// own (see [`Engine::with_secrets_key`]).
+    /// An engine over `store` with empty caches, on the system's clock (see
+    /// [`Engine::with_clock`]), sealing secrets under a key of the process's own (see
+    /// [`Engine::with_secrets_key`]).
     pub fn new(
         store: Arc<dyn Store>,
         settings: EngineSettings,
@@ -216,7 +220,19 @@ impl Engine {
             messenger,
             feed_mark: Arc::new(tokio::sync::watch::channel(0).0),
             webhooks_wake: Arc::default(),
+            clock: Arc::new(SystemClock::new()),
         }
+    }
+
+    /// The same engine reading the time from `clock` (a test's [`crate::clock::ManualClock`]).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Engine {
+        self.clock = clock;
+        self
+    }
+
+    /// Milliseconds since the Unix epoch, as the engine's clock has it.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// A permit to build an answer that reads a whole cluster or job (see [`HEAVY_READS`]).
@@ -245,7 +261,7 @@ impl Engine {
 impl Engine {
     /// Whether some provisioner has heartbeat within `provisioner_timeout`.
     pub async fn any_provisioner_alive(&self) -> weft_store::Result<bool> {
-        let now = crate::now_ms();
+        let now = self.now_ms();
         Ok(self
             .store
             .list_provisioners()
@@ -297,14 +313,6 @@ impl Caller {
             Err(EngineError::Forbidden(String::new()))
         }
     }
-}
-
-/// Milliseconds since the Unix epoch. The one place the engine reads the clock.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Sends a notice; nobody listening is fine.

@@ -15,7 +15,7 @@ use crate::body::{from_body, to_body, ClusterBody, JobBody};
 use crate::error::{EngineError, EngineResult};
 use crate::jobs::failure_status;
 use crate::view::visible;
-use crate::{notify, now_ms, retry_stale, store_err, Caller, Engine, JobEventKind, GATE};
+use crate::{notify, retry_stale, store_err, Caller, Engine, JobEventKind, GATE};
 
 /// What a cluster's latest job is doing, as read with its cluster.
 pub struct Running {
@@ -28,7 +28,7 @@ pub async fn running_job(st: &Engine, row: &ClusterRow) -> EngineResult<Option<R
     let Some(now) = st.store.get_cluster(&row.tenant_id, row.id).await? else {
         return Ok(None);
     };
-    if now.status != ClusterStatus::Pending.as_str() {
+    if now.status != ClusterStatus::Pending {
         return Ok(None);
     }
     let Some(job_id) = now.latest_job.clone() else {
@@ -54,7 +54,7 @@ pub async fn pause(st: &Engine, row: &ClusterRow) -> EngineResult<()> {
         let Some(Running { job, .. }) = running_job(st, row).await? else {
             return Ok(());
         };
-        if job.status != JobStatus::Running.as_str() {
+        if job.status != JobStatus::Running {
             return Ok(());
         }
         let tasks = tasks_in(st, &job, TaskState::Queued)
@@ -77,10 +77,10 @@ pub async fn resume(st: &Engine, row: &ClusterRow) -> EngineResult<()> {
         let Some(Running { job, .. }) = running_job(st, row).await? else {
             return Ok(());
         };
-        if job.status != JobStatus::Paused.as_str() {
+        if job.status != JobStatus::Paused {
             return Ok(());
         }
-        let now = now_ms();
+        let now = st.now_ms();
         let tasks = tasks_in(st, &job, TaskState::Pending)
             .await?
             .into_iter()
@@ -103,13 +103,15 @@ pub async fn abort(st: &Engine, row: &ClusterRow) -> EngineResult<Stopped> {
     let Some(Running { job, .. }) = running_job(st, row).await? else {
         return Ok(Stopped::Nothing);
     };
-    if job.status == JobStatus::Failed.as_str() || job.status == JobStatus::Complete.as_str() {
-        return Ok(Stopped::Nothing);
+    match job.status {
+        JobStatus::Failed | JobStatus::Complete => Ok(Stopped::Nothing),
+        JobStatus::Running if job.action == "CLUSTER_CREATE" => {
+            stop_job(st, row, "Aborted by user.", false).await
+        }
+        JobStatus::Running | JobStatus::Paused | JobStatus::NotSubmitted => {
+            Err(EngineError::CannotAbort)
+        }
     }
-    if job.action != "CLUSTER_CREATE" || job.status != JobStatus::Running.as_str() {
-        return Err(EngineError::CannotAbort);
-    }
-    stop_job(st, row, "Aborted by user.", false).await
 }
 
 /// What [`stop_job`] left behind.
@@ -159,12 +161,11 @@ async fn stop_step(
     };
     let tasks = st.store.list_tasks(&job.tenant_id, &job.id).await?;
     let running = tasks.iter().any(|t| crate::ids::still_busy(t.state, &t.id));
-    let active =
-        job.status == JobStatus::Running.as_str() || job.status == JobStatus::Paused.as_str();
+    let active = job.status.is_underway();
     let mut cs = ChangeSet::new();
     if active {
         let mut failed = job.clone();
-        failed.status = JobStatus::Failed.as_str().into();
+        failed.status = JobStatus::Failed;
         let mut jb: JobBody = from_body(&job.body)?;
         jb.message = Some(message.into());
         failed.body = to_body(&jb)?;
@@ -182,7 +183,7 @@ async fn stop_step(
     let mut c = cluster.clone();
     if !running {
         body.message = Some(message.into());
-        c.status = failure_status(&job.action).as_str().into();
+        c.status = failure_status(&job.action);
     }
     body.delete_requested |= then_delete;
     c.body = to_body(&body)?;
@@ -218,7 +219,7 @@ async fn set_job(
     tasks: Vec<TaskRow>,
 ) -> EngineResult<()> {
     let mut j = job.clone();
-    j.status = status.as_str().into();
+    j.status = status;
     let mut b: JobBody = from_body(&j.body)?;
     b.message = Some(message.into());
     j.body = to_body(&b)?;

@@ -19,7 +19,7 @@ use super::{cluster_id_text, notify, store_err, JobEventKind};
 use crate::catalog::{resolve_in_tenant, typed_list};
 use crate::error::{EngineError, EngineResult};
 use crate::jobs::{hostname, job_id, job_rows, solved_job, MachineTypes};
-use crate::{now_ms, Caller, Engine};
+use crate::{Caller, Engine};
 
 /// What a create request made: a cluster (its id), or for a dry run the plan it would run.
 #[derive(Debug)]
@@ -142,7 +142,7 @@ async fn gather(
 ) -> EngineResult<Inputs> {
     let template = template(st, tenant_id, &req.cluster_template).await?;
     check_size(&template, size)?;
-    let now = now_ms();
+    let now = st.now_ms();
     let expire_time = lease_expiry(&template, req.initial_lease_duration, now)?;
     let provider_name = req
         .provider
@@ -361,7 +361,7 @@ impl NewCluster {
             id: cluster_id,
             owner: who.user.clone(),
             name: req.name.clone(),
-            status: ClusterStatus::Pending.as_str().into(),
+            status: ClusterStatus::Pending,
             create_time: inputs.now,
             expire_time: inputs.expire_time,
             latest_job: None,
@@ -418,7 +418,7 @@ async fn record_unsolvable(st: &Engine, new: NewCluster, reason: String) -> Engi
     let (tenant_id, cluster_id) = (row.tenant_id.clone(), row.id);
     let job_id = job_id(st, cluster_id).await?;
     body.message = Some(reason.clone());
-    row.status = ClusterStatus::Terminated.as_str().into();
+    row.status = ClusterStatus::Terminated;
     row.latest_job = Some(job_id.clone());
     row.body = to_body(&body)?;
     let job = JobRow {
@@ -426,7 +426,7 @@ async fn record_unsolvable(st: &Engine, new: NewCluster, reason: String) -> Engi
         cluster_id,
         id: job_id.clone(),
         action: "SOLVE_LAYOUT".into(),
-        status: JobStatus::Failed.as_str().into(),
+        status: JobStatus::Failed,
         create_time: row.create_time,
         rev: 0,
         steps_done: 0,

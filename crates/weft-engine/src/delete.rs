@@ -31,7 +31,7 @@ pub enum Deleting {
 /// Deletes the cluster `row` (as read by the caller): starts its CLUSTER_DELETE job, aborting a job
 /// underway first.
 pub async fn delete_cluster(st: &Engine, row: &ClusterRow) -> EngineResult<Deleting> {
-    if row.status == ClusterStatus::Pending.as_str() {
+    if row.status == ClusterStatus::Pending {
         if let Some(r) = running_job(st, row).await? {
             if r.job.action == "CLUSTER_DELETE" {
                 return Ok(Deleting::Job(r.job.id));
@@ -46,7 +46,7 @@ pub async fn delete_cluster(st: &Engine, row: &ClusterRow) -> EngineResult<Delet
     let Some(now) = st.store.get_cluster(&row.tenant_id, row.id).await? else {
         return Ok(Deleting::Nothing);
     };
-    if now.status != ClusterStatus::Terminated.as_str() && never_ran(st, &now).await? {
+    if now.status != ClusterStatus::Terminated && never_ran(st, &now).await? {
         // No provisioner ever took a task of it (none offers its provider type, say): there is
         // no machine to delete, and a delete job would wait for a provisioner just the same.
         let message = "Deleted before any of its tasks ran: no machine was made.";
@@ -64,15 +64,15 @@ pub async fn delete_cluster(st: &Engine, row: &ClusterRow) -> EngineResult<Delet
 /// A cluster with a job underway (status pending) is a 409 here: [`delete_cluster`] aborts it
 /// first. A cluster that changed since `row` was read is a 409 too.
 pub async fn start_delete(st: &Engine, row: &ClusterRow) -> EngineResult<Option<String>> {
-    match ClusterStatus::parse(&row.status) {
-        Some(ClusterStatus::Terminated) => return Ok(None),
-        Some(ClusterStatus::Pending) => {
+    match row.status {
+        ClusterStatus::Terminated => return Ok(None),
+        ClusterStatus::Pending => {
             return Err(EngineError::JobUnderway {
                 job: row.latest_job.clone().unwrap_or_default(),
                 cluster: cluster_id_text(row.id),
             })
         }
-        _ => {}
+        ClusterStatus::Active | ClusterStatus::Incomplete | ClusterStatus::Inconsistent => {}
     }
     let c = load(st, row.clone()).await?;
     let mut body = c.body.clone();
@@ -99,10 +99,10 @@ pub async fn start_delete(st: &Engine, row: &ClusterRow) -> EngineResult<Option<
 /// refused (409), so no machine being made is forgotten.
 pub async fn force_delete(st: &Engine, who: &Caller, row: &ClusterRow) -> EngineResult<()> {
     who.require_admin()?;
-    if row.status == ClusterStatus::Terminated.as_str() {
+    if row.status == ClusterStatus::Terminated {
         return Ok(());
     }
-    if row.status == ClusterStatus::Pending.as_str() {
+    if row.status == ClusterStatus::Pending {
         let why = "Aborted: the cluster is being deleted by force.";
         if stop_job(st, row, why, false).await? == Stopped::Draining {
             return Err(EngineError::JobUnderway {
@@ -132,7 +132,7 @@ async fn terminate_now(st: &Engine, row: &ClusterRow, message: String) -> Engine
     let mut body: ClusterBody = from_body(&c.body)?;
     body.message = Some(message);
     c.body = to_body(&body)?;
-    c.status = ClusterStatus::Terminated.as_str().into();
+    c.status = ClusterStatus::Terminated;
     let mut cs = ChangeSet::default();
     cs.expect(Expect::cluster(row));
     cs.write(Write::Cluster(c));

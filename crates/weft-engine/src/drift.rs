@@ -31,7 +31,7 @@ use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{job_id, job_rows, load, plan_in_place, require_status, Loaded};
 use crate::view::visible;
-use crate::{notify, now_ms, retry_stale, store_err, Caller, Engine, JobEventKind};
+use crate::{notify, retry_stale, store_err, Caller, Engine, JobEventKind};
 
 /// The job action of a drift check.
 pub const CHECK_ACTION: &str = "CLUSTER_CHECK";
@@ -60,7 +60,7 @@ pub async fn start_check(st: &Engine, c: &Loaded) -> EngineResult<DriftRun> {
         Err(why) => (Vec::new(), Some(why)),
     };
     let job_id = job_id(st, c.row.id).await?;
-    let now = now_ms();
+    let now = st.now_ms();
     let (job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now)?;
     let mut body: ClusterBody = c.body.clone();
     let record = body.drift.get_or_insert_with(DriftRecord::default);
@@ -96,7 +96,12 @@ pub async fn start_check(st: &Engine, c: &Loaded) -> EngineResult<DriftRun> {
 async fn find_orphans(st: &Engine, c: &Loaded) -> Result<Vec<SweptMachine>, String> {
     let current = st
         .providers
-        .current(st.store.as_ref(), &c.row.tenant_id, &c.body.provider.name)
+        .current(
+            st.store.as_ref(),
+            &c.row.tenant_id,
+            &c.body.provider.name,
+            st.clock.monotonic(),
+        )
         .await
         .unwrap_or_default();
     let mut fields = Value::Object(c.body.provider_fields(current.as_ref()));
@@ -210,7 +215,9 @@ pub async fn report(st: &Engine, c: &Loaded) -> EngineResult<DriftReport> {
     Ok(DriftReport {
         cluster_id: cluster_id_text(c.row.id),
         job_id: job.as_ref().map(|j| j.id.clone()),
-        job_status: job.map(|j| j.status).unwrap_or_default(),
+        job_status: job
+            .map(|j| j.status.as_str().to_string())
+            .unwrap_or_default(),
         drift,
         nodes,
         orphans: record.orphans,
@@ -246,7 +253,7 @@ pub async fn active_clusters(st: &Engine) -> EngineResult<Vec<(weft_store::Clust
         out.extend(
             clusters
                 .into_iter()
-                .filter(|c| c.status == ClusterStatus::Active.as_str())
+                .filter(|c| c.status == ClusterStatus::Active)
                 .map(|c| (c, interval)),
         );
     }
@@ -283,7 +290,7 @@ async fn tend_one(
         let Some(job) = st.store.get_job(&c.row.tenant_id, job_id).await? else {
             return start(st, &c, pass).await;
         };
-        if matches!(job.status.as_str(), "running" | "paused") {
+        if job.status.is_underway() {
             return Ok(());
         }
         if record.recorded_job.as_deref() != Some(job_id.as_str()) {

@@ -96,7 +96,7 @@ pub(crate) async fn stop_rollout(
         }
     }
     let mut stopped = job.clone();
-    stopped.status = status.as_str().into();
+    stopped.status = status;
     stopped.body = to_body(&jb)?;
     if !pause {
         return Ok(Stop::Failed(Box::new(stopped)));

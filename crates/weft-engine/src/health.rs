@@ -24,7 +24,7 @@ use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{job_id, job_rows, load, plan_in_place, require_status, Loaded};
 use crate::view::visible;
-use crate::{notify, now_ms, store_err, Caller, Engine, JobEventKind};
+use crate::{notify, store_err, Caller, Engine, JobEventKind};
 
 /// The job action of a health run.
 pub const HEALTH_ACTION: &str = "CLUSTER_HEALTHCHECK";
@@ -51,7 +51,7 @@ pub async fn start_checks(
 ) -> EngineResult<HealthRun> {
     let plan = plan_in_place(c, &Operation::Healthcheck { nodes })?;
     let job_id = job_id(st, c.row.id).await?;
-    let (job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now_ms())?;
+    let (job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, st.now_ms())?;
     let mut cs = ChangeSet::new();
     cs.expect(Expect::cluster(&c.row));
     cs.write(Write::Job(job));
@@ -121,7 +121,9 @@ pub async fn grid(st: &Engine, c: &Loaded, job: Option<&JobRow>) -> EngineResult
     Ok(ClusterHealth {
         cluster_id: cluster_id_text(c.row.id),
         job_id: job.map(|j| j.id.clone()),
-        job_status: job.map(|j| j.status.clone()).unwrap_or_default(),
+        job_status: job
+            .map(|j| j.status.as_str().to_string())
+            .unwrap_or_default(),
         healthy,
         nodes,
     })

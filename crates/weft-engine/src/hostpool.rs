@@ -27,8 +27,8 @@ use weft_store::{HostRequest, NodeRow, PoolHostRow, Reservation, Shortfall};
 
 use crate::body::{from_body, to_body};
 use crate::error::{EngineError, EngineResult};
+use crate::Engine;
 use crate::{cluster_id_text, JobEventKind};
-use crate::{now_ms, Engine};
 
 /// How long a host may stay `reserved` for a node that no store read finds before a sweep gives
 /// it back (the engine commits a job within moments of reserving its hosts; this only frees hosts
@@ -160,7 +160,13 @@ async fn take(
         .collect();
     let hosts = match st
         .store
-        .reserve_pool_hosts(tenant_id, &provider.name, cluster_id, &requests, now_ms())
+        .reserve_pool_hosts(
+            tenant_id,
+            &provider.name,
+            cluster_id,
+            &requests,
+            st.now_ms(),
+        )
         .await?
     {
         Reservation::Reserved(h) => h,
@@ -248,7 +254,10 @@ pub async fn sweep_cluster(
 ) -> EngineResult<Vec<PoolHostRow>> {
     let freed = st
         .store
-        .settle_pool_hosts(Some((tenant_id, cluster_id)), now_ms() - RESERVE_GRACE_MS)
+        .settle_pool_hosts(
+            Some((tenant_id, cluster_id)),
+            st.now_ms() - RESERVE_GRACE_MS,
+        )
         .await?;
     log_freed(&freed);
     Ok(freed)

@@ -24,7 +24,7 @@ use super::delete::start_delete;
 use super::work::{complete_job, fail_expired, fail_over_leases};
 use crate::error::EngineResult;
 use crate::workers;
-use crate::{now_ms, Engine};
+use crate::Engine;
 
 /// The leadership role name the janitor takes in the store.
 pub const ROLE: &str = "janitor";
@@ -57,7 +57,7 @@ pub async fn run_once(st: &Engine, now: i64) -> EngineResult<JanitorReport> {
 /// round without one.
 async fn may_go_on(st: &Engine, lease: &mut Option<&mut Lease>) -> bool {
     let Some(l) = lease else { return true };
-    if l.keep(&*st.store, now_ms()).await {
+    if l.keep(&*st.store, st.now_ms()).await {
         return true;
     }
     tracing::warn!(
@@ -296,7 +296,7 @@ impl Janitor {
 
     /// One leadership step now: see [`lead_at`](Janitor::lead_at).
     pub async fn lead(&mut self) -> EngineResult<bool> {
-        self.lead_at(now_ms()).await
+        self.lead_at(self.st.now_ms()).await
     }
 
     /// One leadership step at `now`: renews a held lease (dropping it if it is lost), or tries to
@@ -355,7 +355,7 @@ pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
         let mut next_round = 0;
         loop {
             ticks.tick().await;
-            let now = now_ms();
+            let now = janitor.st.now_ms();
             let was_leader = janitor.is_leader();
             match janitor.lead_at(now).await {
                 Ok(true) if !was_leader || now >= next_round => {}

@@ -15,7 +15,7 @@ use weft_store::{ChangeSet, ClusterRow, Expect, JobRow, NodeRow, TaskRow, TaskSt
 use crate::body::{from_body, plan_nodes, to_body, ClusterBody, JobBody, TaskBody};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::{cluster_id_text, GATE};
-use crate::{notify, now_ms, store_err, view, Engine, JobEventKind};
+use crate::{notify, store_err, view, Engine, JobEventKind};
 
 /// A cluster with its body and nodes, as read.
 pub struct Loaded {
@@ -56,17 +56,18 @@ pub fn with_definition(nodes: &[Node], def: &Service) -> Vec<Node> {
 
 /// 409 unless the cluster's status is one of `allowed`.
 pub fn require_status(row: &ClusterRow, allowed: &[ClusterStatus]) -> EngineResult<()> {
-    match ClusterStatus::parse(&row.status) {
-        Some(s) if allowed.contains(&s) => Ok(()),
-        _ => Err(EngineError::WrongStatus {
+    if allowed.contains(&row.status) {
+        Ok(())
+    } else {
+        Err(EngineError::WrongStatus {
             cluster: cluster_id_text(row.id),
-            status: row.status.clone(),
+            status: row.status.as_str().to_string(),
             needs: allowed
                 .iter()
                 .map(|s| s.as_str())
                 .collect::<Vec<_>>()
                 .join(" or "),
-        }),
+        })
     }
 }
 
@@ -149,7 +150,7 @@ pub async fn start_job(
         return Ok(Started { plan });
     }
     let job_id = job_id(st, c.row.id).await?;
-    let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now_ms())?;
+    let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, st.now_ms())?;
     if report.is_some() {
         let mut jb: JobBody = from_body(&job.body)?;
         jb.rollout = report;
@@ -161,13 +162,12 @@ pub async fn start_job(
     body.upgrade_from = upgrade_from(&op, before);
     body.leaving = leaving(before, &after);
     let mut cluster = c.row.clone();
-    cluster.status = if job.status == "complete" {
-        success_status(&job.action)
-    } else {
-        ClusterStatus::Pending
-    }
-    .as_str()
-    .into();
+    cluster.status = match job.status {
+        JobStatus::Complete => success_status(&job.action),
+        JobStatus::NotSubmitted | JobStatus::Running | JobStatus::Paused | JobStatus::Failed => {
+            ClusterStatus::Pending
+        }
+    };
     cluster.latest_job = Some(job_id.clone());
     cluster.body = to_body(&body)?;
     // Host pools: a host for each new node, taken before anything is recorded (409 if short).
@@ -366,7 +366,7 @@ pub fn solved_job(tenant_id: &str, cluster_id: u64, id: String, now: i64) -> Eng
         cluster_id,
         id,
         action: "SOLVE_LAYOUT".into(),
-        status: JobStatus::Complete.as_str().into(),
+        status: JobStatus::Complete,
         create_time: now,
         rev: 0,
         steps_done: 0,
@@ -573,9 +573,7 @@ fn job_row(at: &RowsOf, plan: &Plan, end_deps: u32) -> EngineResult<JobRow> {
             JobStatus::Complete
         } else {
             JobStatus::Running
-        }
-        .as_str()
-        .into(),
+        },
         create_time: at.now,
         rev: 0,
         steps_done: 0,

@@ -31,7 +31,8 @@
 //! * background: [`janitor`], [`callbacks`], [`hostpool::spawn`] (hosts back to their pools),
 //!   [`workers::rebalance`] (tenants' workers placed on provisioners).
 //!
-//! Modules, bottom up: `error`, `metrics` (process counters), `seal` (secrets sealed at rest), `body` (what the engine keeps in each
+//! Modules, bottom up: `error`, `metrics` (process counters), `clock` (where the engine reads
+//! the time), `seal` (secrets sealed at rest), `body` (what the engine keeps in each
 //! row's JSON), `retry`, `cache` (what payloads derive from a cluster, per process), `context` (the
 //! [`Engine`], [`Caller`]), `catalog`, `workers`, `view`, `gaps`, `hostpool` (lending pool hosts to nodes),
 //! `entities` (catalog writes), `jobs` (starting jobs), `control`, `health`, `plugins` (plugin
@@ -47,6 +48,7 @@ pub mod body;
 pub mod cache;
 pub mod callbacks;
 pub mod catalog;
+pub mod clock;
 pub mod context;
 pub mod control;
 pub mod create;
@@ -84,9 +86,10 @@ pub mod webhooks;
 pub mod work;
 pub mod workers;
 
+pub use clock::{now_ms, Clock, ManualClock, SystemClock};
 pub use context::{
-    notify, now_ms, Caller, Engine, EngineSettings, Messenger, Quiet, Role, SweepError,
-    WebhookSettings, HEAVY_READS,
+    notify, Caller, Engine, EngineSettings, Messenger, Quiet, Role, SweepError, WebhookSettings,
+    HEAVY_READS,
 };
 pub use error::{EngineError, EngineResult};
 pub use events::{JobEvent, JobEventKind};

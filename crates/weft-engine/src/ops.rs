@@ -169,14 +169,14 @@ pub async fn set_lease(
 ) -> EngineResult<()> {
     let row = visible(st, who, id).await?;
     let t = expire_time.ok_or_else(|| invalid("expire time not specified".into()))?;
-    if matches!(
-        ClusterStatus::parse(&row.status),
-        Some(ClusterStatus::Terminated | ClusterStatus::Pending)
-    ) {
-        return Err(invalid(format!(
-            "cluster {id} is {}: its lease cannot change now",
-            row.status
-        )));
+    match row.status {
+        ClusterStatus::Terminated | ClusterStatus::Pending => {
+            return Err(invalid(format!(
+                "cluster {id} is {}: its lease cannot change now",
+                row.status.as_str()
+            )));
+        }
+        ClusterStatus::Active | ClusterStatus::Incomplete | ClusterStatus::Inconsistent => {}
     }
     let c = load(st, row.clone()).await?;
     let l = c.body.template.administration.leaseduration;

@@ -9,7 +9,7 @@ use weft_store::{HostDelete, PoolHostRow, StoreError};
 use crate::entities::not_found;
 use crate::error::{EngineError, EngineResult};
 use crate::hostpool::{is_pool, view};
-use crate::{cluster_id_text, now_ms, Caller, Engine};
+use crate::{cluster_id_text, Caller, Engine};
 
 /// The hosts of pool `provider`.
 pub async fn list(st: &Engine, who: &Caller, provider: &str) -> EngineResult<Vec<PoolHost>> {
@@ -45,7 +45,13 @@ pub async fn create(
         .key
         .clone()
         .ok_or_else(|| EngineError::Invalid("key must be specified".into()))?;
-    let row = row(who, provider, &spec, seal_key(st, who, key).await?);
+    let row = row(
+        who,
+        provider,
+        &spec,
+        seal_key(st, who, key).await?,
+        st.now_ms(),
+    );
     st.store
         .insert_pool_host(&row)
         .await
@@ -74,7 +80,7 @@ pub async fn put(
         (None, Some(s)) => s.key.clone(),
         (None, None) => return Err(EngineError::Invalid("key must be specified".into())),
     };
-    let mut row = row(who, provider, &spec, key);
+    let mut row = row(who, provider, &spec, key, st.now_ms());
     let written = match stored {
         Some(_) => st.store.update_pool_host(&row).await,
         // Created by a concurrent writer meanwhile: its conflict is this PUT's answer.
@@ -134,7 +140,7 @@ async fn pool(st: &Engine, who: &Caller, name: &str) -> EngineResult<Provider> {
     Ok(p)
 }
 
-fn row(who: &Caller, provider: &str, spec: &HostSpec, key: String) -> PoolHostRow {
+fn row(who: &Caller, provider: &str, spec: &HostSpec, key: String, now: i64) -> PoolHostRow {
     PoolHostRow {
         tenant_id: who.tenant.id.clone(),
         provider: provider.to_string(),
@@ -145,7 +151,7 @@ fn row(who: &Caller, provider: &str, spec: &HostSpec, key: String) -> PoolHostRo
         key,
         labels: spec.labels.clone(),
         lease: None,
-        create_time: now_ms(),
+        create_time: now,
     }
 }
 

@@ -12,7 +12,7 @@ use crate::error::{EngineError, EngineResult};
 use crate::tenants::names_by_id;
 use crate::work::fail_over_leases;
 use crate::workers::{reassign, rebalance, Moved};
-use crate::{now_ms, Caller, Engine};
+use crate::{Caller, Engine};
 
 /// Every provisioner (the superadmin's).
 pub async fn list(st: &Engine, who: &Caller) -> EngineResult<Vec<Provisioner>> {
@@ -141,7 +141,7 @@ async fn checked_registration(
             .map(|e| e.assignments.clone())
             .unwrap_or_default(),
         usage: existing.map(|e| e.usage).unwrap_or_default(),
-        last_heartbeat_ms: now_ms(),
+        last_heartbeat_ms: st.now_ms(),
         tls,
     })
 }
@@ -197,7 +197,7 @@ pub async fn heartbeat(
 ) -> EngineResult<Option<HeartbeatAnswer>> {
     if !st
         .store
-        .heartbeat_provisioner(id, &hb.usage, now_ms())
+        .heartbeat_provisioner(id, &hb.usage, st.now_ms())
         .await?
     {
         return Err(EngineError::ProvisionerNotFound(id.to_string()));

@@ -4,7 +4,12 @@ use std::future::Future;
 
 use weft_store::StoreError;
 
+use crate::clock::Stopwatch;
 use crate::error::{EngineError, EngineResult};
+
+/// How long a step is re-run before it gives up (real time: a paused clock must not make it
+/// retry for ever).
+const GIVE_UP_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Runs a read-decide-commit step again while it loses races (`StoreError::Stale`), a bounded number
 /// of times.
@@ -14,12 +19,12 @@ where
     Fut: Future<Output = EngineResult<T>>,
 {
     let mut last = None;
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let since = Stopwatch::start();
     for attempt in 0u32.. {
         match step().await {
             Err(EngineError::Stale(what)) => {
                 last = Some(what);
-                if std::time::Instant::now() > give_up {
+                if since.elapsed() > GIVE_UP_AFTER {
                     break;
                 }
                 if attempt > 2 {

@@ -36,7 +36,7 @@ async fn rollback(st: &Engine, tenant_id: &str, cluster_id: u64) -> EngineResult
     let Some(row) = st.store.get_cluster(tenant_id, cluster_id).await? else {
         return Ok(());
     };
-    if row.status == ClusterStatus::Pending.as_str() {
+    if row.status == ClusterStatus::Pending {
         return Ok(()); // not settled yet: the job's last finish comes back here
     }
     let Some(job_id) = row.latest_job.clone() else {
@@ -45,7 +45,7 @@ async fn rollback(st: &Engine, tenant_id: &str, cluster_id: u64) -> EngineResult
     let Some(job) = st.store.get_job(tenant_id, &job_id).await? else {
         return Ok(());
     };
-    if job.status != weft_model::JobStatus::Failed.as_str() {
+    if job.status != weft_model::JobStatus::Failed {
         return Ok(());
     }
     let c = load(st, row).await?;

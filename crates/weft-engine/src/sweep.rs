@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
-use weft_model::{EntityKind, SweepReport};
+use weft_model::{ClusterStatus, EntityKind, SweepReport};
 
 use crate::entities::not_found;
 use crate::error::{EngineError, EngineResult};
@@ -67,7 +67,7 @@ async fn live_nodes(st: &Engine, tenant: &str) -> EngineResult<BTreeSet<String>>
         .list_clusters(tenant, None)
         .await?
         .into_iter()
-        .filter(|c| c.status != "terminated")
+        .filter(|c| c.status != ClusterStatus::Terminated)
         .map(|c| c.id)
         .collect();
     Ok(st

@@ -12,7 +12,7 @@ use crate::entities::provider_to_store;
 use crate::error::{EngineError, EngineResult};
 use crate::plugins::{copy_resources, ResourceStore};
 use crate::workers::rebalance;
-use crate::{now_ms, Caller, Engine};
+use crate::{Caller, Engine};
 
 /// Every tenant's settings.
 pub async fn list(st: &Engine, who: &Caller) -> EngineResult<Vec<TenantSpecification>> {
@@ -166,7 +166,7 @@ async fn insert(
     let tenant = Tenant {
         id: uuid::Uuid::new_v4().to_string(),
         spec,
-        create_time: now_ms(),
+        create_time: st.now_ms(),
     };
     save(st, &tenant, true).await?;
     match bootstrap {

@@ -14,16 +14,6 @@ use crate::{Caller, Engine, Role};
 /// What a sensitive field's value reads as in any answer.
 pub const MASK: &str = "********";
 
-fn status_of(row: &ClusterRow) -> EngineResult<ClusterStatus> {
-    ClusterStatus::parse(&row.status)
-        .ok_or_else(|| EngineError::Internal(format!("cluster status {}", row.status)))
-}
-
-fn job_status(job: &JobRow) -> EngineResult<JobStatus> {
-    JobStatus::parse(&job.status)
-        .ok_or_else(|| EngineError::Internal(format!("job status {}", job.status)))
-}
-
 /// The cluster `id` if the caller may see it (its own, or any of the tenant's for an admin);
 /// [`EngineError::ClusterNotFound`] otherwise.
 pub async fn visible(st: &Engine, who: &Caller, id: &str) -> EngineResult<ClusterRow> {
@@ -46,7 +36,7 @@ pub fn progress(job: &JobRow) -> EngineResult<Progress> {
     let done = job.steps_done;
     Ok(Progress {
         action: job.action.to_ascii_lowercase(),
-        actionstatus: job_status(job)?,
+        actionstatus: job.status,
         stepstotal: job.steps_total,
         stepscompleted: done.min(job.steps_total),
     })
@@ -203,10 +193,8 @@ async fn latest_job(st: &Engine, row: &ClusterRow) -> EngineResult<(ClusterRow, 
         return Ok((row.clone(), None));
     };
     let job = st.store.get_job_head(&row.tenant_id, id).await?;
-    let ended = job.as_ref().is_some_and(|j| {
-        j.status != JobStatus::Running.as_str() && j.status != JobStatus::Paused.as_str()
-    });
-    if ended && row.status == ClusterStatus::Pending.as_str() {
+    let ended = job.as_ref().is_some_and(|j| !j.status.is_underway());
+    if ended && row.status == ClusterStatus::Pending {
         if let Some(now) = st.store.get_cluster(&row.tenant_id, row.id).await? {
             return Ok((now, job));
         }
@@ -227,9 +215,7 @@ pub async fn list(
     let rows = st.store.list_clusters(&who.tenant.id, owner).await?;
     let mut out = Vec::new();
     for row in rows {
-        if wanted.is_empty()
-            || ClusterStatus::parse(&row.status).is_some_and(|s| wanted.contains(&s))
-        {
+        if wanted.is_empty() || wanted.contains(&row.status) {
             out.push(summary(st, &row).await?);
         }
     }
@@ -253,7 +239,7 @@ pub async fn summary(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterSumma
         create_time: row.create_time,
         expire_time: row.expire_time,
         num_nodes: row.node_count,
-        status: status_of(row)?,
+        status: row.status,
         provider: EntityRef {
             name: body.provider.name.clone(),
             description: body.provider.description.clone(),
@@ -359,7 +345,7 @@ pub async fn details_page(
             nodes,
             services: body.services,
             latest_job_id: row.latest_job.clone(),
-            status: status_of(row)?,
+            status: row.status,
             config: body.config,
             links,
             progress,
@@ -407,7 +393,7 @@ pub async fn status(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterStatus
     let waiting = waiting(st, row, &p).await?;
     Ok(ClusterStatusView {
         clusterid: cluster_id_text(row.id),
-        status: status_of(row)?,
+        status: row.status,
         action: p.action,
         actionstatus: p.actionstatus,
         stepstotal: p.stepstotal,

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use rand::Rng;
@@ -26,9 +26,10 @@ use weft_model::webhook::{
 };
 use weft_store::{DeliveryRow, Event, EventKind, EventQuery, WebhookRow};
 
+use crate::clock::Stopwatch;
 use crate::error::{EngineError, EngineResult};
 use crate::ids::{cluster_id_text, parse_cluster_id};
-use crate::{feed, now_ms, view, Caller, Engine};
+use crate::{feed, view, Caller, Engine};
 
 /// How long a server holds a webhook's lease between renewals.
 const LEASE_MS: i64 = 30_000;
@@ -200,7 +201,7 @@ pub async fn create(
         id: format!("wh-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
         body: seal(st, &tenant, body).await?,
         cursor: st.store.event_bounds(&tenant).await?.newest,
-        create_time: now_ms(),
+        create_time: st.now_ms(),
         tenant_id: tenant,
     };
     st.store.put_webhook(&row).await?;
@@ -302,7 +303,7 @@ pub async fn redeliver(st: &Engine, who: &Caller, id: &str, event: u64) -> Engin
             webhook: id.to_string(),
             event,
         })?;
-    let now = now_ms();
+    let now = st.now_ms();
     let again = DeliveryRow {
         status: DeliveryStatus::Pending,
         attempts: 0,
@@ -513,7 +514,7 @@ async fn attempt(st: &Engine, h: &Hook, mut d: DeliveryRow) -> EngineResult<Deli
         ..EventQuery::default()
     };
     let event = st.store.read_events(&q).await?.into_iter().next();
-    let now = now_ms();
+    let now = st.now_ms();
     d.attempts += 1;
     d.last_time = now;
     let Some(event) = event.filter(|e| e.id == d.event_id) else {
@@ -534,7 +535,7 @@ async fn attempt(st: &Engine, h: &Hook, mut d: DeliveryRow) -> EngineResult<Deli
         ),
     ];
     let set = &st.settings.webhooks;
-    let t0 = Instant::now();
+    let t0 = Stopwatch::start();
     let sent = st
         .messenger
         .post_webhook(
@@ -561,7 +562,7 @@ async fn attempt(st: &Engine, h: &Hook, mut d: DeliveryRow) -> EngineResult<Deli
             true
         }
     };
-    let after = now_ms();
+    let after = st.now_ms();
     if !again || after - d.first_time >= set.retry_window_ms {
         d.status = DeliveryStatus::Failed;
     } else {
@@ -579,7 +580,7 @@ async fn attempt(st: &Engine, h: &Hook, mut d: DeliveryRow) -> EngineResult<Deli
 /// One step of a webhook's delivery: the oldest pending delivery if it is due (nothing newer
 /// goes before it), else new events become deliveries.
 async fn step(st: &Engine, h: &Hook) -> EngineResult<Step> {
-    let now = now_ms();
+    let now = st.now_ms();
     match st.store.next_delivery(&h.row.tenant_id, &h.row.id).await? {
         Some(d) if d.next_time > now => Ok(Step::WaitUntil(d.next_time)),
         Some(d) => {
@@ -597,7 +598,7 @@ async fn run_webhook(st: &Engine, tenant: &str, id: &str, me: &str) -> EngineRes
     let mut lease_ends = 0;
     let mut hook: Option<Hook> = None;
     loop {
-        let now = now_ms();
+        let now = st.now_ms();
         if now > lease_ends - 2 * LEASE_MS / 3 {
             if !st
                 .store
@@ -643,13 +644,13 @@ pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
         let mut wake = feed::subscribe(&st);
         let mut s = Schedule::default();
         let mut tick = tokio::time::interval(Duration::from_millis(250));
-        let mut last_sweep = Instant::now();
+        let mut last_sweep = Stopwatch::start();
         // The first pass looks at every webhook.
         let mut news = true;
         loop {
             let sweep = last_sweep.elapsed() >= SWEEP_EVERY;
             if sweep {
-                last_sweep = Instant::now();
+                last_sweep = Stopwatch::start();
             }
             if let Err(e) = schedule(&st, &me, &mut s, news || sweep).await {
                 tracing::warn!(error = %e, "webhook deliveries: the webhooks could not be read");
@@ -671,7 +672,7 @@ pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
 
 /// Starts a delivery task for each webhook that may have work (`all`: every one).
 async fn schedule(st: &Engine, me: &str, s: &mut Schedule, all: bool) -> EngineResult<()> {
-    let now = now_ms();
+    let now = st.now_ms();
     let finished: Vec<_> = s
         .running
         .iter()

@@ -16,16 +16,17 @@ use weft_model::{
     TakeTaskRequest, TaskNodesRequest, HEALTH_RESULT_KEY, NODES_BY_REVISION,
 };
 use weft_planner::MacroContext;
+use weft_store::engine::job_status;
 use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, TaskState, Write};
 
 use super::body::{end_of, from_body, to_body, ClusterBody, JobBody, TaskBody};
 use super::{cluster_id_text, notify, retry_stale, store_err, JobEventKind};
-use crate::cache::{CachedNode, Snapshot};
+use crate::cache::{CachedNode, LeasedTask, Snapshot};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::end_gate;
 use crate::jobs::{failure_status, success_status};
 use crate::view;
-use crate::{now_ms, Engine};
+use crate::Engine;
 
 /// Task output kept per action, from the end.
 const MAX_LOG: usize = 2048;
@@ -69,7 +70,7 @@ async fn worker(
 async fn holds_tenant(st: &Engine, provisioner_id: &str, tenant_id: &str) -> EngineResult<()> {
     match st
         .provisioners
-        .tenants_of(st.store.as_ref(), provisioner_id)
+        .tenants_of(st.store.as_ref(), provisioner_id, st.clock.monotonic())
         .await?
     {
         None => Err(EngineError::NotRegistered(provisioner_id.to_string())),
@@ -98,7 +99,7 @@ pub async fn take(st: &Engine, req: TakeTaskRequest) -> EngineResult<Option<Stri
 async fn take_as(st: &Engine, w: &Worker, by_revision: bool) -> EngineResult<Option<String>> {
     let timeout = st.settings.task_timeout_ms;
     loop {
-        let now = now_ms();
+        let now = st.now_ms();
         let Some(taken) = st
             .store
             .take_next(&w.tenant_id, &w.owner, now, now + timeout)
@@ -107,23 +108,28 @@ async fn take_as(st: &Engine, w: &Worker, by_revision: bool) -> EngineResult<Opt
             return Ok(None);
         };
         let task = taken.task;
-        let status = taken.job.as_ref().map(|(s, _)| s.as_str());
-        if status == Some(JobStatus::Paused.as_str()) {
-            // Queued just before its job was paused: back to waiting, as if never taken.
-            let cs = ChangeSet {
-                expect: vec![Expect::task(&task)],
-                writes: vec![Write::Task(given_back(&task, TaskState::Pending))],
-            };
-            match st.store.commit(&cs).await {
-                Ok(()) | Err(weft_store::StoreError::Stale(_)) => continue,
-                Err(e) => return Err(e.into()),
+        match taken.job.as_ref().map(|(s, _)| *s) {
+            Some(JobStatus::Paused) => {
+                // Queued just before its job was paused: back to waiting, as if never taken.
+                let cs = ChangeSet {
+                    expect: vec![Expect::task(&task)],
+                    writes: vec![Write::Task(given_back(&task, TaskState::Pending))],
+                };
+                match st.store.commit(&cs).await {
+                    Ok(()) | Err(weft_store::StoreError::Stale(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
             }
-        }
-        if status != Some(JobStatus::Running.as_str()) && !crate::ids::is_cleanup_id(&task.id) {
+            Some(JobStatus::Running) => {}
             // Its job failed (or was aborted) after the task was queued: never run it (but a
             // clean-up DELETE, which exists because the job failed).
-            drop_task(st, &task).await?;
-            continue;
+            Some(JobStatus::NotSubmitted | JobStatus::Complete | JobStatus::Failed) | None
+                if !crate::ids::is_cleanup_id(&task.id) =>
+            {
+                drop_task(st, &task).await?;
+                continue;
+            }
+            Some(JobStatus::NotSubmitted | JobStatus::Complete | JobStatus::Failed) | None => {}
         }
         match payload(st, &task, taken.cluster, by_revision).await {
             Ok(p) => {
@@ -425,7 +431,12 @@ async fn current_provider(
 ) -> Option<weft_model::Provider> {
     match st
         .providers
-        .current(st.store.as_ref(), &task.tenant_id, &body.provider.name)
+        .current(
+            st.store.as_ref(),
+            &task.tenant_id,
+            &body.provider.name,
+            st.clock.monotonic(),
+        )
         .await
     {
         Ok(p) => p,
@@ -638,7 +649,7 @@ async fn finish_step(
     task_id: &str,
     req: &FinishTaskRequest,
 ) -> EngineResult<()> {
-    let now = now_ms();
+    let now = st.now_ms();
     let tenant = &w.tenant_id;
     let (task, job) = leased_task(st, w, task_id).await?;
     let span = tracing::Span::current();
@@ -664,8 +675,8 @@ async fn finish_step(
         done.lease_owner = None;
     }
     let tbody = result_body(&task, req, health, machine, now)?;
-    let job_paused = job_status == JobStatus::Paused.as_str();
-    let job_running = job_status == JobStatus::Running.as_str() || job_paused;
+    let job_paused = job_status == JobStatus::Paused;
+    let job_running = job_status == JobStatus::Running || job_paused;
     if job_running && tbody.health.as_ref().is_some_and(|h| !h.healthy) {
         if let Some(job) = crate::gate::rollout_job(st, &task).await? {
             return gate_failed(st, cs, &task, done, tbody, &job, now).await;
@@ -838,11 +849,7 @@ async fn gate_failed(
 /// The task being finished and its job's status and revision: the copy `take` kept, if it
 /// agrees with this finish (the change set expects the revisions it has, so a stale copy only
 /// costs a retry that reads the store), else the store's.
-async fn leased_task(
-    st: &Engine,
-    w: &Worker,
-    task_id: &str,
-) -> EngineResult<(TaskRow, Option<(String, i64)>)> {
+async fn leased_task(st: &Engine, w: &Worker, task_id: &str) -> EngineResult<LeasedTask> {
     let leased = st.leases.take(&w.tenant_id, task_id).filter(|(t, _)| {
         w.expired_before.is_none()
             && t.state == TaskState::InProgress
@@ -850,11 +857,18 @@ async fn leased_task(
     });
     match leased {
         Some(copy) => Ok(copy),
-        None => st
-            .store
-            .task_with_job(&w.tenant_id, task_id)
-            .await?
-            .ok_or_else(not_owner),
+        None => {
+            let (task, job) = st
+                .store
+                .task_with_job(&w.tenant_id, task_id)
+                .await?
+                .ok_or_else(not_owner)?;
+            // The store answers the job's status as stored text.
+            let job = job
+                .map(|(status, rev)| Ok::<_, EngineError>((job_status(&status)?, rev)))
+                .transpose()?;
+            Ok((task, job))
+        }
     }
 }
 
@@ -1167,7 +1181,7 @@ fn failed(job: &JobRow, message: String) -> EngineResult<JobRow> {
     let mut failed_job = job.clone();
     let mut jbody: JobBody = from_body(&job.body)?;
     jbody.message = Some(message);
-    failed_job.status = JobStatus::Failed.as_str().into();
+    failed_job.status = JobStatus::Failed;
     failed_job.body = to_body(&jbody)?;
     Ok(failed_job)
 }
@@ -1180,7 +1194,7 @@ pub(crate) async fn complete_job(st: &Engine, tenant: &str, job_id: &str) -> Eng
         let Some(job) = st.store.get_job(tenant, job_id).await? else {
             return Ok(());
         };
-        if job.status != JobStatus::Running.as_str() && job.status != JobStatus::Paused.as_str() {
+        if !job.status.is_underway() {
             return Ok(());
         }
         let cluster = st
@@ -1218,14 +1232,14 @@ async fn settle_failed_job(
         .iter()
         .any(|t| t.id != finishing && crate::ids::still_busy(t.state, &t.id));
     if !running
-        && cluster.status == ClusterStatus::Pending.as_str()
+        && cluster.status == ClusterStatus::Pending
         && cluster.latest_job.as_deref() == Some(&job.id)
     {
         let jbody: JobBody = from_body(&job.body)?;
         let mut c = cluster.clone();
         let mut body: ClusterBody = from_body(&c.body)?;
         body.message = jbody.message;
-        c.status = failure_status(&job.action).as_str().into();
+        c.status = failure_status(&job.action);
         c.body = to_body(&body)?;
         cs.expect(Expect::cluster(cluster));
         cs.write(Write::Cluster(c));
@@ -1242,7 +1256,7 @@ fn finish_job(
     message: Option<String>,
 ) -> EngineResult<()> {
     let mut j = job.clone();
-    j.status = status.as_str().into();
+    j.status = status;
     if message.is_some() {
         let mut b: JobBody = from_body(&j.body)?;
         b.message = message;
@@ -1254,10 +1268,11 @@ fn finish_job(
         let mut c = cluster.clone();
         c.status = match status {
             JobStatus::Complete => success_status(&job.action),
-            _ => failure_status(&job.action),
-        }
-        .as_str()
-        .into();
+            JobStatus::Failed
+            | JobStatus::NotSubmitted
+            | JobStatus::Running
+            | JobStatus::Paused => failure_status(&job.action),
+        };
         let mut body: ClusterBody = from_body(&c.body)?;
         body.message = None;
         if status == JobStatus::Complete {

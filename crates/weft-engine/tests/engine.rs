@@ -2,22 +2,32 @@
 //! refused in the engine's own terms, a cluster created and run to active by a scripted worker,
 //! deleted, and a request that cannot be laid out recorded as a terminated cluster; catalog writes
 //! with provider secrets masked and sealed, and plugin resources from upload to a copy in a new
-//! tenant; the rules of tenants, API keys, profiles, host pools, sweeps and provisioners.
+//! tenant; the rules of tenants, API keys, profiles, host pools, sweeps and provisioners; and the
+//! time rules (task leases, cluster leases, silent provisioners) on a paused clock moved by hand,
+//! without sleeping.
 
 // A test reads as one scenario; short functions (docs/dev/style.md) are for the crates' code.
 #![allow(clippy::too_many_lines)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use weft_engine::create::{create_cluster, Created};
 use weft_engine::delete::start_delete;
+use weft_engine::janitor::{run_once, JanitorReport};
+use weft_engine::provisioners;
 use weft_engine::work::{finish, take};
-use weft_engine::{Caller, Engine, EngineError, EngineSettings, Quiet, Role};
-use weft_model::{ClusterCreateRequest, EntityKind, FinishTaskRequest, TakeTaskRequest};
-use weft_store::{ProvisionerRecord, Store, Tenant, SUPERADMIN};
+use weft_engine::{
+    Caller, Clock, Engine, EngineError, EngineSettings, ManualClock, Quiet, Role, SystemClock,
+};
+use weft_model::Heartbeat;
+use weft_model::{
+    ClusterCreateRequest, ClusterStatus, EntityKind, FinishTaskRequest, JobStatus, TakeTaskRequest,
+};
+use weft_store::{ProvisionerRecord, Store, TaskState, Tenant, SUPERADMIN};
 
 /// An engine over a fresh store with tenant `acme`: provider `local`, hardware `small`, image
 /// `host`, services `a` and `b` (b needs a) and template `t` (1 to 5 nodes, one `a`).
@@ -28,6 +38,11 @@ struct Fixture {
 }
 
 async fn fixture(max_clusters: u64) -> Fixture {
+    fixture_on(max_clusters, Arc::new(SystemClock::new())).await
+}
+
+/// [`fixture`] with an engine that reads the time from `clock`.
+async fn fixture_on(max_clusters: u64, clock: Arc<dyn Clock>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("weft.db").display());
     let store: Arc<dyn Store> = weft_store::open(&url).await.unwrap();
@@ -100,7 +115,7 @@ async fn fixture(max_clusters: u64) -> Fixture {
             // p1 holds the tenant's worker: it may take its tasks.
             assignments: BTreeMap::from([("t-acme".to_string(), 1)]),
             usage: BTreeMap::new(),
-            last_heartbeat_ms: weft_engine::now_ms(),
+            last_heartbeat_ms: clock.now_ms(),
             tls: false,
         })
         .await
@@ -121,7 +136,7 @@ async fn fixture(max_clusters: u64) -> Fixture {
         webhooks: Default::default(),
     };
     Fixture {
-        engine: Engine::new(store, settings, Arc::new(Quiet)),
+        engine: Engine::new(store, settings, Arc::new(Quiet)).with_clock(clock),
         who: Caller {
             tenant,
             user: "alice".into(),
@@ -169,7 +184,7 @@ async fn run_worker(e: &Engine) -> usize {
     }
 }
 
-async fn status(e: &Engine, id: &str) -> String {
+async fn status(e: &Engine, id: &str) -> ClusterStatus {
     let id = weft_engine::parse_cluster_id(id).unwrap();
     e.store
         .get_cluster("t-acme", id)
@@ -189,13 +204,13 @@ async fn a_cluster_is_created_run_and_deleted_without_http() {
         panic!("not a dry run");
     };
     assert_eq!(id, "00000001");
-    assert_eq!(status(&f.engine, &id).await, "pending");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Pending);
     let ran = run_worker(&f.engine).await;
     assert!(
         ran >= 3 * 3,
         "create, confirm and bootstrap per node at least; ran {ran}"
     );
-    assert_eq!(status(&f.engine, &id).await, "active");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Active);
 
     let row = weft_engine::view::visible(&f.engine, &f.who, &id)
         .await
@@ -210,7 +225,7 @@ async fn a_cluster_is_created_run_and_deleted_without_http() {
         "{underway:?}"
     );
     run_worker(&f.engine).await;
-    assert_eq!(status(&f.engine, &id).await, "terminated");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Terminated);
 }
 
 #[tokio::test]
@@ -294,7 +309,7 @@ async fn a_request_without_a_layout_ends_terminated_with_the_reason() {
     let Created::Id(id) = create_cluster(&f.engine, &f.who, req, false).await.unwrap() else {
         panic!("not a dry run");
     };
-    assert_eq!(status(&f.engine, &id).await, "terminated");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Terminated);
     let row = weft_engine::view::visible(&f.engine, &f.who, &id)
         .await
         .unwrap();
@@ -352,7 +367,7 @@ async fn outcome(
     e: &Engine,
     id: &str,
 ) -> (
-    String,
+    JobStatus,
     Option<String>,
     Option<String>,
     Vec<weft_store::TaskRow>,
@@ -386,7 +401,7 @@ async fn a_fatal_create_fails_the_job_at_once_and_its_clean_up_still_runs() {
     );
     assert!(ran[1].1.ends_with("-cleanup"), "{ran:?}");
     let (job_status, job_msg, cluster_msg, tasks) = outcome(&f.engine, &id).await;
-    assert_eq!(job_status, "failed");
+    assert_eq!(job_status, JobStatus::Failed);
     let create = tasks.iter().find(|t| t.action == "CREATE").unwrap();
     assert_eq!(create.attempts, 1, "a fatal failure is not retried");
     let msg = job_msg.unwrap();
@@ -398,7 +413,7 @@ async fn a_fatal_create_fails_the_job_at_once_and_its_clean_up_still_runs() {
         Some(msg.as_str()),
         "the cause, not the clean-up"
     );
-    assert_eq!(status(&f.engine, &id).await, "incomplete");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Incomplete);
     // The clean-up is shown as such in the node's history, and the CREATE as not retryable.
     let node_id = &create.node_id;
     let row = f
@@ -445,7 +460,7 @@ async fn a_failed_clean_up_is_added_to_the_cause() {
         msg.contains("The clean-up failed too: DELETE (clean-up) on "),
         "{msg}"
     );
-    assert_eq!(status(&f.engine, &id).await, "incomplete");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Incomplete);
 }
 
 #[tokio::test]
@@ -466,7 +481,7 @@ async fn a_fatal_service_task_runs_once_and_names_its_service() {
         "no clean-up but a CREATE's: {ran:?}"
     );
     let (job_status, _, cluster_msg, _) = outcome(&f.engine, &id).await;
-    assert_eq!(job_status, "failed");
+    assert_eq!(job_status, JobStatus::Failed);
     let msg = cluster_msg.unwrap();
     assert!(msg.starts_with("INSTALL of a on "), "{msg}");
     assert!(msg.ends_with("not retried: not_found"), "{msg}");
@@ -497,7 +512,7 @@ async fn retryable_and_unclassified_failures_are_retried() {
     assert_eq!(count("CREATE"), 2, "{ran:?}");
     assert_eq!(count("DELETE"), 1, "the retry's clean-up: {ran:?}");
     assert_eq!(count("INSTALL"), 3, "a's twice, b's once: {ran:?}");
-    assert_eq!(status(&f.engine, &id).await, "active");
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Active);
 }
 
 fn take_req(worker: &str) -> TakeTaskRequest {
@@ -922,4 +937,194 @@ async fn keys_profiles_pools_sweeps_and_provisioners_are_checked_in_the_engine()
     let err = provisioners::list(e, &admin).await.unwrap_err();
     assert!(matches!(err, EngineError::Forbidden(_)), "{err}");
     assert_eq!(provisioners::list(e, &sa).await.unwrap().len(), 1);
+}
+
+// ---- time rules on a paused clock ---------------------------------------------------------------
+
+/// Where the paused clocks of these tests start (milliseconds since the epoch).
+const START: i64 = 1_800_000_000_000;
+
+/// The fixture's `task_timeout_ms` and `provisioner_timeout_ms`.
+const TIMEOUT: u64 = 60_000;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A janitor round at the engine's time, after a heartbeat of `p1` at that time (so that only
+/// the rule a test looks at fires, not the provisioner's silence).
+async fn round(e: &Engine) -> JanitorReport {
+    provisioners::heartbeat(e, "p1", &Heartbeat::default())
+        .await
+        .unwrap();
+    run_once(e, e.now_ms()).await.unwrap()
+}
+
+fn finish_req(id: &str, worker: &str) -> FinishTaskRequest {
+    serde_json::from_value(json!({"workerId": worker, "provisionerId": "p1",
+        "tenantId": "t-acme", "taskId": id, "status": 0}))
+    .unwrap()
+}
+
+async fn take_one(e: &Engine, worker: &str) -> Value {
+    serde_json::from_str(&take(e, take_req(worker)).await.unwrap().expect("a task")).unwrap()
+}
+
+/// A task's lease holds until its deadline (taken + `task_timeout`) and not a millisecond past
+/// it: then the janitor's round fails the attempt (recorded at the clock's time), the worker that
+/// held it can no longer finish it, and the task is retried (a CREATE after a clean-up DELETE),
+/// its second attempt counted.
+#[tokio::test]
+async fn a_task_lease_runs_out_only_once_the_clock_passes_its_deadline() {
+    let clock = ManualClock::at(START);
+    let f = fixture_on(10, clock.clone()).await;
+    let e = &f.engine;
+    create_one(&f).await;
+    let first = take_one(e, "w1").await;
+    assert_eq!(first["taskName"], "CREATE");
+    let id = first["taskId"].as_str().unwrap();
+    let row = task_row(e, id).await;
+    assert_eq!(
+        (row.started_at, row.lease_deadline),
+        (START, START + 60_000)
+    );
+
+    clock.advance(ms(TIMEOUT));
+    let r = round(e).await;
+    assert!(r.timed_out_tasks.is_empty(), "at the deadline: {r:?}");
+    assert_eq!(task_row(e, id).await.state, TaskState::InProgress);
+
+    clock.advance(ms(1));
+    let r = round(e).await;
+    assert_eq!(r.timed_out_tasks, vec![id.to_string()]);
+    let row = task_row(e, id).await;
+    assert_eq!(row.lease_owner, None);
+    assert_ne!(row.state, TaskState::InProgress);
+    let body: weft_engine::body::TaskBody = weft_engine::body::from_body(&row.body).unwrap();
+    assert_eq!(body.retried.len(), 1, "{body:?}");
+    assert_eq!(body.retried[0].finish_time, START + 60_001);
+    let stderr = body.retried[0].stderr.as_deref().unwrap_or_default();
+    assert!(stderr.contains("timed out after 60 s"), "{stderr}");
+    let late = finish(e, finish_req(id, "w1")).await.unwrap_err();
+    assert!(matches!(late, EngineError::NotOwner), "{late}");
+
+    let cleanup = take_one(e, "w1").await;
+    assert_eq!(cleanup["taskName"], "DELETE");
+    finish(e, finish_req(cleanup["taskId"].as_str().unwrap(), "w1"))
+        .await
+        .unwrap();
+    let again = take_one(e, "w1").await;
+    assert_eq!(again["taskId"], first["taskId"]);
+    assert_eq!(task_row(e, id).await.attempts, 2);
+}
+
+/// A cluster whose lease ends at `expire_time` stays until the clock passes it; the janitor's
+/// next round then starts its delete, which runs to `terminated`.
+#[tokio::test]
+async fn a_cluster_is_deleted_by_the_janitor_only_once_its_lease_has_passed() {
+    const HOUR: u64 = 3_600_000;
+    let clock = ManualClock::at(START);
+    let f = fixture_on(10, clock.clone()).await;
+    let e = &f.engine;
+    let mut req = request("t", 1);
+    req.initial_lease_duration = Some(HOUR as i64);
+    let Created::Id(id) = create_cluster(e, &f.who, req, false).await.unwrap() else {
+        panic!("not a dry run");
+    };
+    run_worker(e).await;
+    assert_eq!(status(e, &id).await, ClusterStatus::Active);
+    let cid = weft_engine::parse_cluster_id(&id).unwrap();
+    let row = e.store.get_cluster("t-acme", cid).await.unwrap().unwrap();
+    assert_eq!(row.expire_time, START + HOUR as i64);
+
+    clock.advance(ms(HOUR));
+    let r = round(e).await;
+    assert!(r.expired_clusters.is_empty(), "at the lease's end: {r:?}");
+    assert_eq!(status(e, &id).await, ClusterStatus::Active);
+
+    clock.advance(ms(1));
+    let r = round(e).await;
+    assert_eq!(r.expired_clusters.len(), 1, "{r:?}");
+    assert_eq!(r.expired_clusters[0].0, cid);
+    assert_eq!(status(e, &id).await, ClusterStatus::Pending);
+    let job = e
+        .store
+        .get_job("t-acme", &r.expired_clusters[0].1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (job.action.as_str(), job.status),
+        ("CLUSTER_DELETE", JobStatus::Running)
+    );
+    run_worker(e).await;
+    assert_eq!(status(e, &id).await, ClusterStatus::Terminated);
+    assert!(round(e).await.expired_clusters.is_empty());
+}
+
+/// A provisioner is dropped once it has sent no heartbeat for longer than
+/// `provisioner_timeout` (by the engine's clock, heartbeats included), and not before; the task
+/// it held is failed over at once, before its own lease ran out.
+#[tokio::test]
+async fn a_silent_provisioner_is_dropped_only_once_its_timeout_has_passed() {
+    let clock = ManualClock::at(START);
+    let f = fixture_on(10, clock.clone()).await;
+    let e = &f.engine;
+    create_one(&f).await;
+    clock.advance(ms(10_000));
+    provisioners::heartbeat(e, "p1", &Heartbeat::default())
+        .await
+        .unwrap();
+    clock.advance(ms(5_000));
+    let task = take_one(e, "w1").await;
+    let id = task["taskId"].as_str().unwrap();
+
+    // The last heartbeat was at START + 10 s: silent for exactly the timeout now.
+    clock.set(START + 10_000 + TIMEOUT as i64);
+    let r = run_once(e, e.now_ms()).await.unwrap();
+    assert!(r.dropped_provisioners.is_empty(), "{r:?}");
+    assert!(e.store.get_provisioner("p1").await.unwrap().is_some());
+
+    clock.advance(ms(1));
+    let r = run_once(e, e.now_ms()).await.unwrap();
+    assert_eq!(r.dropped_provisioners, vec!["p1".to_string()]);
+    assert_eq!(r.failed_over_tasks, vec![id.to_string()]);
+    assert!(
+        r.timed_out_tasks.is_empty(),
+        "its lease had not run out: {r:?}"
+    );
+    assert!(e.store.get_provisioner("p1").await.unwrap().is_none());
+    assert_eq!(task_row(e, id).await.lease_owner, None);
+}
+
+/// The engine reads the time only through its clock: no other source file of weft-engine calls
+/// the system's clocks or the wall-clock function kept for callers outside the engine.
+#[test]
+fn only_the_clock_module_reads_the_system_clocks() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|x| x != "rs") || path == src.join("clock.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let free_now_ms = text
+                .match_indices("now_ms()")
+                .any(|(i, _)| !text[..i].ends_with('.'));
+            if free_now_ms || text.contains("SystemTime::now") || text.contains("Instant::now") {
+                offenders.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "read the clock directly: {offenders:?}"
+    );
 }

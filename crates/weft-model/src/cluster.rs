@@ -68,6 +68,14 @@ impl JobStatus {
         }
     }
 
+    /// Whether a job in this status still runs or may resume: running or paused.
+    pub fn is_underway(self) -> bool {
+        match self {
+            JobStatus::Running | JobStatus::Paused => true,
+            JobStatus::NotSubmitted | JobStatus::Complete | JobStatus::Failed => false,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Self> {
         [
             JobStatus::NotSubmitted,

@@ -114,7 +114,7 @@ pub struct DriftReport {
 impl DriftReport {
     /// Whether the check has ended (it is neither running nor paused).
     pub fn finished(&self) -> bool {
-        !matches!(self.job_status.as_str(), "running" | "paused")
+        !crate::JobStatus::parse(&self.job_status).is_some_and(crate::JobStatus::is_underway)
     }
 }
 

@@ -94,7 +94,7 @@ pub struct ClusterHealth {
 impl ClusterHealth {
     /// Whether the run has ended (it is neither running nor paused).
     pub fn finished(&self) -> bool {
-        !matches!(self.job_status.as_str(), "running" | "paused")
+        !crate::JobStatus::parse(&self.job_status).is_some_and(crate::JobStatus::is_underway)
     }
 
     /// Every cell whose state is `state`.

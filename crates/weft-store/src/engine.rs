@@ -15,6 +15,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use weft_model::{ClusterStatus, JobStatus};
 
 use crate::StoreError;
 
@@ -27,12 +28,13 @@ pub struct ClusterRow {
     pub id: u64,
     pub owner: String,
     pub name: String,
-    /// Coopr's lowercase status name: `pending`, `active`, `incomplete`, `inconsistent`,
-    /// `terminated`. The store reads it in [`expired_clusters`] and [`count_clusters`].
+    /// Stored as Coopr's lowercase status name (`pending`, `active`, `incomplete`,
+    /// `inconsistent`, `terminated`); an unknown name reads as [`StoreError::Corrupt`]. The
+    /// store reads it in [`expired_clusters`] and [`count_clusters`].
     ///
     /// [`expired_clusters`]: crate::Store::expired_clusters
     /// [`count_clusters`]: crate::Store::count_clusters
-    pub status: String,
+    pub status: ClusterStatus,
     /// Milliseconds since the epoch.
     pub create_time: i64,
     /// Milliseconds since the epoch; 0 means never.
@@ -67,7 +69,9 @@ pub struct JobRow {
     pub cluster_id: u64,
     pub id: String,
     pub action: String,
-    pub status: String,
+    /// Stored as its lowercase name (`not_submitted`, `running`, `complete`, `failed`,
+    /// `paused`); an unknown name reads as [`StoreError::Corrupt`].
+    pub status: JobStatus,
     pub create_time: i64,
     /// Ignored when writing.
     pub rev: i64,
@@ -139,6 +143,20 @@ impl FromStr for TaskState {
             .find(|t| t.as_str() == s)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown task state {s:?}")))
     }
+}
+
+/// A cluster status as stored (its exact lowercase name); anything else is
+/// [`StoreError::Corrupt`].
+pub fn cluster_status(text: &str) -> Result<ClusterStatus, StoreError> {
+    ClusterStatus::parse(text)
+        .filter(|s| s.as_str() == text)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown cluster status {text:?}")))
+}
+
+/// A job status as stored (its exact lowercase name); anything else is [`StoreError::Corrupt`].
+pub fn job_status(text: &str) -> Result<JobStatus, StoreError> {
+    JobStatus::parse(text)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown job status {text:?}")))
 }
 
 /// A task as a job's plan shows it: its row without body, successors and lease (what a stage
@@ -220,7 +238,7 @@ pub enum Write {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Taken {
     pub task: TaskRow,
-    pub job: Option<(String, i64)>,
+    pub job: Option<(JobStatus, i64)>,
     pub cluster: Option<ClusterStamp>,
 }
 

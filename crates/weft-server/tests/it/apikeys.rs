@@ -17,9 +17,13 @@ async fn apikey_harness() -> (Harness, String) {
         user: "admin".into(),
         admin: true,
     };
-    let sa = make_key(h.app.state.store.as_ref(), &req)
-        .await
-        .expect("superadmin key");
+    let sa = make_key(
+        h.app.state.store.as_ref(),
+        &req,
+        h.app.state.engine.now_ms(),
+    )
+    .await
+    .expect("superadmin key");
     (h, sa.key)
 }
 

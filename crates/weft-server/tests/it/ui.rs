@@ -588,9 +588,13 @@ async fn superadmin_manages_tenants_and_api_key_logins_work() {
         user: "admin".into(),
         admin: true,
     };
-    let sa = weft_engine::apikeys::make_key(h.app.state.store.as_ref(), &req)
-        .await
-        .expect("key");
+    let sa = weft_engine::apikeys::make_key(
+        h.app.state.store.as_ref(),
+        &req,
+        h.app.state.engine.now_ms(),
+    )
+    .await
+    .expect("key");
     let r = form(&h, None, "/ui/login", &[("apikey", "wrong")]).await;
     assert_eq!(r.status.as_u16(), 401);
     assert!(r.text().contains("invalid API key"));

@@ -35,8 +35,8 @@ use super::pg_reader::ReadOn;
 use super::{parse_json, to_i64, to_u32, to_u64, Hot, SqlStore};
 use crate::audit::PendingRow;
 use crate::engine::{
-    ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow, Quota, Taken, TaskHead, TaskRow,
-    TaskState, Write, GATE,
+    cluster_status, job_status, ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, NodeRow,
+    Quota, Taken, TaskHead, TaskRow, TaskState, Write, GATE,
 };
 use crate::leader::fnv1a64;
 use crate::{Backend, Leadership, Result, StoreError};
@@ -193,7 +193,7 @@ fn cluster_from_row(row: &impl Cols) -> Result<ClusterRow> {
         id: to_u64(row.get("id")?, "cluster id")?,
         owner: row.get("owner")?,
         name: row.get("name")?,
-        status: row.get("status")?,
+        status: cluster_status(&row.get::<String>("status")?)?,
         create_time: row.get("create_time")?,
         expire_time: row.get("expire_time")?,
         latest_job: row.get("latest_job")?,
@@ -220,7 +220,7 @@ fn job_from_row(row: &impl Cols) -> Result<JobRow> {
         cluster_id: to_u64(row.get("cluster_id")?, "job cluster id")?,
         id: row.get("id")?,
         action: row.get("action")?,
-        status: row.get("status")?,
+        status: job_status(&row.get::<String>("status")?)?,
         create_time: row.get("create_time")?,
         rev: row.get("rev")?,
         steps_done: to_u64(row.get("steps_done")?, "job steps done")?,
@@ -789,7 +789,9 @@ pub(super) fn take_sql() -> String {
 pub(super) fn taken_from_row(row: &impl Cols) -> Result<Taken> {
     Ok(Taken {
         task: task_from_row(row)?,
-        job: job_of_task(row)?,
+        job: job_of_task(row)?
+            .map(|(status, rev)| Ok::<_, StoreError>((job_status(&status)?, rev)))
+            .transpose()?,
         cluster: stamp_of_task(row)?,
     })
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
+use weft_model::{ClusterStatus, JobStatus};
 use weft_store::{
     ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, Lease, NodeRow, Store, StoreError,
     TaskRow, TaskState, Write, GATE,
@@ -28,7 +29,7 @@ pub(crate) fn cluster(
         id,
         owner: owner.into(),
         name: format!("cluster-{id}"),
-        status: status.into(),
+        status: weft_store::engine::cluster_status(status).expect("a cluster status"),
         create_time: 1_000 + id as i64,
         expire_time,
         latest_job: None,
@@ -55,7 +56,7 @@ pub(crate) fn job(tenant: &str, cluster_id: u64, id: &str, create_time: i64) -> 
         cluster_id,
         id: id.into(),
         action: "cluster_create".into(),
-        status: "running".into(),
+        status: JobStatus::Running,
         create_time,
         rev: 0,
         steps_done: 0,
@@ -141,7 +142,7 @@ async fn commit_writes_rows_and_bumps_revisions(ctx: &Ctx) -> Result<()> {
 
     // A write ignores the row's own rev and bumps the stored one; every field is replaced.
     let c2 = at(&c, |r| {
-        r.status = "active".into();
+        r.status = ClusterStatus::Active;
         r.expire_time = 99;
         r.latest_job = Some("00000007-001".into());
         r.body = json!({"changed": true});
@@ -305,8 +306,8 @@ async fn a_stale_expectation_writes_nothing(ctx: &Ctx) -> Result<()> {
             },
         ],
         writes: vec![
-            Write::Cluster(at(&c, |r| r.status = "active".into())),
-            Write::Job(at(&j, |r| r.status = "complete".into())),
+            Write::Cluster(at(&c, |r| r.status = ClusterStatus::Active)),
+            Write::Job(at(&j, |r| r.status = JobStatus::Complete)),
             Write::Task(at(&t, |r| r.state = TaskState::Complete)),
         ],
     };
@@ -373,7 +374,9 @@ async fn a_stale_expectation_writes_nothing(ctx: &Ctx) -> Result<()> {
     let read = s.get_cluster(B, 1).await?.context("cluster")?;
     let mut cs = ChangeSet::new();
     cs.expect(Expect::cluster(&read))
-        .write(Write::Cluster(at(&read, |r| r.status = "active".into())));
+        .write(Write::Cluster(at(&read, |r| {
+            r.status = ClusterStatus::Active
+        })));
     s.commit(&cs).await?;
     assert!(matches!(s.commit(&cs).await, Err(StoreError::Stale(_))));
     Ok(())
@@ -716,7 +719,7 @@ async fn counts_are_kept_with_their_rows(ctx: &Ctx) -> Result<()> {
 async fn light_reads_of_jobs_and_tasks(ctx: &Ctx) -> Result<()> {
     let s = &*ctx.store;
     let mut j2 = job(A, 1, "j2", 10);
-    j2.status = "complete".into();
+    j2.status = JobStatus::Complete;
     let on = |id: &str, node: &str, state: TaskState, started_at: i64| TaskRow {
         node_id: node.into(),
         started_at,
@@ -854,7 +857,7 @@ async fn take_next_reads_the_job_and_cluster_with_the_task(ctx: &Ctx) -> Result<
     .await?;
     let t = s.take_next(A, "p.w", 10, 20).await?.context("first")?;
     assert_eq!(t.task.id, "j-001");
-    assert_eq!(t.job, Some(("running".to_string(), 1)));
+    assert_eq!(t.job, Some((JobStatus::Running, 1)));
     assert_eq!(
         t.cluster,
         Some(ClusterStamp {
@@ -864,7 +867,7 @@ async fn take_next_reads_the_job_and_cluster_with_the_task(ctx: &Ctx) -> Result<
     );
     let (again, job) = s.task_with_job(A, "j-001").await?.context("read")?;
     assert_eq!(again, t.task);
-    assert_eq!(job, t.job);
+    assert_eq!(job, Some(("running".to_string(), 1)));
     let orphan = s.take_next(A, "p.w", 10, 20).await?.context("second")?;
     assert_eq!(
         (orphan.job, orphan.cluster),
@@ -1233,8 +1236,42 @@ async fn a_finish_carries_any_text(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// Statuses are stored as their lowercase names; a row whose status is none of them reads as
+/// corrupt rather than as some status.
+async fn an_unknown_status_reads_as_corrupt(ctx: &Ctx) -> Result<()> {
+    use sqlx::Connection;
+    let s = &*ctx.store;
+    let j = job(A, 7, "00000007-001", 0);
+    s.commit(&writes([
+        Write::Cluster(cluster(A, 7, "alice", "inconsistent", 0)),
+        Write::Job(j.clone()),
+    ]))
+    .await?;
+    let mut conn = sqlx::AnyConnection::connect(&ctx.url).await?;
+    let stored: (String, String) = sqlx::query_as(
+        "SELECT c.status, j.status FROM clusters c, jobs j WHERE c.id = 7 AND j.id = '00000007-001'",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    ensure!(
+        stored == ("inconsistent".into(), "running".into()),
+        "{stored:?}"
+    );
+    sqlx::raw_sql(
+        "UPDATE clusters SET status = 'Active' WHERE id = 7; UPDATE jobs SET status = 'done'",
+    )
+    .execute(&mut conn)
+    .await?;
+    let c = s.get_cluster(A, 7).await;
+    ensure!(matches!(c, Err(StoreError::Corrupt(_))), "{c:?}");
+    let j = s.get_job(A, "00000007-001").await;
+    ensure!(matches!(j, Err(StoreError::Corrupt(_))), "{j:?}");
+    Ok(())
+}
+
 contract_tests!(
     a_finish_carries_any_text,
+    an_unknown_status_reads_as_corrupt,
     commit_writes_rows_and_bumps_revisions,
     reads_are_ordered_and_filtered,
     a_stale_expectation_writes_nothing,

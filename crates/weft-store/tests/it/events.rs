@@ -89,7 +89,7 @@ async fn every_change_is_an_event_in_commit_order(ctx: &Ctx) -> Result<()> {
         .await?;
     }
     let mut done = job(A, 7, "j7", 1);
-    done.status = "complete".into();
+    done.status = weft_model::JobStatus::Complete;
     s.commit(&writes([
         Write::Task(TaskRow {
             action: GATE.into(),

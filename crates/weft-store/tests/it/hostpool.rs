@@ -305,7 +305,7 @@ fn cluster_row(tenant: &str, id: u64, status: &str) -> Write {
         id,
         owner: "alice".into(),
         name: format!("c{id}"),
-        status: status.into(),
+        status: weft_store::engine::cluster_status(status).expect("a cluster status"),
         create_time: 1,
         expire_time: 0,
         latest_job: None,

@@ -119,6 +119,7 @@ pub(crate) fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
                         user,
                         admin,
                     },
+                    weft_engine::now_ms(),
                 )
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;

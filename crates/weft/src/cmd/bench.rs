@@ -589,7 +589,7 @@ pub(super) async fn check_active(
     let url = format!("{}/v2/clusters/{cluster}/status", s.api);
     let text = send(http, reqwest::Method::GET, &url, ADMIN, None).await?;
     let v: Value = serde_json::from_str(&text)?;
-    if v["status"] != "active" {
+    if v["status"] != weft_model::ClusterStatus::Active.as_str() {
         bail!("cluster {cluster} is not active: {text}");
     }
     Ok(())

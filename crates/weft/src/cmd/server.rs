@@ -336,7 +336,7 @@ async fn up_admin_key(
         user: "admin".into(),
         admin: true,
     };
-    let made = weft_engine::apikeys::make_key(store, &request)
+    let made = weft_engine::apikeys::make_key(store, &request, weft_engine::now_ms())
         .await
         .map_err(|e| anyhow::anyhow!("making the admin API key: {e}"))?;
     weft_server::private::write(&path, format!("{}\n", made.key).as_bytes())

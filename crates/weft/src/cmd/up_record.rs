@@ -70,7 +70,7 @@ pub(crate) async fn live_in_store(engine: &weft_engine::Engine) -> anyhow::Resul
     let mut live = Vec::new();
     for t in engine.store.list_tenants().await? {
         for row in engine.store.list_clusters(&t.id, None).await? {
-            if row.status == ClusterStatus::Terminated.as_str() {
+            if row.status == ClusterStatus::Terminated {
                 continue;
             }
             let c = weft_engine::view::summary(engine, &row).await?;
