@@ -18,12 +18,19 @@ pub const MAX_PAGE: u64 = 1000;
 pub struct AuditFilter {
     /// A tenant's name: the superadmin's choice (others read their own tenant's).
     pub tenant: Option<String>,
+    /// Only this user's records (exact match).
     pub user: Option<String>,
+    /// Only records on this kind of thing (`clusters`, `providers`, `apikeys`, ...).
     pub entity: Option<String>,
+    /// Only records of this action (`create`, `update`, `delete`, or an operation's name).
     pub action: Option<String>,
+    /// Only records at or after this time, in ms since the epoch.
     pub from: Option<i64>,
+    /// Only records before this time, in ms since the epoch.
     pub to: Option<i64>,
+    /// How many matching records to skip, newest first; 0 when unset.
     pub offset: Option<u64>,
+    /// The most records to answer: 100 when unset, at most [`MAX_PAGE`]; 0 is refused.
     pub limit: Option<u64>,
 }
 

@@ -11,15 +11,22 @@ use crate::error::{EngineError, EngineResult};
 /// A cluster's body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterBody {
+    /// The description the user gave at create; `None` without one.
     #[serde(default)]
     pub description: Option<String>,
     /// The cluster's copy of its provider, with the user's non-sensitive fields merged in.
     pub provider: Provider,
     /// The resolved template as it was at creation (or at the last template change).
     pub template: ClusterTemplate,
+    /// The names of the services the cluster was asked to run (the request's, else the template's
+    /// defaults, those the layout placed), as later adds and removes changed them.
     pub services: Vec<String>,
+    /// The cluster's config (the template's default config unless the request gave one): JSON
+    /// passed to every service's actions.
     #[serde(default)]
     pub config: Map<String, Value>,
+    /// The domain suffix of the nodes' host names (from the request, the template's default, else
+    /// `local`).
     pub dns_suffix: String,
     /// The latest job's status message (failure output, "Aborted by user.").
     #[serde(default)]
@@ -91,6 +98,7 @@ pub struct DriftRecord {
     /// The latest check's job and when it started.
     #[serde(default)]
     pub job_id: Option<String>,
+    /// When the latest check started, in ms since the epoch; 0 if none has.
     #[serde(default)]
     pub started: i64,
     /// Machines with the cluster's marks that belong to no node, found when it started.
@@ -103,8 +111,10 @@ pub struct DriftRecord {
     /// whose machine is missing or stopped, and `node/service` pairs found unhealthy.
     #[serde(default)]
     pub recorded_job: Option<String>,
+    /// Nodes whose machine the recorded check found missing or stopped.
     #[serde(default)]
     pub missing: Vec<String>,
+    /// `node/service` pairs the recorded check found unhealthy.
     #[serde(default)]
     pub unhealthy: Vec<String>,
     /// Nodes the janitor replaced by itself (the last hour's and a few more).
@@ -115,7 +125,9 @@ pub struct DriftRecord {
 /// What an upgrade replaced, so that a failed upgrade can be rolled back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UpgradeFrom {
+    /// The service's definition before the upgrade.
     pub service: weft_model::Service,
+    /// The upgrade's batch size (nodes per batch), reused by its rollback.
     pub batch_size: usize,
 }
 
@@ -128,6 +140,7 @@ pub struct JobBody {
     /// How many real (non-gate) tasks the job has.
     #[serde(default)]
     pub total: u64,
+    /// Why the job failed or was aborted; `None` while nothing went wrong.
     #[serde(default)]
     pub message: Option<String>,
     /// A rolling change: its policy and what became of it (`changed_nodes` is read from the
@@ -145,6 +158,7 @@ pub struct TaskBody {
     /// For BOOTSTRAP: the automator types to bootstrap on the node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub automators: Vec<String>,
+    /// The status code the worker reported for the last attempt (0 is success).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_code: Option<i64>,
     /// Why the last attempt failed.
@@ -158,6 +172,7 @@ pub struct TaskBody {
     /// The end of the last attempt's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    /// The end of the last attempt's error output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
     /// HEALTHCHECK tasks: what the check found (kept here, not on the node).
@@ -188,20 +203,28 @@ pub const MAX_RETRIED: usize = 10;
 /// One finished attempt of a task.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Attempt {
+    /// When the attempt started (was taken), in ms since the epoch.
     pub start_time: i64,
+    /// When the attempt finished, in ms since the epoch.
     pub finish_time: i64,
+    /// The end of the attempt's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    /// The end of the attempt's error output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// How the attempt failed, as its worker classified it (absent: unclassified).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<weft_model::TaskFailure>,
 }
 
+/// `t` as a row body; an encoding failure is an [`EngineError::Internal`].
 pub fn to_body<T: Serialize>(t: &T) -> EngineResult<Value> {
     serde_json::to_value(t).map_err(|e| EngineError::Internal(format!("encoding a row body: {e}")))
 }
 
+/// A row body read as `T`; a body that does not fit is an [`EngineError::Internal`] (a corrupt
+/// row).
 pub fn from_body<T: serde::de::DeserializeOwned>(v: &Value) -> EngineResult<T> {
     // Deserializing from a reference avoids copying the whole document first.
     T::deserialize(v).map_err(|e| EngineError::Internal(format!("decoding a row body: {e}")))

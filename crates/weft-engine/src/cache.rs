@@ -42,6 +42,7 @@ const MAX_REMOVED: usize = 4096;
 
 /// One node as payloads use it.
 pub struct CachedNode {
+    /// The node row's revision this entry was parsed at.
     pub rev: i64,
     /// The node, its `services` moved to [`CachedNode::services`].
     pub node: Node,
@@ -83,6 +84,7 @@ pub struct MapRevision {
 }
 
 impl MapRevision {
+    /// The revision as workers get it: `<instance hex>.<lineage>.<seq>`.
     pub fn text(&self) -> String {
         format!("{:x}.{}.{}", self.instance, self.lineage, self.seq)
     }
@@ -102,8 +104,11 @@ impl MapRevision {
 
 /// A cluster as payloads use it, at one [`ClusterStamp`].
 pub struct Snapshot {
+    /// The cluster's revisions this snapshot was built at.
     pub stamp: ClusterStamp,
+    /// The cluster's owner (a user id).
     pub owner: String,
+    /// The cluster's body, parsed.
     pub body: Arc<ClusterBody>,
     nodes: BTreeMap<String, Arc<CachedNode>>,
     /// The nodes of the map (all but those the running job retires), each with the sequence
@@ -218,6 +223,8 @@ impl Snapshot {
     }
 }
 
+/// Snapshots of recently used clusters (at most 256, least recently used evicted first), from which
+/// task payloads are built.
 pub struct PayloadCache {
     inner: Mutex<Inner>,
     /// One rebuild per cluster at a time: concurrent takes of a cluster whose nodes just changed
@@ -670,6 +677,8 @@ pub struct LeaseCache {
 }
 
 impl LeaseCache {
+    /// Keeps a copy of a task this server just leased, with its job's status and revision (dropped
+    /// when the cache is full).
     pub fn remember(&self, task: TaskRow, job: Option<(JobStatus, i64)>) {
         let mut leased = self.leased.lock().expect("cache lock");
         if leased.len() < LEASES_MAX {

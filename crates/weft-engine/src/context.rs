@@ -53,6 +53,7 @@ pub struct WebhookSettings {
     /// The first retry's back-off ceiling; each retry doubles it, up to `retry_max_ms`, and
     /// waits a random time up to it (full jitter).
     pub retry_base_ms: u64,
+    /// The longest back-off between two retries, in milliseconds.
     pub retry_max_ms: u64,
     /// How long a delivery is retried from its first attempt before it is marked failed.
     pub retry_window_ms: i64,
@@ -160,7 +161,9 @@ impl Messenger for Quiet {
 /// caches, the [`Messenger`] and the [`Clock`]. Cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
+    /// Everything weft keeps.
     pub store: Arc<dyn Store>,
+    /// The server's settings as the engine needs them.
     pub settings: Arc<EngineSettings>,
     /// Job notices (start, success, failure), after they are committed.
     pub events: tokio::sync::broadcast::Sender<JobEvent>,
@@ -274,16 +277,23 @@ impl Engine {
 /// A caller's role in its tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
+    /// A plain user: sees and changes only the clusters they own.
     User,
+    /// The tenant admin: manages the tenant's catalog and every cluster of the tenant.
     Admin,
+    /// The superadmin (the admin of the `superadmin` tenant): manages tenants, plugin types and
+    /// provisioners too.
     SuperAdmin,
 }
 
 /// Who asks for an operation: the tenant it acts in, the user (a cluster's owner) and the role.
 #[derive(Debug, Clone)]
 pub struct Caller {
+    /// The tenant the caller acts in.
     pub tenant: Tenant,
+    /// The caller's user id; the owner of the clusters it creates.
     pub user: String,
+    /// What the caller may do.
     pub role: Role,
 }
 

@@ -19,7 +19,9 @@ use crate::{notify, retry_stale, store_err, Caller, Engine, JobEventKind, GATE};
 
 /// What a cluster's latest job is doing, as read with its cluster.
 pub struct Running {
+    /// The cluster, as read.
     pub cluster: ClusterRow,
+    /// Its latest job, as read.
     pub job: JobRow,
 }
 

@@ -24,7 +24,9 @@ use crate::{Caller, Engine};
 /// What a create request made: a cluster (its id), or for a dry run the plan it would run.
 #[derive(Debug)]
 pub enum Created {
+    /// The new cluster's id, as text.
     Id(String),
+    /// The plan the create would run (a dry run: nothing was written).
     Plan(weft_model::PlanView),
 }
 
@@ -597,7 +599,8 @@ fn lease_expiry(template: &ClusterTemplate, requested: Option<i64>, now: i64) ->
     Ok(if lease == 0 { 0 } else { now + lease })
 }
 
-/// 400 with `{"missingFields": [...]}` unless one required set of the provider type's user fields is
+/// 400 with `{"missingFields": [...]}` unless one required set of the provider type's user fields
+/// is
 /// covered by the provider's fields plus the request's.
 fn check_required_fields(
     ptype: &PluginType,
@@ -670,7 +673,8 @@ fn split_provider_fields(
     (secrets, user_fields)
 }
 
-/// Only `want` (if given) from an offer; an unoffered `want` leaves nothing, and the solver says why.
+/// Only `want` (if given) from an offer; an unoffered `want` leaves nothing, and the solver says
+/// why.
 fn restrict(offer: TypeOffer, want: Option<&str>) -> TypeOffer {
     match want {
         None => offer,

@@ -34,14 +34,18 @@ pub struct FeedFilter {
 /// The numbers a follower may have missed: the backlog no longer holds `from..=to` (retention).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lost {
+    /// The first number lost.
     pub from: u64,
+    /// The last number lost.
     pub to: u64,
 }
 
 /// A prepared follow: the store query for `who` and `filter`, starting after `since` (after the
 /// newest event when `None`: only what happens from now), and what the backlog lost before it.
 pub struct Follow {
+    /// What to read next from the store (its `after` moves as events are read).
     pub query: EventQuery,
+    /// Events the follow asked for that retention removed; `None` when nothing was lost.
     pub lost: Option<Lost>,
 }
 

@@ -29,21 +29,30 @@ use crate::Engine;
 /// The names a tenant's catalog holds, by kind, and the plugin types provisioners offer.
 #[derive(Debug, Default, Clone)]
 pub struct Names {
+    /// The tenant's providers.
     pub providers: BTreeSet<String>,
+    /// The tenant's hardware types.
     pub hardwaretypes: BTreeSet<String>,
+    /// The tenant's image types.
     pub imagetypes: BTreeSet<String>,
     /// Service names and what services `provide` (a dependency may name either).
     pub services: BTreeSet<String>,
+    /// The tenant's cluster templates.
     pub clustertemplates: BTreeSet<String>,
+    /// The tenant's partial templates.
     pub partialtemplates: BTreeSet<String>,
+    /// Provider types registered by provisioners (kept in the `superadmin` tenant).
     pub provider_types: BTreeSet<String>,
+    /// Automator types registered by provisioners (kept in the `superadmin` tenant).
     pub automator_types: BTreeSet<String>,
 }
 
 /// One finding: the warning, and whether it keeps the entry from running (a missing reference).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gap {
+    /// The field at fault and what is wrong with it.
     pub warning: CatalogWarning,
+    /// Whether the entry names something that does not exist, so it cannot be used until it does.
     pub missing: bool,
 }
 

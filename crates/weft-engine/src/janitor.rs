@@ -112,7 +112,8 @@ async fn purge_audit(st: &Engine, now: i64) -> bool {
     true
 }
 
-/// Retention of the event stream's backlog and of the webhooks' delivery log (a failure is logged; the next round tries again).
+/// Retention of the event stream's backlog and of the webhooks' delivery log (a failure is logged;
+/// the next round tries again).
 async fn purge_events(st: &Engine, now: i64) -> bool {
     let keep = st.settings.event_retention_ms;
     if keep <= 0 {
@@ -272,6 +273,8 @@ pub struct Janitor {
 }
 
 impl Janitor {
+    /// A janitor for this server, not holding the leadership yet; its holder name is
+    /// `<host>/<pid>/<random>`.
     pub fn new(st: Engine) -> Janitor {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
         let host = host.trim();

@@ -19,12 +19,17 @@ use crate::{notify, store_err, view, Engine, JobEventKind};
 
 /// A cluster with its body and nodes, as read.
 pub struct Loaded {
+    /// The cluster row.
     pub row: ClusterRow,
+    /// The cluster's body, parsed.
     pub body: ClusterBody,
+    /// The cluster's nodes, parsed from their rows, by `nodenum`.
     pub nodes: Vec<Node>,
+    /// The node rows, in the same order as `nodes`.
     pub node_rows: Vec<NodeRow>,
 }
 
+/// Reads the body and the nodes of the cluster `row`.
 pub async fn load(st: &Engine, row: ClusterRow) -> EngineResult<Loaded> {
     let body: ClusterBody = from_body(&row.body)?;
     let node_rows = st.store.list_nodes(&row.tenant_id, row.id).await?;
@@ -88,6 +93,7 @@ pub fn preview(plan: &weft_planner::Plan, cluster_id: String) -> EngineResult<Pl
 
 /// An operation to start, and how it rolls when it is a rolling change.
 pub struct JobOp {
+    /// The operation to plan.
     pub op: Operation,
     /// The plan's batches and gates.
     pub rollout: Option<RolloutPlan>,
@@ -108,8 +114,10 @@ impl From<Operation> for JobOp {
     }
 }
 
-/// What a call that changes a cluster answers: the job's plan (for a dry run, the plan that would run).
+/// What a call that changes a cluster answers: the job's plan (for a dry run, the plan that would
+/// run).
 pub struct Started {
+    /// The job's plan, as the plans API shows it.
     pub plan: PlanView,
 }
 
@@ -302,9 +310,13 @@ fn write_nodes(cs: &mut ChangeSet, c: &Loaded, after: &[Node]) -> EngineResult<(
 
 /// What a new node is made from: the provider's hardware and image types and the service catalog.
 pub struct MachineTypes<'a> {
+    /// The provider's name.
     pub provider: &'a str,
+    /// The provider's hardware types.
     pub hardware: &'a [MachineType],
+    /// The provider's image types.
     pub images: &'a [MachineType],
+    /// The tenant's services.
     pub services: &'a [Service],
 }
 

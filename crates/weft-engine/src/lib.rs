@@ -41,6 +41,7 @@
 //! `preview`, `delete`, `drift` (drift checks, automatic replacement), `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
+#![warn(missing_docs)]
 
 pub mod apikeys;
 pub mod audit;

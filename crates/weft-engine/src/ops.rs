@@ -459,8 +459,11 @@ pub async fn remove_service(
 /// What a user can ask every service of a cluster, or one, to do in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServiceAction {
+    /// Starts the service (a START task per node).
     Start,
+    /// Stops the service (a STOP task per node).
     Stop,
+    /// Restarts the service, batch by batch as a rolling change.
     Restart,
 }
 

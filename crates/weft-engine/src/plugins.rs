@@ -23,6 +23,7 @@ use crate::{Caller, Engine};
 /// Where the bytes of plugin resource versions live.
 #[async_trait::async_trait]
 pub trait ResourceStore: Send + Sync + 'static {
+    /// Stores the bytes of one version, replacing any there were.
     async fn put(&self, key: &ResourceKey, version: u64, bytes: Bytes) -> std::io::Result<()>;
     /// `None` if there are no bytes for this version.
     async fn get(&self, key: &ResourceKey, version: u64) -> std::io::Result<Option<Bytes>>;
@@ -35,7 +36,9 @@ pub trait ResourceStore: Send + Sync + 'static {
 pub struct ResourceType {
     /// `providertypes` or `automatortypes`.
     pub ptype: String,
+    /// The plugin type's name.
     pub plugin: String,
+    /// The resource type, one the plugin type declares.
     pub rtype: String,
 }
 

@@ -16,17 +16,25 @@ pub const SIZE_SCAN: u64 = 100;
 
 /// Which template to lay out: a saved one by name, or a body not saved yet.
 pub enum TemplateRef {
+    /// A template saved in the tenant's catalog, by name.
     Saved(String),
+    /// A template body as a request gives it, not saved.
     Draft(Value),
 }
 
 /// What to preview; unset fields take the template's defaults.
 pub struct LayoutQuery {
+    /// The template to lay out.
     pub template: TemplateRef,
+    /// How many machines; the template's default size when `None`.
     pub num_machines: Option<u64>,
+    /// Which services; the template's default services when `None`.
     pub services: Option<Vec<String>>,
+    /// Which provider; the template's default when `None`.
     pub provider: Option<String>,
+    /// Which hardware type; the template's default when `None`.
     pub hardwaretype: Option<String>,
+    /// Which image type; the template's default when `None`.
     pub imagetype: Option<String>,
     /// Also scan the sizes 1 to [`SIZE_SCAN`].
     pub sizes: bool,

@@ -135,6 +135,8 @@ pub fn is_sealed(v: &Value) -> bool {
 }
 
 impl Sealer {
+    /// A sealer over `store` with master keys from `source`; nothing is read until first use
+    /// ([`Sealer::ready`]).
     pub fn new(store: Arc<dyn Store>, source: KeySource) -> Sealer {
         Sealer {
             store,
@@ -411,6 +413,8 @@ pub struct ExportSealer {
 }
 
 impl ExportSealer {
+    /// A sealer under `passphrase` with a new random salt; a passphrase shorter than the minimum is
+    /// [`EngineError::Invalid`].
     pub fn new(passphrase: &str) -> EngineResult<ExportSealer> {
         if passphrase.chars().count() < MIN_PASSPHRASE {
             return Err(EngineError::Invalid(format!(
@@ -425,6 +429,7 @@ impl ExportSealer {
         })
     }
 
+    /// `value` (any JSON) sealed as one string, `passphrase:v1:...`.
     pub fn seal(&self, value: &Value) -> Value {
         let plain = serde_json::to_vec(value).expect("JSON values serialize");
         let sealed = seal_bytes(&self.cipher, &self.salt, EXPORT_AAD, &plain);
@@ -439,6 +444,7 @@ pub struct ExportOpener {
 }
 
 impl ExportOpener {
+    /// An opener for an import; `None`: no passphrase was given, so a sealed value is an error.
     pub fn new(passphrase: Option<String>) -> ExportOpener {
         ExportOpener {
             passphrase,

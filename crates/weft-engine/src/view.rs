@@ -262,6 +262,7 @@ pub const WHOLE_UP_TO: usize = 1000;
 /// Which of a cluster's nodes an answer holds (`?offset=&limit=`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NodePage {
+    /// The first node of the page, counted from 0 in `nodenum` order.
     pub offset: usize,
     /// At most [`WHOLE_UP_TO`]; `None`: every node of a cluster up to that size, else that many.
     pub limit: Option<usize>,
@@ -270,8 +271,11 @@ pub struct NodePage {
 /// What part of the nodes an answer holds: `count` nodes from `offset` of `total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageInfo {
+    /// The first node held, counted from 0.
     pub offset: usize,
+    /// How many nodes the answer holds.
     pub count: usize,
+    /// How many nodes the cluster has.
     pub total: usize,
 }
 

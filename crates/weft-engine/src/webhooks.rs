@@ -219,12 +219,14 @@ async fn find(st: &Engine, who: &Caller, id: &str) -> EngineResult<WebhookRow> {
         .ok_or_else(|| EngineError::WebhookNotFound(id.to_string()))
 }
 
+/// The tenant's webhooks, secrets never shown (tenant admin only).
 pub async fn list(st: &Engine, who: &Caller) -> EngineResult<Vec<Webhook>> {
     require_admin(who)?;
     let rows = st.store.list_webhooks(Some(&who.tenant.id)).await?;
     Ok(rows.iter().map(answer).collect())
 }
 
+/// One webhook of the tenant, its secret never shown (tenant admin only).
 pub async fn get(st: &Engine, who: &Caller, id: &str) -> EngineResult<Webhook> {
     Ok(answer(&find(st, who, id).await?))
 }
@@ -252,6 +254,7 @@ pub async fn update(
     Ok(answer(&row))
 }
 
+/// Removes a webhook and its delivery log (tenant admin only).
 pub async fn delete(st: &Engine, who: &Caller, id: &str) -> EngineResult<()> {
     find(st, who, id).await?;
     st.store.delete_webhook(&who.tenant.id, id).await?;

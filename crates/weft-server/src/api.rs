@@ -107,6 +107,7 @@ pub const MAX_INT: u64 = 9_007_199_254_740_991;
 /// what the server checks.
 #[derive(Debug, Clone, Copy)]
 pub enum Param {
+    /// Any text (an empty value included).
     Text,
     /// A path segment: text, never empty.
     PathText,
@@ -216,6 +217,7 @@ impl Op {
         self
     }
 
+    /// A query parameter that takes any text.
     pub fn query(self, name: &'static str, desc: &'static str) -> Self {
         self.query_as(name, desc, Param::Text)
     }
@@ -302,13 +304,17 @@ fn with_rules(b: OperationBuilder, rules: &[(&'static str, &'static str)]) -> Op
 
 /// A router and its OpenAPI paths, built together.
 pub struct Api {
+    /// The routes registered so far.
     pub router: Router<AppState>,
+    /// The OpenAPI path items of those routes, keyed by path.
     pub paths: BTreeMap<String, PathItem>,
     /// Appended to every operation's tag (`""` or `" (internal port)"`).
     tag_suffix: &'static str,
 }
 
 impl Api {
+    /// An empty set of routes; `tag_suffix` is appended to every operation's tag (`""` or `"
+    /// (internal port)"`).
     pub fn new(tag_suffix: &'static str) -> Self {
         Api {
             router: Router::new(),
@@ -317,6 +323,8 @@ impl Api {
         }
     }
 
+    /// Registers `handler` for `method` on `path` and writes `doc` into the OpenAPI paths, with the
+    /// errors every route shares added.
     pub fn route<H, T>(mut self, method: MethodFilter, path: &str, handler: H, doc: Op) -> Self
     where
         H: Handler<T, AppState>,

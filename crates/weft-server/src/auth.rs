@@ -14,8 +14,12 @@ use crate::config::AuthMode;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
+/// The header naming the calling user (`Coopr-UserID`; header names are matched without regard to
+/// case).
 pub const USER_HEADER: &str = "coopr-userid";
+/// The header naming the caller's tenant by name (`Coopr-TenantID`).
 pub const TENANT_HEADER: &str = "coopr-tenantid";
+/// The header carrying the caller's API key with `auth = "apikey"` (`Coopr-ApiKey`).
 pub const APIKEY_HEADER: &str = "coopr-apikey";
 
 pub use weft_engine::Role;
@@ -23,8 +27,11 @@ pub use weft_engine::Role;
 /// The authenticated caller of an external route.
 #[derive(Debug, Clone)]
 pub struct Identity {
+    /// The caller's tenant (with `auth = "apikey"`, the tenant of the key).
     pub tenant: Tenant,
+    /// The user id: the `Coopr-UserID` header, or the user an API key was made for.
     pub user: String,
+    /// What the caller may do: user, tenant admin or superadmin.
     pub role: Role,
 }
 
@@ -38,6 +45,7 @@ impl Identity {
         }
     }
 
+    /// Whether the caller is a tenant admin or the superadmin.
     pub fn is_admin(&self) -> bool {
         self.role >= Role::Admin
     }
@@ -66,9 +74,13 @@ fn header<'a>(parts: &'a Parts, name: &str) -> ApiResult<Option<&'a str>> {
 /// [`Identity`] extractor for the audit trail when the request carries a [`ClaimSlot`].
 #[derive(Debug, Clone, Default)]
 pub struct Claimed {
+    /// The id of the tenant named or implied; `None` when none was found.
     pub tenant_id: Option<String>,
+    /// The user the request named (or its key was made for); `None` without one.
     pub user: Option<String>,
+    /// The role, once the caller is known; `None` when the request was refused.
     pub role: Option<Role>,
+    /// The id of the API key presented, with `auth = "apikey"` and a key found.
     pub key_id: Option<String>,
 }
 
@@ -77,6 +89,7 @@ pub struct Claimed {
 pub struct ClaimSlot(pub Arc<std::sync::Mutex<Claimed>>);
 
 impl ClaimSlot {
+    /// What the extractor left, or an empty [`Claimed`] if it never ran.
     pub fn take(&self) -> Claimed {
         self.0.lock().map(|c| c.clone()).unwrap_or_default()
     }

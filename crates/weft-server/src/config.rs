@@ -16,7 +16,8 @@ pub enum AuthMode {
     ApiKey,
 }
 
-/// Every configuration key, all optional. Field names are the TOML keys; the environment variable of
+/// Every configuration key, all optional. Field names are the TOML keys; the environment variable
+/// of
 /// a key is `WEFT_` + its upper-case name (`WEFT_INTERNAL_PORT`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,30 +137,63 @@ pub const KEYS: &[(&str, &str)] = &[
 /// A configuration error, naming the key at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The configuration file could not be read or parsed.
     #[error("config file {path}: {message}")]
-    File { path: PathBuf, message: String },
+    File {
+        /// The file as given.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A key has a value that is not allowed.
     #[error("config key `{key}`: {message}")]
-    Key { key: &'static str, message: String },
+    Key {
+        /// The key's TOML name.
+        key: &'static str,
+        /// What is wrong with the value, and what is allowed.
+        message: String,
+    },
 }
 
 /// Validated settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Directory for the SQLite database and plugin resources (`data_dir`).
     pub data_dir: PathBuf,
+    /// External API port (`port`).
     pub port: u16,
+    /// Provisioner API port (`internal_port`).
     pub internal_port: u16,
+    /// Address both listeners bind to (`bind`).
     pub bind: IpAddr,
+    /// The store's URL, `sqlite://PATH` or `postgres://...` (key `database`; default SQLite at
+    /// `<data_dir>/weft.db`).
     pub database_url: String,
+    /// How callers prove who they are (`auth`).
     pub auth: AuthMode,
+    /// Largest accepted request body in bytes, plugin resources aside (`body_limit`).
     pub body_limit: usize,
+    /// Largest accepted plugin resource upload in bytes (`resource_body_limit`).
     pub resource_body_limit: usize,
+    /// Milliseconds a worker may hold a task before the janitor fails it (`task_timeout`, given in
+    /// seconds).
     pub task_timeout_ms: i64,
+    /// Executions per task before its job fails (`max_action_retries`).
     pub max_action_retries: u32,
+    /// Milliseconds between janitor runs (`janitor_interval`, given in seconds).
     pub janitor_interval_ms: u64,
+    /// Milliseconds without a heartbeat after which a provisioner is dropped
+    /// (`provisioner_timeout`, given in seconds).
     pub provisioner_timeout_ms: i64,
+    /// URL that gets a POST at the start, success and failure of every job; `None`: no such
+    /// callback.
     pub callback_url: Option<String>,
+    /// Local command run at the start, success and failure of every job; `None`: no such callback.
     pub callback_command: Option<String>,
+    /// Milliseconds a callback may take before it is abandoned (`callback_timeout`, given in
+    /// seconds).
     pub callback_timeout_ms: u64,
+    /// The most nodes a cluster may have (`max_cluster_size`), from 1 to 100000.
     pub max_cluster_size: u64,
     /// Where provisioner tokens are read (`None`: the internal port checks no token).
     pub provisioner_token_file: Option<PathBuf>,
@@ -169,18 +203,24 @@ pub struct Settings {
     pub secrets_key: weft_engine::seal::KeySource,
     /// Drift checks by the janitor (0: off).
     pub check_interval_ms: u64,
+    /// How many nodes of one cluster the janitor replaces by itself per hour
+    /// (`auto_replace_per_hour`).
     pub auto_replace_per_hour: u32,
     /// How long the audit trail keeps a record (0: for ever).
     pub audit_retention_ms: i64,
     /// How long the event backlog keeps an event (0: for ever).
     pub event_retention_ms: i64,
+    /// Webhook delivery: loopback receivers allowed or not, and the retry schedule
+    /// (`webhooks_allow_loopback`, `webhook_retry_hours`, `webhook_retry_base_ms`).
     pub webhooks: weft_engine::WebhookSettings,
 }
 
 /// The listeners' certificate files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
+    /// PEM certificate chain both listeners serve (`tls_cert`).
     pub cert: PathBuf,
+    /// PEM private key of `cert` (`tls_key`).
     pub key: PathBuf,
     /// The internal port requires client certificates signed by these CAs.
     pub client_ca: Option<PathBuf>,

@@ -13,26 +13,35 @@ use weft_store::StoreError;
 /// An error answered to an API caller.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// A 400: the request is malformed or breaks a rule; the message says which.
     #[error("{0}")]
     BadRequest(String),
+    /// A 401: no identity, or an API key that is not valid or not the caller's.
     #[error("{0}")]
     Unauthorized(String),
     /// A 403; an empty message gives an empty body (Coopr's superadmin routes).
     #[error("{0}")]
     Forbidden(String),
+    /// A 404: the thing named does not exist (in the caller's tenant).
     #[error("{0}")]
     NotFound(String),
+    /// A 405, as Coopr answers some refusals (another tenant's usage report).
     #[error("{0}")]
     MethodNotAllowed(String),
+    /// A 409: the request clashes with what is stored (exists already, wrong status, quota, job
+    /// underway).
     #[error("{0}")]
     Conflict(String),
+    /// A 417, as Coopr answers a worker that reports on a task it does not hold.
     #[error("{0}")]
     ExpectationFailed(String),
+    /// A 501: a Coopr route that weft does not implement; the message names the alternative.
     #[error("{0}")]
     NotImplemented(String),
     /// `{"missingFields":[{"<field>": FieldSchema}, ...]}`, one entry per alternative set.
     #[error("missing fields")]
     MissingFields(serde_json::Value),
+    /// A 500; the cause is logged and the caller gets a generic message.
     #[error("internal error: {0}")]
     Internal(String),
     /// A 503: the server cannot serve this now, and will without a restart once the cause
@@ -42,6 +51,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The HTTP status this error is answered with.
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) | ApiError::MissingFields(_) => StatusCode::BAD_REQUEST,
@@ -189,4 +199,5 @@ pub fn text(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
+/// What handlers return: a value or the [`ApiError`] answered instead.
 pub type ApiResult<T> = Result<T, ApiError>;

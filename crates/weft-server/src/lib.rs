@@ -12,6 +12,7 @@
 //! `auth` (identity and roles), `api` (route registration that also writes the OpenAPI document),
 //! `metrics`, `routes` (handlers per route group: parse, call the engine, render), `ui`.
 //! [`spawn_background`] starts the janitor and the job callbacks.
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod audit;
@@ -50,20 +51,29 @@ use crate::state::AppState;
 /// Errors that stop the server from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// The store could not be opened, migrated or read.
     #[error(transparent)]
     Store(#[from] weft_store::StoreError),
+    /// A file or directory under the data directory, or the provisioner token file, could not be
+    /// made or read.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The example catalog given to seed a tenant is not valid JSON or not a valid catalog.
     #[error("example catalog: {0}")]
     Catalog(String),
+    /// The engine refused to start: typically the secrets key is missing or does not open the
+    /// sealed secrets.
     #[error(transparent)]
     Engine(#[from] weft_engine::error::EngineError),
 }
 
 /// The two routers and the state behind them.
 pub struct App {
+    /// The external REST API (users, admins, the superadmin), on `port`.
     pub external: Router,
+    /// The internal provisioner API, on `internal_port`.
     pub internal: Router,
+    /// The state both routers share: store, engine, settings.
     pub state: AppState,
     /// Whether the external port serves requests: true unless the caller holds it back until
     /// something it needs is ready (`weft up`: its provisioner's registration); meanwhile every
@@ -534,10 +544,12 @@ pub fn bound(
 }
 
 impl Bound {
+    /// The address the external listener is bound to (the actual port when 0 was asked for).
     pub fn external_addr(&self) -> std::io::Result<std::net::SocketAddr> {
         self.external.local_addr()
     }
 
+    /// The address the internal listener is bound to (the actual port when 0 was asked for).
     pub fn internal_addr(&self) -> std::io::Result<std::net::SocketAddr> {
         self.internal.local_addr()
     }
@@ -607,7 +619,9 @@ impl Bound {
 
 /// The server's background tasks; aborted by [`Background::stop`] (not on drop).
 pub struct Background {
+    /// The janitor loop (see [`weft_engine::janitor`]).
     pub janitor: tokio::task::JoinHandle<()>,
+    /// Runs the job callbacks (see [`weft_engine::callbacks`]).
     pub callbacks: tokio::task::JoinHandle<()>,
     /// Gives pool hosts back when their clusters' jobs succeed (see [`weft_engine::hostpool`]).
     pub hostpool: tokio::task::JoinHandle<()>,
@@ -618,6 +632,7 @@ pub struct Background {
 }
 
 impl Background {
+    /// Aborts every background task; they stop at their next await point.
     pub fn stop(self) {
         self.janitor.abort();
         self.callbacks.abort();

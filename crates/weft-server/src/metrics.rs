@@ -46,10 +46,12 @@ pub struct AbandonedRead {
 }
 
 impl AbandonedRead {
+    /// A read not yet answered: counted as abandoned if dropped before [`AbandonedRead::answered`].
     pub fn new() -> AbandonedRead {
         AbandonedRead { answered: false }
     }
 
+    /// Marks the read answered, so dropping it counts nothing.
     pub fn answered(&mut self) {
         self.answered = true;
     }
@@ -219,7 +221,6 @@ fn write_process_counters(o: &mut String) {
     );
 }
 
-/// `GET /metrics`.
 /// `GET /metrics` on the external port: with `auth = apikey` only the superadmin reads it (it
 /// names tenants); the internal port serves it to provisioner-token holders ([`metrics`]).
 pub async fn external_metrics(
@@ -232,6 +233,8 @@ pub async fn external_metrics(
     metrics(State(st)).await
 }
 
+/// `GET /metrics` in the Prometheus text format (version 0.0.4): served as is on the internal port,
+/// and behind [`external_metrics`] on the external one.
 pub async fn metrics(State(st): State<AppState>) -> ApiResult<Response> {
     let text = render_text(&st).await?;
     Ok((

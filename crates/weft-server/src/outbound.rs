@@ -27,8 +27,11 @@ use crate::error::{ApiError, ApiResult};
 /// registered provisioners. It is also the engine's [`Messenger`](weft_engine::Messenger).
 #[derive(Clone)]
 pub struct Courier {
+    /// The HTTP client and its retry policy.
     pub outbound: std::sync::Arc<Outbound>,
+    /// The store, for the tenants' workers and resources to send and the provisioners to drop.
     pub store: std::sync::Arc<dyn Store>,
+    /// The engine's cache of registered provisioners: whom to call.
     pub provisioners: std::sync::Arc<ProvisionerCache>,
 }
 
@@ -165,9 +168,13 @@ async fn post_json(url: &str, body: &Value, limit: Duration) -> Result<(), Strin
 /// and socket timeouts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
+    /// Attempts per call, the first included (0 counts as 1).
     pub tries: u32,
+    /// The wait between two attempts.
     pub pause: Duration,
+    /// How long a connection may take to open.
     pub connect_timeout: Duration,
+    /// How long a whole attempt may take.
     pub timeout: Duration,
 }
 
@@ -200,6 +207,7 @@ impl Default for Outbound {
 }
 
 impl Outbound {
+    /// A client with this policy, calls enabled, presenting no provisioner token.
     pub fn new(policy: Policy) -> Outbound {
         let client = client_builder(&policy).build().unwrap_or_default();
         Outbound {
@@ -240,10 +248,13 @@ impl Outbound {
         self
     }
 
+    /// Turns calls to provisioners on or off (off: nothing is sent; tests whose provisioners do not
+    /// listen).
     pub fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Ordering::SeqCst);
     }
 
+    /// Whether calls to provisioners are made.
     pub fn enabled(&self) -> bool {
         self.enabled.load(Ordering::SeqCst)
     }
@@ -300,16 +311,20 @@ impl Outbound {
 /// One call made to a provisioner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
+    /// The provisioner called.
     pub provisioner_id: String,
+    /// The tenant whose workers or resources were sent.
     pub tenant_id: String,
     /// `PUT` or `DELETE`.
     pub method: &'static str,
+    /// Whether the provisioner answered with a 2xx, within the retries.
     pub ok: bool,
 }
 
 /// What a push did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PushReport {
+    /// Every call made, in order.
     pub sent: Vec<Sent>,
     /// Provisioners deleted because they kept failing.
     pub dropped: Vec<String>,

@@ -17,6 +17,8 @@ pub struct LocalResourceStore {
 }
 
 impl LocalResourceStore {
+    /// Keeps resources under `root` (the server uses `<data_dir>/resources`); directories are made
+    /// as needed.
     pub fn new(root: PathBuf) -> Self {
         LocalResourceStore { root }
     }

@@ -10,6 +10,7 @@ use crate::config::Settings;
 use crate::outbound::{Courier, Outbound};
 use crate::resources::ResourceStore;
 
+/// Everything a handler needs, cloned into each request (every part is shared).
 #[derive(Clone)]
 pub struct AppState {
     /// The engine: every cluster operation and task step goes through it.
@@ -17,7 +18,9 @@ pub struct AppState {
     /// The engine's store (the same one), for the routes that read and write catalog entries,
     /// tenants and keys.
     pub store: Arc<dyn Store>,
+    /// Where plugin resource bytes are kept.
     pub resources: Arc<dyn ResourceStore>,
+    /// The validated settings the server started with.
     pub settings: Arc<Settings>,
     /// Calls to provisioners (tenant worker counts and resources).
     pub outbound: Arc<Outbound>,

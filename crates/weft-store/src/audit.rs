@@ -40,6 +40,8 @@ tokio::task_local! {
 }
 
 impl Pending {
+    /// The record of the request `request_id`; `entry` gives the record as known when a write needs
+    /// it.
     pub fn new(
         request_id: impl Into<String>,
         entry: impl Fn() -> AuditEntry + Send + Sync + 'static,
@@ -88,9 +90,13 @@ impl Pending {
 /// A record waiting for its request's answer, as `audit_pending` holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingRow {
+    /// The request's id (`Weft-Request-Id`), the row's key.
     pub request_id: String,
+    /// The tenant the request acted in (its id).
     pub tenant_id: String,
+    /// When the request came in, in ms since the epoch.
     pub time: i64,
+    /// The record ([`AuditEntry`]) as JSON, status 0.
     pub body: String,
 }
 
@@ -100,14 +106,23 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// A stored record as read back, its body as it is in the store (what the hash covers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredAudit {
+    /// The tenant whose chain the record is in (its id).
     pub tenant_id: String,
+    /// The record's number in its tenant's chain, from 1, without gaps.
     pub seq: u64,
+    /// When the request came in, in ms since the epoch (indexed copy of the body's `time`).
     pub time: i64,
+    /// The record ([`AuditEntry`]) as JSON, byte for byte as hashed.
     pub body: String,
+    /// The caller's user id (indexed copy of the body's `user`).
     pub user: String,
+    /// What kind of thing the request acted on (indexed copy of the body's `entity`).
     pub entity: String,
+    /// What was asked (indexed copy of the body's `action`).
     pub action: String,
+    /// The hash of the record before, or [`GENESIS`] for a tenant's first.
     pub prev_hash: String,
+    /// This record's hash ([`record_hash`]), in lower-case hex.
     pub hash: String,
 }
 
@@ -129,14 +144,19 @@ impl StoredAudit {
 pub struct AuditQuery {
     /// One tenant's records, or every tenant's.
     pub tenant_id: Option<String>,
+    /// Only this user's records (exact match).
     pub user: Option<String>,
+    /// Only records on this kind of thing (`clusters`, `providers`, ...).
     pub entity: Option<String>,
+    /// Only records of this action (`create`, `delete`, ...).
     pub action: Option<String>,
     /// Milliseconds since the epoch, inclusive.
     pub from: Option<i64>,
     /// Milliseconds since the epoch, exclusive.
     pub to: Option<i64>,
+    /// How many matching records to skip, newest first.
     pub offset: u64,
+    /// The most records to return.
     pub limit: u64,
 }
 
@@ -144,11 +164,15 @@ pub struct AuditQuery {
 /// of the one before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditAnchor {
+    /// The tenant whose chain this is (its id).
     pub tenant_id: String,
+    /// The number of the first record kept (1 until retention removes records).
     pub first_seq: u64,
+    /// The hash the first kept record's `prevHash` must be ([`GENESIS`] until retention).
     pub first_prev: String,
     /// The last record's number and hash (0 and the anchor's hash if none is left).
     pub head_seq: u64,
+    /// The last record's hash (the anchor's `first_prev` if none is left).
     pub head_hash: String,
 }
 
@@ -181,6 +205,7 @@ pub struct ChainCheck {
 }
 
 impl ChainCheck {
+    /// A check that starts at `anchor`'s first record.
     pub fn new(anchor: &AuditAnchor) -> ChainCheck {
         ChainCheck {
             report: ChainReport {

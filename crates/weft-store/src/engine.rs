@@ -24,9 +24,13 @@ use crate::StoreError;
 /// [`Store::next_id`]: crate::Store::next_id
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterRow {
+    /// The tenant the cluster belongs to (its id).
     pub tenant_id: String,
+    /// The cluster's id, unique across tenants.
     pub id: u64,
+    /// The user who created the cluster; a plain user sees only the clusters they own.
     pub owner: String,
+    /// The name the user gave the cluster (not unique).
     pub name: String,
     /// Stored as Coopr's lowercase status name (`pending`, `active`, `incomplete`,
     /// `inconsistent`, `terminated`); an unknown name reads as [`StoreError::Corrupt`]. The
@@ -39,6 +43,7 @@ pub struct ClusterRow {
     pub create_time: i64,
     /// Milliseconds since the epoch; 0 means never.
     pub expire_time: i64,
+    /// The id of the cluster's most recent job; `None` until its first job is stored.
     pub latest_job: Option<String>,
     /// The revision: 1 after the first write, +1 on each write. Ignored when writing.
     pub rev: i64,
@@ -46,32 +51,43 @@ pub struct ClusterRow {
     /// one. Ignored when writing.
     #[serde(default)]
     pub node_count: u64,
+    /// Everything else the engine keeps of the cluster, as JSON (Coopr's cluster document).
     pub body: Value,
 }
 
 /// A node of a cluster as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeRow {
+    /// The tenant the node belongs to (its id).
     pub tenant_id: String,
+    /// The id of the cluster the node is part of.
     pub cluster_id: u64,
+    /// The node's id, unique in the tenant.
     pub id: String,
     /// The node's number within its cluster (`nodenum` in Coopr's node JSON).
     pub nodenum: u64,
     /// Ignored when writing.
     pub rev: i64,
+    /// Everything else the engine keeps of the node, as JSON (Coopr's node document).
     pub body: Value,
 }
 
 /// A job (one operation on a cluster) as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRow {
+    /// The tenant the job belongs to (its id).
     pub tenant_id: String,
+    /// The id of the cluster the job operates on.
     pub cluster_id: u64,
+    /// The job's id, `<clusterId>-<NNN>` from the global `jobs` counter.
     pub id: String,
+    /// The cluster action the job performs, in Coopr's upper-case names (`CLUSTER_CREATE`,
+    /// `CLUSTER_DELETE`, `SOLVE_LAYOUT`, ...).
     pub action: String,
-    /// Stored as its lowercase name (`not_submitted`, `running`, `complete`, `failed`,
-    /// `paused`); an unknown name reads as [`StoreError::Corrupt`].
+    /// The job's status, stored as its lowercase name (`not_submitted`, `running`, `complete`,
+    /// `failed`, `paused`); an unknown name reads as [`StoreError::Corrupt`].
     pub status: JobStatus,
+    /// When the job was created, in ms since the epoch.
     pub create_time: i64,
     /// Ignored when writing.
     pub rev: i64,
@@ -85,6 +101,7 @@ pub struct JobRow {
     /// [`Store::get_job_head`]: crate::Store::get_job_head
     #[serde(default)]
     pub steps_total: u64,
+    /// Everything else the engine keeps of the job, as JSON (its plan, counts and messages).
     pub body: Value,
 }
 
@@ -99,13 +116,16 @@ pub enum TaskState {
     Queued,
     /// Taken by a worker that holds its lease until `lease_deadline`.
     InProgress,
+    /// Done successfully; its successors were released.
     Complete,
+    /// Failed for good: no attempt was left, or the failure was fatal.
     Failed,
     /// Its job had failed when a worker took it; never run.
     Dropped,
 }
 
 impl TaskState {
+    /// Every state, in the order of a task's life.
     pub const ALL: [TaskState; 6] = [
         TaskState::Pending,
         TaskState::Queued,
@@ -163,25 +183,38 @@ pub fn job_status(text: &str) -> Result<JobStatus, StoreError> {
 /// view of 240,000 tasks reads).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskHead {
+    /// The task's id (`<jobId>-<NNN>`, or `<jobId>-g<N>` for a gate).
     pub id: String,
+    /// The node the task acts on.
     pub node_id: String,
+    /// The action, in Coopr's upper-case names (`CREATE`, `INSTALL`, `START`, ...), or [`GATE`].
     pub action: String,
+    /// The service the action is for; empty for node-level actions.
     pub service: String,
+    /// Where the task is in its life.
     pub state: TaskState,
+    /// Executions started so far.
     pub attempts: u32,
 }
 
 /// A task (one action on one node) as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskRow {
+    /// The tenant the task belongs to (its id).
     pub tenant_id: String,
+    /// The id of the cluster of the task's job.
     pub cluster_id: u64,
+    /// The id of the job the task is part of.
     pub job_id: String,
+    /// The task's id: `<jobId>-<NNN>`, or `<jobId>-g<N>` for a gate.
     pub id: String,
+    /// The node the task acts on.
     pub node_id: String,
+    /// The action, in Coopr's upper-case names (`CREATE`, `INSTALL`, `START`, ...), or [`GATE`].
     pub action: String,
     /// The service the action is for; empty for node-level actions (create, confirm, delete...).
     pub service: String,
+    /// Where the task is in its life; the queue is the tasks in [`TaskState::Queued`].
     pub state: TaskState,
     /// Executions started so far; [`Store::take_task`](crate::Store::take_task) adds one.
     pub attempts: u32,
@@ -200,6 +233,7 @@ pub struct TaskRow {
     pub started_at: i64,
     /// Ignored when writing.
     pub rev: i64,
+    /// Everything else the engine keeps of the task, as JSON (the payload a worker gets, results).
     pub body: Value,
 }
 
@@ -207,25 +241,36 @@ pub struct TaskRow {
 /// new row), ignoring the row's own `rev`; or a delete.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
+    /// Inserts or replaces a cluster row.
     Cluster(ClusterRow),
+    /// Inserts or replaces a node row (and bumps its cluster's nodes revision).
     Node(NodeRow),
     /// Deletes a node; nothing happens if it does not exist.
     DeleteNode {
+        /// The tenant the node belongs to (its id).
         tenant_id: String,
+        /// The node's id.
         id: String,
     },
+    /// Inserts or replaces a job row.
     Job(JobRow),
+    /// Inserts or replaces a task row.
     Task(TaskRow),
     /// Counts one finished predecessor for each task in `ids`, atomically (no expectation needed,
     /// so many finishes release one join point without conflicting). A task whose count reaches 0
     /// while [`TaskState::Pending`] is queued at `now`, unless `queue` is false (a paused job: it
     /// stays pending with no predecessors left); a [`GATE`] task completes instead and releases
-    /// its own successors in turn. [`Store::commit_released`](crate::Store::commit_released) answers
+    /// its own successors in turn. [`Store::commit_released`](crate::Store::commit_released)
+    /// answers
     /// the gates without successors (a job's end) that this completed.
     Release {
+        /// The tenant the tasks belong to (its id).
         tenant_id: String,
+        /// The tasks that wait on the finished one (its successors).
         ids: Vec<String>,
+        /// Whether a task left with no predecessors is queued (`false`: it stays pending).
         queue: bool,
+        /// The queueing time (`queued_at`), in ms since the epoch.
         now: i64,
     },
     /// The audit record of the request whose change this is (see [`crate::audit::Pending`]);
@@ -237,8 +282,11 @@ pub enum Write {
 /// status and revision, and its cluster's [`ClusterStamp`] (`None` for a missing row).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Taken {
+    /// The task, as taken: in progress, its lease and attempts set.
     pub task: TaskRow,
+    /// Its job's status and revision; `None` if the job row is gone.
     pub job: Option<(JobStatus, i64)>,
+    /// Its cluster's stamp; `None` if the cluster row is gone.
     pub cluster: Option<ClusterStamp>,
 }
 
@@ -251,7 +299,9 @@ pub const GATE: &str = "GATE";
 /// cache it under `nodes_rev`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClusterStamp {
+    /// The cluster row's revision.
     pub rev: i64,
+    /// The revision of the cluster's nodes: bumped by every write or delete of one of them.
     pub nodes_rev: i64,
 }
 
@@ -259,24 +309,40 @@ pub struct ClusterStamp {
 /// `rev == 0` means the row must not exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
+    /// A cluster row is at revision `rev` (0: it does not exist).
     ClusterRev {
+        /// The tenant the cluster belongs to (its id).
         tenant_id: String,
+        /// The cluster's id.
         id: u64,
+        /// The revision it was read at, or 0 for none.
         rev: i64,
     },
+    /// A node row is at revision `rev` (0: it does not exist).
     NodeRev {
+        /// The tenant the node belongs to (its id).
         tenant_id: String,
+        /// The node's id.
         id: String,
+        /// The revision it was read at, or 0 for none.
         rev: i64,
     },
+    /// A job row is at revision `rev` (0: it does not exist).
     JobRev {
+        /// The tenant the job belongs to (its id).
         tenant_id: String,
+        /// The job's id.
         id: String,
+        /// The revision it was read at, or 0 for none.
         rev: i64,
     },
+    /// A task row is at revision `rev` (0: it does not exist).
     TaskRev {
+        /// The tenant the task belongs to (its id).
         tenant_id: String,
+        /// The task's id.
         id: String,
+        /// The revision it was read at, or 0 for none.
         rev: i64,
     },
     /// The tenant stays within its quotas once the change set is written: its clusters that are
@@ -290,10 +356,15 @@ pub enum Expect {
 /// The limits an [`Expect::Quota`] checks and what the change set adds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quota {
+    /// The tenant whose quotas are checked (its id).
     pub tenant_id: String,
+    /// The tenant's `maxClusters` as the caller read it (used when the tenant has no row).
     pub max_clusters: u64,
+    /// The tenant's `maxNodes` as the caller read it (used when the tenant has no row).
     pub max_nodes: u64,
+    /// Clusters the change set adds.
     pub add_clusters: u64,
+    /// Nodes the change set adds.
     pub add_nodes: u64,
 }
 
@@ -365,11 +436,15 @@ impl Expect {
 /// expectation holds. Expectations are checked before any write; writes apply in order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChangeSet {
+    /// Conditions checked, all before any write; one failing makes the commit [`StoreError::Stale`]
+    /// (or `QuotaExceeded`).
     pub expect: Vec<Expect>,
+    /// Rows written, in order.
     pub writes: Vec<Write>,
 }
 
 impl ChangeSet {
+    /// An empty change set.
     pub fn new() -> ChangeSet {
         ChangeSet::default()
     }
@@ -386,6 +461,7 @@ impl ChangeSet {
         self
     }
 
+    /// Whether the change set neither expects nor writes anything.
     pub fn is_empty(&self) -> bool {
         self.expect.is_empty() && self.writes.is_empty()
     }

@@ -14,7 +14,9 @@ pub use weft_model::event::{Event, EventKind};
 /// Which events a read wants: those of `tenant_id` numbered after `after`, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventQuery {
+    /// The tenant whose events are read (its id).
     pub tenant_id: String,
+    /// Only events numbered above this (0: from the oldest kept).
     pub after: u64,
     /// Only this cluster's events.
     pub cluster_id: Option<u64>,
@@ -22,12 +24,15 @@ pub struct EventQuery {
     pub kinds: Vec<EventKind>,
     /// Only events of clusters this user owns, and no audit records (a tenant's plain users).
     pub owner: Option<String>,
+    /// The most events to return.
     pub limit: u64,
 }
 
 /// The numbers a tenant's backlog holds: the oldest kept and the newest (0 and 0 if none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EventBounds {
+    /// The number of the oldest event kept.
     pub oldest: u64,
+    /// The number of the newest event.
     pub newest: u64,
 }

@@ -22,18 +22,25 @@ use crate::Result;
 /// A host as stored, private key included. Never answer it as it is: the API masks `key`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PoolHostRow {
+    /// The tenant the host is registered in (its id).
     pub tenant_id: String,
     /// The provider (entity name) whose pool holds the host.
     pub provider: String,
+    /// The host's id, unique in its pool (chosen by whoever registered it).
     pub id: String,
+    /// The address the host is reached at over SSH (name or IP).
     pub address: String,
+    /// Its SSH port.
     pub port: u16,
+    /// The user to log in as.
     pub user: String,
     /// The SSH private key's text.
     pub key: String,
+    /// Labels that node selectors match against.
     pub labels: BTreeMap<String, String>,
     /// `None` while the host is free.
     pub lease: Option<HostLease>,
+    /// When the host was registered, in ms since the epoch.
     pub create_time: i64,
 }
 
@@ -65,7 +72,9 @@ impl PoolHostRow {
 /// Which node holds a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostLease {
+    /// The cluster of the node that holds the host.
     pub cluster_id: u64,
+    /// The node that holds the host.
     pub node_id: String,
     /// [`HostState::Reserved`] or [`HostState::InUse`].
     pub state: HostState,
@@ -76,7 +85,9 @@ pub struct HostLease {
 /// One node that needs a host, and which hosts it takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRequest {
+    /// The node that needs a host.
     pub node_id: String,
+    /// Which hosts may serve it: their labels must match.
     pub selector: LabelSelector,
 }
 
@@ -104,14 +115,18 @@ pub struct Shortfall {
 /// One selector's share of a [`Shortfall`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShortGroup {
+    /// The selector the nodes of this group share.
     pub selector: LabelSelector,
+    /// Nodes that need a host matching it.
     pub needed: usize,
+    /// Free hosts that match it.
     pub free: usize,
 }
 
 /// What deleting a host did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostDelete {
+    /// The host was removed.
     Deleted,
     /// There was no such host.
     Missing,
@@ -128,6 +143,7 @@ pub trait HostPoolStore: Send + Sync {
         tenant_id: &str,
         provider: Option<&str>,
     ) -> Result<Vec<PoolHostRow>>;
+    /// The host `id` of `provider`'s pool, if any.
     async fn get_pool_host(
         &self,
         tenant_id: &str,

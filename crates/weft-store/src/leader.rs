@@ -17,7 +17,10 @@ use crate::{Result, Store};
 /// The row of a role in `leaders`, from [`Store::leader`](crate::Store::leader).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leadership {
+    /// The role's name (`janitor`).
     pub role: String,
+    /// Who holds or last held the role: a name unique per server process (the janitor's is
+    /// `<hostname>/<pid>/<random>`).
     pub holder: String,
     /// 1 for the first holder, +1 at every takeover (and at a renewal after the deadline).
     pub term: i64,
@@ -56,14 +59,17 @@ impl Lease {
         }))
     }
 
+    /// The role this lease is on.
     pub fn role(&self) -> &str {
         &self.role
     }
 
+    /// The holder the lease was granted to.
     pub fn holder(&self) -> &str {
         &self.holder
     }
 
+    /// The term the lease was granted in; a different term in the store means the lease was lost.
     pub fn term(&self) -> i64 {
         self.term
     }

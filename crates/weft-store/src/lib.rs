@@ -12,6 +12,7 @@
 //! written only through [`Store::commit`]: one [`ChangeSet`] per engine step, in one transaction,
 //! guarded by compare-and-swap [`Expect`]ations. Tasks in state `queued` form each tenant's queue,
 //! handed out by [`Store::take_task`].
+#![warn(missing_docs)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -88,15 +89,24 @@ pub enum StoreError {
     BadUrl(String),
 }
 
+/// What every fallible call of this crate returns.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Why [`Store::save_tenant`] refused a tenant's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TenantRefusal {
     /// More workers than the provisioners have free (`free`, counting every other tenant's).
-    Capacity { free: u64 },
+    Capacity {
+        /// Workers free on the registered provisioners, other tenants' assignments deducted.
+        free: u64,
+    },
     /// Limits below what the tenant has: its clusters that are not terminated, and their nodes.
-    BelowUsage { clusters: u64, nodes: u64 },
+    BelowUsage {
+        /// The tenant's clusters that are not terminated.
+        clusters: u64,
+        /// The nodes of those clusters.
+        nodes: u64,
+    },
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -139,7 +149,9 @@ fn out_of_space(e: &sqlx::Error) -> bool {
 /// Which database is underneath.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// SQLite (`sqlite://PATH`), the embedded default.
     Sqlite,
+    /// PostgreSQL (`postgres://...`), for several servers sharing one database.
     Postgres,
 }
 
@@ -149,26 +161,36 @@ pub const SUPERADMIN: &str = "superadmin";
 /// A tenant as stored: the internal id (a UUID, or `superadmin`) and the public specification.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant {
+    /// The internal id: a UUID, or `superadmin` for the built-in tenant. Store keys use it, never
+    /// the name.
     pub id: String,
+    /// The public specification: name (unique), workers, quotas and limits.
     pub spec: TenantSpecification,
+    /// When the tenant was created, in ms since the epoch.
     pub create_time: i64,
 }
 
 /// Names one plugin resource: `{ptype}/{plugin}/{rtype}/{name}` in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ResourceKey {
+    /// The tenant the resource belongs to.
     pub tenant_id: String,
     /// `providertypes` or `automatortypes`.
     pub ptype: String,
+    /// The plugin type's name (a provider or automator type).
     pub plugin: String,
+    /// The resource type, one of the plugin type's `resourceTypes`.
     pub rtype: String,
+    /// The resource's name, unique per (tenant, plugin, resource type).
     pub name: String,
 }
 
 /// One version of a plugin resource with its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceRow {
+    /// Which resource this is.
     pub key: ResourceKey,
+    /// The version and its status (staged, active, recalled or inactive).
     pub meta: ResourceMeta,
 }
 
@@ -184,14 +206,20 @@ pub enum ResourceDelete {
 /// A provisioner as stored. Tenant keys in `assignments` and `usage` are tenant ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProvisionerRecord {
+    /// The id the provisioner registered with.
     pub id: String,
+    /// The host name or address the server calls it at.
     pub host: String,
+    /// The port of its API.
     pub port: u16,
+    /// How many workers it can run, for all tenants together.
     pub capacity_total: u32,
     /// Workers the server assigned here, per tenant id.
     pub assignments: BTreeMap<String, u32>,
     /// Live workers the provisioner reported, per tenant id.
     pub usage: BTreeMap<String, u32>,
+    /// The last heartbeat (or registration), in ms since the epoch; the janitor drops provisioners
+    /// silent for longer than `provisioner_timeout`.
     pub last_heartbeat_ms: i64,
     /// Whether the provisioner serves its API over TLS (the server calls it at `https://`).
     pub tls: bool,
@@ -200,11 +228,18 @@ pub struct ProvisionerRecord {
 /// An API key as stored: only the SHA-256 of the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyRecord {
+    /// The key's id (a UUID): what lists show and deletes name; not the secret.
     pub id: String,
+    /// The SHA-256 of the secret, in lower-case hex; what a presented key is looked up by.
     pub hash: String,
+    /// The tenant the key acts in.
     pub tenant_id: String,
+    /// The user the key acts as.
     pub user: String,
+    /// Whether the key makes its holder the tenant admin (the superadmin, in the `superadmin`
+    /// tenant).
     pub admin: bool,
+    /// When the key was made, in ms since the epoch.
     pub create_time: i64,
 }
 
@@ -212,8 +247,11 @@ pub struct ApiKeyRecord {
 /// which the store never holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretKeyRow {
+    /// The data key's id (hex), named in every value sealed with it.
     pub id: String,
+    /// The id of the master key that wraps it: the first 16 hex digits of the master key's SHA-256.
     pub master_id: String,
+    /// The data key sealed under the master key (`sealed:v1:<master id>:<base64url>`).
     pub wrapped: String,
     /// The order of creation: the last is the one new values are sealed with.
     pub seq: i64,
@@ -224,6 +262,7 @@ pub struct SecretKeyRow {
 /// are in the supertrait [`HostPoolStore`] (hostpool.rs).
 #[async_trait]
 pub trait Store: HostPoolStore + Send + Sync + 'static {
+    /// Which database is underneath.
     fn backend(&self) -> Backend;
 
     /// The schema version recorded by the last migration.
@@ -246,7 +285,9 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     /// below what it has; else [`StoreError::TenantRefused`]. Checked writes and cluster creates
     /// of one tenant wait for each other, so no check is made on counts another one changes.
     async fn save_tenant(&self, tenant: &Tenant, insert: bool) -> Result<()>;
+    /// The tenant with this (unique) name, if any.
     async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>>;
+    /// The tenant with this id, if any.
     async fn tenant_by_id(&self, id: &str) -> Result<Option<Tenant>>;
     /// Every tenant, by name.
     async fn list_tenants(&self) -> Result<Vec<Tenant>>;
@@ -303,7 +344,8 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
 
     /// Records a new version (max+1, from 1) with status inactive and returns its number.
     async fn create_resource_version(&self, key: &ResourceKey) -> Result<u64>;
-    /// Versions of resources under `{ptype}/{plugin}/{rtype}` (all names, or only `name`), ordered by
+    /// Versions of resources under `{ptype}/{plugin}/{rtype}` (all names, or only `name`), ordered
+    /// by
     /// name then version.
     async fn list_resources(
         &self,
@@ -333,14 +375,18 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
 
     // ---- user profiles -------------------------------------------------------------------------
 
+    /// The user's profile (a free JSON object), if one was saved.
     async fn get_profile(&self, tenant_id: &str, user: &str) -> Result<Option<Value>>;
+    /// Saves the user's profile, replacing any earlier one.
     async fn put_profile(&self, tenant_id: &str, user: &str, profile: &Value) -> Result<()>;
+    /// Removes the user's profile; removing none is not an error.
     async fn delete_profile(&self, tenant_id: &str, user: &str) -> Result<()>;
 
     // ---- provisioners --------------------------------------------------------------------------
 
     /// Inserts or replaces a provisioner record.
     async fn upsert_provisioner(&self, p: &ProvisionerRecord) -> Result<()>;
+    /// The provisioner with this id, if registered.
     async fn get_provisioner(&self, id: &str) -> Result<Option<ProvisionerRecord>>;
     /// Every provisioner, by id.
     async fn list_provisioners(&self) -> Result<Vec<ProvisionerRecord>>;
@@ -358,6 +404,7 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
 
     /// `Conflict` if the id or hash is taken.
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
+    /// The key whose secret hashes to `hash` ([`ApiKeyRecord::hash`]), if any.
     async fn api_key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRecord>>;
     /// Every key, by creation time.
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>>;
@@ -404,6 +451,7 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn put_webhook(&self, w: &WebhookRow) -> Result<()>;
     /// One tenant's webhooks, or every tenant's.
     async fn list_webhooks(&self, tenant_id: Option<&str>) -> Result<Vec<WebhookRow>>;
+    /// The webhook with this id in the tenant, if any.
     async fn get_webhook(&self, tenant_id: &str, id: &str) -> Result<Option<WebhookRow>>;
     /// Removes a webhook and its delivery log; `true` if it existed.
     async fn delete_webhook(&self, tenant_id: &str, id: &str) -> Result<bool>;
@@ -439,6 +487,7 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
         before: Option<u64>,
         limit: u64,
     ) -> Result<Vec<DeliveryRow>>;
+    /// The delivery of one event to one webhook, if the log still has it.
     async fn get_delivery(
         &self,
         tenant_id: &str,
@@ -486,21 +535,25 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
     async fn next_id(&self, counter: &str) -> Result<u64>;
     /// A global counter's value without moving it: 0 if it was never counted.
     async fn counter(&self, counter: &str) -> Result<u64>;
+    /// The cluster with this id in the tenant, if any.
     async fn get_cluster(&self, tenant_id: &str, id: u64) -> Result<Option<ClusterRow>>;
     /// The tenant's clusters (all, or only `owner`'s), newest (highest id) first.
     async fn list_clusters(&self, tenant_id: &str, owner: Option<&str>) -> Result<Vec<ClusterRow>>;
     /// A cluster's nodes, by `nodenum` (then id).
     async fn list_nodes(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<NodeRow>>;
+    /// The node with this id in the tenant, if any.
     async fn get_node(&self, tenant_id: &str, node_id: &str) -> Result<Option<NodeRow>>;
     /// Every node of the tenant, by cluster id then `nodenum`.
     async fn list_tenant_nodes(&self, tenant_id: &str) -> Result<Vec<NodeRow>>;
     /// A job without its body (`Value::Null`): its status and counts, for progress. Never
     /// write such a row back.
     async fn get_job_head(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>>;
+    /// The job with this id in the tenant, body included, if any.
     async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<JobRow>>;
     /// A cluster's jobs, newest first: by `create_time` descending, ties by id descending (ids
     /// compared by length first, so `c-1000` is newer than `c-999`).
     async fn list_jobs(&self, tenant_id: &str, cluster_id: u64) -> Result<Vec<JobRow>>;
+    /// The task with this id in the tenant, if any.
     async fn get_task(&self, tenant_id: &str, task_id: &str) -> Result<Option<TaskRow>>;
     /// A job's tasks, by id (compared by length first, so the zero-padded counter of Coopr's task
     /// ids sorts numerically past its padding).

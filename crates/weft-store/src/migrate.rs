@@ -19,9 +19,13 @@ use crate::{Backend, Result, StoreError};
 /// One schema change, written once per backend.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
+    /// The schema version this migration brings the database to: 1, 2, 3, ... without gaps.
     pub version: i64,
+    /// What the migration changes, recorded in `weft_schema`.
     pub description: &'static str,
+    /// The SQL for SQLite (one or more statements).
     pub sqlite: &'static str,
+    /// The SQL for PostgreSQL (one or more statements).
     pub postgres: &'static str,
 }
 
@@ -967,7 +971,8 @@ CREATE TRIGGER jobs_steps_delete AFTER DELETE ON jobs
 /// The schema version this build writes: the last migration's.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
-/// Applies every migration in [`MIGRATIONS`] that `weft_schema` does not list yet, in order, each in
+/// Applies every migration in [`MIGRATIONS`] that `weft_schema` does not list yet, in order, each
+/// in
 /// its own transaction. Returns the versions it applied.
 pub(crate) async fn run(pool: &AnyPool, backend: Backend, now_ms: i64) -> Result<Vec<i64>> {
     let mut applied = Vec::new();

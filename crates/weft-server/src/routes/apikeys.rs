@@ -14,6 +14,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers `/v2/apikeys` and `/v2/apikeys/{id}`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

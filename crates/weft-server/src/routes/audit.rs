@@ -13,6 +13,7 @@ use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
+/// Registers `/v2/audit` and `/v2/audit/verify`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

@@ -15,6 +15,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers `/v2/export`, `/v2/import` and `/v2/resolve`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

@@ -38,6 +38,7 @@ fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
         .status(409, "the cluster's status does not allow it")
 }
 
+/// Registers the routes that change an existing cluster under `/v2/clusters/{id}`.
 pub fn routes(api: Api) -> Api {
     let api = lease_and_config_routes(api);
     let api = service_routes(api);

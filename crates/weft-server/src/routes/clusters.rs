@@ -23,6 +23,8 @@ use weft_engine::create::create_cluster;
 use weft_engine::delete::delete_cluster;
 use weft_engine::view;
 
+/// Registers `/v2/clusters` and the reads under `/v2/clusters/{id}` (status, plans, config,
+/// services).
 pub fn routes(api: Api) -> Api {
     let t = "clusters";
     api.route(

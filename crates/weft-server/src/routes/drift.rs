@@ -16,6 +16,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers `POST /v2/clusters/{id}/check` and `POST /v2/clusters/{id}/nodes/{node}/replace`.
 pub fn routes(api: Api) -> Api {
     let t = "clusters";
     api.route(

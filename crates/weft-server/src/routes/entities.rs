@@ -38,6 +38,8 @@ nodes, field by field (empty when all is well)";
 const LISTED: &str = "the latest versions; an entry that names what the catalog lacks (or a \
 plugin type no provisioner offers) carries `incomplete`: a list of {field, message}";
 
+/// Registers `/v2/<kind>`, `/v2/<kind>/{name}` and `/v2/<kind>/{name}/{version}` for each
+/// admin-defined entity kind.
 pub fn routes(mut api: Api) -> Api {
     for kind in EntityKind::ADMIN {
         api = collection_routes(api, kind);

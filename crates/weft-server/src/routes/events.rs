@@ -21,6 +21,7 @@ use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
+/// Registers `GET /v2/events`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

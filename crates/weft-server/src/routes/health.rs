@@ -13,6 +13,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers `POST /v2/clusters/{id}/health`.
 pub fn routes(api: Api) -> Api {
     let t = "clusters";
     api.route(

@@ -18,6 +18,7 @@ use crate::state::AppState;
 
 const TAG: &str = "hostpools";
 
+/// Registers `/v2/providers/{name}/hosts` and `/v2/providers/{name}/hosts/{host}`.
 pub fn routes(api: Api) -> Api {
     let all = "/v2/providers/{name}/hosts";
     let one = "/v2/providers/{name}/hosts/{host}";

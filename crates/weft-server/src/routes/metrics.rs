@@ -20,26 +20,36 @@ use crate::state::{now_ms, AppState};
 /// Task counts of one tenant's queue.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct QueueMetrics {
+    /// Tasks waiting in the queue (state `queued`).
     pub queued: u64,
+    /// Tasks leased to a worker and not yet finished (JSON `inProgress`).
     #[serde(rename = "inProgress")]
     pub in_progress: u64,
+    /// `queued` plus `inProgress`.
     pub total: u64,
 }
 
 /// `{"start":s,"end":s,"data":[{"time":s,"value":n}]}`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct UsageReport {
+    /// Start of the reported period, in seconds since the epoch.
     pub start: i64,
+    /// End of the reported period, in seconds since the epoch.
     pub end: i64,
+    /// One point per `groupby` period; empty, as no usage history is recorded yet.
     pub data: Vec<UsagePoint>,
 }
 
+/// One period of a [`UsageReport`].
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct UsagePoint {
+    /// Start of the period, in seconds since the epoch.
     pub time: i64,
+    /// Node time used in the period, in the request's `timeunit` (seconds by default).
     pub value: i64,
 }
 
+/// Registers `/v2/metrics/queues` and `/v2/metrics/nodes/usage`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

@@ -17,6 +17,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use weft_engine::nodes;
 
+/// Registers `/v2/nodes`, `/v2/nodes/{id}` and the RPC routes `/v2/getNodeProperties` and
+/// `/v2/getClusterStatuses`.
 pub fn routes(api: Api) -> Api {
     let t = "nodes";
     api.route(

@@ -18,12 +18,15 @@ pub fn parse_version(s: &str) -> ApiResult<u64> {
     Ok(weft_engine::entities::parse_version(s)?)
 }
 
+/// The `?dryrun=` query parameter of operations that can be previewed.
 #[derive(Debug, Deserialize)]
 pub struct DryRun {
+    /// The raw value; `true` (any case) or `1` means a dry run.
     pub dryrun: Option<String>,
 }
 
 impl DryRun {
+    /// Whether the request asks for a dry run only.
     pub fn on(&self) -> bool {
         self.dryrun
             .as_deref()

@@ -25,6 +25,8 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers the external `/v2/plugins/...` routes: plugin types, resources (uploads up to
+/// `resource_limit` bytes), staging and `/v2/plugins/sync`.
 pub fn external_routes(api: Api, resource_limit: usize) -> Api {
     let api = type_routes(api);
     let api = resource_routes(api, resource_limit);
@@ -175,6 +177,8 @@ fn release_routes(api: Api) -> Api {
     )
 }
 
+/// Registers the internal port's plugin routes, through which provisioners fetch resource bytes
+/// (`/v2/tenants/{tenant_id}/...`).
 pub fn internal_routes(api: Api) -> Api {
     api.route(
         MethodFilter::PUT,

@@ -13,6 +13,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers `/v2/profile`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

@@ -16,6 +16,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers the superadmin's reads of `/v2/provisioners` on the external port.
 pub fn external_routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,
@@ -36,6 +37,8 @@ pub fn external_routes(api: Api) -> Api {
     )
 }
 
+/// Registers the internal port's provisioner routes: registration (`PUT`), removal (`DELETE`)
+/// and heartbeat (`POST .../heartbeat`) of `/v2/provisioners/{id}`.
 pub fn internal_routes(api: Api) -> Api {
     api.route(
         MethodFilter::PUT,

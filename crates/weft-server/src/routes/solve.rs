@@ -17,6 +17,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use weft_engine::preview::{preview_layout, LayoutQuery, TemplateRef};
 
+/// Registers `POST /v2/solve`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::POST,

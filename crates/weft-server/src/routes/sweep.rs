@@ -15,6 +15,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers `POST /v2/providers/{name}/sweep`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::POST,
@@ -35,7 +36,7 @@ pub fn routes(api: Api) -> Api {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct DeleteFlag {
+pub(crate) struct DeleteFlag {
     delete: Option<String>,
 }
 

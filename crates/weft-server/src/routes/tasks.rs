@@ -15,6 +15,7 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 use weft_engine::work;
 
+/// Registers `/v2/tasks/take`, `/v2/tasks/finish` and `/v2/tasks/nodes` (internal port).
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::POST,

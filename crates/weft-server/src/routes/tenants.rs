@@ -13,6 +13,7 @@ use crate::auth::Identity;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Registers `/v2/tenants` and `/v2/tenants/{name}`.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

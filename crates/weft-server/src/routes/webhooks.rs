@@ -22,6 +22,7 @@ const URL_RULE: &str = "url: an http or https URL with a host and no user or pas
                         localhost (loopback and link-local are allowed when the server's \
                         webhooks_allow_loopback is set)";
 
+/// Registers `/v2/webhooks` and the routes of one webhook and its deliveries.
 pub fn routes(api: Api) -> Api {
     api.route(
         MethodFilter::GET,

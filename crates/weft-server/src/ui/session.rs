@@ -24,8 +24,11 @@ pub const COOKIE: &str = "weft_session";
 /// What a session remembers: the credentials given at login, as resolved by the API.
 #[derive(Debug, Clone)]
 pub struct Login {
+    /// The tenant name given at login.
     pub tenant: String,
+    /// The user id given at login.
     pub user: String,
+    /// The API key given at login (`auth = "apikey"`); `None` with `auth = "none"`.
     pub key: Option<String>,
     /// The token every form of this session carries ([`super::guard`]).
     pub csrf: String,
@@ -40,9 +43,13 @@ pub struct Ui {
 
 /// A logged-in caller: the session, the identity the API resolved for it, and the UI.
 pub struct Ctx {
+    /// The UI's router, templates and sessions.
     pub ui: Arc<Ui>,
+    /// The session's credentials.
     pub login: Login,
+    /// The caller as the API resolved it at the request.
     pub who: Identity,
+    /// The server's state, for reads the UI makes without the API.
     pub state: AppState,
     /// The browser's address, passed on to the API calls made for it (the audit trail's source).
     pub peer: Option<axum::extract::ConnectInfo<std::net::SocketAddr>>,
@@ -127,16 +134,21 @@ impl FromRequestParts<AppState> for Ctx {
 /// An answer of the API, fully read.
 #[derive(Debug)]
 pub struct ApiResp {
+    /// The API's status.
     pub status: StatusCode,
+    /// The API's response headers.
     pub headers: axum::http::HeaderMap,
+    /// The whole response body.
     pub body: Bytes,
 }
 
 impl ApiResp {
+    /// Whether the status is a 2xx.
     pub fn ok(&self) -> bool {
         self.status.is_success()
     }
 
+    /// The body as text (invalid UTF-8 replaced).
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -165,10 +177,12 @@ impl ApiResp {
         }
     }
 
+    /// The body parsed as JSON into `T`; `Err` says why it does not fit.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, String> {
         serde_json::from_slice(&self.body).map_err(|e| format!("unexpected answer: {e}"))
     }
 
+    /// The body as JSON, or `null` when it is not JSON.
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
@@ -221,6 +235,7 @@ impl Ctx {
         }
     }
 
+    /// `GET path` on the REST API as the session's caller.
     pub async fn get(&self, path: &str) -> ApiResp {
         self.api(Method::GET, path, None).await
     }
@@ -275,6 +290,7 @@ impl Ctx {
         html::render(&self.ui.env, StatusCode::OK, template, ctx)
     }
 
+    /// Like [`Ctx::page`], answered with `status` instead of 200.
     pub fn page_status(
         &self,
         status: StatusCode,
@@ -288,6 +304,7 @@ impl Ctx {
         r
     }
 
+    /// The error page: `status` with `message`, in the layout.
     pub fn error_page(&self, status: StatusCode, message: &str) -> Response {
         let mut ctx = self.base(status.canonical_reason().unwrap_or("Error"), "");
         ctx["status"] = json!(status.as_u16());
