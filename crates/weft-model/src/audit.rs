@@ -25,6 +25,7 @@ pub struct AuditEntry {
     pub key_id: Option<String>,
     /// The client's address.
     pub source: String,
+    /// The request's HTTP method (`POST`).
     pub method: String,
     /// The route as declared (`/v2/clusters/{id}`).
     pub route: String,
@@ -46,10 +47,16 @@ pub struct AuditEntry {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord {
+    /// The record's number in its tenant's chain: one more than the record before.
     pub seq: u64,
+    /// What the record says; its fields are inlined in the record's JSON.
     #[serde(flatten)]
     pub entry: AuditEntry,
+    /// `prevHash`: the `hash` of the tenant's record before this one (64 zeros before the first),
+    /// hex-encoded SHA-256.
     pub prev_hash: String,
+    /// The record's own hash: hex-encoded SHA-256 over its tenant, `seq`, `prevHash` and its
+    /// body as stored.
     pub hash: String,
 }
 
@@ -58,12 +65,16 @@ pub struct AuditRecord {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ChainReport {
+    /// `tenantId`: the id of the tenant whose chain was checked.
     pub tenant_id: String,
+    /// How many records were checked (checking stops at the first fault).
     pub records: u64,
+    /// True when every record verifies and the chain ends at the tenant's recorded head.
     pub ok: bool,
     /// The first record that does not verify, or where one is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_bad_seq: Option<u64>,
+    /// What is wrong at `firstBadSeq`, in a sentence; absent when `ok`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
     /// The last record's hash: keep it elsewhere to detect a rewrite of the whole chain.

@@ -15,14 +15,23 @@ use crate::{lenient, ClusterTemplate, Link, Provider, Service};
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ClusterStatus {
+    /// A job is running on the cluster: every operation sets this while it runs.
     Pending,
+    /// The latest job, other than a delete, succeeded: the cluster is ready for use.
     Active,
+    /// A create or a delete failed (or a create was aborted): the cluster may be partly built or
+    /// partly deleted.
     Incomplete,
+    /// An operation other than create and delete failed: the nodes may not all be as the cluster
+    /// says.
     Inconsistent,
+    /// Deleted, or never built because no layout could be found; a terminated cluster counts
+    /// against no quota.
     Terminated,
 }
 
 impl ClusterStatus {
+    /// The wire and stored name, lower case (`pending`).
     pub fn as_str(self) -> &'static str {
         match self {
             ClusterStatus::Pending => "pending",
@@ -33,6 +42,8 @@ impl ClusterStatus {
         }
     }
 
+    /// The status named `s`, in any case (as `?status=` filters are matched); `None` for an
+    /// unknown name.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "pending" => Some(ClusterStatus::Pending),
@@ -50,14 +61,21 @@ impl ClusterStatus {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
+    /// The job exists but its tasks are not queued yet.
     NotSubmitted,
+    /// Its tasks are queued or running.
     Running,
+    /// Every task completed.
     Complete,
+    /// A task failed for good, or the job was aborted; the job's message says which.
     Failed,
+    /// Paused by a user, or before a rollout's next batch after a failed health gate: no new task
+    /// is handed out until the job is resumed.
     Paused,
 }
 
 impl JobStatus {
+    /// The wire and stored name, snake case (`not_submitted`).
     pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::NotSubmitted => "not_submitted",
@@ -76,6 +94,7 @@ impl JobStatus {
         }
     }
 
+    /// The status whose [`JobStatus::as_str`] is exactly `s`; `None` otherwise.
     pub fn parse(s: &str) -> Option<Self> {
         [
             JobStatus::NotSubmitted,
@@ -93,6 +112,8 @@ impl JobStatus {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterCreateRequest {
+    /// The cluster's name (required): 1 to 255 of `[A-Za-z0-9_.-]`. It also starts the nodes'
+    /// hostnames.
     #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
@@ -104,8 +125,11 @@ pub struct ClusterCreateRequest {
         )
     )]
     pub name: String,
+    /// Free text shown with the cluster.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub description: Option<String>,
+    /// `clusterTemplate`: the name of the template to build from (required; 404 when the tenant
+    /// has no such template).
     #[serde(
         rename = "clusterTemplate",
         default,
@@ -113,15 +137,24 @@ pub struct ClusterCreateRequest {
     )]
     #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub cluster_template: String,
+    /// `numMachines`: how many nodes; required, above 0, and within both the template's
+    /// `constraints.size` and the server's `max_cluster_size`. Read as given, so that a missing or
+    /// negative count can be refused with its own message.
     #[serde(rename = "numMachines", default, deserialize_with = "lenient::opt_i64")]
     #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1, maximum = 10000, value_type = i64))]
     pub num_machines: Option<i64>,
+    /// The provider to take machines from (its name); absent: the template's default provider.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub provider: Option<String>,
+    /// One hardware type for every node; absent: the template's default, else the solver picks
+    /// one per node among those the template allows.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub hardwaretype: Option<String>,
+    /// One image type for every node; absent: the template's default, else the solver picks one
+    /// per node among those the template allows.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub imagetype: Option<String>,
+    /// The names of the services to place; absent: the template's default services.
     #[serde(default)]
     pub services: Option<Vec<String>>,
     /// -1 (or absent): the template's initial lease; 0: forever (only if the template allows).
@@ -131,6 +164,7 @@ pub struct ClusterCreateRequest {
         deserialize_with = "lenient::opt_i64"
     )]
     pub initial_lease_duration: Option<i64>,
+    /// `dnsSuffix`: the domain the nodes' hostnames end in; absent: the template's, else `local`.
     #[serde(rename = "dnsSuffix", default, deserialize_with = "lenient::opt_text")]
     #[cfg_attr(
         feature = "openapi",
@@ -144,6 +178,9 @@ pub struct ClusterCreateRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub config: Option<Map<String, Value>>,
+    /// `providerFields`: the provider type's user fields for this cluster (credentials and the
+    /// like), and admin fields the type lets users override. Sensitive ones go to the credential
+    /// store and are never shown; the others join the cluster's copy of the provider.
     #[serde(
         rename = "providerFields",
         default,
@@ -184,9 +221,13 @@ impl ClusterCreateRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Progress {
+    /// The job's action, lower case (`cluster_create`, `solve_layout`, ...).
     pub action: String,
+    /// The job's status.
     pub actionstatus: JobStatus,
+    /// How many tasks the job has (the planner's gates not counted).
     pub stepstotal: u64,
+    /// How many of them have completed; never more than `stepstotal`.
     pub stepscompleted: u64,
 }
 
@@ -194,9 +235,12 @@ pub struct Progress {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct EntityRef {
+    /// The provider's or template's name.
     pub name: String,
+    /// The provider's description; left out for templates and when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The version of the provider or template the cluster was made with.
     pub version: u64,
 }
 
@@ -204,23 +248,36 @@ pub struct EntityRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterSummary {
+    /// The cluster's id: 8 digits, zero-padded (`00000079`).
     pub id: String,
+    /// The cluster's name, as its create request gave it.
     pub name: String,
+    /// The cluster's description, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// `ownerId`: the user who created the cluster; only it and the tenant's admins see it.
     #[serde(rename = "ownerId")]
     pub owner_id: String,
+    /// `createTime`: when the cluster was created, in milliseconds since the epoch.
     #[serde(rename = "createTime")]
     pub create_time: i64,
+    /// `expireTime`: when the cluster's lease ends, in milliseconds since the epoch; 0 when it
+    /// never does.
     #[serde(rename = "expireTime")]
     pub expire_time: i64,
+    /// `numNodes`: how many nodes the cluster has.
     #[serde(rename = "numNodes")]
     pub num_nodes: u64,
+    /// The cluster's status.
     pub status: ClusterStatus,
+    /// The provider the cluster's machines come from: name, description and version.
     pub provider: EntityRef,
+    /// `clusterTemplate`: the template the cluster was made from: name and version.
     #[serde(rename = "clusterTemplate")]
     pub cluster_template: EntityRef,
+    /// The names of the services on the cluster.
     pub services: Vec<String>,
+    /// The latest job's progress; absent when the cluster has no job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
 }
@@ -229,8 +286,10 @@ pub struct ClusterSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Account {
+    /// `userId`: the user who owns the cluster (who created it).
     #[serde(rename = "userId")]
     pub user_id: String,
+    /// `tenantId`: the internal id of the cluster's tenant, not its name.
     #[serde(rename = "tenantId")]
     pub tenant_id: String,
 }
@@ -239,21 +298,37 @@ pub struct Account {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeProperties {
+    /// The node's addresses by type (`access_v4`: where it is reached; `bind_v4`: what its
+    /// services bind to), as its provider reported them; empty until then.
     #[serde(default)]
     pub ipaddresses: BTreeMap<String, String>,
+    /// The node's hostname: `<cluster name>-<cluster id>-<nodenum>.<dns suffix>` as weft
+    /// suggests it, or the one its provider reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// The node's number in its cluster: 1000 for the first, and new nodes numbered after the
+    /// highest.
     #[serde(deserialize_with = "lenient::json_u64")]
     pub nodenum: u64,
+    /// The node's hardware type (its name).
     pub hardwaretype: String,
+    /// The node's image type (its name).
     pub imagetype: String,
+    /// The provider's flavor for the node's hardware type (its `providermap` entry); absent when
+    /// there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flavor: Option<String>,
+    /// The provider's image for the node's image type (its `providermap` entry); absent when there
+    /// is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The user automators log in as: the image type's `sshuser`, else `root`.
     pub sshuser: String,
+    /// The names of the services on the node.
     #[serde(default)]
     pub services: Vec<String>,
+    /// The automator types the node's services use (their actions' `type`s): what BOOTSTRAP
+    /// prepares the machine for.
     #[serde(default)]
     pub automators: Vec<String>,
 }
@@ -263,8 +338,11 @@ pub struct NodeProperties {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NodeActionStatus {
+    /// A worker has taken the attempt and not finished it yet.
     InProgress,
+    /// The attempt succeeded.
     Complete,
+    /// The attempt failed; a retry is an entry of its own.
     Failed,
 }
 
@@ -272,18 +350,28 @@ pub enum NodeActionStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeAction {
+    /// `taskId`: the task this entry is an attempt of (`<jobId>-<NNN>`).
     #[serde(rename = "taskId")]
     pub task_id: String,
+    /// The service the task acts on; empty for node-level tasks (CREATE, CONFIRM, BOOTSTRAP,
+    /// DELETE, STATUS).
     pub service: String,
     /// Upper-case action name (`CREATE`).
     pub action: String,
+    /// `submitTime`: when a worker took the attempt, in milliseconds since the epoch.
     #[serde(rename = "submitTime", deserialize_with = "lenient::json_i64")]
     pub submit_time: i64,
+    /// `statusTime`: when the attempt's status last changed (its end, once it has ended), in
+    /// milliseconds since the epoch.
     #[serde(rename = "statusTime", deserialize_with = "lenient::json_i64")]
     pub status_time: i64,
+    /// How the attempt stands.
     pub status: NodeActionStatus,
+    /// The attempt's standard output as its worker sent it: the last 2048 characters, after
+    /// `[snipped]`, when it was longer. Absent when none was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    /// The attempt's standard error, kept as `stdout` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
     /// Which execution of its task this entry is, from 1 (weft extension; 0 when unknown).
@@ -318,18 +406,29 @@ fn is_zero(n: &u32) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Node {
+    /// The node's id, a random UUID.
     #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub id: String,
+    /// `clusterId`: the id of the node's cluster (8 digits).
     #[serde(rename = "clusterId")]
     #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9]{1,19}$"))]
     pub cluster_id: String,
+    /// The full definitions of the services on the node, as the catalog held them.
     pub services: Vec<Service>,
+    /// The node's properties; tasks see them in `config.nodes`.
     pub properties: NodeProperties,
+    /// The node's action history, oldest first: one entry per attempt of each of its tasks, the
+    /// newest 200 kept.
     #[serde(default)]
     pub actions: Vec<NodeAction>,
+    /// `provisionerResults`: what the node's finished tasks returned in `result`, merged by
+    /// top-level key and passed on to later tasks. Secrets in it (`ssh-auth`'s `key` and
+    /// `password`) are masked.
     #[serde(rename = "provisionerResults", default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provisioner_results: Map<String, Value>,
+    /// The node's own links (`{label, url}`), as stored; nodes weft makes have none (a cluster's
+    /// `links` carry its template's).
     #[serde(default)]
     pub links: Vec<Link>,
 }
@@ -340,10 +439,15 @@ pub struct Node {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterLink {
+    /// The link's label, as the template gives it.
     #[serde(default)]
     pub label: String,
+    /// The URL with its macros expanded as Coopr expanded them (the values of several nodes joined
+    /// with commas).
     #[serde(default)]
     pub url: String,
+    /// One expanded URL per node of the service the link's macro names, in node order; left out
+    /// when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub urls: Vec<String>,
 }
@@ -352,33 +456,55 @@ pub struct ClusterLink {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterDetails {
+    /// The cluster's id: 8 digits, zero-padded (`00000079`).
     pub id: String,
+    /// The cluster's name, as its create request gave it.
     pub name: String,
+    /// The cluster's description, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Who owns the cluster, and in which tenant.
     pub account: Account,
+    /// `createTime`: when the cluster was created, in milliseconds since the epoch.
     #[serde(rename = "createTime")]
     pub create_time: i64,
+    /// `expireTime`: when the cluster's lease ends, in milliseconds since the epoch; 0 when it
+    /// never does.
     #[serde(rename = "expireTime")]
     pub expire_time: i64,
+    /// The cluster's copy of its provider, with the request's non-sensitive provider fields merged
+    /// into `provisioner`; sensitive fields are never in it.
     pub provider: Provider,
+    /// `clusterTemplate`: a full copy of the template as it was when the cluster was created or
+    /// last synced to it.
     #[serde(rename = "clusterTemplate")]
     pub cluster_template: ClusterTemplate,
+    /// The cluster's nodes, each with its action history: all of them, or the page asked for with
+    /// `?offset=&limit=`.
     pub nodes: Vec<Node>,
+    /// The names of the services on the cluster.
     pub services: Vec<String>,
+    /// `latestJobId`: the id of the cluster's latest job (`00000079-002`).
     #[serde(
         rename = "latestJobId",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub latest_job_id: Option<String>,
+    /// The cluster's status.
     pub status: ClusterStatus,
+    /// The cluster's config, passed to provisioners unchanged: the create request's `config` (else
+    /// the template's default), as the latest reconfigure left it.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub config: Map<String, Value>,
+    /// The template's links, their macros expanded against the cluster's nodes.
     #[serde(default)]
     pub links: Vec<ClusterLink>,
+    /// The latest job's progress; absent when the cluster has no job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// The cluster's status message, such as `Aborted by user.` or why a rollout stopped; absent
+    /// when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// weft extension: why a running job's tasks cannot be taken now (as on the status).
@@ -390,11 +516,17 @@ pub struct ClusterDetails {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterStatusView {
+    /// The cluster's id (8 digits).
     pub clusterid: String,
+    /// The cluster's status.
     pub status: ClusterStatus,
+    /// The latest job's action, lower case (`cluster_create`).
     pub action: String,
+    /// The latest job's status.
     pub actionstatus: JobStatus,
+    /// How many tasks the latest job has.
     pub stepstotal: u64,
+    /// How many of them have completed.
     pub stepscompleted: u64,
     /// weft extension: why a running job's tasks cannot be taken now (`waiting: no provisioner
     /// offers provider type aws`); absent when nothing keeps them.
@@ -406,11 +538,15 @@ pub struct ClusterStatusView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PlanTask {
+    /// The task's id (`<jobId>-<NNN>`).
     pub id: String,
+    /// `taskName`: the task's action, upper case (`CREATE`, `INSTALL`).
     #[serde(rename = "taskName")]
     pub task_name: String,
+    /// `nodeId`: the node the task runs on.
     #[serde(rename = "nodeId")]
     pub node_id: String,
+    /// The service the task acts on; `""` for node-level tasks.
     pub service: String,
 }
 
@@ -418,13 +554,19 @@ pub struct PlanTask {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PlanView {
+    /// The job's id (`<clusterId>-<NNN>`).
     pub id: String,
+    /// `clusterId`: the id of the job's cluster.
     #[serde(rename = "clusterId")]
     pub cluster_id: String,
     /// Upper-case cluster action (`CLUSTER_CREATE`).
     pub action: String,
+    /// `currentStage`: the index of the first stage with a task not yet complete (the number of
+    /// stages once every task is).
     #[serde(rename = "currentStage")]
     pub current_stage: u64,
+    /// The job's tasks in stages, in order; empty for SOLVE_LAYOUT. weft runs each task once its
+    /// dependencies are done, so a task may start before the stages ahead of it end.
     pub stages: Vec<Vec<PlanTask>>,
     /// weft extension: a rolling change's policy and what became of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -435,14 +577,17 @@ pub struct PlanView {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TakeTaskRequest {
+    /// `workerId`: the worker asking for a task (required).
     #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
     pub worker_id: Option<String>,
+    /// `provisionerId`: the worker's provisioner (required); a 403 when it is not registered.
     #[serde(
         rename = "provisionerId",
         default,
         deserialize_with = "lenient::opt_string"
     )]
     pub provisioner_id: Option<String>,
+    /// `tenantId`: the internal id of the tenant the worker serves (required).
     #[serde(rename = "tenantId", default, deserialize_with = "lenient::opt_string")]
     pub tenant_id: Option<String>,
     /// What the worker can do beyond the contract; unknown names are ignored. With
@@ -497,14 +642,17 @@ impl TakeTaskRequest {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TaskNodesRequest {
+    /// `workerId`: the worker asking (required).
     #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
     pub worker_id: Option<String>,
+    /// `provisionerId`: the worker's provisioner (required); a 403 when it is not registered.
     #[serde(
         rename = "provisionerId",
         default,
         deserialize_with = "lenient::opt_string"
     )]
     pub provisioner_id: Option<String>,
+    /// `tenantId`: the internal id of the cluster's tenant (required).
     #[serde(rename = "tenantId", default, deserialize_with = "lenient::opt_string")]
     pub tenant_id: Option<String>,
     /// The cluster, as a task's `clusterId` names it.
@@ -532,6 +680,7 @@ pub struct TaskNodes {
     /// `{nodeId: properties}`.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub nodes: serde_json::Map<String, serde_json::Value>,
+    /// The ids of the nodes that left the cluster since `since`; empty when `full`.
     #[serde(default)]
     pub removed: Vec<String>,
 }
@@ -540,29 +689,40 @@ pub struct TaskNodes {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct FinishTaskRequest {
+    /// `workerId`: the worker that took the task (required); a 417 when it does not hold the task.
     #[serde(rename = "workerId", default, deserialize_with = "lenient::opt_string")]
     pub worker_id: Option<String>,
+    /// `provisionerId`: the worker's provisioner (required); a 403 when it is not registered.
     #[serde(
         rename = "provisionerId",
         default,
         deserialize_with = "lenient::opt_string"
     )]
     pub provisioner_id: Option<String>,
+    /// `tenantId`: the internal id of the task's tenant (required).
     #[serde(rename = "tenantId", default, deserialize_with = "lenient::opt_string")]
     pub tenant_id: Option<String>,
+    /// `taskId`: the task that ended, as its take answered it.
     #[serde(rename = "taskId", default, deserialize_with = "lenient::opt_string")]
     pub task_id: Option<String>,
     /// 0 is success; the Ruby provisioner sends it as a string.
     #[serde(default, deserialize_with = "lenient::opt_i64")]
     pub status: Option<i64>,
+    /// The task's standard output; its last 2048 characters are kept.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub stdout: Option<String>,
+    /// The task's standard error; its last 2048 characters are kept.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub stderr: Option<String>,
+    /// The node's hostname as the provider set it; on success it replaces the node's.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub hostname: Option<String>,
+    /// The node's addresses by type (`access_v4`, `bind_v4`); on success they replace the node's
+    /// addresses of those types.
     #[serde(default)]
     pub ipaddresses: Option<BTreeMap<String, String>>,
+    /// What the task found out, merged by top-level key into the node's `provisionerResults`
+    /// (`ssh-auth`, the provider's id of the machine, ...); later tasks receive it in `config`.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<Map<String, Value>>,

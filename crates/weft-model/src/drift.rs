@@ -28,6 +28,7 @@ pub enum MachineState {
 }
 
 impl MachineState {
+    /// The wire name (`running`, `stopped`, `missing`, `unknown`).
     pub fn as_str(self) -> &'static str {
         match self {
             MachineState::Running => "running",
@@ -47,6 +48,7 @@ impl MachineState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MachineReport {
+    /// The machine's state.
     pub state: MachineState,
     /// The provider's own words (its state name, or why it could not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,11 +59,16 @@ pub struct MachineReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeDrift {
+    /// The node's id.
     pub id: String,
+    /// The node's hostname (empty when it has none).
     #[serde(default)]
     pub hostname: String,
+    /// The node's number in its cluster (from 1000).
     pub nodenum: u64,
+    /// Its machine's state, as its provider reported it (`unknown` until then).
     pub machine: MachineState,
+    /// The provider's own words about the machine, if it gave any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Each service's health, as in `GET /v2/clusters/{id}/health`.
@@ -72,7 +79,9 @@ pub struct NodeDrift {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct AutoReplacement {
+    /// The id of the node replaced.
     pub node: String,
+    /// `jobId`: the replace job; empty until it is named, or if it could not be started.
     #[serde(rename = "jobId")]
     pub job_id: String,
     /// When it started (milliseconds since the epoch).
@@ -83,6 +92,7 @@ pub struct AutoReplacement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct DriftReport {
+    /// `clusterId`: the cluster's id (8 digits).
     #[serde(rename = "clusterId")]
     pub cluster_id: String,
     /// The check's job, if the cluster ever had one.
@@ -94,6 +104,7 @@ pub struct DriftReport {
     /// Something is not as weft left it: a machine missing or stopped, a service unhealthy, or
     /// an orphan machine.
     pub drift: bool,
+    /// One entry per node of the cluster.
     pub nodes: Vec<NodeDrift>,
     /// Machines with the cluster's marks that belong to no node of it (found when the check
     /// started; only providers that can list their machines: aws, docker).
@@ -122,8 +133,10 @@ impl DriftReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct DriftRun {
+    /// `clusterId`: the cluster's id (8 digits).
     #[serde(rename = "clusterId")]
     pub cluster_id: String,
+    /// `jobId`: the check's job, whose result `GET /v2/clusters/{id}/check` shows.
     #[serde(rename = "jobId")]
     pub job_id: String,
     /// How many tasks it runs (a STATUS per node, and the health checks).
@@ -134,10 +147,13 @@ pub struct DriftRun {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ReplaceRun {
+    /// `clusterId`: the cluster's id (8 digits).
     #[serde(rename = "clusterId")]
     pub cluster_id: String,
+    /// `jobId`: the replace job.
     #[serde(rename = "jobId")]
     pub job_id: String,
+    /// The id of the node being replaced.
     pub node: String,
 }
 

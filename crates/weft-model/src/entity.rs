@@ -16,20 +16,28 @@ use crate::lenient;
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum EntityKind {
+    /// `providers`: where machines come from.
     #[serde(rename = "providers")]
     Provider,
+    /// `hardwaretypes`: machine sizes, as a flavor per provider.
     #[serde(rename = "hardwaretypes")]
     HardwareType,
+    /// `imagetypes`: operating system images, as an image per provider.
     #[serde(rename = "imagetypes")]
     ImageType,
+    /// `services`: software with lifecycle actions and dependencies.
     #[serde(rename = "services")]
     Service,
+    /// `clustertemplates`: the blueprints clusters are made from.
     #[serde(rename = "clustertemplates")]
     ClusterTemplate,
+    /// `partialtemplates`: pieces that cluster templates include.
     #[serde(rename = "partialtemplates")]
     PartialTemplate,
+    /// `providertypes`: provider plugins, registered by provisioners (global).
     #[serde(rename = "providertypes")]
     ProviderType,
+    /// `automatortypes`: automator plugins, registered by provisioners (global).
     #[serde(rename = "automatortypes")]
     AutomatorType,
 }
@@ -73,6 +81,7 @@ impl EntityKind {
         }
     }
 
+    /// The kind whose [`EntityKind::as_str`] is exactly `s`; `None` otherwise.
     pub fn parse(s: &str) -> Option<EntityKind> {
         [
             EntityKind::Provider,
@@ -127,6 +136,8 @@ impl TryFrom<Map<String, Value>> for Link {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NameRef {
+    /// The name of the cluster template (in `extends`) or partial template (in `includes`) to merge
+    /// in.
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
 }
@@ -135,6 +146,8 @@ pub struct NameRef {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Provider {
+    /// The provider's name, unique per tenant: 1 to 255 of `[A-Za-z0-9_.-]`. Templates, requests
+    /// and hardware and image types refer to it by this name.
     #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
@@ -146,26 +159,33 @@ pub struct Provider {
         )
     )]
     pub name: String,
+    /// A display name for user interfaces.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub label: Option<String>,
+    /// Free text about the provider.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub description: Option<String>,
+    /// An icon for user interfaces, as free text.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub icon: Option<String>,
+    /// The version the server gave this one: each write stores the highest version plus one (1 for
+    /// a new name); a version in a written body is ignored.
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
+    /// The name of the provider type (plugin) that makes the machines (required; `aws`,
+    /// `docker`, ...).
     #[serde(default, deserialize_with = "lenient::string")]
     #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub providertype: String,
@@ -179,6 +199,8 @@ pub struct Provider {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MachineType {
+    /// The type's name, unique per tenant among hardware types (or among image types): 1 to 255 of
+    /// `[A-Za-z0-9_.-]`.
     #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
@@ -190,24 +212,29 @@ pub struct MachineType {
         )
     )]
     pub name: String,
+    /// A display name for user interfaces.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub label: Option<String>,
+    /// Free text about the type (`1 vCPU`).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub description: Option<String>,
+    /// An icon for user interfaces, as free text.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub icon: Option<String>,
+    /// The version the server gave this one: each write stores the highest version plus one (1 for
+    /// a new name); a version in a written body is ignored.
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
     /// provider name -> settings (`flavor` for hardware, `image` and optional `sshuser` for images).
@@ -238,15 +265,26 @@ fn provider_map<'de, D: serde::Deserializer<'de>>(
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ProvisionerAction {
+    /// Makes the node's machine (run by the provider type).
     Create,
+    /// Waits until a new machine is up and reachable and learns its addresses (run by the provider
+    /// type); a failed one is followed by a DELETE and a new CREATE.
     Confirm,
+    /// Prepares the machine for each automator type the node's services use.
     Bootstrap,
+    /// Installs a service's software.
     Install,
+    /// Removes a service's software.
     Remove,
+    /// Initializes an installed and configured service, before its first start.
     Initialize,
+    /// Writes a service's configuration from the cluster's `config`.
     Configure,
+    /// Starts a service.
     Start,
+    /// Stops a service.
     Stop,
+    /// Deletes the node's machine (run by the provider type).
     Delete,
     /// weft extension: checks that the service is healthy (a script that exits 0 when it is).
     /// Run only by health jobs (`POST /v2/clusters/{id}/health`), never by lifecycle plans.
@@ -257,6 +295,7 @@ pub enum ProvisionerAction {
 }
 
 impl ProvisionerAction {
+    /// Every action: Coopr's ten in their order, then weft's HEALTHCHECK and STATUS.
     pub const ALL: [ProvisionerAction; 12] = [
         ProvisionerAction::Create,
         ProvisionerAction::Confirm,
@@ -320,8 +359,12 @@ impl ProvisionerAction {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct DependencyClass {
+    /// Services (or names they `provides`) that must be on the cluster; their actions of this
+    /// class run before this service's.
     #[serde(default, deserialize_with = "lenient::strings")]
     pub requires: Vec<String>,
+    /// Services whose actions of this class run before this service's when they are on the
+    /// cluster; their absence is no error.
     #[serde(default, deserialize_with = "lenient::strings")]
     pub uses: Vec<String>,
 }
@@ -330,12 +373,17 @@ pub struct DependencyClass {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceDependencies {
+    /// Other names this service answers to in other services' `requires` and `uses` (`myapp` for
+    /// `myapp-2.0`).
     #[serde(default, deserialize_with = "lenient::strings")]
     pub provides: Vec<String>,
+    /// Services that may not be on the same cluster as this one, on any node.
     #[serde(default, deserialize_with = "lenient::strings")]
     pub conflicts: Vec<String>,
+    /// Dependencies that order INSTALL and REMOVE.
     #[serde(default, deserialize_with = "dependency_class")]
     pub install: DependencyClass,
+    /// Dependencies that order INITIALIZE, START and STOP.
     #[serde(default, deserialize_with = "dependency_class")]
     pub runtime: DependencyClass,
 }
@@ -352,23 +400,28 @@ fn dependency_class<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Dependency
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceAction {
+    /// `type`: the automator type that runs the action (required; `shell`, `chef-solo`, ...).
     #[serde(rename = "type", default, deserialize_with = "lenient::string")]
     #[cfg_attr(feature = "openapi", schema(required = true, min_length = 1))]
     pub automator: String,
+    /// The automator type's admin fields for this action (`script`, `run_list`, ...).
     #[serde(default, deserialize_with = "lenient::string_map")]
     pub fields: BTreeMap<String, String>,
+    /// `healthcheck` only: seconds one try may run (1 to 3600; default 30).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_u64"
     )]
     pub timeout: Option<u64>,
+    /// `healthcheck` only: tries before the service counts as unhealthy (1 to 100; default 3).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_u64"
     )]
     pub tries: Option<u64>,
+    /// `healthcheck` only: seconds between tries (0 to 3600; default 5).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -390,12 +443,17 @@ pub struct HealthcheckSpec {
 }
 
 impl HealthcheckSpec {
+    /// Seconds one try may run when the action does not say.
     pub const DEFAULT_TIMEOUT: u64 = 30;
+    /// Tries before a service counts as unhealthy, when the action does not say.
     pub const DEFAULT_TRIES: u64 = 3;
+    /// Seconds between tries when the action does not say.
     pub const DEFAULT_INTERVAL: u64 = 5;
     /// Bounds that validation enforces (inclusive).
     pub const TIMEOUT_RANGE: (u64, u64) = (1, 3600);
+    /// The `tries` that validation allows (inclusive).
     pub const TRIES_RANGE: (u64, u64) = (1, 100);
+    /// The `interval` that validation allows, in seconds (inclusive).
     pub const INTERVAL_RANGE: (u64, u64) = (0, 3600);
 }
 
@@ -414,6 +472,8 @@ impl ServiceAction {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceProvisioner {
+    /// How each action of the service runs, keyed on the wire by its lower-case name (`install`);
+    /// an unknown or upper-case name is refused.
     #[serde(default, deserialize_with = "actions_map")]
     pub actions: BTreeMap<ProvisionerAction, ServiceAction>,
 }
@@ -459,6 +519,8 @@ fn dependencies<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ServiceDepende
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Service {
+    /// The service's name, unique per tenant: 1 to 255 of `[A-Za-z0-9_.-]`. Templates, requests
+    /// and other services' dependencies refer to it by this name.
     #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
@@ -470,30 +532,39 @@ pub struct Service {
         )
     )]
     pub name: String,
+    /// A display name for user interfaces.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub label: Option<String>,
+    /// Free text about the service.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub description: Option<String>,
+    /// An icon for user interfaces, as free text.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub icon: Option<String>,
+    /// The version the server gave this one: each write stores the highest version plus one (1 for
+    /// a new name); a version in a written body is ignored.
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
+    /// What the service offers, excludes and needs, and how its actions are ordered against other
+    /// services'.
     #[serde(default, deserialize_with = "dependencies")]
     pub dependencies: ServiceDependencies,
+    /// `{"actions": {...}}`: how the service's lifecycle actions run.
     #[serde(default, deserialize_with = "service_provisioner")]
     pub provisioner: ServiceProvisioner,
+    /// Links to the service's pages (`{label, url}`); `url` may use macros.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub links: Vec<Link>,
     /// weft extension: the service's actions use only their own node's addresses, so they may
@@ -522,10 +593,13 @@ pub struct Service {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Compatibility {
+    /// The hardware types a cluster may use (empty: any).
     #[serde(default, deserialize_with = "lenient::strings")]
     pub hardwaretypes: Vec<String>,
+    /// The image types a cluster may use (empty: any).
     #[serde(default, deserialize_with = "lenient::strings")]
     pub imagetypes: Vec<String>,
+    /// The services a cluster may have (empty: any).
     #[serde(default, deserialize_with = "lenient::strings")]
     pub services: Vec<String>,
 }
@@ -536,12 +610,19 @@ pub struct Compatibility {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(try_from = "RawDefaults")]
 pub struct ClusterDefaults {
+    /// The services a cluster gets when its request names none (a resolved template needs some).
     #[cfg_attr(feature = "openapi", schema(required = false))]
     pub services: Vec<String>,
+    /// The provider a cluster uses when its request names none (a resolved template needs one).
+    /// Blank is absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// One hardware type for every node of a cluster whose request names none; absent (or blank):
+    /// the solver picks per node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hardwaretype: Option<String>,
+    /// One image type for every node of a cluster whose request names none; absent (or blank): the
+    /// solver picks per node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub imagetype: Option<String>,
     /// Empty is absent.
@@ -554,6 +635,8 @@ pub struct ClusterDefaults {
         )
     )]
     pub dns_suffix: Option<String>,
+    /// The cluster config passed to provisioners unchanged, unless a request gives its own (which
+    /// replaces it whole). A service given as an object adds its `config` here under its name.
     #[cfg_attr(feature = "openapi", schema(value_type = Object, required = false))]
     pub config: Map<String, Value>,
 }
@@ -619,6 +702,7 @@ impl TryFrom<RawDefaults> for ClusterDefaults {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SizeConstraint {
+    /// The fewest nodes a cluster may have: at least 1 (the default).
     #[serde(default = "one", deserialize_with = "lenient::u64_or_one")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub min: u64,
@@ -661,8 +745,11 @@ pub struct LayoutConstraint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Quantities {
+    /// The fewest nodes that must carry the service (default 0).
     #[serde(default, deserialize_with = "lenient::u64")]
     pub min: u64,
+    /// The most nodes that may carry the service (default 2147483647, unbounded); not below
+    /// `min`.
     #[serde(default = "unbounded", deserialize_with = "lenient::u64_or_unbounded")]
     pub max: u64,
 }
@@ -680,10 +767,13 @@ impl Default for Quantities {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceConstraint {
+    /// The hardware types the service's nodes may use (empty: any).
     #[serde(default, deserialize_with = "lenient::strings")]
     pub hardwaretypes: Vec<String>,
+    /// The image types the service's nodes may use (empty: any).
     #[serde(default, deserialize_with = "lenient::strings")]
     pub imagetypes: Vec<String>,
+    /// How many nodes may carry the service (absent: any number).
     #[serde(default, deserialize_with = "quantities")]
     pub quantities: Quantities,
 }
@@ -696,10 +786,13 @@ fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Quantities, D::E
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Constraints {
+    /// How many nodes a cluster may have.
     #[serde(default, deserialize_with = "size")]
     pub size: SizeConstraint,
+    /// Which services must, or may not, share a node.
     #[serde(default, deserialize_with = "layout")]
     pub layout: LayoutConstraint,
+    /// Machine types and node counts per service, keyed by service name.
     #[serde(default, deserialize_with = "service_constraints")]
     pub services: BTreeMap<String, ServiceConstraint>,
 }
@@ -722,10 +815,14 @@ fn service_constraints<'de, D: serde::Deserializer<'de>>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct LeaseDuration {
+    /// The lease a cluster gets when its request asks for none, and the longest it may ask for (0:
+    /// forever, and a request may ask for any lease).
     #[serde(default, deserialize_with = "lenient::duration_ms")]
     pub initial: u64,
+    /// How far past its create time a cluster's lease may be extended (0: without limit).
     #[serde(default, deserialize_with = "lenient::duration_ms")]
     pub max: u64,
+    /// The most one extension may add to the current expiry (0: any amount).
     #[serde(default, deserialize_with = "lenient::duration_ms")]
     pub step: u64,
 }
@@ -734,6 +831,7 @@ pub struct LeaseDuration {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Administration {
+    /// The lease rules of clusters made from the template (absent: all 0, forever).
     #[serde(default, deserialize_with = "lease")]
     pub leaseduration: LeaseDuration,
     /// weft extension: the defaults of rolling upgrades, restarts and reconfigures of clusters
@@ -772,6 +870,8 @@ fn constraints<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Constraints, D:
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterTemplate {
+    /// The template's name, unique per tenant: 1 to 255 of `[A-Za-z0-9_.-]`. Create requests name
+    /// it in `clusterTemplate`.
     #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
@@ -783,42 +883,57 @@ pub struct ClusterTemplate {
         )
     )]
     pub name: String,
+    /// A display name for user interfaces.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub label: Option<String>,
+    /// Free text about the template.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub description: Option<String>,
+    /// An icon for user interfaces, as free text.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub icon: Option<String>,
+    /// The version the server gave this one: each write stores the highest version plus one (1 for
+    /// a new name); a version in a written body is ignored.
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
+    /// The template this one extends; `/v2/resolve` merges it (with its includes) in before this
+    /// one's own includes and body. Left out of the JSON when absent.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_section"
     )]
     pub extends: Option<NameRef>,
+    /// Partial templates whose defaults and compatibility `/v2/resolve` merges in, in order, after
+    /// the parent and before this template's own body.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub includes: Vec<NameRef>,
+    /// Which services and machine types a cluster may use.
     #[serde(default, deserialize_with = "compatibility")]
     pub compatibility: Compatibility,
+    /// What a create request leaves out.
     #[serde(default, deserialize_with = "defaults")]
     pub defaults: ClusterDefaults,
+    /// Size, placement and per-service rules every layout must keep.
     #[serde(default, deserialize_with = "constraints")]
     pub constraints: Constraints,
+    /// Lease rules and (weft extension) rollout defaults.
     #[serde(default, deserialize_with = "administration")]
     pub administration: Administration,
+    /// Links shown with each cluster (`{label, url}`); the macros in `url` are expanded in the
+    /// cluster's details.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub links: Vec<Link>,
     /// weft extension: the janitor's periodic check replaces a node whose machine is gone by
@@ -837,6 +952,8 @@ pub struct ClusterTemplate {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PartialTemplate {
+    /// The partial's name, unique per tenant: 1 to 255 of `[A-Za-z0-9_.-]`. Templates name it in
+    /// `includes`.
     #[serde(default, deserialize_with = "lenient::text")]
     #[cfg_attr(
         feature = "openapi",
@@ -848,37 +965,49 @@ pub struct PartialTemplate {
         )
     )]
     pub name: String,
+    /// A display name for user interfaces.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub label: Option<String>,
+    /// Free text about the partial template.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub description: Option<String>,
+    /// An icon for user interfaces, as free text.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub icon: Option<String>,
+    /// The version the server gave this one: each write stores the highest version plus one (1 for
+    /// a new name); a version in a written body is ignored.
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
     /// When true, the config keys this partial sets cannot be overridden by later merges.
     #[serde(default, deserialize_with = "lenient::bool")]
     pub immutable: bool,
+    /// Joined into the compatibility lists of the templates that include it.
     #[serde(default, deserialize_with = "compatibility")]
     pub compatibility: Compatibility,
+    /// Merged into the defaults of the templates that include it: services joined, other values
+    /// replaced when set, config keys set (and locked when `immutable`).
     #[serde(default, deserialize_with = "defaults")]
     pub defaults: ClusterDefaults,
+    /// Kept with the partial but not merged: only `defaults` and `compatibility` pass to the
+    /// templates that include it.
     #[serde(default, deserialize_with = "constraints")]
     pub constraints: Constraints,
+    /// Kept with the partial but not merged, as `constraints`.
     #[serde(default, deserialize_with = "administration")]
     pub administration: Administration,
+    /// Kept with the partial but not merged, as `constraints`.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub links: Vec<Link>,
 }
@@ -887,16 +1016,23 @@ pub struct PartialTemplate {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct CatalogExport {
+    /// The tenant's providers, latest versions. An import replaces all six kinds, so a kind it
+    /// leaves out ends up empty.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub providers: Vec<Provider>,
+    /// The tenant's hardware types, latest versions.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub hardwaretypes: Vec<HardwareType>,
+    /// The tenant's image types, latest versions.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub imagetypes: Vec<ImageType>,
+    /// The tenant's services, latest versions.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub services: Vec<Service>,
+    /// The tenant's cluster templates, latest versions.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub clustertemplates: Vec<ClusterTemplate>,
+    /// The tenant's partial templates, latest versions.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub partialtemplates: Vec<PartialTemplate>,
     /// Import only: the passphrase that opens the secrets an export sealed with one
@@ -920,7 +1056,10 @@ pub struct SealedExportRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct CatalogWarning {
+    /// The field at fault (`defaults.services[2]`); for an import, prefixed with the entry's kind
+    /// and name.
     pub field: String,
+    /// What is wrong with it, in a sentence.
     pub message: String,
 }
 
@@ -931,6 +1070,7 @@ pub struct CatalogWarning {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct CatalogWriteAnswer {
+    /// What the write left unresolved, one entry per field at fault; empty when all is well.
     pub warnings: Vec<CatalogWarning>,
 }
 

@@ -8,10 +8,16 @@ pub enum ModelError {
     Malformed(String),
     /// A field is missing, has the wrong type, or breaks a rule. `message` already names the field.
     #[error("{message}")]
-    Invalid { field: String, message: String },
+    Invalid {
+        /// The field at fault, as a path (`constraints.size.min`, `provisioner.actions.start.type`).
+        field: String,
+        /// The whole message for the caller, naming the field.
+        message: String,
+    },
 }
 
 impl ModelError {
+    /// A [`ModelError::Invalid`] for `field`, with `message` (which should name the field).
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         ModelError::Invalid {
             field: field.into(),

@@ -26,6 +26,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Every kind, in declaration order.
     pub const ALL: [EventKind; 5] = [
         EventKind::Cluster,
         EventKind::Job,
@@ -61,6 +62,7 @@ pub struct Event {
     pub id: u64,
     /// Milliseconds since the epoch, when the change was written.
     pub time: i64,
+    /// What the event is about; it says which of the fields below are set.
     pub kind: EventKind,
     /// The cluster the change belongs to (every kind but `audit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -34,6 +34,7 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    /// Every reason, in declaration order (`crash`, the default, last).
     pub const ALL: [FailureReason; 8] = [
         FailureReason::Auth,
         FailureReason::NotFound,
@@ -45,6 +46,7 @@ impl FailureReason {
         FailureReason::Crash,
     ];
 
+    /// The wire name, snake case (`not_found`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailureReason::Auth => "auth",
@@ -95,6 +97,7 @@ fn crash() -> FailureReason {
 }
 
 impl TaskFailure {
+    /// A failure for `reason`, retryable or not as the plugin said.
     pub fn new(reason: FailureReason, retryable: bool) -> TaskFailure {
         TaskFailure { retryable, reason }
     }

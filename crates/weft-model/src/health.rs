@@ -12,6 +12,7 @@ pub const HEALTH_RESULT_KEY: &str = "health";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct HealthReport {
+    /// Whether the service passed its check (the last try decided).
     pub healthy: bool,
     /// How many tries ran (the last one decided).
     #[serde(default)]
@@ -26,7 +27,9 @@ pub struct HealthReport {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum HealthState {
+    /// The last check passed.
     Healthy,
+    /// The last check failed on every try.
     Unhealthy,
     /// Not checked yet, or the check did not finish (the health run is still going, or ended
     /// before it reached this one).
@@ -36,6 +39,7 @@ pub enum HealthState {
 }
 
 impl HealthState {
+    /// The wire name (`healthy`, `unhealthy`, `unknown`, `none`).
     pub fn as_str(self) -> &'static str {
         match self {
             HealthState::Healthy => "healthy",
@@ -50,7 +54,9 @@ impl HealthState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ServiceHealth {
+    /// The service's name.
     pub service: String,
+    /// The service's state on this node.
     pub state: HealthState,
     /// How many tries ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,10 +73,14 @@ pub struct ServiceHealth {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeHealth {
+    /// The node's id.
     pub id: String,
+    /// The node's hostname (empty when it has none).
     #[serde(default)]
     pub hostname: String,
+    /// The node's number in its cluster (from 1000); rows are in this order.
     pub nodenum: u64,
+    /// One cell per service on the node.
     pub services: Vec<ServiceHealth>,
 }
 
@@ -78,6 +88,7 @@ pub struct NodeHealth {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ClusterHealth {
+    /// `clusterId`: the cluster's id (8 digits).
     #[serde(rename = "clusterId")]
     pub cluster_id: String,
     /// The health run's job, if the cluster ever had one.
@@ -88,6 +99,7 @@ pub struct ClusterHealth {
     pub job_status: String,
     /// Every checked service is healthy (false while any is unhealthy or unknown).
     pub healthy: bool,
+    /// One row per node, by `nodenum`.
     pub nodes: Vec<NodeHealth>,
 }
 
@@ -112,8 +124,10 @@ impl ClusterHealth {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct HealthRun {
+    /// `clusterId`: the cluster's id (8 digits).
     #[serde(rename = "clusterId")]
     pub cluster_id: String,
+    /// `jobId`: the health job, whose result `GET /v2/clusters/{id}/health` shows.
     #[serde(rename = "jobId")]
     pub job_id: String,
     /// How many checks (service x node) it runs.

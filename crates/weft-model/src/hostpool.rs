@@ -43,6 +43,7 @@ pub enum HostState {
 }
 
 impl HostState {
+    /// The wire and stored name (`free`, `reserved`, `in_use`).
     pub fn as_str(self) -> &'static str {
         match self {
             HostState::Free => "free",
@@ -57,18 +58,22 @@ impl HostState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PoolHost {
+    /// The host's name in its pool (`[A-Za-z0-9_.-]`).
     pub id: String,
     /// The provider (entity name) whose pool the host is in.
     pub provider: String,
     /// Where to reach it over SSH: a host name or an IP address.
     pub address: String,
+    /// The SSH port.
     pub port: u16,
     /// The SSH user (not root: commands run with `sudo -n -E`).
     pub user: String,
     /// Always `********`.
     pub key: String,
+    /// The host's labels, by which hardware types select hosts (their `flavor` names the labels).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Whether the host is free, reserved or lent to a node.
     pub state: HostState,
     /// The cluster the host is lent to.
     #[serde(rename = "clusterId", default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +88,7 @@ pub struct PoolHost {
         skip_serializing_if = "Option::is_none"
     )]
     pub reserve_time: Option<i64>,
+    /// `createTime`: when the host was registered, in milliseconds since the epoch.
     #[serde(rename = "createTime")]
     pub create_time: i64,
 }
@@ -99,6 +105,7 @@ pub struct PoolHostRequest {
         deserialize_with = "lenient::opt_string"
     )]
     pub id: Option<String>,
+    /// Where to reach the host over SSH: a host name or an IP address (required).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -126,6 +133,8 @@ pub struct PoolHostRequest {
         deserialize_with = "lenient::opt_string"
     )]
     pub key: Option<String>,
+    /// Labels for hardware types to select the host by: at most 32; keys 1 to 63 of
+    /// `[A-Za-z0-9_./-]`, values up to 255 of those and `:`.
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
@@ -137,12 +146,17 @@ pub struct PoolHostRequest {
 /// A checked [`PoolHostRequest`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct HostSpec {
+    /// The host's name in the pool.
     pub id: String,
+    /// The host name or IP address to reach it at, trimmed.
     pub address: String,
+    /// The SSH port (22 unless the request gave one).
     pub port: u16,
+    /// The SSH user (`root` unless the request gave one).
     pub user: String,
     /// `None`: keep the stored key.
     pub key: Option<String>,
+    /// The host's labels, checked.
     pub labels: BTreeMap<String, String>,
 }
 
@@ -317,6 +331,7 @@ impl LabelSelector {
         LabelSelector { terms }
     }
 
+    /// Whether a host carrying `labels` meets every term (an empty selector takes any host).
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.terms.iter().all(|(k, v)| match (labels.get(k), v) {
             (Some(have), Some(want)) => have == want,
@@ -325,6 +340,7 @@ impl LabelSelector {
         })
     }
 
+    /// Whether the selector has no terms, and so takes any host.
     pub fn is_empty(&self) -> bool {
         self.terms.is_empty()
     }

@@ -3,6 +3,7 @@
 //! This crate holds the Coopr REST API v2 JSON shapes (the wire format is a commitment: change it only
 //! with care), the lenient JSON reader that accepts what Coopr's Gson accepted, and the validation rules
 //! that do not need a store. It does no IO.
+#![warn(missing_docs)]
 
 pub mod audit;
 pub mod cluster;

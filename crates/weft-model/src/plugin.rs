@@ -14,7 +14,10 @@ use crate::lenient;
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ParameterType {
+    /// Set by a tenant admin: on the provider (its `provisioner`) for provider types, in a service
+    /// action's `fields` for automator types.
     Admin,
+    /// Given by users with each cluster request (`providerFields`).
     User,
 }
 
@@ -22,23 +25,32 @@ pub enum ParameterType {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct FieldSchema {
+    /// The field's name as a form shows it (required).
     #[serde(default, deserialize_with = "lenient::string")]
     pub label: String,
+    /// `type`: how a form asks for the value (`text`, `password`, `select`, `checkbox`, ...;
+    /// required).
     #[serde(rename = "type", default, deserialize_with = "lenient::string")]
     pub field_type: String,
+    /// Help text for the field.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub tip: Option<String>,
+    /// The value used when none is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub default: Option<Value>,
+    /// Whether users may override this admin field in a cluster request's `providerFields`.
     #[serde(default, deserialize_with = "lenient::bool")]
     pub r#override: bool,
+    /// Whether the value is a secret: a user's is kept in the credential store, and none is ever
+    /// shown.
     #[serde(default, deserialize_with = "lenient::bool")]
     pub sensitive: bool,
+    /// The values a `select` field offers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<Object>>))]
     pub options: Option<Vec<Value>>,
@@ -48,8 +60,11 @@ pub struct FieldSchema {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ParamSpec {
+    /// The fields, by name.
     #[serde(default, deserialize_with = "fields")]
     pub fields: BTreeMap<String, FieldSchema>,
+    /// Alternative sets of required field names: the fields given must cover every name of at
+    /// least one set. Every name must be a key of `fields`.
     #[serde(default, deserialize_with = "lenient::vec")]
     pub required: Vec<BTreeSet<String>>,
 }
@@ -65,7 +80,9 @@ fn fields<'de, D: serde::Deserializer<'de>>(
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceFormat {
+    /// A single file (an SSH key), written on the provisioner with the mode `permissions` gives.
     File,
+    /// A tar.gz archive (a cookbook), unpacked into a directory on the provisioner.
     Archive,
 }
 
@@ -73,7 +90,9 @@ pub enum ResourceFormat {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ResourceTypeSpec {
+    /// Whether resources of this type are files or archives.
     pub format: ResourceFormat,
+    /// The mode of a `file` resource, as 3 or 4 octal digits (`0400`); allowed only with `file`.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -86,36 +105,46 @@ pub struct ResourceTypeSpec {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PluginType {
+    /// The type's name (`aws`, `chef-solo`): global, unique among the provider types (or the
+    /// automator types).
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
+    /// A display name for user interfaces.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub label: Option<String>,
+    /// Free text about the plugin.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub description: Option<String>,
+    /// An icon for user interfaces, as free text.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub icon: Option<String>,
+    /// The version the server gave it: each registration stores a new one.
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
+    /// The implementing class, as Coopr's plugin descriptors name it; weft does not use it.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub classname: Option<String>,
+    /// The fields the plugin takes, by who gives them (`admin`, `user`).
     #[serde(default, deserialize_with = "parameters")]
     pub parameters: BTreeMap<ParameterType, ParamSpec>,
+    /// `resourceTypes`: the kinds of plugin resource the type takes (`keys`, `cookbooks`), by
+    /// name.
     #[serde(rename = "resourceTypes", default, deserialize_with = "resource_types")]
     pub resource_types: BTreeMap<String, ResourceTypeSpec>,
 }
@@ -149,9 +178,13 @@ impl PluginType {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceStatus {
+    /// Uploaded, not in use; only inactive versions may be deleted.
     Inactive,
+    /// To be pushed to provisioners by the next sync, which makes it active.
     Staged,
+    /// Pushed to provisioners and in use.
     Active,
+    /// In use, but to be withdrawn by the next sync, which makes it inactive.
     Recalled,
 }
 
@@ -166,6 +199,8 @@ impl ResourceStatus {
         }
     }
 
+    /// The status named `s`, in any case (as `?status=` filters are read); `None` for an unknown
+    /// name.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "inactive" => Some(ResourceStatus::Inactive),
@@ -181,7 +216,10 @@ impl ResourceStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ResourceMeta {
+    /// The resource's name.
     pub name: String,
+    /// Which upload of it this is: 1 for the first, one more for each after.
     pub version: u64,
+    /// Where this version stands.
     pub status: ResourceStatus,
 }

@@ -42,6 +42,7 @@ pub struct RolloutSpec {
 /// How many nodes a batch holds after the canaries. On the wire: a number, or `"N%"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaxInFlight {
+    /// This many nodes (at least 1).
     Count(u64),
     /// 1..=100 percent of the nodes the rollout changes, rounded up.
     Percent(u64),
@@ -77,11 +78,14 @@ impl MaxInFlight {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFailure {
+    /// Pause the job before the next batch; resuming it runs the failed gate again.
     Pause,
+    /// Fail the job and start one that reverts the nodes changed so far.
     Rollback,
 }
 
 impl OnFailure {
+    /// The wire name (`pause`, `rollback`).
     pub fn as_str(self) -> &'static str {
         match self {
             OnFailure::Pause => "pause",
@@ -95,9 +99,12 @@ impl OnFailure {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Rollout {
+    /// Nodes changed first, in a batch of their own (0: none).
     pub canaries: u64,
+    /// `maxInFlight`: nodes per batch after the canaries.
     #[cfg_attr(feature = "openapi", schema(value_type = String, example = "25%"))]
     pub max_in_flight: MaxInFlight,
+    /// `onFailure`: what a failed health gate does.
     #[cfg_attr(feature = "openapi", schema(value_type = String, example = "pause"))]
     pub on_failure: OnFailure,
 }
@@ -106,11 +113,14 @@ pub struct Rollout {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct GateFailure {
+    /// The id of the node whose check failed.
     pub node: String,
+    /// The service whose check failed.
     pub service: String,
     /// The task of the check.
     #[serde(rename = "taskId")]
     pub task_id: String,
+    /// Why the check failed, as the provisioner said (`unhealthy` when it gave no reason).
     pub message: String,
 }
 
@@ -133,17 +143,21 @@ pub enum RolloutOutcome {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutReport {
+    /// The rollout as it runs: the request's, filled in from the template's and the defaults.
     pub policy: Rollout,
     /// Nodes whose change has started (in the order they were changed).
     #[serde(default)]
     pub changed_nodes: Vec<String>,
+    /// `failedGate`: the check that stopped the rollout; absent while none has failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_gate: Option<GateFailure>,
+    /// What the rollout did after a failed gate; absent while none has failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<RolloutOutcome>,
     /// The job that reverts the changed nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert_job: Option<String>,
+    /// The job's message after a failed gate: what failed and what happens next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

@@ -42,6 +42,8 @@ pub struct SweepReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SweepError {
+    /// The provider's id of the machine (instance id, container name).
     pub providerid: String,
+    /// Why it could not be deleted.
     pub message: String,
 }

@@ -12,22 +12,30 @@ use crate::lenient;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TenantSpecification {
+    /// The tenant's name, unique: what `Coopr-TenantID` carries (1 to 255 of `[A-Za-z0-9_.-]`).
     #[serde(default, deserialize_with = "lenient::string")]
     pub name: String,
+    /// Free text about the tenant.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_string"
     )]
     pub description: Option<String>,
+    /// How many provisioner workers serve the tenant (default 0). A write is refused (409) when the
+    /// registered provisioners lack the free capacity.
     #[serde(default, deserialize_with = "lenient::u32")]
     pub workers: u32,
+    /// `maxClusters`: the most clusters the tenant may have that are not terminated (default
+    /// 2147483647, unbounded).
     #[serde(
         rename = "maxClusters",
         default = "unbounded",
         deserialize_with = "lenient::u64_or_unbounded"
     )]
     pub max_clusters: u64,
+    /// `maxNodes`: the most nodes over all its clusters that are not terminated (default
+    /// 2147483647, unbounded).
     #[serde(
         rename = "maxNodes",
         default = "unbounded",
@@ -57,8 +65,11 @@ fn unbounded() -> u64 {
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct TenantWriteRequest {
+    /// The tenant's settings (required: a body without them is a 400).
     #[serde(default)]
     pub tenant: Option<TenantSpecification>,
+    /// On create: copy the `superadmin` tenant's catalog and plugin resources into the new tenant,
+    /// then sync its plugins (default false).
     #[serde(default, deserialize_with = "lenient::bool")]
     pub bootstrap: bool,
 }
@@ -67,18 +78,25 @@ pub struct TenantWriteRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Provisioner {
+    /// The provisioner's id, as it registered (`PUT /v2/provisioners/{id}`).
     #[serde(default, deserialize_with = "lenient::string")]
     pub id: String,
+    /// The host name or address where the server reaches the provisioner's API.
     #[serde(default, deserialize_with = "lenient::string")]
     pub host: String,
+    /// The port of the provisioner's API.
     #[serde(default, deserialize_with = "lenient::u16")]
     pub port: u16,
+    /// `capacityTotal`: how many workers the provisioner can run, over all tenants.
     #[serde(rename = "capacityTotal", default, deserialize_with = "lenient::u32")]
     pub capacity_total: u32,
+    /// How many of its workers the server assigned to each tenant.
     #[serde(default)]
     pub assignments: BTreeMap<String, u32>,
+    /// How many workers run for each tenant, as the last heartbeat reported them.
     #[serde(default)]
     pub usage: BTreeMap<String, u32>,
+    /// `capacityFree`: `capacityTotal` minus the sum of `assignments`.
     #[serde(rename = "capacityFree", default, deserialize_with = "lenient::u32")]
     pub capacity_free: u32,
     /// weft extension: how the server calls the provisioner's API, `http` or `https`.
@@ -95,18 +113,23 @@ fn plain_http() -> String {
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ProvisionerRegistration {
+    /// The provisioner's id; when given, it must equal the path's.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub id: Option<String>,
+    /// Where the server reaches the provisioner's API (required).
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub host: Option<String>,
+    /// The port of that API (required, 1 to 65535).
     #[serde(default, deserialize_with = "lenient::opt_i64")]
     pub port: Option<i64>,
+    /// `capacityTotal`: how many workers it can run (required, above 0).
     #[serde(
         rename = "capacityTotal",
         default,
         deserialize_with = "lenient::opt_i64"
     )]
     pub capacity_total: Option<i64>,
+    /// `http` (the default) or `https`.
     #[serde(default, deserialize_with = "lenient::opt_string")]
     pub scheme: Option<String>,
 }
@@ -115,6 +138,7 @@ pub struct ProvisionerRegistration {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Heartbeat {
+    /// Live workers per tenant, keyed by internal tenant id.
     #[serde(default)]
     pub usage: BTreeMap<String, u32>,
     /// weft extension: the plugin types this provisioner offers, by kind (`providertypes`,
@@ -141,10 +165,16 @@ pub struct HeartbeatAnswer {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ApiKeyInfo {
+    /// The key's id (a UUID): what `DELETE /v2/apikeys/{id}` and audit records name.
     pub id: String,
+    /// The name of the tenant the key acts in (its id, if the tenant is gone).
     pub tenant: String,
+    /// The user id the key acts as.
     pub user: String,
+    /// Whether the key acts as the tenant's admin (as the superadmin, for the `superadmin`
+    /// tenant).
     pub admin: bool,
+    /// `createTime`: when the key was made, in milliseconds since the epoch.
     #[serde(rename = "createTime")]
     pub create_time: i64,
 }
@@ -153,10 +183,13 @@ pub struct ApiKeyInfo {
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ApiKeyRequest {
+    /// The name of the tenant the key is for (required; a 404 when there is none).
     #[serde(default, deserialize_with = "lenient::string")]
     pub tenant: String,
+    /// The user id the key acts as (required).
     #[serde(default, deserialize_with = "lenient::string")]
     pub user: String,
+    /// Whether the key acts as the tenant's admin (default false).
     #[serde(default, deserialize_with = "lenient::bool")]
     pub admin: bool,
 }
@@ -165,9 +198,15 @@ pub struct ApiKeyRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ApiKeyCreated {
+    /// The key's id (a UUID), by which it is listed and revoked.
     pub id: String,
+    /// The secret to send as `Coopr-ApiKey` (`weft_` and 48 hex digits). The server keeps only its
+    /// SHA-256.
     pub key: String,
+    /// The name of the tenant the key acts in.
     pub tenant: String,
+    /// The user id the key acts as.
     pub user: String,
+    /// Whether the key acts as the tenant's admin.
     pub admin: bool,
 }

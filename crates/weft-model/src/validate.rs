@@ -39,6 +39,8 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), ModelError> {
 
 /// Input checks that an entity can make on its own.
 pub trait Validate {
+    /// Checks what the entity can check alone, answering the first fault with its field.
+    /// References to other entities are not checked here.
     fn validate(&self) -> Result<(), ModelError>;
 }
 

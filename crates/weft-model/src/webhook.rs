@@ -65,6 +65,7 @@ pub struct WebhookRequest {
         schema(min_length = 16, pattern = r"^[\s\S]{16,}$")
     )]
     pub secret: Option<String>,
+    /// How each delivery's body is written (default `json`).
     #[serde(default, deserialize_with = "lenient::or_default")]
     pub format: WebhookFormat,
     /// Paused webhooks keep their place and deliver what they missed when enabled again.
@@ -87,16 +88,23 @@ fn enabled_unless_false<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, 
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Webhook {
+    /// The webhook's id (`wh-` and 12 hex digits).
     pub id: String,
     /// `scheme://host[:port]/…`.
     pub url: String,
+    /// The event kinds delivered (empty: every kind).
     pub kinds: Vec<EventKind>,
+    /// Only this cluster's events (its id), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// Only events of clusters made from this template, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// How each delivery's body is written.
     pub format: WebhookFormat,
+    /// False while paused: its events wait and are delivered once it is enabled again.
     pub enabled: bool,
+    /// `createdBy`: the user who registered it.
     pub created_by: String,
     /// Milliseconds since the epoch.
     pub create_time: i64,
@@ -109,8 +117,10 @@ pub struct Webhook {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookCreated {
+    /// The webhook as registered; its fields are inlined in this object's JSON.
     #[serde(flatten)]
     pub webhook: Webhook,
+    /// The signing secret, given or made: answered here only.
     pub secret: String,
 }
 
@@ -128,6 +138,7 @@ pub enum DeliveryStatus {
 }
 
 impl DeliveryStatus {
+    /// The wire and stored name (`pending`, `delivered`, `failed`).
     pub fn as_str(self) -> &'static str {
         match self {
             DeliveryStatus::Pending => "pending",
@@ -136,6 +147,7 @@ impl DeliveryStatus {
         }
     }
 
+    /// The status whose [`DeliveryStatus::as_str`] is exactly `s`; `None` otherwise.
     pub fn parse(s: &str) -> Option<DeliveryStatus> {
         [
             DeliveryStatus::Pending,
@@ -152,12 +164,16 @@ impl DeliveryStatus {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
+    /// `webhookId`: the webhook delivered to.
     pub webhook_id: String,
+    /// `eventId`: the id of the event delivered.
     pub event_id: u64,
     /// The cluster of the event, if any (deliveries of one cluster go in order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
+    /// Where the delivery stands.
     pub status: DeliveryStatus,
+    /// How many attempts have been made.
     pub attempts: u32,
     /// The last answer's HTTP status, if one came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -170,7 +186,10 @@ pub struct Delivery {
     pub latency_ms: Option<u64>,
     /// Milliseconds since the epoch: the first attempt, the last, and the next (pending only).
     pub first_attempt: i64,
+    /// `lastAttempt`: when the last attempt was made, in milliseconds since the epoch.
     pub last_attempt: i64,
+    /// `nextAttempt`: when the next attempt is due, in milliseconds since the epoch (pending
+    /// deliveries only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt: Option<i64>,
 }
