@@ -26,36 +26,52 @@ mod hostpool; // the host-pool calls (api/hostpool.rs)
 /// An empty tenant or user is not sent (with an API key, the key says who calls).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
+    /// The tenant's name (`Coopr-TenantID`); empty, not sent.
     pub tenant: String,
+    /// The user's id (`Coopr-UserID`); empty, not sent.
     pub user: String,
+    /// The API key (`Coopr-ApiKey`), sent when present; the key says the tenant and user.
     pub api_key: Option<String>,
 }
 
 /// The body of `POST /v2/clusters` (read by the server as [`weft_model::ClusterCreateRequest`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CreateCluster {
+    /// The cluster's name.
     pub name: String,
+    /// A free-text description; absent, none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The name of the cluster template to build from (`clusterTemplate`).
     #[serde(rename = "clusterTemplate")]
     pub cluster_template: String,
+    /// How many nodes the cluster has (`numMachines`).
     #[serde(rename = "numMachines")]
     pub num_machines: i64,
+    /// The provider to make the machines with; absent, the template's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// The hardware type for every node; absent, the template's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hardwaretype: Option<String>,
+    /// The image type for every node; absent, the template's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub imagetype: Option<String>,
+    /// The services to place; absent, the template's default services.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub services: Option<Vec<String>>,
+    /// The lease in ms (`initialLeaseDuration`): -1 or absent, the template's initial lease; 0,
+    /// no end (only if the template allows it).
     #[serde(
         rename = "initialLeaseDuration",
         skip_serializing_if = "Option::is_none"
     )]
     pub initial_lease_duration: Option<i64>,
+    /// The cluster config, replacing the template's default config; absent, the default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<Map<String, Value>>,
+    /// Delete the cluster automatically if its create fails (`rollbackOnFailure`); false (not
+    /// sent) keeps it, incomplete, with the failing task's output.
     #[serde(
         rename = "rollbackOnFailure",
         skip_serializing_if = "std::ops::Not::not"
@@ -67,22 +83,30 @@ pub struct CreateCluster {
 /// [`weft_model::TenantWriteRequest`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct TenantWrite<'a> {
+    /// The tenant as it should be.
     pub tenant: &'a TenantSpecification,
+    /// Copy the superadmin's catalog and plugin resources into the tenant.
     pub bootstrap: bool,
 }
 
 /// The body of `POST /v2/apikeys` (read as [`weft_model::ApiKeyRequest`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct NewApiKey {
+    /// The name of the tenant the key acts in.
     pub tenant: String,
+    /// The user the key acts as.
     pub user: String,
+    /// The key acts as the tenant's admin (the superadmin, in the superadmin tenant); false, as
+    /// a plain user.
     pub admin: bool,
 }
 
 /// What a call that may start a job answers: nothing (started), or with `dryrun` the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Started {
+    /// The server accepted the call and started its job.
     Started,
+    /// A dry run: the plan the job would run; nothing was started.
     Plan(PlanView),
 }
 
@@ -94,15 +118,22 @@ struct CreatedId {
 /// The catalog's entity kinds, by their URL segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Providers (`providers`).
     Provider,
+    /// Hardware types (`hardwaretypes`).
     HardwareType,
+    /// Image types (`imagetypes`).
     ImageType,
+    /// Services (`services`).
     Service,
+    /// Cluster templates (`clustertemplates`).
     ClusterTemplate,
+    /// Partial templates, which cluster templates include (`partialtemplates`).
     PartialTemplate,
 }
 
 impl Kind {
+    /// The kind's URL segment under `/v2/`, e.g. `hardwaretypes`.
     pub fn path(self) -> &'static str {
         match self {
             Kind::Provider => "providers",
@@ -118,8 +149,11 @@ impl Kind {
 /// A plugin resource's address: `{ptype}/{plugin}/{rtype}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceType {
+    /// Whether the plugin is a provider or an automator (`ptype`).
     pub kind: PluginKind,
+    /// The plugin type's name, e.g. `chef-solo`.
     pub plugin: String,
+    /// The resource type, e.g. `cookbooks`.
     pub rtype: String,
 }
 
@@ -150,8 +184,11 @@ fn seg(s: &str) -> String {
 /// Which of a cluster's nodes an answer of [`ApiClient::cluster_page`] holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodesPage {
+    /// How many nodes the cluster has (`Weft-Nodes-Total`).
     pub total: usize,
+    /// The index of the page's first node among them (`Weft-Nodes-Offset`).
     pub offset: usize,
+    /// How many nodes the page holds (`Weft-Nodes-Count`).
     pub count: usize,
 }
 
@@ -199,10 +236,12 @@ impl ApiClient {
         Ok(self)
     }
 
+    /// The external API's URL, without a trailing `/` or `/v2`.
     pub fn base(&self) -> &str {
         &self.base
     }
 
+    /// Who this client calls as.
     pub fn identity(&self) -> &Identity {
         &self.who
     }
@@ -337,6 +376,8 @@ impl ApiClient {
         }
     }
 
+    /// `GET /v2/clusters/{id}`: the cluster with its nodes (the first 1,000 of a larger one; see
+    /// [`ApiClient::cluster_page`]).
     pub async fn cluster(&self, id: &str) -> ClientResult<ClusterDetails> {
         self.get(&format!("/v2/clusters/{}", seg(id))).await
     }
@@ -367,6 +408,7 @@ impl ApiClient {
         Ok((details, page))
     }
 
+    /// `GET /v2/clusters/{id}/status`: the cluster's status and its latest job's progress.
     pub async fn cluster_status(&self, id: &str) -> ClientResult<ClusterStatusView> {
         self.get(&format!("/v2/clusters/{}/status", seg(id))).await
     }
@@ -386,6 +428,7 @@ impl ApiClient {
         self.decode(path, &bytes)
     }
 
+    /// `DELETE /v2/clusters/{id}`: starts the CLUSTER_DELETE job (aborting a job underway first).
     pub async fn delete_cluster(&self, id: &str) -> ClientResult<()> {
         let path = format!("/v2/clusters/{}", seg(id));
         self.call(Method::DELETE, &path, None, "").await.map(drop)
@@ -559,10 +602,12 @@ impl ApiClient {
             .await
     }
 
+    /// `GET /v2/clusters/{id}/plans`: every job's plan, newest first.
     pub async fn plans(&self, id: &str) -> ClientResult<Vec<PlanView>> {
         self.get(&format!("/v2/clusters/{}/plans", seg(id))).await
     }
 
+    /// `GET /v2/clusters/{id}/plans/{job}`: the plan of one job of the cluster.
     pub async fn plan(&self, id: &str, job: &str) -> ClientResult<PlanView> {
         self.get(&format!("/v2/clusters/{}/plans/{}", seg(id), seg(job)))
             .await
@@ -575,6 +620,7 @@ impl ApiClient {
         self.get(&format!("/v2/{}", kind.path())).await
     }
 
+    /// `GET /v2/{kind}/{name}`: the latest version of one entity.
     pub async fn entity<T: DeserializeOwned>(&self, kind: Kind, name: &str) -> ClientResult<T> {
         self.get(&format!("/v2/{}/{}", kind.path(), seg(name)))
             .await
@@ -603,11 +649,13 @@ impl ApiClient {
         Ok(write_answer(&answer))
     }
 
+    /// `DELETE /v2/{kind}/{name}`.
     pub async fn delete_entity(&self, kind: Kind, name: &str) -> ClientResult<()> {
         let path = format!("/v2/{}/{}", kind.path(), seg(name));
         self.call(Method::DELETE, &path, None, "").await.map(drop)
     }
 
+    /// `GET /v2/export`: the latest version of every catalog entity of the tenant.
     pub async fn export(&self) -> ClientResult<CatalogExport> {
         self.get("/v2/export").await
     }
@@ -623,6 +671,7 @@ impl ApiClient {
         self.decode("/v2/export", &answer)
     }
 
+    /// `POST /v2/import`: replaces the tenant's whole catalog (kinds left out end up empty).
     pub async fn import(&self, catalog: &CatalogExport) -> ClientResult<CatalogWriteAnswer> {
         let answer = self
             .send_json(Method::POST, "/v2/import", Some(catalog))
@@ -632,14 +681,18 @@ impl ApiClient {
 
     // ---- administration ----
 
+    /// `GET /v2/tenants`: every tenant (superadmin).
     pub async fn tenants(&self) -> ClientResult<Vec<TenantSpecification>> {
         self.get("/v2/tenants").await
     }
 
+    /// `GET /v2/tenants/{name}`.
     pub async fn tenant(&self, name: &str) -> ClientResult<TenantSpecification> {
         self.get(&format!("/v2/tenants/{}", seg(name))).await
     }
 
+    /// `POST /v2/tenants` (superadmin); with `bootstrap`, the tenant gets a copy of the superadmin's catalog
+    /// and plugin resources.
     pub async fn create_tenant(
         &self,
         spec: &TenantSpecification,
@@ -654,6 +707,7 @@ impl ApiClient {
             .map(drop)
     }
 
+    /// `PUT /v2/tenants/{name}`, the name being `spec.name`.
     pub async fn update_tenant(&self, spec: &TenantSpecification) -> ClientResult<()> {
         let body = TenantWrite {
             tenant: spec,
@@ -665,19 +719,23 @@ impl ApiClient {
             .map(drop)
     }
 
+    /// `DELETE /v2/tenants/{name}`.
     pub async fn delete_tenant(&self, name: &str) -> ClientResult<()> {
         let path = format!("/v2/tenants/{}", seg(name));
         self.call(Method::DELETE, &path, None, "").await.map(drop)
     }
 
+    /// `GET /v2/provisioners`: every registered provisioner (superadmin).
     pub async fn provisioners(&self) -> ClientResult<Vec<Provisioner>> {
         self.get("/v2/provisioners").await
     }
 
+    /// `GET /v2/provisioners/{id}`.
     pub async fn provisioner(&self, id: &str) -> ClientResult<Provisioner> {
         self.get(&format!("/v2/provisioners/{}", seg(id))).await
     }
 
+    /// `GET /v2/plugins/providertypes` or `.../automatortypes`: the registered plugin types.
     pub async fn plugin_types(&self, kind: PluginKind) -> ClientResult<Vec<PluginType>> {
         self.get(&format!("/v2/plugins/{}", kind.path())).await
     }
@@ -825,10 +883,12 @@ impl ApiClient {
         self.get("/v2/audit/verify").await
     }
 
+    /// `GET /v2/apikeys`: every API key, without its secret (superadmin).
     pub async fn api_keys(&self) -> ClientResult<Vec<ApiKeyInfo>> {
         self.get("/v2/apikeys").await
     }
 
+    /// `POST /v2/apikeys` (superadmin): the new key, with its secret (shown this once only).
     pub async fn create_api_key(&self, req: &NewApiKey) -> ClientResult<ApiKeyCreated> {
         let bytes = self
             .send_json(Method::POST, "/v2/apikeys", Some(req))
@@ -836,6 +896,7 @@ impl ApiClient {
         self.decode("/v2/apikeys", &bytes)
     }
 
+    /// `DELETE /v2/apikeys/{id}`: revokes the key.
     pub async fn delete_api_key(&self, id: &str) -> ClientResult<()> {
         let path = format!("/v2/apikeys/{}", seg(id));
         self.call(Method::DELETE, &path, None, "").await.map(drop)

@@ -8,6 +8,7 @@
 //! Both sides of the wire live here: [`listen`] serves a router with time-outs for slow clients,
 //! over TLS with the certificates [`tls`] reloads when their files change. The server's two ports
 //! and the provisioner's own API are served by it.
+#![warn(missing_docs)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,20 +28,30 @@ pub enum ClientError {
     /// The server could not be reached or the connection broke.
     #[error("request to {url} failed: {source}")]
     Transport {
+        /// The URL the request went to.
         url: String,
+        /// The HTTP client's error.
         #[source]
         source: reqwest::Error,
     },
     /// The server answered with a status the call does not expect.
     #[error("{url} answered {status}: {body}")]
     Status {
+        /// The URL the request went to.
         url: String,
+        /// The HTTP status code of the answer.
         status: u16,
+        /// The answer's body, read as text (lossily); the server's own message for a refusal.
         body: String,
     },
     /// The answer was not the JSON the call expects.
     #[error("{url} answered something the client cannot read: {message}")]
-    Decode { url: String, message: String },
+    Decode {
+        /// The URL of the answer (or the path of a TLS file that could not be read).
+        url: String,
+        /// What could not be read, and why.
+        message: String,
+    },
 }
 
 impl ClientError {
@@ -117,14 +128,19 @@ impl ClientError {
     }
 }
 
+/// The result of a client call.
 pub type ClientResult<T> = Result<T, ClientError>;
 
 /// A provisioner's registration (`PUT /v2/provisioners/{id}`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Registration {
+    /// The provisioner's id, unique among the server's provisioners.
     pub id: String,
+    /// The host (name or address) at which the server reaches the provisioner's own API.
     pub host: String,
+    /// The port of the provisioner's own API.
     pub port: u16,
+    /// How many workers the provisioner runs at most, over all tenants (`capacityTotal`).
     #[serde(rename = "capacityTotal")]
     pub capacity_total: u32,
     /// weft extension: how the server calls the provisioner's own API, `http` or `https`.
@@ -135,23 +151,35 @@ pub struct Registration {
 /// [`weft_model::FinishTaskRequest`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Finish {
+    /// The id of the worker that took the task (`workerId`).
     #[serde(rename = "workerId")]
     pub worker_id: String,
+    /// The id of the worker's provisioner (`provisionerId`).
     #[serde(rename = "provisionerId")]
     pub provisioner_id: String,
+    /// The id of the tenant the worker serves (`tenantId`).
     #[serde(rename = "tenantId")]
     pub tenant_id: String,
+    /// The task's id, as the take gave it (`taskId`).
     #[serde(rename = "taskId")]
     pub task_id: String,
+    /// 0 when the task succeeded, anything else when it failed.
     pub status: i64,
+    /// The task's standard output (its tail, when long); absent, none is reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    /// The task's standard error (its tail, when long), with a failure's message; absent, none
+    /// is reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// The node's hostname, when the task learnt it (a provider's CREATE or CONFIRM).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// The node's addresses by IP type (`access_v4`, `bind_v4`, ...), when the task learnt them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ipaddresses: Option<BTreeMap<String, String>>,
+    /// The plugin's results, which the server merges into the node's provisioner results and
+    /// hands to every later task of the node; absent when the task failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Map<String, Value>>,
     /// How a failed task failed (weft extension): absent, the server retries it.
@@ -166,17 +194,22 @@ pub struct Finish {
 /// The take a finish asks for (`next`): with the capabilities a take announces.
 #[derive(Debug, Clone, Serialize)]
 pub struct TakeNext {
+    /// What the worker can do beyond the contract, as a take's `capabilities` (e.g.
+    /// [`weft_model::NODES_BY_REVISION`]).
     pub capabilities: Vec<&'static str>,
 }
 
 /// `providertypes` or `automatortypes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PluginKind {
+    /// A provider: makes and removes machines.
     Provider,
+    /// An automator: installs and runs services on a machine.
     Automator,
 }
 
 impl PluginKind {
+    /// The kind's URL segment under `/v2/plugins/`: `providertypes` or `automatortypes`.
     pub fn path(self) -> &'static str {
         match self {
             PluginKind::Provider => "providertypes",
@@ -202,8 +235,13 @@ pub struct Client {
 /// certificates are trusted, not the system's roots), and a client certificate and key (PEM).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsTrust {
+    /// A PEM file of the CA certificates to trust instead of the system's roots; `None` trusts
+    /// the system's roots.
     pub ca_cert: Option<std::path::PathBuf>,
+    /// A PEM file of the certificate chain this client presents; `None` presents none. Given
+    /// with `client_key` or not at all.
     pub client_cert: Option<std::path::PathBuf>,
+    /// A PEM file of the private key of `client_cert`.
     pub client_key: Option<std::path::PathBuf>,
 }
 

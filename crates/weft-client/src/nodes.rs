@@ -17,7 +17,9 @@ const CLUSTERS: usize = 64;
 /// One cluster's map at one revision.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HeldMap {
+    /// The map's revision, `instance.lineage.seq` as the server names it.
     pub revision: String,
+    /// Each node's properties, by node id, as `config.nodes` carries them.
     pub nodes: BTreeMap<String, Value>,
 }
 

@@ -24,8 +24,12 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
 /// certificates it requires.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
+    /// The PEM file of the listener's certificate chain, leaf first.
     pub cert: PathBuf,
+    /// The PEM file of the certificate's private key.
     pub key: PathBuf,
+    /// A PEM file of the CAs whose client certificates the listener requires; `None` asks for
+    /// no client certificate.
     pub client_ca: Option<PathBuf>,
 }
 

@@ -27,6 +27,7 @@ struct Cached {
 }
 
 impl Tokens {
+    /// The token file at `path`; nothing is read until [`Tokens::load`].
     pub fn new(path: impl Into<PathBuf>) -> Tokens {
         Tokens {
             path: path.into(),
@@ -34,6 +35,7 @@ impl Tokens {
         }
     }
 
+    /// The token file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }

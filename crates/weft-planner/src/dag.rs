@@ -25,7 +25,9 @@ use crate::layout::PlanNode;
 /// task is identified by its index in [`Plan::tasks`]. Indices follow the stage order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedTask {
+    /// The id of the node the task runs on (a [`PlanNode`] id of the old or new layout).
     pub node_id: String,
+    /// What the provisioner does: CREATE, INSTALL, START, ...
     pub action: ProvisionerAction,
     /// The service, or None for the node-level actions CREATE, CONFIRM, BOOTSTRAP and DELETE.
     pub service: Option<String>,
@@ -39,7 +41,10 @@ pub struct PlannedTask {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Vertex {
+    /// A node task: its index in [`Plan::tasks`]. JSON `{"task": i}`.
     Task(usize),
+    /// A gate, which has no work and is done once all its predecessors are: 0..[`Plan::gates`].
+    /// JSON `{"gate": g}`.
     Gate(usize),
 }
 
@@ -56,8 +61,11 @@ pub enum EdgeKind {
 /// `to` may start only when `from` is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Edge {
+    /// The vertex that must be done first.
     pub from: Vertex,
+    /// The vertex that waits for `from`.
     pub to: Vertex,
+    /// Why `to` waits.
     pub kind: EdgeKind,
 }
 
@@ -66,6 +74,7 @@ pub struct Edge {
 pub struct Plan {
     /// Coopr's cluster action name for the plans API (`CLUSTER_CREATE`, ...).
     pub action: String,
+    /// The node tasks, in stage order; a task's index here is its id within the plan.
     pub tasks: Vec<PlannedTask>,
     /// Number of gates.
     pub gates: usize,

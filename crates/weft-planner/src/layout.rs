@@ -19,13 +19,16 @@ pub struct PlanNode {
     pub id: String,
     /// Position in the cluster; Coopr starts at 1000.
     pub nodenum: u64,
+    /// The node's hostname; empty until known (`%host...%` macros about the node then fail).
     #[serde(default)]
     pub hostname: String,
     /// IP type (`access_v4`, `bind_v4`, ...) to address; empty until CONFIRM reports them.
     #[serde(default)]
     pub ipaddresses: BTreeMap<String, String>,
+    /// The node's hardware type name, as the layout placed it.
     #[serde(default)]
     pub hardwaretype: String,
+    /// The node's image type name, as the layout placed it.
     #[serde(default)]
     pub imagetype: String,
     /// Names of the services placed on this node.

@@ -14,6 +14,7 @@
 //! plan graph, ordering, stages, readiness), `macros`, `render` (text and JSON), `layout` (input
 //! nodes), `rollout` (batches and health gates of rolling changes), `repair` (drift checks and node
 //! replacement), `error`.
+#![warn(missing_docs)]
 
 mod dag;
 mod deps;

@@ -42,27 +42,50 @@ pub enum Operation {
     /// Services added to existing nodes (`after` = `before` plus services; no node added or removed).
     AddServices,
     /// Remove one service from every node that has it (`after` = `before` without it).
-    RemoveService { service: String },
+    RemoveService {
+        /// The service to remove; it must be on the cluster.
+        service: String,
+    },
     /// Add nodes (`after` = `before` plus new nodes).
     Expand,
     /// Remove nodes (`after` = `before` minus some nodes).
     Shrink,
     /// Re-run BOOTSTRAP and CONFIGURE on every node; with `restart`, STOP before and START after.
-    Reconfigure { restart: bool },
+    Reconfigure {
+        /// STOP every service before and START it after (`CLUSTER_CONFIGURE_WITH_RESTART`).
+        restart: bool,
+    },
     /// START one service and everything it needs at runtime, or every service.
-    Start { service: Option<String> },
+    Start {
+        /// The service to start; `None` starts every service.
+        service: Option<String>,
+    },
     /// STOP one service and everything that needs it at runtime, or every service.
-    Stop { service: Option<String> },
+    Stop {
+        /// The service to stop; `None` stops every service.
+        service: Option<String>,
+    },
     /// STOP then START one service and its runtime dependents, or every service.
-    Restart { service: Option<String> },
+    Restart {
+        /// The service to restart; `None` restarts every service.
+        service: Option<String>,
+    },
     /// Upgrade a service (the catalog holds its new version): on each node that has it, STOP,
     /// INSTALL, CONFIGURE, START, in batches of `batch_size` nodes ordered by nodenum.
-    Upgrade { service: String, batch_size: usize },
+    Upgrade {
+        /// The service to upgrade; it must be on the cluster.
+        service: String,
+        /// Nodes per batch, at least 1; ignored when `PlanInput::rollout` sets the batches.
+        batch_size: usize,
+    },
     /// The inverse of an upgrade (the catalog holds the old version): the same steps on the
     /// upgraded nodes (`nodes`, or all that have the service), batches in reverse order.
     RollbackUpgrade {
+        /// The service whose upgrade is undone.
         service: String,
+        /// Nodes per batch, at least 1; ignored when `PlanInput::rollout` sets the batches.
         batch_size: usize,
+        /// Ids of the nodes the upgrade reached; `None` means every node with the service.
         nodes: Option<BTreeSet<String>>,
     },
     /// Move to a new template version: any difference between `before` and `after`.
@@ -70,13 +93,22 @@ pub enum Operation {
     /// weft extension: run the HEALTHCHECK of every service that declares one, on every node
     /// (or only on `nodes`), and nothing else. The layout does not change. Health runs and
     /// future health gates (a rolling change checking a batch) plan through this one operation.
-    Healthcheck { nodes: Option<BTreeSet<String>> },
+    Healthcheck {
+        /// Ids of the nodes to check; `None` means every node.
+        nodes: Option<BTreeSet<String>>,
+    },
     /// weft extension: a drift check: STATUS of every node's machine (or only of `nodes`), then
     /// the HEALTHCHECK of its services that declare one. The layout does not change (see `repair`).
-    Check { nodes: Option<BTreeSet<String>> },
+    Check {
+        /// Ids of the nodes to check; `None` means every node.
+        nodes: Option<BTreeSet<String>>,
+    },
     /// weft extension: replace one node's machine with a new one of the same id, hardware, image
     /// and services, and refresh the configuration of the others (see `repair`).
-    ReplaceNode { node: String },
+    ReplaceNode {
+        /// The id of the node whose machine is replaced; it must be in the cluster.
+        node: String,
+    },
 }
 
 impl Operation {

@@ -25,14 +25,17 @@ pub struct AgentConfig {
     /// The server's internal (provisioner) API, e.g. `http://127.0.0.1:55055`; or several
     /// servers' separated by commas, used in turn when one fails (see [`weft_client::Client::new`]).
     pub server: String,
+    /// The provisioner's id, unique among the server's provisioners; [`default_id`] by default.
     pub id: String,
     /// Workers over all tenants.
     pub capacity: u32,
+    /// Where the agent keeps its state: plugin resources, local nodes, keys (made absolute).
     pub data_dir: PathBuf,
     /// Where the agent's own API listens (port 0 picks one).
     pub bind: SocketAddr,
     /// The host the server should call back; the bind address when not set.
     pub advertise_host: Option<String>,
+    /// Time between heartbeats to the server.
     pub heartbeat_interval: Duration,
     /// Wait after an empty queue (204).
     pub poll_interval: Duration,
@@ -51,6 +54,9 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
+    /// The defaults for `server` and `data_dir`: 10 workers, the API on a free port of
+    /// 127.0.0.1, a heartbeat every 5 s, tasks of at most 30 minutes, the last 8,192 characters
+    /// of each output.
     pub fn new(server: &str, data_dir: PathBuf) -> AgentConfig {
         // Scripts run with a node's directory as their working directory: paths must be absolute.
         let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
@@ -106,20 +112,28 @@ pub fn default_id() -> String {
     format!("provisioner-{host}-{}", std::process::id())
 }
 
+/// Why the agent could not start, or refused a change of its workers.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// The agent's own API could not listen.
     #[error("binding the provisioner API on {addr}: {source}")]
     Bind {
+        /// The address of [`AgentConfig::bind`].
         addr: SocketAddr,
+        /// Why binding failed.
         source: std::io::Error,
     },
+    /// The certificate or key the agent's API serves could not be loaded.
     #[error("the provisioner API's TLS certificate: {0}")]
     ApiCertificate(std::io::Error),
+    /// The server refused the registration (a 4xx), or another call to it failed.
     #[error(transparent)]
     Client(#[from] ClientError),
     /// TLS refused the connection to the server: a configuration error, not retried.
     #[error("{0}")]
     TlsRefused(String),
+    /// The workers asked for a tenant do not fit the agent's capacity, or the agent is shutting
+    /// down; the message says which.
     #[error("{0}")]
     Capacity(String),
 }
@@ -258,6 +272,7 @@ impl Agent {
         self.addr
     }
 
+    /// The provisioner id the agent registered with.
     pub fn id(&self) -> &str {
         &self.inner.cfg.id
     }

@@ -32,6 +32,7 @@ pub struct CloudError {
     pub status: u16,
     /// The cloud's own error code (`InvalidInstanceID.NotFound`, `itemNotFound`...), or the status.
     pub code: String,
+    /// The cloud's own message, or what went wrong on the way when no answer came.
     pub message: String,
     /// How long the cloud asked us to wait (`Retry-After`).
     pub retry_after: Option<Duration>,
@@ -221,6 +222,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Waits `first`, then twice as long each time up to `max`, for `budget` from now.
     pub fn new(first: Duration, max: Duration, budget: Duration) -> Backoff {
         Backoff {
             next: first,

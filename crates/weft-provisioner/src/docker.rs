@@ -64,10 +64,16 @@ pub const SSH_USER: &str = "root";
 /// How long CONFIRM waits for sshd at most (and never longer than the task's time-out).
 pub const CONFIRM_LIMIT: Duration = Duration::from_secs(120);
 
+/// The label holding the id of the cluster a node's container (or a network) belongs to.
 pub const LABEL_CLUSTER: &str = "weft.cluster";
+/// The label holding the id of the tenant a node's container (or a network) belongs to.
 pub const LABEL_TENANT: &str = "weft.tenant";
+/// The label holding the node id of a node's container; sweeps find nodes by it.
 pub const LABEL_NODE: &str = "weft.node";
+/// The label holding the name of the cluster's bridge network the container is on (on a network:
+/// its own name).
 pub const LABEL_NETWORK: &str = "weft.network";
+/// The label holding the fingerprint of the SSH key the container authorizes.
 pub const LABEL_KEY: &str = "weft.ssh-key";
 
 const DEFAULT_PREFIX: &str = "weft";
@@ -76,7 +82,9 @@ const SEED_FILE: &str = "ssh-key-seed";
 /// CPUs and memory (bytes) of a container.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
+    /// CPUs the container may use (fractions allowed); `None` is no limit.
     pub cpus: Option<f64>,
+    /// Memory in bytes; `None` is no limit.
     pub memory: Option<i64>,
 }
 

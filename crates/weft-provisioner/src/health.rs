@@ -19,8 +19,11 @@ use crate::task::{PluginError, PluginResult, Task, TaskOutput};
 /// How a check runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
+    /// How long one try may take (`timeout`, in seconds in the task; at least 1 s).
     pub timeout: Duration,
+    /// How many tries at most before the service is reported unhealthy (at least 1).
     pub tries: u64,
+    /// The wait between two tries (`interval`, in seconds in the task).
     pub interval: Duration,
 }
 

@@ -144,6 +144,7 @@ async fn must(
 }
 
 impl HostPoolProvider {
+    /// A provider that connects to pool hosts with the SSH transport's default time-out.
     pub fn new() -> HostPoolProvider {
         HostPoolProvider {
             connect_timeout: CONNECT_TIMEOUT,

@@ -30,6 +30,7 @@
 //! - `sweep`: machines carrying weft's marks (aws tags, docker labels) that belong to no live
 //!   node, and the DELETE task that removes one.
 //! - `contract`: the contract test suite that every provider and automator passes.
+#![warn(missing_docs)]
 
 pub mod agent;
 pub mod api;

@@ -69,6 +69,7 @@ impl LocalProvider {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)
     }
 
+    /// The directory holding one directory per node: `<data_dir>/local/nodes`.
     pub fn nodes_dir(&self) -> PathBuf {
         self.root.join("nodes")
     }

@@ -87,21 +87,27 @@ pub trait Automator: Send + Sync {
     async fn service_action(&self, _action: Action, _task: &Task) -> PluginResult {
         Ok(TaskOutput::default())
     }
+    /// Runs INSTALL of the task's service; by default [`Automator::service_action`].
     async fn install(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Install, task).await
     }
+    /// Runs CONFIGURE of the task's service; by default [`Automator::service_action`].
     async fn configure(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Configure, task).await
     }
+    /// Runs INITIALIZE of the task's service; by default [`Automator::service_action`].
     async fn initialize(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Initialize, task).await
     }
+    /// Runs START of the task's service; by default [`Automator::service_action`].
     async fn start(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Start, task).await
     }
+    /// Runs STOP of the task's service; by default [`Automator::service_action`].
     async fn stop(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Stop, task).await
     }
+    /// Runs REMOVE of the task's service; by default [`Automator::service_action`].
     async fn remove(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Remove, task).await
     }
@@ -154,6 +160,7 @@ pub struct Plugins {
 }
 
 impl Plugins {
+    /// No plugins; add them with [`Plugins::provider`] and [`Plugins::automator`].
     pub fn new() -> Plugins {
         Plugins::default()
     }
@@ -164,6 +171,7 @@ impl Plugins {
         self
     }
 
+    /// Adds an automator; a second plugin with the same type name replaces the first.
     pub fn automator(mut self, a: Arc<dyn Automator>) -> Plugins {
         self.automators.insert(a.plugin_type().name, a);
         self
@@ -174,10 +182,13 @@ impl Plugins {
         self.providers.get(name).cloned()
     }
 
+    /// The plugin types of the providers, by name: what the provisioner registers with the server.
     pub fn provider_types(&self) -> Vec<PluginType> {
         self.providers.values().map(|p| p.plugin_type()).collect()
     }
 
+    /// The plugin types of the automators, by name: what the provisioner registers with the
+    /// server.
     pub fn automator_types(&self) -> Vec<PluginType> {
         self.automators.values().map(|a| a.plugin_type()).collect()
     }

@@ -47,6 +47,8 @@ pub const NAME: &str = "shell";
 
 /// Picks the transport for a task's node from what its provider answered.
 pub trait TransportFactory: Send + Sync {
+    /// The transport to the task's node and the node's directory there (`nodedir`, or
+    /// [`ssh::NODE_DIR`] on an SSH node that names none); a node that cannot be reached is fatal.
     fn transport(&self, task: &Task) -> Result<(Arc<dyn Transport>, String), PluginError>;
 }
 
@@ -56,6 +58,8 @@ pub trait TransportFactory: Send + Sync {
 /// With tenant users, a local node's commands run as its tenant's user.
 #[derive(Debug, Clone, Default)]
 pub struct DefaultTransports {
+    /// The tenant users that local nodes' commands run as; `None` runs them as this process's
+    /// user.
     pub users: Option<Arc<TenantUsers>>,
 }
 
@@ -145,6 +149,7 @@ impl ShellAutomator {
         self
     }
 
+    /// Reaches nodes through `t` instead of [`DefaultTransports`] (tests, other transports).
     pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> ShellAutomator {
         self.transports = t;
         self

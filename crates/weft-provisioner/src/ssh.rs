@@ -41,7 +41,9 @@ const DRAIN_GRACE: Duration = Duration::from_millis(300);
 /// How to log in.
 #[derive(Clone)]
 pub enum SshAuth {
+    /// Public-key authentication with this private key.
     Key(Arc<PrivateKey>),
+    /// Password authentication.
     Password(String),
 }
 
@@ -77,16 +79,24 @@ impl SshAuth {
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct SshTarget {
+    /// The node's address or hostname (a task's `ipaddresses.access_v4`).
     pub host: String,
+    /// The SSH port (22 unless `ssh-auth` says otherwise).
     pub port: u16,
+    /// The user to log in as; commands of a user other than root run with `sudo -n -E`.
     pub user: String,
+    /// How the user logs in.
     pub auth: SshAuth,
     /// The recorded host keys (see [`known_host_keys`]); empty accepts any key, with a warning.
     pub host_keys: Vec<String>,
+    /// How long connecting (TCP, key exchange, authentication) may take; [`CONNECT_TIMEOUT`]
+    /// by default.
     pub connect_timeout: Duration,
 }
 
 impl SshTarget {
+    /// A target with no recorded host keys (any key is accepted, with a warning) and the default
+    /// connect time-out.
     pub fn new(host: impl Into<String>, port: u16, user: impl Into<String>, auth: SshAuth) -> Self {
         SshTarget {
             host: host.into(),
@@ -285,6 +295,7 @@ impl std::fmt::Debug for SshTransport {
 }
 
 impl SshTransport {
+    /// A transport to `target`; it connects at its first use and keeps the connection.
     pub fn new(target: SshTarget) -> SshTransport {
         SshTransport {
             target,
@@ -340,6 +351,7 @@ impl SshTransport {
         Ok(SshTransport::new(target))
     }
 
+    /// Where and how the transport connects.
     pub fn target(&self) -> &SshTarget {
         &self.target
     }

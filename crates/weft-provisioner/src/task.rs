@@ -12,12 +12,15 @@ use weft_model::{FailureReason, TaskFailure};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct PluginError {
+    /// What went wrong, for people: the error's text, and the finish's `stderr` after any output.
     pub message: String,
     /// True when the same task may succeed if run again (a flaky network, a busy machine).
     pub retryable: bool,
     /// Why it failed: auth, not_found, invalid, quota, capacity, network, timeout or crash.
     pub reason: FailureReason,
+    /// The standard output captured before the failure (empty when none).
     pub stdout: String,
+    /// The standard error captured before the failure (empty when none).
     pub stderr: String,
 }
 
@@ -77,6 +80,7 @@ impl PluginError {
         self
     }
 
+    /// The same failure, with the output of the command that failed.
     pub fn with_output(mut self, stdout: String, stderr: String) -> PluginError {
         self.stdout = stdout;
         self.stderr = stderr;
@@ -89,6 +93,7 @@ impl PluginError {
     }
 }
 
+/// What a plugin answers for a task.
 pub type PluginResult = Result<TaskOutput, PluginError>;
 
 /// What a successful task reports back (contract §4.4).
@@ -100,7 +105,9 @@ pub struct TaskOutput {
     pub ipaddresses: Option<BTreeMap<String, String>>,
     /// Merged into the node's provisioner results and handed to every later task of the node.
     pub result: Map<String, Value>,
+    /// The task's standard output, for the finish (the agent keeps its tail).
     pub stdout: String,
+    /// The task's standard error, for the finish (the agent keeps its tail).
     pub stderr: String,
 }
 
@@ -122,15 +129,25 @@ impl TaskOutput {
 /// The provisioner actions (contract §6), as `taskName` spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Action {
+    /// The provider makes the node's machine.
     Create,
+    /// The provider waits until the machine is ready and reports its hostname and addresses.
     Confirm,
+    /// The provider removes the node's machine.
     Delete,
+    /// Each automator the node uses prepares the machine for its own service actions.
     Bootstrap,
+    /// An automator installs a service.
     Install,
+    /// An automator writes a service's configuration.
     Configure,
+    /// An automator initializes a service; a new service runs it after CONFIGURE, before START.
     Initialize,
+    /// An automator starts a service.
     Start,
+    /// An automator stops a service.
     Stop,
+    /// An automator removes a service.
     Remove,
     /// weft's health check of a service (run by health jobs only).
     Healthcheck,
@@ -139,6 +156,7 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, in contract order.
     pub const ALL: [Action; 12] = [
         Action::Create,
         Action::Confirm,
@@ -164,6 +182,7 @@ impl Action {
         Action::Remove,
     ];
 
+    /// The action's name in lower case (`install`); [`Action::parse`] reads it back.
     pub fn lower(self) -> &'static str {
         match self {
             Action::Create => "create",
@@ -181,6 +200,7 @@ impl Action {
         }
     }
 
+    /// The action a `taskName` names, in any case (`INSTALL`, `install`); `None` if none.
     pub fn parse(s: &str) -> Option<Action> {
         Action::ALL
             .into_iter()
@@ -191,10 +211,15 @@ impl Action {
 /// One task as taken from the server.
 #[derive(Debug, Clone)]
 pub struct Task {
+    /// The task's id (`taskId`), as the finish reports it.
     pub id: String,
+    /// The id of the job the task belongs to (`jobId`); empty when absent.
     pub job_id: String,
+    /// The id of the task's cluster (`clusterId`); empty when absent.
     pub cluster_id: String,
+    /// What to do (`taskName`).
     pub action: Action,
+    /// The id of the node the task is about (`nodeId`); empty when absent.
     pub node_id: String,
     /// `config` of the task JSON: cluster config, service, node properties, provider, nodes, and the
     /// node's provisioner results flattened in.

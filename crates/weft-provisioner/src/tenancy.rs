@@ -37,6 +37,8 @@ impl TenantUsers {
         TenantUsers::new(dir)
     }
 
+    /// The registry in the directory `registry` (one file per uid); nothing is read until a
+    /// tenant's uid is asked for.
     pub fn new(registry: impl Into<PathBuf>) -> TenantUsers {
         TenantUsers {
             registry: registry.into(),

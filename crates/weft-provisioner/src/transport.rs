@@ -29,6 +29,7 @@ pub const PGID_FILE: &str = ".weft-pgids";
 pub struct CommandSpec {
     /// Program and arguments (an SSH transport quotes them into one line).
     pub argv: Vec<String>,
+    /// Variables set for the command, on top of the environment it inherits.
     pub env: BTreeMap<String, String>,
     /// Working directory on the node.
     pub cwd: Option<String>,
@@ -39,6 +40,8 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
+    /// Runs `argv` with no extra environment, in the transport's default directory, with a
+    /// 10-minute time-out and 64 KiB kept of each output.
     pub fn new(argv: Vec<String>) -> CommandSpec {
         CommandSpec {
             argv,
@@ -55,12 +58,16 @@ impl CommandSpec {
 pub struct CommandOutput {
     /// The exit code; `None` when it was killed (time-out or signal).
     pub exit: Option<i32>,
+    /// True when the command was killed because its time-out passed.
     pub timed_out: bool,
+    /// Standard output: its last `max_output` bytes, after `[N bytes snipped]` when cut.
     pub stdout: String,
+    /// Standard error: its last `max_output` bytes, after `[N bytes snipped]` when cut.
     pub stderr: String,
 }
 
 impl CommandOutput {
+    /// True when the command exited with code 0.
     pub fn success(&self) -> bool {
         self.exit == Some(0)
     }
@@ -72,6 +79,7 @@ impl CommandOutput {
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct TransportError {
+    /// What failed, for people.
     pub message: String,
     /// Whether running the task again may help.
     pub retryable: bool,
@@ -81,6 +89,7 @@ pub struct TransportError {
 }
 
 impl TransportError {
+    /// A failure that running the task again may fix (`network`).
     pub fn retryable(message: impl Into<String>) -> TransportError {
         TransportError {
             message: message.into(),
@@ -116,6 +125,8 @@ impl From<TransportError> for PluginError {
 /// Runs commands and writes files on one node.
 #[async_trait]
 pub trait Transport: Send + Sync {
+    /// Runs a command to its end or its time-out. A command that runs and fails is an `Ok` with
+    /// its exit code; an `Err` means it could not be run at all.
     async fn run(&self, cmd: &CommandSpec) -> Result<CommandOutput, TransportError>;
     /// Writes `contents` to `path` on the node (parents created), with unix `mode`.
     async fn write_file(
@@ -243,6 +254,8 @@ pub struct LocalTransport {
 const DRAIN_GRACE: Duration = Duration::from_millis(300);
 
 impl LocalTransport {
+    /// A transport for node `node_id` whose directory is `root`, running commands as this
+    /// process's user.
     pub fn new(root: impl Into<PathBuf>, node_id: impl Into<String>) -> LocalTransport {
         LocalTransport {
             root: root.into(),
@@ -258,6 +271,7 @@ impl LocalTransport {
         self
     }
 
+    /// The node's directory: where commands run unless they say otherwise.
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -10,44 +10,89 @@ pub enum SolveError {
     /// The requested size is above the most weft plans (`LARGEST_CLUSTER`); the server's own,
     /// lower limit is checked before the solver runs.
     #[error("cluster size {size} is above the largest cluster weft plans ({limit} nodes)")]
-    SizeAboveLimit { size: u64, limit: u64 },
+    SizeAboveLimit {
+        /// The requested number of nodes.
+        size: u64,
+        /// `LARGEST_CLUSTER`, the most nodes weft plans.
+        limit: u64,
+    },
     /// The requested size is outside the template's size constraint.
     #[error("cluster size {size} is outside template {template}'s size range {min} to {max}")]
     SizeOutsideTemplate {
+        /// The template's name.
         template: String,
+        /// The requested number of nodes.
         size: u64,
+        /// The template's smallest allowed cluster size, in nodes.
         min: u64,
+        /// The template's largest allowed cluster size, in nodes.
         max: u64,
     },
     /// A template's size constraint or a service's quantities have min above max.
     #[error("{what}: min ({min}) is above max ({max})")]
-    MinAboveMax { what: String, min: u64, max: u64 },
+    MinAboveMax {
+        /// Which constraint, e.g. "template hadoop size" or "service datanode quantities".
+        what: String,
+        /// The constraint's min.
+        min: u64,
+        /// The constraint's max, below `min`.
+        max: u64,
+    },
     /// No services were requested and the template has no default services.
     #[error("no services requested and template {template} has no default services")]
-    NoServices { template: String },
+    NoServices {
+        /// The template's name.
+        template: String,
+    },
     /// A requested service does not exist.
     #[error("service {service} does not exist")]
-    UnknownService { service: String },
+    UnknownService {
+        /// The requested service name that the tenant's services do not have.
+        service: String,
+    },
     /// A requested service is not in the template's compatibility list.
     #[error("service {service} is not compatible with template {template}")]
-    IncompatibleService { service: String, template: String },
+    IncompatibleService {
+        /// The requested service.
+        service: String,
+        /// The template's name.
+        template: String,
+    },
     /// No hardware type (or image type) is both offered and allowed by the template.
     #[error("no {kind}s are available: {detail}")]
-    NoTypes { kind: &'static str, detail: String },
+    NoTypes {
+        /// `"hardware type"` or `"image type"`.
+        kind: &'static str,
+        /// What the template allows and what the provider offers, or "the provider offers none".
+        detail: String,
+    },
     /// Requires check: a service needs a service that is not on the cluster.
     #[error("service {service} requires {missing}, which is not on the cluster")]
-    Requires { service: String, missing: String },
+    Requires {
+        /// The service with the unmet requirement.
+        service: String,
+        /// The required service (or provided name) that no service on the cluster supplies.
+        missing: String,
+    },
     /// Conflicts check: two services that conflict are both on the cluster.
     #[error("service {service} conflicts with {other}, and both are on the cluster")]
-    Conflicts { service: String, other: String },
+    Conflicts {
+        /// The service whose conflicts list names `other`.
+        service: String,
+        /// The conflicting service, also on the cluster.
+        other: String,
+    },
     /// A change names a service or node that the cluster does not have, or is otherwise malformed.
     #[error("{0}")]
     BadChange(String),
     /// Too many distinct services or machine types for the solver's bit sets.
     #[error("too many {what} ({count}); the solver handles at most {limit}")]
     TooLarge {
+        /// `"services"`, `"hardware types"` or `"image types"`.
         what: &'static str,
+        /// How many distinct names of that kind the input has.
         count: usize,
+        /// The most the solver handles (the width of its bit sets).
         limit: usize,
     },
     /// No layout satisfies the constraints. The message names a minimal set of constraints in
@@ -56,7 +101,10 @@ pub enum SolveError {
     NoLayout(String),
     /// The search gave up after exploring its step budget (only pathological templates get here).
     #[error("gave up after {steps} search steps without deciding whether a layout exists")]
-    SearchLimit { steps: u64 },
+    SearchLimit {
+        /// The step budget that was used up ([`STEP_LIMIT`](crate::STEP_LIMIT)).
+        steps: u64,
+    },
 }
 
 impl SolveError {

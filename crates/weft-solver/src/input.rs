@@ -81,8 +81,11 @@ impl TypeOffer {
 /// (optionally) the service definitions, which enable the existence, requires and conflicts checks.
 #[derive(Debug, Clone, Copy)]
 pub struct Catalog<'a> {
+    /// The cluster template: compatibility lists, size and service constraints, layout rules.
     pub template: &'a ClusterTemplate,
+    /// The hardware types the provider offers, most preferred first.
     pub hardware: &'a TypeOffer,
+    /// The image types the provider offers, most preferred first.
     pub images: &'a TypeOffer,
     /// The tenant's services. `None` skips the existence, requires and conflicts checks.
     pub services: Option<&'a [Service]>,
@@ -91,9 +94,13 @@ pub struct Catalog<'a> {
 /// A node of an existing cluster. Pass nodes in creation order (oldest first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExistingNode {
+    /// The node's id; a solved layout keeps it on the node and lists it in `removed` if deleted.
     pub id: String,
+    /// The node's hardware type name; the solver never changes it.
     pub hardwaretype: String,
+    /// The node's image type name; the solver never changes it.
     pub imagetype: String,
+    /// The services on the node now.
     pub services: BTreeSet<String>,
 }
 

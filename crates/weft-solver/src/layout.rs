@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 pub struct LayoutNode {
     /// The existing node's id; `None` for a node to create.
     pub id: Option<String>,
+    /// The hardware type name; an existing node keeps its own.
     pub hardwaretype: String,
+    /// The image type name; an existing node keeps its own.
     pub imagetype: String,
     /// Sorted, no duplicates.
     pub services: Vec<String>,
@@ -18,9 +20,13 @@ pub struct LayoutNode {
 /// Identical nodes, counted.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NodeGroup {
+    /// The hardware type name every node of the group has.
     pub hardwaretype: String,
+    /// The image type name every node of the group has.
     pub imagetype: String,
+    /// The services every node of the group holds; sorted, no duplicates.
     pub services: Vec<String>,
+    /// How many nodes of the layout have exactly this shape (at least 1).
     pub count: u64,
 }
 

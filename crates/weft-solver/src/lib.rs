@@ -47,6 +47,7 @@
 //! When no layout exists the error ([`SolveError::NoLayout`]) names an irreducible set of template
 //! constraints in conflict (dropping any one of them makes the request solvable), e.g.
 //! "cannot lay out 60 nodes: datanode is limited to 50 nodes; zookeeper is limited to 5 nodes; ...".
+#![warn(missing_docs)]
 
 mod change;
 mod error;

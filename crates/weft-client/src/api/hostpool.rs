@@ -21,6 +21,7 @@ impl ApiClient {
         self.get(&hosts(provider)).await
     }
 
+    /// One host of a provider's pool.
     pub async fn pool_host(&self, provider: &str, id: &str) -> ClientResult<PoolHost> {
         self.get(&host(provider, id)).await
     }

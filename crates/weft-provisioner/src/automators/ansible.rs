@@ -74,6 +74,7 @@ impl AnsibleAutomator {
         self
     }
 
+    /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
     pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> AnsibleAutomator {
         self.base.transports = t;
         self

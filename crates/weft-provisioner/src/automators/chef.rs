@@ -109,11 +109,14 @@ impl ChefSoloAutomator {
         }
     }
 
+    /// Looks cookbooks, data bags and roles up first among the tenant's live resources under
+    /// `root`.
     pub fn with_resources(mut self, root: PathBuf) -> ChefSoloAutomator {
         self.base.resources = Some(root);
         self
     }
 
+    /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
     pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> ChefSoloAutomator {
         self.base.transports = t;
         self

@@ -42,9 +42,14 @@ use crate::transport::{CommandOutput, CommandSpec, Transport};
 pub const NAME: &str = "docker";
 /// The result key under which START records each service's container.
 pub const RESULT_KEY: &str = "docker_containers";
+/// The label holding the id of the cluster a service's container belongs to.
 pub const LABEL_CLUSTER: &str = "weft.container.cluster";
+/// The label holding the id of the node a service's container runs on.
 pub const LABEL_NODE: &str = "weft.container.node";
+/// The label holding the name of the service a container runs.
 pub const LABEL_SERVICE: &str = "weft.container.service";
+/// The label holding a hash of the container's run arguments: START keeps a running container
+/// only when it matches.
 pub const LABEL_SPEC: &str = "weft.container.spec";
 const REQUIRED: &[&[&str]] = &[&["image_name"]];
 
@@ -74,12 +79,14 @@ impl Default for DockerAutomator {
 }
 
 impl DockerAutomator {
+    /// The automator, reaching nodes through [`crate::shell::DefaultTransports`].
     pub fn new() -> DockerAutomator {
         DockerAutomator {
             base: Base::new(NAME, Vec::new()),
         }
     }
 
+    /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
     pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> DockerAutomator {
         self.base.transports = t;
         self
@@ -457,27 +464,40 @@ pub fn container_name(task: &Task) -> Result<String, PluginError> {
 /// `/tcp` or `/udp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Port {
+    /// The port on the node.
     pub host: u16,
+    /// The port in the container.
     pub container: u16,
+    /// UDP (`/udp`) rather than TCP.
     pub udp: bool,
 }
 
 /// A bind mount: absolute paths on the node and in the container, read-only or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Volume {
+    /// The absolute path on the node (made by START if missing).
     pub host: String,
+    /// The absolute path in the container.
     pub container: String,
+    /// `ro` or `rw`; `None` leaves docker's default (read-write).
     pub mode: Option<String>,
 }
 
 /// The container the fields describe, every part checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerSpec {
+    /// The image to run (`image_name`).
     pub image: String,
+    /// The published ports (`publish_ports`).
     pub ports: Vec<Port>,
+    /// The container's environment, name and value (`environment_variables`).
     pub env: Vec<(String, String)>,
+    /// The bind mounts (`volumes`).
     pub volumes: Vec<Volume>,
+    /// Other containers to link, `container[:alias]` (`links`).
     pub links: Vec<String>,
+    /// The command and its arguments, split as a shell would without running one (`command`);
+    /// empty runs the image's own.
     pub command: Vec<String>,
 }
 

@@ -70,6 +70,7 @@ impl PuppetAutomator {
         self
     }
 
+    /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
     pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> PuppetAutomator {
         self.base.transports = t;
         self

@@ -20,12 +20,14 @@ pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
 pub struct Timing {
     /// The first pause between tries (doubling up to `max`).
     pub first: Duration,
+    /// The longest pause between tries.
     pub max: Duration,
     /// How long one call is retried at most.
     pub call_budget: Duration,
 }
 
 impl Timing {
+    /// A back-off with these pauses, lasting `budget` from now.
     pub fn backoff(&self, budget: Duration) -> Backoff {
         Backoff::new(self.first, self.max, budget)
     }
@@ -34,11 +36,18 @@ impl Timing {
 /// One instance as DescribeInstances or RunInstances shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Instance {
+    /// The instance id (`i-...`).
     pub id: String,
+    /// The state's name: `pending`, `running`, `shutting-down`, `terminated`, `stopping`,
+    /// `stopped`; empty when the answer has none.
     pub state: String,
+    /// The private IPv4 address, once it has one.
     pub private_ip: Option<String>,
+    /// The public IPv4 address, if it has one.
     pub public_ip: Option<String>,
+    /// When the instance was launched, as EC2 writes it (ISO 8601, UTC); empty when absent.
     pub launch_time: String,
+    /// The instance's tags, key to value.
     pub tags: BTreeMap<String, String>,
 }
 
@@ -85,12 +94,19 @@ fn instances_in(root: &Element) -> Vec<Instance> {
 /// What RunInstances makes.
 #[derive(Debug, Clone, Default)]
 pub struct RunSpec {
+    /// The AMI id to launch (`ImageId`).
     pub ami: String,
+    /// The instance type, e.g. `t3.small`.
     pub instance_type: String,
+    /// The idempotency token (`ClientToken`): the same token never launches a second instance.
     pub client_token: String,
+    /// The subnet to launch in; `None` is the default VPC's.
     pub subnet_id: Option<String>,
+    /// The security groups, by id; empty is the default group.
     pub security_group_ids: Vec<String>,
+    /// The key pair to launch with; `None` launches without one.
     pub key_name: Option<String>,
+    /// Tags the instance carries from its launch (`TagSpecifications`).
     pub tags: Vec<(String, String)>,
 }
 
@@ -101,7 +117,9 @@ fn p(k: impl Into<String>, v: impl Into<String>) -> (String, String) {
 /// The EC2 API of one region, with credentials.
 #[derive(Debug, Clone)]
 pub struct Ec2 {
+    /// The signed query client of the region's EC2 endpoint.
     pub q: QueryClient,
+    /// How calls are retried.
     pub timing: Timing,
 }
 

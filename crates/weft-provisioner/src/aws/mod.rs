@@ -60,8 +60,11 @@ use crate::task::{PluginError, PluginResult, Task, TaskOutput};
 
 /// The provider type name.
 pub const NAME: &str = "aws";
+/// The tag holding the id of the node an instance is (`-` when the task named none).
 pub const TAG_NODE: &str = "weft:node";
+/// The tag holding the id of the cluster an instance belongs to (`-` when the task named none).
 pub const TAG_CLUSTER: &str = "weft:cluster";
+/// The tag holding the id of the tenant an instance belongs to (`-` when the task named none).
 pub const TAG_TENANT: &str = "weft:tenant";
 /// How long CONFIRM waits for `running` at most (and never longer than the task's time-out).
 pub const CONFIRM_LIMIT: Duration = Duration::from_secs(600);
@@ -203,6 +206,8 @@ fn truthy(v: Option<String>) -> bool {
 }
 
 impl AwsProvider {
+    /// A provider with the default limits ([`CONFIRM_LIMIT`], [`DELETE_LIMIT`]) and call retries
+    /// (1 s doubling up to 20 s, for at most 2 minutes per call).
     pub fn new() -> AwsProvider {
         AwsProvider {
             http: reqwest::Client::new(),

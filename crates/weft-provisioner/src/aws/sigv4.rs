@@ -18,8 +18,12 @@ pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 /// An access key: its id, its secret and, for temporary credentials, a session token.
 #[derive(Clone)]
 pub struct Credentials {
+    /// The access key id (`AKIA...`, `ASIA...`), sent in the `Authorization` header.
     pub access_key_id: String,
+    /// The secret access key; only signatures made with it leave this module.
     pub secret_access_key: String,
+    /// The session token of temporary credentials (sent as `x-amz-security-token`); `None` for
+    /// long-term keys.
     pub session_token: Option<String>,
 }
 
@@ -39,6 +43,7 @@ impl std::fmt::Debug for Credentials {
 /// What is signed: the request as it goes on the wire.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
+    /// The HTTP method, upper case (`GET`, `POST`).
     pub method: &'a str,
     /// The URI path, already percent-encoded (`/` for the query APIs).
     pub path: &'a str,
@@ -46,13 +51,16 @@ pub struct Request<'a> {
     pub query: &'a [(String, String)],
     /// Headers to sign (names in any case); `host` must be among them.
     pub headers: &'a [(String, String)],
+    /// The body exactly as sent (empty for none); its SHA-256 is signed.
     pub body: &'a [u8],
 }
 
 /// Where and when a request is signed.
 #[derive(Debug, Clone)]
 pub struct Scope<'a> {
+    /// The region the request goes to, e.g. `us-east-1`.
     pub region: &'a str,
+    /// The service's signing name, e.g. `ec2`, `iam`.
     pub service: &'a str,
     /// `YYYYMMDDTHHMMSSZ` (UTC), also sent as `x-amz-date`.
     pub amz_date: &'a str,

@@ -6,8 +6,11 @@
 /// One element: its local name, its text (concatenated, entities decoded) and its children.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Element {
+    /// The element's local name, without a namespace prefix.
     pub name: String,
+    /// The element's own text, its pieces concatenated, entities decoded (not its children's).
     pub text: String,
+    /// The child elements, in document order.
     pub children: Vec<Element>,
 }
 

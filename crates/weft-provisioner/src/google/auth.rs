@@ -28,8 +28,11 @@ const RENEW_BEFORE: Duration = Duration::from_secs(300);
 
 /// A service account's JSON key, parsed.
 pub struct ServiceAccount {
+    /// The account's email (`client_email`): the assertion's issuer.
     pub client_email: String,
+    /// The key's id (`private_key_id`), sent as the assertion's `kid`; empty when the key has none.
     pub private_key_id: String,
+    /// Where tokens are asked for (`token_uri`); [`DEFAULT_TOKEN_URI`] when the key names none.
     pub token_uri: String,
     /// The key's `project_id` (the default project).
     pub project_id: Option<String>,

@@ -24,8 +24,11 @@ const RATE_REASONS: [&str; 3] = [
 
 /// One project and zone of the Compute API, as one service account.
 pub struct Zone<'a> {
+    /// The HTTP client calls go through.
     pub http: &'a reqwest::Client,
+    /// The cache of access tokens, shared by every call of the provider.
     pub tokens: &'a TokenCache,
+    /// The service account calls are made as.
     pub account: &'a ServiceAccount,
     /// `<endpoint>/projects/<project>/zones/<zone>`.
     pub base: String,

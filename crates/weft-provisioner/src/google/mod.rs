@@ -69,6 +69,7 @@ const DEFAULT_NETWORK: &str = "global/networks/default";
 pub struct Timing {
     /// The first pause between two tries or two polls (it doubles up to `max`).
     pub first: Duration,
+    /// The longest pause between two tries or two polls.
     pub max: Duration,
     /// How long one call is retried at most.
     pub calls: Duration,
@@ -282,6 +283,7 @@ fn instance_problem(message: String) -> CloudError {
 }
 
 impl GoogleProvider {
+    /// A provider with the default [`Timing`] and a 60 s time-out per HTTP request.
     pub fn new() -> GoogleProvider {
         GoogleProvider {
             http: reqwest::Client::builder()

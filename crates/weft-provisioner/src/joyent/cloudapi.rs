@@ -19,10 +19,13 @@ pub const API_VERSION: &str = "~9||~8";
 
 /// One account of one CloudAPI endpoint.
 pub struct Account<'a> {
+    /// The HTTP client calls go through.
     pub http: &'a reqwest::Client,
+    /// The private key requests are signed with (HTTP Signature).
     pub key: &'a AccountKey,
     /// The endpoint, without a trailing `/`.
     pub endpoint: String,
+    /// The account's login name (the field `login`): every path is below `/<login>`.
     pub login: String,
     /// The sub-user weft signs as (the field `user`), if not the account itself.
     pub user: Option<String>,
@@ -33,8 +36,10 @@ pub struct Account<'a> {
 /// An SSH key as CreateKey, GetKey and ListKeys answer it.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct SshKey {
+    /// The key's name in the account; empty when the answer has none.
     #[serde(default)]
     pub name: String,
+    /// The key's fingerprint, as CloudAPI shows it.
     pub fingerprint: String,
     /// The OpenSSH public key.
     #[serde(default)]

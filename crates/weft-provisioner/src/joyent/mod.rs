@@ -288,6 +288,7 @@ fn text_field(label: &str, tip: &str, sensitive: bool) -> FieldSchema {
 }
 
 impl JoyentProvider {
+    /// A provider with the default timing and a 60 s time-out per HTTP request.
     pub fn new() -> JoyentProvider {
         JoyentProvider {
             http: reqwest::Client::builder()

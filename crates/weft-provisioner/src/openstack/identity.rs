@@ -24,10 +24,13 @@ pub const RACKSPACE_IDENTITY: &str = "https://identity.api.rackspacecloud.com/v2
 /// A user, project or domain named by id or by name (a name is looked up within `domain`).
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Ref {
+    /// The id; when given, the name and domain are not sent.
     pub id: Option<String>,
+    /// The name, looked up within the domain.
     pub name: Option<String>,
     /// The domain of a name: (id, name); Keystone's `default` domain when neither is given.
     pub domain_id: Option<String>,
+    /// The domain of a name, by name; used when `domain_id` is not given.
     pub domain_name: Option<String>,
 }
 
@@ -55,19 +58,31 @@ impl Ref {
 pub enum Credentials {
     /// Keystone v3 password, scoped to a project.
     Password {
+        /// The user who logs in.
         user: Ref,
+        /// The user's password.
         password: String,
+        /// The project the token is scoped to.
         project: Ref,
     },
     /// Keystone v3 application credential (scoped by the credential itself).
     ApplicationCredential {
+        /// The credential's id; with it, `name` and `user` are not needed.
         id: Option<String>,
+        /// The credential's name, looked up among `user`'s credentials.
         name: Option<String>,
+        /// The credential's owner; needed when it is named rather than given by id.
         user: Ref,
+        /// The credential's secret.
         secret: String,
     },
     /// Rackspace Identity v2.0 API key.
-    ApiKey { username: String, api_key: String },
+    ApiKey {
+        /// The Rackspace account's user name.
+        username: String,
+        /// The user's API key.
+        api_key: String,
+    },
 }
 
 impl Credentials {
@@ -189,22 +204,28 @@ pub struct Endpoint {
     pub interface: String,
     /// The region, empty when the catalog names none.
     pub region: String,
+    /// The endpoint's base URL.
     pub url: String,
 }
 
 /// One service of a catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Service {
+    /// The service type (`type` in the catalog), e.g. `compute`, `identity`.
     pub kind: String,
+    /// The service's name, e.g. `nova`, `cloudServersOpenStack`.
     pub name: String,
+    /// Where the service is reached, per interface and region.
     pub endpoints: Vec<Endpoint>,
 }
 
 /// A token and what came with it.
 pub struct Token {
+    /// The token itself, sent as `X-Auth-Token`.
     pub id: String,
     /// How long it is valid from now, when the answer says.
     pub lifetime: Option<Duration>,
+    /// The service catalog that came with the token: where each service is.
     pub catalog: Vec<Service>,
 }
 

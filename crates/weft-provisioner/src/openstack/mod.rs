@@ -63,6 +63,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The provider type name: `openstack` or `rackspace`.
     pub fn name(self) -> &'static str {
         match self {
             Kind::OpenStack => "openstack",
@@ -157,6 +158,7 @@ pub fn server_name(task: &Task) -> String {
 }
 
 impl NovaProvider {
+    /// A provider of `kind` with the default waits.
     pub fn new(kind: Kind) -> NovaProvider {
         NovaProvider::with_timing(kind, Timing::default())
     }
@@ -176,10 +178,12 @@ impl NovaProvider {
         }
     }
 
+    /// The `openstack` provider (Keystone v3).
     pub fn openstack() -> NovaProvider {
         NovaProvider::new(Kind::OpenStack)
     }
 
+    /// The `rackspace` provider (Rackspace Identity v2.0).
     pub fn rackspace() -> NovaProvider {
         NovaProvider::new(Kind::Rackspace)
     }

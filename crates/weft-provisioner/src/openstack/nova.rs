@@ -20,9 +20,13 @@ const UNKNOWN_LIFETIME: Duration = Duration::from_secs(1800);
 /// A JSON answer (a body that is not JSON is kept as a string).
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The HTTP status.
     pub status: u16,
+    /// The body as JSON, or as a JSON string when it is not JSON.
     pub body: Value,
+    /// The wait the answer's `Retry-After` asks for, if any.
     pub retry_after: Option<Duration>,
+    /// The `X-Subject-Token` header: the token a Keystone v3 token request answers.
     pub subject_token: Option<String>,
 }
 
@@ -106,6 +110,10 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session that gets its token from the identity API at `auth_url` and calls the compute
+    /// endpoint of the catalog on `interface` (`public`, ...) in `region` (when `None`, the one
+    /// region that has one; see [`identity::choose_endpoint`]).
+    /// Nothing is sent until the first call.
     pub fn new(
         http: reqwest::Client,
         creds: Credentials,
@@ -213,6 +221,7 @@ impl Session {
 
 /// The compute calls, each retried while the answer is retryable.
 pub struct Nova<'a> {
+    /// The session whose token and compute endpoint the calls use.
     pub session: &'a Session,
     /// Back-off of retried calls: first pause, longest pause, total budget.
     pub retry: (Duration, Duration, Duration),
