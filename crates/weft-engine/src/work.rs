@@ -16,7 +16,6 @@ use weft_model::{
     TakeTaskRequest, TaskNodesRequest, HEALTH_RESULT_KEY, NODES_BY_REVISION,
 };
 use weft_planner::MacroContext;
-use weft_store::engine::job_status;
 use weft_store::{ChangeSet, ClusterRow, ClusterStamp, Expect, JobRow, TaskRow, TaskState, Write};
 
 use super::body::{end_of, from_body, to_body, ClusterBody, JobBody, TaskBody};
@@ -858,16 +857,8 @@ async fn leased_task(st: &Engine, w: &Worker, task_id: &str) -> EngineResult<Lea
     match leased {
         Some(copy) => Ok(copy),
         None => {
-            let (task, job) = st
-                .store
-                .task_with_job(&w.tenant_id, task_id)
-                .await?
-                .ok_or_else(not_owner)?;
-            // The store answers the job's status as stored text.
-            let job = job
-                .map(|(status, rev)| Ok::<_, EngineError>((job_status(&status)?, rev)))
-                .transpose()?;
-            Ok((task, job))
+            let leased = st.store.task_with_job(&w.tenant_id, task_id).await?;
+            leased.ok_or_else(not_owner)
         }
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use weft_model::{EntityKind, ResourceMeta, TenantSpecification};
+use weft_model::{EntityKind, JobStatus, ResourceMeta, TenantSpecification};
 
 pub mod audit;
 pub mod engine;
@@ -611,7 +611,7 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
         &self,
         tenant_id: &str,
         task_id: &str,
-    ) -> Result<Option<(TaskRow, Option<(String, i64)>)>>;
+    ) -> Result<Option<(TaskRow, Option<(JobStatus, i64)>)>>;
     /// In-progress tasks of every tenant whose lease has run out (`lease_deadline < now`), by
     /// deadline. The janitor fails or retries them through [`commit`](Store::commit).
     async fn expired_tasks(&self, now: i64) -> Result<Vec<TaskRow>>;

@@ -35,7 +35,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
-use weft_model::{EntityKind, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED};
+use weft_model::{
+    EntityKind, JobStatus, ResourceMeta, ResourceStatus, TenantSpecification, UNBOUNDED,
+};
 
 use crate::audit::Pending;
 use crate::engine::{
@@ -140,7 +142,7 @@ pub(crate) trait Hot: std::fmt::Debug + Clone + Send + Sync + 'static {
 }
 
 /// A task with its job's status and revision (`None` when the job is gone).
-pub(crate) type TaskWithJob = Option<(TaskRow, Option<(String, i64)>)>;
+pub(crate) type TaskWithJob = Option<(TaskRow, Option<(JobStatus, i64)>)>;
 
 impl<B: Hot> SqlStore<B> {
     pub(crate) fn backend_kind(&self) -> Backend {
@@ -1407,11 +1409,7 @@ impl<B: Hot> Store for SqlStore<B> {
         self.take_task_impl(tenant_id, owner, now, deadline).await
     }
 
-    async fn task_with_job(
-        &self,
-        tenant_id: &str,
-        task_id: &str,
-    ) -> Result<Option<(TaskRow, Option<(String, i64)>)>> {
+    async fn task_with_job(&self, tenant_id: &str, task_id: &str) -> Result<TaskWithJob> {
         self.task_with_job_impl(tenant_id, task_id).await
     }
 

@@ -40,6 +40,7 @@ use crate::engine::{
 };
 use crate::leader::fnv1a64;
 use crate::{Backend, Leadership, Result, StoreError};
+use weft_model::JobStatus;
 
 /// The class of the advisory locks that guard the creation of rows ("weft" in ASCII).
 const ROW_LOCK_CLASS: i32 = 0x7765_6674;
@@ -63,13 +64,13 @@ const JOB_OF_TASK: &str = "(SELECT status FROM jobs j WHERE j.tenant_id = tasks.
      AND j.id = tasks.job_id) AS job_status, (SELECT rev FROM jobs j WHERE \
      j.tenant_id = tasks.tenant_id AND j.id = tasks.job_id) AS job_rev";
 
-pub(super) fn job_of_task(row: &impl Cols) -> Result<Option<(String, i64)>> {
+pub(super) fn job_of_task(row: &impl Cols) -> Result<Option<(JobStatus, i64)>> {
     Ok(
         match (
             row.get::<Option<String>>("job_status")?,
             row.get::<Option<i64>>("job_rev")?,
         ) {
-            (Some(s), Some(r)) => Some((s, r)),
+            (Some(s), Some(r)) => Some((job_status(&s)?, r)),
             _ => None,
         },
     )
@@ -789,9 +790,7 @@ pub(super) fn take_sql() -> String {
 pub(super) fn taken_from_row(row: &impl Cols) -> Result<Taken> {
     Ok(Taken {
         task: task_from_row(row)?,
-        job: job_of_task(row)?
-            .map(|(status, rev)| Ok::<_, StoreError>((job_status(&status)?, rev)))
-            .transpose()?,
+        job: job_of_task(row)?,
         cluster: stamp_of_task(row)?,
     })
 }
@@ -1018,7 +1017,7 @@ impl<B: Hot> SqlStore<B> {
         &self,
         tenant_id: &str,
         task_id: &str,
-    ) -> Result<Option<(TaskRow, Option<(String, i64)>)>> {
+    ) -> Result<super::TaskWithJob> {
         self.hot.task_with_job(tenant_id, task_id).await
     }
 

@@ -28,7 +28,7 @@ use super::engine::{
     check_found, check_sql, job_of_task, quotas, released, statements, take_sql, taken_from_row,
     targets, task_from_row, Id, Param, Target, QUOTA_COUNTS, RELEASE_SQL, TASK_WITH_JOB_SQL,
 };
-use crate::engine::{ChangeSet, Quota, Taken, TaskRow, Write};
+use crate::engine::{ChangeSet, Quota, Taken, Write};
 use crate::{Backend, Result, StoreError};
 
 /// At most this many operations share one transaction.
@@ -47,7 +47,7 @@ pub(crate) struct SqliteWriter {
     ops: mpsc::Sender<Op>,
 }
 
-type TaskWithJob = Option<(TaskRow, Option<(String, i64)>)>;
+use super::TaskWithJob;
 
 /// One operation: run on the connection inside the batch's transaction (`Err` when `BEGIN`
 /// failed or the transaction was lost: then it answers that error), it returns how to answer

@@ -751,10 +751,10 @@ async fn light_reads_of_jobs_and_tasks(ctx: &Ctx) -> Result<()> {
             .await
             .map(|t| t.and_then(|(_, j)| j))
     };
-    assert_eq!(job_of(A, "j-001").await?, Some(("running".to_string(), 1)));
+    assert_eq!(job_of(A, "j-001").await?, Some((JobStatus::Running, 1)));
     assert_eq!(
         job_of(A, "j2-001").await?.map(|j| j.0),
-        Some("complete".to_string())
+        Some(JobStatus::Complete)
     );
     assert_eq!(job_of(B, "j-001").await?, None);
     assert_eq!(
@@ -867,7 +867,7 @@ async fn take_next_reads_the_job_and_cluster_with_the_task(ctx: &Ctx) -> Result<
     );
     let (again, job) = s.task_with_job(A, "j-001").await?.context("read")?;
     assert_eq!(again, t.task);
-    assert_eq!(job, Some(("running".to_string(), 1)));
+    assert_eq!(job, Some((JobStatus::Running, 1)));
     let orphan = s.take_next(A, "p.w", 10, 20).await?.context("second")?;
     assert_eq!(
         (orphan.job, orphan.cluster),
