@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use weft_engine::metrics::{Histogram, BUCKETS};
 
 use crate::error::ApiResult;
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 
 /// Content-Security-Policy violations browsers reported on UI pages (the UI's `/ui/csp-report`
 /// counts them here).
@@ -89,7 +89,7 @@ pub async fn render_text(st: &AppState) -> ApiResult<String> {
         .into_iter()
         .map(|t| (t.id, t.spec.name))
         .collect();
-    let now = now_ms();
+    let now = st.engine.now_ms();
     let alive = st
         .store
         .list_provisioners()

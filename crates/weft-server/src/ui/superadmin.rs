@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::html::enc;
 use super::session::Ctx;
 use crate::auth::Role;
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 
 type Page = Result<Response, Response>;
 
@@ -133,7 +133,7 @@ async fn provisioners(ctx: Ctx) -> Page {
     let beats = weft_engine::provisioners::heartbeats(&ctx.state.engine, &ctx.who.caller())
         .await
         .unwrap_or_default();
-    let now = now_ms();
+    let now = ctx.state.engine.now_ms();
     for p in &mut list {
         let id = p["id"].as_str().unwrap_or_default().to_string();
         if let Some(ms) = beats.get(&id) {
