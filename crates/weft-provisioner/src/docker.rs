@@ -46,16 +46,14 @@ use bollard::query_parameters::{
     RemoveContainerOptions,
 };
 use bollard::Docker;
-use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::ssh_key::LineEnding;
-use russh::keys::{HashAlg, PrivateKey};
+use russh::keys::HashAlg;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType, SweptMachine};
 
 use crate::plugin::{status_output, Provider};
 use crate::ssh;
-use crate::task::{PluginError, PluginResult, Task, TaskOutput};
+use crate::task::{providerid, PluginError, PluginResult, Task, TaskOutput};
 
 /// The provider type name.
 pub const NAME: &str = "docker";
@@ -210,21 +208,6 @@ pub fn network_name(task: &Task) -> String {
     } else {
         format!("{}-{}-{cluster}", prefix(task), name_part(&task.tenant_id))
     }
-}
-
-/// The cluster's SSH key: ed25519 from SHA-256 over the seed, the tenant and the cluster id.
-pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {
-    let mut h = Sha256::new();
-    h.update(b"weft docker provider ssh key v1\0");
-    h.update((seed.len() as u64).to_be_bytes());
-    h.update(seed);
-    h.update((tenant.len() as u64).to_be_bytes());
-    h.update(tenant.as_bytes());
-    h.update(cluster.as_bytes());
-    let bytes: [u8; 32] = h.finalize().into();
-    let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&bytes));
-    key.set_comment(format!("weft-cluster-{cluster}"));
-    key
 }
 
 /// A Docker `Created` time (RFC 3339, UTC, up to nine fraction digits) as a sortable string.
@@ -871,12 +854,6 @@ fn container_ip(c: &ContainerInspectResponse) -> Option<String> {
         .or_else(|| nets.values().find_map(ip_of))
 }
 
-fn providerid(task: &Task) -> Option<String> {
-    task.config_str("providerid")
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-}
-
 #[async_trait]
 impl Provider for DockerProvider {
     fn plugin_type(&self) -> PluginType {
@@ -965,7 +942,7 @@ impl Provider for DockerProvider {
             Err(e) => return Err(engine_error(&format!("inspecting image {image}"), e)),
         }
         let seed = self.key_seed(task).await?;
-        let key = cluster_key(&seed, &task.tenant_id, &task.cluster_id);
+        let key = crate::keys::cluster_key(&seed, &task.tenant_id, &task.cluster_id);
         let public_key = key
             .public_key()
             .to_openssh()
@@ -1281,31 +1258,6 @@ mod tests {
         for bad in ["", "-x", "a/b", "a b"] {
             assert!(!valid_container_name(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn the_cluster_key_is_the_same_for_every_node_and_differs_between_clusters() {
-        let a = cluster_key(b"seed", "t", "1");
-        assert_eq!(a, cluster_key(b"seed", "t", "1"));
-        assert_ne!(
-            a.public_key().key_data(),
-            cluster_key(b"seed", "t", "2").public_key().key_data()
-        );
-        assert_ne!(
-            a.public_key().key_data(),
-            cluster_key(b"seed", "u", "1").public_key().key_data()
-        );
-        assert_ne!(
-            a.public_key().key_data(),
-            cluster_key(b"other", "t", "1").public_key().key_data()
-        );
-        // Field boundaries count: ("t", "11") is not ("t1", "1").
-        assert_ne!(
-            cluster_key(b"s", "t", "11").public_key().key_data(),
-            cluster_key(b"s", "t1", "1").public_key().key_data()
-        );
-        let text = a.to_openssh(LineEnding::LF).unwrap();
-        assert!(ssh::SshAuth::key_text(&text).is_ok());
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub mod google;
 pub mod health;
 pub mod hostpool;
 pub mod joyent;
+pub mod keys;
 pub mod local;
 pub mod openstack;
 pub mod plugin;

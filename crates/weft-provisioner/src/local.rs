@@ -20,7 +20,7 @@ use weft_model::{ParamSpec, PluginType};
 use weft_model::MachineState;
 
 use crate::plugin::{status_output, Provider};
-use crate::task::{PluginError, PluginResult, Task, TaskOutput};
+use crate::task::{providerid, PluginError, PluginResult, Task, TaskOutput};
 use crate::transport::{kill_group, proc_stat, NODE_MARK, PGID_FILE};
 
 /// The provider type name.
@@ -235,10 +235,6 @@ fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         && id != "."
         && id != ".."
-}
-
-fn providerid(task: &Task) -> Option<String> {
-    task.config_str("providerid").map(str::to_string)
 }
 
 /// Processes whose environment carries `NODE_MARK=id` (Linux /proc; none elsewhere).

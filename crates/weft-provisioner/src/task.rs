@@ -338,6 +338,25 @@ impl Task {
     }
 }
 
+/// `config.providerid` of a task, trimmed: the machine a CREATE made; `None` when absent or empty.
+pub fn providerid(task: &Task) -> Option<String> {
+    task.config_str("providerid")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// A provider field as text: a string (trimmed; `None` when empty), a number or a boolean (as
+/// JSON writes them); `None` when absent or of another type.
+pub fn provider_field(fields: &Map<String, Value>, name: &str) -> Option<String> {
+    match fields.get(name)? {
+        Value::String(s) => Some(s.trim().to_string()).filter(|s| !s.is_empty()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

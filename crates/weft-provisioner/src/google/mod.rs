@@ -48,7 +48,9 @@ use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine
 use crate::cloud::{poll_until, with_retries, Backoff, CloudError, Poll};
 use crate::plugin::Provider;
 use crate::ssh;
-use crate::task::{PluginError, PluginResult, Task, TaskOutput};
+use crate::task::{
+    provider_field as field, providerid, PluginError, PluginResult, Task, TaskOutput,
+};
 use auth::{ServiceAccount, TokenCache};
 use compute::{operation_error, Zone, CLOUD, DEFAULT_ENDPOINT};
 
@@ -117,16 +119,6 @@ impl Default for GoogleProvider {
     fn default() -> GoogleProvider {
         GoogleProvider::new()
     }
-}
-
-/// A non-empty string field of the provider.
-fn field(fields: &Map<String, Value>, name: &str) -> Option<String> {
-    fields
-        .get(name)
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
 }
 
 /// A valid GCE resource name (`[a-z]([-a-z0-9]{0,61}[a-z0-9])?`).
@@ -453,14 +445,6 @@ fn addresses(inst: &Value) -> Option<(String, String)> {
     Some((access, bind))
 }
 
-/// The provider id of a task (`providerid`), if CREATE answered one.
-fn providerid(task: &Task) -> Option<String> {
-    task.config_str("providerid")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-}
-
 fn text_field(label: &str, tip: &str, sensitive: bool) -> FieldSchema {
     FieldSchema {
         label: label.into(),
@@ -532,7 +516,7 @@ impl Provider for GoogleProvider {
         let seed = field(&t.fields, "sshkeyseed")
             .map(|s| format!("google:{s}"))
             .unwrap_or_else(|| format!("google-key:{}", t.account.key_digest()));
-        let key = crate::docker::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id);
+        let key = crate::keys::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id);
         let public = key
             .public_key()
             .to_openssh()

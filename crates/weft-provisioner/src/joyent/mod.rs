@@ -53,7 +53,9 @@ use crate::cloud::{poll_until, with_retries, CloudError, Poll};
 pub use crate::google::Timing;
 use crate::plugin::Provider;
 use crate::ssh;
-use crate::task::{PluginError, PluginResult, Task, TaskOutput};
+use crate::task::{
+    provider_field as field, providerid, PluginError, PluginResult, Task, TaskOutput,
+};
 use cloudapi::{Account, CLOUD};
 use sign::{md5_fingerprint, AccountKey};
 
@@ -86,15 +88,6 @@ impl Default for JoyentProvider {
     fn default() -> JoyentProvider {
         JoyentProvider::new()
     }
-}
-
-fn field(fields: &Map<String, Value>, name: &str) -> Option<String> {
-    fields
-        .get(name)
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
 }
 
 /// The machine name of a node: `weft-<node id>`, characters Triton does not allow as `-`.
@@ -155,13 +148,6 @@ fn addresses(m: &Value) -> Option<(String, String)> {
     Some((primary, bind))
 }
 
-fn providerid(task: &Task) -> Option<String> {
-    task.config_str("providerid")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-}
-
 /// The fields every action needs, read and checked.
 struct Target {
     key: AccountKey,
@@ -212,7 +198,7 @@ impl Target {
         let seed = field(&self.fields, "sshkeyseed")
             .map(|s| format!("joyent:{s}"))
             .unwrap_or_else(|| format!("joyent-key:{}:{}", self.login, self.key.fingerprint()));
-        crate::docker::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id)
+        crate::keys::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id)
     }
 }
 

@@ -666,7 +666,7 @@ fn send_in_clear(port: u16, marker: &str) {
 /// which travels inside JSON with its line breaks escaped), less the first: it is the same for
 /// every ed25519 key.
 fn private_key_lines(seed: &str, tenant: &str, cluster: &str) -> Vec<String> {
-    let key = weft_provisioner::docker::cluster_key(seed.as_bytes(), tenant, cluster);
+    let key = weft_provisioner::keys::cluster_key(seed.as_bytes(), tenant, cluster);
     let text = key
         .to_openssh(russh::keys::ssh_key::LineEnding::LF)
         .unwrap();

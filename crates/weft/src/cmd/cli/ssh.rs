@@ -166,7 +166,7 @@ fn docker_key(node: &Node, data_dir: &Path, dir: &Path) -> anyhow::Result<Option
             seed_file.display()
         )
     })?;
-    let key = weft_provisioner::docker::cluster_key(
+    let key = weft_provisioner::keys::cluster_key(
         seed.trim().as_bytes(),
         label("weft.tenant"),
         label("weft.cluster"),

@@ -1,0 +1,55 @@
+//! The SSH key of a cluster's machines on the providers that make one key per cluster (docker,
+//! google, joyent): derived, never stored, so every worker of every provisioner with the same seed
+//! makes the same key for the same cluster and a CREATE retried elsewhere installs the same one.
+//! (aws keeps the derivation it has always had: its keys are already on machines.)
+
+use sha2::{Digest, Sha256};
+use russh::keys::ssh_key::private::Ed25519Keypair;
+use russh::keys::PrivateKey;
+
+/// The cluster's SSH key: ed25519 from SHA-256 over the seed, the tenant and the cluster id.
+pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {
+    let mut h = Sha256::new();
+    h.update(b"weft docker provider ssh key v1\0");
+    h.update((seed.len() as u64).to_be_bytes());
+    h.update(seed);
+    h.update((tenant.len() as u64).to_be_bytes());
+    h.update(tenant.as_bytes());
+    h.update(cluster.as_bytes());
+    let bytes: [u8; 32] = h.finalize().into();
+    let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&bytes));
+    key.set_comment(format!("weft-cluster-{cluster}"));
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssh;
+    use russh::keys::ssh_key::LineEnding;
+
+    #[test]
+    fn the_cluster_key_is_the_same_for_every_node_and_differs_between_clusters() {
+        let a = cluster_key(b"seed", "t", "1");
+        assert_eq!(a, cluster_key(b"seed", "t", "1"));
+        assert_ne!(
+            a.public_key().key_data(),
+            cluster_key(b"seed", "t", "2").public_key().key_data()
+        );
+        assert_ne!(
+            a.public_key().key_data(),
+            cluster_key(b"seed", "u", "1").public_key().key_data()
+        );
+        assert_ne!(
+            a.public_key().key_data(),
+            cluster_key(b"other", "t", "1").public_key().key_data()
+        );
+        // Field boundaries count: ("t", "11") is not ("t1", "1").
+        assert_ne!(
+            cluster_key(b"s", "t", "11").public_key().key_data(),
+            cluster_key(b"s", "t1", "1").public_key().key_data()
+        );
+        let text = a.to_openssh(LineEnding::LF).unwrap();
+        assert!(ssh::SshAuth::key_text(&text).is_ok());
+    }
+}
