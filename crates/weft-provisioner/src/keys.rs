@@ -3,9 +3,9 @@
 //! makes the same key for the same cluster and a CREATE retried elsewhere installs the same one.
 //! (aws keeps the derivation it has always had: its keys are already on machines.)
 
-use sha2::{Digest, Sha256};
 use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::PrivateKey;
+use sha2::{Digest, Sha256};
 
 /// The cluster's SSH key: ed25519 from SHA-256 over the seed, the tenant and the cluster id.
 pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {

@@ -53,6 +53,7 @@ pub mod ssh;
 pub mod sweep;
 pub mod task;
 pub mod tenancy;
+pub mod throttle;
 pub mod transport;
 
 pub use agent::{Agent, AgentConfig, AgentError};

@@ -32,6 +32,8 @@ pub struct Zone<'a> {
     pub account: &'a ServiceAccount,
     /// `<endpoint>/projects/<project>/zones/<zone>`.
     pub base: String,
+    /// The project's request budget, shared by every worker of the provisioner.
+    pub bucket: std::sync::Arc<crate::throttle::Bucket>,
 }
 
 /// Reads a Google error body: `{"error": {"code", "message", "errors": [{"reason"}]}}`.
@@ -70,6 +72,7 @@ impl Zone<'_> {
         let url = format!("{}/{}", self.base, path);
         for attempt in 0..2 {
             let token = self.tokens.token(self.http, self.account).await?;
+            self.bucket.acquire().await;
             let mut req = self.http.request(method.clone(), &url).bearer_auth(token);
             if !query.is_empty() {
                 req = req.query(query);
@@ -96,7 +99,12 @@ impl Zone<'_> {
             if (200..300).contains(&status) || status == 404 || status == 409 {
                 return Ok((status, json));
             }
-            return Err(api_error(status, &json, after));
+            let e = api_error(status, &json, after);
+            // Throttled (429, or a rate-limit reason on a 403): the whole project waits.
+            if status == 429 || (e.retryable && status < 500) {
+                self.bucket.throttled();
+            }
+            return Err(e);
         }
         unreachable!("the loop returns on its second attempt")
     }

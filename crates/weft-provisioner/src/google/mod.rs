@@ -105,6 +105,8 @@ pub struct GoogleProvider {
     http: reqwest::Client,
     tokens: TokenCache,
     timing: Timing,
+    /// Each project's request budget ([`crate::throttle`]), shared by every worker.
+    buckets: crate::throttle::Buckets,
 }
 
 impl std::fmt::Debug for GoogleProvider {
@@ -167,6 +169,8 @@ struct Target {
     account: ServiceAccount,
     base: String,
     zone: String,
+    /// The project's request budget: its key and (rate, burst).
+    budget: (String, (f64, f64)),
     fields: Map<String, Value>,
 }
 
@@ -189,11 +193,11 @@ impl Target {
         let zone = field(&fields, "zone")
             .ok_or_else(|| PluginError::fatal("provider field zone is missing"))?;
         let endpoint = field(&fields, "endpoint").unwrap_or_else(|| DEFAULT_ENDPOINT.into());
+        let endpoint = endpoint.trim_end_matches('/');
+        let budget = crate::throttle::budget(&fields).map_err(PluginError::fatal)?;
         Ok(Target {
-            base: format!(
-                "{}/projects/{project}/zones/{zone}",
-                endpoint.trim_end_matches('/')
-            ),
+            budget: (format!("{endpoint}/projects/{project}"), budget),
+            base: format!("{endpoint}/projects/{project}/zones/{zone}"),
             account,
             zone,
             fields,
@@ -284,6 +288,7 @@ impl GoogleProvider {
                 .unwrap_or_default(),
             tokens: TokenCache::default(),
             timing: Timing::default(),
+            buckets: crate::throttle::Buckets::default(),
         }
     }
 
@@ -294,11 +299,13 @@ impl GoogleProvider {
     }
 
     fn zone<'a>(&'a self, t: &'a Target) -> Zone<'a> {
+        let (key, (rate, burst)) = &t.budget;
         Zone {
             http: &self.http,
             tokens: &self.tokens,
             account: &t.account,
             base: t.base.clone(),
+            bucket: self.buckets.of(key, *rate, *burst),
         }
     }
 

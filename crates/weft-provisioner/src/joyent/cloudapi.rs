@@ -31,6 +31,8 @@ pub struct Account<'a> {
     pub user: Option<String>,
     /// What names the key in `keyId` instead of its fingerprint (the field `key_id`).
     pub key_id: Option<String>,
+    /// The account's request budget, shared by every worker of the provisioner.
+    pub bucket: std::sync::Arc<crate::throttle::Bucket>,
 }
 
 /// An SSH key as CreateKey, GetKey and ListKeys answer it.
@@ -82,6 +84,7 @@ impl Account<'_> {
         body: Option<&Value>,
     ) -> Result<(u16, Value), CloudError> {
         let url = format!("{}/{}{}", self.endpoint, self.login, path);
+        self.bucket.acquire().await;
         let date = httpdate::fmt_http_date(SystemTime::now());
         let auth = self
             .key
@@ -119,7 +122,12 @@ impl Account<'_> {
         if (200..300).contains(&status) || status == 404 || status == 410 {
             return Ok((status, json));
         }
-        Err(api_error(status, &json, after))
+        let e = api_error(status, &json, after);
+        // Throttled (429, 420 "Slow Down", RequestThrottled): the whole account waits.
+        if status == 429 || (e.retryable && status < 500) {
+            self.bucket.throttled();
+        }
+        Err(e)
     }
 
     /// The machines named `name` (not deleted ones).

@@ -74,6 +74,8 @@ pub const DEFAULT_SSH_USER: &str = "root";
 pub struct JoyentProvider {
     http: reqwest::Client,
     timing: Timing,
+    /// Each account's request budget ([`crate::throttle`]), shared by every worker.
+    buckets: crate::throttle::Buckets,
 }
 
 impl std::fmt::Debug for JoyentProvider {
@@ -155,6 +157,8 @@ struct Target {
     login: String,
     /// The sub-user weft signs as (the field `user`).
     user: Option<String>,
+    /// The account's request budget (rate, burst).
+    budget: (f64, f64),
     fields: Map<String, Value>,
 }
 
@@ -189,6 +193,7 @@ impl Target {
             endpoint: endpoint.trim_end_matches('/').to_string(),
             login,
             user,
+            budget: crate::throttle::budget(&fields).map_err(PluginError::fatal)?,
             fields,
         })
     }
@@ -282,6 +287,7 @@ impl JoyentProvider {
                 .build()
                 .unwrap_or_default(),
             timing: Timing::default(),
+            buckets: crate::throttle::Buckets::default(),
         }
     }
 
@@ -292,6 +298,7 @@ impl JoyentProvider {
     }
 
     fn account<'a>(&'a self, t: &'a Target) -> Account<'a> {
+        let (rate, burst) = t.budget;
         Account {
             http: &self.http,
             key: &t.key,
@@ -299,6 +306,9 @@ impl JoyentProvider {
             login: t.login.clone(),
             user: t.user.clone(),
             key_id: field(&t.fields, "key_id"),
+            bucket: self
+                .buckets
+                .of(&format!("{}/{}", t.endpoint, t.login), rate, burst),
         }
     }
 
