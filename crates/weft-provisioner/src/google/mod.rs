@@ -487,6 +487,7 @@ impl Provider for GoogleProvider {
                     "the Compute Engine v1 base URL (default: https://compute.googleapis.com/compute/v1)", false)),
             ]
             .into_iter()
+            .chain(crate::throttle::declared_fields())
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
             required: vec![["json_key", "zone"].into_iter().map(str::to_string).collect()],

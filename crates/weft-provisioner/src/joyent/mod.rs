@@ -593,6 +593,7 @@ impl Provider for JoyentProvider {
                     "a secret from which each cluster's SSH key is derived (default: derived from the account key)", true)),
             ]
             .into_iter()
+            .chain(crate::throttle::declared_fields())
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
             required: vec![["endpoint", "login", "key"]
