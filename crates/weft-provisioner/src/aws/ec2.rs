@@ -110,6 +110,18 @@ pub struct RunSpec {
     pub tags: Vec<(String, String)>,
 }
 
+/// An error about the AMI (`InvalidAMIID.NotFound`, `.Malformed`, `.Unavailable`) names the
+/// image and is never retried: another try launches the same AMI.
+fn name_the_image(e: CloudError, ami: &str) -> CloudError {
+    if !e.code.starts_with("InvalidAMIID.") {
+        return e;
+    }
+    CloudError {
+        message: format!("image {ami}: {}", e.message),
+        ..e.retryable(false)
+    }
+}
+
 fn p(k: impl Into<String>, v: impl Into<String>) -> (String, String) {
     (k.into(), v.into())
 }
@@ -233,7 +245,11 @@ impl Ec2 {
         if let Some(k) = &spec.key_name {
             params.push(p("KeyName", k));
         }
-        let root = self.q.call("RunInstances", &params).await?;
+        let root = self
+            .q
+            .call("RunInstances", &params)
+            .await
+            .map_err(|e| name_the_image(e, &spec.ami))?;
         instances_in(&root).into_iter().next().ok_or_else(|| {
             CloudError::from_status(
                 "ec2",
@@ -352,6 +368,22 @@ mod tests {
         assert_eq!(i.public_ip, None);
         assert_eq!(i.tags.get("weft:node").map(String::as_str), Some("n1"));
         assert_eq!(i.tags.get("e").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn ami_errors_name_the_image_and_are_not_retried() {
+        for code in ["InvalidAMIID.NotFound", "InvalidAMIID.Malformed"] {
+            let e = name_the_image(
+                CloudError::from_status("ec2", 400, code, "bad", None),
+                "ami-x",
+            );
+            assert!(
+                !e.retryable && e.to_string().contains("image ami-x: bad"),
+                "{e}"
+            );
+        }
+        let other = CloudError::from_status("ec2", 503, "Unavailable", "later", None);
+        assert_eq!(name_the_image(other.clone(), "ami-x"), other);
     }
 
     #[test]
