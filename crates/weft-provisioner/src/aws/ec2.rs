@@ -1,6 +1,7 @@
 //! The EC2 calls the `aws` provider makes, over [`QueryClient`], each retried with a bounded
 //! back-off while its error is retryable: DescribeInstances (by id, or by tags), RunInstances,
-//! TerminateInstances, ImportKeyPair, DeleteKeyPair and GetConsoleOutput.
+//! TerminateInstances, ImportKeyPair, DeleteKeyPair, GetConsoleOutput and DescribeImages (by
+//! id, or the newest of an owner's AMIs by name).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,6 +12,9 @@ use crate::cloud::{with_retries, Backoff, CloudError};
 
 /// The code EC2 answers for an instance id it does not know.
 pub const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
+
+/// The code EC2 answers for an AMI id it does not know.
+pub const AMI_NOT_FOUND: &str = "InvalidAMIID.NotFound";
 
 /// States of an instance that still is (or will be) a machine.
 pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
@@ -89,6 +93,38 @@ fn instances_in(root: &Element) -> Vec<Instance> {
         .flat_map(|s| s.all("item"))
         .filter_map(Instance::from_item)
         .collect()
+}
+
+/// An AMI as DescribeImages shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Image {
+    /// The AMI id (`ami-...`).
+    pub id: String,
+    /// The AMI's name; empty when the answer has none.
+    pub name: String,
+    /// When the AMI was made (ISO 8601, UTC, so that text order is time order); empty when absent.
+    pub creation_date: String,
+    /// The root device's name (`/dev/xvda`, `/dev/sda1`), when the answer has one.
+    pub root_device_name: Option<String>,
+}
+
+impl Image {
+    fn from_item(e: &Element) -> Option<Image> {
+        let text = |p: &[&str]| e.text_at(p).map(str::to_string);
+        Some(Image {
+            id: text(&["imageId"])?,
+            name: text(&["name"]).unwrap_or_default(),
+            creation_date: text(&["creationDate"]).unwrap_or_default(),
+            root_device_name: text(&["rootDeviceName"]),
+        })
+    }
+}
+
+/// The images of a DescribeImages answer (`imagesSet`).
+fn images_in(root: &Element) -> Vec<Image> {
+    root.child("imagesSet")
+        .map(|s| s.all("item").filter_map(Image::from_item).collect())
+        .unwrap_or_default()
 }
 
 /// What RunInstances makes.
@@ -261,6 +297,30 @@ impl Ec2 {
         })
     }
 
+    /// One AMI by id; `None` when EC2 does not know it (`InvalidAMIID.NotFound`, or an empty set).
+    pub async fn image(&self, id: &str) -> Result<Option<Image>, CloudError> {
+        match self.call("DescribeImages", &[p("ImageId.1", id)]).await {
+            Ok(root) => Ok(images_in(&root).into_iter().find(|i| i.id == id)),
+            Err(e) if e.code == AMI_NOT_FOUND => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The most recent AMI (by `CreationDate`) of `owner` (an account id, `self`, `amazon`,
+    /// `aws-marketplace`) whose name matches `name` (the `name` filter: `*` and `?` are
+    /// wildcards); `None` when none matches.
+    pub async fn latest_image(&self, owner: &str, name: &str) -> Result<Option<Image>, CloudError> {
+        let params = [
+            p("Owner.1", owner),
+            p("Filter.1.Name", "name"),
+            p("Filter.1.Value.1", name),
+        ];
+        let root = self.call("DescribeImages", &params).await?;
+        Ok(images_in(&root)
+            .into_iter()
+            .max_by(|a, b| (&a.creation_date, &a.id).cmp(&(&b.creation_date, &b.id))))
+    }
+
     /// Terminates one instance; answers false when EC2 does not know it.
     pub async fn terminate(&self, id: &str) -> Result<bool, CloudError> {
         match self
@@ -371,7 +431,16 @@ mod tests {
     }
 
     #[test]
-    fn ami_errors_name_the_image_and_are_not_retried() {
+    fn images_are_read_and_ami_errors_name_the_image() {
+        let doc = "<DescribeImagesResponse><imagesSet><item><imageId>ami-1</imageId>\
+            <name>deb-12</name><creationDate>2026-01-02T00:00:00.000Z</creationDate>\
+            <rootDeviceName>/dev/xvda</rootDeviceName><blockDeviceMapping><item>\
+            <deviceName>/dev/xvda</deviceName></item></blockDeviceMapping></item></imagesSet>\
+            </DescribeImagesResponse>";
+        let got = images_in(&xml::parse(doc).unwrap());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].root_device_name.as_deref(), Some("/dev/xvda"));
+        assert_eq!(got[0].creation_date, "2026-01-02T00:00:00.000Z");
         for code in ["InvalidAMIID.NotFound", "InvalidAMIID.Malformed"] {
             let e = name_the_image(
                 CloudError::from_status("ec2", 400, code, "bad", None),

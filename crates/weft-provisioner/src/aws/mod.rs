@@ -6,7 +6,8 @@
 //!   `security_group_ids` (comma-separated), `instance_type` and `ami` (defaults when the
 //!   hardware or image type names none), and the key: `import_key` with `sshkeyseed`, or
 //!   `key_name` with `ssh_private_key`. Per hardware type the providermap `flavor` is the
-//!   instance type (`t3.small`); per image type `image` is the AMI and `sshuser` the login.
+//!   instance type (`t3.small`); per image type `image` is the AMI (an id, or `<owner>/<name
+//!   filter>`: the newest match, see [`launch`]) and `sshuser` the login.
 //! - **Tags**: every instance carries `weft:node`, `weft:cluster`, `weft:tenant` (`-` when
 //!   empty) and `Name` (the hostname). They are how weft finds what it made.
 //! - **CREATE** never makes a second machine for a node: it first looks for a live instance
@@ -36,6 +37,7 @@
 
 pub mod client;
 pub mod ec2;
+pub mod launch;
 pub mod sigv4;
 pub mod xml;
 
@@ -52,6 +54,7 @@ use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType
 
 use self::client::{ec2_endpoint, QueryClient, EC2_VERSION};
 use self::ec2::{Ec2, Instance, RunSpec, Timing, LIVE_STATES};
+use self::launch::ImageRef;
 use self::sigv4::Credentials;
 use crate::cloud::{poll_until, CloudError, Poll};
 use crate::plugin::{status_output, Provider};
@@ -588,7 +591,9 @@ impl Provider for AwsProvider {
 
     async fn create(&self, task: &Task) -> PluginResult {
         let mut spec = run_spec(task)?;
+        let image = ImageRef::parse(&spec.ami)?;
         let ec2 = self.ec2(task)?;
+        spec.ami = launch::resolve_image(&ec2, &image).await?;
         let plan = self.key_plan(task)?;
         let LaunchKey { import, private } = launch_key(&plan, &mut spec)?;
         let mut stdout = String::new();

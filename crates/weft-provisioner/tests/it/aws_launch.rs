@@ -1,11 +1,39 @@
 //! What the `aws` provider launches, read back from moto (started as in `aws.rs`, with
-//! `MOTO_ENABLE_AMI_VALIDATION`): an unknown AMI is fatal and named.
+//! `MOTO_ENABLE_AMI_VALIDATION`): an unknown AMI is fatal and named; an AMI named by owner and
+//! name filter is the newest match.
 
 use serde_json::{json, Map, Value};
+use weft_provisioner::aws::xml::Element;
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;
 
 use crate::aws::{moto, provider, task, Moto};
+
+fn p(k: &str, v: &str) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+/// The first element named `name` under `e`, anywhere.
+fn first<'a>(e: &'a Element, name: &str) -> &'a Element {
+    let mut found = Vec::new();
+    e.find_all(name, &mut found);
+    found
+        .first()
+        .unwrap_or_else(|| panic!("no {name} in {e:?}"))
+}
+
+/// The instance `id` as DescribeInstances answers it (its `item` in `instancesSet`).
+async fn described(m: &Moto, id: &str) -> Element {
+    let root = m
+        .ec2()
+        .call("DescribeInstances", &[p("InstanceId.1", id)])
+        .await
+        .expect("DescribeInstances");
+    first(&root, "instancesSet")
+        .child("item")
+        .expect("the instance")
+        .clone()
+}
 
 fn fields_with(m: &Moto, extra: Value) -> Map<String, Value> {
     let mut f = m.fields(&m.endpoint);
@@ -26,4 +54,106 @@ async fn an_unknown_ami_fails_at_once_and_is_named() {
     assert!(e.message.contains("InvalidAMIID.NotFound"), "{e}");
     assert!(e.message.contains(&format!("image {unknown}")), "{e}");
     assert!(m.instances_of("n-noami").await.is_empty());
+
+    let fields = fields_with(&m, json!({ "ami": "debian" }));
+    let e = provider()
+        .create(&task(Action::Create, "n-badami", &fields, &Map::new()))
+        .await
+        .expect_err("neither an id nor owner/name");
+    assert!(!e.retryable && e.message.contains("\"debian\""), "{e}");
+}
+
+/// Makes images named `prefix-1`, `prefix-2`... of an instance until one's CreationDate (EC2
+/// gives it to the second) is later than the first's; answers that last image's id, the one
+/// image of the newest second.
+async fn images_across_a_second(m: &Moto, instance: &str, prefix: &str) -> String {
+    let created = |root: Element| first(&root, "imageId").text.trim().to_string();
+    let date = |id: String| async move {
+        let img = m.ec2().image(&id).await.unwrap().expect("the image made");
+        img.creation_date
+    };
+    let make = |n: u32| {
+        let name = format!("{prefix}-{n}");
+        async move {
+            let params = [p("InstanceId", instance), p("Name", &name)];
+            created(
+                m.ec2()
+                    .call("CreateImage", &params)
+                    .await
+                    .expect("CreateImage"),
+            )
+        }
+    };
+    let first_date = date(make(1).await).await;
+    for n in 2..10_000 {
+        let id = make(n).await;
+        if date(id.clone()).await > first_date {
+            return id;
+        }
+    }
+    panic!("no image made in a later second");
+}
+
+#[tokio::test]
+async fn an_ami_named_by_owner_and_filter_is_the_newest_match() {
+    let Some(m) = moto().await else { return };
+    // AMIs moto ships, found by their owner (Amazon's account) and a wildcard name: the answer
+    // is one whose name matches, of the latest CreationDate among Amazon's matching AMIs.
+    let shipped = m
+        .ec2()
+        .latest_image("137112412989", "amzn2-ami-hvm-*-x86_64-gp2")
+        .await
+        .unwrap()
+        .expect("moto ships Amazon Linux 2");
+    let matches = |n: &str| n.starts_with("amzn2-ami-hvm-") && n.ends_with("-x86_64-gp2");
+    assert!(matches(&shipped.name), "{shipped:?}");
+    assert_eq!(shipped.root_device_name.as_deref(), Some("/dev/xvda"));
+    let all = m
+        .ec2()
+        .call("DescribeImages", &[p("Owner.1", "137112412989")])
+        .await
+        .unwrap();
+    let items = first(&all, "imagesSet").all("item");
+    let dates: Vec<&str> = items
+        .filter(|i| i.text_at(&["name"]).is_some_and(matches))
+        .filter_map(|i| i.text_at(&["creationDate"]))
+        .collect();
+    assert!(dates.len() > 1, "several match: {dates:?}");
+    assert_eq!(
+        dates.iter().max().copied(),
+        Some(shipped.creation_date.as_str())
+    );
+
+    let p0 = provider();
+    let fields = m.fields(&m.endpoint);
+    let base = p0
+        .create(&task(Action::Create, "n-base", &fields, &Map::new()))
+        .await
+        .expect("an instance to make images of");
+    let base = base.result["providerid"].as_str().unwrap().to_string();
+    let newest = images_across_a_second(&m, &base, "weft-web").await;
+    // Newer still, but its name does not match.
+    let params = [p("InstanceId", &base), p("Name", "other-web")];
+    m.ec2().call("CreateImage", &params).await.unwrap();
+
+    let named = fields_with(&m, json!({"ami": "self/weft-web-*"}));
+    let out = p0
+        .create(&task(Action::Create, "n-named", &named, &Map::new()))
+        .await
+        .expect("create from the newest weft-web image");
+    let id = out.result["providerid"].as_str().unwrap();
+    assert_eq!(
+        first(&described(&m, id).await, "imageId").text.trim(),
+        newest
+    );
+    assert!(out.stdout.contains(&newest), "{}", out.stdout);
+
+    let none = fields_with(&m, json!({"ami": "self/nothing-like-this-*"}));
+    let e = p0
+        .create(&task(Action::Create, "n-none", &none, &Map::new()))
+        .await
+        .expect_err("no AMI matches");
+    assert!(!e.retryable, "{e}");
+    assert!(e.message.contains("\"nothing-like-this-*\""), "{e}");
+    assert!(m.instances_of("n-none").await.is_empty());
 }
