@@ -127,6 +127,15 @@ fn images_in(root: &Element) -> Vec<Image> {
         .unwrap_or_default()
 }
 
+/// The IAM instance profile an instance launches with (`IamInstanceProfile.Name` or `.Arn`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceProfile {
+    /// By name.
+    Name(String),
+    /// By ARN (`arn:aws:iam::<account>:instance-profile/<name>`).
+    Arn(String),
+}
+
 /// What RunInstances makes.
 #[derive(Debug, Clone, Default)]
 pub struct RunSpec {
@@ -144,6 +153,65 @@ pub struct RunSpec {
     pub key_name: Option<String>,
     /// Tags the instance carries from its launch (`TagSpecifications`).
     pub tags: Vec<(String, String)>,
+    /// The user data, already base64-encoded (`UserData`).
+    pub user_data_base64: Option<String>,
+    /// The IAM instance profile (`IamInstanceProfile`).
+    pub instance_profile: Option<InstanceProfile>,
+    /// The root volume: the AMI's root device name and its size in GiB
+    /// (`BlockDeviceMapping.1.DeviceName`, `BlockDeviceMapping.1.Ebs.VolumeSize`).
+    pub root_volume: Option<(String, u32)>,
+    /// Whether the instance metadata service answers only IMDSv2 sessions
+    /// (`MetadataOptions.HttpTokens=required`).
+    pub imdsv2: bool,
+    /// The availability zone (`Placement.AvailabilityZone`); `None` lets EC2 choose.
+    pub availability_zone: Option<String>,
+}
+
+impl RunSpec {
+    /// The RunInstances parameters, named as botocore's EC2 model serializes them (the query
+    /// protocol takes each member's `locationName`, capitalised, and flattens lists:
+    /// `BlockDeviceMapping.1.Ebs.VolumeSize`, `IamInstanceProfile.Arn`, `TagSpecification.1.Tag.1.Key`).
+    pub fn params(&self) -> Vec<(String, String)> {
+        let mut params = vec![
+            p("ImageId", &self.ami),
+            p("InstanceType", &self.instance_type),
+            p("MinCount", "1"),
+            p("MaxCount", "1"),
+            p("ClientToken", &self.client_token),
+            p("TagSpecification.1.ResourceType", "instance"),
+        ];
+        for (i, (k, v)) in self.tags.iter().enumerate() {
+            params.push(p(format!("TagSpecification.1.Tag.{}.Key", i + 1), k));
+            params.push(p(format!("TagSpecification.1.Tag.{}.Value", i + 1), v));
+        }
+        for (i, g) in self.security_group_ids.iter().enumerate() {
+            params.push(p(format!("SecurityGroupId.{}", i + 1), g));
+        }
+        let optional = [
+            ("SubnetId", self.subnet_id.as_deref()),
+            ("KeyName", self.key_name.as_deref()),
+            ("UserData", self.user_data_base64.as_deref()),
+            (
+                "Placement.AvailabilityZone",
+                self.availability_zone.as_deref(),
+            ),
+            (
+                "MetadataOptions.HttpTokens",
+                self.imdsv2.then_some("required"),
+            ),
+        ];
+        params.extend(optional.into_iter().filter_map(|(k, v)| Some(p(k, v?))));
+        match &self.instance_profile {
+            Some(InstanceProfile::Name(n)) => params.push(p("IamInstanceProfile.Name", n)),
+            Some(InstanceProfile::Arn(a)) => params.push(p("IamInstanceProfile.Arn", a)),
+            None => {}
+        }
+        if let Some((device, gb)) = &self.root_volume {
+            params.push(p("BlockDeviceMapping.1.DeviceName", device));
+            params.push(p("BlockDeviceMapping.1.Ebs.VolumeSize", gb.to_string()));
+        }
+        params
+    }
 }
 
 /// An error about the AMI (`InvalidAMIID.NotFound`, `.Malformed`, `.Unavailable`) names the
@@ -260,30 +328,9 @@ impl Ec2 {
 
     /// Launches one instance (called once: the caller looks for it by tag before another try).
     pub async fn run_instance(&self, spec: &RunSpec) -> Result<Instance, CloudError> {
-        let mut params = vec![
-            p("ImageId", &spec.ami),
-            p("InstanceType", &spec.instance_type),
-            p("MinCount", "1"),
-            p("MaxCount", "1"),
-            p("ClientToken", &spec.client_token),
-            p("TagSpecification.1.ResourceType", "instance"),
-        ];
-        for (i, (k, v)) in spec.tags.iter().enumerate() {
-            params.push(p(format!("TagSpecification.1.Tag.{}.Key", i + 1), k));
-            params.push(p(format!("TagSpecification.1.Tag.{}.Value", i + 1), v));
-        }
-        if let Some(s) = &spec.subnet_id {
-            params.push(p("SubnetId", s));
-        }
-        for (i, g) in spec.security_group_ids.iter().enumerate() {
-            params.push(p(format!("SecurityGroupId.{}", i + 1), g));
-        }
-        if let Some(k) = &spec.key_name {
-            params.push(p("KeyName", k));
-        }
         let root = self
             .q
-            .call("RunInstances", &params)
+            .call("RunInstances", &spec.params())
             .await
             .map_err(|e| name_the_image(e, &spec.ami))?;
         instances_in(&root).into_iter().next().ok_or_else(|| {
@@ -428,6 +475,44 @@ mod tests {
         assert_eq!(i.public_ip, None);
         assert_eq!(i.tags.get("weft:node").map(String::as_str), Some("n1"));
         assert_eq!(i.tags.get("e").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn run_instances_parameters_are_named_as_botocore_serializes_them() {
+        let spec = RunSpec {
+            ami: "ami-1".into(),
+            instance_type: "t3.small".into(),
+            client_token: "tok".into(),
+            user_data_base64: Some("aGk=".into()),
+            instance_profile: Some(InstanceProfile::Arn(
+                "arn:aws:iam::1:instance-profile/p".into(),
+            )),
+            root_volume: Some(("/dev/xvda".into(), 30)),
+            imdsv2: true,
+            availability_zone: Some("us-east-1b".into()),
+            ..Default::default()
+        };
+        let params: BTreeMap<String, String> = spec.params().into_iter().collect();
+        let get = |k: &str| params.get(k).map(String::as_str);
+        assert_eq!(get("UserData"), Some("aGk="));
+        assert_eq!(
+            get("IamInstanceProfile.Arn"),
+            Some("arn:aws:iam::1:instance-profile/p")
+        );
+        assert_eq!(get("IamInstanceProfile.Name"), None);
+        assert_eq!(get("BlockDeviceMapping.1.DeviceName"), Some("/dev/xvda"));
+        assert_eq!(get("BlockDeviceMapping.1.Ebs.VolumeSize"), Some("30"));
+        assert_eq!(get("MetadataOptions.HttpTokens"), Some("required"));
+        assert_eq!(get("Placement.AvailabilityZone"), Some("us-east-1b"));
+        let plain: BTreeMap<String, String> = RunSpec::default().params().into_iter().collect();
+        for k in [
+            "UserData",
+            "MetadataOptions.HttpTokens",
+            "Placement.AvailabilityZone",
+            "SubnetId",
+        ] {
+            assert!(!plain.contains_key(k), "{k}");
+        }
     }
 
     #[test]

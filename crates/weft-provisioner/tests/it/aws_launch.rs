@@ -1,7 +1,11 @@
 //! What the `aws` provider launches, read back from moto (started as in `aws.rs`, with
 //! `MOTO_ENABLE_AMI_VALIDATION`): an unknown AMI is fatal and named; an AMI named by owner and
-//! name filter is the newest match.
+//! name filter is the newest match; user data, the IAM instance profile, the root volume's size,
+//! IMDSv2 and the availability zone reach RunInstances under the names botocore's EC2 model gives
+//! them, as DescribeInstances, DescribeVolumes and DescribeInstanceAttribute answer them back; and
+//! `ssh_address: private` makes CONFIRM answer the private address.
 
+use base64::Engine as _;
 use serde_json::{json, Map, Value};
 use weft_provisioner::aws::xml::Element;
 use weft_provisioner::task::Action;
@@ -156,4 +160,133 @@ async fn an_ami_named_by_owner_and_filter_is_the_newest_match() {
     assert!(!e.retryable, "{e}");
     assert!(e.message.contains("\"nothing-like-this-*\""), "{e}");
     assert!(m.instances_of("n-none").await.is_empty());
+}
+
+/// Makes the IAM instance profile `name` in moto; answers its ARN.
+async fn instance_profile(m: &Moto, name: &str) -> String {
+    let root = m
+        .iam()
+        .call("CreateInstanceProfile", &[p("InstanceProfileName", name)])
+        .await
+        .expect("CreateInstanceProfile");
+    first(&root, "Arn").text.trim().to_string()
+}
+
+#[tokio::test]
+async fn run_instances_options_reach_ec2_and_ssh_goes_to_the_private_address() {
+    let Some(m) = moto().await else { return };
+    let arn = instance_profile(&m, "weft-nodes").await;
+    let script = "#!/bin/sh\necho 'hello from weft' > /tmp/hello\n";
+    let fields = fields_with(
+        &m,
+        json!({"user_data": script, "iam_instance_profile": "weft-nodes", "root_volume_gb": "42",
+            "imdsv2": "true", "availability_zone": "us-east-1b", "ssh_address": "private"}),
+    );
+    let p0 = provider();
+    let out = p0
+        .create(&task(Action::Create, "n-opts", &fields, &Map::new()))
+        .await
+        .expect("create with every option");
+    let id = out.result["providerid"].as_str().unwrap().to_string();
+    let inst = described(&m, &id).await;
+    assert_eq!(
+        first(&inst, "iamInstanceProfile").text_at(&["arn"]),
+        Some(arn.as_str())
+    );
+    assert_eq!(
+        first(&inst, "metadataOptions").text_at(&["httpTokens"]),
+        Some("required")
+    );
+    assert_eq!(
+        first(&inst, "placement").text_at(&["availabilityZone"]),
+        Some("us-east-1b")
+    );
+    let root_device = m
+        .ec2()
+        .image(&m.ami)
+        .await
+        .unwrap()
+        .unwrap()
+        .root_device_name
+        .unwrap();
+    let mapping = first(&inst, "blockDeviceMapping")
+        .all("item")
+        .find(|b| b.text_at(&["deviceName"]) == Some(root_device.as_str()))
+        .unwrap_or_else(|| panic!("no mapping of {root_device}: {inst:?}"));
+    let volume = mapping.text_at(&["ebs", "volumeId"]).unwrap();
+    let volumes = m
+        .ec2()
+        .call("DescribeVolumes", &[p("VolumeId.1", volume)])
+        .await
+        .unwrap();
+    assert_eq!(first(&volumes, "size").text.trim(), "42");
+    let attr = m
+        .ec2()
+        .call(
+            "DescribeInstanceAttribute",
+            &[p("InstanceId", &id), p("Attribute", "userData")],
+        )
+        .await
+        .unwrap();
+    let sent = first(&first(&attr, "userData").clone(), "value")
+        .text
+        .trim()
+        .to_string();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(sent)
+        .unwrap();
+    assert_eq!(String::from_utf8(decoded).unwrap(), script);
+
+    let mut confirm = task(Action::Confirm, "n-opts", &fields, &Map::new());
+    confirm.config.insert("providerid".into(), json!(id));
+    let ok = p0.confirm(&confirm).await.expect("confirm");
+    let ips = ok.ipaddresses.expect("addresses");
+    let private = first(&inst, "privateIpAddress").text.trim().to_string();
+    assert_eq!(
+        (ips["access_v4"].as_str(), ips["bind_v4"].as_str()),
+        (private.as_str(), private.as_str())
+    );
+
+    // The profile by ARN, and the default address (moto gives a default-VPC instance a public one).
+    let by_arn = fields_with(&m, json!({"iam_instance_profile": arn}));
+    let out = p0
+        .create(&task(Action::Create, "n-arn", &by_arn, &Map::new()))
+        .await
+        .expect("create with the profile's ARN");
+    let id = out.result["providerid"].as_str().unwrap().to_string();
+    let inst = described(&m, &id).await;
+    assert_eq!(
+        first(&inst, "iamInstanceProfile").text_at(&["arn"]),
+        Some(arn.as_str())
+    );
+    assert!(
+        inst.child("metadataOptions")
+            .and_then(|o| o.text_at(&["httpTokens"]))
+            != Some("required")
+    );
+    let mut confirm = task(Action::Confirm, "n-arn", &by_arn, &Map::new());
+    confirm.config.insert("providerid".into(), json!(id));
+    let ips = p0
+        .confirm(&confirm)
+        .await
+        .expect("confirm")
+        .ipaddresses
+        .unwrap();
+    let public = inst
+        .text_at(&["ipAddress"])
+        .expect("moto gives a public address");
+    assert_eq!(ips["access_v4"], public);
+}
+
+#[tokio::test]
+async fn user_data_over_16_kb_is_refused_before_any_call() {
+    let Some(m) = moto().await else { return };
+    let fields = fields_with(&m, json!({"user_data": "#".repeat(16 * 1024 + 1)}));
+    let e = provider()
+        .create(&task(Action::Create, "n-big", &fields, &Map::new()))
+        .await
+        .expect_err("over 16 KB");
+    assert!(!e.retryable, "{e}");
+    assert!(e.message.contains("provider field user_data"), "{e}");
+    assert!(m.instances_of("n-big").await.is_empty());
 }
