@@ -213,35 +213,52 @@ pub fn retry_after(value: Option<&str>) -> Option<Duration> {
     Some(Duration::from_secs(v.parse::<u64>().unwrap_or(1).min(300)))
 }
 
-/// A bounded exponential back-off: `first`, doubling up to `max`, until `deadline`.
+/// A bounded exponential back-off with full jitter: the `n`th wait is uniformly random in
+/// `[0, min(max, first * 2^n)]` (AWS Architecture Blog, "Exponential Backoff And Jitter"), so
+/// that many workers throttled at the same moment do not all come back at the same moment; it
+/// gives up at `deadline`.
 #[derive(Debug, Clone)]
 pub struct Backoff {
-    next: Duration,
+    ceiling: Duration,
     max: Duration,
     deadline: Instant,
 }
 
 impl Backoff {
-    /// Waits `first`, then twice as long each time up to `max`, for `budget` from now.
+    /// Waits up to `first`, then up to twice as long each time up to `max`, for `budget` from
+    /// now.
     pub fn new(first: Duration, max: Duration, budget: Duration) -> Backoff {
         Backoff {
-            next: first,
+            ceiling: first.min(max),
             max,
             deadline: Instant::now() + budget,
         }
     }
 
+    /// The next pause: full jitter under the current ceiling, which then doubles up to `max`.
+    fn next_pause(&mut self) -> Duration {
+        let pause = full_jitter(self.ceiling);
+        self.ceiling = (self.ceiling * 2).min(self.max);
+        pause
+    }
+
     /// Waits before the next try (at least `at_least`, as a `Retry-After` asks) and answers
     /// true, or answers false at once when the wait would pass the deadline.
     pub async fn wait(&mut self, at_least: Option<Duration>) -> bool {
-        let pause = self.next.max(at_least.unwrap_or_default());
+        let pause = self.next_pause().max(at_least.unwrap_or_default());
         if Instant::now() + pause > self.deadline {
             return false;
         }
         tokio::time::sleep(pause).await;
-        self.next = (self.next * 2).min(self.max);
         true
     }
+}
+
+/// A duration uniformly random in `[0, ceiling]`, to the millisecond.
+fn full_jitter(ceiling: Duration) -> Duration {
+    use rand::Rng;
+    let ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(rand::thread_rng().gen_range(0..=ms))
 }
 
 /// Runs `call` until it succeeds, fails with an error that is not retryable, or `backoff` runs
@@ -368,6 +385,7 @@ mod tests {
         assert_eq!(calls, 3);
 
         let mut calls = 0;
+        let start = Instant::now();
         let r: Result<(), _> = with_retries(
             Backoff::new(
                 Duration::from_secs(1),
@@ -381,9 +399,57 @@ mod tests {
         )
         .await;
         assert!(r.unwrap_err().retryable);
-        assert_eq!(
-            calls, 4,
-            "waits 1, 2, 4 then the next 4 passes the deadline"
+        assert!(
+            calls >= 4,
+            "waits of at most 1, 2 and 4 s all fit in 10 s: {calls} calls"
+        );
+        assert!(
+            start.elapsed() <= Duration::from_secs(10),
+            "deadline passed"
+        );
+    }
+
+    #[test]
+    fn every_pause_is_full_jitter_under_a_doubling_capped_ceiling() {
+        let mut b = Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_millis(1000),
+            Duration::from_secs(3600),
+        );
+        let ceilings = [100, 200, 400, 800, 1000, 1000, 1000];
+        for &c in &ceilings {
+            let p = b.next_pause();
+            assert!(p <= Duration::from_millis(c), "{p:?} over {c} ms");
+        }
+        let capped: Vec<Duration> = (0..200).map(|_| b.next_pause()).collect();
+        assert!(
+            capped.iter().all(|p| *p <= Duration::from_millis(1000)),
+            "the cap holds"
+        );
+        assert!(
+            capped.iter().any(|p| *p != capped[0]),
+            "pauses vary: {capped:?}"
+        );
+        let mean = capped.iter().sum::<Duration>() / 200;
+        assert!(
+            mean > Duration::from_millis(300) && mean < Duration::from_millis(700),
+            "uniform on [0, 1 s]: mean {mean:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_a_floor_under_the_jitter() {
+        let mut b = Backoff::new(
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+            Duration::from_secs(60),
+        );
+        let start = Instant::now();
+        assert!(b.wait(Some(Duration::from_secs(5))).await);
+        assert!(start.elapsed() >= Duration::from_secs(5));
+        assert!(
+            !b.wait(Some(Duration::from_secs(120))).await,
+            "past the deadline"
         );
     }
 

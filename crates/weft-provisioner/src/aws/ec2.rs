@@ -1,6 +1,7 @@
 //! The EC2 calls the `aws` provider makes, over [`QueryClient`], each retried with a bounded
 //! back-off while its error is retryable: DescribeInstances (by id, or by tags), RunInstances,
-//! TerminateInstances, ImportKeyPair, DeleteKeyPair and GetConsoleOutput.
+//! TerminateInstances, ImportKeyPair, DeleteKeyPair, GetConsoleOutput and DescribeImages (by
+//! id, or the newest of an owner's AMIs by name).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,6 +12,9 @@ use crate::cloud::{with_retries, Backoff, CloudError};
 
 /// The code EC2 answers for an instance id it does not know.
 pub const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
+
+/// The code EC2 answers for an AMI id it does not know.
+pub const AMI_NOT_FOUND: &str = "InvalidAMIID.NotFound";
 
 /// States of an instance that still is (or will be) a machine.
 pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
@@ -91,6 +95,47 @@ fn instances_in(root: &Element) -> Vec<Instance> {
         .collect()
 }
 
+/// An AMI as DescribeImages shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Image {
+    /// The AMI id (`ami-...`).
+    pub id: String,
+    /// The AMI's name; empty when the answer has none.
+    pub name: String,
+    /// When the AMI was made (ISO 8601, UTC, so that text order is time order); empty when absent.
+    pub creation_date: String,
+    /// The root device's name (`/dev/xvda`, `/dev/sda1`), when the answer has one.
+    pub root_device_name: Option<String>,
+}
+
+impl Image {
+    fn from_item(e: &Element) -> Option<Image> {
+        let text = |p: &[&str]| e.text_at(p).map(str::to_string);
+        Some(Image {
+            id: text(&["imageId"])?,
+            name: text(&["name"]).unwrap_or_default(),
+            creation_date: text(&["creationDate"]).unwrap_or_default(),
+            root_device_name: text(&["rootDeviceName"]),
+        })
+    }
+}
+
+/// The images of a DescribeImages answer (`imagesSet`).
+fn images_in(root: &Element) -> Vec<Image> {
+    root.child("imagesSet")
+        .map(|s| s.all("item").filter_map(Image::from_item).collect())
+        .unwrap_or_default()
+}
+
+/// The IAM instance profile an instance launches with (`IamInstanceProfile.Name` or `.Arn`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceProfile {
+    /// By name.
+    Name(String),
+    /// By ARN (`arn:aws:iam::<account>:instance-profile/<name>`).
+    Arn(String),
+}
+
 /// What RunInstances makes.
 #[derive(Debug, Clone, Default)]
 pub struct RunSpec {
@@ -108,6 +153,77 @@ pub struct RunSpec {
     pub key_name: Option<String>,
     /// Tags the instance carries from its launch (`TagSpecifications`).
     pub tags: Vec<(String, String)>,
+    /// The user data, already base64-encoded (`UserData`).
+    pub user_data_base64: Option<String>,
+    /// The IAM instance profile (`IamInstanceProfile`).
+    pub instance_profile: Option<InstanceProfile>,
+    /// The root volume: the AMI's root device name and its size in GiB
+    /// (`BlockDeviceMapping.1.DeviceName`, `BlockDeviceMapping.1.Ebs.VolumeSize`).
+    pub root_volume: Option<(String, u32)>,
+    /// Whether the instance metadata service answers only IMDSv2 sessions
+    /// (`MetadataOptions.HttpTokens=required`).
+    pub imdsv2: bool,
+    /// The availability zone (`Placement.AvailabilityZone`); `None` lets EC2 choose.
+    pub availability_zone: Option<String>,
+}
+
+impl RunSpec {
+    /// The RunInstances parameters, named as botocore's EC2 model serializes them (the query
+    /// protocol takes each member's `locationName`, capitalised, and flattens lists:
+    /// `BlockDeviceMapping.1.Ebs.VolumeSize`, `IamInstanceProfile.Arn`, `TagSpecification.1.Tag.1.Key`).
+    pub fn params(&self) -> Vec<(String, String)> {
+        let mut params = vec![
+            p("ImageId", &self.ami),
+            p("InstanceType", &self.instance_type),
+            p("MinCount", "1"),
+            p("MaxCount", "1"),
+            p("ClientToken", &self.client_token),
+            p("TagSpecification.1.ResourceType", "instance"),
+        ];
+        for (i, (k, v)) in self.tags.iter().enumerate() {
+            params.push(p(format!("TagSpecification.1.Tag.{}.Key", i + 1), k));
+            params.push(p(format!("TagSpecification.1.Tag.{}.Value", i + 1), v));
+        }
+        for (i, g) in self.security_group_ids.iter().enumerate() {
+            params.push(p(format!("SecurityGroupId.{}", i + 1), g));
+        }
+        let optional = [
+            ("SubnetId", self.subnet_id.as_deref()),
+            ("KeyName", self.key_name.as_deref()),
+            ("UserData", self.user_data_base64.as_deref()),
+            (
+                "Placement.AvailabilityZone",
+                self.availability_zone.as_deref(),
+            ),
+            (
+                "MetadataOptions.HttpTokens",
+                self.imdsv2.then_some("required"),
+            ),
+        ];
+        params.extend(optional.into_iter().filter_map(|(k, v)| Some(p(k, v?))));
+        match &self.instance_profile {
+            Some(InstanceProfile::Name(n)) => params.push(p("IamInstanceProfile.Name", n)),
+            Some(InstanceProfile::Arn(a)) => params.push(p("IamInstanceProfile.Arn", a)),
+            None => {}
+        }
+        if let Some((device, gb)) = &self.root_volume {
+            params.push(p("BlockDeviceMapping.1.DeviceName", device));
+            params.push(p("BlockDeviceMapping.1.Ebs.VolumeSize", gb.to_string()));
+        }
+        params
+    }
+}
+
+/// An error about the AMI (`InvalidAMIID.NotFound`, `.Malformed`, `.Unavailable`) names the
+/// image and is never retried: another try launches the same AMI.
+fn name_the_image(e: CloudError, ami: &str) -> CloudError {
+    if !e.code.starts_with("InvalidAMIID.") {
+        return e;
+    }
+    CloudError {
+        message: format!("image {ami}: {}", e.message),
+        ..e.retryable(false)
+    }
 }
 
 fn p(k: impl Into<String>, v: impl Into<String>) -> (String, String) {
@@ -212,28 +328,11 @@ impl Ec2 {
 
     /// Launches one instance (called once: the caller looks for it by tag before another try).
     pub async fn run_instance(&self, spec: &RunSpec) -> Result<Instance, CloudError> {
-        let mut params = vec![
-            p("ImageId", &spec.ami),
-            p("InstanceType", &spec.instance_type),
-            p("MinCount", "1"),
-            p("MaxCount", "1"),
-            p("ClientToken", &spec.client_token),
-            p("TagSpecification.1.ResourceType", "instance"),
-        ];
-        for (i, (k, v)) in spec.tags.iter().enumerate() {
-            params.push(p(format!("TagSpecification.1.Tag.{}.Key", i + 1), k));
-            params.push(p(format!("TagSpecification.1.Tag.{}.Value", i + 1), v));
-        }
-        if let Some(s) = &spec.subnet_id {
-            params.push(p("SubnetId", s));
-        }
-        for (i, g) in spec.security_group_ids.iter().enumerate() {
-            params.push(p(format!("SecurityGroupId.{}", i + 1), g));
-        }
-        if let Some(k) = &spec.key_name {
-            params.push(p("KeyName", k));
-        }
-        let root = self.q.call("RunInstances", &params).await?;
+        let root = self
+            .q
+            .call("RunInstances", &spec.params())
+            .await
+            .map_err(|e| name_the_image(e, &spec.ami))?;
         instances_in(&root).into_iter().next().ok_or_else(|| {
             CloudError::from_status(
                 "ec2",
@@ -243,6 +342,30 @@ impl Ec2 {
                 None,
             )
         })
+    }
+
+    /// One AMI by id; `None` when EC2 does not know it (`InvalidAMIID.NotFound`, or an empty set).
+    pub async fn image(&self, id: &str) -> Result<Option<Image>, CloudError> {
+        match self.call("DescribeImages", &[p("ImageId.1", id)]).await {
+            Ok(root) => Ok(images_in(&root).into_iter().find(|i| i.id == id)),
+            Err(e) if e.code == AMI_NOT_FOUND => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The most recent AMI (by `CreationDate`) of `owner` (an account id, `self`, `amazon`,
+    /// `aws-marketplace`) whose name matches `name` (the `name` filter: `*` and `?` are
+    /// wildcards); `None` when none matches.
+    pub async fn latest_image(&self, owner: &str, name: &str) -> Result<Option<Image>, CloudError> {
+        let params = [
+            p("Owner.1", owner),
+            p("Filter.1.Name", "name"),
+            p("Filter.1.Value.1", name),
+        ];
+        let root = self.call("DescribeImages", &params).await?;
+        Ok(images_in(&root)
+            .into_iter()
+            .max_by(|a, b| (&a.creation_date, &a.id).cmp(&(&b.creation_date, &b.id))))
     }
 
     /// Terminates one instance; answers false when EC2 does not know it.
@@ -352,6 +475,69 @@ mod tests {
         assert_eq!(i.public_ip, None);
         assert_eq!(i.tags.get("weft:node").map(String::as_str), Some("n1"));
         assert_eq!(i.tags.get("e").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn run_instances_parameters_are_named_as_botocore_serializes_them() {
+        let spec = RunSpec {
+            ami: "ami-1".into(),
+            instance_type: "t3.small".into(),
+            client_token: "tok".into(),
+            user_data_base64: Some("aGk=".into()),
+            instance_profile: Some(InstanceProfile::Arn(
+                "arn:aws:iam::1:instance-profile/p".into(),
+            )),
+            root_volume: Some(("/dev/xvda".into(), 30)),
+            imdsv2: true,
+            availability_zone: Some("us-east-1b".into()),
+            ..Default::default()
+        };
+        let params: BTreeMap<String, String> = spec.params().into_iter().collect();
+        let get = |k: &str| params.get(k).map(String::as_str);
+        assert_eq!(get("UserData"), Some("aGk="));
+        assert_eq!(
+            get("IamInstanceProfile.Arn"),
+            Some("arn:aws:iam::1:instance-profile/p")
+        );
+        assert_eq!(get("IamInstanceProfile.Name"), None);
+        assert_eq!(get("BlockDeviceMapping.1.DeviceName"), Some("/dev/xvda"));
+        assert_eq!(get("BlockDeviceMapping.1.Ebs.VolumeSize"), Some("30"));
+        assert_eq!(get("MetadataOptions.HttpTokens"), Some("required"));
+        assert_eq!(get("Placement.AvailabilityZone"), Some("us-east-1b"));
+        let plain: BTreeMap<String, String> = RunSpec::default().params().into_iter().collect();
+        for k in [
+            "UserData",
+            "MetadataOptions.HttpTokens",
+            "Placement.AvailabilityZone",
+            "SubnetId",
+        ] {
+            assert!(!plain.contains_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn images_are_read_and_ami_errors_name_the_image() {
+        let doc = "<DescribeImagesResponse><imagesSet><item><imageId>ami-1</imageId>\
+            <name>deb-12</name><creationDate>2026-01-02T00:00:00.000Z</creationDate>\
+            <rootDeviceName>/dev/xvda</rootDeviceName><blockDeviceMapping><item>\
+            <deviceName>/dev/xvda</deviceName></item></blockDeviceMapping></item></imagesSet>\
+            </DescribeImagesResponse>";
+        let got = images_in(&xml::parse(doc).unwrap());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].root_device_name.as_deref(), Some("/dev/xvda"));
+        assert_eq!(got[0].creation_date, "2026-01-02T00:00:00.000Z");
+        for code in ["InvalidAMIID.NotFound", "InvalidAMIID.Malformed"] {
+            let e = name_the_image(
+                CloudError::from_status("ec2", 400, code, "bad", None),
+                "ami-x",
+            );
+            assert!(
+                !e.retryable && e.to_string().contains("image ami-x: bad"),
+                "{e}"
+            );
+        }
+        let other = CloudError::from_status("ec2", 503, "Unavailable", "later", None);
+        assert_eq!(name_the_image(other.clone(), "ami-x"), other);
     }
 
     #[test]

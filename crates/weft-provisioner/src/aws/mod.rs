@@ -6,7 +6,11 @@
 //!   `security_group_ids` (comma-separated), `instance_type` and `ami` (defaults when the
 //!   hardware or image type names none), and the key: `import_key` with `sshkeyseed`, or
 //!   `key_name` with `ssh_private_key`. Per hardware type the providermap `flavor` is the
-//!   instance type (`t3.small`); per image type `image` is the AMI and `sshuser` the login.
+//!   instance type (`t3.small`); per image type `image` is the AMI (an id, or `<owner>/<name
+//!   filter>`: the newest match, see [`launch`]) and `sshuser` the login. Optional launch
+//!   fields ([`launch`]): `user_data`, `iam_instance_profile`, `root_volume_gb`, `imdsv2`,
+//!   `availability_zone`, and `ssh_address` (`public` or `private`: what CONFIRM answers as
+//!   `access_v4`).
 //! - **Tags**: every instance carries `weft:node`, `weft:cluster`, `weft:tenant` (`-` when
 //!   empty) and `Name` (the hostname). They are how weft finds what it made.
 //! - **CREATE** never makes a second machine for a node: it first looks for a live instance
@@ -23,8 +27,8 @@
 //!   DELETE removes that key pair with the cluster's last instance. With `key_name`, the existing
 //!   key pair is used and `ssh_private_key` is answered as `ssh-auth`. With neither, no key.
 //! - **CONFIRM** polls DescribeInstances with a bounded back-off until the instance is `running`
-//!   with a private address; it answers the private address as `bind_v4` and the public one (else
-//!   the private) as `access_v4`. The SSH host key is read from the console (cloud-init's `BEGIN
+//!   with a private address; it answers the private address as `bind_v4` and, as `access_v4`, the
+//!   one `ssh_address` names (default: the public one, else the private). The SSH host key is read from the console (cloud-init's `BEGIN
 //!   SSH HOST KEY KEYS` block) when GetConsoleOutput has it; otherwise none is recorded and the
 //!   first SSH contact is trusted (the SSH transport warns that it does not check).
 //! - **DELETE** terminates the `providerid` and every live instance with the node's tags;
@@ -36,6 +40,7 @@
 
 pub mod client;
 pub mod ec2;
+pub mod launch;
 pub mod sigv4;
 pub mod xml;
 
@@ -52,6 +57,7 @@ use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType
 
 use self::client::{ec2_endpoint, QueryClient, EC2_VERSION};
 use self::ec2::{Ec2, Instance, RunSpec, Timing, LIVE_STATES};
+use self::launch::{ImageRef, SshAddress};
 use self::sigv4::Credentials;
 use crate::cloud::{poll_until, CloudError, Poll};
 use crate::plugin::{status_output, Provider};
@@ -478,6 +484,22 @@ fn run_spec(task: &Task) -> Result<RunSpec, PluginError> {
     })
 }
 
+/// The address the provisioner reaches a running instance at (`access_v4`), as field
+/// `ssh_address` asks.
+fn access_address(inst: &Instance, how: SshAddress) -> Result<String, PluginError> {
+    let private = inst.private_ip.clone().unwrap_or_default();
+    match (how, &inst.public_ip) {
+        (SshAddress::Private, _) => Ok(private),
+        (_, Some(public)) => Ok(public.clone()),
+        (SshAddress::PublicElsePrivate, None) => Ok(private),
+        (SshAddress::Public, None) => Err(PluginError::fatal(format!(
+            "provider field ssh_address is public but instance {} has no public address \
+             (launch it in a subnet that assigns one, or set ssh_address to private)",
+            inst.id
+        ))),
+    }
+}
+
 /// The key pair an instance launches with.
 struct LaunchKey {
     /// A key pair to import first: its name and public key.
@@ -512,7 +534,7 @@ fn launch_key(plan: &KeyPlan, spec: &mut RunSpec) -> Result<LaunchKey, PluginErr
 
 /// The provider's admin fields: name, label, tip, and whether the value is secret.
 #[rustfmt::skip]
-const ADMIN_FIELDS: [(&str, &str, &str, bool); 14] = [
+const ADMIN_FIELDS: [(&str, &str, &str, bool); 20] = [
     ("region", "Region", "the EC2 region, e.g. us-east-1", false),
     ("access_key_id", "Access key id", "the IAM access key id", true),
     ("secret_access_key", "Secret access key", "the IAM secret access key", true),
@@ -527,6 +549,12 @@ const ADMIN_FIELDS: [(&str, &str, &str, bool); 14] = [
     ("key_name", "Key pair", "an existing key pair to launch with (without import_key)", false),
     ("ssh_private_key", "SSH private key", "the private key of key_name (OpenSSH format)", true),
     ("name_prefix", "Name prefix", "prefix of imported key pair names (default weft)", false),
+    ("user_data", "User data", "text handed to the instance at launch (cloud-init), at most 16 KB; not secret: EC2 shows it to whoever may describe the instance", false),
+    ("iam_instance_profile", "IAM instance profile", "the instance profile the instances launch with, by name or ARN", false),
+    ("root_volume_gb", "Root volume (GiB)", "the size of the root volume (default: the AMI's)", false),
+    ("imdsv2", "Require IMDSv2", "true: the metadata service answers IMDSv2 sessions only (HttpTokens required)", false),
+    ("availability_zone", "Availability zone", "e.g. us-east-1b (default: EC2 chooses; it must be the subnet's)", false),
+    ("ssh_address", "SSH address", "public or private: the address weft reaches nodes at (default: public, else private)", false),
 ];
 
 fn text_field(label: &str, tip: &str) -> FieldSchema {
@@ -588,7 +616,13 @@ impl Provider for AwsProvider {
 
     async fn create(&self, task: &Task) -> PluginResult {
         let mut spec = run_spec(task)?;
+        let options = launch::launch_options(&task.provider_fields())?;
+        let image = ImageRef::parse(&spec.ami)?;
         let ec2 = self.ec2(task)?;
+        let (ami, root_device) =
+            launch::resolve_image(&ec2, &image, options.root_volume_gb.is_some()).await?;
+        spec.ami = ami;
+        options.apply(&mut spec, root_device)?;
         let plan = self.key_plan(task)?;
         let LaunchKey { import, private } = launch_key(&plan, &mut spec)?;
         let mut stdout = String::new();
@@ -652,6 +686,7 @@ impl Provider for AwsProvider {
                 "providerid {id:?} is not an instance id"
             )));
         }
+        let how = launch::ssh_address(&task.provider_fields())?;
         let ec2 = self.ec2(task)?;
         let budget = self.confirm_limit.min(task.timeout);
         let inst = poll_until(
@@ -676,7 +711,7 @@ impl Provider for AwsProvider {
         )
         .await?;
         let private = inst.private_ip.clone().unwrap_or_default();
-        let access = inst.public_ip.clone().unwrap_or_else(|| private.clone());
+        let access = access_address(&inst, how)?;
         let mut out = TaskOutput {
             hostname: task
                 .config_str("hostname")

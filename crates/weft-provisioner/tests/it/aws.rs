@@ -1,7 +1,8 @@
 //! The `aws` provider against moto's EC2 emulator (`moto_server`, from the venv `.ci/run` makes
 //! in `~/.cache/weft/moto`, or `WEFT_MOTO_SERVER`), started per test on 127.0.0.1 with
 //! `INITIAL_NO_AUTH_ACTION_COUNT` so that after the IAM set-up calls every request's SigV4
-//! signature is checked. moto's addresses (10.x, 54.x) are invented and never dialled: only
+//! signature is checked, and with `MOTO_ENABLE_AMI_VALIDATION` so that, as on EC2, RunInstances
+//! refuses an AMI id it does not know (the tests launch AMIs moto ships, found by DescribeImages). moto's addresses (10.x, 54.x) are invented and never dialled: only
 //! CREATE, CONFIRM and DELETE run. moto answers `running` at once and ignores client tokens, so a
 //! small proxy in front of it (served here, on loopback) stops an answer half-way, turns
 //! `running` into `pending`, throttles, or answers a stale client token; one CREATE runs in a
@@ -101,6 +102,9 @@ pub(crate) async fn moto() -> Option<Moto> {
     let child = Command::new(&bin)
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .env("INITIAL_NO_AUTH_ACTION_COUNT", "3")
+        // As EC2 does, RunInstances refuses an AMI it does not know (InvalidAMIID.NotFound):
+        // moto's `run_instances` checks the id through `describe_images` with this set.
+        .env("MOTO_ENABLE_AMI_VALIDATION", "true")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -216,7 +220,7 @@ pub(crate) fn provider() -> AwsProvider {
 }
 
 /// A task of the `aws` provider with `fields` (and `extra` config) on `node` of cluster `c1`.
-fn task(
+pub(crate) fn task(
     action: Action,
     node: &str,
     fields: &Map<String, Value>,
