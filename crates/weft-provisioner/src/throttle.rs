@@ -86,10 +86,11 @@ impl Bucket {
     }
 }
 
-/// The buckets of a provider's accounts, by account key (e.g. the endpoint and login).
-#[derive(Debug, Default)]
+/// The buckets of a provider's accounts, by account key (e.g. the endpoint and login). Clones
+/// share the buckets.
+#[derive(Debug, Default, Clone)]
 pub struct Buckets {
-    map: Mutex<HashMap<String, Arc<Bucket>>>,
+    map: Arc<Mutex<HashMap<String, Arc<Bucket>>>>,
 }
 
 impl Buckets {

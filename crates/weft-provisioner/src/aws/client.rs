@@ -20,8 +20,14 @@ pub const EC2_VERSION: &str = "2016-11-15";
 /// IAM's query API version.
 pub const IAM_VERSION: &str = "2010-05-08";
 
-/// Codes that mean "slow down" or "not now": retried with back-off.
-const RETRYABLE: &[&str] = &[
+/// Whether an error code says the account is throttled (not merely that the service is down).
+fn is_throttling(code: &str) -> bool {
+    THROTTLING.contains(&code)
+}
+
+/// Codes that mean "slow down": the account is throttled. Retried with back-off, and the
+/// account's budget is emptied.
+const THROTTLING: &[&str] = &[
     "RequestLimitExceeded",
     "Throttling",
     "ThrottlingException",
@@ -29,6 +35,10 @@ const RETRYABLE: &[&str] = &[
     "RequestThrottledException",
     "TooManyRequestsException",
     "SlowDown",
+];
+
+/// Codes that mean "not now": retried with back-off.
+const RETRYABLE: &[&str] = &[
     "ServiceUnavailable",
     "Unavailable",
     "InternalError",
@@ -63,6 +73,8 @@ pub struct QueryClient {
     version: &'static str,
     creds: Credentials,
     cloud: &'static str,
+    /// The account's request budget, when the provider keeps one ([`crate::throttle`]).
+    bucket: Option<std::sync::Arc<crate::throttle::Bucket>>,
 }
 
 impl std::fmt::Debug for QueryClient {
@@ -105,7 +117,14 @@ impl QueryClient {
             version,
             creds,
             cloud: service,
+            bucket: None,
         })
+    }
+
+    /// Every call first takes a token from `bucket`, and a throttling answer empties it.
+    pub fn with_bucket(mut self, bucket: std::sync::Arc<crate::throttle::Bucket>) -> QueryClient {
+        self.bucket = Some(bucket);
+        self
     }
 
     /// The `Host` header: the host, and the port when it is not the scheme's default.
@@ -177,6 +196,9 @@ impl QueryClient {
         params: &[(String, String)],
     ) -> Result<Element, CloudError> {
         let body = self.body(action, params);
+        if let Some(b) = &self.bucket {
+            b.acquire().await;
+        }
         let mut req = self
             .http
             .post(self.endpoint.clone())
@@ -217,7 +239,11 @@ impl QueryClient {
                 )
             });
         }
-        Err(classify(self.cloud, action, status, doc.ok(), &text, after))
+        let e = classify(self.cloud, action, status, doc.ok(), &text, after);
+        if let Some(b) = self.bucket.as_ref().filter(|_| is_throttling(&e.code)) {
+            b.throttled();
+        }
+        Err(e)
     }
 }
 
@@ -253,7 +279,7 @@ pub fn classify(
         format!("{action}: {message}"),
         after,
     );
-    if RETRYABLE.contains(&code.as_str()) {
+    if RETRYABLE.contains(&code.as_str()) || is_throttling(&code) {
         e.retryable(true)
     } else if FATAL.contains(&code.as_str()) || code.starts_with("Invalid") {
         e.retryable(false)

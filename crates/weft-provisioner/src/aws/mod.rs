@@ -84,6 +84,8 @@ pub struct AwsProvider {
     timing: Timing,
     confirm_limit: Duration,
     delete_limit: Duration,
+    /// Each account's request budget ([`crate::throttle`]), shared by every worker.
+    buckets: crate::throttle::Buckets,
 }
 
 impl Default for AwsProvider {
@@ -224,6 +226,7 @@ impl AwsProvider {
             },
             confirm_limit: CONFIRM_LIMIT,
             delete_limit: DELETE_LIMIT,
+            buckets: crate::throttle::Buckets::default(),
         }
     }
 
@@ -262,6 +265,9 @@ impl AwsProvider {
             session_token: field(f, "session_token"),
         };
         let endpoint = field(f, "endpoint").unwrap_or_else(|| ec2_endpoint(&region));
+        let (rate, burst) = crate::throttle::budget(f).map_err(PluginError::fatal)?;
+        let account = format!("{endpoint} {region} {}", creds.access_key_id);
+        let bucket = self.buckets.of(&account, rate, burst);
         let q = QueryClient::new(
             self.http.clone(),
             &endpoint,
@@ -270,7 +276,8 @@ impl AwsProvider {
             EC2_VERSION,
             creds,
         )
-        .map_err(|e| PluginError::fatal(format!("provider field endpoint: {e}")))?;
+        .map_err(|e| PluginError::fatal(format!("provider field endpoint: {e}")))?
+        .with_bucket(bucket);
         Ok(Ec2 {
             q,
             timing: Timing {
