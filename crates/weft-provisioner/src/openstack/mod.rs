@@ -8,7 +8,8 @@
 //!   its expiry and once more when the compute API answers 401. The compute endpoint is the
 //!   catalog's `compute` service with the admin's `interface` (default `public`) in `region`.
 //! - **CREATE**: the server is named for the node (its hostname, else `weft-<node id>`) and carries
-//!   the metadata `weft-node` (the node id) and `weft-cluster`. A server with that name and that
+//!   the metadata `weft-node` (the node id), `weft-cluster` and `weft-tenant` (`-` without a
+//!   tenant). A server with that name and that
 //!   metadata is looked for first, so a retried or killed CREATE never makes a second; when two
 //!   exist (two workers raced), the oldest is kept and the others deleted. Otherwise the server
 //!   is made from the image type's `image` (an image id), the hardware type's `flavor` (a flavor
@@ -24,6 +25,8 @@
 //!   the provisioner reaches, or let the cloud set `accessIPv4`.
 //! - **DELETE**: deletes the server (404 is success; without a `providerid`, the server found by
 //!   name and metadata) and waits until Nova no longer shows it.
+//! - **Sweep** (`machines`): every server of the project, listed page by page (`GET
+//!   /servers/detail`, following `servers_links` rel `next`), that carries a `weft-node` mark.
 //! - **Errors**: over-limit (413 with `Retry-After`, 429) and 5xx are retried with back-off; every
 //!   other answer fails at once with the API's own code and message. Secrets never appear in
 //!   messages or logs.
@@ -39,7 +42,7 @@ use async_trait::async_trait;
 use russh::keys::PrivateKey;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType};
+use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
 
 use crate::cloud::{poll_until, Backoff, CloudError, Poll};
 use crate::plugin::Provider;
@@ -52,6 +55,9 @@ use nova::{Nova, Session};
 pub const META_NODE: &str = "weft-node";
 /// The metadata key that names the server's cluster.
 pub const META_CLUSTER: &str = "weft-cluster";
+/// The metadata key that names the server's tenant (`-` without a tenant): a sweep answers only
+/// the servers of the tenant that asks.
+pub const META_TENANT: &str = "weft-tenant";
 
 /// Which identity API a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,25 +195,29 @@ impl NovaProvider {
     }
 
     fn settings(&self, task: &Task) -> Result<Settings, PluginError> {
-        let f = task.provider_fields();
+        self.settings_of(&task.provider_fields())
+    }
+
+    /// The admin's fields `f`, read and checked.
+    fn settings_of(&self, f: &Map<String, Value>) -> Result<Settings, PluginError> {
         let name = self.kind.name();
         let bad = |m: String| PluginError::fatal(format!("{name}: {m}"));
         let creds = match self.kind {
-            Kind::OpenStack => openstack_credentials(&f),
+            Kind::OpenStack => openstack_credentials(f),
             Kind::Rackspace => Credentials::ApiKey {
-                username: field(&f, "username").unwrap_or_default(),
-                api_key: field(&f, "api_key").unwrap_or_default(),
+                username: field(f, "username").unwrap_or_default(),
+                api_key: field(f, "api_key").unwrap_or_default(),
             },
         };
         creds.check().map_err(bad)?;
-        let auth_url = field(&f, "auth_url").unwrap_or_default();
+        let auth_url = field(f, "auth_url").unwrap_or_default();
         if auth_url.is_empty() && self.kind == Kind::OpenStack {
             return Err(bad("auth_url is required".into()));
         }
         if !auth_url.is_empty() && !auth_url.starts_with("http") {
             return Err(bad(format!("auth_url {auth_url:?} is not an http(s) URL")));
         }
-        let interface = field(&f, "interface").unwrap_or_else(|| "public".into());
+        let interface = field(f, "interface").unwrap_or_else(|| "public".into());
         if !["public", "internal", "admin"].contains(&interface.as_str()) {
             return Err(bad(format!(
                 "interface {interface:?} is not public, internal or admin"
@@ -217,12 +227,12 @@ impl NovaProvider {
             creds,
             auth_url,
             interface,
-            region: field(&f, "region"),
-            networks: list(&f, "networks"),
-            security_groups: list(&f, "security_groups"),
-            availability_zone: field(&f, "availability_zone"),
-            key_name: field(&f, "key_name"),
-            ssh_user: field(&f, "ssh_user").unwrap_or_else(|| "root".into()),
+            region: field(f, "region"),
+            networks: list(f, "networks"),
+            security_groups: list(f, "security_groups"),
+            availability_zone: field(f, "availability_zone"),
+            key_name: field(f, "key_name"),
+            ssh_user: field(f, "ssh_user").unwrap_or_else(|| "root".into()),
             ssh_key: f
                 .get("ssh_key")
                 .and_then(Value::as_str)
@@ -633,7 +643,8 @@ fn server_request(
 ) -> Value {
     let mut server = json!({
         "name": name, "imageRef": image, "flavorRef": flavor,
-        "metadata": {META_NODE: task.node_id, META_CLUSTER: task.cluster_id},
+        "metadata": {META_NODE: task.node_id, META_CLUSTER: task.cluster_id,
+            META_TENANT: if task.tenant_id.is_empty() { "-" } else { &task.tenant_id }},
     });
     if let Some(k) = key_name {
         server["key_name"] = json!(k);
@@ -813,6 +824,31 @@ impl Provider for NovaProvider {
             ..Default::default()
         })
     }
+
+    async fn machines(
+        &self,
+        fields: &Map<String, Value>,
+    ) -> Result<Vec<SweptMachine>, PluginError> {
+        let s = self.settings_of(fields)?;
+        let session = self.session(&s);
+        let nova = Nova {
+            session: &session,
+            retry: self.timing.retry,
+        };
+        let all = nova.all_servers().await?;
+        Ok(all.iter().filter_map(|m| swept(self.kind, m)).collect())
+    }
+}
+
+/// A server with weft's marks as a sweep shows it (`None` without a `weft-node` mark).
+fn swept(kind: Kind, s: &nova::Listed) -> Option<SweptMachine> {
+    crate::sweep::marked(
+        kind.name(),
+        Some(&s.id),
+        s.metadata.as_ref(),
+        [META_NODE, META_CLUSTER, META_TENANT],
+        s.status.as_deref(),
+    )
 }
 
 #[cfg(test)]

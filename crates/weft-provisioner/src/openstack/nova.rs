@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::identity::{self, Credentials};
@@ -383,6 +384,71 @@ impl Nova<'_> {
     }
 }
 
+/// A link of a list's answer (`servers_links`, `flavors_links`).
+#[derive(Debug, Deserialize)]
+struct Link {
+    href: String,
+    rel: String,
+}
+
+/// The `marker` of a list's `next` link: Nova answers one when a page is full (its size the
+/// `limit` asked for, capped by the cloud's `max_limit`); the next page starts after that
+/// marker. `None` on the last page. (Compute API reference, "Paginated collections".)
+fn next_marker(links: &[Link]) -> Option<String> {
+    let next = links.iter().find(|l| l.rel == "next")?;
+    let url = reqwest::Url::parse(&next.href).ok()?;
+    let marker = url.query_pairs().find(|(k, _)| k == "marker")?.1;
+    Some(marker.into_owned()).filter(|m| !m.is_empty())
+}
+
+/// One page of `GET /servers/detail`.
+#[derive(Debug, Deserialize)]
+struct ServerPage {
+    #[serde(default)]
+    servers: Vec<Listed>,
+    #[serde(default)]
+    servers_links: Vec<Link>,
+}
+
+/// A server as a list shows it: what a sweep reads.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Listed {
+    /// The server's id.
+    pub(crate) id: String,
+    /// Its status (`ACTIVE`, `BUILD`, ...).
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+    /// Its metadata (weft's marks among them).
+    #[serde(default)]
+    pub(crate) metadata: Option<Value>,
+}
+
+impl Nova<'_> {
+    /// Every server of the project, page by page: the first page without a marker, then each
+    /// page after the previous one's `next` marker, until a page has no `next` link.
+    pub(crate) async fn all_servers(&self) -> Result<Vec<Listed>, CloudError> {
+        let (mut all, mut marker) = (Vec::new(), None::<String>);
+        loop {
+            let query: Vec<(&str, &str)> = match &marker {
+                Some(m) => vec![("marker", m.as_str())],
+                None => Vec::new(),
+            };
+            let a = self
+                .call(Method::GET, "/servers/detail", &query, None)
+                .await?;
+            let page: ServerPage = serde_json::from_value(a.body).map_err(|e| {
+                CloudError::from_status("nova", 502, "BadAnswer", format!("servers: {e}"), None)
+            })?;
+            all.extend(page.servers);
+            match next_marker(&page.servers_links) {
+                // A marker that does not move would loop for ever.
+                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
+                _ => return Ok(all),
+            }
+        }
+    }
+}
+
 /// Compares two OpenSSH public keys by type and key data (comments differ).
 fn same_key(a: &str, b: &str) -> bool {
     let parts = |k: &str| k.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
@@ -446,6 +512,17 @@ mod tests {
             subject_token: None,
         });
         assert!(!e.retryable);
+    }
+
+    #[test]
+    fn the_next_marker_comes_from_the_next_link() {
+        let links = |v: Value| serde_json::from_value::<Vec<Link>>(v).unwrap();
+        let l = links(json!([{"rel": "next",
+            "href": "http://nova:8774/v2.1/servers/detail?limit=2&marker=ab-12"}]));
+        assert_eq!(next_marker(&l).as_deref(), Some("ab-12"));
+        assert_eq!(next_marker(&links(json!([]))), None);
+        let prev = links(json!([{"rel": "previous", "href": "http://n/x?marker=z"}]));
+        assert_eq!(next_marker(&prev), None);
     }
 
     #[test]

@@ -365,6 +365,8 @@ pub(crate) struct Counters {
     pub(crate) posts: AtomicUsize,
     pub(crate) refused: AtomicUsize,
     faults_answered: AtomicUsize,
+    /// Pages of `GET /servers/detail` answered.
+    pages: AtomicUsize,
 }
 
 struct NovaState {
@@ -380,6 +382,8 @@ struct NovaState {
     counters: Counters,
     posted: Notify,
     seq: AtomicUsize,
+    /// Nova's `max_limit`: the most servers one page of a list holds (1000 by default).
+    max_limit: AtomicUsize,
 }
 
 type Shared = Arc<NovaState>;
@@ -577,6 +581,10 @@ fn name_matches(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// `GET /servers/detail`, paged as the compute API reference ("Paginated collections") and
+/// Nova's `_get_collection_links` say: newest first; at most `limit` servers, capped by the
+/// cloud's `max_limit`; a page that holds that many has a `servers_links` rel `next` whose
+/// `marker` is its last server's id; a marker Nova does not know is a 400.
 async fn list_servers(
     State(st): State<Shared>,
     headers: HeaderMap,
@@ -586,17 +594,43 @@ async fn list_servers(
         Ok(p) => p,
         Err(r) => return r,
     };
+    let max = st.max_limit.load(Ordering::SeqCst);
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .map_or(max, |l| l.min(max));
     let servers = st.servers.lock().unwrap();
-    let shown: Vec<Value> = servers
+    let matching: Vec<&FakeServer> = servers
         .iter()
+        .rev()
         .filter(|s| s.project == project)
         .filter(|s| {
             q.get("name")
                 .is_none_or(|p| name_matches(p, s.body["name"].as_str().unwrap_or("")))
         })
-        .map(|s| st.detail(s))
         .collect();
-    Json(json!({ "servers": shown })).into_response()
+    let start = match q.get("marker") {
+        None => 0,
+        Some(m) => match matching.iter().position(|s| &s.id == m) {
+            Some(i) => i + 1,
+            None => {
+                return nova_fault(
+                    StatusCode::BAD_REQUEST,
+                    "badRequest",
+                    &format!("marker [{m}] not found"),
+                )
+            }
+        },
+    };
+    let page: Vec<&FakeServer> = matching.into_iter().skip(start).take(limit).collect();
+    st.counters.pages.fetch_add(1, Ordering::SeqCst);
+    let mut answer = json!({ "servers": page.iter().map(|s| st.detail(s)).collect::<Vec<_>>() });
+    if !page.is_empty() && page.len() == limit {
+        let last = &page[page.len() - 1].id;
+        answer["servers_links"] = json!([{"rel": "next",
+            "href": format!("{}/servers/detail?limit={limit}&marker={last}", st.base)}]);
+    }
+    Json(answer).into_response()
 }
 
 async fn show_server(
@@ -837,6 +871,7 @@ impl Nova {
             counters: Counters::default(),
             posted: Notify::new(),
             seq: AtomicUsize::new(0),
+            max_limit: AtomicUsize::new(1000),
         });
         let api = Router::new()
             .route("/servers", post(create_server))
@@ -862,6 +897,43 @@ impl Nova {
 
     pub(crate) fn servers(&self) -> usize {
         self.state.servers.lock().unwrap().len()
+    }
+
+    /// Makes a server in `project` behind weft's back, with `metadata`; answers its id.
+    fn plant(&self, project: &str, name: &str, metadata: Value) -> String {
+        let n = self.state.next();
+        let id = format!("70a5{n:04}-7a1b-4c2d-9e3f-00000000{n:04}");
+        let body = json!({"id": id, "name": name, "n": n, "metadata": metadata,
+            "tenant_id": project, "user_id": "someone", "image": {"id": IMAGE},
+            "flavor": {"id": FLAVOR}, "accessIPv4": "", "accessIPv6": "", "addresses": {},
+            "created": format!("2026-01-01T01:{:02}:{:02}Z", n / 60, n % 60)});
+        self.state.servers.lock().unwrap().push(FakeServer {
+            id: id.clone(),
+            project: project.into(),
+            body,
+            building: 0,
+            error: false,
+            deleting: None,
+        });
+        id
+    }
+
+    /// The ids of the servers the fake holds (of every project).
+    fn server_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .state
+            .servers
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn page_size(&self, n: usize) {
+        self.state.max_limit.store(n, Ordering::SeqCst);
     }
 
     fn tokens(&self) -> HashSet<String> {
@@ -1409,4 +1481,129 @@ async fn when_two_servers_were_made_for_a_node_create_keeps_the_oldest_and_delet
         1,
         "{left:?}"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// Sweep
+
+/// Marks as weft's CREATE writes them.
+fn marks(node: &str, tenant: &str) -> Value {
+    json!({"weft-node": node, "weft-cluster": "5", "weft-tenant": tenant})
+}
+
+#[tokio::test]
+async fn openstack_sweep_pages_through_servers_and_deletes_only_this_tenant_s_orphans() {
+    let Some((ks, nova, account)) = cloud(3600).await else {
+        return;
+    };
+    nova.page_size(2);
+    let p = Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()));
+    let fields = password_fields(&ks);
+    let mut made = BTreeMap::new();
+    for node in ["live", "rogue"] {
+        let mut t = a_task(Action::Create, node, &config(&fields, "openstack", node));
+        t.tenant_id = "t1".into();
+        let out = p.create(&t).await.expect("create");
+        made.insert(node, out.result["providerid"].as_str().unwrap().to_string());
+    }
+    let theirs = nova.plant(&account.project_id, "theirs", marks("theirs", "t2"));
+    let unmarked = nova.plant(&account.project_id, "by-hand", json!({"owner": "ops"}));
+    let elsewhere = nova.plant("another-project", "x", marks("x", "t1"));
+    let pages = nova.count(|c| &c.pages);
+    let listed = p.machines(&fields).await.expect("machines");
+    let mut tenants: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|m| (m.node.as_str(), m.tenant.as_str()))
+        .collect();
+    tenants.sort();
+    assert_eq!(
+        tenants,
+        [("live", "t1"), ("rogue", "t1"), ("theirs", "t2")],
+        "CREATE marks the tenant; unmarked and other projects' servers are not listed"
+    );
+    assert_eq!(
+        nova.count(|c| &c.pages) - pages,
+        3,
+        "4 servers in pages of 2, the last one empty"
+    );
+    let req: weft_provisioner::sweep::SweepRequest = serde_json::from_value(json!({
+        "providertype": "openstack", "fields": fields, "tenant": "t1", "live": ["live"],
+        "delete": true}))
+    .unwrap();
+    let report = weft_provisioner::sweep::sweep(p.clone(), &req)
+        .await
+        .expect("sweep");
+    let found: Vec<&str> = report.machines.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(found, ["rogue"], "{report:?}");
+    assert_eq!(report.deleted, [made["rogue"].clone()], "{report:?}");
+    let mut left = vec![made["live"].clone(), theirs, unmarked, elsewhere];
+    left.sort();
+    assert_eq!(nova.server_ids(), left, "only the orphan went");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openstack_weft_provider_sweep_goes_through_the_server() {
+    let Some((ks, nova, account)) = cloud(3600).await else {
+        return;
+    };
+    nova.page_size(1);
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let rogue = |tenant: &str| {
+        for (node, t) in [("rogue", tenant), ("foreign", "another-tenant")] {
+            let id = nova.plant(&account.project_id, &format!("weft-{node}"), marks(node, t));
+            ids.lock().unwrap().push(id);
+        }
+    };
+    let p = Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()));
+    let (found, swept) =
+        crate::sweep::through_the_server(p, "openstack", password_fields(&ks), rogue).await;
+    let ids = ids.lock().unwrap().clone();
+    let found: Vec<&str> = found
+        .machines
+        .iter()
+        .map(|m| m.providerid.as_str())
+        .collect();
+    assert_eq!(found, [ids[0].as_str()], "only this tenant's orphan");
+    assert_eq!(swept.deleted, [ids[0].clone()], "{swept:?}");
+    assert_eq!(
+        nova.server_ids(),
+        [ids[1].clone()],
+        "the other tenant's stays"
+    );
+}
+
+#[tokio::test]
+async fn rackspace_lists_its_marked_servers_page_by_page() {
+    let (identity, nova) = rackspace().await;
+    nova.page_size(2);
+    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let fields = obj(
+        json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
+        "region": "DFW"}),
+    );
+    let mut want = Vec::new();
+    for i in 0..5 {
+        let node = format!("n{i}");
+        let id = nova.plant(RAX_TENANT, &node, marks(&node, "t1"));
+        want.push((id, node));
+    }
+    nova.plant(RAX_TENANT, "by-hand", json!({}));
+    let mut got: Vec<(String, String)> = p
+        .machines(&fields)
+        .await
+        .expect("machines")
+        .into_iter()
+        .map(|m| {
+            assert_eq!(
+                (m.providertype.as_str(), m.tenant.as_str()),
+                ("rackspace", "t1")
+            );
+            (m.providerid, m.node)
+        })
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    // The third page is full, so Nova links a fourth, empty one.
+    assert_eq!(nova.count(|c| &c.pages), 4, "6 servers in pages of 2");
 }
