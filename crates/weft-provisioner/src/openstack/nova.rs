@@ -15,6 +15,9 @@ use crate::cloud::{self, Backoff, CloudError};
 /// The token is renewed this long before it expires at most (a quarter of its lifetime for short
 /// tokens).
 const RENEW_AHEAD: Duration = Duration::from_secs(60);
+/// The code of the error a request to the image service gets when the catalog lists none
+/// (told apart from the compute endpoint's catalog errors, which are fatal).
+const NO_IMAGE_SERVICE: &str = "NoImageService";
 /// Assumed lifetime of a token whose answer names no expiry.
 const UNKNOWN_LIFETIME: Duration = Duration::from_secs(1800);
 
@@ -162,7 +165,7 @@ impl Session {
                 "the catalog has no image endpoint with interface {}",
                 self.interface
             );
-            CloudError::from_status("glance", 400, "Catalog", m, None)
+            CloudError::from_status("glance", 400, NO_IMAGE_SERVICE, m, None)
         })?;
         Ok((token, base))
     }
@@ -171,7 +174,7 @@ impl Session {
     pub(crate) async fn has_image_service(&self) -> Result<bool, CloudError> {
         match self.current(Api::Image).await {
             Ok(_) => Ok(true),
-            Err(e) if e.code == "Catalog" => Ok(false),
+            Err(e) if e.code == NO_IMAGE_SERVICE => Ok(false),
             Err(e) => Err(e),
         }
     }
