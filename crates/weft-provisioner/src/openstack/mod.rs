@@ -8,11 +8,16 @@
 //!   its expiry and once more when the compute API answers 401. The compute endpoint is the
 //!   catalog's `compute` service with the admin's `interface` (default `public`) in `region`.
 //! - **CREATE**: the server is named for the node (its hostname, else `weft-<node id>`) and carries
-//!   the metadata `weft-node` (the node id) and `weft-cluster`. A server with that name and that
+//!   the metadata `weft-node` (the node id), `weft-cluster` and `weft-tenant` (`-` without a
+//!   tenant). A server with that name and that
 //!   metadata is looked for first, so a retried or killed CREATE never makes a second; when two
 //!   exist (two workers raced), the oldest is kept and the others deleted. Otherwise the server
-//!   is made from the image type's `image` (an image id), the hardware type's `flavor` (a flavor
-//!   id), the admin's `networks`, `security_groups` and `availability_zone`, and a key pair: the
+//!   is made from the image type's `image` and the hardware type's `flavor`, each an id or a name
+//!   (found as openstacksdk's `find` does: the one with that id, else the one with exactly that
+//!   name; none or several is a fatal error naming them; images in the catalog's `image` service,
+//!   Glance, and taken as ids when the catalog has none), the admin's `networks`,
+//!   `security_groups`, `availability_zone` and `user_data` (text, sent base64-encoded: at most
+//!   65535 bytes encoded), and a key pair: the
 //!   admin's `key_name`, else the public half of `ssh_key` imported as `weft-<fingerprint>`.
 //!   With `ssh_key`, CREATE answers `ssh-auth` (user: the image type's `sshuser`, else the
 //!   admin's `ssh_user`, default `root`).
@@ -24,6 +29,8 @@
 //!   the provisioner reaches, or let the cloud set `accessIPv4`.
 //! - **DELETE**: deletes the server (404 is success; without a `providerid`, the server found by
 //!   name and metadata) and waits until Nova no longer shows it.
+//! - **Sweep** (`machines`): every server of the project, listed page by page (`GET
+//!   /servers/detail`, following `servers_links` rel `next`), that carries a `weft-node` mark.
 //! - **Errors**: over-limit (413 with `Retry-After`, 429) and 5xx are retried with back-off; every
 //!   other answer fails at once with the API's own code and message. Secrets never appear in
 //!   messages or logs.
@@ -39,19 +46,22 @@ use async_trait::async_trait;
 use russh::keys::PrivateKey;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType};
+use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
 
 use crate::cloud::{poll_until, Backoff, CloudError, Poll};
 use crate::plugin::Provider;
 use crate::ssh;
 use crate::task::{PluginError, PluginResult, Task, TaskOutput};
 use identity::{Credentials, Ref};
-use nova::{Nova, Session};
+use nova::{Found, Nova, Session};
 
 /// The metadata key that names the node a server was made for.
 pub const META_NODE: &str = "weft-node";
 /// The metadata key that names the server's cluster.
 pub const META_CLUSTER: &str = "weft-cluster";
+/// The metadata key that names the server's tenant (`-` without a tenant): a sweep answers only
+/// the servers of the tenant that asks.
+pub const META_TENANT: &str = "weft-tenant";
 
 /// Which identity API a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +116,15 @@ pub struct NovaProvider {
     timing: Timing,
 }
 
+/// A CREATE's own inputs: the image type's `image` and the hardware type's `flavor` (ids or
+/// names), the parsed `ssh_key`, and `user_data` base64-encoded.
+struct CreateInput {
+    image: String,
+    flavor: String,
+    key: Option<PrivateKey>,
+    user_data: Option<String>,
+}
+
 /// The admin's fields, read and checked.
 struct Settings {
     creds: Credentials,
@@ -118,7 +137,13 @@ struct Settings {
     key_name: Option<String>,
     ssh_user: String,
     ssh_key: Option<String>,
+    /// `user_data` as the admin wrote it (base64-encoded when the server is made).
+    user_data: Option<String>,
 }
+
+/// The most bytes of `user_data`, base64-encoded, the compute API takes (API reference, Create
+/// Server: "The user_data ... must be Base64 encoded. Restricted to 65535 bytes").
+pub const USER_DATA_MAX: usize = 65535;
 
 /// A field's value as trimmed text (numbers too); `None` when missing or empty.
 fn field(fields: &Map<String, Value>, name: &str) -> Option<String> {
@@ -189,44 +214,58 @@ impl NovaProvider {
     }
 
     fn settings(&self, task: &Task) -> Result<Settings, PluginError> {
-        let f = task.provider_fields();
+        self.settings_of(&task.provider_fields())
+    }
+
+    /// The admin's fields `f`, read and checked.
+    fn settings_of(&self, f: &Map<String, Value>) -> Result<Settings, PluginError> {
         let name = self.kind.name();
         let bad = |m: String| PluginError::fatal(format!("{name}: {m}"));
         let creds = match self.kind {
-            Kind::OpenStack => openstack_credentials(&f),
+            Kind::OpenStack => openstack_credentials(f),
             Kind::Rackspace => Credentials::ApiKey {
-                username: field(&f, "username").unwrap_or_default(),
-                api_key: field(&f, "api_key").unwrap_or_default(),
+                username: field(f, "username").unwrap_or_default(),
+                api_key: field(f, "api_key").unwrap_or_default(),
             },
         };
         creds.check().map_err(bad)?;
-        let auth_url = field(&f, "auth_url").unwrap_or_default();
+        let auth_url = field(f, "auth_url").unwrap_or_default();
         if auth_url.is_empty() && self.kind == Kind::OpenStack {
             return Err(bad("auth_url is required".into()));
         }
         if !auth_url.is_empty() && !auth_url.starts_with("http") {
             return Err(bad(format!("auth_url {auth_url:?} is not an http(s) URL")));
         }
-        let interface = field(&f, "interface").unwrap_or_else(|| "public".into());
+        let interface = field(f, "interface").unwrap_or_else(|| "public".into());
         if !["public", "internal", "admin"].contains(&interface.as_str()) {
             return Err(bad(format!(
                 "interface {interface:?} is not public, internal or admin"
             )));
         }
+        if f.get("user_data")
+            .is_some_and(|v| !v.is_string() && !v.is_null())
+        {
+            return Err(bad("user_data must be text".into()));
+        }
         Ok(Settings {
             creds,
             auth_url,
             interface,
-            region: field(&f, "region"),
-            networks: list(&f, "networks"),
-            security_groups: list(&f, "security_groups"),
-            availability_zone: field(&f, "availability_zone"),
-            key_name: field(&f, "key_name"),
-            ssh_user: field(&f, "ssh_user").unwrap_or_else(|| "root".into()),
+            region: field(f, "region"),
+            networks: list(f, "networks"),
+            security_groups: list(f, "security_groups"),
+            availability_zone: field(f, "availability_zone"),
+            key_name: field(f, "key_name"),
+            ssh_user: field(f, "ssh_user").unwrap_or_else(|| "root".into()),
             ssh_key: f
                 .get("ssh_key")
                 .and_then(Value::as_str)
                 .filter(|k| !k.trim().is_empty())
+                .map(str::to_string),
+            user_data: f
+                .get("user_data")
+                .and_then(Value::as_str)
+                .filter(|u| !u.trim().is_empty())
                 .map(str::to_string),
         })
     }
@@ -300,6 +339,51 @@ impl NovaProvider {
         Ok(Some(name))
     }
 
+    /// What CREATE needs besides the settings, read and checked before any call.
+    fn create_input(&self, task: &Task, s: &Settings) -> Result<CreateInput, PluginError> {
+        let need = |key: &str, what: &str| {
+            task.config_str(key)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    PluginError::fatal(format!(
+                        "no {key}: give the {what} a {} {key} id or name (providermap {key})",
+                        self.kind.name()
+                    ))
+                })
+        };
+        let key = match &s.ssh_key {
+            Some(k) => Some(
+                PrivateKey::from_openssh(k.trim())
+                    .map_err(|_| PluginError::fatal("ssh_key is not an OpenSSH private key"))?,
+            ),
+            None => None,
+        };
+        Ok(CreateInput {
+            image: need("image", "image type")?,
+            flavor: need("flavor", "hardware type")?,
+            key,
+            user_data: encoded_user_data(self.kind, s.user_data.as_deref())?,
+        })
+    }
+
+    /// What a new server is made from: its key pair, and the ids of its image and flavor (each
+    /// given by id or by name).
+    async fn prepare(
+        &self,
+        nova: &Nova<'_>,
+        s: &Settings,
+        input: &CreateInput,
+    ) -> Result<(Option<String>, String, String), PluginError> {
+        let found = nova.find_image(&input.image).await?;
+        let image = chosen(self.kind, "image", &input.image, found)?;
+        let found = nova.find_flavor(&input.flavor).await?;
+        let flavor = chosen(self.kind, "flavor", &input.flavor, found)?;
+        let key_name = self.key_pair(nova, s, input.key.as_ref()).await?;
+        Ok((key_name, image, flavor))
+    }
+
     /// What CREATE answers for the server `id`. The SSH user is the image type's `sshuser`, else
     /// the admin's `ssh_user`.
     fn created(&self, task: &Task, s: &Settings, id: &str, stdout: String) -> TaskOutput {
@@ -318,6 +402,40 @@ impl NovaProvider {
             stdout,
             ..Default::default()
         }
+    }
+}
+
+/// `user_data` base64-encoded as the compute API takes it; a fatal error naming the field when
+/// the encoding is longer than [`USER_DATA_MAX`].
+fn encoded_user_data(kind: Kind, text: Option<&str>) -> Result<Option<String>, PluginError> {
+    use base64::Engine as _;
+    let Some(text) = text else { return Ok(None) };
+    let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+    if encoded.len() > USER_DATA_MAX {
+        return Err(PluginError::fatal(format!(
+            "{}: user_data is {} bytes base64-encoded ({} as text); the compute API takes at most {USER_DATA_MAX}",
+            kind.name(),
+            encoded.len(),
+            text.len()
+        )));
+    }
+    Ok(Some(encoded))
+}
+
+/// The id a look-up found for the task's `key` (`image` or `flavor`), or a fatal error naming
+/// the field: nothing has that id or name, or several have that name.
+fn chosen(kind: Kind, key: &str, value: &str, found: Found) -> Result<String, PluginError> {
+    let name = kind.name();
+    match found {
+        Found::One(id) => Ok(id),
+        Found::Nothing => Err(PluginError::fatal(format!(
+            "{name}: {key} {value:?}: no {key} has that id or name"
+        ))),
+        Found::Several(ids) => Err(PluginError::fatal(format!(
+            "{name}: {key} {value:?}: {} {key}s have that name ({}); give the id of one",
+            ids.len(),
+            ids.join(", ")
+        ))),
     }
 }
 
@@ -511,6 +629,13 @@ fn server_fields() -> Vec<(&'static str, FieldSchema)> {
                 "OpenSSH private key the provisioner reaches servers with",
             ),
         ),
+        (
+            "user_data",
+            secret_field(
+                "User data",
+                "text given to the server at boot (cloud-init); at most 65535 bytes once base64-encoded",
+            ),
+        ),
     ]
 }
 
@@ -623,17 +748,20 @@ fn plugin_type(kind: Kind) -> PluginType {
     }
 }
 
-/// The body of a server create: `name`, image and flavor as `[name, image, flavor]`, weft's
-/// metadata, the key pair, and the provider's networks, security groups and availability zone.
+/// The body of a server create: `name`, image and flavor ids as `[name, image, flavor]`,
+/// weft's metadata, the key pair, the provider's networks, security groups and availability
+/// zone, and the user data (base64).
 fn server_request(
     task: &Task,
     s: &Settings,
     [name, image, flavor]: [&str; 3],
     key_name: Option<&String>,
+    user_data: Option<&str>,
 ) -> Value {
     let mut server = json!({
         "name": name, "imageRef": image, "flavorRef": flavor,
-        "metadata": {META_NODE: task.node_id, META_CLUSTER: task.cluster_id},
+        "metadata": {META_NODE: task.node_id, META_CLUSTER: task.cluster_id,
+            META_TENANT: if task.tenant_id.is_empty() { "-" } else { &task.tenant_id }},
     });
     if let Some(k) = key_name {
         server["key_name"] = json!(k);
@@ -655,6 +783,9 @@ fn server_request(
     if let Some(az) = &s.availability_zone {
         server["availability_zone"] = json!(az);
     }
+    if let Some(u) = user_data {
+        server["user_data"] = json!(u);
+    }
     server
 }
 
@@ -666,32 +797,12 @@ impl Provider for NovaProvider {
 
     async fn create(&self, task: &Task) -> PluginResult {
         let s = self.settings(task)?;
-        let need = |key: &str, what: &str| {
-            task.config_str(key)
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(str::to_string)
-                .ok_or_else(|| {
-                    PluginError::fatal(format!(
-                        "no {key}: give the {what} a {} {key} id (providermap {key})",
-                        self.kind.name()
-                    ))
-                })
-        };
-        let image = need("image", "image type")?;
-        let flavor = need("flavor", "hardware type")?;
-        let key = match &s.ssh_key {
-            Some(k) => Some(
-                PrivateKey::from_openssh(k.trim())
-                    .map_err(|_| PluginError::fatal("ssh_key is not an OpenSSH private key"))?,
-            ),
-            None => None,
-        };
+        let input = self.create_input(task, &s)?;
         let session = self.session(&s);
         let nova = self.nova(&session, task);
         let name = server_name(task);
         let mut backoff = self.budget(self.timing.retry, task);
-        let mut made_key = None;
+        let mut prepared = None;
         loop {
             let found = nova.find(&name, &task.node_id).await?;
             if let Some(first) = found.first() {
@@ -705,11 +816,17 @@ impl Provider for NovaProvider {
                 }
                 return Ok(self.created(task, &s, id, stdout));
             }
-            if made_key.is_none() {
-                made_key = Some(self.key_pair(&nova, &s, key.as_ref()).await?);
+            if prepared.is_none() {
+                prepared = Some(self.prepare(&nova, &s, &input).await?);
             }
-            let key_name = made_key.as_ref().and_then(|k| k.as_ref());
-            let server = server_request(task, &s, [&name, &image, &flavor], key_name);
+            let (key_name, image, flavor) = prepared.as_ref().expect("prepared above");
+            let server = server_request(
+                task,
+                &s,
+                [&name, image, flavor],
+                key_name.as_ref(),
+                input.user_data.as_deref(),
+            );
             match nova.create(&server).await {
                 Ok(id) => {
                     tracing::info!(cluster_id = %task.cluster_id, node_id = %task.node_id,
@@ -813,6 +930,31 @@ impl Provider for NovaProvider {
             ..Default::default()
         })
     }
+
+    async fn machines(
+        &self,
+        fields: &Map<String, Value>,
+    ) -> Result<Vec<SweptMachine>, PluginError> {
+        let s = self.settings_of(fields)?;
+        let session = self.session(&s);
+        let nova = Nova {
+            session: &session,
+            retry: self.timing.retry,
+        };
+        let all = nova.all_servers().await?;
+        Ok(all.iter().filter_map(|m| swept(self.kind, m)).collect())
+    }
+}
+
+/// A server with weft's marks as a sweep shows it (`None` without a `weft-node` mark).
+fn swept(kind: Kind, s: &nova::Listed) -> Option<SweptMachine> {
+    crate::sweep::marked(
+        kind.name(),
+        Some(&s.id),
+        s.metadata.as_ref(),
+        [META_NODE, META_CLUSTER, META_TENANT],
+        s.status.as_deref(),
+    )
 }
 
 #[cfg(test)]
@@ -872,6 +1014,7 @@ mod tests {
                     "application_credential_secret",
                     "api_key",
                     "ssh_key",
+                    "user_data",
                 ]
                 .contains(&name.as_str());
                 assert_eq!(f.sensitive, secret, "{name}");

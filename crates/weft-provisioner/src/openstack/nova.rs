@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::identity::{self, Credentials};
@@ -14,6 +15,9 @@ use crate::cloud::{self, Backoff, CloudError};
 /// The token is renewed this long before it expires at most (a quarter of its lifetime for short
 /// tokens).
 const RENEW_AHEAD: Duration = Duration::from_secs(60);
+/// The code of the error a request to the image service gets when the catalog lists none
+/// (told apart from the compute endpoint's catalog errors, which are fatal).
+const NO_IMAGE_SERVICE: &str = "NoImageService";
 /// Assumed lifetime of a token whose answer names no expiry.
 const UNKNOWN_LIFETIME: Duration = Duration::from_secs(1800);
 
@@ -95,7 +99,18 @@ pub fn nova_error(a: &Answer) -> CloudError {
 struct Live {
     token: String,
     compute: String,
+    /// The catalog's image service (Glance), when it has one, without a version suffix.
+    image: Option<String>,
     renew_at: Instant,
+}
+
+/// Which service of the catalog a request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// Nova, the `compute` endpoint.
+    Compute,
+    /// Glance, the `image` endpoint (its paths start with `/v2`).
+    Image,
 }
 
 /// A token for one set of credentials and the compute endpoint of its catalog. Shared by every
@@ -133,15 +148,35 @@ impl Session {
 
     /// The current token and compute endpoint, asking for a new token when there is none or the
     /// one held is close to its expiry.
-    async fn current(&self) -> Result<(String, String), CloudError> {
+    async fn current(&self, api: Api) -> Result<(String, String), CloudError> {
         let mut live = self.live.lock().await;
-        if let Some(l) = live.as_ref().filter(|l| Instant::now() < l.renew_at) {
-            return Ok((l.token.clone(), l.compute.clone()));
-        }
-        let l = self.authenticate().await?;
-        let out = (l.token.clone(), l.compute.clone());
+        let l = match live.take().filter(|l| Instant::now() < l.renew_at) {
+            Some(l) => l,
+            None => self.authenticate().await?,
+        };
+        let base = match api {
+            Api::Compute => Some(l.compute.clone()),
+            Api::Image => l.image.clone(),
+        };
+        let token = l.token.clone();
         *live = Some(l);
-        Ok(out)
+        let base = base.ok_or_else(|| {
+            let m = format!(
+                "the catalog has no image endpoint with interface {}",
+                self.interface
+            );
+            CloudError::from_status("glance", 400, NO_IMAGE_SERVICE, m, None)
+        })?;
+        Ok((token, base))
+    }
+
+    /// Whether the catalog lists an image service (asking for a token when there is none).
+    pub(crate) async fn has_image_service(&self) -> Result<bool, CloudError> {
+        match self.current(Api::Image).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code == NO_IMAGE_SERVICE => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Drops `token` if it is still the one held (the compute API refused it).
@@ -174,12 +209,22 @@ impl Session {
             self.region.as_deref(),
         )
         .map_err(|m| CloudError::from_status(api, 400, "Catalog", m, None))?;
+        // Glance's catalog entry is usually unversioned; a `/v2` one is taken back to its root.
+        let image = identity::choose_endpoint(
+            &token.catalog,
+            "image",
+            &self.interface,
+            self.region.as_deref(),
+        )
+        .ok()
+        .map(|u| u.trim_end_matches("/v2").to_string());
         let lifetime = token.lifetime.unwrap_or(UNKNOWN_LIFETIME);
         let ahead = RENEW_AHEAD.min(lifetime / 4);
         tracing::debug!(api, compute = %compute, lifetime_s = lifetime.as_secs(), "token issued");
         Ok(Live {
             token: token.id,
             compute,
+            image,
             renew_at: Instant::now() + lifetime.saturating_sub(ahead),
         })
     }
@@ -193,9 +238,22 @@ impl Session {
         query: &[(&str, &str)],
         body: Option<&Value>,
     ) -> Result<Answer, CloudError> {
+        self.request_on(Api::Compute, method, path, query, body)
+            .await
+    }
+
+    /// One request to the service `api` of the catalog (see [`Session::request`]).
+    pub(crate) async fn request_on(
+        &self,
+        api: Api,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Answer, CloudError> {
         let mut refused = false;
         loop {
-            let (token, base) = self.current().await?;
+            let (token, base) = self.current(api).await?;
             let mut req = self
                 .http
                 .request(method.clone(), format!("{base}{path}"))
@@ -207,15 +265,25 @@ impl Session {
             if let Some(b) = body {
                 req = req.json(b);
             }
-            let a = send("nova", req).await?;
+            let a = send(api_name(api), req).await?;
             if a.status == StatusCode::UNAUTHORIZED.as_u16() && !refused {
-                tracing::debug!("compute API refused the token; asking for a new one");
+                tracing::debug!(
+                    api = api_name(api),
+                    "the API refused the token; asking for a new one"
+                );
                 refused = true;
                 self.forget(&token).await;
                 continue;
             }
             return Ok(a);
         }
+    }
+}
+
+fn api_name(api: Api) -> &'static str {
+    match api {
+        Api::Compute => "nova",
+        Api::Image => "glance",
     }
 }
 
@@ -232,9 +300,21 @@ impl Nova<'_> {
         Backoff::new(self.retry.0, self.retry.1, self.retry.2)
     }
 
-    /// One call, retried; any answer that is not 2xx is an error.
+    /// One compute call, retried; any answer that is not 2xx is an error.
     async fn call(
         &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Answer, CloudError> {
+        self.call_on(Api::Compute, method, path, query, body).await
+    }
+
+    /// One call to `api`, retried; any answer that is not 2xx is an error.
+    async fn call_on(
+        &self,
+        api: Api,
         method: Method,
         path: &str,
         query: &[(&str, &str)],
@@ -243,12 +323,14 @@ impl Nova<'_> {
         cloud::with_retries(self.backoff(), || async {
             let a = self
                 .session
-                .request(method.clone(), path, query, body)
+                .request_on(api, method.clone(), path, query, body)
                 .await?;
             if (200..300).contains(&a.status) {
                 Ok(a)
             } else {
-                Err(nova_error(&a))
+                let mut e = nova_error(&a);
+                e.cloud = api_name(api);
+                Err(e)
             }
         })
         .await
@@ -383,6 +465,196 @@ impl Nova<'_> {
     }
 }
 
+/// A link of a list's answer (`servers_links`, `flavors_links`).
+#[derive(Debug, Deserialize)]
+struct Link {
+    href: String,
+    rel: String,
+}
+
+/// The `marker` of a list's `next` link: Nova answers one when a page is full (its size the
+/// `limit` asked for, capped by the cloud's `max_limit`); the next page starts after that
+/// marker. `None` on the last page. (Compute API reference, "Paginated collections".)
+fn next_marker(links: &[Link]) -> Option<String> {
+    marker_of(&links.iter().find(|l| l.rel == "next")?.href)
+}
+
+/// The `marker` query parameter of a link, absolute (Nova) or relative (Glance's `next`).
+fn marker_of(href: &str) -> Option<String> {
+    let base = reqwest::Url::parse("http://base/").expect("a URL");
+    let url = base.join(href).ok()?;
+    let marker = url.query_pairs().find(|(k, _)| k == "marker")?.1;
+    Some(marker.into_owned()).filter(|m| !m.is_empty())
+}
+
+/// One page of `GET /flavors/detail`.
+#[derive(Debug, Deserialize)]
+struct FlavorPage {
+    #[serde(default)]
+    flavors: Vec<Named>,
+    #[serde(default)]
+    flavors_links: Vec<Link>,
+}
+
+/// One page of Glance's `GET /v2/images`; `next` is the path of the next page.
+#[derive(Debug, Deserialize)]
+struct ImagePage {
+    #[serde(default)]
+    images: Vec<Named>,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+/// A flavor or an image: its id and name.
+#[derive(Debug, Deserialize)]
+struct Named {
+    id: String,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// What a look-up by id or name found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// The id of the one flavor or image with that id, else with that exact name.
+    One(String),
+    /// Nothing has that id or name.
+    Nothing,
+    /// The ids of the several that have that name.
+    Several(Vec<String>),
+}
+
+/// The one of `listed` named exactly `name`, as openstacksdk's `Resource.find` chooses
+/// (`_get_one_match`: several matches are an error, not a choice).
+fn one_named(listed: Vec<Named>, name: &str) -> Found {
+    let mut ids: Vec<String> = listed
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(name))
+        .map(|n| n.id)
+        .collect();
+    match ids.len() {
+        0 => Found::Nothing,
+        1 => Found::One(ids.remove(0)),
+        _ => Found::Several(ids),
+    }
+}
+
+fn bad_answer(api: &'static str, what: &str, e: serde_json::Error) -> CloudError {
+    CloudError::from_status(api, 502, "BadAnswer", format!("{what}: {e}"), None)
+}
+
+/// One page of `GET /servers/detail`.
+#[derive(Debug, Deserialize)]
+struct ServerPage {
+    #[serde(default)]
+    servers: Vec<Listed>,
+    #[serde(default)]
+    servers_links: Vec<Link>,
+}
+
+/// A server as a list shows it: what a sweep reads.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Listed {
+    /// The server's id.
+    pub(crate) id: String,
+    /// Its status (`ACTIVE`, `BUILD`, ...).
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+    /// Its metadata (weft's marks among them).
+    #[serde(default)]
+    pub(crate) metadata: Option<Value>,
+}
+
+impl Nova<'_> {
+    /// Every server of the project, page by page: the first page without a marker, then each
+    /// page after the previous one's `next` marker, until a page has no `next` link.
+    pub(crate) async fn all_servers(&self) -> Result<Vec<Listed>, CloudError> {
+        let (mut all, mut marker) = (Vec::new(), None::<String>);
+        loop {
+            let query: Vec<(&str, &str)> = match &marker {
+                Some(m) => vec![("marker", m.as_str())],
+                None => Vec::new(),
+            };
+            let a = self
+                .call(Method::GET, "/servers/detail", &query, None)
+                .await?;
+            let page: ServerPage = serde_json::from_value(a.body).map_err(|e| {
+                CloudError::from_status("nova", 502, "BadAnswer", format!("servers: {e}"), None)
+            })?;
+            all.extend(page.servers);
+            match next_marker(&page.servers_links) {
+                // A marker that does not move would loop for ever.
+                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
+                _ => return Ok(all),
+            }
+        }
+    }
+}
+
+impl Nova<'_> {
+    /// Whether `GET {path}` finds the resource (404: no; other failures are errors).
+    async fn exists(&self, api: Api, path: &str) -> Result<bool, CloudError> {
+        match self.call_on(api, Method::GET, path, &[], None).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.status == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The flavor `value` names: the flavor with that id, else the one with that exact name
+    /// among all flavors (`GET /flavors/detail`, page by page; Nova has no name filter).
+    pub(crate) async fn find_flavor(&self, value: &str) -> Result<Found, CloudError> {
+        if self
+            .exists(Api::Compute, &format!("/flavors/{}", path_part(value)))
+            .await?
+        {
+            return Ok(Found::One(value.to_string()));
+        }
+        let (mut all, mut marker) = (Vec::new(), None::<String>);
+        loop {
+            let query: Vec<(&str, &str)> = marker.iter().map(|m| ("marker", m.as_str())).collect();
+            let a = self
+                .call(Method::GET, "/flavors/detail", &query, None)
+                .await?;
+            let page: FlavorPage =
+                serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "flavors", e))?;
+            all.extend(page.flavors);
+            match next_marker(&page.flavors_links) {
+                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
+                _ => return Ok(one_named(all, value)),
+            }
+        }
+    }
+
+    /// The image `value` names in Glance: the image with that id, else the one with that exact
+    /// name (`GET /v2/images?name=`, page by page). Without an image service in the catalog,
+    /// `value` is taken as an id and Nova checks it.
+    pub(crate) async fn find_image(&self, value: &str) -> Result<Found, CloudError> {
+        if !self.session.has_image_service().await?
+            || self
+                .exists(Api::Image, &format!("/v2/images/{}", path_part(value)))
+                .await?
+        {
+            return Ok(Found::One(value.to_string()));
+        }
+        let (mut all, mut marker) = (Vec::new(), None::<String>);
+        loop {
+            let mut query = vec![("name", value)];
+            query.extend(marker.iter().map(|m| ("marker", m.as_str())));
+            let a = self
+                .call_on(Api::Image, Method::GET, "/v2/images", &query, None)
+                .await?;
+            let page: ImagePage =
+                serde_json::from_value(a.body).map_err(|e| bad_answer("glance", "images", e))?;
+            all.extend(page.images);
+            match page.next.as_deref().and_then(marker_of) {
+                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
+                _ => return Ok(one_named(all, value)),
+            }
+        }
+    }
+}
+
 /// Compares two OpenSSH public keys by type and key data (comments differ).
 fn same_key(a: &str, b: &str) -> bool {
     let parts = |k: &str| k.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
@@ -446,6 +718,30 @@ mod tests {
             subject_token: None,
         });
         assert!(!e.retryable);
+    }
+
+    #[test]
+    fn the_next_marker_comes_from_the_next_link() {
+        let links = |v: Value| serde_json::from_value::<Vec<Link>>(v).unwrap();
+        let l = links(json!([{"rel": "next",
+            "href": "http://nova:8774/v2.1/servers/detail?limit=2&marker=ab-12"}]));
+        assert_eq!(next_marker(&l).as_deref(), Some("ab-12"));
+        assert_eq!(next_marker(&links(json!([]))), None);
+        let prev = links(json!([{"rel": "previous", "href": "http://n/x?marker=z"}]));
+        assert_eq!(next_marker(&prev), None);
+        assert_eq!(
+            marker_of("/v2/images?name=a&marker=i-9").as_deref(),
+            Some("i-9")
+        );
+        let named = |v: Value| serde_json::from_value::<Vec<Named>>(v).unwrap();
+        let two = json!([{"id": "a", "name": "x"}, {"id": "b", "name": "x"}, {"id": "c"}]);
+        assert_eq!(
+            one_named(named(two.clone()), "x"),
+            Found::Several(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(one_named(named(two.clone()), "X"), Found::Nothing);
+        let one = json!([{"id": "a", "name": "x"}, {"id": "b", "name": "xy"}]);
+        assert_eq!(one_named(named(one), "x"), Found::One("a".into()));
     }
 
     #[test]

@@ -43,6 +43,12 @@ pub(crate) const PASSWORD: &str = "weft-user-secret";
 pub(crate) const PROJECT: &str = "weft-test";
 pub(crate) const IMAGE: &str = "9f1c7ab2-0b39-4f35-9d0f-debian12";
 pub(crate) const FLAVOR: &str = "2";
+/// The name of the image `IMAGE` in the fake Glance.
+const IMAGE_NAME: &str = "debian-12-genericcloud";
+/// Two images share this name (Glance allows it).
+const TWIN_IMAGES: &str = "ubuntu-24.04";
+/// The name of the flavor `FLAVOR`.
+const FLAVOR_NAME: &str = "m1.small";
 /// An address nothing listens on: endpoints the provider must not choose point here.
 const NOWHERE: &str = "http://127.0.0.1:9";
 
@@ -210,9 +216,10 @@ impl Keystone {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
-    /// A project, a member user, an application credential of that user, and the compute
-    /// service: public `RegionOne` at `nova`, the rest nowhere.
-    async fn bootstrap(&self, nova: &str) -> Account {
+    /// A project, a member user, an application credential of that user, the compute service
+    /// (public `RegionOne` at `nova`, the rest nowhere) and the image service (public
+    /// `RegionOne` at `image`, `RegionTwo` nowhere).
+    async fn bootstrap(&self, nova: &str, image: &str) -> Account {
         use reqwest::Method;
         let admin = self.token("admin", ADMIN_PASSWORD, "admin").await;
         let project = self
@@ -267,10 +274,23 @@ impl Keystone {
             json!({"region": {"id": "RegionTwo"}}),
         )
         .await;
-        for (interface, region, url) in [
-            ("public", "RegionOne", nova.to_string()),
-            ("internal", "RegionOne", format!("{NOWHERE}/v2.1")),
-            ("public", "RegionTwo", format!("{NOWHERE}/v2.1")),
+        let glance = self
+            .admin(
+                &admin,
+                Method::POST,
+                "/services",
+                json!({"service": {"type": "image", "name": "glance"}}),
+            )
+            .await["service"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for (service, interface, region, url) in [
+            (&service, "public", "RegionOne", nova.to_string()),
+            (&service, "internal", "RegionOne", format!("{NOWHERE}/v2.1")),
+            (&service, "public", "RegionTwo", format!("{NOWHERE}/v2.1")),
+            (&glance, "public", "RegionOne", image.to_string()),
+            (&glance, "public", "RegionTwo", NOWHERE.to_string()),
         ] {
             self.admin(
                 &admin,
@@ -365,6 +385,12 @@ pub(crate) struct Counters {
     pub(crate) posts: AtomicUsize,
     pub(crate) refused: AtomicUsize,
     faults_answered: AtomicUsize,
+    /// Pages of `GET /servers/detail` answered.
+    pages: AtomicUsize,
+    /// Pages of `GET /flavors/detail` answered.
+    flavor_pages: AtomicUsize,
+    /// Requests to the image service (Glance).
+    glance: AtomicUsize,
 }
 
 struct NovaState {
@@ -380,6 +406,14 @@ struct NovaState {
     counters: Counters,
     posted: Notify,
     seq: AtomicUsize,
+    /// Nova's `max_limit`: the most servers one page of a list holds (1000 by default).
+    max_limit: AtomicUsize,
+    /// The user data each server was made with, decoded (server id -> text).
+    user_data: Mutex<BTreeMap<String, String>>,
+    /// The flavors (id, name), in Nova's order.
+    flavors: Vec<(String, String)>,
+    /// Glance's images (id, name).
+    images: Vec<(String, String)>,
 }
 
 type Shared = Arc<NovaState>;
@@ -577,6 +611,10 @@ fn name_matches(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// `GET /servers/detail`, paged as the compute API reference ("Paginated collections") and
+/// Nova's `_get_collection_links` say: newest first; at most `limit` servers, capped by the
+/// cloud's `max_limit`; a page that holds that many has a `servers_links` rel `next` whose
+/// `marker` is its last server's id; a marker Nova does not know is a 400.
 async fn list_servers(
     State(st): State<Shared>,
     headers: HeaderMap,
@@ -586,17 +624,43 @@ async fn list_servers(
         Ok(p) => p,
         Err(r) => return r,
     };
+    let max = st.max_limit.load(Ordering::SeqCst);
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .map_or(max, |l| l.min(max));
     let servers = st.servers.lock().unwrap();
-    let shown: Vec<Value> = servers
+    let matching: Vec<&FakeServer> = servers
         .iter()
+        .rev()
         .filter(|s| s.project == project)
         .filter(|s| {
             q.get("name")
                 .is_none_or(|p| name_matches(p, s.body["name"].as_str().unwrap_or("")))
         })
-        .map(|s| st.detail(s))
         .collect();
-    Json(json!({ "servers": shown })).into_response()
+    let start = match q.get("marker") {
+        None => 0,
+        Some(m) => match matching.iter().position(|s| &s.id == m) {
+            Some(i) => i + 1,
+            None => {
+                return nova_fault(
+                    StatusCode::BAD_REQUEST,
+                    "badRequest",
+                    &format!("marker [{m}] not found"),
+                )
+            }
+        },
+    };
+    let page: Vec<&FakeServer> = matching.into_iter().skip(start).take(limit).collect();
+    st.counters.pages.fetch_add(1, Ordering::SeqCst);
+    let mut answer = json!({ "servers": page.iter().map(|s| st.detail(s)).collect::<Vec<_>>() });
+    if !page.is_empty() && page.len() == limit {
+        let last = &page[page.len() - 1].id;
+        answer["servers_links"] = json!([{"rel": "next",
+            "href": format!("{}/servers/detail?limit={limit}&marker={last}", st.base)}]);
+    }
+    Json(answer).into_response()
 }
 
 async fn show_server(
@@ -670,6 +734,20 @@ async fn create_server(
     }) {
         return bad("Invalid input for field/attribute metadata.");
     }
+    // The create schema: `user_data` is a string in base64 format of at most 65535 characters
+    // (nova/api/openstack/compute/schemas/servers.py; API reference: "Must be Base64 encoded.
+    // Restricted to 65535 bytes").
+    let user_data = match s.get("user_data") {
+        None => None,
+        Some(Value::String(u)) if u.len() <= 65535 => {
+            use base64::Engine as _;
+            match base64::engine::general_purpose::STANDARD.decode(u) {
+                Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+                Err(_) => return bad("Invalid input for field/attribute user_data."),
+            }
+        }
+        Some(_) => return bad("Invalid input for field/attribute user_data."),
+    };
     let key_name = s.get("key_name").and_then(Value::as_str);
     if let Some(k) = key_name {
         if !st.keypairs.lock().unwrap().contains_key(k) {
@@ -711,6 +789,9 @@ async fn create_server(
         error,
         deleting: None,
     };
+    if let Some(u) = user_data {
+        st.user_data.lock().unwrap().insert(id.clone(), u);
+    }
     st.servers.lock().unwrap().push(server);
     st.counters.posts.fetch_add(1, Ordering::SeqCst);
     let hang = st.faults.lock().unwrap().hang_after_post;
@@ -810,6 +891,139 @@ async fn import_keypair(
     Json(json!({ "keypair": k })).into_response()
 }
 
+fn flavor_detail(id: &str, name: &str) -> Value {
+    json!({"id": id, "name": name, "ram": 2048, "vcpus": 1, "disk": 20, "swap": "",
+        "OS-FLV-EXT-DATA:ephemeral": 0, "rxtx_factor": 1.0, "os-flavor-access:is_public": true,
+        "links": []})
+}
+
+/// `GET /flavors/{id}`: the flavor with that id (never by name), else 404 itemNotFound.
+async fn show_flavor(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    match st.flavors.iter().find(|(i, _)| *i == id) {
+        Some((i, n)) => Json(json!({ "flavor": flavor_detail(i, n) })).into_response(),
+        None => nova_fault(
+            StatusCode::NOT_FOUND,
+            "itemNotFound",
+            &format!("Flavor {id} could not be found."),
+        ),
+    }
+}
+
+/// `GET /flavors/detail`: paged as the server list is (`limit`, `marker`, `flavors_links` rel
+/// `next` on a full page; Nova has no `name` filter for flavors).
+async fn list_flavors(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    st.counters.flavor_pages.fetch_add(1, Ordering::SeqCst);
+    let max = st.max_limit.load(Ordering::SeqCst);
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .map_or(max, |l| l.min(max));
+    let start = match q.get("marker") {
+        None => 0,
+        Some(m) => match st.flavors.iter().position(|(i, _)| i == m) {
+            Some(i) => i + 1,
+            None => {
+                return nova_fault(
+                    StatusCode::BAD_REQUEST,
+                    "badRequest",
+                    &format!("marker [{m}] not found"),
+                )
+            }
+        },
+    };
+    let page: Vec<&(String, String)> = st.flavors.iter().skip(start).take(limit).collect();
+    let mut answer =
+        json!({"flavors": page.iter().map(|(i, n)| flavor_detail(i, n)).collect::<Vec<_>>()});
+    if !page.is_empty() && page.len() == limit {
+        let last = &page[page.len() - 1].0;
+        answer["flavors_links"] = json!([{"rel": "next",
+            "href": format!("{}/flavors/detail?limit={limit}&marker={last}", st.base)}]);
+    }
+    Json(answer).into_response()
+}
+
+fn image_detail(id: &str, name: &str) -> Value {
+    json!({"id": id, "name": name, "status": "active", "visibility": "public",
+        "disk_format": "qcow2", "container_format": "bare", "self": format!("/v2/images/{id}"),
+        "schema": "/v2/schemas/image"})
+}
+
+/// Glance `GET /v2/images/{image_id}`: the image, else 404 (Glance answers a plain-text body).
+async fn show_image(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    st.counters.glance.fetch_add(1, Ordering::SeqCst);
+    match st.images.iter().find(|(i, _)| *i == id) {
+        Some((i, n)) => Json(image_detail(i, n)).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("404 Not Found\n\nNo image found with ID {id}\n\n   "),
+        )
+            .into_response(),
+    }
+}
+
+/// Glance `GET /v2/images`: filtered by exact `name`, at most `limit` (default 25, Glance's
+/// `limit_param_default`) a page, with `next` (a path with the `marker`) on a full page.
+async fn list_images(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    st.counters.glance.fetch_add(1, Ordering::SeqCst);
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(25)
+        .min(st.max_limit.load(Ordering::SeqCst));
+    let named: Vec<&(String, String)> = st
+        .images
+        .iter()
+        .filter(|(_, n)| q.get("name").is_none_or(|want| want == n))
+        .collect();
+    let start = match q.get("marker") {
+        None => 0,
+        Some(m) => match named.iter().position(|(i, _)| i == m) {
+            Some(i) => i + 1,
+            None => return (StatusCode::BAD_REQUEST, "Invalid marker").into_response(),
+        },
+    };
+    let page: Vec<&&(String, String)> = named.iter().skip(start).take(limit).collect();
+    let mut answer = json!({"images": page.iter().map(|(i, n)| image_detail(i, n)).collect::<Vec<_>>(),
+        "schema": "/v2/schemas/images", "first": "/v2/images"});
+    if !page.is_empty() && page.len() == limit {
+        let last = &page[page.len() - 1].0;
+        let name = q
+            .get("name")
+            .map(|n| format!("&name={n}"))
+            .unwrap_or_default();
+        answer["next"] = json!(format!("/v2/images?limit={limit}&marker={last}{name}"));
+    }
+    Json(answer).into_response()
+}
+
 /// A running fake Nova.
 pub(crate) struct Nova {
     state: Shared,
@@ -837,6 +1051,26 @@ impl Nova {
             counters: Counters::default(),
             posted: Notify::new(),
             seq: AtomicUsize::new(0),
+            max_limit: AtomicUsize::new(1000),
+            user_data: Mutex::new(BTreeMap::new()),
+            flavors: [
+                ("1", "m1.tiny"),
+                (FLAVOR, FLAVOR_NAME),
+                ("3", "m1.medium"),
+                // Flavor names are unique in Nova, but a name may be another flavor's id.
+                ("4", FLAVOR),
+                ("5", "m1.large"),
+            ]
+            .map(|(i, n)| (i.to_string(), n.to_string()))
+            .to_vec(),
+            images: [
+                (IMAGE, IMAGE_NAME),
+                ("3c5b70d2-8a7e-4c57-a1d9-7f0e5b1c2a01", TWIN_IMAGES),
+                ("3c5b70d2-8a7e-4c57-a1d9-7f0e5b1c2a02", TWIN_IMAGES),
+                ("3c5b70d2-8a7e-4c57-a1d9-7f0e5b1c2a03", "debian-12"),
+            ]
+            .map(|(i, n)| (i.to_string(), n.to_string()))
+            .to_vec(),
         });
         let api = Router::new()
             .route("/servers", post(create_server))
@@ -844,8 +1078,15 @@ impl Nova {
             .route("/servers/{id}", get(show_server).delete(delete_server))
             .route("/os-keypairs", post(import_keypair))
             .route("/os-keypairs/{name}", get(show_keypair))
+            .route("/flavors/detail", get(list_flavors))
+            .route("/flavors/{id}", get(show_flavor))
             .with_state(state.clone());
-        let app = Router::new().nest(prefix, api);
+        // Glance at the root of the same address (its catalog URL, unversioned as Glance's is).
+        let glance = Router::new()
+            .route("/v2/images", get(list_images))
+            .route("/v2/images/{id}", get(show_image))
+            .with_state(state.clone());
+        let app = Router::new().nest(prefix, api).merge(glance);
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -862,6 +1103,43 @@ impl Nova {
 
     pub(crate) fn servers(&self) -> usize {
         self.state.servers.lock().unwrap().len()
+    }
+
+    /// Makes a server in `project` behind weft's back, with `metadata`; answers its id.
+    fn plant(&self, project: &str, name: &str, metadata: Value) -> String {
+        let n = self.state.next();
+        let id = format!("70a5{n:04}-7a1b-4c2d-9e3f-00000000{n:04}");
+        let body = json!({"id": id, "name": name, "n": n, "metadata": metadata,
+            "tenant_id": project, "user_id": "someone", "image": {"id": IMAGE},
+            "flavor": {"id": FLAVOR}, "accessIPv4": "", "accessIPv6": "", "addresses": {},
+            "created": format!("2026-01-01T01:{:02}:{:02}Z", n / 60, n % 60)});
+        self.state.servers.lock().unwrap().push(FakeServer {
+            id: id.clone(),
+            project: project.into(),
+            body,
+            building: 0,
+            error: false,
+            deleting: None,
+        });
+        id
+    }
+
+    /// The ids of the servers the fake holds (of every project).
+    fn server_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .state
+            .servers
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn page_size(&self, n: usize) {
+        self.state.max_limit.store(n, Ordering::SeqCst);
     }
 
     fn tokens(&self) -> HashSet<String> {
@@ -881,7 +1159,9 @@ pub(crate) async fn cloud(expiration: u64) -> Option<(Keystone, Nova, Account)> 
         "/v2.1",
     )
     .await;
-    let account = ks.bootstrap(&nova.url).await;
+    let account = ks
+        .bootstrap(&nova.url, &format!("http://{}", nova.addr))
+        .await;
     Some((ks, nova, account))
 }
 
@@ -1091,8 +1371,10 @@ fn c_for(fields: &Map<String, Value>, node_id: &str) -> Map<String, Value> {
 
 #[tokio::test]
 async fn a_token_is_renewed_before_it_expires_and_once_when_refused() {
-    // Keystone issues tokens that last 8 seconds.
-    let Some((ks, nova, _)) = cloud(8).await else {
+    // Keystone issues tokens that last 15 seconds: CREATE (four calls, each token checked
+    // against Keystone by the fake) ends well before the token is renewed at 11 s, even on a
+    // loaded machine.
+    let Some((ks, nova, _)) = cloud(15).await else {
         return;
     };
     let p = NovaProvider::with_timing(Kind::OpenStack, fast());
@@ -1109,7 +1391,7 @@ async fn a_token_is_renewed_before_it_expires_and_once_when_refused() {
     let start = Instant::now();
     while ks.valid(&first).await {
         assert!(
-            start.elapsed() < Duration::from_secs(30),
+            start.elapsed() < Duration::from_secs(45),
             "token never expired"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1408,5 +1690,245 @@ async fn when_two_servers_were_made_for_a_node_create_keeps_the_oldest_and_delet
         left.iter().filter(|(_, deleting)| !deleting).count(),
         1,
         "{left:?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------------
+// Sweep
+
+/// Marks as weft's CREATE writes them.
+fn marks(node: &str, tenant: &str) -> Value {
+    json!({"weft-node": node, "weft-cluster": "5", "weft-tenant": tenant})
+}
+
+#[tokio::test]
+async fn openstack_sweep_pages_through_servers_and_deletes_only_this_tenant_s_orphans() {
+    let Some((ks, nova, account)) = cloud(3600).await else {
+        return;
+    };
+    nova.page_size(2);
+    let p = Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()));
+    let fields = password_fields(&ks);
+    let mut made = BTreeMap::new();
+    for node in ["live", "rogue"] {
+        let mut t = a_task(Action::Create, node, &config(&fields, "openstack", node));
+        t.tenant_id = "t1".into();
+        let out = p.create(&t).await.expect("create");
+        made.insert(node, out.result["providerid"].as_str().unwrap().to_string());
+    }
+    let theirs = nova.plant(&account.project_id, "theirs", marks("theirs", "t2"));
+    let unmarked = nova.plant(&account.project_id, "by-hand", json!({"owner": "ops"}));
+    let elsewhere = nova.plant("another-project", "x", marks("x", "t1"));
+    let pages = nova.count(|c| &c.pages);
+    let listed = p.machines(&fields).await.expect("machines");
+    let mut tenants: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|m| (m.node.as_str(), m.tenant.as_str()))
+        .collect();
+    tenants.sort();
+    assert_eq!(
+        tenants,
+        [("live", "t1"), ("rogue", "t1"), ("theirs", "t2")],
+        "CREATE marks the tenant; unmarked and other projects' servers are not listed"
+    );
+    assert_eq!(
+        nova.count(|c| &c.pages) - pages,
+        3,
+        "4 servers in pages of 2, the last one empty"
+    );
+    let req: weft_provisioner::sweep::SweepRequest = serde_json::from_value(json!({
+        "providertype": "openstack", "fields": fields, "tenant": "t1", "live": ["live"],
+        "delete": true}))
+    .unwrap();
+    let report = weft_provisioner::sweep::sweep(p.clone(), &req)
+        .await
+        .expect("sweep");
+    let found: Vec<&str> = report.machines.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(found, ["rogue"], "{report:?}");
+    assert_eq!(report.deleted, [made["rogue"].clone()], "{report:?}");
+    let mut left = vec![made["live"].clone(), theirs, unmarked, elsewhere];
+    left.sort();
+    assert_eq!(nova.server_ids(), left, "only the orphan went");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openstack_weft_provider_sweep_goes_through_the_server() {
+    let Some((ks, nova, account)) = cloud(3600).await else {
+        return;
+    };
+    nova.page_size(1);
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let rogue = |tenant: &str| {
+        for (node, t) in [("rogue", tenant), ("foreign", "another-tenant")] {
+            let id = nova.plant(&account.project_id, &format!("weft-{node}"), marks(node, t));
+            ids.lock().unwrap().push(id);
+        }
+    };
+    let p = Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()));
+    let (found, swept) =
+        crate::sweep::through_the_server(p, "openstack", password_fields(&ks), rogue).await;
+    let ids = ids.lock().unwrap().clone();
+    let found: Vec<&str> = found
+        .machines
+        .iter()
+        .map(|m| m.providerid.as_str())
+        .collect();
+    assert_eq!(found, [ids[0].as_str()], "only this tenant's orphan");
+    assert_eq!(swept.deleted, [ids[0].clone()], "{swept:?}");
+    assert_eq!(
+        nova.server_ids(),
+        [ids[1].clone()],
+        "the other tenant's stays"
+    );
+}
+
+#[tokio::test]
+async fn rackspace_lists_its_marked_servers_page_by_page() {
+    let (identity, nova) = rackspace().await;
+    nova.page_size(2);
+    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let fields = obj(
+        json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
+        "region": "DFW"}),
+    );
+    let mut want = Vec::new();
+    for i in 0..5 {
+        let node = format!("n{i}");
+        let id = nova.plant(RAX_TENANT, &node, marks(&node, "t1"));
+        want.push((id, node));
+    }
+    nova.plant(RAX_TENANT, "by-hand", json!({}));
+    let mut got: Vec<(String, String)> = p
+        .machines(&fields)
+        .await
+        .expect("machines")
+        .into_iter()
+        .map(|m| {
+            assert_eq!(
+                (m.providertype.as_str(), m.tenant.as_str()),
+                ("rackspace", "t1")
+            );
+            (m.providerid, m.node)
+        })
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    // The third page is full, so Nova links a fourth, empty one.
+    assert_eq!(nova.count(|c| &c.pages), 4, "6 servers in pages of 2");
+}
+
+// ------------------------------------------------------------------------------------------------
+// Image and flavor by name; user data
+
+/// CREATE for `node` with the image type's `image` and the hardware type's `flavor`.
+async fn create_with(
+    p: &NovaProvider,
+    fields: &Map<String, Value>,
+    node: &str,
+    [image, flavor]: [&str; 2],
+) -> Result<String, weft_provisioner::task::PluginError> {
+    let mut c = config(fields, "openstack", node);
+    c.insert("image".into(), json!(image));
+    c.insert("flavor".into(), json!(flavor));
+    let out = p.create(&a_task(Action::Create, node, &c)).await?;
+    Ok(out.result["providerid"].as_str().unwrap().to_string())
+}
+
+#[tokio::test]
+async fn openstack_image_and_flavor_are_found_by_id_then_by_exact_unique_name() {
+    let Some((ks, nova, _)) = cloud(3600).await else {
+        return;
+    };
+    nova.page_size(2);
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let fields = password_fields(&ks);
+    // The fake Nova takes only IMAGE and FLAVOR: a server made proves both were resolved.
+    create_with(&p, &fields, "by-name", [IMAGE_NAME, FLAVOR_NAME])
+        .await
+        .expect("image and flavor by name");
+    assert_eq!(
+        nova.count(|c| &c.flavor_pages),
+        3,
+        "5 flavors in pages of 2, all read"
+    );
+    assert!(nova.count(|c| &c.glance) >= 2, "Glance was asked");
+    // Flavor "4" is named "2": the flavor whose id is "2" wins, as openstacksdk's find does.
+    create_with(&p, &fields, "by-id", [IMAGE, FLAVOR])
+        .await
+        .expect("image and flavor by id");
+    assert_eq!(nova.count(|c| &c.posts), 2);
+
+    let e = create_with(&p, &fields, "twins", [TWIN_IMAGES, FLAVOR])
+        .await
+        .expect_err("an ambiguous image name");
+    assert!(!e.retryable, "{e}");
+    assert!(
+        e.message
+            .contains("image \"ubuntu-24.04\": 2 images have that name")
+            && e.message.contains("3c5b70d2-8a7e-4c57-a1d9-7f0e5b1c2a01")
+            && e.message.contains("3c5b70d2-8a7e-4c57-a1d9-7f0e5b1c2a02"),
+        "{e}"
+    );
+    for (image, flavor, field) in [
+        ("centos-stream-9", FLAVOR_NAME, "image"),
+        (IMAGE_NAME, "m9.huge", "flavor"),
+        // Names are exact: Glance's and Nova's, not prefixes or case-folded.
+        ("Debian-12-genericcloud", FLAVOR, "image"),
+        (IMAGE, "m1", "flavor"),
+    ] {
+        let e = create_with(&p, &fields, "missing", [image, flavor])
+            .await
+            .expect_err("a name nothing has");
+        let value = if field == "image" { image } else { flavor };
+        assert!(!e.retryable, "{e}");
+        assert!(
+            e.message.contains(&format!(
+                "{field} {value:?}: no {field} has that id or name"
+            )),
+            "{e}"
+        );
+    }
+    assert_eq!(nova.count(|c| &c.posts), 2, "no server for a bad name");
+}
+
+#[tokio::test]
+async fn openstack_user_data_goes_base64_encoded_and_is_refused_over_the_limit() {
+    let Some((ks, nova, _)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let mut fields = password_fields(&ks);
+    let script = "#cloud-config\nruncmd:\n  - [touch, /etc/weft-was-here]\n";
+    fields.insert("user_data".into(), json!(script));
+    let id = create_with(&p, &fields, "ud", [IMAGE, FLAVOR])
+        .await
+        .expect("create with user data");
+    assert_eq!(nova.state.user_data.lock().unwrap()[&id], script);
+    // 49149 bytes encode to 65532, the most under the limit; 49150 encode to 65536.
+    fields.insert("user_data".into(), json!("x".repeat(49149)));
+    let id = create_with(&p, &fields, "ud-max", [IMAGE, FLAVOR])
+        .await
+        .expect("user data at the limit");
+    assert_eq!(nova.state.user_data.lock().unwrap()[&id].len(), 49149);
+    fields.insert("user_data".into(), json!("x".repeat(49150)));
+    let e = create_with(&p, &fields, "ud-big", [IMAGE, FLAVOR])
+        .await
+        .expect_err("user data over the limit");
+    assert!(!e.retryable, "{e}");
+    assert!(
+        e.message
+            .contains("user_data is 65536 bytes base64-encoded"),
+        "{e}"
+    );
+    fields.insert("user_data".into(), json!(["not", "text"]));
+    let e = create_with(&p, &fields, "ud-bad", [IMAGE, FLAVOR])
+        .await
+        .expect_err("user data that is not text");
+    assert!(e.message.contains("user_data must be text"), "{e}");
+    assert_eq!(
+        nova.count(|c| &c.posts),
+        2,
+        "nothing sent for bad user data"
     );
 }

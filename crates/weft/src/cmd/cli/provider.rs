@@ -18,7 +18,8 @@ pub(crate) struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// List the machines weft marked for this tenant that belong to no live node (aws, docker).
+    /// List the machines weft marked for this tenant that belong to no live node (cloud and
+    /// docker providers; local and hostpool answer 400).
     Sweep {
         /// The provider whose account is searched.
         name: String,
