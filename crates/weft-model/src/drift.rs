@@ -107,7 +107,8 @@ pub struct DriftReport {
     /// One entry per node of the cluster.
     pub nodes: Vec<NodeDrift>,
     /// Machines with the cluster's marks that belong to no node of it (found when the check
-    /// started; only providers that can list their machines: aws, docker).
+    /// started; only providers that can list their machines: aws, docker, google, joyent,
+    /// openstack, rackspace).
     #[serde(default)]
     pub orphans: Vec<SweptMachine>,
     /// Why orphans could not be looked for, when they could not.
