@@ -597,6 +597,11 @@ impl Provider for AwsProvider {
                     };
                     (name.to_string(), field)
                 })
+                .chain(
+                    crate::throttle::declared_fields()
+                        .into_iter()
+                        .map(|(k, f)| (k.to_string(), f)),
+                )
                 .collect(),
             required: vec![["region", "access_key_id", "secret_access_key"]
                 .into_iter()

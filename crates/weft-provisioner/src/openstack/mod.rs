@@ -139,6 +139,8 @@ struct Settings {
     ssh_key: Option<String>,
     /// `user_data` as the admin wrote it (base64-encoded when the server is made).
     user_data: Option<String>,
+    /// The account's request budget (rate, burst; [`crate::throttle`]).
+    budget: (f64, f64),
 }
 
 /// The most bytes of `user_data`, base64-encoded, the compute API takes (API reference, Create
@@ -267,6 +269,7 @@ impl NovaProvider {
                 .and_then(Value::as_str)
                 .filter(|u| !u.trim().is_empty())
                 .map(str::to_string),
+            budget: crate::throttle::budget(f).map_err(PluginError::fatal)?,
         })
     }
 
@@ -279,6 +282,7 @@ impl NovaProvider {
             &s.interface,
             s.region.as_deref().unwrap_or(""),
             &s.creds.body().to_string(),
+            &format!("{:?}", s.budget),
         ] {
             h.update(part.as_bytes());
             h.update([0]);
@@ -288,13 +292,17 @@ impl NovaProvider {
         sessions
             .entry(key)
             .or_insert_with(|| {
-                Arc::new(Session::new(
-                    self.http.clone(),
-                    s.creds.clone(),
-                    &s.auth_url,
-                    s.interface.clone(),
-                    s.region.clone(),
-                ))
+                let (rate, burst) = s.budget;
+                Arc::new(
+                    Session::new(
+                        self.http.clone(),
+                        s.creds.clone(),
+                        &s.auth_url,
+                        s.interface.clone(),
+                        s.region.clone(),
+                    )
+                    .with_budget(rate, burst),
+                )
             })
             .clone()
     }
@@ -710,6 +718,7 @@ fn credential_fields(kind: Kind) -> Vec<(&'static str, FieldSchema)> {
 fn plugin_type(kind: Kind) -> PluginType {
     let mut fields = credential_fields(kind);
     fields.extend(server_fields());
+    fields.extend(crate::throttle::declared_fields());
     let required = match kind {
         Kind::OpenStack => vec!["auth_url"],
         Kind::Rackspace => vec!["username", "api_key", "region"],

@@ -122,6 +122,8 @@ pub struct Session {
     interface: String,
     region: Option<String>,
     live: tokio::sync::Mutex<Option<Live>>,
+    /// The account's request budget, shared by every worker that uses this session.
+    bucket: crate::throttle::Bucket,
 }
 
 impl Session {
@@ -143,7 +145,17 @@ impl Session {
             interface,
             region,
             live: tokio::sync::Mutex::new(None),
+            bucket: crate::throttle::Bucket::new(
+                crate::throttle::DEFAULT_RATE,
+                crate::throttle::DEFAULT_BURST,
+            ),
         }
+    }
+
+    /// The session with a request budget of `rate` calls a second and `burst` at once.
+    pub fn with_budget(mut self, rate: f64, burst: f64) -> Session {
+        self.bucket = crate::throttle::Bucket::new(rate, burst);
+        self
     }
 
     /// The current token and compute endpoint, asking for a new token when there is none or the
@@ -265,7 +277,12 @@ impl Session {
             if let Some(b) = body {
                 req = req.json(b);
             }
+            self.bucket.acquire().await;
             let a = send(api_name(api), req).await?;
+            // Over the limit (429; 413 from older Nova): every worker of the account waits.
+            if a.status == 429 || a.status == 413 {
+                self.bucket.throttled();
+            }
             if a.status == StatusCode::UNAUTHORIZED.as_u16() && !refused {
                 tracing::debug!(
                     api = api_name(api),
