@@ -1,14 +1,13 @@
-//! The EC2 calls the `aws` provider makes, over [`QueryClient`], each retried with a bounded
-//! back-off while its error is retryable: DescribeInstances (by id, or by tags), RunInstances,
-//! TerminateInstances, ImportKeyPair, DeleteKeyPair, GetConsoleOutput and DescribeImages (by
-//! id, or the newest of an owner's AMIs by name).
+//! The EC2 calls the `aws` provider makes, over [`QueryClient`], each one try (the cloud layer
+//! retries them): DescribeInstances (by id, or by tags), RunInstances, TerminateInstances,
+//! ImportKeyPair, DeleteKeyPair, GetConsoleOutput and DescribeImages (by id, or the newest of an
+//! owner's AMIs by name).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use super::client::QueryClient;
 use super::xml::Element;
-use crate::cloud::{with_retries, Backoff, CloudError};
+use crate::cloud::CloudError;
 
 /// The code EC2 answers for an instance id it does not know.
 pub const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
@@ -18,24 +17,6 @@ pub const AMI_NOT_FOUND: &str = "InvalidAMIID.NotFound";
 
 /// States of an instance that still is (or will be) a machine.
 pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
-
-/// How long calls are retried and waits last.
-#[derive(Debug, Clone, Copy)]
-pub struct Timing {
-    /// The first pause between tries (doubling up to `max`).
-    pub first: Duration,
-    /// The longest pause between tries.
-    pub max: Duration,
-    /// How long one call is retried at most.
-    pub call_budget: Duration,
-}
-
-impl Timing {
-    /// A back-off with these pauses, lasting `budget` from now.
-    pub fn backoff(&self, budget: Duration) -> Backoff {
-        Backoff::new(self.first, self.max, budget)
-    }
-}
 
 /// One instance as DescribeInstances or RunInstances shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -235,21 +216,16 @@ fn p(k: impl Into<String>, v: impl Into<String>) -> (String, String) {
 pub struct Ec2 {
     /// The signed query client of the region's EC2 endpoint.
     pub q: QueryClient,
-    /// How calls are retried.
-    pub timing: Timing,
 }
 
 impl Ec2 {
-    /// One call, retried while its error is retryable.
+    /// One call.
     pub async fn call(
         &self,
         action: &str,
         params: &[(String, String)],
     ) -> Result<Element, CloudError> {
-        with_retries(self.timing.backoff(self.timing.call_budget), || {
-            self.q.call(action, params)
-        })
-        .await
+        self.q.call(action, params).await
     }
 
     /// The instances carrying every tag of `tags`, in `states` (all states when empty), oldest

@@ -7,6 +7,8 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use super::ec2::{Ec2, InstanceProfile, RunSpec, AMI_NOT_FOUND};
+use crate::cloud::fields::Fields;
+use crate::cloud::{with_retries, SshAddress, Waits};
 use crate::task::PluginError;
 
 /// The most user data RunInstances takes, before base64 encoding (EC2 User Guide, "Run commands
@@ -57,18 +59,6 @@ impl ImageRef {
     }
 }
 
-/// How CONFIRM answers `access_v4`: field `ssh_address`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SshAddress {
-    /// The public address, else the private one (no field).
-    #[default]
-    PublicElsePrivate,
-    /// The public address; an instance without one is a fatal error.
-    Public,
-    /// The private address (a provisioner inside the VPC).
-    Private,
-}
-
 /// What the provider's fields add to RunInstances.
 #[derive(Debug, Clone, Default)]
 pub struct LaunchOptions {
@@ -97,25 +87,10 @@ fn bad(name: &str, what: impl std::fmt::Display) -> PluginError {
     PluginError::fatal(format!("provider field {name}: {what}"))
 }
 
-/// Field `ssh_address`: `public`, `private`, or absent.
-pub fn ssh_address(f: &Map<String, Value>) -> Result<SshAddress, PluginError> {
-    match text(f, "ssh_address")
-        .map(|s| s.to_ascii_lowercase())
-        .as_deref()
-    {
-        None => Ok(SshAddress::PublicElsePrivate),
-        Some("public") => Ok(SshAddress::Public),
-        Some("private") => Ok(SshAddress::Private),
-        Some(other) => Err(bad(
-            "ssh_address",
-            format!("{other:?} is neither public nor private"),
-        )),
-    }
-}
-
 /// The launch options of the provider's fields, each checked.
-pub fn launch_options(f: &Map<String, Value>) -> Result<LaunchOptions, PluginError> {
-    ssh_address(f)?;
+pub fn launch_options(fields: &Fields) -> Result<LaunchOptions, PluginError> {
+    SshAddress::read(fields)?;
+    let f = &fields.0;
     Ok(LaunchOptions {
         user_data_base64: user_data(f)?,
         instance_profile: text(f, "iam_instance_profile").map(|p| {
@@ -205,21 +180,24 @@ pub async fn resolve_image(
     ec2: &Ec2,
     image: &ImageRef,
     need_root: bool,
+    w: &Waits,
 ) -> Result<(String, Option<String>), PluginError> {
     match image {
         ImageRef::Id(id) if !need_root => Ok((id.clone(), None)),
-        ImageRef::Id(id) => match ec2.image(id).await? {
+        ImageRef::Id(id) => match with_retries(w.calls(), || ec2.image(id)).await? {
             Some(i) => Ok((i.id, i.root_device_name)),
             None => Err(PluginError::fatal(format!(
                 "image {id}: ec2: {AMI_NOT_FOUND}: EC2 does not know this AMI"
             ))),
         },
-        ImageRef::Named { owner, name } => match ec2.latest_image(owner, name).await? {
-            Some(i) => Ok((i.id, i.root_device_name)),
-            None => Err(PluginError::fatal(format!(
+        ImageRef::Named { owner, name } => {
+            match with_retries(w.calls(), || ec2.latest_image(owner, name)).await? {
+                Some(i) => Ok((i.id, i.root_device_name)),
+                None => Err(PluginError::fatal(format!(
                 "image {owner}/{name}: no AMI of owner {owner} matches the name filter {name:?}"
             ))),
-        },
+            }
+        }
     }
 }
 
@@ -228,8 +206,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn fields(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
+    fn fields(v: Value) -> Fields {
+        Fields(v.as_object().unwrap().clone())
     }
 
     #[test]

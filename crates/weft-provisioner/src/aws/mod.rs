@@ -26,14 +26,16 @@
 //!   the key pair `<name_prefix>-<tenant>-<cluster>`, and answers `ssh-auth` with its private half;
 //!   DELETE removes that key pair with the cluster's last instance. With `key_name`, the existing
 //!   key pair is used and `ssh_private_key` is answered as `ssh-auth`. With neither, no key.
-//! - **CONFIRM** polls DescribeInstances with a bounded back-off until the instance is `running`
-//!   with a private address; it answers the private address as `bind_v4` and, as `access_v4`, the
-//!   one `ssh_address` names (default: the public one, else the private). The SSH host key is read from the console (cloud-init's `BEGIN
-//!   SSH HOST KEY KEYS` block) when GetConsoleOutput has it; otherwise none is recorded and the
-//!   first SSH contact is trusted (the SSH transport warns that it does not check).
+//! - **CONFIRM** waits until the instance is `running` with a private address; the SSH host key
+//!   is read from the console (cloud-init's `BEGIN SSH HOST KEY KEYS` block) when
+//!   GetConsoleOutput has it; otherwise none is recorded and the first SSH contact is trusted (the
+//!   SSH transport warns that it does not check).
 //! - **DELETE** terminates the `providerid` and every live instance with the node's tags;
 //!   `InvalidInstanceID.NotFound` is success; it waits until each is `shutting-down` or
 //!   `terminated`.
+//!
+//! The lifecycle itself (look before launch, twins, waits, sweep) is the cloud layer's
+//! ([`crate::cloud`]); this module is EC2's side of it.
 //! - **Errors**: throttling and 5xx are retried with back-off (see [`client`]); auth, quota and
 //!   bad parameters fail at once with AWS's code and message. Credentials never reach logs,
 //!   errors or task output.
@@ -44,25 +46,27 @@ pub mod launch;
 pub mod sigv4;
 pub mod xml;
 
-use std::collections::BTreeSet;
-use std::time::Duration;
-
 use async_trait::async_trait;
 use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::ssh_key::LineEnding;
 use russh::keys::PrivateKey;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType, SweptMachine};
+use weft_model::PluginType;
 
 use self::client::{ec2_endpoint, QueryClient, EC2_VERSION};
-use self::ec2::{Ec2, Instance, RunSpec, Timing, LIVE_STATES};
-use self::launch::{ImageRef, SshAddress};
+use self::ec2::{Ec2, Instance, RunSpec, LIVE_STATES};
+use self::launch::ImageRef;
 use self::sigv4::Credentials;
-use crate::cloud::{poll_until, CloudError, Poll};
-use crate::plugin::{status_output, Provider};
-use crate::ssh;
-use crate::task::{PluginError, PluginResult, Task, TaskOutput};
+use crate::cloud::fields::{plugin_type, Declared, Fields};
+use crate::cloud::{
+    with_retries, Addresses, Cloud, CloudError, CloudProvider, Confirmed, Launched, Login, Machine,
+    Marks, Prepared, State, Waits,
+};
+use crate::task::{PluginError, Task};
+use crate::throttle::Buckets;
+
+pub use crate::cloud::Timing;
 
 /// The provider type name.
 pub const NAME: &str = "aws";
@@ -72,26 +76,32 @@ pub const TAG_NODE: &str = "weft:node";
 pub const TAG_CLUSTER: &str = "weft:cluster";
 /// The tag holding the id of the tenant an instance belongs to (`-` when the task named none).
 pub const TAG_TENANT: &str = "weft:tenant";
-/// How long CONFIRM waits for `running` at most (and never longer than the task's time-out).
-pub const CONFIRM_LIMIT: Duration = Duration::from_secs(600);
-/// How long DELETE waits for `shutting-down` at most.
-pub const DELETE_LIMIT: Duration = Duration::from_secs(300);
 
 /// The `aws` provider.
-#[derive(Debug, Clone)]
-pub struct AwsProvider {
-    http: reqwest::Client,
-    timing: Timing,
-    confirm_limit: Duration,
-    delete_limit: Duration,
-    /// Each account's request budget ([`crate::throttle`]), shared by every worker.
-    buckets: crate::throttle::Buckets,
+pub type AwsProvider = CloudProvider<Aws>;
+
+impl AwsProvider {
+    /// A provider with the default [`Timing`].
+    pub fn new() -> AwsProvider {
+        CloudProvider::of(Aws {
+            http: reqwest::Client::new(),
+            buckets: Buckets::default(),
+        })
+    }
 }
 
 impl Default for AwsProvider {
     fn default() -> Self {
         AwsProvider::new()
     }
+}
+
+/// EC2, as the cloud layer drives it.
+#[derive(Debug, Clone)]
+pub struct Aws {
+    http: reqwest::Client,
+    /// Each account's request budget ([`crate::throttle`]), shared by every worker.
+    buckets: Buckets,
 }
 
 /// How a node's machine is reached over SSH.
@@ -109,52 +119,55 @@ enum KeyPlan {
     },
 }
 
-/// A field of the task's provider, trimmed; `None` when missing or empty.
-fn field(fields: &Map<String, Value>, name: &str) -> Option<String> {
-    match fields.get(name)? {
-        Value::String(s) => Some(s.trim().to_string()).filter(|s| !s.is_empty()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
+/// A key pair to import: its name and public key (OpenSSH).
+type KeyPair = (String, String);
+
+/// One region of one account, and the provider's fields.
+pub struct Account {
+    /// The region's EC2 API.
+    pub ec2: Ec2,
+    fields: Fields,
 }
 
-fn required(fields: &Map<String, Value>, name: &str) -> Result<String, PluginError> {
-    field(fields, name)
-        .ok_or_else(|| PluginError::fatal(format!("provider field {name} is missing")))
+/// What CREATE launches: the RunInstances request, the node it is for (its client token is
+/// derived from them) and the key pair to import again if EC2 lost it.
+pub struct Launch {
+    spec: RunSpec,
+    marks: Marks,
+    import: Option<KeyPair>,
 }
 
-/// The tags that name a task's node.
-pub fn node_tags(task: &Task) -> Vec<(String, String)> {
-    let or_dash = |s: &str| {
-        if s.is_empty() {
-            "-".to_string()
-        } else {
-            s.to_string()
-        }
-    };
+/// The tags that name a node.
+fn node_tags(marks: &Marks) -> Vec<(String, String)> {
     vec![
-        (TAG_NODE.into(), or_dash(&task.node_id)),
-        (TAG_CLUSTER.into(), or_dash(&task.cluster_id)),
-        (TAG_TENANT.into(), or_dash(&task.tenant_id)),
+        (TAG_NODE.into(), marks.node.clone()),
+        (TAG_CLUSTER.into(), marks.cluster.clone()),
+        (TAG_TENANT.into(), marks.tenant.clone()),
     ]
 }
 
 /// The RunInstances client token of a node's launch: at most 64 characters, the same for every
 /// retry of the same launch; `after` is the instance of the node's previous life (or empty).
-pub fn client_token(task: &Task, ami: &str, instance_type: &str, after: &str) -> String {
+pub fn client_token(marks: &Marks, ami: &str, instance_type: &str, after: &str) -> String {
+    let part = |s: &str| {
+        if s == "-" {
+            String::new()
+        } else {
+            s.to_string()
+        }
+    };
     let mut h = Sha256::new();
-    for part in [
+    for p in [
         "weft aws provider token v1",
-        &task.tenant_id,
-        &task.cluster_id,
-        &task.node_id,
+        &part(&marks.tenant),
+        &part(&marks.cluster),
+        &part(&marks.node),
         ami,
         instance_type,
         after,
     ] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part.as_bytes());
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p.as_bytes());
     }
     format!("weft-{}", &hex::encode(h.finalize())[..40])
 }
@@ -172,9 +185,17 @@ pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {
     key
 }
 
-/// Keeps letters, digits, `-`, `_` and `.`; the rest becomes `-`.
-fn name_part(s: &str) -> String {
-    s.chars()
+/// The key pair a cluster's key is imported as: `<name_prefix>-<tenant>-<cluster>`, characters
+/// other than letters, digits, `-`, `_` and `.` as `-`.
+pub fn key_pair_name(fields: &Fields, task: &Task) -> String {
+    let prefix = fields.text("name_prefix").unwrap_or_else(|| "weft".into());
+    let tenant = if task.tenant_id.is_empty() {
+        "-"
+    } else {
+        &task.tenant_id
+    };
+    format!("{prefix}-{tenant}-{}", task.cluster_id)
+        .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
                 c
@@ -185,126 +206,44 @@ fn name_part(s: &str) -> String {
         .collect()
 }
 
-/// The key pair a cluster's key is imported as.
-pub fn key_pair_name(task: &Task) -> String {
-    let prefix = field(&task.provider_fields(), "name_prefix").unwrap_or_else(|| "weft".into());
-    let tenant = if task.tenant_id.is_empty() {
-        "-"
-    } else {
-        &task.tenant_id
-    };
-    name_part(&format!("{prefix}-{tenant}-{}", task.cluster_id))
-}
-
-fn providerid(task: &Task) -> Option<String> {
-    task.config_str("providerid")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-}
-
 fn valid_instance_id(id: &str) -> bool {
     id.strip_prefix("i-").is_some_and(|h| {
         !h.is_empty() && h.len() <= 32 && h.chars().all(|c| c.is_ascii_alphanumeric())
     })
 }
 
-fn truthy(v: Option<String>) -> bool {
-    v.is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "1"))
+/// An instance as the cloud layer reads it.
+fn machine(i: Instance) -> Machine {
+    let state = match i.state.as_str() {
+        "running" => State::Running,
+        "pending" | "" => State::Pending,
+        "shutting-down" | "terminated" => State::Gone,
+        _ => State::Stopped,
+    };
+    Machine {
+        marks: Marks::read(
+            |k| i.tags.get(k).cloned(),
+            [TAG_NODE, TAG_CLUSTER, TAG_TENANT],
+        ),
+        id: i.id,
+        state,
+        status: i.state,
+        addresses: Addresses {
+            public: i.public_ip,
+            private: i.private_ip,
+        },
+    }
 }
 
-impl AwsProvider {
-    /// A provider with the default limits ([`CONFIRM_LIMIT`], [`DELETE_LIMIT`]) and call retries
-    /// (1 s doubling up to 20 s, for at most 2 minutes per call).
-    pub fn new() -> AwsProvider {
-        AwsProvider {
-            http: reqwest::Client::new(),
-            timing: Timing {
-                first: Duration::from_secs(1),
-                max: Duration::from_secs(20),
-                call_budget: Duration::from_secs(120),
-            },
-            confirm_limit: CONFIRM_LIMIT,
-            delete_limit: DELETE_LIMIT,
-            buckets: crate::throttle::Buckets::default(),
-        }
-    }
-
-    /// How calls are retried (tests shorten it).
-    pub fn with_timing(mut self, timing: Timing) -> AwsProvider {
-        self.timing = timing;
-        self
-    }
-
-    /// How long CONFIRM and DELETE wait at most.
-    pub fn with_limits(mut self, confirm: Duration, delete: Duration) -> AwsProvider {
-        self.confirm_limit = confirm;
-        self.delete_limit = delete;
-        self
-    }
-
-    /// The EC2 client of a task's provider fields.
-    pub fn ec2(&self, task: &Task) -> Result<Ec2, PluginError> {
-        self.ec2_for(&task.provider_fields(), task.timeout)
-    }
-
-    /// The EC2 client of provider fields; calls are retried for at most `limit`.
-    pub fn ec2_for(&self, f: &Map<String, Value>, limit: Duration) -> Result<Ec2, PluginError> {
-        let region = required(f, "region")?;
-        if !region
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        {
-            return Err(PluginError::fatal(format!(
-                "provider field region {region:?} is not a region name"
-            )));
-        }
-        let creds = Credentials {
-            access_key_id: required(f, "access_key_id")?,
-            secret_access_key: required(f, "secret_access_key")?,
-            session_token: field(f, "session_token"),
-        };
-        let endpoint = field(f, "endpoint").unwrap_or_else(|| ec2_endpoint(&region));
-        let (rate, burst) = crate::throttle::budget(f).map_err(PluginError::fatal)?;
-        let account = format!("{endpoint} {region} {}", creds.access_key_id);
-        let bucket = self.buckets.of(&account, rate, burst);
-        let q = QueryClient::new(
-            self.http.clone(),
-            &endpoint,
-            &region,
-            "ec2",
-            EC2_VERSION,
-            creds,
-        )
-        .map_err(|e| PluginError::fatal(format!("provider field endpoint: {e}")))?
-        .with_bucket(bucket);
-        Ok(Ec2 {
-            q,
-            timing: Timing {
-                call_budget: self.timing.call_budget.min(limit),
-                ..self.timing
-            },
-        })
-    }
-
-    /// Every live instance carrying a `weft:node` tag (whatever its value), oldest first: what
-    /// `weft provider sweep` compares with the live nodes.
-    pub async fn tagged_instances(
-        &self,
-        fields: &Map<String, Value>,
-    ) -> Result<Vec<Instance>, PluginError> {
-        let ec2 = self.ec2_for(fields, self.timing.call_budget)?;
-        Ok(ec2.instances_with_tag_key(TAG_NODE, LIVE_STATES).await?)
-    }
-
+impl Account {
     fn key_plan(&self, task: &Task) -> Result<KeyPlan, PluginError> {
-        let f = task.provider_fields();
-        if truthy(field(&f, "import_key")) {
-            let seed = field(&f, "sshkeyseed").ok_or_else(|| {
+        let f = &self.fields;
+        if f.flag("import_key")? == Some(true) {
+            let seed = f.text("sshkeyseed").ok_or_else(|| {
                 PluginError::fatal("provider field sshkeyseed is missing (import_key needs it)")
             })?;
             return Ok(KeyPlan::Import {
-                name: key_pair_name(task),
+                name: key_pair_name(f, task),
                 key: Box::new(cluster_key(
                     seed.as_bytes(),
                     &task.tenant_id,
@@ -312,236 +251,98 @@ impl AwsProvider {
                 )),
             });
         }
-        Ok(match field(&f, "key_name") {
+        Ok(match f.text("key_name") {
             Some(name) => KeyPlan::Existing {
                 name,
-                private: field(&f, "ssh_private_key"),
+                private: f.text("ssh_private_key"),
             },
             None => KeyPlan::None,
         })
     }
 
-    /// The instance of a node: found by tag, else launched (see the module doc).
-    async fn find_or_launch(
+    /// What to launch for the node: the AMI and instance type (the image and hardware types',
+    /// else the provider's defaults), the provider's subnet and security groups, the tags.
+    fn run_spec(&self, task: &Task) -> Result<RunSpec, PluginError> {
+        let f = &self.fields;
+        let mut tags = node_tags(&Marks::of(task));
+        if let Some(h) = task.config_str("hostname").filter(|h| !h.is_empty()) {
+            tags.push(("Name".into(), h.to_string()));
+        }
+        Ok(RunSpec {
+            ami: f.pick(task, "image", "ami")?,
+            instance_type: f.pick(task, "flavor", "instance_type")?,
+            subnet_id: f.text("subnet_id"),
+            security_group_ids: f.list("security_group_ids"),
+            tags,
+            ..Default::default()
+        })
+    }
+
+    /// The login of the node and the key pair to import, with the key pair's name set in `spec`.
+    fn launch_key(
         &self,
-        ec2: &Ec2,
         task: &Task,
-        mut spec: RunSpec,
-        import: Option<(&str, &str)>,
-        stdout: &mut String,
-    ) -> Result<Instance, PluginError> {
-        let tags = node_tags(task);
-        let mut backoff = self
-            .timing
-            .backoff(self.timing.call_budget.min(task.timeout));
-        let mut after = String::new();
-        let mut need_key = import.is_some();
-        for _ in 0..10 {
-            let found = ec2.instances_tagged(&tags, LIVE_STATES).await?;
-            if let Some((first, twins)) = found.split_first() {
-                for twin in twins {
-                    tracing::warn!(node_id = %task.node_id, instance = %twin.id, "terminating a twin instance");
-                    ec2.terminate(&twin.id).await?;
-                    stdout.push_str(&format!("twin instance {} terminated\n", twin.id));
-                }
-                stdout.push_str(&format!("instance {} exists ({})\n", first.id, first.state));
-                return Ok(first.clone());
+        spec: &mut RunSpec,
+    ) -> Result<(Option<Login>, Option<KeyPair>), PluginError> {
+        let user = task
+            .config_str("sshuser")
+            .filter(|u| !u.is_empty())
+            .unwrap_or("root")
+            .to_string();
+        let login = |key: String| Login {
+            user: user.clone(),
+            key,
+        };
+        Ok(match self.key_plan(task)? {
+            KeyPlan::None => (None, None),
+            KeyPlan::Import { name, key } => {
+                spec.key_name = Some(name.clone());
+                let public = key
+                    .public_key()
+                    .to_openssh()
+                    .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
+                let private = key
+                    .to_openssh(LineEnding::LF)
+                    .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
+                (Some(login(private.to_string())), Some((name, public)))
             }
-            if let (Some((name, public)), true) = (import, need_key) {
-                let made = ec2.import_key_pair(name, public).await?;
-                stdout.push_str(&format!(
-                    "key pair {name} {}\n",
-                    if made { "imported" } else { "exists" }
-                ));
-                need_key = false;
+            KeyPlan::Existing { name, private } => {
+                spec.key_name = Some(name);
+                (private.map(login), None)
             }
-            spec.client_token = client_token(task, &spec.ami, &spec.instance_type, &after);
-            let err = match ec2.run_instance(&spec).await {
-                Ok(inst) => match ec2.instance(&inst.id).await? {
-                    Some(now) if !now.is_live() => {
-                        // The token's instance is an earlier life of this node: chain a new token.
-                        after = inst.id;
-                        continue;
-                    }
-                    now => {
-                        tracing::info!(node_id = %task.node_id, instance = %inst.id, "instance launched");
-                        stdout.push_str(&format!(
-                            "instance {} launched ({} from {})\n",
-                            inst.id, spec.instance_type, spec.ami
-                        ));
-                        return Ok(now.unwrap_or(inst));
-                    }
-                },
-                Err(e) if e.code == "InvalidKeyPair.NotFound" && import.is_some() => {
-                    need_key = true;
-                    e.retryable(true)
-                }
-                Err(e) => e,
-            };
-            if !err.retryable || !backoff.wait(err.retry_after).await {
-                return Err(err.into());
-            }
-        }
-        Err(PluginError::retryable(format!(
-            "could not launch an instance for node {} (too many tries)",
-            task.node_id
-        )))
+        })
     }
 
-    /// Waits until every instance of `ids` is shutting down, terminated or unknown.
-    async fn wait_gone(&self, ec2: &Ec2, task: &Task, ids: &[String]) -> Result<(), PluginError> {
-        let budget = self.delete_limit.min(task.timeout);
-        poll_until(
-            "instances shutting down",
-            self.timing.backoff(budget),
-            || async {
-                for id in ids {
-                    if let Some(i) = ec2.instance(id).await? {
-                        if i.is_live() {
-                            return Ok(Poll::Pending(format!("{id} is {}", i.state)));
-                        }
-                    }
-                }
-                Ok(Poll::Ready(()))
-            },
-        )
-        .await
-    }
-
-    /// Deletes the cluster's imported key pair when no live instance of the cluster is left.
-    async fn drop_key_if_unused(&self, ec2: &Ec2, task: &Task) -> Result<String, PluginError> {
-        if !matches!(self.key_plan(task)?, KeyPlan::Import { .. }) {
-            return Ok(String::new());
-        }
-        let cluster = node_tags(task).split_off(1);
-        if !ec2
-            .instances_tagged(&cluster, LIVE_STATES)
-            .await?
-            .is_empty()
-        {
-            return Ok(String::new());
-        }
-        let name = key_pair_name(task);
-        ec2.delete_key_pair(&name).await?;
+    /// Imports the cluster's key pair (one already there is kept); answers what happened.
+    async fn import(
+        &self,
+        (name, public): &(String, String),
+        w: &Waits,
+    ) -> Result<String, CloudError> {
+        let made = with_retries(w.calls(), || self.ec2.import_key_pair(name, public)).await?;
         Ok(format!(
-            "key pair {name} deleted (the cluster's last instance is gone)\n"
+            "key pair {name} {}\n",
+            if made { "imported" } else { "exists" }
         ))
     }
 
     /// The SSH host keys the instance's console shows, if any (best effort: one try).
-    async fn host_keys(&self, ec2: &Ec2, id: &str) -> Option<Value> {
-        let console = match ec2
-            .q
-            .call("GetConsoleOutput", &[("InstanceId".into(), id.into())])
-            .await
-        {
-            Ok(root) => root.text_at(&["output"]).map(str::to_string),
+    async fn host_keys(&self, id: &str) -> Option<Value> {
+        let console = match self.ec2.console_output(id).await {
+            Ok(c) => c,
             Err(e) => {
                 tracing::debug!(instance = id, error = %e, "no console output");
                 None
             }
         }?;
-        use base64::Engine as _;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(console.split_whitespace().collect::<String>())
-            .ok()?;
-        let keys = ec2::console_host_keys(&String::from_utf8_lossy(&bytes));
+        let keys = ec2::console_host_keys(&console);
         (!keys.is_empty()).then(|| json!(keys))
     }
 }
 
-/// What to launch for the node: the AMI and instance type (the image and hardware types', else
-/// the provider's defaults), the provider's subnet and security groups, the node's tags.
-fn run_spec(task: &Task) -> Result<RunSpec, PluginError> {
-    let f = task.provider_fields();
-    let pick = |config: &str, admin: &str| {
-        task.config_str(config)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .or_else(|| field(&f, admin))
-    };
-    let instance_type = pick("flavor", "instance_type").ok_or_else(|| {
-        PluginError::fatal(
-            "no instance type: give the hardware type an aws flavor or the provider an instance_type",
-        )
-    })?;
-    let ami = pick("image", "ami").ok_or_else(|| {
-        PluginError::fatal("no AMI: give the image type an aws image or the provider an ami")
-    })?;
-    let mut tags = node_tags(task);
-    if let Some(h) = task.config_str("hostname").filter(|h| !h.is_empty()) {
-        tags.push(("Name".into(), h.to_string()));
-    }
-    Ok(RunSpec {
-        ami,
-        instance_type,
-        subnet_id: field(&f, "subnet_id"),
-        security_group_ids: field(&f, "security_group_ids")
-            .map(|s| {
-                s.split(',')
-                    .map(str::trim)
-                    .filter(|g| !g.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default(),
-        tags,
-        ..Default::default()
-    })
-}
-
-/// The address the provisioner reaches a running instance at (`access_v4`), as field
-/// `ssh_address` asks.
-fn access_address(inst: &Instance, how: SshAddress) -> Result<String, PluginError> {
-    let private = inst.private_ip.clone().unwrap_or_default();
-    match (how, &inst.public_ip) {
-        (SshAddress::Private, _) => Ok(private),
-        (_, Some(public)) => Ok(public.clone()),
-        (SshAddress::PublicElsePrivate, None) => Ok(private),
-        (SshAddress::Public, None) => Err(PluginError::fatal(format!(
-            "provider field ssh_address is public but instance {} has no public address \
-             (launch it in a subnet that assigns one, or set ssh_address to private)",
-            inst.id
-        ))),
-    }
-}
-
-/// The key pair an instance launches with.
-struct LaunchKey {
-    /// A key pair to import first: its name and public key.
-    import: Option<(String, String)>,
-    /// The private key the provisioner reaches the node with.
-    private: Option<String>,
-}
-
-/// The key pair the instance launches with (its name set in `spec`).
-fn launch_key(plan: &KeyPlan, spec: &mut RunSpec) -> Result<LaunchKey, PluginError> {
-    let (import, private) = match plan {
-        KeyPlan::None => (None, None),
-        KeyPlan::Import { name, key } => {
-            spec.key_name = Some(name.clone());
-            let public = key
-                .public_key()
-                .to_openssh()
-                .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
-            let private = key
-                .to_openssh(LineEnding::LF)
-                .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?
-                .to_string();
-            (Some((name.clone(), public)), Some(private))
-        }
-        KeyPlan::Existing { name, private } => {
-            spec.key_name = Some(name.clone());
-            (None, private.clone())
-        }
-    };
-    Ok(LaunchKey { import, private })
-}
-
 /// The provider's admin fields: name, label, tip, and whether the value is secret.
 #[rustfmt::skip]
-const ADMIN_FIELDS: [(&str, &str, &str, bool); 20] = [
+const FIELDS: [Declared; 19] = [
     ("region", "Region", "the EC2 region, e.g. us-east-1", false),
     ("access_key_id", "Access key id", "the IAM access key id", true),
     ("secret_access_key", "Secret access key", "the IAM secret access key", true),
@@ -561,262 +362,189 @@ const ADMIN_FIELDS: [(&str, &str, &str, bool); 20] = [
     ("root_volume_gb", "Root volume (GiB)", "the size of the root volume (default: the AMI's)", false),
     ("imdsv2", "Require IMDSv2", "true: the metadata service answers IMDSv2 sessions only (HttpTokens required)", false),
     ("availability_zone", "Availability zone", "e.g. us-east-1b (default: EC2 chooses; it must be the subnet's)", false),
-    ("ssh_address", "SSH address", "public or private: the address weft reaches nodes at (default: public, else private)", false),
 ];
 
-fn text_field(label: &str, tip: &str) -> FieldSchema {
-    FieldSchema {
-        label: label.into(),
-        field_type: "text".into(),
-        tip: Some(tip.into()),
-        ..Default::default()
-    }
-}
-
-fn secret_field(label: &str, tip: &str) -> FieldSchema {
-    FieldSchema {
-        label: label.into(),
-        field_type: "password".into(),
-        tip: Some(tip.into()),
-        sensitive: true,
-        ..Default::default()
-    }
-}
-
 #[async_trait]
-impl Provider for AwsProvider {
+impl Cloud for Aws {
+    const NAME: &'static str = NAME;
+    type Account = Account;
+    type Request = Launch;
+
     fn plugin_type(&self) -> PluginType {
-        let admin = ParamSpec {
-            fields: ADMIN_FIELDS
-                .into_iter()
-                .map(|(name, label, tip, secret)| {
-                    let field = if secret {
-                        secret_field(label, tip)
-                    } else {
-                        text_field(label, tip)
-                    };
-                    (name.to_string(), field)
-                })
-                .chain(
-                    crate::throttle::declared_fields()
-                        .into_iter()
-                        .map(|(k, f)| (k.to_string(), f)),
-                )
-                .collect(),
-            required: vec![["region", "access_key_id", "secret_access_key"]
-                .into_iter()
-                .map(str::to_string)
-                .collect()],
-        };
-        PluginType {
-            name: NAME.into(),
-            label: Some("AWS EC2".into()),
-            description: Some(
-                "nodes are EC2 instances, found by their weft tags, reached over SSH".into(),
-            ),
-            icon: None,
-            version: 1,
-            classname: None,
-            parameters: [
-                (ParameterType::Admin, admin),
-                (ParameterType::User, ParamSpec::default()),
-            ]
-            .into(),
-            resource_types: Default::default(),
-        }
+        plugin_type(
+            NAME,
+            "AWS EC2",
+            "nodes are EC2 instances, found by their weft tags, reached over SSH",
+            &FIELDS,
+            &["region", "access_key_id", "secret_access_key"],
+        )
     }
 
-    async fn create(&self, task: &Task) -> PluginResult {
-        let mut spec = run_spec(task)?;
-        let options = launch::launch_options(&task.provider_fields())?;
-        let image = ImageRef::parse(&spec.ami)?;
-        let ec2 = self.ec2(task)?;
-        let (ami, root_device) =
-            launch::resolve_image(&ec2, &image, options.root_volume_gb.is_some()).await?;
-        spec.ami = ami;
-        options.apply(&mut spec, root_device)?;
-        let plan = self.key_plan(task)?;
-        let LaunchKey { import, private } = launch_key(&plan, &mut spec)?;
-        let mut stdout = String::new();
-        let inst = self
-            .find_or_launch(
-                &ec2,
-                task,
-                spec,
-                import.as_ref().map(|(n, p)| (n.as_str(), p.as_str())),
-                &mut stdout,
-            )
-            .await?;
-        let user = task
-            .config_str("sshuser")
-            .filter(|u| !u.is_empty())
-            .unwrap_or("root");
-        let mut out = TaskOutput {
-            result: match &private {
-                Some(key) => ssh::results(user, key, None),
-                None => Map::new(),
-            },
-            stdout,
-            ..Default::default()
-        };
-        out.result.insert("providerid".into(), json!(inst.id));
-        Ok(out)
-    }
-
-    /// One DescribeInstances of the node's instance: unknown to EC2, shutting down or terminated
-    /// is missing; running is running; pending, stopping or stopped is stopped.
-    async fn status(&self, task: &Task) -> PluginResult {
-        let Some(id) = providerid(task).filter(|id| valid_instance_id(id)) else {
-            return Ok(status_output(
-                MachineState::Missing,
-                Some("no instance id: CREATE never answered".into()),
-            ));
-        };
-        let ec2 = self.ec2(task)?;
-        let (state, message) = match ec2.instance(&id).await? {
-            None => (
-                MachineState::Missing,
-                format!("instance {id} is not known to EC2"),
-            ),
-            Some(i) => {
-                let state = match i.state.as_str() {
-                    "running" => MachineState::Running,
-                    "shutting-down" | "terminated" => MachineState::Missing,
-                    _ => MachineState::Stopped,
-                };
-                (state, format!("instance {id} is {}", i.state))
-            }
-        };
-        Ok(status_output(state, Some(message)))
-    }
-
-    async fn confirm(&self, task: &Task) -> PluginResult {
-        let id = providerid(task)
-            .ok_or_else(|| PluginError::fatal("confirm: no providerid (was CREATE run?)"))?;
-        if !valid_instance_id(&id) {
+    fn account(&self, f: &Fields) -> Result<Account, PluginError> {
+        let region = f.required("region")?;
+        if !region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
             return Err(PluginError::fatal(format!(
-                "providerid {id:?} is not an instance id"
+                "provider field region {region:?} is not a region name"
             )));
         }
-        let how = launch::ssh_address(&task.provider_fields())?;
-        let ec2 = self.ec2(task)?;
-        let budget = self.confirm_limit.min(task.timeout);
-        let inst = poll_until(
-            &format!("instance {id} running"),
-            self.timing.backoff(budget),
-            || async {
-                let Some(i) = ec2.instance(&id).await? else {
-                    return Ok(Poll::Pending("not known to EC2 yet".into()));
-                };
-                match (i.state.as_str(), &i.private_ip) {
-                    ("running", Some(_)) => Ok(Poll::Ready(i)),
-                    ("pending" | "running", _) => Ok(Poll::Pending(i.state)),
-                    (other, _) => Err(CloudError::from_status(
-                        "ec2",
-                        409,
-                        "IncorrectInstanceState",
-                        format!("instance {id} is {other}"),
-                        None,
-                    )),
-                }
-            },
-        )
-        .await?;
-        let private = inst.private_ip.clone().unwrap_or_default();
-        let access = access_address(&inst, how)?;
-        let mut out = TaskOutput {
-            hostname: task
-                .config_str("hostname")
-                .filter(|h| !h.is_empty())
-                .map(str::to_string),
-            ipaddresses: Some(
-                [
-                    ("access_v4".to_string(), access.clone()),
-                    ("bind_v4".to_string(), private.clone()),
-                ]
-                .into(),
-            ),
-            stdout: format!("instance {id} running at {access} (private {private})\n"),
-            ..Default::default()
+        let creds = Credentials {
+            access_key_id: f.required("access_key_id")?,
+            secret_access_key: f.required("secret_access_key")?,
+            session_token: f.text("session_token"),
         };
-        match self.host_keys(&ec2, &id).await {
-            Some(keys) => {
-                out.stdout.push_str("ssh host keys read from the console\n");
-                out.result.insert("ssh_host_keys".into(), keys);
-            }
-            None => out
-                .stdout
-                .push_str("no ssh host key on the console: the first ssh contact is trusted\n"),
-        }
-        Ok(out)
+        let endpoint = f.text("endpoint").unwrap_or_else(|| ec2_endpoint(&region));
+        let (rate, burst) = crate::throttle::budget(&f.0).map_err(PluginError::fatal)?;
+        let account = format!("{endpoint} {region} {}", creds.access_key_id);
+        let q = QueryClient::new(
+            self.http.clone(),
+            &endpoint,
+            &region,
+            "ec2",
+            EC2_VERSION,
+            creds,
+        )
+        .map_err(|e| PluginError::fatal(format!("provider field endpoint: {e}")))?
+        .with_bucket(self.buckets.of(&account, rate, burst));
+        Ok(Account {
+            ec2: Ec2 { q },
+            fields: f.clone(),
+        })
     }
 
-    async fn machines(
+    fn valid_id(&self, id: &str) -> bool {
+        valid_instance_id(id)
+    }
+
+    async fn prepare(
         &self,
-        fields: &serde_json::Map<String, Value>,
-    ) -> Result<Vec<SweptMachine>, PluginError> {
-        tagged_machines(self, fields).await
-    }
-
-    async fn delete(&self, task: &Task) -> PluginResult {
-        let ec2 = self.ec2(task)?;
-        let mut ids = BTreeSet::new();
-        if let Some(id) = providerid(task) {
-            if valid_instance_id(&id) {
-                ids.insert(id);
-            } else {
-                tracing::warn!(task_id = %task.id, providerid = %id, "not an instance id; deleting by tag");
-            }
-        }
-        for i in ec2.instances_tagged(&node_tags(task), LIVE_STATES).await? {
-            ids.insert(i.id);
-        }
-        let mut stdout = String::new();
-        let mut gone = Vec::new();
-        for id in &ids {
-            if ec2.terminate(id).await? {
-                stdout.push_str(&format!("instance {id} terminating\n"));
-                gone.push(id.clone());
-            } else {
-                stdout.push_str(&format!("instance {id} does not exist\n"));
-            }
-        }
-        self.wait_gone(&ec2, task, &gone).await?;
-        if ids.is_empty() {
-            stdout.push_str("no instance to delete\n");
-        }
-        stdout.push_str(&self.drop_key_if_unused(&ec2, task).await?);
-        Ok(TaskOutput {
+        a: &Account,
+        task: &Task,
+        w: &Waits,
+    ) -> Result<Prepared<Launch>, PluginError> {
+        let mut spec = a.run_spec(task)?;
+        let options = launch::launch_options(&a.fields)?;
+        let image = ImageRef::parse(&spec.ami)?;
+        let need_root = options.root_volume_gb.is_some();
+        let (ami, root_device) = launch::resolve_image(&a.ec2, &image, need_root, w).await?;
+        spec.ami = ami;
+        options.apply(&mut spec, root_device)?;
+        let (login, import) = a.launch_key(task, &mut spec)?;
+        let stdout = match &import {
+            Some(k) => a.import(k, w).await?,
+            None => String::new(),
+        };
+        Ok(Prepared {
+            request: Launch {
+                spec,
+                marks: Marks::of(task),
+                import,
+            },
+            login,
             stdout,
-            ..Default::default()
+            result: Default::default(),
         })
     }
-}
 
-/// The live EC2 instances with a `weft:node` tag, for the provider fields `fields`.
-async fn tagged_machines(
-    p: &AwsProvider,
-    fields: &Map<String, Value>,
-) -> Result<Vec<SweptMachine>, PluginError> {
-    let tag = |i: &ec2::Instance, k: &str| i.tags.get(k).cloned().unwrap_or_default();
-    Ok(p.tagged_instances(fields)
-        .await?
-        .into_iter()
-        .map(|i| SweptMachine {
-            providertype: NAME.into(),
-            node: tag(&i, TAG_NODE),
-            cluster: tag(&i, TAG_CLUSTER),
-            tenant: tag(&i, TAG_TENANT),
-            providerid: i.id,
-            state: i.state,
+    /// RunInstances with a client token derived from the node and the launch, so a launch whose
+    /// answer was lost makes nothing new when sent again. A token EC2 answers with an instance
+    /// already terminated (an earlier life of the node, within the token's lifetime) is chained
+    /// into the next token, still deterministically.
+    async fn launch(&self, a: &Account, req: &Launch, w: &Waits) -> Result<Launched, PluginError> {
+        let mut spec = req.spec.clone();
+        let mut after = String::new();
+        let mut imported = false;
+        for _ in 0..5 {
+            spec.client_token = client_token(&req.marks, &spec.ami, &spec.instance_type, &after);
+            let inst = match a.ec2.run_instance(&spec).await {
+                Ok(i) => i,
+                Err(e) if e.code == "InvalidKeyPair.NotFound" && !imported => {
+                    let key = req.import.as_ref().ok_or(e)?;
+                    a.import(key, w).await?;
+                    imported = true;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match a.ec2.instance(&inst.id).await? {
+                Some(now) if !now.is_live() => after = inst.id,
+                _ => return Ok(Launched::Made(inst.id)),
+            }
+        }
+        Err(PluginError::retryable(
+            "RunInstances kept answering terminated instances",
+        ))
+    }
+
+    async fn find(&self, a: &Account, marks: &Marks) -> Result<Vec<Machine>, CloudError> {
+        let found = a
+            .ec2
+            .instances_tagged(&node_tags(marks), LIVE_STATES)
+            .await?;
+        Ok(found.into_iter().map(machine).collect())
+    }
+
+    async fn get(&self, a: &Account, id: &str) -> Result<Option<Machine>, CloudError> {
+        Ok(a.ec2.instance(id).await?.map(machine))
+    }
+
+    async fn terminate(&self, a: &Account, id: &str) -> Result<bool, CloudError> {
+        a.ec2.terminate(id).await
+    }
+
+    async fn marked(&self, a: &Account) -> Result<Vec<Machine>, CloudError> {
+        let all = a.ec2.instances_with_tag_key(TAG_NODE, LIVE_STATES).await?;
+        Ok(all.into_iter().map(machine).collect())
+    }
+
+    async fn confirmed(
+        &self,
+        a: &Account,
+        _task: &Task,
+        m: &Machine,
+        _w: &Waits,
+    ) -> Result<Confirmed, PluginError> {
+        Ok(match a.host_keys(&m.id).await {
+            Some(keys) => Confirmed {
+                result: [("ssh_host_keys".to_string(), keys)].into_iter().collect(),
+                stdout: "ssh host keys read from the console\n".into(),
+                public: None,
+            },
+            None => Confirmed {
+                stdout: "no ssh host key on the console: the first ssh contact is trusted\n".into(),
+                ..Default::default()
+            },
         })
-        .collect())
+    }
+
+    fn has_cluster_key(&self, a: &Account) -> bool {
+        a.fields.flag("import_key").ok().flatten() == Some(true)
+    }
+
+    async fn drop_cluster_key(
+        &self,
+        a: &Account,
+        task: &Task,
+        w: &Waits,
+    ) -> Result<String, PluginError> {
+        let name = key_pair_name(&a.fields, task);
+        with_retries(w.calls(), || a.ec2.delete_key_pair(&name)).await?;
+        Ok(format!(
+            "key pair {name} deleted (the cluster's last instance is gone)\n"
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::Provider;
     use crate::task::Action;
+    use serde_json::Map;
+    use std::time::Duration;
+    use weft_model::ParameterType;
 
     fn task(node: &str) -> Task {
         let mut t =
@@ -828,17 +556,18 @@ mod tests {
 
     #[test]
     fn tokens_are_per_node_and_launch_and_fit_ec2() {
-        let a = client_token(&task("n1"), "ami-1", "t3.small", "");
-        assert_eq!(a, client_token(&task("n1"), "ami-1", "t3.small", ""));
+        let m = |n: &str| Marks::of(&task(n));
+        let a = client_token(&m("n1"), "ami-1", "t3.small", "");
+        assert_eq!(a, client_token(&m("n1"), "ami-1", "t3.small", ""));
         assert!(a.len() <= 64 && a.is_ascii());
-        assert_ne!(a, client_token(&task("n2"), "ami-1", "t3.small", ""));
-        assert_ne!(a, client_token(&task("n1"), "ami-1", "t3.small", "i-0abc"));
-        assert_ne!(a, client_token(&task("n1"), "ami-2", "t3.small", ""));
+        assert_ne!(a, client_token(&m("n2"), "ami-1", "t3.small", ""));
+        assert_ne!(a, client_token(&m("n1"), "ami-1", "t3.small", "i-0abc"));
+        assert_ne!(a, client_token(&m("n1"), "ami-2", "t3.small", ""));
     }
 
     #[test]
     fn names_and_ids() {
-        assert_eq!(key_pair_name(&task("n1")), "weft-t1-c1");
+        assert_eq!(key_pair_name(&Fields::default(), &task("n1")), "weft-t1-c1");
         assert!(valid_instance_id("i-0123abcd"));
         assert!(
             !valid_instance_id("i-") && !valid_instance_id("weft-x") && !valid_instance_id("i-a/b")

@@ -1,14 +1,19 @@
 //! A small Compute Engine v1 client: get, list (by filter, page by page), insert and delete an
-//! instance of one zone, and read a zone operation. Every call carries a service-account access token (renewed once when the API
-//! answers 401); errors become [`CloudError`]s with Google's own reason and message.
+//! instance of one zone, and read a zone operation, with typed answers. Every call carries a
+//! service-account access token (renewed once when the API answers 401); errors become
+//! [`CloudError`]s with Google's own reason and message.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use reqwest::Method;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::auth::{ServiceAccount, TokenCache};
-use crate::cloud::{retry_after, CloudError};
+use crate::cloud::http::{send, Answer};
+use crate::cloud::CloudError;
+use crate::throttle::Bucket;
 
 /// The API's name in errors.
 pub const CLOUD: &str = "gce";
@@ -22,6 +27,146 @@ const RATE_REASONS: [&str; 3] = [
     "RATE_LIMIT_EXCEEDED",
 ];
 
+/// An instance as the API answers it (the fields weft reads).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    /// Its name (weft's id of it).
+    pub name: String,
+    /// `PROVISIONING`, `STAGING`, `RUNNING`, `STOPPING`, `TERMINATED`...
+    #[serde(default)]
+    pub status: String,
+    /// Its labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Its network interfaces.
+    #[serde(default)]
+    pub network_interfaces: Vec<Nic>,
+}
+
+/// A network interface of an instance.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Nic {
+    /// The internal address.
+    #[serde(default, rename = "networkIP")]
+    pub network_ip: Option<String>,
+    /// Its access configs (a one-to-one NAT gives the external address).
+    #[serde(default)]
+    pub access_configs: Vec<AccessConfig>,
+}
+
+/// An access config of a network interface.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessConfig {
+    /// The external address.
+    #[serde(default, rename = "natIP")]
+    pub nat_ip: Option<String>,
+}
+
+/// A zone operation.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Operation {
+    /// Its name.
+    pub name: String,
+    /// `PENDING`, `RUNNING` or `DONE`.
+    #[serde(default)]
+    pub status: String,
+    /// What went wrong, once it is done.
+    #[serde(default)]
+    pub error: Option<OperationErrors>,
+    /// The HTTP status the error stands for.
+    #[serde(default)]
+    pub http_error_status_code: Option<u16>,
+}
+
+/// The errors of a finished operation.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct OperationErrors {
+    /// Each error.
+    #[serde(default)]
+    pub errors: Vec<OperationError>,
+}
+
+/// One error of an operation.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct OperationError {
+    /// Google's code (`QUOTA_EXCEEDED`).
+    #[serde(default)]
+    pub code: String,
+    /// Google's message.
+    #[serde(default)]
+    pub message: String,
+}
+
+impl Operation {
+    /// What a finished operation says went wrong, if anything: its first error.
+    pub fn failure(&self) -> Option<CloudError> {
+        let first = self.error.as_ref()?.errors.first()?;
+        let code = if first.code.is_empty() {
+            "OPERATION_FAILED"
+        } else {
+            &first.code
+        };
+        let status = self.http_error_status_code.unwrap_or(400);
+        // The operation is over: trying again gives the same answer unless the zone was busy.
+        let busy = matches!(code, "ZONE_RESOURCE_POOL_EXHAUSTED" | "RESOURCE_NOT_READY");
+        Some(CloudError::from_status(CLOUD, status, code, &first.message, None).retryable(busy))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InstancePage {
+    #[serde(default)]
+    items: Vec<Instance>,
+    #[serde(default)]
+    next_page_token: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorBody {
+    #[serde(default)]
+    error: Option<ErrorDetail>,
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorDetail {
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    errors: Vec<ErrorReason>,
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorReason {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Reads a Google error answer: `{"error": {"code", "message", "errors": [{"reason"}]}}`.
+pub fn api_error(a: &Answer) -> CloudError {
+    let body: ErrorBody = serde_json::from_str(&a.text).unwrap_or_default();
+    let detail = body.error.unwrap_or_default();
+    let reason = detail
+        .errors
+        .into_iter()
+        .find_map(|e| e.reason)
+        .or(detail.status)
+        .unwrap_or_else(|| a.status.to_string());
+    let message = detail.message.unwrap_or_else(|| "no message".into());
+    let e = CloudError::from_status(CLOUD, a.status, reason.clone(), message, a.retry_after);
+    if RATE_REASONS.contains(&reason.as_str()) {
+        e.retryable(true)
+    } else {
+        e
+    }
+}
+
 /// One project and zone of the Compute API, as one service account.
 pub struct Zone<'a> {
     /// The HTTP client calls go through.
@@ -31,48 +176,25 @@ pub struct Zone<'a> {
     /// The service account calls are made as.
     pub account: &'a ServiceAccount,
     /// `<endpoint>/projects/<project>/zones/<zone>`.
-    pub base: String,
+    pub base: &'a str,
     /// The project's request budget, shared by every worker of the provisioner.
-    pub bucket: std::sync::Arc<crate::throttle::Bucket>,
-}
-
-/// Reads a Google error body: `{"error": {"code", "message", "errors": [{"reason"}]}}`.
-pub fn api_error(status: u16, body: &Value, retry: Option<Duration>) -> CloudError {
-    let err = body.get("error");
-    let message = err
-        .and_then(|e| e.get("message"))
-        .and_then(Value::as_str)
-        .unwrap_or("no message")
-        .to_string();
-    let reason = err
-        .and_then(|e| e.get("errors"))
-        .and_then(|e| e.get(0))
-        .and_then(|e| e.get("reason"))
-        .and_then(Value::as_str)
-        .or_else(|| err.and_then(|e| e.get("status")).and_then(Value::as_str))
-        .map(str::to_string)
-        .unwrap_or_else(|| status.to_string());
-    let e = CloudError::from_status(CLOUD, status, reason.clone(), message, retry);
-    if RATE_REASONS.contains(&reason.as_str()) {
-        e.retryable(true)
-    } else {
-        e
-    }
+    pub bucket: Arc<Bucket>,
 }
 
 impl Zone<'_> {
-    /// Sends one request (path relative to the zone); answers the status and the JSON body.
-    async fn send(
+    /// Sends one request (path relative to the zone). 2xx, 404 and 409 are answers; any other
+    /// status is an error (a 403 rate limit makes the whole project wait).
+    async fn call(
         &self,
         method: Method,
         path: &str,
         query: &[(&str, &str)],
         body: Option<&Value>,
-    ) -> Result<(u16, Value), CloudError> {
+    ) -> Result<Answer, CloudError> {
         let url = format!("{}/{}", self.base, path);
-        for attempt in 0..2 {
+        let mut renewed = false;
+        loop {
             let token = self.tokens.token(self.http, self.account).await?;
-            self.bucket.acquire().await;
             let mut req = self.http.request(method.clone(), &url).bearer_auth(token);
             if !query.is_empty() {
                 req = req.query(query);
@@ -80,130 +202,92 @@ impl Zone<'_> {
             if let Some(b) = body {
                 req = req.json(b);
             }
-            let resp = req
-                .send()
-                .await
-                .map_err(|e| CloudError::sending(CLOUD, &format!("{method} {url}"), &e))?;
-            let status = resp.status().as_u16();
-            let after = retry_after(
-                resp.headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok()),
-            );
-            let json: Value = resp.json().await.unwrap_or(Value::Null);
-            if status == 401 && attempt == 0 {
+            let a = send(CLOUD, Some(&self.bucket), req).await?;
+            if a.status == 401 && !renewed {
                 // The token was revoked or expired early: get a new one, once.
                 self.tokens.forget(self.account).await;
+                renewed = true;
                 continue;
             }
-            if (200..300).contains(&status) || status == 404 || status == 409 {
-                return Ok((status, json));
+            if a.is_success() || a.status == 404 || a.status == 409 {
+                return Ok(a);
             }
-            let e = api_error(status, &json, after);
-            // Throttled (429, or a rate-limit reason on a 403): the whole project waits.
-            if status == 429 || (e.retryable && status < 500) {
+            let e = api_error(&a);
+            if e.retryable && a.status == 403 {
                 self.bucket.throttled();
             }
             return Err(e);
         }
-        unreachable!("the loop returns on its second attempt")
     }
 
     /// The instance named `name`, or `None` when there is none.
-    pub async fn get_instance(&self, name: &str) -> Result<Option<Value>, CloudError> {
-        match self
-            .send(Method::GET, &format!("instances/{name}"), &[], None)
-            .await?
-        {
-            (404, _) => Ok(None),
-            (409, body) => Err(api_error(409, &body, None)),
-            (_, body) => Ok(Some(body)),
+    pub async fn get_instance(&self, name: &str) -> Result<Option<Instance>, CloudError> {
+        let a = self
+            .call(Method::GET, &format!("instances/{name}"), &[], None)
+            .await?;
+        match a.status {
+            404 => Ok(None),
+            409 => Err(api_error(&a)),
+            _ => a.json(CLOUD).map(Some),
         }
     }
 
-    /// One page of the zone's instances matching `filter` (the API's filter syntax): the
-    /// instances and the next page's token, if there is one.
-    pub async fn list_instances(
-        &self,
-        filter: &str,
-        page_token: Option<&str>,
-    ) -> Result<(Vec<Value>, Option<String>), CloudError> {
-        let mut query = vec![("filter", filter), ("maxResults", "500")];
-        if let Some(t) = page_token {
-            query.push(("pageToken", t));
-        }
-        match self.send(Method::GET, "instances", &query, None).await? {
-            (status @ (404 | 409), body) => Err(api_error(status, &body, None)),
-            (_, body) => {
-                let items = body
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let next = body
-                    .get("nextPageToken")
-                    .and_then(Value::as_str)
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_string);
-                Ok((items, next))
+    /// Every instance of the zone matching `filter` (the API's filter syntax), page by page.
+    pub async fn list_instances(&self, filter: &str) -> Result<Vec<Instance>, CloudError> {
+        let (mut all, mut token) = (Vec::new(), None::<String>);
+        loop {
+            let mut query = vec![("filter", filter), ("maxResults", "500")];
+            if let Some(t) = &token {
+                query.push(("pageToken", t));
+            }
+            let a = self.call(Method::GET, "instances", &query, None).await?;
+            if !a.is_success() {
+                return Err(api_error(&a));
+            }
+            let page: InstancePage = a.json(CLOUD)?;
+            all.extend(page.items);
+            match page.next_page_token.filter(|t| !t.is_empty()) {
+                Some(n) if Some(&n) != token.as_ref() => token = Some(n),
+                _ => return Ok(all),
             }
         }
     }
 
     /// Inserts an instance: `Ok(Some(operation))`, or `Ok(None)` when one of that name exists.
-    pub async fn insert_instance(&self, instance: &Value) -> Result<Option<Value>, CloudError> {
-        match self
-            .send(Method::POST, "instances", &[], Some(instance))
-            .await?
-        {
-            (409, _) => Ok(None),
-            (404, body) => Err(api_error(404, &body, None)),
-            (_, op) => Ok(Some(op)),
+    pub async fn insert_instance(&self, instance: &Value) -> Result<Option<Operation>, CloudError> {
+        let a = self
+            .call(Method::POST, "instances", &[], Some(instance))
+            .await?;
+        match a.status {
+            409 => Ok(None),
+            404 => Err(api_error(&a)),
+            _ => a.json(CLOUD).map(Some),
         }
     }
 
-    /// Deletes an instance: `Ok(Some(operation))`, or `Ok(None)` when there is none.
-    pub async fn delete_instance(&self, name: &str) -> Result<Option<Value>, CloudError> {
-        match self
-            .send(Method::DELETE, &format!("instances/{name}"), &[], None)
-            .await?
-        {
-            (404, _) => Ok(None),
-            (409, body) => Err(api_error(409, &body, None).retryable(true)),
-            (_, op) => Ok(Some(op)),
+    /// Deletes an instance: false when there is none.
+    pub async fn delete_instance(&self, name: &str) -> Result<bool, CloudError> {
+        let a = self
+            .call(Method::DELETE, &format!("instances/{name}"), &[], None)
+            .await?;
+        match a.status {
+            404 => Ok(false),
+            409 => Err(api_error(&a).retryable(true)),
+            _ => Ok(true),
         }
     }
 
     /// A zone operation by name.
-    pub async fn get_operation(&self, name: &str) -> Result<Value, CloudError> {
-        match self
-            .send(Method::GET, &format!("operations/{name}"), &[], None)
-            .await?
-        {
-            (status @ (404 | 409), body) => Err(api_error(status, &body, None)),
-            (_, op) => Ok(op),
+    pub async fn get_operation(&self, name: &str) -> Result<Operation, CloudError> {
+        let a = self
+            .call(Method::GET, &format!("operations/{name}"), &[], None)
+            .await?;
+        if a.is_success() {
+            a.json(CLOUD)
+        } else {
+            Err(api_error(&a))
         }
     }
-}
-
-/// What a finished operation says went wrong, if anything: its first error's code and message.
-pub fn operation_error(op: &Value) -> Option<CloudError> {
-    let first = op.get("error")?.get("errors")?.get(0)?;
-    let code = first
-        .get("code")
-        .and_then(Value::as_str)
-        .unwrap_or("OPERATION_FAILED");
-    let message = first
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("the operation failed");
-    let status = op
-        .get("httpErrorStatusCode")
-        .and_then(Value::as_u64)
-        .unwrap_or(400) as u16;
-    // The operation is over: trying it again gives the same answer unless the zone was busy.
-    let busy = matches!(code, "ZONE_RESOURCE_POOL_EXHAUSTED" | "RESOURCE_NOT_READY");
-    Some(CloudError::from_status(CLOUD, status, code, message, None).retryable(busy))
 }
 
 #[cfg(test)]
@@ -211,28 +295,36 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn answer(status: u16, body: Value) -> Answer {
+        Answer::for_tests(status, body.to_string())
+    }
+
     #[test]
     fn google_errors_keep_their_reason_and_rate_limits_are_retried() {
         let body = json!({"error": {"code": 403, "message": "Quota 'CPUS' exceeded.",
             "errors": [{"reason": "quotaExceeded", "message": "Quota 'CPUS' exceeded."}]}});
-        let e = api_error(403, &body, None);
+        let e = api_error(&answer(403, body));
         assert_eq!(e.code, "quotaExceeded");
         assert!(!e.retryable);
         let body = json!({"error": {"code": 403, "message": "slow",
             "errors": [{"reason": "rateLimitExceeded"}]}});
-        assert!(api_error(403, &body, None).retryable);
-        assert!(api_error(503, &Value::Null, None).retryable);
+        assert!(api_error(&answer(403, body)).retryable);
+        assert!(api_error(&answer(503, Value::Null)).retryable);
     }
 
     #[test]
     fn an_operation_error_is_its_first_error() {
-        let op = json!({"status": "DONE", "httpErrorStatusCode": 403, "error": {"errors": [
-            {"code": "QUOTA_EXCEEDED", "message": "Quota 'CPUS' exceeded. Limit: 8.0"}]}});
-        let e = operation_error(&op).unwrap();
+        let op: Operation = serde_json::from_value(json!({"name": "op", "status": "DONE",
+            "httpErrorStatusCode": 403, "error": {"errors": [
+            {"code": "QUOTA_EXCEEDED", "message": "Quota 'CPUS' exceeded. Limit: 8.0"}]}}))
+        .unwrap();
+        let e = op.failure().unwrap();
         assert_eq!(
             (e.code.as_str(), e.status, e.retryable),
             ("QUOTA_EXCEEDED", 403, false)
         );
-        assert!(operation_error(&json!({"status": "DONE"})).is_none());
+        let done: Operation =
+            serde_json::from_value(json!({"name": "o", "status": "DONE"})).unwrap();
+        assert!(done.failure().is_none());
     }
 }

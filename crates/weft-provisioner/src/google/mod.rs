@@ -23,11 +23,14 @@
 //!   `sshkeyseed`, else from a hash of the service-account key: every provisioner with the same
 //!   credentials derives the same key without keeping state.
 //! - **CONFIRM** waits through `PROVISIONING` and `STAGING` until `RUNNING`: the first
-//!   interface's `networkIP` is `bind_v4`, its access config's `natIP` is `access_v4` (else the
-//!   internal address). Any other state (`TERMINATED`, `STOPPING`...) fails.
-//! - **DELETE** deletes the instance and waits for the operation; a missing instance is success.
+//!   interface's `networkIP` is the private address, its access config's `natIP` the public one.
+//!   Any other state (`TERMINATED`, `STOPPING`...) fails.
+//! - **DELETE** deletes the instance and waits until it is gone; a missing instance is success.
 //! - **Sweep** (`machines`): the zone's instances with a `weft-node` label (`labels.weft-node:*`,
 //!   page by page).
+//!
+//! The lifecycle itself (look before launch, twins, waits, sweep) is the cloud layer's
+//! ([`crate::cloud`]); this module is the Compute Engine side of it.
 //! - **Errors**: 5xx, 429 and Google's rate-limit reasons are retried with back-off (honouring
 //!   `Retry-After`); auth, quota and bad parameters fail at once with Google's reason and message.
 //!
@@ -37,22 +40,26 @@
 pub mod auth;
 pub mod compute;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use russh::keys::ssh_key::LineEnding;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType, SweptMachine};
+use weft_model::PluginType;
 
-use crate::cloud::{poll_until, with_retries, Backoff, CloudError, Poll};
-use crate::plugin::Provider;
-use crate::ssh;
-use crate::task::{
-    provider_field as field, providerid, PluginError, PluginResult, Task, TaskOutput,
+use crate::cloud::fields::{bad, plugin_type, Fields};
+use crate::cloud::{
+    poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Login,
+    Machine, Marks, Poll, Prepared, State, Waits,
 };
+use crate::task::{PluginError, Task};
+use crate::throttle::{Bucket, Buckets};
 use auth::{ServiceAccount, TokenCache};
-use compute::{operation_error, Zone, CLOUD, DEFAULT_ENDPOINT};
+use compute::{Instance, Operation, Zone, CLOUD, DEFAULT_ENDPOINT};
+
+pub use crate::cloud::Timing;
 
 /// The provider type name.
 pub const NAME: &str = "google";
@@ -66,60 +73,40 @@ pub const LABEL_TENANT: &str = "weft-tenant";
 pub const DEFAULT_SSH_USER: &str = "weft";
 const DEFAULT_NETWORK: &str = "global/networks/default";
 
-/// How long the provider waits between tries and for how long in all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
-    /// The first pause between two tries or two polls (it doubles up to `max`).
-    pub first: Duration,
-    /// The longest pause between two tries or two polls.
-    pub max: Duration,
-    /// How long one call is retried at most.
-    pub calls: Duration,
-    /// How long an operation or instance is waited for at most (never past the task's time-out).
-    pub wait: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Timing {
-        Timing {
-            first: Duration::from_secs(1),
-            max: Duration::from_secs(10),
-            calls: Duration::from_secs(120),
-            wait: Duration::from_secs(900),
-        }
-    }
-}
-
-impl Timing {
-    fn calls(&self, task: &Task) -> Backoff {
-        Backoff::new(self.first, self.max, self.calls.min(task.timeout))
-    }
-
-    fn wait(&self, task: &Task) -> Backoff {
-        Backoff::new(self.first, self.max, self.wait.min(task.timeout))
-    }
-}
-
 /// The `google` provider.
-pub struct GoogleProvider {
-    http: reqwest::Client,
-    tokens: TokenCache,
-    timing: Timing,
-    /// Each project's request budget ([`crate::throttle`]), shared by every worker.
-    buckets: crate::throttle::Buckets,
-}
+pub type GoogleProvider = CloudProvider<Google>;
 
-impl std::fmt::Debug for GoogleProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GoogleProvider")
-            .field("timing", &self.timing)
-            .finish_non_exhaustive()
+impl GoogleProvider {
+    /// A provider with the default [`Timing`] and a 60 s time-out per HTTP request.
+    pub fn new() -> GoogleProvider {
+        CloudProvider::of(Google {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap_or_default(),
+            tokens: TokenCache::default(),
+            buckets: Buckets::default(),
+        })
     }
 }
 
 impl Default for GoogleProvider {
     fn default() -> GoogleProvider {
         GoogleProvider::new()
+    }
+}
+
+/// Compute Engine, as the cloud layer drives it.
+pub struct Google {
+    http: reqwest::Client,
+    tokens: TokenCache,
+    /// Each project's request budget ([`crate::throttle`]), shared by every worker.
+    buckets: Buckets,
+}
+
+impl std::fmt::Debug for Google {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Google").finish_non_exhaustive()
     }
 }
 
@@ -164,45 +151,13 @@ pub fn label_value(s: &str) -> String {
         .collect()
 }
 
-/// What every action needs: the account, the zone's API base and the provider's fields.
-struct Target {
+/// One project and zone, as one service account: what every call needs.
+pub struct Account {
     account: ServiceAccount,
     base: String,
     zone: String,
-    /// The project's request budget: its key and (rate, burst).
-    budget: (String, (f64, f64)),
-    fields: Map<String, Value>,
-}
-
-impl Target {
-    fn read(task: &Task) -> Result<Target, PluginError> {
-        Target::from_fields(task.provider_fields())
-    }
-
-    fn from_fields(fields: Map<String, Value>) -> Result<Target, PluginError> {
-        let key = field(&fields, "json_key")
-            .ok_or_else(|| PluginError::fatal("provider field json_key is missing"))?;
-        let account = ServiceAccount::from_json(&key).map_err(PluginError::fatal)?;
-        let project = field(&fields, "project")
-            .or_else(|| account.project_id.clone())
-            .ok_or_else(|| {
-                PluginError::fatal(
-                    "provider field project is missing (and json_key has no project_id)",
-                )
-            })?;
-        let zone = field(&fields, "zone")
-            .ok_or_else(|| PluginError::fatal("provider field zone is missing"))?;
-        let endpoint = field(&fields, "endpoint").unwrap_or_else(|| DEFAULT_ENDPOINT.into());
-        let endpoint = endpoint.trim_end_matches('/');
-        let budget = crate::throttle::budget(&fields).map_err(PluginError::fatal)?;
-        Ok(Target {
-            budget: (format!("{endpoint}/projects/{project}"), budget),
-            base: format!("{endpoint}/projects/{project}/zones/{zone}"),
-            account,
-            zone,
-            fields,
-        })
-    }
+    bucket: Arc<Bucket>,
+    fields: Fields,
 }
 
 /// The region of a zone (`us-central1-a` -> `us-central1`).
@@ -210,213 +165,139 @@ fn region_of(zone: &str) -> &str {
     zone.rsplit_once('-').map_or(zone, |(r, _)| r)
 }
 
-/// Whether a provider field says no (`false`, `no`, `off`, `0`, `none`); `Err` for what is
-/// neither a yes nor a no.
-fn says_no(fields: &Map<String, Value>, name: &str) -> Result<bool, PluginError> {
-    match fields.get(name) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(!b),
-        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "" | "true" | "yes" | "on" | "1" => Ok(false),
-            "false" | "no" | "off" | "0" | "none" => Ok(true),
-            _ => Err(PluginError::fatal(format!(
-                "provider field {name} is neither true nor false: {s:?}"
-            ))),
-        },
-        Some(other) => Err(PluginError::fatal(format!(
-            "provider field {name} is neither true nor false: {other}"
-        ))),
-    }
-}
-
 /// The instance's network interface: network, subnetwork, and a one-to-one NAT unless the
 /// field `external_ip` says no.
-fn network_interface(t: &Target) -> Result<Value, PluginError> {
-    let network = field(&t.fields, "network").unwrap_or_else(|| DEFAULT_NETWORK.into());
+fn network_interface(a: &Account) -> Result<Value, PluginError> {
+    let network = a
+        .fields
+        .text("network")
+        .unwrap_or_else(|| DEFAULT_NETWORK.into());
     let mut nic = json!({ "network": network });
-    if let Some(sub) = field(&t.fields, "subnetwork") {
+    if let Some(sub) = a.fields.text("subnetwork") {
         let sub = if sub.contains('/') {
             sub
         } else if valid_name(&sub) {
-            format!("regions/{}/subnetworks/{sub}", region_of(&t.zone))
+            format!("regions/{}/subnetworks/{sub}", region_of(&a.zone))
         } else {
-            return Err(PluginError::fatal(format!(
-                "provider field subnetwork {sub:?} is not a subnetwork name or path"
-            )));
+            return Err(bad(
+                "subnetwork",
+                format!("{sub:?} is not a subnetwork name or path"),
+            ));
         };
         nic["subnetwork"] = json!(sub);
     }
-    if !says_no(&t.fields, "external_ip")? {
+    if a.fields.flag("external_ip")? != Some(false) {
         nic["accessConfigs"] = json!([{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]);
     }
     Ok(nic)
 }
 
 /// The network tags of the field `tags` (comma separated), each a valid GCE tag.
-fn network_tags(t: &Target) -> Result<Vec<String>, PluginError> {
-    let Some(tags) = field(&t.fields, "tags") else {
-        return Ok(Vec::new());
+fn network_tags(a: &Account) -> Result<Vec<String>, PluginError> {
+    let tags = a.fields.list("tags");
+    if let Some(tag) = tags.iter().find(|t| !valid_name(t)) {
+        return Err(bad(
+            "tags",
+            format!(
+                "{tag:?} is not a network tag (lowercase letters, digits and -, starting with a \
+                 letter, at most 63 characters)"
+            ),
+        ));
+    }
+    Ok(tags)
+}
+
+/// An instance as the cloud layer reads it.
+fn machine(i: Instance) -> Machine {
+    let state = match i.status.as_str() {
+        "RUNNING" => State::Running,
+        "PROVISIONING" | "STAGING" | "" => State::Pending,
+        _ => State::Stopped,
     };
-    tags.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|tag| {
-            if valid_name(tag) {
-                Ok(tag.to_string())
-            } else {
-                Err(PluginError::fatal(format!(
-                    "provider field tags: {tag:?} is not a network tag (lowercase letters, \
-                     digits and -, starting with a letter, at most 63 characters)"
-                )))
-            }
-        })
-        .collect()
+    let marks = Marks::read(
+        |k| i.labels.get(k).cloned(),
+        [LABEL_NODE, LABEL_CLUSTER, LABEL_TENANT],
+    );
+    let nic = i.network_interfaces.into_iter().next().unwrap_or_default();
+    let public = nic
+        .access_configs
+        .into_iter()
+        .find_map(|c| c.nat_ip)
+        .filter(|ip| !ip.is_empty());
+    Machine {
+        id: i.name,
+        state,
+        status: i.status,
+        marks,
+        addresses: Addresses {
+            public,
+            private: nic.network_ip.filter(|ip| !ip.is_empty()),
+        },
+    }
 }
 
-/// A CloudError for something the provider itself decided is wrong with an instance.
-fn instance_problem(message: String) -> CloudError {
-    CloudError::from_status(CLOUD, 400, "instanceState", message, None)
-}
-
-impl GoogleProvider {
-    /// A provider with the default [`Timing`] and a 60 s time-out per HTTP request.
-    pub fn new() -> GoogleProvider {
-        GoogleProvider {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .unwrap_or_default(),
-            tokens: TokenCache::default(),
-            timing: Timing::default(),
-            buckets: crate::throttle::Buckets::default(),
-        }
-    }
-
-    /// How long to wait between tries (tests use milliseconds).
-    pub fn with_timing(mut self, timing: Timing) -> GoogleProvider {
-        self.timing = timing;
-        self
-    }
-
-    fn zone<'a>(&'a self, t: &'a Target) -> Zone<'a> {
-        let (key, (rate, burst)) = &t.budget;
+impl Google {
+    fn zone<'a>(&'a self, a: &'a Account) -> Zone<'a> {
         Zone {
             http: &self.http,
             tokens: &self.tokens,
-            account: &t.account,
-            base: t.base.clone(),
-            bucket: self.buckets.of(key, *rate, *burst),
+            account: &a.account,
+            base: &a.base,
+            bucket: a.bucket.clone(),
         }
     }
 
     /// Follows a zone operation until it is `DONE`; its error, if any, fails the wait.
     async fn wait_operation(
         &self,
-        task: &Task,
         zone: &Zone<'_>,
-        op: &Value,
+        op: Operation,
+        w: &Waits,
     ) -> Result<(), PluginError> {
-        let name = op
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| PluginError::retryable("gce: an operation without a name"))?
-            .to_string();
-        let mut current = op.clone();
-        let what = format!("operation {name}");
-        poll_until(&what, self.timing.wait(task), || {
-            let seen = std::mem::take(&mut current);
-            let name = name.clone();
+        let mut seen = Some(op);
+        let name = seen.as_ref().map(|o| o.name.clone()).unwrap_or_default();
+        poll_until(&format!("operation {name}"), w.wait(), || {
+            let (first, name) = (seen.take(), name.clone());
             async move {
-                let op = if seen.is_null() {
-                    zone.get_operation(&name).await?
-                } else {
-                    seen
+                let op = match first {
+                    Some(op) => op,
+                    None => zone.get_operation(&name).await?,
                 };
-                match op.get("status").and_then(Value::as_str) {
-                    Some("DONE") => match operation_error(&op) {
-                        Some(e) => Err(e),
-                        None => Ok(Poll::Ready(())),
-                    },
-                    other => Ok(Poll::Pending(other.unwrap_or("unknown").to_string())),
+                match (op.status.as_str(), op.failure()) {
+                    ("DONE", Some(e)) => Err(e),
+                    ("DONE", None) => Ok(Poll::Ready(())),
+                    (other, _) => Ok(Poll::Pending(other.to_string())),
                 }
             }
         })
         .await
     }
 
-    /// The instance `name` if it exists and belongs to `node`; an instance of another node (or
-    /// not made by weft) is an error.
-    async fn find_own(
-        &self,
-        task: &Task,
-        zone: &Zone<'_>,
-        name: &str,
-    ) -> Result<Option<Value>, PluginError> {
-        let found = with_retries(self.timing.calls(task), || zone.get_instance(name)).await?;
-        let Some(inst) = found else { return Ok(None) };
-        let label = inst
-            .get("labels")
-            .and_then(|l| l.get(LABEL_NODE))
-            .and_then(Value::as_str);
-        if label != Some(label_value(&task.node_id).as_str()) {
-            return Err(PluginError::fatal(format!(
-                "instance {name} exists and was not made by weft for node {}",
-                task.node_id
-            )));
-        }
-        Ok(Some(inst))
-    }
-
     /// The instance resource CREATE inserts.
     fn instance_body(
         &self,
         task: &Task,
-        t: &Target,
-        name: &str,
+        a: &Account,
         ssh_line: &str,
     ) -> Result<Value, PluginError> {
-        let flavor = task
-            .config_str("flavor")
-            .map(str::to_string)
-            .filter(|s| !s.trim().is_empty())
-            .or_else(|| field(&t.fields, "machine_type"))
-            .ok_or_else(|| {
-                PluginError::fatal(
-                    "no machine type: give the hardware type a google flavor (providermap) or \
-                     the provider a machine_type",
-                )
-            })?;
+        let flavor = a.fields.pick(task, "flavor", "machine_type")?;
         let machine_type = if flavor.contains('/') {
             flavor
         } else {
-            format!("zones/{}/machineTypes/{flavor}", t.zone)
+            format!("zones/{}/machineTypes/{flavor}", a.zone)
         };
-        let image = task
-            .config_str("image")
-            .map(str::to_string)
-            .filter(|s| !s.trim().is_empty())
-            .or_else(|| field(&t.fields, "image"))
-            .ok_or_else(|| {
-                PluginError::fatal(
-                    "no image: give the image type a google image (providermap) or the provider \
-                     an image",
-                )
-            })?;
-        let tenant = if task.tenant_id.is_empty() {
-            "-"
-        } else {
-            &task.tenant_id
-        };
+        let marks = Marks::of(task);
         let mut body = json!({
-            "name": name,
+            "name": instance_name(&task.node_id),
             "machineType": machine_type,
-            "disks": [{"boot": true, "autoDelete": true, "initializeParams": {"sourceImage": image}}],
-            "networkInterfaces": [network_interface(t)?],
+            "disks": [{"boot": true, "autoDelete": true,
+                "initializeParams": {"sourceImage": a.fields.pick(task, "image", "image")?}}],
+            "networkInterfaces": [network_interface(a)?],
             "metadata": {"items": [{"key": "ssh-keys", "value": ssh_line}]},
             "labels": {LABEL_NODE: label_value(&task.node_id),
-                LABEL_CLUSTER: label_value(&task.cluster_id), LABEL_TENANT: label_value(tenant)},
+                LABEL_CLUSTER: label_value(&task.cluster_id), LABEL_TENANT: label_value(&marks.tenant)},
         });
-        let tags = network_tags(t)?;
+        let tags = network_tags(a)?;
         if !tags.is_empty() {
             body["tags"] = json!({ "items": tags });
         }
@@ -424,106 +305,91 @@ impl GoogleProvider {
     }
 }
 
-/// An instance with weft's labels as a sweep shows it (`None` without a `weft-node` label).
-fn swept(inst: &Value) -> Option<SweptMachine> {
-    crate::sweep::marked(
-        NAME,
-        inst.get("name")
-            .and_then(Value::as_str)
-            .filter(|n| valid_name(n)),
-        inst.get("labels"),
-        [LABEL_NODE, LABEL_CLUSTER, LABEL_TENANT],
-        inst.get("status").and_then(Value::as_str),
-    )
-}
-
-/// The instance's addresses: `(access, bind)`, once it has an internal one.
-fn addresses(inst: &Value) -> Option<(String, String)> {
-    let nic = inst.get("networkInterfaces")?.get(0)?;
-    let bind = nic.get("networkIP")?.as_str()?.to_string();
-    let access = nic
-        .get("accessConfigs")
-        .and_then(|a| a.get(0))
-        .and_then(|a| a.get("natIP"))
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .unwrap_or_else(|| bind.clone());
-    Some((access, bind))
-}
-
-fn text_field(label: &str, tip: &str, sensitive: bool) -> FieldSchema {
-    FieldSchema {
-        label: label.into(),
-        field_type: if sensitive { "password" } else { "text" }.into(),
-        tip: Some(tip.into()),
-        sensitive,
-        ..Default::default()
-    }
-}
+#[rustfmt::skip]
+const FIELDS: [crate::cloud::fields::Declared; 11] = [
+    ("json_key", "Service account key",
+        "the service account's JSON key (as downloaded); it needs the Compute Instance Admin role", true),
+    ("project", "Project", "the project id (default: the key's project_id)", false),
+    ("zone", "Zone", "the zone instances are made in, e.g. us-central1-a", false),
+    ("network", "Network", "the VPC network (default: global/networks/default)", false),
+    ("subnetwork", "Subnetwork",
+        "the subnetwork: a name in the zone's region or regions/<region>/subnetworks/<name> (required on custom-mode networks)", false),
+    ("tags", "Network tags", "network tags for firewall rules, comma separated", false),
+    ("external_ip", "External IP",
+        "false: no external address; weft then reaches the instance at its internal address (default: true)", false),
+    ("machine_type", "Machine type",
+        "the machine type when the hardware type has no google flavor, e.g. e2-small", false),
+    ("image", "Image",
+        "the boot image when the image type has none, e.g. projects/debian-cloud/global/images/family/debian-12", false),
+    ("sshkeyseed", "SSH key seed",
+        "a secret from which each cluster's SSH key is derived (default: derived from json_key)", true),
+    ("endpoint", "Compute API endpoint",
+        "the Compute Engine v1 base URL (default: https://compute.googleapis.com/compute/v1)", false),
+];
 
 #[async_trait]
-impl Provider for GoogleProvider {
+impl Cloud for Google {
+    const NAME: &'static str = NAME;
+    type Account = Account;
+    type Request = Value;
+
     fn plugin_type(&self) -> PluginType {
-        let admin = ParamSpec {
-            fields: [
-                ("json_key", text_field("Service account key",
-                    "the service account's JSON key (as downloaded); it needs the Compute Instance Admin role", true)),
-                ("project", text_field("Project", "the project id (default: the key's project_id)", false)),
-                ("zone", text_field("Zone", "the zone instances are made in, e.g. us-central1-a", false)),
-                ("network", text_field("Network", "the VPC network (default: global/networks/default)", false)),
-                ("subnetwork", text_field("Subnetwork",
-                    "the subnetwork: a name in the zone's region or regions/<region>/subnetworks/<name> (required on custom-mode networks)", false)),
-                ("tags", text_field("Network tags", "network tags for firewall rules, comma separated", false)),
-                ("external_ip", text_field("External IP",
-                    "false: no external address; weft then reaches the instance at its internal address (default: true)", false)),
-                ("machine_type", text_field("Machine type",
-                    "the machine type when the hardware type has no google flavor, e.g. e2-small", false)),
-                ("image", text_field("Image",
-                    "the boot image when the image type has none, e.g. projects/debian-cloud/global/images/family/debian-12", false)),
-                ("sshkeyseed", text_field("SSH key seed",
-                    "a secret from which each cluster's SSH key is derived (default: derived from json_key)", true)),
-                ("endpoint", text_field("Compute API endpoint",
-                    "the Compute Engine v1 base URL (default: https://compute.googleapis.com/compute/v1)", false)),
-            ]
-            .into_iter()
-            .chain(crate::throttle::declared_fields())
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-            required: vec![["json_key", "zone"].into_iter().map(str::to_string).collect()],
-        };
-        PluginType {
-            name: NAME.into(),
-            label: Some("Google Compute Engine".into()),
-            description: Some(
-                "nodes are Compute Engine instances, one per node, reached over SSH".into(),
-            ),
-            icon: None,
-            version: 1,
-            classname: None,
-            parameters: [
-                (ParameterType::Admin, admin),
-                (ParameterType::User, ParamSpec::default()),
-            ]
-            .into(),
-            resource_types: Default::default(),
-        }
+        plugin_type(
+            NAME,
+            "Google Compute Engine",
+            "nodes are Compute Engine instances, one per node, reached over SSH",
+            &FIELDS,
+            &["json_key", "zone"],
+        )
     }
 
-    async fn create(&self, task: &Task) -> PluginResult {
-        if task.node_id.is_empty() {
-            return Err(PluginError::fatal("create: the task names no node"));
-        }
-        let t = Target::read(task)?;
-        let name = instance_name(&task.node_id);
+    fn account(&self, fields: &Fields) -> Result<Account, PluginError> {
+        let account =
+            ServiceAccount::from_json(&fields.required("json_key")?).map_err(PluginError::fatal)?;
+        let project = fields
+            .text("project")
+            .or_else(|| account.project_id.clone())
+            .ok_or_else(|| {
+                PluginError::fatal(
+                    "provider field project is missing (and json_key has no project_id)",
+                )
+            })?;
+        let zone = fields.required("zone")?;
+        let endpoint = fields
+            .url("endpoint")?
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.into());
+        let (rate, burst) = crate::throttle::budget(&fields.0).map_err(PluginError::fatal)?;
+        Ok(Account {
+            bucket: self
+                .buckets
+                .of(&format!("{endpoint}/projects/{project}"), rate, burst),
+            base: format!("{endpoint}/projects/{project}/zones/{zone}"),
+            account,
+            zone,
+            fields: fields.clone(),
+        })
+    }
+
+    fn valid_id(&self, id: &str) -> bool {
+        valid_name(id)
+    }
+
+    async fn prepare(
+        &self,
+        a: &Account,
+        task: &Task,
+        _w: &Waits,
+    ) -> Result<Prepared<Value>, PluginError> {
         let user = task
             .config_str("sshuser")
             .filter(|u| !u.trim().is_empty())
             .unwrap_or(DEFAULT_SSH_USER)
             .to_string();
-        let seed = field(&t.fields, "sshkeyseed")
+        let seed = a
+            .fields
+            .text("sshkeyseed")
             .map(|s| format!("google:{s}"))
-            .unwrap_or_else(|| format!("google-key:{}", t.account.key_digest()));
+            .unwrap_or_else(|| format!("google-key:{}", a.account.key_digest()));
         let key = crate::keys::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id);
         let public = key
             .public_key()
@@ -532,152 +398,66 @@ impl Provider for GoogleProvider {
         let private = key
             .to_openssh(LineEnding::LF)
             .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
-        let zone = self.zone(&t);
-
-        let stdout = if self.find_own(task, &zone, &name).await?.is_some() {
-            format!("instance {name} exists in {}: taking it over\n", t.zone)
-        } else {
-            let body = self.instance_body(task, &t, &name, &format!("{user}:{public}"))?;
-            let op = with_retries(self.timing.calls(task), || zone.insert_instance(&body)).await?;
-            match op {
-                Some(op) => {
-                    self.wait_operation(task, &zone, &op).await?;
-                    tracing::info!(cluster_id = %task.cluster_id, node_id = %task.node_id,
-                        instance = %name, zone = %t.zone, "instance inserted");
-                    format!("instance {name} inserted in {}\n", t.zone)
-                }
-                None => {
-                    // 409: an earlier try made it. Take it over if it is this node's.
-                    self.find_own(task, &zone, &name).await?.ok_or_else(|| {
-                        PluginError::retryable(format!(
-                            "instance {name} exists (409) but cannot be read yet"
-                        ))
-                    })?;
-                    format!(
-                        "instance {name} already exists in {}: taking it over\n",
-                        t.zone
-                    )
-                }
-            }
-        };
-        let mut out = TaskOutput {
-            result: ssh::results(&user, &private, None),
-            stdout,
-            ..Default::default()
-        };
-        out.result.insert("providerid".into(), json!(name));
-        out.result.insert("zone".into(), json!(t.zone));
-        Ok(out)
-    }
-
-    async fn confirm(&self, task: &Task) -> PluginResult {
-        let name = providerid(task)
-            .ok_or_else(|| PluginError::fatal("confirm: no providerid (was CREATE run?)"))?;
-        if !valid_name(&name) {
-            return Err(PluginError::fatal(format!(
-                "providerid {name} is not an instance name"
-            )));
-        }
-        let t = Target::read(task)?;
-        let zone = self.zone(&t);
-        let what = format!("instance {name} running");
-        let (zone, name) = (&zone, name.as_str());
-        let (access, bind) = poll_until(&what, self.timing.wait(task), || async move {
-            let inst = zone
-                .get_instance(name)
-                .await?
-                .ok_or_else(|| instance_problem(format!("instance {name} does not exist")))?;
-            let status = inst.get("status").and_then(Value::as_str).unwrap_or("");
-            match status {
-                "RUNNING" => match addresses(&inst) {
-                    Some(a) => Ok(Poll::Ready(a)),
-                    None => Ok(Poll::Pending("RUNNING without an address".into())),
-                },
-                "PROVISIONING" | "STAGING" | "" => Ok(Poll::Pending(status.to_string())),
-                other => Err(instance_problem(format!(
-                    "instance {name} is {other}, not RUNNING"
-                ))),
-            }
-        })
-        .await?;
-        Ok(TaskOutput {
-            ipaddresses: Some(
-                [
-                    ("access_v4".to_string(), access.clone()),
-                    ("bind_v4".to_string(), bind.clone()),
-                ]
-                .into(),
-            ),
-            stdout: format!("instance {name} is RUNNING at {access} (internal {bind})\n"),
-            ..Default::default()
+        Ok(Prepared {
+            request: self.instance_body(task, a, &format!("{user}:{public}"))?,
+            login: Some(Login {
+                user,
+                key: private.to_string(),
+            }),
+            stdout: String::new(),
+            result: [("zone".to_string(), json!(a.zone))].into_iter().collect(),
         })
     }
 
-    async fn machines(
-        &self,
-        fields: &Map<String, Value>,
-    ) -> Result<Vec<SweptMachine>, PluginError> {
-        let t = Target::from_fields(fields.clone())?;
-        let zone = self.zone(&t);
-        let calls = Backoff::new(self.timing.first, self.timing.max, self.timing.calls);
-        let filter = format!("labels.{LABEL_NODE}:*");
-        let (mut found, mut token) = (Vec::new(), None::<String>);
-        loop {
-            let (page, next) = with_retries(calls.clone(), || {
-                zone.list_instances(&filter, token.as_deref())
-            })
-            .await?;
-            found.extend(page.iter().filter_map(swept));
-            match next {
-                Some(n) if Some(&n) != token.as_ref() => token = Some(n),
-                _ => return Ok(found),
-            }
-        }
-    }
-
-    async fn delete(&self, task: &Task) -> PluginResult {
-        let t = Target::read(task)?;
-        let zone = self.zone(&t);
-        let name = match providerid(task) {
-            Some(id) if valid_name(&id) => id,
-            Some(id) => {
-                return Ok(TaskOutput {
-                    stdout: format!("providerid {id} is not an instance: nothing to delete\n"),
-                    ..Default::default()
-                })
-            }
-            None if task.node_id.is_empty() => {
-                return Ok(TaskOutput {
-                    stdout: "no providerid and no node: nothing was made\n".into(),
-                    ..Default::default()
-                })
-            }
-            // A CREATE that failed before answering: the name it uses, if that is this node's.
-            None => {
-                let name = instance_name(&task.node_id);
-                if self.find_own(task, &zone, &name).await?.is_none() {
-                    return Ok(TaskOutput {
-                        stdout: format!("instance {name} does not exist\n"),
-                        ..Default::default()
-                    });
-                }
-                name
-            }
-        };
-        let op = with_retries(self.timing.calls(task), || zone.delete_instance(&name)).await?;
-        let stdout = match op {
-            None => format!("instance {name} does not exist\n"),
+    async fn launch(&self, a: &Account, body: &Value, w: &Waits) -> Result<Launched, PluginError> {
+        let zone = self.zone(a);
+        match with_retries(w.calls(), || zone.insert_instance(body)).await? {
+            // 409: an earlier try made it.
+            None => Ok(Launched::Taken),
             Some(op) => {
-                self.wait_operation(task, &zone, &op).await?;
-                tracing::info!(cluster_id = %task.cluster_id, node_id = %task.node_id,
-                    instance = %name, "instance deleted");
-                format!("instance {name} deleted\n")
+                self.wait_operation(&zone, op, w).await?;
+                let name = body["name"].as_str().unwrap_or_default();
+                Ok(Launched::Made(name.to_string()))
             }
+        }
+    }
+
+    async fn find(&self, a: &Account, marks: &Marks) -> Result<Vec<Machine>, CloudError> {
+        let name = instance_name(&marks.node);
+        let Some(inst) = self.zone(a).get_instance(&name).await? else {
+            return Ok(Vec::new());
         };
-        Ok(TaskOutput {
-            stdout,
-            ..Default::default()
-        })
+        if inst.labels.get(LABEL_NODE) != Some(&label_value(&marks.node)) {
+            return Err(CloudError::from_status(
+                CLOUD,
+                409,
+                "alreadyExists",
+                format!(
+                    "instance {name} exists and was not made by weft for node {}",
+                    marks.node
+                ),
+                None,
+            ));
+        }
+        Ok(vec![machine(inst)])
+    }
+
+    async fn get(&self, a: &Account, id: &str) -> Result<Option<Machine>, CloudError> {
+        Ok(self.zone(a).get_instance(id).await?.map(machine))
+    }
+
+    async fn terminate(&self, a: &Account, id: &str) -> Result<bool, CloudError> {
+        self.zone(a).delete_instance(id).await
+    }
+
+    async fn marked(&self, a: &Account) -> Result<Vec<Machine>, CloudError> {
+        let filter = format!("labels.{LABEL_NODE}:*");
+        let all = self.zone(a).list_instances(&filter).await?;
+        Ok(all
+            .into_iter()
+            .map(machine)
+            .filter(|m| m.marks.is_some())
+            .collect())
     }
 }
 
@@ -711,30 +491,22 @@ mod tests {
     }
 
     #[test]
-    fn regions_yes_and_no_and_swept_instances() {
+    fn instances_are_read_as_machines() {
         assert_eq!(region_of("us-central1-a"), "us-central1");
         assert_eq!(region_of("europe-west4-b"), "europe-west4");
-        let f = |v: Value| json!({ "external_ip": v }).as_object().cloned().unwrap();
-        assert!(!says_no(&Map::new(), "external_ip").unwrap());
-        assert!(says_no(&f(json!(false)), "external_ip").unwrap());
-        assert!(says_no(&f(json!(" No ")), "external_ip").unwrap());
-        assert!(!says_no(&f(json!("true")), "external_ip").unwrap());
-        assert!(says_no(&f(json!("perhaps")), "external_ip").is_err());
-        assert!(says_no(&f(json!(3)), "external_ip").is_err());
-        let i = json!({"name": "weft-n1", "status": "RUNNING",
-            "labels": {"weft-node": "n1", "weft-cluster": "4"}});
-        let m = swept(&i).unwrap();
-        assert_eq!((m.node.as_str(), m.tenant.as_str()), ("n1", "-"));
-        assert!(swept(&json!({"name": "x", "labels": {}})).is_none());
-    }
-
-    #[test]
-    fn addresses_prefer_the_nat_ip_for_access() {
-        let i = json!({"networkInterfaces": [{"networkIP": "10.0.0.2",
-            "accessConfigs": [{"natIP": "34.1.2.3"}]}]});
-        assert_eq!(addresses(&i), Some(("34.1.2.3".into(), "10.0.0.2".into())));
-        let i = json!({"networkInterfaces": [{"networkIP": "10.0.0.2", "accessConfigs": []}]});
-        assert_eq!(addresses(&i), Some(("10.0.0.2".into(), "10.0.0.2".into())));
-        assert_eq!(addresses(&json!({})), None);
+        let i: Instance = serde_json::from_value(json!({"name": "weft-n1", "status": "RUNNING",
+            "labels": {"weft-node": "n1", "weft-cluster": "4"},
+            "networkInterfaces": [{"networkIP": "10.0.0.2", "accessConfigs": [{"natIP": "34.1.2.3"}]}]}))
+        .unwrap();
+        let m = machine(i);
+        assert_eq!(m.state, State::Running);
+        assert_eq!(m.addresses.public.as_deref(), Some("34.1.2.3"));
+        assert_eq!(m.addresses.private.as_deref(), Some("10.0.0.2"));
+        let s = m.swept(NAME).unwrap();
+        assert_eq!((s.node.as_str(), s.tenant.as_str()), ("n1", "-"));
+        let bare: Instance =
+            serde_json::from_value(json!({"name": "x", "status": "TERMINATED"})).unwrap();
+        let m = machine(bare);
+        assert!(m.marks.is_none() && m.state == State::Stopped && m.addresses.private.is_none());
     }
 }

@@ -1,8 +1,11 @@
-//! A small Triton CloudAPI client: list machines (by name, by tag, all of them page by page),
-//! create, get and delete a machine, and add, read and delete an SSH key of the account (or of
-//! the sub-user weft signs as), each request signed with the account's key ([`super::sign`]).
-//! Errors become [`CloudError`]s with CloudAPI's own `code` and `message`.
+//! A small Triton CloudAPI client: list machines (by name, all of them page by page), create,
+//! get and delete a machine, find an image by name, and add, read and delete an SSH key of the
+//! account (or of the sub-user weft signs as), each request signed with the account's key
+//! ([`super::sign`]); answers are typed. Errors become [`CloudError`]s with CloudAPI's own `code`
+//! and `message`.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use reqwest::Method;
@@ -10,19 +13,23 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::sign::AccountKey;
-use crate::cloud::{retry_after, CloudError};
+use crate::cloud::http::{send, Answer};
+use crate::cloud::CloudError;
+use crate::throttle::Bucket;
 
 /// The API's name in errors.
 pub const CLOUD: &str = "triton";
 /// The CloudAPI version range weft speaks.
 pub const API_VERSION: &str = "~9||~8";
+/// How many machines one ListMachines page holds (CloudAPI's default and most).
+pub const PAGE: usize = 1000;
 
 /// One account of one CloudAPI endpoint.
-pub struct Account<'a> {
+pub struct Account {
     /// The HTTP client calls go through.
-    pub http: &'a reqwest::Client,
+    pub http: reqwest::Client,
     /// The private key requests are signed with (HTTP Signature).
-    pub key: &'a AccountKey,
+    pub key: AccountKey,
     /// The endpoint, without a trailing `/`.
     pub endpoint: String,
     /// The account's login name (the field `login`): every path is below `/<login>`.
@@ -32,7 +39,53 @@ pub struct Account<'a> {
     /// What names the key in `keyId` instead of its fingerprint (the field `key_id`).
     pub key_id: Option<String>,
     /// The account's request budget, shared by every worker of the provisioner.
-    pub bucket: std::sync::Arc<crate::throttle::Bucket>,
+    pub bucket: Arc<Bucket>,
+}
+
+/// A machine as CloudAPI answers it (the fields weft reads).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    /// Its UUID.
+    pub id: String,
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+    /// `provisioning`, `running`, `stopping`, `stopped`, `deleted`, `failed`...
+    #[serde(default)]
+    pub state: String,
+    /// Its tags (values may be strings, numbers or booleans).
+    #[serde(default)]
+    pub tags: BTreeMap<String, Value>,
+    /// Its addresses.
+    #[serde(default)]
+    pub ips: Vec<String>,
+    /// The address CloudAPI calls primary.
+    #[serde(default)]
+    pub primary_ip: Option<String>,
+    /// Its metadata (`root_authorized_keys` as CloudAPI wrote it).
+    #[serde(default)]
+    pub metadata: BTreeMap<String, Value>,
+}
+
+impl Machine {
+    /// A tag's value as text.
+    pub fn tag(&self, name: &str) -> Option<String> {
+        match self.tags.get(name)? {
+            Value::String(s) => Some(s.clone()),
+            other => Some(other.to_string()),
+        }
+    }
+}
+
+/// An image as ListImages answers it.
+#[derive(Debug, Clone, Deserialize)]
+struct Image {
+    id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    published_at: String,
 }
 
 /// An SSH key as CreateKey, GetKey and ListKeys answer it.
@@ -48,24 +101,22 @@ pub struct SshKey {
     pub key: String,
 }
 
-/// How many machines one ListMachines page holds (CloudAPI's default and most).
-pub const PAGE: usize = 1000;
+#[derive(Deserialize, Default)]
+struct ErrorBody {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
 
-/// Reads a CloudAPI error body (`{"code", "message"}`).
-pub fn api_error(status: u16, body: &Value, retry: Option<std::time::Duration>) -> CloudError {
-    let code = body
-        .get("code")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| status.to_string());
-    let message = body
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("no message")
-        .to_string();
-    // 420 "Slow Down" and RequestThrottled are CloudAPI's throttling answers.
-    let throttled = status == 420 || code == "RequestThrottled";
-    let e = CloudError::from_status(CLOUD, status, code, message, retry);
+/// Reads a CloudAPI error answer (`{"code", "message"}`); 420 "Slow Down" and
+/// `RequestThrottled` are throttling.
+pub fn api_error(a: &Answer) -> CloudError {
+    let body: ErrorBody = serde_json::from_str(&a.text).unwrap_or_default();
+    let code = body.code.unwrap_or_else(|| a.status.to_string());
+    let throttled = a.status == 420 || code == "RequestThrottled";
+    let message = body.message.unwrap_or_else(|| "no message".into());
+    let e = CloudError::from_status(CLOUD, a.status, code, message, a.retry_after);
     if throttled {
         e.retryable(true)
     } else {
@@ -73,18 +124,17 @@ pub fn api_error(status: u16, body: &Value, retry: Option<std::time::Duration>) 
     }
 }
 
-impl Account<'_> {
-    /// Sends one signed request (path below `/<login>`); answers the status and JSON body for a
-    /// success, 404 and 410, and an error for the rest.
-    async fn send(
+impl Account {
+    /// Sends one signed request (path below `/<login>`): a success, 404 and 410 are answers,
+    /// the rest an error (throttling makes the whole account wait).
+    async fn call(
         &self,
         method: Method,
         path: &str,
         query: &[(&str, &str)],
         body: Option<&Value>,
-    ) -> Result<(u16, Value), CloudError> {
+    ) -> Result<Answer, CloudError> {
         let url = format!("{}/{}{}", self.endpoint, self.login, path);
-        self.bucket.acquire().await;
         let date = httpdate::fmt_http_date(SystemTime::now());
         let auth = self
             .key
@@ -97,7 +147,7 @@ impl Account<'_> {
             .map_err(|e| CloudError::from_status(CLOUD, 401, "SigningFailed", e, None))?;
         let mut req = self
             .http
-            .request(method.clone(), &url)
+            .request(method, &url)
             .header("date", &date)
             .header("authorization", auth)
             .header("accept", "application/json")
@@ -108,47 +158,52 @@ impl Account<'_> {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| CloudError::sending(CLOUD, &format!("{method} {url}"), &e))?;
-        let status = resp.status().as_u16();
-        let after = retry_after(
-            resp.headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok()),
-        );
-        let json: Value = resp.json().await.unwrap_or(Value::Null);
-        if (200..300).contains(&status) || status == 404 || status == 410 {
-            return Ok((status, json));
+        let a = send(CLOUD, Some(&self.bucket), req).await?;
+        if a.is_success() || a.status == 404 || a.status == 410 {
+            return Ok(a);
         }
-        let e = api_error(status, &json, after);
-        // Throttled (429, 420 "Slow Down", RequestThrottled): the whole account waits.
-        if status == 429 || (e.retryable && status < 500) {
+        let e = api_error(&a);
+        if e.retryable && a.status < 500 {
             self.bucket.throttled();
         }
         Err(e)
     }
 
-    /// The machines named `name` (not deleted ones).
-    pub async fn machines_named(&self, name: &str) -> Result<Vec<Value>, CloudError> {
-        self.list_machines(&[("name", name)]).await
+    /// A call whose answer must be a success, read as `T`.
+    async fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<T, CloudError> {
+        let a = self.call(method, path, query, body).await?;
+        if !a.is_success() {
+            return Err(api_error(&a));
+        }
+        a.json(CLOUD)
     }
 
-    /// The machines whose tag `tag` is `value` (not deleted ones; at most one page).
-    pub async fn machines_tagged(&self, tag: &str, value: &str) -> Result<Vec<Value>, CloudError> {
-        let key = format!("tag.{tag}");
-        self.list_machines(&[(key.as_str(), value)]).await
+    /// The machines named `name` (not deleted ones).
+    pub async fn machines_named(&self, name: &str) -> Result<Vec<Machine>, CloudError> {
+        let list: Vec<Machine> = self
+            .read(Method::GET, "/machines", &[("name", name)], None)
+            .await?;
+        Ok(list.into_iter().filter(|m| m.name == name).collect())
     }
 
     /// Every machine of the account that is not deleted, page by page.
-    pub async fn all_machines(&self) -> Result<Vec<Value>, CloudError> {
+    pub async fn all_machines(&self) -> Result<Vec<Machine>, CloudError> {
         let mut all = Vec::new();
         loop {
-            let offset = all.len().to_string();
-            let limit = PAGE.to_string();
-            let page = self
-                .list_machines(&[("offset", offset.as_str()), ("limit", limit.as_str())])
+            let (offset, limit) = (all.len().to_string(), PAGE.to_string());
+            let page: Vec<Machine> = self
+                .read(
+                    Method::GET,
+                    "/machines",
+                    &[("offset", &offset), ("limit", &limit)],
+                    None,
+                )
                 .await?;
             let full = page.len() >= PAGE;
             all.extend(page);
@@ -158,73 +213,49 @@ impl Account<'_> {
         }
     }
 
-    async fn list_machines(&self, query: &[(&str, &str)]) -> Result<Vec<Value>, CloudError> {
-        match self.send(Method::GET, "/machines", query, None).await? {
-            (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
-            (_, Value::Array(list)) => Ok(list),
-            (s, _) => Err(CloudError::from_status(
-                CLOUD,
-                s,
-                "BadResponse",
-                "ListMachines did not answer a list",
-                None,
-            )),
-        }
-    }
-
     /// The UUID of the newest active image named `name` (by `published_at`), if any.
     pub async fn image_named(&self, name: &str) -> Result<Option<String>, CloudError> {
-        let list = match self
-            .send(
+        let list: Vec<Image> = self
+            .read(
                 Method::GET,
                 "/images",
                 &[("name", name), ("state", "active")],
                 None,
             )
-            .await?
-        {
-            (_, Value::Array(list)) => list,
-            (s, body) => return Err(api_error(s, &body, None)),
-        };
-        let newest = list
-            .iter()
-            .filter(|i| i.get("name").and_then(Value::as_str) == Some(name))
-            .max_by_key(|i| i.get("published_at").and_then(Value::as_str).unwrap_or(""));
-        Ok(newest
-            .and_then(|i| i.get("id"))
-            .and_then(Value::as_str)
-            .map(str::to_string))
+            .await?;
+        Ok(list
+            .into_iter()
+            .filter(|i| i.name == name)
+            .max_by(|a, b| a.published_at.cmp(&b.published_at))
+            .map(|i| i.id))
     }
 
-    /// Creates a machine; answers it (`Err` with status 409 when the name is taken).
-    pub async fn create_machine(&self, body: &Value) -> Result<Value, CloudError> {
-        match self
-            .send(Method::POST, "/machines", &[], Some(body))
-            .await?
-        {
-            (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
-            (_, machine) => Ok(machine),
+    /// Creates a machine: `None` when the name is taken (409).
+    pub async fn create_machine(&self, body: &Value) -> Result<Option<Machine>, CloudError> {
+        match self.read(Method::POST, "/machines", &[], Some(body)).await {
+            Err(e) if e.status == 409 => Ok(None),
+            other => other.map(Some),
         }
     }
 
     /// The machine `id`, or `None` when it does not exist or was deleted (404, 410).
-    pub async fn get_machine(&self, id: &str) -> Result<Option<Value>, CloudError> {
-        match self
-            .send(Method::GET, &format!("/machines/{id}"), &[], None)
-            .await?
-        {
-            (404 | 410, _) => Ok(None),
-            (_, m) if m.get("state").and_then(Value::as_str) == Some("deleted") => Ok(None),
-            (_, m) => Ok(Some(m)),
+    pub async fn get_machine(&self, id: &str) -> Result<Option<Machine>, CloudError> {
+        let a = self
+            .call(Method::GET, &format!("/machines/{id}"), &[], None)
+            .await?;
+        if matches!(a.status, 404 | 410) {
+            return Ok(None);
         }
+        let m: Machine = a.json(CLOUD)?;
+        Ok(Some(m).filter(|m| m.state != "deleted"))
     }
 
     /// Deletes the machine `id`; answers false when it was already gone (404, 410).
     pub async fn delete_machine(&self, id: &str) -> Result<bool, CloudError> {
-        let (status, _) = self
-            .send(Method::DELETE, &format!("/machines/{id}"), &[], None)
+        let a = self
+            .call(Method::DELETE, &format!("/machines/{id}"), &[], None)
             .await?;
-        Ok(!matches!(status, 404 | 410))
+        Ok(!matches!(a.status, 404 | 410))
     }
 
     /// The keys path of whoever weft signs as: `/keys`, or `/users/<user>/keys` for a sub-user.
@@ -240,61 +271,50 @@ impl Account<'_> {
     /// `Err` with status 409 may mean either: [`Account::get_key`] tells them apart.
     pub async fn create_key(&self, name: &str, public: &str) -> Result<SshKey, CloudError> {
         let body = json!({"name": name, "key": public});
-        match self
-            .send(Method::POST, &self.keys_path(), &[], Some(&body))
-            .await?
-        {
-            (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
-            (s, body) => serde_json::from_value(body).map_err(|_| {
-                CloudError::from_status(CLOUD, s, "BadResponse", "CreateKey answered no key", None)
-            }),
-        }
+        self.read(Method::POST, &self.keys_path(), &[], Some(&body))
+            .await
     }
 
     /// The keys of whoever weft signs as (ListKeys or ListUserKeys).
     pub async fn list_keys(&self) -> Result<Vec<SshKey>, CloudError> {
-        match self.send(Method::GET, &self.keys_path(), &[], None).await? {
-            (s @ (404 | 410), body) => Err(api_error(s, &body, None)),
-            (s, body) => serde_json::from_value(body).map_err(|_| {
-                CloudError::from_status(CLOUD, s, "BadResponse", "ListKeys answered no list", None)
-            }),
-        }
+        self.read(Method::GET, &self.keys_path(), &[], None).await
     }
 
     /// The key named or fingerprinted `id`, or `None` when there is none (404).
     pub async fn get_key(&self, id: &str) -> Result<Option<SshKey>, CloudError> {
         let path = format!("{}/{id}", self.keys_path());
-        match self.send(Method::GET, &path, &[], None).await? {
-            (404 | 410, _) => Ok(None),
-            (s, body) => serde_json::from_value(body).map(Some).map_err(|_| {
-                CloudError::from_status(CLOUD, s, "BadResponse", "GetKey answered no key", None)
-            }),
+        let a = self.call(Method::GET, &path, &[], None).await?;
+        if matches!(a.status, 404 | 410) {
+            return Ok(None);
         }
+        a.json(CLOUD).map(Some)
     }
 
     /// Deletes the key named or fingerprinted `id`; answers false when there was none (404).
     pub async fn delete_key(&self, id: &str) -> Result<bool, CloudError> {
         let path = format!("{}/{id}", self.keys_path());
-        let (status, _) = self.send(Method::DELETE, &path, &[], None).await?;
-        Ok(!matches!(status, 404 | 410))
+        let a = self.call(Method::DELETE, &path, &[], None).await?;
+        Ok(!matches!(a.status, 404 | 410))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn answer(status: u16, body: Value) -> Answer {
+        Answer::for_tests(status, body.to_string())
+    }
 
     #[test]
     fn cloudapi_errors_keep_their_code_and_throttling_is_retried() {
-        let e = api_error(
+        let e = api_error(&answer(
             403,
-            &json!({"code": "QuotaExceeded", "message": "quota exceeded"}),
-            None,
-        );
+            json!({"code": "QuotaExceeded", "message": "quota exceeded"}),
+        ));
         assert_eq!((e.code.as_str(), e.retryable), ("QuotaExceeded", false));
-        assert!(api_error(420, &json!({"code": "RequestThrottled"}), None).retryable);
-        assert!(api_error(503, &Value::Null, None).retryable);
-        assert!(!api_error(401, &json!({"code": "InvalidCredentials"}), None).retryable);
+        assert!(api_error(&answer(420, json!({"code": "RequestThrottled"}))).retryable);
+        assert!(api_error(&answer(503, Value::Null)).retryable);
+        assert!(!api_error(&answer(401, json!({"code": "InvalidCredentials"}))).retryable);
     }
 }

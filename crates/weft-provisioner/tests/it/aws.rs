@@ -20,8 +20,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 use weft_provisioner::aws::client::{QueryClient, EC2_VERSION, IAM_VERSION};
-use weft_provisioner::aws::ec2::{Ec2, Instance, Timing};
+use weft_provisioner::aws::ec2::{Ec2, Instance};
 use weft_provisioner::aws::sigv4::Credentials;
+use weft_provisioner::aws::Timing;
 use weft_provisioner::aws::{AwsProvider, TAG_NODE};
 use weft_provisioner::contract;
 use weft_provisioner::task::{Action, Task};
@@ -68,7 +69,8 @@ fn timing() -> Timing {
     Timing {
         first: Duration::from_millis(10),
         max: Duration::from_millis(100),
-        call_budget: Duration::from_secs(5),
+        calls: Duration::from_secs(5),
+        wait: Duration::from_secs(5),
     }
 }
 
@@ -83,7 +85,6 @@ pub(crate) fn ec2_at(endpoint: &str, creds: Credentials) -> Ec2 {
             creds,
         )
         .unwrap(),
-        timing: timing(),
     }
 }
 
@@ -214,9 +215,7 @@ impl Moto {
 }
 
 pub(crate) fn provider() -> AwsProvider {
-    AwsProvider::new()
-        .with_timing(timing())
-        .with_limits(Duration::from_secs(5), Duration::from_secs(5))
+    AwsProvider::new().with_timing(timing())
 }
 
 /// A task of the `aws` provider with `fields` (and `extra` config) on `node` of cluster `c1`.
@@ -478,9 +477,10 @@ async fn confirm_waits_while_the_instance_is_pending() {
 
     // Pending for longer than CONFIRM waits: a retryable failure naming the state.
     let (endpoint, _proxy) = serve_proxy(&m, Mode::Pending(u32::MAX)).await;
-    let slow = AwsProvider::new()
-        .with_timing(timing())
-        .with_limits(Duration::from_millis(300), Duration::from_secs(5));
+    let slow = AwsProvider::new().with_timing(Timing {
+        wait: Duration::from_millis(300),
+        ..timing()
+    });
     let e = slow
         .confirm(&task(
             Action::Confirm,

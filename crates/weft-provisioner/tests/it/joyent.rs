@@ -867,7 +867,7 @@ async fn joyent_create_killed_after_the_post_then_retried_makes_one_machine() {
         );
         let id = g.machines.keys().next().unwrap();
         assert_eq!(out.result["providerid"], json!(id));
-        assert!(out.stdout.contains("taking it over"), "{}", out.stdout);
+        assert!(out.stdout.contains("exists"), "{}", out.stdout);
     }
 }
 
