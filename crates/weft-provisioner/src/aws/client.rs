@@ -6,11 +6,19 @@
 //! (`RequestLimitExceeded`, `Throttling`...) and 5xx are retryable whatever the status; auth
 //! (`AuthFailure`...), quota (`InstanceLimitExceeded`...) and bad parameters are not. Neither the
 //! secret nor the signature is ever logged or put in an error.
+//!
+//! A client signs with a [`Signer`]: fixed keys, or temporary credentials kept fresh
+//! ([`super::credentials`]). A call answered with an expired-token code ([`EXPIRED`]) while
+//! signed with temporary credentials drops them and is sent once more with new ones; any
+//! expired-token answer left is fatal with reason `auth`.
 
 use std::time::{Duration, SystemTime};
 
 use reqwest::Url;
 
+use weft_model::FailureReason;
+
+use super::credentials::Signer;
 use super::sigv4::{self, Credentials, Scope};
 use super::xml::{self, Element};
 use crate::cloud::{retry_after, CloudError};
@@ -63,6 +71,15 @@ const FATAL: &[&str] = &[
     "AddressLimitExceeded",
 ];
 
+/// Codes that say the credentials (or the request's signature time) expired: temporary
+/// credentials are fetched again and the call sent once more.
+pub const EXPIRED: &[&str] = &[
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "RequestExpired",
+    "TokenRefreshRequired",
+];
+
 /// One signed query API: an endpoint, a region, a service name and credentials.
 #[derive(Clone)]
 pub struct QueryClient {
@@ -71,7 +88,7 @@ pub struct QueryClient {
     region: String,
     service: &'static str,
     version: &'static str,
-    creds: Credentials,
+    creds: Signer,
     cloud: &'static str,
     /// The account's request budget, when the provider keeps one ([`crate::throttle`]).
     bucket: Option<std::sync::Arc<crate::throttle::Bucket>>,
@@ -94,14 +111,15 @@ pub fn ec2_endpoint(region: &str) -> String {
 }
 
 impl QueryClient {
-    /// A client of `service` (`ec2`, `iam`) at `endpoint` (an `http(s)://` URL).
+    /// A client of `service` (`ec2`, `iam`, `sts`) at `endpoint` (an `http(s)://` URL), signing
+    /// with `creds` ([`Credentials`] or a [`Signer`]).
     pub fn new(
         http: reqwest::Client,
         endpoint: &str,
         region: &str,
         service: &'static str,
         version: &'static str,
-        creds: Credentials,
+        creds: impl Into<Signer>,
     ) -> Result<QueryClient, String> {
         let endpoint = Url::parse(endpoint).map_err(|e| format!("endpoint is not a URL: {e}"))?;
         if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host_str().is_none() {
@@ -115,7 +133,7 @@ impl QueryClient {
             region: region.to_string(),
             service,
             version,
-            creds,
+            creds: creds.into(),
             cloud: service,
             bucket: None,
         })
@@ -158,8 +176,8 @@ impl QueryClient {
         parts.join("&")
     }
 
-    /// The signed headers of a request with `body`, at `now`.
-    fn headers(&self, body: &str, now: SystemTime) -> Vec<(String, String)> {
+    /// The signed headers of a request with `body`, at `now`, signed with `creds`.
+    fn headers(&self, creds: &Credentials, body: &str, now: SystemTime) -> Vec<(String, String)> {
         let amz_date = sigv4::amz_date(now);
         let mut headers = vec![
             (
@@ -169,7 +187,7 @@ impl QueryClient {
             ("host".to_string(), self.host()),
             ("x-amz-date".to_string(), amz_date.clone()),
         ];
-        if let Some(t) = &self.creds.session_token {
+        if let Some(t) = &creds.session_token {
             headers.push(("x-amz-security-token".to_string(), t.clone()));
         }
         let scope = Scope {
@@ -184,14 +202,32 @@ impl QueryClient {
             headers: &headers,
             body: body.as_bytes(),
         };
-        let auth = sigv4::authorization(&self.creds, &scope, &req);
+        let auth = sigv4::authorization(creds, &scope, &req);
         headers.push(("authorization".to_string(), auth));
         headers
     }
 
-    /// Calls `action` once with `params`; answers the root element of the XML answer.
+    /// Calls `action` once with `params` (twice when temporary credentials were refused as
+    /// expired); answers the root element of the XML answer.
     pub async fn call(
         &self,
+        action: &str,
+        params: &[(String, String)],
+    ) -> Result<Element, CloudError> {
+        let creds = self.creds.credentials().await?;
+        match self.send(&creds, action, params).await {
+            Err(e) if EXPIRED.contains(&e.code.as_str()) && self.creds.expired(&creds).await => {
+                let creds = self.creds.credentials().await?;
+                self.send(&creds, action, params).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// Sends `action` with `params` once, signed with `creds`.
+    async fn send(
+        &self,
+        creds: &Credentials,
         action: &str,
         params: &[(String, String)],
     ) -> Result<Element, CloudError> {
@@ -203,7 +239,7 @@ impl QueryClient {
             .http
             .post(self.endpoint.clone())
             .timeout(Duration::from_secs(60));
-        for (k, v) in self.headers(&body, SystemTime::now()) {
+        for (k, v) in self.headers(creds, &body, SystemTime::now()) {
             if k != "host" {
                 req = req.header(k, v);
             }
@@ -281,6 +317,8 @@ pub fn classify(
     );
     if RETRYABLE.contains(&code.as_str()) || is_throttling(&code) {
         e.retryable(true)
+    } else if EXPIRED.contains(&code.as_str()) {
+        e.retryable(false).because(FailureReason::Auth)
     } else if FATAL.contains(&code.as_str()) || code.starts_with("Invalid") {
         e.retryable(false)
     } else {
@@ -328,6 +366,10 @@ mod tests {
             assert!(e.to_string().contains(&format!("said {code}")), "{e}");
         }
         assert!(!ec2_error(401, "AuthFailure").retryable);
+        for code in ["RequestExpired", "ExpiredToken"] {
+            let e = ec2_error(400, code);
+            assert!(!e.retryable && e.reason == FailureReason::Auth, "{e:?}");
+        }
         let iam = "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code>\
                    <Message>slow</Message></Error></ErrorResponse>";
         assert!(classify("iam", "X", 400, xml::parse(iam).ok(), iam, None).retryable);
@@ -337,17 +379,18 @@ mod tests {
 
     #[test]
     fn requests_are_signed_without_showing_the_secret() {
+        let creds = Credentials {
+            access_key_id: "AKID".into(),
+            secret_access_key: "very-secret".into(),
+            session_token: Some("session-secret".into()),
+        };
         let c = QueryClient::new(
             reqwest::Client::new(),
             "http://127.0.0.1:4566/",
             "us-east-1",
             "ec2",
             EC2_VERSION,
-            Credentials {
-                access_key_id: "AKID".into(),
-                secret_access_key: "very-secret".into(),
-                session_token: Some("session-secret".into()),
-            },
+            creds.clone(),
         )
         .unwrap();
         assert_eq!(c.host(), "127.0.0.1:4566");
@@ -363,7 +406,7 @@ mod tests {
             "Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag%3Aweft%3Anode\
              &Filter.1.Value.1=a+b%2Bc%27s"
         );
-        let h = c.headers(&body, SystemTime::UNIX_EPOCH);
+        let h = c.headers(&creds, &body, SystemTime::UNIX_EPOCH);
         let auth = &h.iter().find(|(k, _)| k == "authorization").unwrap().1;
         assert!(auth.starts_with(
             "AWS4-HMAC-SHA256 Credential=AKID/19700101/us-east-1/ec2/aws4_request, \
@@ -378,7 +421,7 @@ mod tests {
             "r",
             "ec2",
             EC2_VERSION,
-            c.creds.clone()
+            creds
         )
         .is_err());
     }

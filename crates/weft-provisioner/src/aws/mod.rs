@@ -2,7 +2,9 @@
 //! a client of our own (SigV4 in [`sigv4`], a small XML reader in [`xml`], the calls in [`ec2`]).
 //!
 //! - **Fields** (admin, credentials sensitive): `region`, `access_key_id`, `secret_access_key`,
-//!   `session_token`, `endpoint` (default `https://ec2.<region>.amazonaws.com/`), `subnet_id`,
+//!   `session_token`, or `credential_source` = `instance_profile` (and `imds_endpoint`); to
+//!   assume a role, `role_arn`, `external_id`, `role_session_name`, `sts_endpoint` (see
+//!   [`credentials`]); `endpoint` (default `https://ec2.<region>.amazonaws.com/`), `subnet_id`,
 //!   `security_group_ids` (comma-separated), `instance_type` and `ami` (defaults when the
 //!   hardware or image type names none), and the key: `import_key` with `sshkeyseed`, or
 //!   `key_name` with `ssh_private_key`. Per hardware type the providermap `flavor` is the
@@ -41,6 +43,7 @@
 //!   errors or task output.
 
 pub mod client;
+pub mod credentials;
 pub mod ec2;
 pub mod launch;
 pub mod sigv4;
@@ -57,7 +60,6 @@ use weft_model::PluginType;
 use self::client::{ec2_endpoint, QueryClient, EC2_VERSION};
 use self::ec2::{Ec2, Instance, RunSpec, LIVE_STATES};
 use self::launch::ImageRef;
-use self::sigv4::Credentials;
 use crate::cloud::fields::{plugin_type, Declared, Fields};
 use crate::cloud::{
     with_retries, Addresses, Cloud, CloudError, CloudProvider, Confirmed, Launched, Login, Machine,
@@ -86,6 +88,7 @@ impl AwsProvider {
         CloudProvider::of(Aws {
             http: reqwest::Client::new(),
             buckets: Buckets::default(),
+            credentials: credentials::Cache::default(),
         })
     }
 }
@@ -102,6 +105,8 @@ pub struct Aws {
     http: reqwest::Client,
     /// Each account's request budget ([`crate::throttle`]), shared by every worker.
     buckets: Buckets,
+    /// Each account's temporary credentials ([`credentials`]), shared by every worker.
+    credentials: credentials::Cache,
 }
 
 /// How a node's machine is reached over SSH.
@@ -342,11 +347,17 @@ impl Account {
 
 /// The provider's admin fields: name, label, tip, and whether the value is secret.
 #[rustfmt::skip]
-const FIELDS: [Declared; 19] = [
+const FIELDS: [Declared; 25] = [
     ("region", "Region", "the EC2 region, e.g. us-east-1", false),
     ("access_key_id", "Access key id", "the IAM access key id", true),
     ("secret_access_key", "Secret access key", "the IAM secret access key", true),
     ("session_token", "Session token", "for temporary credentials only", true),
+    ("credential_source", "Credential source", "keys (default: the fields above) or instance_profile (the provisioner host's EC2 instance profile, read with IMDSv2)", false),
+    ("imds_endpoint", "Metadata service", "for instance_profile: default http://169.254.169.254", false),
+    ("role_arn", "Role ARN", "a role to assume with the credentials above (STS AssumeRole), e.g. arn:aws:iam::123456789012:role/weft", false),
+    ("external_id", "External id", "the external id the role's trust policy asks for (sts:ExternalId)", true),
+    ("role_session_name", "Role session name", "the session name of the assumed role (default weft)", false),
+    ("sts_endpoint", "STS endpoint", "default: endpoint when set, else https://sts.<region>.amazonaws.com/", false),
     ("endpoint", "Endpoint", "default https://ec2.<region>.amazonaws.com/", false),
     ("subnet_id", "Subnet", "the subnet instances are launched in (default: the default VPC's)", false),
     ("security_group_ids", "Security groups", "comma-separated security group ids", false),
@@ -376,7 +387,10 @@ impl Cloud for Aws {
             "AWS EC2",
             "nodes are EC2 instances, found by their weft tags, reached over SSH",
             &FIELDS,
-            &["region", "access_key_id", "secret_access_key"],
+            &[
+                &["region", "access_key_id", "secret_access_key"],
+                &["region", "credential_source"],
+            ],
         )
     }
 
@@ -390,14 +404,14 @@ impl Cloud for Aws {
                 "provider field region {region:?} is not a region name"
             )));
         }
-        let creds = Credentials {
-            access_key_id: f.required("access_key_id")?,
-            secret_access_key: f.required("secret_access_key")?,
-            session_token: f.text("session_token"),
-        };
+        let plan = credentials::Plan::from_fields(&f.0, &region)?;
+        let creds = self
+            .credentials
+            .signer(&self.http, &plan)
+            .map_err(|e| PluginError::fatal(format!("provider field sts_endpoint: {e}")))?;
         let endpoint = f.text("endpoint").unwrap_or_else(|| ec2_endpoint(&region));
         let (rate, burst) = crate::throttle::budget(&f.0).map_err(PluginError::fatal)?;
-        let account = format!("{endpoint} {region} {}", creds.access_key_id);
+        let account = format!("{endpoint} {region} {}", plan.principal());
         let q = QueryClient::new(
             self.http.clone(),
             &endpoint,

@@ -122,13 +122,14 @@ const SHARED: [Declared; 3] = [
 ];
 
 /// A cloud's plugin type: its name, label, description, admin fields (with the shared ones) and
-/// the fields it requires. Secret fields are sensitive (sealed at rest, never shown).
+/// the sets of fields it requires (one of them must be complete). Secret fields are sensitive
+/// (sealed at rest, never shown).
 pub fn plugin_type(
     name: &str,
     label: &str,
     description: &str,
     fields: &[Declared],
-    required: &[&str],
+    required: &[&[&str]],
 ) -> PluginType {
     let admin = ParamSpec {
         fields: fields
@@ -145,7 +146,10 @@ pub fn plugin_type(
                 (name.to_string(), schema)
             })
             .collect(),
-        required: vec![required.iter().map(|s| s.to_string()).collect()],
+        required: required
+            .iter()
+            .map(|set| set.iter().map(|s| s.to_string()).collect())
+            .collect(),
     };
     PluginType {
         name: name.into(),

@@ -339,7 +339,7 @@ impl Cloud for Google {
             "Google Compute Engine",
             "nodes are Compute Engine instances, one per node, reached over SSH",
             &FIELDS,
-            &["json_key", "zone"],
+            &[&["json_key", "zone"]],
         )
     }
 

@@ -369,7 +369,7 @@ impl Cloud for Joyent {
             "Joyent Triton",
             "nodes are Triton machines (CloudAPI), one per node, reached over SSH",
             &FIELDS,
-            &["endpoint", "login", "key"],
+            &[&["endpoint", "login", "key"]],
         )
     }
 
