@@ -10,6 +10,7 @@ mod agent;
 mod automators;
 mod automators_docker; // the docker automator on a node with the engine's socket
 mod aws;
+mod aws_credentials; // AssumeRole, instance profile, refresh (issue 39)
 mod aws_launch; // AMIs by name, RunInstances options (issue 39)
 mod common;
 mod docker;
