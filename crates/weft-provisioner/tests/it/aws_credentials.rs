@@ -131,9 +131,10 @@ async fn serve(app: axum::Router) -> String {
     format!("http://{addr}/")
 }
 
-/// Makes role `name` in moto, assumable by the IAM user `weft` (with `external_id` when given,
-/// as an `sts:ExternalId` condition) and allowed everything; answers its ARN.
-async fn make_role(m: &Moto, name: &str, external_id: Option<&str>) -> String {
+/// Makes role `name` in moto, assumable by the IAM user `weft` and by `also` (with
+/// `external_id` when given, as an `sts:ExternalId` condition) and allowed everything; answers
+/// its ARN.
+async fn make_role(m: &Moto, name: &str, external_id: Option<&str>, also: Option<&str>) -> String {
     let iam = m.iam();
     let user = iam
         .call("GetUser", &[param("UserName", "weft")])
@@ -143,7 +144,11 @@ async fn make_role(m: &Moto, name: &str, external_id: Option<&str>) -> String {
         .text_at(&["GetUserResult", "User", "Arn"])
         .unwrap()
         .to_string();
-    let mut statement = json!({"Effect": "Allow", "Principal": {"AWS": user_arn},
+    let principals: Vec<&str> = [Some(user_arn.as_str()), also]
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut statement = json!({"Effect": "Allow", "Principal": {"AWS": principals},
         "Action": "sts:AssumeRole"});
     if let Some(id) = external_id {
         statement["Condition"] = json!({"StringEquals": {"sts:ExternalId": id}});
@@ -187,7 +192,7 @@ fn keyless_fields(m: &Moto, endpoint: &str) -> Map<String, Value> {
 #[tokio::test]
 async fn an_assumed_role_with_an_external_id_signs_ec2_s_calls() {
     let Some(m) = moto().await else { return };
-    let role_arn = make_role(&m, "weft-provisioner", Some(EXTERNAL_ID)).await;
+    let role_arn = make_role(&m, "weft-provisioner", Some(EXTERNAL_ID), None).await;
     let (endpoint, rec) = serve_recorder(&m).await;
     let mut fields = m.fields(&endpoint);
     fields.insert("role_arn".into(), json!(role_arn));
@@ -249,7 +254,7 @@ async fn an_assumed_role_with_an_external_id_signs_ec2_s_calls() {
 #[tokio::test]
 async fn moto_refuses_a_wrong_external_id_and_the_failure_is_fatal_auth() {
     let Some(m) = moto().await else { return };
-    let role_arn = make_role(&m, "weft-guarded", Some(EXTERNAL_ID)).await;
+    let role_arn = make_role(&m, "weft-guarded", Some(EXTERNAL_ID), None).await;
     let (endpoint, rec) = serve_recorder(&m).await;
     let wrong = "a-wrong-external-id-kept-secret";
     let mut fields = m.fields(&endpoint);
@@ -388,6 +393,22 @@ async fn imds(state: Arc<Imds>, method: Method, uri: Uri, headers: HeaderMap) ->
     }
 }
 
+/// Serves a metadata service ([`Imds`]) on loopback; answers its endpoint.
+async fn serve_imds(serves: Vec<(Credentials, Duration)>) -> (String, Arc<Imds>) {
+    let state = Arc::new(Imds {
+        token: "imds-session-token".into(),
+        serves,
+        fetched: AtomicU32::new(0),
+        puts: AtomicU32::new(0),
+        refused: AtomicU32::new(0),
+    });
+    let s = state.clone();
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap| {
+        imds(s.clone(), method, uri, headers)
+    });
+    (serve(app).await, state)
+}
+
 /// Temporary credentials of role `role_arn`, from moto's STS (signed with the IAM user's key).
 async fn assumed(m: &Moto, role_arn: &str, session: &str) -> Credentials {
     let sts = QueryClient::new(
@@ -424,7 +445,7 @@ async fn assumed(m: &Moto, role_arn: &str, session: &str) -> Credentials {
 #[tokio::test]
 async fn the_instance_profile_is_read_with_imdsv2_and_refreshed_before_it_expires() {
     let Some(m) = moto().await else { return };
-    let role_arn = make_role(&m, "weft-host", None).await;
+    let role_arn = make_role(&m, "weft-host", None, None).await;
     let first = assumed(&m, &role_arn, "first").await;
     let second = assumed(&m, &role_arn, "second").await;
     let forged = Credentials {
@@ -437,20 +458,10 @@ async fn the_instance_profile_is_read_with_imdsv2_and_refreshed_before_it_expire
         .expect_err("moto checks an assumed role's session token");
     // The first credentials have two minutes left: less than the refresh margin, so they are
     // used once and fetched again at the next call; the second ones last an hour.
-    let state = Arc::new(Imds {
-        token: "imds-session-token".into(),
-        serves: vec![
-            (first.clone(), Duration::from_secs(120)),
-            (second.clone(), Duration::from_secs(3600)),
-        ],
-        fetched: AtomicU32::new(0),
-        puts: AtomicU32::new(0),
-        refused: AtomicU32::new(0),
-    });
-    let s = state.clone();
-    let imds_endpoint = serve(axum::Router::new().fallback(
-        move |method: Method, uri: Uri, headers: HeaderMap| imds(s.clone(), method, uri, headers),
-    ))
+    let (imds_endpoint, state) = serve_imds(vec![
+        (first.clone(), Duration::from_secs(120)),
+        (second.clone(), Duration::from_secs(3600)),
+    ])
     .await;
     let (endpoint, rec) = serve_recorder(&m).await;
     let mut fields = keyless_fields(&m, &endpoint);
@@ -586,4 +597,50 @@ async fn an_instance_without_a_role_fails_with_reason_auth() {
         .expect_err("no role on this instance");
     assert!(!e.retryable && e.reason == FailureReason::Auth, "{e}");
     assert!(e.message.contains("instance profile"), "{e}");
+}
+
+#[tokio::test]
+async fn a_role_is_assumed_with_the_instance_profile_s_credentials() {
+    let Some(m) = moto().await else { return };
+    // The host's instance profile: temporary credentials of role weft-host, which the
+    // customer's role trusts.
+    let host_role = make_role(&m, "weft-host", None, None).await;
+    let host = assumed(&m, &host_role, "host").await;
+    let account = host_role.split(':').nth(4).unwrap();
+    let host_principal = format!("arn:aws:sts::{account}:assumed-role/weft-host/host");
+    let role_arn = make_role(
+        &m,
+        "weft-customer",
+        Some(EXTERNAL_ID),
+        Some(&host_principal),
+    )
+    .await;
+    let (imds_endpoint, state) = serve_imds(vec![(host.clone(), Duration::from_secs(3600))]).await;
+    let (endpoint, rec) = serve_recorder(&m).await;
+    let mut fields = keyless_fields(&m, &endpoint);
+    fields.insert("credential_source".into(), json!("instance_profile"));
+    fields.insert("imds_endpoint".into(), json!(imds_endpoint));
+    fields.insert("role_arn".into(), json!(role_arn));
+    fields.insert("external_id".into(), json!(EXTERNAL_ID));
+
+    contract::provider_contract(&provider(), fields, "n-chain").await;
+    assert!(!m.instances_of("n-chain").await[0].is_live());
+    assert_eq!(
+        state.fetched.load(Ordering::SeqCst),
+        1,
+        "the host's credentials last an hour"
+    );
+    assert_eq!(state.refused.load(Ordering::SeqCst), 0);
+    let seen = rec.seen.lock().unwrap().clone();
+    let sts: Vec<&Seen> = seen.iter().filter(|s| s.service == "sts").collect();
+    assert_eq!(sts.len(), 1, "{seen:#?}");
+    assert_eq!(sts[0].access_key_id, host.access_key_id);
+    assert_eq!(sts[0].token, host.session_token);
+    let ec2: Vec<&Seen> = seen.iter().filter(|s| s.service == "ec2").collect();
+    assert!(!ec2.is_empty());
+    for s in ec2 {
+        assert!(s.access_key_id.starts_with("ASIA"), "{s:?}");
+        assert_ne!(s.access_key_id, host.access_key_id, "{s:?}");
+        assert!(s.token.is_some() && s.token != host.session_token, "{s:?}");
+    }
 }
