@@ -1,10 +1,10 @@
 //! Machines that carry weft's marks but belong to no live node: what `weft provider sweep` shows
 //! (and, with `--delete`, removes).
 //!
-//! Each provider that can list what it made answers [`Tagged`] machines: the `aws` provider every
-//! live instance with a `weft:node` tag, the `docker` provider every container with a `weft.node`
-//! label, the `google` provider every instance of its zone with a `weft-node` label, the `joyent`
-//! provider every machine of the account with a `weft-node` tag. [`orphans`] keeps those whose node is not among the live nodes the caller knows (the
+//! Each provider that can list what it made answers [`Tagged`] machines: every cloud provider
+//! through the cloud layer ([`crate::cloud`]: the machines of the account carrying weft's marks),
+//! the `docker` provider every container with a `weft.node` label. [`orphans`] keeps those whose
+//! node is not among the live nodes the caller knows (the
 //! server's nodes of clusters not terminated), and [`delete_task`] makes the DELETE task that
 //! removes one through the provider's own DELETE (by its id and by its marks), so a sweep deletes
 //! exactly what a DELETE of that node would.
@@ -23,27 +23,6 @@ use crate::task::{Action, PluginError, Task};
 /// A machine weft marked as a node's (the wire type of the sweep's answer; each provider that
 /// can list what it made answers these from `Provider::machines`).
 pub type Tagged = weft_model::SweptMachine;
-
-/// A machine as a sweep shows it, from its id, its marks (a cloud's tags or labels object, read
-/// under the keys `node`, `cluster`, `tenant`) and its state; `None` without an id or a node
-/// mark. A missing tenant mark is `-` (a machine made before tenant marks: never listed).
-pub fn marked(
-    providertype: &str,
-    providerid: Option<&str>,
-    marks: Option<&Value>,
-    [node, cluster, tenant]: [&str; 3],
-    state: Option<&str>,
-) -> Option<Tagged> {
-    let mark = |k: &str| marks?.get(k)?.as_str().map(str::to_string);
-    Some(Tagged {
-        providertype: providertype.into(),
-        providerid: providerid.filter(|id| !id.is_empty())?.to_string(),
-        node: mark(node).filter(|n| !n.is_empty())?,
-        cluster: mark(cluster).unwrap_or_default(),
-        tenant: mark(tenant).unwrap_or_else(|| "-".into()),
-        state: state.unwrap_or("unknown").to_string(),
-    })
-}
 
 /// The machines of `machines` whose node is not in `live`.
 pub fn orphans(machines: Vec<Tagged>, live: &BTreeSet<String>) -> Vec<Tagged> {

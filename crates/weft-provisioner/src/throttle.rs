@@ -108,32 +108,6 @@ impl Buckets {
     }
 }
 
-/// The provider fields that set the budget, as a provider type declares them.
-pub fn declared_fields() -> [(&'static str, weft_model::FieldSchema); 2] {
-    let text = |label: &str, tip: &str| weft_model::FieldSchema {
-        label: label.into(),
-        field_type: "text".into(),
-        tip: Some(tip.into()),
-        ..Default::default()
-    };
-    [
-        (
-            "requests_per_second",
-            text(
-                "Requests per second",
-                "calls to the cloud's API per second for this account, shared by every worker (default 10)",
-            ),
-        ),
-        (
-            "request_burst",
-            text(
-                "Request burst",
-                "calls that may go at once after a quiet spell (default 20)",
-            ),
-        ),
-    ]
-}
-
 /// The budget a provider's fields ask for: `requests_per_second` and `request_burst`, each a
 /// positive number; the defaults otherwise. A value that is not a positive number is an error
 /// naming the field.

@@ -377,7 +377,10 @@ const FIELDS: [Declared; 25] = [
 
 #[async_trait]
 impl Cloud for Aws {
-    const NAME: &'static str = NAME;
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
     type Account = Account;
     type Request = Launch;
 
@@ -446,10 +449,11 @@ impl Cloud for Aws {
         spec.ami = ami;
         options.apply(&mut spec, root_device)?;
         let (login, import) = a.launch_key(task, &mut spec)?;
-        let stdout = match &import {
+        let mut stdout = match &import {
             Some(k) => a.import(k, w).await?,
             None => String::new(),
         };
+        stdout.push_str(&format!("{} from {}\n", spec.instance_type, spec.ami));
         Ok(Prepared {
             request: Launch {
                 spec,
@@ -492,7 +496,8 @@ impl Cloud for Aws {
         ))
     }
 
-    async fn find(&self, a: &Account, marks: &Marks) -> Result<Vec<Machine>, CloudError> {
+    async fn find(&self, a: &Account, task: &Task) -> Result<Vec<Machine>, CloudError> {
+        let marks = &Marks::of(task);
         let found = a
             .ec2
             .instances_tagged(&node_tags(marks), LIVE_STATES)

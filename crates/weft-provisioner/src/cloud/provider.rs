@@ -49,7 +49,7 @@ impl Waits {
 #[async_trait]
 pub trait Cloud: Send + Sync + 'static {
     /// The provider type's name (`aws`, `google`...), also the API named in errors.
-    const NAME: &'static str;
+    fn name(&self) -> &'static str;
     /// The account, endpoint and settings a provider's fields name, read and checked.
     type Account: Send + Sync;
     /// A launch request, typed.
@@ -81,8 +81,8 @@ pub trait Cloud: Send + Sync + 'static {
         w: &Waits,
     ) -> Result<Launched, PluginError>;
 
-    /// The live machines that carry the node's marks, oldest first.
-    async fn find(&self, a: &Self::Account, marks: &Marks) -> Result<Vec<Machine>, CloudError>;
+    /// The machines of the task's node (by its name or its marks), oldest first.
+    async fn find(&self, a: &Self::Account, task: &Task) -> Result<Vec<Machine>, CloudError>;
 
     /// The machine `id`; `None` when the cloud does not know it.
     async fn get(&self, a: &Self::Account, id: &str) -> Result<Option<Machine>, CloudError>;
@@ -175,8 +175,7 @@ impl<C: Cloud> CloudProvider<C> {
         w: &Waits,
         stdout: &mut String,
     ) -> Result<Option<Machine>, PluginError> {
-        let marks = Marks::of(task);
-        let found = with_retries(w.calls(), || self.cloud.find(a, &marks)).await?;
+        let found = with_retries(w.calls(), || self.cloud.find(a, task)).await?;
         let live: Vec<Machine> = found.into_iter().filter(Machine::is_live).collect();
         let Some((first, twins)) = live.split_first() else {
             return Ok(None);
@@ -330,7 +329,7 @@ impl<C: Cloud> Provider for CloudProvider<C> {
                 State::Running if m.addresses.private.is_some() => Ok(Poll::Ready(m)),
                 State::Running | State::Pending => Ok(Poll::Pending(m.status)),
                 _ => Err(CloudError::from_status(
-                    C::NAME,
+                    self.cloud.name(),
                     409,
                     "MachineState",
                     format!("machine {id} is {}, not running", m.status),
@@ -395,9 +394,8 @@ impl<C: Cloud> Provider for CloudProvider<C> {
             None => {}
         }
         if !task.node_id.is_empty() {
-            let marks = Marks::of(task);
-            let found = with_retries(w.calls(), || self.cloud.find(&a, &marks)).await?;
-            ids.extend(found.into_iter().map(|m| m.id));
+            let found = with_retries(w.calls(), || self.cloud.find(&a, task)).await?;
+            ids.extend(found.into_iter().filter(Machine::is_live).map(|m| m.id));
         }
         let mut stdout = String::new();
         let mut gone = Vec::new();
@@ -430,7 +428,7 @@ impl<C: Cloud> Provider for CloudProvider<C> {
         Ok(all
             .iter()
             .filter(|m| m.is_live())
-            .filter_map(|m| m.swept(C::NAME))
+            .filter_map(|m| m.swept(self.cloud.name()))
             .collect())
     }
 }

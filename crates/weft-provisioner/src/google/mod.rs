@@ -329,7 +329,10 @@ const FIELDS: [crate::cloud::fields::Declared; 11] = [
 
 #[async_trait]
 impl Cloud for Google {
-    const NAME: &'static str = NAME;
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
     type Account = Account;
     type Request = Value;
 
@@ -422,7 +425,8 @@ impl Cloud for Google {
         }
     }
 
-    async fn find(&self, a: &Account, marks: &Marks) -> Result<Vec<Machine>, CloudError> {
+    async fn find(&self, a: &Account, task: &Task) -> Result<Vec<Machine>, CloudError> {
+        let marks = &Marks::of(task);
         let name = instance_name(&marks.node);
         let Some(inst) = self.zone(a).get_instance(&name).await? else {
             return Ok(Vec::new());

@@ -359,7 +359,10 @@ const FIELDS: [Declared; 9] = [
 
 #[async_trait]
 impl Cloud for Joyent {
-    const NAME: &'static str = NAME;
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
     type Account = Target;
     type Request = Request;
 
@@ -456,7 +459,8 @@ impl Cloud for Joyent {
         Ok(Launched::Made(m.id))
     }
 
-    async fn find(&self, t: &Target, marks: &Marks) -> Result<Vec<Machine>, CloudError> {
+    async fn find(&self, t: &Target, task: &Task) -> Result<Vec<Machine>, CloudError> {
+        let marks = &Marks::of(task);
         let name = machine_name(&marks.node);
         let found = t.api.machines_named(&name).await?;
         if let Some(other) = found

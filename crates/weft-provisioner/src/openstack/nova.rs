@@ -1,8 +1,9 @@
 //! The HTTP side: a [`Session`] holds a token (renewed ahead of its expiry, and once more when the
 //! compute API answers 401) and the compute endpoint chosen from its catalog; [`Nova`] is the
-//! few compute API v2.1 calls the provider makes (servers, key pairs), each retried with back-off
-//! while the answer is over-limit or a 5xx.
+//! few compute API v2.1 calls the provider makes (servers, key pairs, flavors, images), each one
+//! try with typed answers (the cloud layer retries them).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
@@ -10,7 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::identity::{self, Credentials};
-use crate::cloud::{self, Backoff, CloudError};
+use super::META_NODE;
+use crate::cloud::{self, CloudError};
 
 /// The token is renewed this long before it expires at most (a quarter of its lifetime for short
 /// tokens).
@@ -304,20 +306,14 @@ fn api_name(api: Api) -> &'static str {
     }
 }
 
-/// The compute calls, each retried while the answer is retryable.
+/// The compute calls, each one try (the cloud layer retries them).
 pub struct Nova<'a> {
     /// The session whose token and compute endpoint the calls use.
     pub session: &'a Session,
-    /// Back-off of retried calls: first pause, longest pause, total budget.
-    pub retry: (Duration, Duration, Duration),
 }
 
 impl Nova<'_> {
-    fn backoff(&self) -> Backoff {
-        Backoff::new(self.retry.0, self.retry.1, self.retry.2)
-    }
-
-    /// One compute call, retried; any answer that is not 2xx is an error.
+    /// One compute call; any answer that is not 2xx is an error.
     async fn call(
         &self,
         method: Method,
@@ -328,7 +324,7 @@ impl Nova<'_> {
         self.call_on(Api::Compute, method, path, query, body).await
     }
 
-    /// One call to `api`, retried; any answer that is not 2xx is an error.
+    /// One call to `api`; any answer that is not 2xx is an error.
     async fn call_on(
         &self,
         api: Api,
@@ -337,48 +333,35 @@ impl Nova<'_> {
         query: &[(&str, &str)],
         body: Option<&Value>,
     ) -> Result<Answer, CloudError> {
-        cloud::with_retries(self.backoff(), || async {
-            let a = self
-                .session
-                .request_on(api, method.clone(), path, query, body)
-                .await?;
-            if (200..300).contains(&a.status) {
-                Ok(a)
-            } else {
-                let mut e = nova_error(&a);
-                e.cloud = api_name(api);
-                Err(e)
-            }
-        })
-        .await
+        let a = self
+            .session
+            .request_on(api, method, path, query, body)
+            .await?;
+        if (200..300).contains(&a.status) {
+            Ok(a)
+        } else {
+            let mut e = nova_error(&a);
+            e.cloud = api_name(api);
+            Err(e)
+        }
     }
 
     /// The servers named exactly `name` whose metadata `weft-node` is `node`, oldest first.
-    pub async fn find(&self, name: &str, node: &str) -> Result<Vec<Value>, CloudError> {
+    pub async fn find(&self, name: &str, node: &str) -> Result<Vec<Server>, CloudError> {
         // Nova matches `name` as a regular expression: anchor it and escape what is special.
         let pattern = format!("^{}$", regex_escape(name));
         let a = self
             .call(Method::GET, "/servers/detail", &[("name", &pattern)], None)
             .await?;
-        let mut found: Vec<Value> = a
-            .body
-            .get("servers")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
+        let page: ServerPage =
+            serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "servers", e))?;
+        let mut found: Vec<Server> = page
+            .servers
             .into_iter()
-            .filter(|s| {
-                s.get("name").and_then(Value::as_str) == Some(name)
-                    && s.pointer("/metadata/weft-node").and_then(Value::as_str) == Some(node)
-                    && s.get("status").and_then(Value::as_str) != Some("DELETED")
-            })
+            .filter(|s| s.name == name && s.meta(META_NODE).as_deref() == Some(node))
+            .filter(|s| s.status.as_deref() != Some("DELETED"))
             .collect();
-        found.sort_by_key(|s| {
-            s.get("created")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        });
+        found.sort_by(|a, b| a.created.cmp(&b.created));
         Ok(found)
     }
 
@@ -412,17 +395,14 @@ impl Nova<'_> {
     }
 
     /// The server `id`, or `None` when Nova does not know it.
-    pub async fn show(&self, id: &str) -> Result<Option<Value>, CloudError> {
-        match self
-            .call(
-                Method::GET,
-                &format!("/servers/{}", path_part(id)),
-                &[],
-                None,
-            )
-            .await
-        {
-            Ok(a) => Ok(a.body.get("server").cloned()),
+    pub async fn show(&self, id: &str) -> Result<Option<Server>, CloudError> {
+        let path = format!("/servers/{}", path_part(id));
+        match self.call(Method::GET, &path, &[], None).await {
+            Ok(a) => {
+                let one: OneServer =
+                    serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "server", e))?;
+                Ok(Some(one.server))
+            }
             Err(e) if e.status == 404 => Ok(None),
             Err(e) => Err(e),
         }
@@ -564,28 +544,115 @@ fn bad_answer(api: &'static str, what: &str, e: serde_json::Error) -> CloudError
 #[derive(Debug, Deserialize)]
 struct ServerPage {
     #[serde(default)]
-    servers: Vec<Listed>,
+    servers: Vec<Server>,
     #[serde(default)]
     servers_links: Vec<Link>,
 }
 
-/// A server as a list shows it: what a sweep reads.
-#[derive(Debug, Clone, Deserialize)]
-pub(crate) struct Listed {
-    /// The server's id.
-    pub(crate) id: String,
-    /// Its status (`ACTIVE`, `BUILD`, ...).
+/// The answer of `GET /servers/{id}`.
+#[derive(Debug, Deserialize)]
+struct OneServer {
+    server: Server,
+}
+
+/// A server as Nova shows it (the fields weft reads).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Server {
+    /// Its id.
+    pub id: String,
+    /// Its name.
     #[serde(default)]
-    pub(crate) status: Option<String>,
+    pub name: String,
+    /// `BUILD`, `ACTIVE`, `ERROR`, `SHUTOFF`, `DELETED`...
+    #[serde(default)]
+    pub status: Option<String>,
     /// Its metadata (weft's marks among them).
     #[serde(default)]
-    pub(crate) metadata: Option<Value>,
+    pub metadata: BTreeMap<String, Value>,
+    /// Its addresses by network.
+    #[serde(default)]
+    pub addresses: BTreeMap<String, Vec<ServerAddress>>,
+    /// The address the cloud says it is reached at, if any.
+    #[serde(default, rename = "accessIPv4")]
+    pub access_ipv4: Option<String>,
+    /// When it was made (ISO 8601).
+    #[serde(default)]
+    pub created: Option<String>,
+    /// How far a build has come, in percent.
+    #[serde(default)]
+    pub progress: Option<u64>,
+    /// Why it is in `ERROR`.
+    #[serde(default)]
+    pub fault: Option<Fault>,
+}
+
+/// One address of a server.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ServerAddress {
+    /// The address.
+    pub addr: String,
+    /// 4 or 6.
+    #[serde(default)]
+    pub version: u8,
+    /// `fixed` or `floating` (absent on Rackspace).
+    #[serde(default, rename = "OS-EXT-IPS:type")]
+    pub kind: Option<String>,
+}
+
+/// Why a server is in `ERROR`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Fault {
+    /// Nova's message.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl Server {
+    /// A metadata value as text.
+    pub fn meta(&self, key: &str) -> Option<String> {
+        match self.metadata.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            other => Some(other.to_string()),
+        }
+    }
+
+    /// The server's (access, bind) IPv4 addresses, when it has one: bind is the first fixed
+    /// address (or, untyped as on Rackspace, the one on network `private`); access is
+    /// `accessIPv4`, else a floating address, else the one on network `public`, else bind.
+    pub fn addresses(&self) -> Option<(String, String)> {
+        let v4 = || {
+            self.addresses
+                .iter()
+                .flat_map(|(net, list)| list.iter().map(move |a| (net, a)))
+                .filter(|(_, a)| a.version == 4)
+        };
+        let typed = |kind: &str| {
+            v4().find(|(_, a)| a.kind.as_deref() == Some(kind))
+                .map(|(_, a)| a.addr.clone())
+        };
+        let on = |name: &str| {
+            v4().find(|(n, a)| *n == name && a.kind.is_none())
+                .map(|(_, a)| a.addr.clone())
+        };
+        let bind = typed("fixed").or_else(|| on("private")).or_else(|| {
+            v4().find(|(_, a)| a.kind.is_none())
+                .map(|(_, a)| a.addr.clone())
+        })?;
+        let access = self
+            .access_ipv4
+            .clone()
+            .filter(|a| !a.is_empty())
+            .or_else(|| typed("floating"))
+            .or_else(|| on("public"))
+            .unwrap_or_else(|| bind.clone());
+        Some((access, bind))
+    }
 }
 
 impl Nova<'_> {
     /// Every server of the project, page by page: the first page without a marker, then each
     /// page after the previous one's `next` marker, until a page has no `next` link.
-    pub(crate) async fn all_servers(&self) -> Result<Vec<Listed>, CloudError> {
+    pub(crate) async fn all_servers(&self) -> Result<Vec<Server>, CloudError> {
         let (mut all, mut marker) = (Vec::new(), None::<String>);
         loop {
             let query: Vec<(&str, &str)> = match &marker {

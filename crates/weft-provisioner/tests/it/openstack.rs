@@ -58,16 +58,10 @@ fn obj(v: Value) -> Map<String, Value> {
 
 pub(crate) fn fast() -> Timing {
     Timing {
-        retry: (
-            Duration::from_millis(100),
-            Duration::from_secs(1),
-            Duration::from_secs(20),
-        ),
-        poll: (
-            Duration::from_millis(100),
-            Duration::from_millis(500),
-            Duration::from_secs(30),
-        ),
+        first: Duration::from_millis(100),
+        max: Duration::from_millis(500),
+        calls: Duration::from_secs(20),
+        wait: Duration::from_secs(30),
     }
 }
 
@@ -1205,7 +1199,7 @@ async fn openstack_with_a_password_passes_the_provider_contract() {
     let Some((ks, nova, account)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     provider_contract_on(&p, password_fields(&ks), node(), "os-pw-1").await;
     assert_eq!(nova.count(|c| &c.posts), 1, "one server was made");
     assert_eq!(nova.servers(), 0, "and it is gone");
@@ -1218,7 +1212,7 @@ async fn openstack_with_an_application_credential_passes_the_provider_contract()
     let Some((ks, nova, account)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     let fields = obj(json!({"auth_url": format!("{}/v3/", ks.url),
         "application_credential_id": account.app_id,
         "application_credential_secret": account.app_secret,
@@ -1256,7 +1250,7 @@ async fn a_wrong_password_fails_create_at_once_with_keystones_message() {
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     let mut fields = password_fields(&ks);
     fields.insert("password".into(), json!("not-the-password"));
     let start = Instant::now();
@@ -1298,7 +1292,7 @@ async fn faults_are_retried_or_fail_at_once_with_novas_message() {
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     let fields = password_fields(&ks);
 
     // 409: fails at once with Nova's message; nothing made.
@@ -1377,7 +1371,7 @@ async fn a_token_is_renewed_before_it_expires_and_once_when_refused() {
     let Some((ks, nova, _)) = cloud(15).await else {
         return;
     };
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     let fields = password_fields(&ks);
     let c = config(&fields, "openstack", "os-t-1");
     let out = p
@@ -1430,7 +1424,7 @@ async fn a_create_killed_after_its_post_and_retried_leaves_one_server() {
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     let c = config(&password_fields(&ks), "openstack", "os-k-1");
     nova.faults().hang_after_post = true;
     let t = a_task(Action::Create, "os-k-1", &c);
@@ -1532,7 +1526,7 @@ async fn rackspace() -> (String, Nova) {
 #[tokio::test]
 async fn rackspace_passes_the_provider_contract() {
     let (identity, nova) = rackspace().await;
-    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
     let fields = obj(
         json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
         "region": "DFW", "ssh_key": test_key()}),
@@ -1561,7 +1555,7 @@ async fn rackspace_passes_the_provider_contract() {
 #[tokio::test]
 async fn a_wrong_rackspace_api_key_fails_at_once_with_the_identity_message() {
     let (identity, nova) = rackspace().await;
-    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
     let fields = obj(json!({"auth_url": identity, "username": RAX_USER,
         "api_key": "wrong-key-0000", "region": "DFW"}));
     let e = p
@@ -1640,7 +1634,7 @@ async fn the_example_catalog_holds_valid_openstack_and_rackspace_templates() {
 #[tokio::test]
 async fn when_two_servers_were_made_for_a_node_create_keeps_the_oldest_and_deletes_the_other() {
     let (identity, nova) = rackspace().await;
-    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
     let fields = obj(
         json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
         "region": "DFW"}),
@@ -1707,7 +1701,7 @@ async fn openstack_sweep_pages_through_servers_and_deletes_only_this_tenant_s_or
         return;
     };
     nova.page_size(2);
-    let p = Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()));
+    let p = Arc::new(NovaProvider::new(Kind::OpenStack).with_timing(fast()));
     let fields = password_fields(&ks);
     let mut made = BTreeMap::new();
     for node in ["live", "rogue"] {
@@ -1764,7 +1758,7 @@ async fn openstack_weft_provider_sweep_goes_through_the_server() {
             ids.lock().unwrap().push(id);
         }
     };
-    let p = Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()));
+    let p = Arc::new(NovaProvider::new(Kind::OpenStack).with_timing(fast()));
     let (found, swept) =
         crate::sweep::through_the_server(p, "openstack", password_fields(&ks), rogue).await;
     let ids = ids.lock().unwrap().clone();
@@ -1786,7 +1780,7 @@ async fn openstack_weft_provider_sweep_goes_through_the_server() {
 async fn rackspace_lists_its_marked_servers_page_by_page() {
     let (identity, nova) = rackspace().await;
     nova.page_size(2);
-    let p = NovaProvider::with_timing(Kind::Rackspace, fast());
+    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
     let fields = obj(
         json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
         "region": "DFW"}),
@@ -1841,7 +1835,7 @@ async fn openstack_image_and_flavor_are_found_by_id_then_by_exact_unique_name() 
         return;
     };
     nova.page_size(2);
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     let fields = password_fields(&ks);
     // The fake Nova takes only IMAGE and FLAVOR: a server made proves both were resolved.
     create_with(&p, &fields, "by-name", [IMAGE_NAME, FLAVOR_NAME])
@@ -1897,7 +1891,7 @@ async fn openstack_user_data_goes_base64_encoded_and_is_refused_over_the_limit()
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::with_timing(Kind::OpenStack, fast());
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
     let mut fields = password_fields(&ks);
     let script = "#cloud-config\nruncmd:\n  - [touch, /etc/weft-was-here]\n";
     fields.insert("user_data".into(), json!(script));

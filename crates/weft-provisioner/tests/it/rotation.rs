@@ -401,8 +401,9 @@ async fn change_password(ks: &Keystone, user_id: &str) {
 
 async fn openstack_start() -> Option<(Keystone, crate::openstack::Nova, String, Server, Agent)> {
     let (ks, nova, account) = cloud(3600).await?;
-    let plugins =
-        Plugins::new().provider(Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast())));
+    let plugins = Plugins::new().provider(Arc::new(
+        NovaProvider::new(Kind::OpenStack).with_timing(fast()),
+    ));
     let (s, agent) = start(plugins).await;
     let map = json!({"flavor": FLAVOR, "image": IMAGE});
     catalog(&s, "os", "openstack", &password_fields(&ks), map).await;
