@@ -29,6 +29,7 @@ use weft_provisioner::task::{Action, Task};
 use weft_provisioner::Provider;
 
 use crate::common::until;
+use crate::faults::{Call, CloudBench, Loss};
 
 const REGION: &str = "us-east-1";
 
@@ -671,4 +672,227 @@ async fn a_create_sigkilled_after_run_instances_and_retried_leaves_one_instance(
         1,
         "still one instance"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// The fault suite's bench (`crate::faults`): moto behind a forwarder that injects EC2's faults
+
+/// What the forwarder does to the calls it passes on.
+#[derive(Default)]
+struct Knobs {
+    /// The next calls are answered with `RequestLimitExceeded`.
+    throttle: usize,
+    /// The next RunInstances launches, and its answer is lost so.
+    lose: Option<Loss>,
+    /// Instances launched from now on are `InvalidInstanceID.NotFound` for this many
+    /// DescribeInstances by id.
+    hide_new: usize,
+    /// DescribeInstances by id each instance still answers NotFound to.
+    hidden: std::collections::HashMap<String, usize>,
+    hidden_answers: usize,
+    calls: Vec<Call>,
+    /// Answers with `AuthFailure`.
+    refused: usize,
+}
+
+struct Forwarder {
+    upstream: String,
+    http: reqwest::Client,
+    knobs: std::sync::Mutex<Knobs>,
+}
+
+/// An EC2 error answer, in EC2's error format.
+fn ec2_error(status: u16, code: &str, message: &str) -> Response {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
+         <Message>{message}</Message></Error></Errors>\
+         <RequestID>8f7724cf-496f-496e-8fe3-example</RequestID></Response>"
+    );
+    (StatusCode::from_u16(status).unwrap(), xml).into_response()
+}
+
+/// A query parameter of a form body (ids and action names need no decoding).
+fn form_param(form: &str, key: &str) -> Option<String> {
+    form.split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .map(str::to_string)
+}
+
+/// The `instanceId`s of a RunInstances answer.
+fn launched(xml: &str) -> Vec<String> {
+    xml.split("<instanceId>")
+        .skip(1)
+        .filter_map(|rest| Some(rest.split_once("</instanceId>")?.0.to_string()))
+        .collect()
+}
+
+/// The answer the knobs give before the call reaches moto, if any.
+fn before_moto(k: &mut Knobs, action: &str, form: &str) -> Option<Response> {
+    let throttled = k.throttle > 0;
+    k.calls.push(Call::now(throttled));
+    if throttled {
+        k.throttle -= 1;
+        return Some(ec2_error(
+            503,
+            "RequestLimitExceeded",
+            "Request limit exceeded.",
+        ));
+    }
+    let id = form_param(form, "InstanceId.1").filter(|_| action == "DescribeInstances")?;
+    let left = k.hidden.get_mut(&id).filter(|l| **l > 0)?;
+    *left -= 1;
+    k.hidden_answers += 1;
+    Some(ec2_error(
+        400,
+        "InvalidInstanceID.NotFound",
+        &format!("The instance ID '{id}' does not exist"),
+    ))
+}
+
+async fn faulty(
+    axum::extract::State(fw): axum::extract::State<Arc<Forwarder>>,
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = String::from_utf8_lossy(&body).into_owned();
+    let action = form_param(&form, "Action").unwrap_or_default();
+    if let Some(r) = before_moto(&mut fw.knobs.lock().unwrap(), &action, &form) {
+        return r;
+    }
+    let (status, headers, body) =
+        crate::faults::forward(&fw.http, &fw.upstream, method, &uri, &headers, body).await;
+    let text = String::from_utf8_lossy(&body);
+    let mut k = fw.knobs.lock().unwrap();
+    if text.contains("AuthFailure") {
+        k.refused += 1;
+    }
+    if action == "RunInstances" && status.is_success() {
+        if k.hide_new > 0 {
+            let n = k.hide_new;
+            for id in launched(&text) {
+                k.hidden.insert(id, n);
+            }
+        }
+        match k.lose.take() {
+            Some(Loss::ServerError) => {
+                return ec2_error(
+                    500,
+                    "InternalError",
+                    "An internal error has occurred.",
+                )
+            }
+            Some(Loss::Dropped) => {
+                drop(k);
+                crate::faults::hang_up()
+            }
+            None => {}
+        }
+    }
+    crate::faults::answer(status, headers, body)
+}
+
+/// moto, and the forwarder the provider talks to.
+pub(crate) struct Bench {
+    moto: Moto,
+    fw: Arc<Forwarder>,
+    endpoint: String,
+}
+
+impl Bench {
+    fn knobs(&self) -> std::sync::MutexGuard<'_, Knobs> {
+        self.fw.knobs.lock().unwrap()
+    }
+}
+
+impl CloudBench for Bench {
+    const TYPE: &'static str = "aws";
+
+    async fn start() -> Option<Bench> {
+        let moto = moto().await?;
+        let fw = Arc::new(Forwarder {
+            upstream: moto.endpoint.trim_end_matches('/').to_string(),
+            http: reqwest::Client::new(),
+            knobs: Default::default(),
+        });
+        let app = axum::Router::new()
+            .fallback(faulty)
+            .with_state(fw.clone());
+        let endpoint = format!("{}/", crate::faults::serve(app).await);
+        Some(Bench { moto, fw, endpoint })
+    }
+
+    fn provider(&self) -> Arc<dyn Provider> {
+        Arc::new(provider())
+    }
+
+    fn fields(&self) -> Map<String, Value> {
+        self.moto.fields(&self.endpoint)
+    }
+
+    fn wrong_fields(&self) -> Map<String, Value> {
+        let mut f = self.fields();
+        f.insert("secret_access_key".into(), json!("not-the-secret"));
+        f
+    }
+
+    fn wrong_secret(&self) -> String {
+        "not-the-secret".into()
+    }
+
+    fn auth_refusals(&self) -> usize {
+        self.knobs().refused
+    }
+
+    /// A new access key; the old one deactivated and deleted (`rotation::rotate_aws_key`).
+    async fn rotate(&mut self) {
+        crate::rotation::rotate_aws_key(&mut self.moto).await;
+    }
+
+    fn throttle_next(&self, n: usize) {
+        self.knobs().throttle = n;
+    }
+
+    fn retry_after(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.knobs().calls.clone()
+    }
+
+    fn lose_next_create_answer(&self, how: Loss) {
+        self.knobs().lose = Some(how);
+    }
+
+    fn hide_new_machines_for(&self, reads: usize) {
+        self.knobs().hide_new = reads;
+    }
+
+    fn hidden_answers(&self) -> usize {
+        self.knobs().hidden_answers
+    }
+
+    async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
+        let tag = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let spec = weft_provisioner::aws::ec2::RunSpec {
+            ami: self.moto.ami.clone(),
+            instance_type: "t3.micro".into(),
+            client_token: format!("rogue-{node}"),
+            tags: vec![
+                tag(TAG_NODE, node),
+                tag("weft:cluster", cluster),
+                tag("weft:tenant", tenant),
+            ],
+            ..Default::default()
+        };
+        let made = self.moto.ec2().run_instance(&spec).await;
+        made.expect("an instance made behind weft's back").id
+    }
+
+    async fn count_machines(&self, node: &str) -> usize {
+        let all = self.moto.instances_of(node).await;
+        all.iter().filter(|i| i.is_live()).count()
+    }
 }

@@ -33,6 +33,8 @@ use weft_provisioner::google::{instance_name, GoogleProvider, Timing};
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;
 
+use crate::faults::{Call, CloudBench, Loss};
+
 const EMAIL: &str = "weft-test@weft-test.iam.gserviceaccount.com";
 const ZONE: &str = "us-central1-a";
 
@@ -53,6 +55,8 @@ pub(crate) fn keys() -> &'static (RsaPrivateKey, RsaPrivateKey) {
 enum Fault {
     Status(u16),
     Throttle,
+    /// The other throttling answer the reference documents: 403 `rateLimitExceeded`.
+    Throttle403,
 }
 
 #[derive(Default)]
@@ -84,6 +88,18 @@ struct Fake {
     custom_networks: HashSet<String>,
     /// The most instances one instances.list page holds (the API's own limit is 500).
     page_size: usize,
+    /// Token requests refused (`invalid_grant`).
+    refusals: usize,
+    /// Every compute call answered, and whether it was throttled.
+    calls: Vec<Call>,
+    /// The next insert makes its instance and its answer is lost so.
+    lose: Option<Loss>,
+    /// Instances inserted from now on answer 404 to this many GETs.
+    hide_new: usize,
+    /// GETs each instance still answers 404 to, by name.
+    hidden: HashMap<String, usize>,
+    /// GETs answered 404 for a hidden instance.
+    hidden_answers: usize,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -135,6 +151,7 @@ async fn token(State(f): State<Shared>, Form(form): Form<HashMap<String, String>
     ) {
         Ok(c) => c,
         Err(why) => {
+            f.refusals += 1;
             return (
                 StatusCode::BAD_REQUEST,
                 Json(json!({"error": "invalid_grant", "error_description": why})),
@@ -156,6 +173,7 @@ async fn token(State(f): State<Shared>, Form(form): Form<HashMap<String, String>
             .is_some_and(|e| e > now && e <= now + 3700)
         && claims["iat"].as_u64().is_some_and(|i| i <= now + 60);
     if !good {
+        f.refusals += 1;
         return (
             StatusCode::BAD_REQUEST,
             Json(json!({"error": "invalid_grant", "error_description": "Invalid JWT claims."})),
@@ -183,10 +201,20 @@ fn gate(f: &mut Fake, headers: &HeaderMap) -> Option<Response> {
             "Request had invalid authentication credentials.",
         ));
     }
-    match f.faults.pop_front()? {
+    let fault = f.faults.pop_front();
+    f.calls.push(Call::now(matches!(
+        fault,
+        Some(Fault::Throttle | Fault::Throttle403)
+    )));
+    match fault? {
         Fault::Status(s) => Some(google_error(s, "backendError", "Internal error.")),
         Fault::Throttle => Some(google_error(
             429,
+            "rateLimitExceeded",
+            "Rate Limit Exceeded",
+        )),
+        Fault::Throttle403 => Some(google_error(
+            403,
             "rateLimitExceeded",
             "Rate Limit Exceeded",
         )),
@@ -213,8 +241,13 @@ async fn get_instance(
     if let Some(r) = gate(&mut f, &headers) {
         return r;
     }
-    let stale = f.stale_reads > 0;
+    let mut stale = f.stale_reads > 0;
     f.stale_reads = f.stale_reads.saturating_sub(1);
+    if let Some(left) = f.hidden.get_mut(&name).filter(|l| **l > 0) {
+        *left -= 1;
+        f.hidden_answers += 1;
+        stale = true;
+    }
     // A deleted instance goes after a few reads whether or not anyone follows the operation,
     // as the real service's does.
     if let Some((inst, gets)) = f.instances.get(&name) {
@@ -345,9 +378,20 @@ async fn insert_instance(
     if !failing {
         f.instances.insert(name.clone(), (inst, 0));
     }
+    if f.hide_new > 0 {
+        let n = f.hide_new;
+        f.hidden.insert(name.clone(), n);
+    }
     let op = new_operation(&mut f, "insert", &name, None);
     f.inserted.notify_one();
-    Json(op).into_response()
+    match f.lose.take() {
+        None => Json(op).into_response(),
+        Some(Loss::ServerError) => google_error(503, "backendError", "Internal error."),
+        Some(Loss::Dropped) => {
+            drop(f);
+            crate::faults::hang_up()
+        }
+    }
 }
 
 /// What the API says of a network interface's subnetwork: required on a custom-mode network,
@@ -484,6 +528,13 @@ async fn get_operation(
 
 /// A fake on a free loopback port; answers its state and the provider fields that point at it.
 async fn fake(account_key: &RsaPrivateKey) -> (Shared, Map<String, Value>) {
+    let (state, base) = serve_fake().await;
+    (state, fields_for(&base, account_key))
+}
+
+/// Serves a fake that trusts the account's key on a free loopback port; answers its state and
+/// its base URL.
+async fn serve_fake() -> (Shared, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let state: Shared = Arc::new(Mutex::new(Fake {
@@ -506,6 +557,11 @@ async fn fake(account_key: &RsaPrivateKey) -> (Shared, Map<String, Value>) {
         .route(&format!("{zone}/operations/{{name}}"), get(get_operation))
         .with_state(state.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (state, base)
+}
+
+/// The provider fields of the fake at `base`, signing with `account_key`.
+fn fields_for(base: &str, account_key: &RsaPrivateKey) -> Map<String, Value> {
     let pem = account_key.to_pkcs8_pem(LineEnding::LF).unwrap();
     let json_key = json!({"type": "service_account", "project_id": "weft-test",
         "private_key_id": "0123abcd", "private_key": pem.as_str(), "client_email": EMAIL,
@@ -513,7 +569,7 @@ async fn fake(account_key: &RsaPrivateKey) -> (Shared, Map<String, Value>) {
     let fields = json!({"json_key": json_key.to_string(), "zone": ZONE,
         "endpoint": format!("{base}/compute/v1"), "machine_type": "e2-small",
         "image": "projects/debian-cloud/global/images/family/debian-12"});
-    (state, fields.as_object().cloned().unwrap())
+    fields.as_object().cloned().unwrap()
 }
 
 fn provider() -> GoogleProvider {
@@ -898,4 +954,118 @@ async fn google_weft_provider_sweep_goes_through_the_server() {
     assert_eq!(swept.deleted, ["weft-rogue"], "{swept:?}");
     let g = f.lock().unwrap();
     assert_eq!(g.instances.keys().collect::<Vec<_>>(), ["weft-foreign"]);
+}
+
+/// The fault suite's bench (`crate::faults`): the fake, and the key the account holds now (the
+/// account's, or after a rotation the other test key).
+pub(crate) struct Bench {
+    fake: Shared,
+    base: String,
+    rotated: bool,
+}
+
+impl Bench {
+    fn key(&self, current: bool) -> &'static RsaPrivateKey {
+        if current != self.rotated {
+            &keys().0
+        } else {
+            &keys().1
+        }
+    }
+}
+
+impl CloudBench for Bench {
+    const TYPE: &'static str = "google";
+
+    async fn start() -> Option<Bench> {
+        let (fake, base) = serve_fake().await;
+        Some(Bench {
+            fake,
+            base,
+            rotated: false,
+        })
+    }
+
+    fn provider(&self) -> Arc<dyn Provider> {
+        Arc::new(provider())
+    }
+
+    fn fields(&self) -> Map<String, Value> {
+        fields_for(&self.base, self.key(true))
+    }
+
+    fn wrong_fields(&self) -> Map<String, Value> {
+        fields_for(&self.base, self.key(false))
+    }
+
+    fn wrong_secret(&self) -> String {
+        "PRIVATE KEY".into()
+    }
+
+    fn auth_refusals(&self) -> usize {
+        self.fake.lock().unwrap().refusals
+    }
+
+    /// The account's key is deleted and another added: the token endpoint trusts only the new
+    /// one. Tokens already issued stay valid until they expire, as Google's do.
+    async fn rotate(&mut self) {
+        self.rotated = !self.rotated;
+        self.fake.lock().unwrap().public = Some(RsaPublicKey::from(self.key(true)));
+    }
+
+    /// 429 and 403 `rateLimitExceeded`, in turn.
+    fn throttle_next(&self, n: usize) {
+        self.fake.lock().unwrap().faults = (0..n)
+            .map(|i| {
+                if i % 2 == 0 {
+                    Fault::Throttle
+                } else {
+                    Fault::Throttle403
+                }
+            })
+            .collect();
+    }
+
+    fn retry_after(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.fake.lock().unwrap().calls.clone()
+    }
+
+    fn lose_next_create_answer(&self, how: Loss) {
+        self.fake.lock().unwrap().lose = Some(how);
+    }
+
+    fn hide_new_machines_for(&self, reads: usize) {
+        self.fake.lock().unwrap().hide_new = reads;
+    }
+
+    fn hidden_answers(&self) -> usize {
+        self.fake.lock().unwrap().hidden_answers
+    }
+
+    async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
+        let name = format!("rogue-{node}");
+        let labels = json!({"weft-node": node, "weft-cluster": cluster, "weft-tenant": tenant});
+        let inst = json!({"kind": "compute#instance", "name": name, "status": "RUNNING",
+            "labels": labels});
+        self.fake
+            .lock()
+            .unwrap()
+            .instances
+            .insert(name.clone(), (inst, 10));
+        name
+    }
+
+    async fn count_machines(&self, node: &str) -> usize {
+        self.fake
+            .lock()
+            .unwrap()
+            .instances
+            .values()
+            .filter(|(i, _)| i["labels"]["weft-node"] == node && i["status"] != "STOPPING")
+            .count()
+    }
 }

@@ -38,6 +38,7 @@ use weft_provisioner::joyent::{key_name, machine_name, JoyentProvider, Timing};
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;
 
+use crate::faults::{Call, CloudBench, Loss};
 use crate::google::keys;
 
 const LOGIN: &str = "weft";
@@ -184,6 +185,16 @@ struct Fake {
     /// CreateMachine records the machine and then never answers.
     hold_create: bool,
     created: Arc<tokio::sync::Notify>,
+    /// Every call that passed authentication, and whether it was throttled.
+    calls: Vec<Call>,
+    /// The next CreateMachine makes its machine and its answer is lost so.
+    lose: Option<Loss>,
+    /// Machines made from now on answer 404 to this many GetMachines.
+    hide_new: usize,
+    /// GetMachines each machine still answers 404 to, by id.
+    hidden: HashMap<String, usize>,
+    /// GetMachines answered 404 for a hidden machine.
+    hidden_answers: usize,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -292,7 +303,12 @@ fn gate(f: &mut Fake, login: &str, headers: &HeaderMap) -> Option<Response> {
         f.unauthorized += 1;
         return Some(error(401, "InvalidCredentials", &why));
     }
-    match f.faults.pop_front()? {
+    let fault = f.faults.pop_front();
+    f.calls.push(Call::now(matches!(
+        fault,
+        Some(Fault::Throttle | Fault::SlowDown)
+    )));
+    match fault? {
         Fault::Status(s) => Some(error(s, "InternalError", "internal error")),
         Fault::Throttle => Some(error(429, "RequestThrottled", "too many requests")),
         Fault::SlowDown => Some(error(420, "RequestThrottled", "slow down")),
@@ -446,8 +462,20 @@ async fn create_machine(
             "memory": 1024, "disk": 25600, "ips": [], "primaryIp": null,
             "metadata": {"root_authorized_keys": root_authorized_keys(&f)},
             "tags": tags, "n": f.creates});
-        f.machines.insert(id, (m.clone(), 0));
+        f.machines.insert(id.clone(), (m.clone(), 0));
+        if f.hide_new > 0 {
+            let n = f.hide_new;
+            f.hidden.insert(id, n);
+        }
         f.created.notify_one();
+        match f.lose.take() {
+            Some(Loss::ServerError) => return error(500, "InternalError", "internal error"),
+            Some(Loss::Dropped) => {
+                drop(f);
+                crate::faults::hang_up()
+            }
+            None => {}
+        }
         if !f.hold_create {
             return (StatusCode::CREATED, Json(m)).into_response();
         }
@@ -470,6 +498,11 @@ async fn get_machine(
     }
     if f.deleted.contains(&id) {
         return error(410, "ResourceNotFound", "VM has been deleted");
+    }
+    if let Some(left) = f.hidden.get_mut(&id).filter(|l| **l > 0) {
+        *left -= 1;
+        f.hidden_answers += 1;
+        return error(404, "ResourceNotFound", "VM not found");
     }
     let Some((m, gets)) = f.machines.get_mut(&id) else {
         return error(404, "ResourceNotFound", "VM not found");
@@ -693,9 +726,14 @@ async fn fake(key_text: &str) -> (Shared, Map<String, Value>) {
         )
         .with_state(state.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (state, fields_for(&base, key_text))
+}
+
+/// The provider fields of the fake at `base`, signing with `key_text`.
+fn fields_for(base: &str, key_text: &str) -> Map<String, Value> {
     let fields = json!({"endpoint": base, "login": LOGIN, "key": key_text,
         "package": "g4-highcpu-1G", "image": OLD_IMAGE});
-    (state, fields.as_object().cloned().unwrap())
+    fields.as_object().cloned().unwrap()
 }
 
 fn rsa_text(k: &RsaPrivateKey) -> String {
@@ -1173,4 +1211,129 @@ async fn joyent_a_cluster_key_made_before_the_account_key_changed_goes_with_the_
     let g = f.lock().unwrap();
     assert!(!holds(&g.account_keys, &old) && !holds(&g.account_keys, &new));
     assert_eq!(g.account_keys.len(), 3, "only the test's own keys are left");
+}
+
+/// The fault suite's bench (`crate::faults`): the fake, and the RSA key the account holds now
+/// (the test's account key, or after a rotation the other test key).
+pub(crate) struct Bench {
+    fake: Shared,
+    base: String,
+    rotated: bool,
+}
+
+impl Bench {
+    fn key(&self, current: bool) -> &'static RsaPrivateKey {
+        if current != self.rotated {
+            &keys().0
+        } else {
+            &keys().1
+        }
+    }
+}
+
+impl CloudBench for Bench {
+    const TYPE: &'static str = "joyent";
+
+    async fn start() -> Option<Bench> {
+        let (fake, fields) = fake(&rsa_text(&keys().0)).await;
+        let base = fields["endpoint"].as_str().unwrap().to_string();
+        Some(Bench {
+            fake,
+            base,
+            rotated: false,
+        })
+    }
+
+    fn provider(&self) -> Arc<dyn Provider> {
+        Arc::new(provider())
+    }
+
+    fn fields(&self) -> Map<String, Value> {
+        fields_for(&self.base, &rsa_text(self.key(true)))
+    }
+
+    fn node_config(&self) -> Map<String, Value> {
+        let mut c = config(&Map::new());
+        c.remove("provider");
+        c
+    }
+
+    fn wrong_fields(&self) -> Map<String, Value> {
+        fields_for(&self.base, &rsa_text(self.key(false)))
+    }
+
+    fn wrong_secret(&self) -> String {
+        "PRIVATE KEY".into()
+    }
+
+    fn auth_refusals(&self) -> usize {
+        self.fake.lock().unwrap().unauthorized
+    }
+
+    /// The account's RSA key is deleted and another added (CloudAPI's DeleteKey, CreateKey):
+    /// requests signed with the old one are refused from then on.
+    async fn rotate(&mut self) {
+        let old = fingerprint(&Public::Rsa(RsaPublicKey::from(self.key(true))));
+        self.rotated = !self.rotated;
+        let new = Public::Rsa(RsaPublicKey::from(self.key(true)));
+        let mut f = self.fake.lock().unwrap();
+        f.keys.remove(&(String::new(), old));
+        f.keys.insert((String::new(), fingerprint(&new)), new);
+    }
+
+    /// 429 and 420 `RequestThrottled`, in turn.
+    fn throttle_next(&self, n: usize) {
+        self.fake.lock().unwrap().faults = (0..n)
+            .map(|i| {
+                if i % 2 == 0 {
+                    Fault::Throttle
+                } else {
+                    Fault::SlowDown
+                }
+            })
+            .collect();
+    }
+
+    fn retry_after(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.fake.lock().unwrap().calls.clone()
+    }
+
+    fn lose_next_create_answer(&self, how: Loss) {
+        self.fake.lock().unwrap().lose = Some(how);
+    }
+
+    fn hide_new_machines_for(&self, reads: usize) {
+        self.fake.lock().unwrap().hide_new = reads;
+    }
+
+    fn hidden_answers(&self) -> usize {
+        self.fake.lock().unwrap().hidden_answers
+    }
+
+    async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
+        let mut f = self.fake.lock().unwrap();
+        let id = uuid::Uuid::new_v4().to_string();
+        let n = 100 + f.machines.len();
+        let m = json!({"id": id, "name": format!("rogue-{node}"), "type": "virtualmachine",
+            "brand": "bhyve", "state": "running", "image": OLD_IMAGE, "package": "g4-highcpu-1G",
+            "memory": 1024, "disk": 25600, "ips": [format!("203.0.113.{n}")],
+            "primaryIp": format!("203.0.113.{n}"), "metadata": {},
+            "tags": {"weft-node": node, "weft-cluster": cluster, "weft-tenant": tenant}, "n": n});
+        f.machines.insert(id.clone(), (m, 10));
+        id
+    }
+
+    async fn count_machines(&self, node: &str) -> usize {
+        self.fake
+            .lock()
+            .unwrap()
+            .machines
+            .values()
+            .filter(|(m, _)| m["tags"]["weft-node"] == node && m["state"] != "stopping")
+            .count()
+    }
 }

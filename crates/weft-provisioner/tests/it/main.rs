@@ -17,6 +17,7 @@ mod docker;
 mod drift; // drift checks and node replacement
 mod e2e;
 mod fatal; // fatal means once (issue 35)
+mod faults; // one fault suite for every cloud (issue 39)
 mod google;
 mod hostpool;
 mod joyent;

@@ -36,6 +36,8 @@ use weft_provisioner::openstack::{Kind, NovaProvider, Timing};
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;
 
+use crate::faults::{Call, CloudBench, Loss};
+
 const BUILD_SCRIPT: &[u8] = include_bytes!("../../../../images/keystone/build.sh");
 pub(crate) const ADMIN_PASSWORD: &str = "weft-admin";
 pub(crate) const USER: &str = "weft";
@@ -360,6 +362,12 @@ struct Faults {
     refuse_token: usize,
     /// `POST /servers` makes the server, then never answers.
     hang_after_post: bool,
+    /// The next requests answer 429 `overLimit` with `Retry-After: 1`.
+    throttle: usize,
+    /// The next `POST /servers` makes its server and its answer is lost so.
+    lose: Option<Loss>,
+    /// Servers made from now on answer 404 to this many shows.
+    hide_new: usize,
 }
 
 struct FakeServer {
@@ -408,6 +416,12 @@ struct NovaState {
     flavors: Vec<(String, String)>,
     /// Glance's images (id, name).
     images: Vec<(String, String)>,
+    /// Every request that passed authentication, and whether it was throttled (429 or 413).
+    calls: Mutex<Vec<Call>>,
+    /// Shows each server still answers 404 to, by id.
+    hidden: Mutex<BTreeMap<String, usize>>,
+    /// Shows answered 404 for a hidden server.
+    hidden_answers: AtomicUsize,
 }
 
 type Shared = Arc<NovaState>;
@@ -448,6 +462,21 @@ impl NovaState {
         };
         self.tokens.lock().unwrap().insert(token);
         let mut f = self.faults.lock().unwrap();
+        let throttled = f.throttle > 0 || (f.refuse_token == 0 && f.over_limit > 0);
+        self.calls.lock().unwrap().push(Call::now(throttled));
+        if f.throttle > 0 {
+            f.throttle -= 1;
+            self.counters.faults_answered.fetch_add(1, Ordering::SeqCst);
+            let mut r = (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({"overLimit": {"code": 429,
+                    "message": "This request was rate-limited.", "retryAfter": "1"}})),
+            )
+                .into_response();
+            r.headers_mut()
+                .insert("retry-after", "1".parse().expect("a header"));
+            return Err(r);
+        }
         if f.refuse_token > 0 {
             f.refuse_token -= 1;
             self.counters.faults_answered.fetch_add(1, Ordering::SeqCst);
@@ -666,6 +695,15 @@ async fn show_server(
         Ok(p) => p,
         Err(r) => return r,
     };
+    if let Some(left) = st.hidden.lock().unwrap().get_mut(&id).filter(|l| **l > 0) {
+        *left -= 1;
+        st.hidden_answers.fetch_add(1, Ordering::SeqCst);
+        return nova_fault(
+            StatusCode::NOT_FOUND,
+            "itemNotFound",
+            "Instance could not be found.",
+        );
+    }
     let mut servers = st.servers.lock().unwrap();
     let Some(i) = servers
         .iter()
@@ -788,6 +826,25 @@ async fn create_server(
     }
     st.servers.lock().unwrap().push(server);
     st.counters.posts.fetch_add(1, Ordering::SeqCst);
+    let (hide, lose) = {
+        let mut f = st.faults.lock().unwrap();
+        (f.hide_new, f.lose.take())
+    };
+    if hide > 0 {
+        st.hidden.lock().unwrap().insert(id.clone(), hide);
+    }
+    match lose {
+        Some(Loss::ServerError) => {
+            return nova_fault(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "computeFault",
+                "Unexpected API Error. Please report this at http://bugs.launchpad.net/nova/ \
+                 and attach the Nova API log if possible.",
+            )
+        }
+        Some(Loss::Dropped) => crate::faults::hang_up(),
+        None => {}
+    }
     let hang = st.faults.lock().unwrap().hang_after_post;
     if hang {
         st.posted.notify_one();
@@ -1065,6 +1122,9 @@ impl Nova {
             ]
             .map(|(i, n)| (i.to_string(), n.to_string()))
             .to_vec(),
+            calls: Mutex::new(Vec::new()),
+            hidden: Mutex::new(BTreeMap::new()),
+            hidden_answers: AtomicUsize::new(0),
         });
         let api = Router::new()
             .route("/servers", post(create_server))
@@ -1453,11 +1513,16 @@ struct RaxState {
     tokens: Arc<Mutex<BTreeMap<String, String>>>,
     nova: String,
     issued: AtomicUsize,
+    /// The API key the user has now.
+    key: Mutex<String>,
+    /// Token requests refused.
+    refused: AtomicUsize,
 }
 
 async fn rax_tokens(State(st): State<Arc<RaxState>>, Json(body): Json<Value>) -> Response {
     let creds = &body["auth"]["RAX-KSKEY:apiKeyCredentials"];
-    if creds["username"] != RAX_USER || creds["apiKey"] != RAX_KEY {
+    if creds["username"] != RAX_USER || creds["apiKey"] != st.key.lock().unwrap().as_str() {
+        st.refused.fetch_add(1, Ordering::SeqCst);
         return (
             StatusCode::UNAUTHORIZED,
             Json(json!({"unauthorized": {"code": 401,
@@ -1498,6 +1563,12 @@ fn rand_u64() -> u64 {
 }
 
 async fn rackspace() -> (String, Nova) {
+    let (identity, nova, _) = rackspace_identity().await;
+    (identity, nova)
+}
+
+/// The fake Rackspace Identity and Nova; answers Identity's URL and state too.
+async fn rackspace_identity() -> (String, Nova, Arc<RaxState>) {
     let tokens = Arc::new(Mutex::new(BTreeMap::new()));
     let nova = Nova::start(
         Auth::Issued(tokens.clone()),
@@ -1513,14 +1584,16 @@ async fn rackspace() -> (String, Nova) {
         tokens,
         nova: nova.url.clone(),
         issued: AtomicUsize::new(0),
+        key: Mutex::new(RAX_KEY.into()),
+        refused: AtomicUsize::new(0),
     });
     let app = Router::new()
         .route("/v2.0/tokens", post(rax_tokens))
-        .with_state(st);
+        .with_state(st.clone());
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    (identity, nova)
+    (identity, nova, st)
 }
 
 #[tokio::test]
@@ -1925,4 +1998,244 @@ async fn openstack_user_data_goes_base64_encoded_and_is_refused_over_the_limit()
         2,
         "nothing sent for bad user data"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// The fault suite's benches (`crate::faults`)
+
+impl Nova {
+    fn throttle_next(&self, n: usize) {
+        self.faults().throttle = n;
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    fn hidden_answers(&self) -> usize {
+        self.state.hidden_answers.load(Ordering::SeqCst)
+    }
+
+    /// The servers marked for `node`, of any project, not being deleted.
+    fn count_marked(&self, node: &str) -> usize {
+        self.state
+            .servers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.body["metadata"]["weft-node"] == node && s.deleting.is_none())
+            .count()
+    }
+}
+
+/// Keystone behind a forwarder that counts the token requests Keystone refuses.
+struct Counted {
+    upstream: String,
+    http: reqwest::Client,
+    refused: AtomicUsize,
+}
+
+async fn count_refusals(
+    State(c): State<Arc<Counted>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let token_request = method == axum::http::Method::POST && uri.path() == "/v3/auth/tokens";
+    let (status, headers, body) =
+        crate::faults::forward(&c.http, &c.upstream, method, &uri, &headers, body).await;
+    if token_request && status == StatusCode::UNAUTHORIZED {
+        c.refused.fetch_add(1, Ordering::SeqCst);
+    }
+    crate::faults::answer(status, headers, body)
+}
+
+/// The openstack bench: the real Keystone (seen through a counting forwarder) and the Nova fake.
+pub(crate) struct Bench {
+    ks: Keystone,
+    nova: Nova,
+    account: Account,
+    identity: String,
+    counted: Arc<Counted>,
+    password: &'static str,
+}
+
+impl CloudBench for Bench {
+    const TYPE: &'static str = "openstack";
+
+    async fn start() -> Option<Bench> {
+        let (ks, nova, account) = cloud(3600).await?;
+        let counted = Arc::new(Counted {
+            upstream: ks.url.clone(),
+            http: reqwest::Client::new(),
+            refused: AtomicUsize::new(0),
+        });
+        let app = Router::new()
+            .fallback(count_refusals)
+            .with_state(counted.clone());
+        let identity = crate::faults::serve(app).await;
+        Some(Bench {
+            ks,
+            nova,
+            account,
+            identity,
+            counted,
+            password: PASSWORD,
+        })
+    }
+
+    fn provider(&self) -> Arc<dyn Provider> {
+        Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()))
+    }
+
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"auth_url": self.identity, "user_name": USER, "password": self.password,
+            "project_name": PROJECT, "region": "RegionOne"}))
+    }
+
+    fn node_config(&self) -> Map<String, Value> {
+        node()
+    }
+
+    fn wrong_fields(&self) -> Map<String, Value> {
+        let mut f = self.fields();
+        f.insert("password".into(), json!("not-the-password"));
+        f
+    }
+
+    fn wrong_secret(&self) -> String {
+        "not-the-password".into()
+    }
+
+    fn auth_refusals(&self) -> usize {
+        self.counted.refused.load(Ordering::SeqCst)
+    }
+
+    /// The user's password is changed by Keystone's admin (`PATCH /v3/users/{id}`).
+    async fn rotate(&mut self) {
+        crate::rotation::change_password(&self.ks, &self.account.user_id).await;
+        self.password = crate::rotation::NEW_PASSWORD;
+    }
+
+    fn throttle_next(&self, n: usize) {
+        self.nova.throttle_next(n);
+    }
+
+    fn retry_after(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.nova.calls()
+    }
+
+    fn lose_next_create_answer(&self, how: Loss) {
+        self.nova.faults().lose = Some(how);
+    }
+
+    fn hide_new_machines_for(&self, reads: usize) {
+        self.nova.faults().hide_new = reads;
+    }
+
+    fn hidden_answers(&self) -> usize {
+        self.nova.hidden_answers()
+    }
+
+    async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
+        let marks = json!({"weft-node": node, "weft-cluster": cluster, "weft-tenant": tenant});
+        self.nova
+            .plant(&self.account.project_id, &format!("rogue-{node}"), marks)
+    }
+
+    async fn count_machines(&self, node: &str) -> usize {
+        self.nova.count_marked(node)
+    }
+}
+
+/// The rackspace bench: the Identity v2.0 and Nova fakes.
+pub(crate) struct RackspaceBench {
+    identity: String,
+    nova: Nova,
+    rax: Arc<RaxState>,
+}
+
+impl CloudBench for RackspaceBench {
+    const TYPE: &'static str = "rackspace";
+
+    async fn start() -> Option<RackspaceBench> {
+        let (identity, nova, rax) = rackspace_identity().await;
+        Some(RackspaceBench {
+            identity,
+            nova,
+            rax,
+        })
+    }
+
+    fn provider(&self) -> Arc<dyn Provider> {
+        Arc::new(NovaProvider::with_timing(Kind::Rackspace, fast()))
+    }
+
+    fn fields(&self) -> Map<String, Value> {
+        let key = self.rax.key.lock().unwrap().clone();
+        obj(json!({"auth_url": self.identity, "username": RAX_USER, "api_key": key,
+            "region": "DFW"}))
+    }
+
+    fn node_config(&self) -> Map<String, Value> {
+        node()
+    }
+
+    fn wrong_fields(&self) -> Map<String, Value> {
+        let mut f = self.fields();
+        f.insert("api_key".into(), json!("wrong-key-0000"));
+        f
+    }
+
+    fn wrong_secret(&self) -> String {
+        "wrong-key-0000".into()
+    }
+
+    fn auth_refusals(&self) -> usize {
+        self.rax.refused.load(Ordering::SeqCst)
+    }
+
+    /// The user's API key is reset: Identity accepts only the new one.
+    async fn rotate(&mut self) {
+        *self.rax.key.lock().unwrap() = "fedcba9876543210fedcba9876543210".into();
+    }
+
+    fn throttle_next(&self, n: usize) {
+        self.nova.throttle_next(n);
+    }
+
+    fn retry_after(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.nova.calls()
+    }
+
+    fn lose_next_create_answer(&self, how: Loss) {
+        self.nova.faults().lose = Some(how);
+    }
+
+    fn hide_new_machines_for(&self, reads: usize) {
+        self.nova.faults().hide_new = reads;
+    }
+
+    fn hidden_answers(&self) -> usize {
+        self.nova.hidden_answers()
+    }
+
+    async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
+        let marks = json!({"weft-node": node, "weft-cluster": cluster, "weft-tenant": tenant});
+        self.nova
+            .plant(RAX_TENANT, &format!("rogue-{node}"), marks)
+    }
+
+    async fn count_machines(&self, node: &str) -> usize {
+        self.nova.count_marked(node)
+    }
 }

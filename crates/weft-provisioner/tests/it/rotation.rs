@@ -241,7 +241,7 @@ async fn new_access_key(m: &Moto) -> Credentials {
 /// Makes a new access key and retires the old one in moto (deactivated, then deleted, signed
 /// with the new key); `m` signs with the new key from then on. Checks that moto now refuses the
 /// old key with EC2's `AuthFailure`. Answers the old key.
-async fn rotate_aws_key(m: &mut Moto) -> Credentials {
+pub(crate) async fn rotate_aws_key(m: &mut Moto) -> Credentials {
     let old = m.creds.clone();
     let new = new_access_key(m).await;
     m.creds = new;
@@ -365,11 +365,11 @@ async fn an_aws_key_deleted_before_the_provider_is_updated_fails_the_delete_once
 // ------------------------------------------------------------------------------------------------
 // OpenStack
 
-const NEW_PASSWORD: &str = "weft-user-rotated";
+pub(crate) const NEW_PASSWORD: &str = "weft-user-rotated";
 
 /// Sets the user's password as Keystone's admin (`PATCH /v3/users/{id}`), and checks that
 /// Keystone now refuses the old one and accepts the new one.
-async fn change_password(ks: &Keystone, user_id: &str) {
+pub(crate) async fn change_password(ks: &Keystone, user_id: &str) {
     let admin = ks
         .token("admin", crate::openstack::ADMIN_PASSWORD, "admin")
         .await;
