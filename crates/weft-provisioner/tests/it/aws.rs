@@ -777,11 +777,7 @@ async fn faulty(
         }
         match k.lose.take() {
             Some(Loss::ServerError) => {
-                return ec2_error(
-                    500,
-                    "InternalError",
-                    "An internal error has occurred.",
-                )
+                return ec2_error(500, "InternalError", "An internal error has occurred.")
             }
             Some(Loss::Dropped) => {
                 drop(k);
@@ -816,9 +812,7 @@ impl CloudBench for Bench {
             http: reqwest::Client::new(),
             knobs: Default::default(),
         });
-        let app = axum::Router::new()
-            .fallback(faulty)
-            .with_state(fw.clone());
+        let app = axum::Router::new().fallback(faulty).with_state(fw.clone());
         let endpoint = format!("{}/", crate::faults::serve(app).await);
         Some(Bench { moto, fw, endpoint })
     }

@@ -164,11 +164,7 @@ pub(crate) async fn throttling_is_retried_and_the_budget_honoured<B: CloudBench>
         .await
         .expect("CREATE passes once the throttling stops");
     let calls = b.calls().split_off(before);
-    assert_eq!(
-        calls.iter().filter(|c| c.throttled).count(),
-        3,
-        "{calls:?}"
-    );
+    assert_eq!(calls.iter().filter(|c| c.throttled).count(), 3, "{calls:?}");
     let least = b.retry_after().max(Duration::from_secs_f64(1.0 / RATE));
     for pair in calls.windows(2).filter(|w| w[0].throttled) {
         let gap = pair[1].at - pair[0].at;
@@ -445,4 +441,21 @@ pub(crate) async fn serve(app: axum::Router) -> String {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
+}
+
+#[tokio::test]
+async fn hang_up_closes_the_connection_without_an_answer() {
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(|| async { hang_up() as &'static str }),
+    );
+    let url = serve(app).await;
+    let e = reqwest::Client::new()
+        .post(&url)
+        .body("x")
+        .send()
+        .await
+        .expect_err("no answer comes");
+    assert!(e.status().is_none(), "{e}");
+    assert!(!e.is_timeout(), "{e}");
 }

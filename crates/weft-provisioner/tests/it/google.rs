@@ -156,7 +156,7 @@ async fn token(State(f): State<Shared>, Form(form): Form<HashMap<String, String>
                 StatusCode::BAD_REQUEST,
                 Json(json!({"error": "invalid_grant", "error_description": why})),
             )
-                .into_response()
+                .into_response();
         }
     };
     let now = std::time::SystemTime::now()

@@ -2090,8 +2090,10 @@ impl CloudBench for Bench {
     }
 
     fn fields(&self) -> Map<String, Value> {
-        obj(json!({"auth_url": self.identity, "user_name": USER, "password": self.password,
-            "project_name": PROJECT, "region": "RegionOne"}))
+        obj(
+            json!({"auth_url": self.identity, "user_name": USER, "password": self.password,
+            "project_name": PROJECT, "region": "RegionOne"}),
+        )
     }
 
     fn node_config(&self) -> Map<String, Value> {
@@ -2178,8 +2180,10 @@ impl CloudBench for RackspaceBench {
 
     fn fields(&self) -> Map<String, Value> {
         let key = self.rax.key.lock().unwrap().clone();
-        obj(json!({"auth_url": self.identity, "username": RAX_USER, "api_key": key,
-            "region": "DFW"}))
+        obj(
+            json!({"auth_url": self.identity, "username": RAX_USER, "api_key": key,
+            "region": "DFW"}),
+        )
     }
 
     fn node_config(&self) -> Map<String, Value> {
@@ -2231,8 +2235,7 @@ impl CloudBench for RackspaceBench {
 
     async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
         let marks = json!({"weft-node": node, "weft-cluster": cluster, "weft-tenant": tenant});
-        self.nova
-            .plant(RAX_TENANT, &format!("rogue-{node}"), marks)
+        self.nova.plant(RAX_TENANT, &format!("rogue-{node}"), marks)
     }
 
     async fn count_machines(&self, node: &str) -> usize {
