@@ -835,6 +835,10 @@ impl CloudBench for Bench {
         "not-the-secret".into()
     }
 
+    fn refusal(&self) -> &'static str {
+        "AuthFailure"
+    }
+
     fn auth_refusals(&self) -> usize {
         self.knobs().refused
     }

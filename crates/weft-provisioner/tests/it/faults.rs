@@ -76,6 +76,8 @@ pub(crate) trait CloudBench: Sized {
     fn wrong_fields(&self) -> Map<String, Value>;
     /// A piece of the wrong credential's secret, which no error may show.
     fn wrong_secret(&self) -> String;
+    /// What the cloud's refusal of a credential says, which the error must carry.
+    fn refusal(&self) -> &'static str;
     /// How many times the endpoint has refused a credential so far.
     fn auth_refusals(&self) -> usize;
     /// Replaces the credential: the cloud accepts the new one and refuses the old one from now
@@ -146,6 +148,7 @@ pub(crate) async fn wrong_credentials_fail_at_once_as_auth<B: CloudBench>() {
     assert!(!e.retryable, "{e}");
     assert_eq!(e.reason, FailureReason::Auth, "{e}");
     assert!(!e.message.contains(&b.wrong_secret()), "{e}");
+    assert!(e.message.contains(b.refusal()), "{e}");
     assert_eq!(b.auth_refusals() - before, 1, "refused once, not retried");
     assert_eq!(b.count_machines("f-auth").await, 0);
 }
@@ -269,7 +272,7 @@ pub(crate) async fn deleting_a_machine_already_gone_succeeds<B: CloudBench>() {
 }
 
 /// A machine made behind weft's back with weft's marks: `machines` lists it with its marks and
-/// a sweep deletes it, leaving the live node's machine.
+/// a sweep of its tenant deletes it, leaving the live node's machine and another tenant's.
 pub(crate) async fn a_machine_made_behind_weft_s_back_is_swept<B: CloudBench>() {
     let Some(b) = B::start().await else { return };
     let fields = b.fields();
@@ -279,9 +282,19 @@ pub(crate) async fn a_machine_made_behind_weft_s_back_is_swept<B: CloudBench>() 
         .await
         .expect("CREATE");
     let rogue = b.make_behind_back("f-rogue", "c9", TENANT).await;
+    let theirs = b.make_behind_back("f-theirs", "c8", "t2").await;
     let found = p.machines(&fields).await.expect("machines");
     let nodes: BTreeSet<&str> = found.iter().map(|m| m.node.as_str()).collect();
-    assert_eq!(nodes, BTreeSet::from(["f-live", "f-rogue"]), "{found:?}");
+    assert_eq!(
+        nodes,
+        BTreeSet::from(["f-live", "f-rogue", "f-theirs"]),
+        "{found:?}"
+    );
+    let t = found.iter().find(|m| m.node == "f-theirs").unwrap();
+    assert_eq!(
+        (t.providerid.as_str(), t.tenant.as_str()),
+        (theirs.as_str(), "t2")
+    );
     let r = found.iter().find(|m| m.node == "f-rogue").unwrap();
     assert_eq!(
         (r.providerid.as_str(), r.cluster.as_str(), r.tenant.as_str()),
@@ -299,6 +312,11 @@ pub(crate) async fn a_machine_made_behind_weft_s_back_is_swept<B: CloudBench>() 
     assert_eq!(report.deleted, [rogue], "{report:?}");
     assert_eq!(b.count_machines("f-rogue").await, 0);
     assert_eq!(b.count_machines("f-live").await, 1);
+    assert_eq!(
+        b.count_machines("f-theirs").await,
+        1,
+        "another tenant's stays"
+    );
 }
 
 /// A rotated credential: the next task with the new credential works on the provider that

@@ -1002,6 +1002,10 @@ impl CloudBench for Bench {
         "PRIVATE KEY".into()
     }
 
+    fn refusal(&self) -> &'static str {
+        "invalid_grant"
+    }
+
     fn auth_refusals(&self) -> usize {
         self.fake.lock().unwrap().refusals
     }

@@ -1266,6 +1266,10 @@ impl CloudBench for Bench {
         "PRIVATE KEY".into()
     }
 
+    fn refusal(&self) -> &'static str {
+        "InvalidCredentials"
+    }
+
     fn auth_refusals(&self) -> usize {
         self.fake.lock().unwrap().unauthorized
     }

@@ -2110,6 +2110,10 @@ impl CloudBench for Bench {
         "not-the-password".into()
     }
 
+    fn refusal(&self) -> &'static str {
+        "The request you have made requires authentication"
+    }
+
     fn auth_refusals(&self) -> usize {
         self.counted.refused.load(Ordering::SeqCst)
     }
@@ -2198,6 +2202,10 @@ impl CloudBench for RackspaceBench {
 
     fn wrong_secret(&self) -> String {
         "wrong-key-0000".into()
+    }
+
+    fn refusal(&self) -> &'static str {
+        "Username or api key is invalid"
     }
 
     fn auth_refusals(&self) -> usize {
