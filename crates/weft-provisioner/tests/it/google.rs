@@ -9,7 +9,8 @@
 //! test key's public half (a wrong key gets `invalid_grant`), and compute calls need a token it
 //! issued. Operations go PENDING, RUNNING, DONE and instances PROVISIONING, STAGING, RUNNING over
 //! several polls; a duplicate name is `409 alreadyExists`; a deleted instance is 404. Switches
-//! inject 5xx and 429 answers, quota errors and stale reads. Not tested against Google itself.
+//! inject 5xx answers, 429 and 403 `rateLimitExceeded`, quota errors, stale reads, an insert
+//! whose answer is lost and new instances that are 404 at first. Not tested against Google itself.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};

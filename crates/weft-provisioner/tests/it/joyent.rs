@@ -9,8 +9,8 @@
 //! in the request and writes the account's keys (and those of sub-users who are default members
 //! of the `administrator` role); CreateKey answers 409 `InvalidArgument` for a key it already
 //! holds. Machines go `provisioning` then `running`; a deleted machine is 410. Switches inject
-//! 5xx, 429 and 420 answers, quota errors, stale lists and a create that never answers. Not
-//! tested against Triton.
+//! 5xx, 429 and 420 answers, quota errors, stale lists, a create that never answers or whose
+//! answer is lost, and new machines that are 404 at first. Not tested against Triton.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -10,7 +10,8 @@
 //!   pairs, Nova's error bodies and `Retry-After`. Every request's token is checked against the
 //!   real Keystone (`GET /v3/auth/tokens` with `X-Subject-Token`), or against the tokens the fake
 //!   Rackspace Identity issued. Switches inject faults: a server that goes to ERROR, 409, 413
-//!   with `Retry-After`, 503, a token refused once, a CREATE whose answer never comes.
+//!   and 429 with `Retry-After`, 503, a token refused once, a CREATE whose answer never comes
+//!   or is lost, new servers that are 404 at first.
 //! - **Rackspace Identity v2.0** (`POST /v2.0/tokens`, `RAX-KSKEY:apiKeyCredentials`) is served
 //!   here too, from Rackspace's documentation.
 
