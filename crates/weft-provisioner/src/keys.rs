@@ -4,8 +4,12 @@
 //! (aws keeps the derivation it has always had: its keys are already on machines.)
 
 use russh::keys::ssh_key::private::Ed25519Keypair;
+use russh::keys::ssh_key::LineEnding;
 use russh::keys::PrivateKey;
 use sha2::{Digest, Sha256};
+
+use crate::cloud::Login;
+use crate::task::{PluginError, Task};
 
 /// The cluster's SSH key: ed25519 from SHA-256 over the seed, the tenant and the cluster id.
 pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {
@@ -20,6 +24,39 @@ pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {
     let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&bytes));
     key.set_comment(format!("weft-cluster-{cluster}"));
     key
+}
+
+/// The user weft logs in as: the image type's `sshuser`, else `default`.
+pub fn ssh_user(task: &Task, default: &str) -> String {
+    task.config_str("sshuser")
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .unwrap_or(default)
+        .to_string()
+}
+
+/// How weft logs in to a cluster's machines with a derived key: the login (the image type's
+/// `sshuser`, else `default_user`, and the private key) and the public key (OpenSSH line).
+pub fn cluster_login(
+    task: &Task,
+    default_user: &str,
+    key: &PrivateKey,
+) -> Result<(Login, String), PluginError> {
+    let user = ssh_user(task, default_user);
+    let public = key
+        .public_key()
+        .to_openssh()
+        .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
+    let private = key
+        .to_openssh(LineEnding::LF)
+        .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
+    Ok((
+        Login {
+            user,
+            key: private.to_string(),
+        },
+        public,
+    ))
 }
 
 #[cfg(test)]

@@ -51,16 +51,14 @@ pub mod xml;
 
 use async_trait::async_trait;
 use russh::keys::ssh_key::private::Ed25519Keypair;
-use russh::keys::ssh_key::LineEnding;
 use russh::keys::PrivateKey;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weft_model::PluginType;
 
 use self::client::{ec2_endpoint, QueryClient, EC2_VERSION};
 use self::ec2::{Ec2, Instance, RunSpec, LIVE_STATES};
 use self::launch::ImageRef;
-use crate::cloud::fields::{plugin_type, Declared, Fields};
+use crate::cloud::fields::Fields;
 use crate::cloud::{
     with_retries, Addresses, Cloud, CloudError, CloudProvider, Confirmed, Launched, Login, Machine,
     Marks, Prepared, State, Waits,
@@ -85,11 +83,15 @@ pub type AwsProvider = CloudProvider<Aws>;
 impl AwsProvider {
     /// A provider with the default [`Timing`].
     pub fn new() -> AwsProvider {
-        CloudProvider::of(Aws {
-            http: reqwest::Client::new(),
-            buckets: Buckets::default(),
-            credentials: credentials::Cache::default(),
-        })
+        CloudProvider::of(
+            NAME,
+            include_str!("plugin.json"),
+            Aws {
+                http: crate::cloud::http::client(),
+                buckets: Buckets::default(),
+                credentials: credentials::Cache::default(),
+            },
+        )
     }
 }
 
@@ -289,31 +291,17 @@ impl Account {
         task: &Task,
         spec: &mut RunSpec,
     ) -> Result<(Option<Login>, Option<KeyPair>), PluginError> {
-        let user = task
-            .config_str("sshuser")
-            .filter(|u| !u.is_empty())
-            .unwrap_or("root")
-            .to_string();
-        let login = |key: String| Login {
-            user: user.clone(),
-            key,
-        };
         Ok(match self.key_plan(task)? {
             KeyPlan::None => (None, None),
             KeyPlan::Import { name, key } => {
                 spec.key_name = Some(name.clone());
-                let public = key
-                    .public_key()
-                    .to_openssh()
-                    .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
-                let private = key
-                    .to_openssh(LineEnding::LF)
-                    .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
-                (Some(login(private.to_string())), Some((name, public)))
+                let (login, public) = crate::keys::cluster_login(task, "root", &key)?;
+                (Some(login), Some((name, public)))
             }
             KeyPlan::Existing { name, private } => {
                 spec.key_name = Some(name);
-                (private.map(login), None)
+                let user = crate::keys::ssh_user(task, "root");
+                (private.map(|key| Login { user, key }), None)
             }
         })
     }
@@ -345,57 +333,10 @@ impl Account {
     }
 }
 
-/// The provider's admin fields: name, label, tip, and whether the value is secret.
-#[rustfmt::skip]
-const FIELDS: [Declared; 25] = [
-    ("region", "Region", "the EC2 region, e.g. us-east-1", false),
-    ("access_key_id", "Access key id", "the IAM access key id", true),
-    ("secret_access_key", "Secret access key", "the IAM secret access key", true),
-    ("session_token", "Session token", "for temporary credentials only", true),
-    ("credential_source", "Credential source", "keys (default: the fields above) or instance_profile (the provisioner host's EC2 instance profile, read with IMDSv2)", false),
-    ("imds_endpoint", "Metadata service", "for instance_profile: default http://169.254.169.254", false),
-    ("role_arn", "Role ARN", "a role to assume with the credentials above (STS AssumeRole), e.g. arn:aws:iam::123456789012:role/weft", false),
-    ("external_id", "External id", "the external id the role's trust policy asks for (sts:ExternalId)", true),
-    ("role_session_name", "Role session name", "the session name of the assumed role (default weft)", false),
-    ("sts_endpoint", "STS endpoint", "default: endpoint when set, else https://sts.<region>.amazonaws.com/", false),
-    ("endpoint", "Endpoint", "default https://ec2.<region>.amazonaws.com/", false),
-    ("subnet_id", "Subnet", "the subnet instances are launched in (default: the default VPC's)", false),
-    ("security_group_ids", "Security groups", "comma-separated security group ids", false),
-    ("instance_type", "Default instance type", "when the hardware type names none (its flavor)", false),
-    ("ami", "Default AMI", "when the image type names none (its image)", false),
-    ("import_key", "Import the cluster key", "true: import each cluster's SSH key as a key pair", false),
-    ("sshkeyseed", "SSH key seed", "a long random secret each cluster's SSH key is derived from (import_key)", true),
-    ("key_name", "Key pair", "an existing key pair to launch with (without import_key)", false),
-    ("ssh_private_key", "SSH private key", "the private key of key_name (OpenSSH format)", true),
-    ("name_prefix", "Name prefix", "prefix of imported key pair names (default weft)", false),
-    ("user_data", "User data", "text handed to the instance at launch (cloud-init), at most 16 KB; not secret: EC2 shows it to whoever may describe the instance", false),
-    ("iam_instance_profile", "IAM instance profile", "the instance profile the instances launch with, by name or ARN", false),
-    ("root_volume_gb", "Root volume (GiB)", "the size of the root volume (default: the AMI's)", false),
-    ("imdsv2", "Require IMDSv2", "true: the metadata service answers IMDSv2 sessions only (HttpTokens required)", false),
-    ("availability_zone", "Availability zone", "e.g. us-east-1b (default: EC2 chooses; it must be the subnet's)", false),
-];
-
 #[async_trait]
 impl Cloud for Aws {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     type Account = Account;
     type Request = Launch;
-
-    fn plugin_type(&self) -> PluginType {
-        plugin_type(
-            NAME,
-            "AWS EC2",
-            "nodes are EC2 instances, found by their weft tags, reached over SSH",
-            &FIELDS,
-            &[
-                &["region", "access_key_id", "secret_access_key"],
-                &["region", "credential_source"],
-            ],
-        )
-    }
 
     fn account(&self, f: &Fields) -> Result<Account, PluginError> {
         let region = f.required("region")?;

@@ -2,7 +2,9 @@
 //! image and hardware types' values with a provider default, and the fields every cloud declares.
 
 use serde_json::{Map, Value};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType};
+use std::collections::BTreeMap;
+
+use weft_model::{FieldSchema, ParameterType, PluginType};
 
 use crate::task::{PluginError, Task};
 
@@ -96,75 +98,19 @@ impl Fields {
     }
 }
 
-/// One admin field a cloud declares: name, label, tip, and whether it is secret.
-pub type Declared = (&'static str, &'static str, &'static str, bool);
-
-/// The fields the cloud layer reads for every cloud: the request budget and `ssh_address`.
-const SHARED: [Declared; 3] = [
-    (
-        "requests_per_second",
-        "Requests per second",
-        "calls to the cloud's API per second for this account, shared by every worker (default 10)",
-        false,
-    ),
-    (
-        "request_burst",
-        "Request burst",
-        "calls that may go at once after a quiet spell (default 20)",
-        false,
-    ),
-    (
-        "ssh_address",
-        "SSH address",
-        "public or private: the address weft reaches nodes at (default: public, else private)",
-        false,
-    ),
-];
-
-/// A cloud's plugin type: its name, label, description, admin fields (with the shared ones) and
-/// the sets of fields it requires (one of them must be complete). Secret fields are sensitive
-/// (sealed at rest, never shown).
-pub fn plugin_type(
-    name: &str,
-    label: &str,
-    description: &str,
-    fields: &[Declared],
-    required: &[&[&str]],
-) -> PluginType {
-    let admin = ParamSpec {
-        fields: fields
-            .iter()
-            .chain(SHARED.iter())
-            .map(|&(name, label, tip, secret)| {
-                let schema = FieldSchema {
-                    label: label.into(),
-                    field_type: if secret { "password" } else { "text" }.into(),
-                    tip: Some(tip.into()),
-                    sensitive: secret,
-                    ..Default::default()
-                };
-                (name.to_string(), schema)
-            })
-            .collect(),
-        required: required
-            .iter()
-            .map(|set| set.iter().map(|s| s.to_string()).collect())
-            .collect(),
-    };
-    PluginType {
-        name: name.into(),
-        label: Some(label.into()),
-        description: Some(description.into()),
-        icon: None,
-        version: 1,
-        classname: None,
-        parameters: [
-            (ParameterType::Admin, admin),
-            (ParameterType::User, ParamSpec::default()),
-        ]
-        .into(),
-        resource_types: Default::default(),
-    }
+/// A cloud's plugin type from its JSON descriptor (Coopr's plugin type format: name, label,
+/// description, `parameters.admin.fields` and `required`), with the fields the cloud layer reads
+/// for every cloud added: the request budget and `ssh_address`. A descriptor that does not parse
+/// is a bug caught by every cloud's plugin type test.
+pub fn plugin_type(descriptor: &str) -> PluginType {
+    let mut t: PluginType = serde_json::from_str(descriptor).expect("a valid plugin descriptor");
+    let shared: BTreeMap<String, FieldSchema> =
+        serde_json::from_str(include_str!("shared-fields.json")).expect("valid shared fields");
+    let admin = t.parameters.entry(ParameterType::Admin).or_default();
+    admin.fields.extend(shared);
+    t.parameters.entry(ParameterType::User).or_default();
+    t.version = 1;
+    t
 }
 
 #[cfg(test)]

@@ -9,6 +9,15 @@ use serde::de::DeserializeOwned;
 use super::{retry_after, CloudError};
 use crate::throttle::Bucket;
 
+/// The HTTP client of a cloud: connections time out after 10 s, requests after 60 s.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap_or_default()
+}
+
 /// A cloud's answer, read whole.
 #[derive(Debug, Clone)]
 pub struct Answer {

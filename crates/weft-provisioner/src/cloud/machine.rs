@@ -7,6 +7,12 @@ use weft_model::{MachineState, SweptMachine};
 use super::fields::{bad, Fields};
 use crate::task::{PluginError, Task};
 
+/// The keys of weft's marks (node, cluster, tenant) as tags, labels or metadata on every cloud
+/// whose keys may hold `-` (all but EC2, whose tags are `weft:node`...).
+pub const MARK_KEYS: [&str; 3] = ["weft-node", "weft-cluster", "weft-tenant"];
+/// The key of the node mark.
+pub const MARK_NODE: &str = MARK_KEYS[0];
+
 /// The marks weft puts on every machine it makes (tags, labels or metadata): the node, the
 /// cluster and the tenant, each `-` when the task names none.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -32,7 +32,8 @@ pub mod wait;
 
 pub use error::CloudError;
 pub use machine::{
-    Addresses, Confirmed, Launched, Login, Machine, Marks, Prepared, SshAddress, State,
+    Addresses, Confirmed, Launched, Login, Machine, Marks, Prepared, SshAddress, State, MARK_KEYS,
+    MARK_NODE,
 };
 pub use provider::{Cloud, CloudProvider, Waits};
 pub use wait::{poll_until, retry_after, with_retries, Backoff, Poll};

@@ -48,15 +48,10 @@ impl Waits {
 /// live in [`CloudProvider`].
 #[async_trait]
 pub trait Cloud: Send + Sync + 'static {
-    /// The provider type's name (`aws`, `google`...), also the API named in errors.
-    fn name(&self) -> &'static str;
     /// The account, endpoint and settings a provider's fields name, read and checked.
     type Account: Send + Sync;
     /// A launch request, typed.
     type Request: Send + Sync;
-
-    /// The provider type: name, fields, which are secret.
-    fn plugin_type(&self) -> PluginType;
 
     /// The account of a provider's fields (no call is made).
     fn account(&self, fields: &Fields) -> Result<Self::Account, PluginError>;
@@ -124,14 +119,21 @@ pub trait Cloud: Send + Sync + 'static {
 #[derive(Debug)]
 pub struct CloudProvider<C> {
     cloud: C,
+    plugin: PluginType,
+    name: &'static str,
     timing: Timing,
 }
 
 impl<C: Cloud> CloudProvider<C> {
-    /// The provider of `cloud`, with the default [`Timing`].
-    pub fn of(cloud: C) -> CloudProvider<C> {
+    /// The provider `name` of `cloud`, described by its plugin descriptor (JSON, see
+    /// [`super::fields::plugin_type`]), with the default [`Timing`].
+    pub fn of(name: &'static str, descriptor: &str, cloud: C) -> CloudProvider<C> {
+        let plugin = super::fields::plugin_type(descriptor);
+        debug_assert_eq!(plugin.name, name);
         CloudProvider {
             cloud,
+            plugin,
+            name,
             timing: Timing::default(),
         }
     }
@@ -289,7 +291,7 @@ impl<C: Cloud> CloudProvider<C> {
 #[async_trait]
 impl<C: Cloud> Provider for CloudProvider<C> {
     fn plugin_type(&self) -> PluginType {
-        self.cloud.plugin_type()
+        self.plugin.clone()
     }
 
     async fn create(&self, task: &Task) -> PluginResult {
@@ -329,7 +331,7 @@ impl<C: Cloud> Provider for CloudProvider<C> {
                 State::Running if m.addresses.private.is_some() => Ok(Poll::Ready(m)),
                 State::Running | State::Pending => Ok(Poll::Pending(m.status)),
                 _ => Err(CloudError::from_status(
-                    self.cloud.name(),
+                    self.name,
                     409,
                     "MachineState",
                     format!("machine {id} is {}, not running", m.status),
@@ -428,7 +430,7 @@ impl<C: Cloud> Provider for CloudProvider<C> {
         Ok(all
             .iter()
             .filter(|m| m.is_live())
-            .filter_map(|m| m.swept(self.cloud.name()))
+            .filter_map(|m| m.swept(self.name))
             .collect())
     }
 }

@@ -15,7 +15,9 @@ use rsa::RsaPrivateKey;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::cloud::{retry_after, CloudError};
+use weft_model::FailureReason;
+
+use crate::cloud::CloudError;
 
 /// The scope weft asks for: read and write Compute Engine resources.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -169,59 +171,61 @@ impl TokenCache {
     }
 }
 
-/// Exchanges a fresh assertion for an access token and its lifetime.
+/// What the token endpoint answers (RFC 6749 §5.1 and §5.2).
+#[derive(serde::Deserialize, Default)]
+struct TokenAnswer {
+    #[serde(default)]
+    access_token: Option<String>,
+    #[serde(default)]
+    expires_in: Option<u64>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    error_description: Option<String>,
+}
+
+/// Exchanges a fresh assertion for an access token and its lifetime. A refused grant
+/// (`invalid_grant`, `invalid_client`, `unauthorized_client`: a wrong, revoked or rotated key)
+/// is fatal with reason `auth`.
 async fn fetch_token(
     http: &reqwest::Client,
     account: &ServiceAccount,
 ) -> Result<(String, Duration), CloudError> {
+    const API: &str = "google-oauth";
     let assertion = account.assertion(unix_now());
-    let resp = http
-        .post(&account.token_uri)
-        .form(&[
-            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
-            ("assertion", assertion.as_str()),
-        ])
-        .send()
-        .await
-        .map_err(|e| {
-            CloudError::sending(
-                "google-oauth",
-                &format!("token endpoint {}", account.token_uri),
-                &e,
-            )
-        })?;
-    let status = resp.status().as_u16();
-    let after = retry_after(
-        resp.headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok()),
-    );
-    let body: Value = resp.json().await.unwrap_or(Value::Null);
-    if !(200..300).contains(&status) {
-        let code = str_field(&body, "error").unwrap_or("token_error");
-        let message = str_field(&body, "error_description").unwrap_or("the token request failed");
-        return Err(CloudError::from_status(
-            "google-oauth",
-            status,
-            code,
-            format!("{message} (service account {})", account.client_email),
-            after,
-        ));
+    let req = http.post(&account.token_uri).form(&[
+        ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+        ("assertion", assertion.as_str()),
+    ]);
+    let a = crate::cloud::http::send(API, None, req).await?;
+    let body: TokenAnswer = serde_json::from_str(&a.text).unwrap_or_default();
+    if !a.is_success() {
+        let code = body.error.unwrap_or_else(|| "token_error".into());
+        let refused = matches!(
+            code.as_str(),
+            "invalid_grant" | "invalid_client" | "unauthorized_client"
+        );
+        let message = body
+            .error_description
+            .unwrap_or_else(|| "the token request failed".into());
+        let message = format!("{message} (service account {})", account.client_email);
+        let e = CloudError::from_status(API, a.status, code, message, a.retry_after);
+        return Err(if refused {
+            e.because(FailureReason::Auth)
+        } else {
+            e
+        });
     }
-    let token = str_field(&body, "access_token").ok_or_else(|| {
+    let token = body.access_token.filter(|t| !t.is_empty()).ok_or_else(|| {
         CloudError::from_status(
-            "google-oauth",
-            status,
+            API,
+            a.status,
             "no_token",
             "the token endpoint answered without an access_token",
             None,
         )
     })?;
-    let lifetime = body
-        .get("expires_in")
-        .and_then(Value::as_u64)
-        .unwrap_or(3600);
-    Ok((token.to_string(), Duration::from_secs(lifetime)))
+    Ok((token, Duration::from_secs(body.expires_in.unwrap_or(3600))))
 }
 
 #[cfg(test)]

@@ -41,18 +41,15 @@ pub mod auth;
 pub mod compute;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use russh::keys::ssh_key::LineEnding;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weft_model::PluginType;
 
-use crate::cloud::fields::{bad, plugin_type, Fields};
+use crate::cloud::fields::{bad, Fields};
 use crate::cloud::{
-    poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Login,
-    Machine, Marks, Poll, Prepared, State, Waits,
+    poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Machine,
+    Marks, Poll, Prepared, State, Waits, MARK_KEYS, MARK_NODE,
 };
 use crate::task::{PluginError, Task};
 use crate::throttle::{Bucket, Buckets};
@@ -63,12 +60,6 @@ pub use crate::cloud::Timing;
 
 /// The provider type name.
 pub const NAME: &str = "google";
-/// The label carrying the node id.
-pub const LABEL_NODE: &str = "weft-node";
-/// The label carrying the cluster id.
-pub const LABEL_CLUSTER: &str = "weft-cluster";
-/// The label carrying the tenant id (`-` without one).
-pub const LABEL_TENANT: &str = "weft-tenant";
 /// The user the cluster key logs in as unless the image type names an `sshuser`.
 pub const DEFAULT_SSH_USER: &str = "weft";
 const DEFAULT_NETWORK: &str = "global/networks/default";
@@ -79,14 +70,15 @@ pub type GoogleProvider = CloudProvider<Google>;
 impl GoogleProvider {
     /// A provider with the default [`Timing`] and a 60 s time-out per HTTP request.
     pub fn new() -> GoogleProvider {
-        CloudProvider::of(Google {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .unwrap_or_default(),
-            tokens: TokenCache::default(),
-            buckets: Buckets::default(),
-        })
+        CloudProvider::of(
+            NAME,
+            include_str!("plugin.json"),
+            Google {
+                http: crate::cloud::http::client(),
+                tokens: TokenCache::default(),
+                buckets: Buckets::default(),
+            },
+        )
     }
 }
 
@@ -214,10 +206,7 @@ fn machine(i: Instance) -> Machine {
         "PROVISIONING" | "STAGING" | "" => State::Pending,
         _ => State::Stopped,
     };
-    let marks = Marks::read(
-        |k| i.labels.get(k).cloned(),
-        [LABEL_NODE, LABEL_CLUSTER, LABEL_TENANT],
-    );
+    let marks = Marks::read(|k| i.labels.get(k).cloned(), MARK_KEYS);
     let nic = i.network_interfaces.into_iter().next().unwrap_or_default();
     let public = nic
         .access_configs
@@ -294,8 +283,8 @@ impl Google {
                 "initializeParams": {"sourceImage": a.fields.pick(task, "image", "image")?}}],
             "networkInterfaces": [network_interface(a)?],
             "metadata": {"items": [{"key": "ssh-keys", "value": ssh_line}]},
-            "labels": {LABEL_NODE: label_value(&task.node_id),
-                LABEL_CLUSTER: label_value(&task.cluster_id), LABEL_TENANT: label_value(&marks.tenant)},
+            "labels": {MARK_KEYS[0]: label_value(&task.node_id),
+                MARK_KEYS[1]: label_value(&task.cluster_id), MARK_KEYS[2]: label_value(&marks.tenant)},
         });
         let tags = network_tags(a)?;
         if !tags.is_empty() {
@@ -305,46 +294,10 @@ impl Google {
     }
 }
 
-#[rustfmt::skip]
-const FIELDS: [crate::cloud::fields::Declared; 11] = [
-    ("json_key", "Service account key",
-        "the service account's JSON key (as downloaded); it needs the Compute Instance Admin role", true),
-    ("project", "Project", "the project id (default: the key's project_id)", false),
-    ("zone", "Zone", "the zone instances are made in, e.g. us-central1-a", false),
-    ("network", "Network", "the VPC network (default: global/networks/default)", false),
-    ("subnetwork", "Subnetwork",
-        "the subnetwork: a name in the zone's region or regions/<region>/subnetworks/<name> (required on custom-mode networks)", false),
-    ("tags", "Network tags", "network tags for firewall rules, comma separated", false),
-    ("external_ip", "External IP",
-        "false: no external address; weft then reaches the instance at its internal address (default: true)", false),
-    ("machine_type", "Machine type",
-        "the machine type when the hardware type has no google flavor, e.g. e2-small", false),
-    ("image", "Image",
-        "the boot image when the image type has none, e.g. projects/debian-cloud/global/images/family/debian-12", false),
-    ("sshkeyseed", "SSH key seed",
-        "a secret from which each cluster's SSH key is derived (default: derived from json_key)", true),
-    ("endpoint", "Compute API endpoint",
-        "the Compute Engine v1 base URL (default: https://compute.googleapis.com/compute/v1)", false),
-];
-
 #[async_trait]
 impl Cloud for Google {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     type Account = Account;
     type Request = Value;
-
-    fn plugin_type(&self) -> PluginType {
-        plugin_type(
-            NAME,
-            "Google Compute Engine",
-            "nodes are Compute Engine instances, one per node, reached over SSH",
-            &FIELDS,
-            &[&["json_key", "zone"]],
-        )
-    }
 
     fn account(&self, fields: &Fields) -> Result<Account, PluginError> {
         let account =
@@ -383,30 +336,16 @@ impl Cloud for Google {
         task: &Task,
         _w: &Waits,
     ) -> Result<Prepared<Value>, PluginError> {
-        let user = task
-            .config_str("sshuser")
-            .filter(|u| !u.trim().is_empty())
-            .unwrap_or(DEFAULT_SSH_USER)
-            .to_string();
         let seed = a
             .fields
             .text("sshkeyseed")
             .map(|s| format!("google:{s}"))
             .unwrap_or_else(|| format!("google-key:{}", a.account.key_digest()));
         let key = crate::keys::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id);
-        let public = key
-            .public_key()
-            .to_openssh()
-            .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
-        let private = key
-            .to_openssh(LineEnding::LF)
-            .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
+        let (login, public) = crate::keys::cluster_login(task, DEFAULT_SSH_USER, &key)?;
         Ok(Prepared {
-            request: self.instance_body(task, a, &format!("{user}:{public}"))?,
-            login: Some(Login {
-                user,
-                key: private.to_string(),
-            }),
+            request: self.instance_body(task, a, &format!("{}:{public}", login.user))?,
+            login: Some(login),
             stdout: String::new(),
             result: [("zone".to_string(), json!(a.zone))].into_iter().collect(),
         })
@@ -431,7 +370,7 @@ impl Cloud for Google {
         let Some(inst) = self.zone(a).get_instance(&name).await? else {
             return Ok(Vec::new());
         };
-        if inst.labels.get(LABEL_NODE) != Some(&label_value(&marks.node)) {
+        if inst.labels.get(MARK_NODE) != Some(&label_value(&marks.node)) {
             return Err(CloudError::from_status(
                 CLOUD,
                 409,
@@ -455,7 +394,7 @@ impl Cloud for Google {
     }
 
     async fn marked(&self, a: &Account) -> Result<Vec<Machine>, CloudError> {
-        let filter = format!("labels.{LABEL_NODE}:*");
+        let filter = format!("labels.{MARK_NODE}:*");
         let all = self.zone(a).list_instances(&filter).await?;
         Ok(all
             .into_iter()

@@ -45,17 +45,15 @@ pub mod cloudapi;
 pub mod sign;
 
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use russh::keys::ssh_key::{LineEnding, PrivateKey};
+use russh::keys::ssh_key::PrivateKey;
 use serde_json::{json, Value};
-use weft_model::PluginType;
 
-use crate::cloud::fields::{plugin_type, Declared, Fields};
+use crate::cloud::fields::Fields;
 use crate::cloud::{
-    poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Login,
-    Machine, Marks, Poll, Prepared, State, Waits,
+    poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Machine,
+    Marks, Poll, Prepared, State, Waits, MARK_KEYS, MARK_NODE,
 };
 use crate::task::{PluginError, Task};
 use crate::throttle::Buckets;
@@ -66,12 +64,6 @@ pub use crate::cloud::Timing;
 
 /// The provider type name.
 pub const NAME: &str = "joyent";
-/// The tag carrying the node id.
-pub const TAG_NODE: &str = "weft-node";
-/// The tag carrying the cluster id.
-pub const TAG_CLUSTER: &str = "weft-cluster";
-/// The tag carrying the tenant id (`-` without one).
-pub const TAG_TENANT: &str = "weft-tenant";
 /// The user the cluster key logs in as unless the image type names an `sshuser`.
 pub const DEFAULT_SSH_USER: &str = "root";
 
@@ -81,13 +73,14 @@ pub type JoyentProvider = CloudProvider<Joyent>;
 impl JoyentProvider {
     /// A provider with the default timing and a 60 s time-out per HTTP request.
     pub fn new() -> JoyentProvider {
-        CloudProvider::of(Joyent {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .unwrap_or_default(),
-            buckets: Buckets::default(),
-        })
+        CloudProvider::of(
+            NAME,
+            include_str!("plugin.json"),
+            Joyent {
+                http: crate::cloud::http::client(),
+                buckets: Buckets::default(),
+            },
+        )
     }
 }
 
@@ -170,7 +163,7 @@ fn machine(m: cloudapi::Machine) -> Machine {
         .cloned()
         .or_else(|| primary.clone());
     Machine {
-        marks: Marks::read(|k| m.tag(k), [TAG_NODE, TAG_CLUSTER, TAG_TENANT]),
+        marks: Marks::read(|k| m.tag(k), MARK_KEYS),
         id: m.id,
         state,
         status: m.state,
@@ -203,16 +196,13 @@ pub fn key_name(tenant: &str, cluster: &str) -> String {
     format!("weft-{}-{}", clean(tenant), clean(cluster))
 }
 
-/// The public key's OpenSSH line and its MD5 fingerprint (how CloudAPI names keys).
-fn public_parts(key: &PrivateKey) -> Result<(String, String), PluginError> {
-    let public = key.public_key();
-    let line = public
-        .to_openssh()
-        .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
-    let blob = public
+/// The public key's MD5 fingerprint (how CloudAPI names keys).
+fn fingerprint(key: &PrivateKey) -> Result<String, PluginError> {
+    let blob = key
+        .public_key()
         .to_bytes()
         .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
-    Ok((line, md5_fingerprint(&blob)))
+    Ok(md5_fingerprint(&blob))
 }
 
 /// Whether the machine's `root_authorized_keys` (as CloudAPI wrote them) hold `public`;
@@ -262,9 +252,9 @@ impl Target {
             "name": machine_name(&task.node_id),
             "image": image,
             "package": self.fields.pick(task, "flavor", "package")?,
-            format!("tag.{TAG_NODE}"): marks.node,
-            format!("tag.{TAG_CLUSTER}"): marks.cluster,
-            format!("tag.{TAG_TENANT}"): marks.tenant,
+            format!("tag.{}", MARK_KEYS[0]): marks.node,
+            format!("tag.{}", MARK_KEYS[1]): marks.cluster,
+            format!("tag.{}", MARK_KEYS[2]): marks.tenant,
         });
         let nets = self.fields.list("networks");
         if !nets.is_empty() {
@@ -340,41 +330,10 @@ impl Target {
     }
 }
 
-#[rustfmt::skip]
-const FIELDS: [Declared; 9] = [
-    ("endpoint", "CloudAPI endpoint", "the data center's CloudAPI URL, e.g. https://us-central-1.api.mnx.io", false),
-    ("login", "Account", "the account's login name", false),
-    ("user", "Sub-user",
-        "a sub-user of the account to sign as (its key then signs, and cluster keys go to it; it must be a default member of the account's administrator role)", false),
-    ("key", "Account SSH key",
-        "the private half of an SSH key of the account or sub-user (OpenSSH or PEM, RSA, ed25519 or ECDSA, not encrypted)", true),
-    ("key_id", "Key id", "how CloudAPI names the key (default: its MD5 fingerprint)", false),
-    ("package", "Package", "the package when the hardware type has no joyent flavor", false),
-    ("image", "Image",
-        "the image (UUID, or name for the newest active image of that name) when the image type has none", false),
-    ("networks", "Networks", "network UUIDs, comma separated (default: the package's)", false),
-    ("sshkeyseed", "SSH key seed",
-        "a secret from which each cluster's SSH key is derived (default: derived from the account key)", true),
-];
-
 #[async_trait]
 impl Cloud for Joyent {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     type Account = Target;
     type Request = Request;
-
-    fn plugin_type(&self) -> PluginType {
-        plugin_type(
-            NAME,
-            "Joyent Triton",
-            "nodes are Triton machines (CloudAPI), one per node, reached over SSH",
-            &FIELDS,
-            &[&["endpoint", "login", "key"]],
-        )
-    }
 
     fn account(&self, fields: &Fields) -> Result<Target, PluginError> {
         let endpoint = fields
@@ -415,16 +374,9 @@ impl Cloud for Joyent {
         task: &Task,
         w: &Waits,
     ) -> Result<Prepared<Request>, PluginError> {
-        let user = task
-            .config_str("sshuser")
-            .filter(|u| !u.trim().is_empty())
-            .unwrap_or(DEFAULT_SSH_USER)
-            .to_string();
         let key = t.cluster_key(task);
-        let (public, fingerprint) = public_parts(&key)?;
-        let private = key
-            .to_openssh(LineEnding::LF)
-            .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
+        let (login, public) = crate::keys::cluster_login(task, DEFAULT_SSH_USER, &key)?;
+        let fingerprint = fingerprint(&key)?;
         let body = t.machine_body(task, w).await?;
         let stdout = t.ensure_key(task, &public, &fingerprint, w).await?;
         let name = machine_name(&task.node_id);
@@ -434,10 +386,7 @@ impl Cloud for Joyent {
                 public,
                 fingerprint,
             },
-            login: Some(Login {
-                user,
-                key: private.to_string(),
-            }),
+            login: Some(login),
             stdout,
             result: [("machinename".to_string(), json!(name))]
                 .into_iter()
@@ -465,7 +414,7 @@ impl Cloud for Joyent {
         let found = t.api.machines_named(&name).await?;
         if let Some(other) = found
             .iter()
-            .find(|m| m.tag(TAG_NODE).as_ref() != Some(&marks.node))
+            .find(|m| m.tag(MARK_NODE).as_ref() != Some(&marks.node))
         {
             return Err(CloudError::from_status(
                 CLOUD,
@@ -514,7 +463,7 @@ impl Cloud for Joyent {
         task: &Task,
         w: &Waits,
     ) -> Result<String, PluginError> {
-        let (_, fp) = public_parts(&t.cluster_key(task))?;
+        let fp = fingerprint(&t.cluster_key(task))?;
         let name = key_name(&task.tenant_id, &task.cluster_id);
         let mut gone: Vec<String> = with_retries(w.calls(), || t.api.list_keys())
             .await?

@@ -43,32 +43,22 @@ pub mod nova;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use russh::keys::PrivateKey;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weft_model::PluginType;
 
-use crate::cloud::fields::{plugin_type, Declared, Fields};
+use crate::cloud::fields::Fields;
 use crate::cloud::{
     with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Login, Machine, Marks,
-    Prepared, State, Waits,
+    Prepared, State, Waits, MARK_KEYS,
 };
 use crate::task::{PluginError, Task};
 use identity::{Credentials, Ref};
 use nova::{Found, Nova, Server, Session};
 
 pub use crate::cloud::Timing;
-
-/// The metadata key that names the node a server was made for.
-pub const META_NODE: &str = "weft-node";
-/// The metadata key that names the cluster a server belongs to.
-pub const META_CLUSTER: &str = "weft-cluster";
-/// The metadata key that names the tenant a server belongs to (`-` without one): what a sweep
-/// answers only to that tenant.
-pub const META_TENANT: &str = "weft-tenant";
 
 /// Which identity API a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,16 +89,19 @@ pub type NovaProvider = CloudProvider<NovaCloud>;
 impl NovaProvider {
     /// A provider of `kind` with the default waits.
     pub fn new(kind: Kind) -> NovaProvider {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .expect("an HTTP client with default TLS");
-        CloudProvider::of(NovaCloud {
-            kind,
-            http,
-            sessions: Mutex::new(HashMap::new()),
-        })
+        let descriptor = match kind {
+            Kind::OpenStack => include_str!("openstack.json"),
+            Kind::Rackspace => include_str!("rackspace.json"),
+        };
+        CloudProvider::of(
+            kind.name(),
+            descriptor,
+            NovaCloud {
+                kind,
+                http: crate::cloud::http::client(),
+                sessions: Mutex::new(HashMap::new()),
+            },
+        )
     }
 
     /// The `openstack` provider (Keystone v3).
@@ -259,7 +252,7 @@ fn machine(s: Server) -> Machine {
         _ => status,
     };
     Machine {
-        marks: Marks::read(|k| s.meta(k), [META_NODE, META_CLUSTER, META_TENANT]),
+        marks: Marks::read(|k| s.meta(k), MARK_KEYS),
         id: s.id,
         state,
         status,
@@ -364,8 +357,8 @@ impl NovaCloud {
         let marks = Marks::of(task);
         let mut server = json!({
             "name": server_name(task), "imageRef": image_id, "flavorRef": flavor_id,
-            "metadata": {META_NODE: task.node_id, META_CLUSTER: task.cluster_id,
-                META_TENANT: marks.tenant},
+            "metadata": {MARK_KEYS[0]: task.node_id, MARK_KEYS[1]: task.cluster_id,
+                MARK_KEYS[2]: marks.tenant},
         });
         if let Some(k) = self.key_pair(&nova, s, w).await? {
             server["key_name"] = json!(k);
@@ -396,70 +389,10 @@ impl NovaCloud {
     }
 }
 
-#[rustfmt::skip]
-const SERVER_FIELDS: [Declared; 9] = [
-    ("region", "Region", "the catalog region of the compute endpoint", false),
-    ("interface", "Interface", "public (default), internal or admin", false),
-    ("networks", "Networks", "network ids the servers join, comma-separated", false),
-    ("security_groups", "Security groups", "security group names, comma-separated", false),
-    ("availability_zone", "Availability zone", "where servers are placed", false),
-    ("key_name", "Key pair", "an existing key pair (default: ssh_key's public key, imported)", false),
-    ("ssh_user", "SSH user", "the user the key logs in as (default root)", false),
-    ("ssh_key", "SSH private key", "OpenSSH private key the provisioner reaches servers with", true),
-    ("user_data", "User data", "text given to the server at boot (cloud-init); at most 65535 bytes once base64-encoded", true),
-];
-
-#[rustfmt::skip]
-const OPENSTACK_FIELDS: [Declared; 13] = [
-    ("auth_url", "Keystone URL", "e.g. https://keystone.example:5000/v3", false),
-    ("user_name", "User", "user name (with user_domain_*)", false),
-    ("user_id", "User id", "instead of user_name", false),
-    ("user_domain_name", "User domain", "default: the default domain", false),
-    ("user_domain_id", "User domain id", "instead of user_domain_name", false),
-    ("password", "Password", "the user's password", true),
-    ("project_name", "Project", "project name (with project_domain_*)", false),
-    ("project_id", "Project id", "instead of project_name", false),
-    ("project_domain_name", "Project domain", "default: the user's domain", false),
-    ("project_domain_id", "Project domain id", "instead of project_domain_name", false),
-    ("application_credential_id", "Application credential id", "instead of a password", false),
-    ("application_credential_name", "Application credential name", "with user_name or user_id", false),
-    ("application_credential_secret", "Application credential secret", "the credential's secret", true),
-];
-
-#[rustfmt::skip]
-const RACKSPACE_FIELDS: [Declared; 3] = [
-    ("auth_url", "Identity URL", "default https://identity.api.rackspacecloud.com/v2.0", false),
-    ("username", "User name", "the Rackspace cloud user", false),
-    ("api_key", "API key", "the user's API key", true),
-];
-
 #[async_trait]
 impl Cloud for NovaCloud {
     type Account = Settings;
     type Request = Request;
-
-    fn name(&self) -> &'static str {
-        self.kind.name()
-    }
-
-    fn plugin_type(&self) -> PluginType {
-        let (label, description, creds, required): (_, _, &[Declared], &[&str]) = match self.kind {
-            Kind::OpenStack => (
-                "OpenStack",
-                "nodes are Nova servers; Keystone v3 password or application credential",
-                &OPENSTACK_FIELDS,
-                &["auth_url"],
-            ),
-            Kind::Rackspace => (
-                "Rackspace",
-                "nodes are Rackspace Cloud Servers; Rackspace Identity v2.0 API key",
-                &RACKSPACE_FIELDS,
-                &["username", "api_key", "region"],
-            ),
-        };
-        let fields: Vec<Declared> = creds.iter().chain(SERVER_FIELDS.iter()).copied().collect();
-        plugin_type(self.kind.name(), label, description, &fields, &[required])
-    }
 
     fn account(&self, f: &Fields) -> Result<Settings, PluginError> {
         let creds = match self.kind {
@@ -500,12 +433,7 @@ impl Cloud for NovaCloud {
         w: &Waits,
     ) -> Result<Prepared<Request>, PluginError> {
         let server = self.server(s, task, w).await?;
-        let user = task
-            .config_str("sshuser")
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .unwrap_or(&s.ssh_user)
-            .to_string();
+        let user = crate::keys::ssh_user(task, &s.ssh_user);
         Ok(Prepared {
             login: s.ssh_key.clone().map(|key| Login { user, key }),
             stdout: format!(
@@ -646,7 +574,7 @@ mod tests {
     #[test]
     fn plugin_types_mark_credentials_sensitive() {
         for kind in [Kind::OpenStack, Kind::Rackspace] {
-            let t = NovaProvider::new(kind).cloud().plugin_type();
+            let t = crate::plugin::Provider::plugin_type(&NovaProvider::new(kind));
             crate::contract::check_plugin_type(&t);
             let admin = &t.parameters[&weft_model::ParameterType::Admin];
             for (name, f) in &admin.fields {

@@ -11,7 +11,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::identity::{self, Credentials};
-use super::META_NODE;
 use crate::cloud::{self, CloudError};
 
 /// The token is renewed this long before it expires at most (a quarter of its lifetime for short
@@ -313,17 +312,6 @@ pub struct Nova<'a> {
 }
 
 impl Nova<'_> {
-    /// One compute call; any answer that is not 2xx is an error.
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, &str)],
-        body: Option<&Value>,
-    ) -> Result<Answer, CloudError> {
-        self.call_on(Api::Compute, method, path, query, body).await
-    }
-
     /// One call to `api`; any answer that is not 2xx is an error.
     async fn call_on(
         &self,
@@ -351,14 +339,20 @@ impl Nova<'_> {
         // Nova matches `name` as a regular expression: anchor it and escape what is special.
         let pattern = format!("^{}$", regex_escape(name));
         let a = self
-            .call(Method::GET, "/servers/detail", &[("name", &pattern)], None)
+            .call_on(
+                Api::Compute,
+                Method::GET,
+                "/servers/detail",
+                &[("name", &pattern)],
+                None,
+            )
             .await?;
         let page: ServerPage =
             serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "servers", e))?;
         let mut found: Vec<Server> = page
             .servers
             .into_iter()
-            .filter(|s| s.name == name && s.meta(META_NODE).as_deref() == Some(node))
+            .filter(|s| s.name == name && s.meta(crate::cloud::MARK_NODE).as_deref() == Some(node))
             .filter(|s| s.status.as_deref() != Some("DELETED"))
             .collect();
         found.sort_by(|a, b| a.created.cmp(&b.created));
@@ -397,7 +391,10 @@ impl Nova<'_> {
     /// The server `id`, or `None` when Nova does not know it.
     pub async fn show(&self, id: &str) -> Result<Option<Server>, CloudError> {
         let path = format!("/servers/{}", path_part(id));
-        match self.call(Method::GET, &path, &[], None).await {
+        match self
+            .call_on(Api::Compute, Method::GET, &path, &[], None)
+            .await
+        {
             Ok(a) => {
                 let one: OneServer =
                     serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "server", e))?;
@@ -411,7 +408,8 @@ impl Nova<'_> {
     /// Asks Nova to delete the server `id`; false when it was already gone.
     pub async fn delete(&self, id: &str) -> Result<bool, CloudError> {
         match self
-            .call(
+            .call_on(
+                Api::Compute,
                 Method::DELETE,
                 &format!("/servers/{}", path_part(id)),
                 &[],
@@ -428,7 +426,10 @@ impl Nova<'_> {
     /// Makes sure the key pair `name` holds `public_key` (imports it when missing).
     pub async fn ensure_keypair(&self, name: &str, public_key: &str) -> Result<(), CloudError> {
         let path = format!("/os-keypairs/{}", path_part(name));
-        match self.call(Method::GET, &path, &[], None).await {
+        match self
+            .call_on(Api::Compute, Method::GET, &path, &[], None)
+            .await
+        {
             Ok(a) => {
                 let held = a
                     .body
@@ -451,7 +452,7 @@ impl Nova<'_> {
         }
         let body = json!({"keypair": {"name": name, "public_key": public_key}});
         match self
-            .call(Method::POST, "/os-keypairs", &[], Some(&body))
+            .call_on(Api::Compute, Method::POST, "/os-keypairs", &[], Some(&body))
             .await
         {
             Ok(_) => Ok(()),
@@ -660,7 +661,7 @@ impl Nova<'_> {
                 None => Vec::new(),
             };
             let a = self
-                .call(Method::GET, "/servers/detail", &query, None)
+                .call_on(Api::Compute, Method::GET, "/servers/detail", &query, None)
                 .await?;
             let page: ServerPage = serde_json::from_value(a.body).map_err(|e| {
                 CloudError::from_status("nova", 502, "BadAnswer", format!("servers: {e}"), None)
@@ -698,7 +699,7 @@ impl Nova<'_> {
         loop {
             let query: Vec<(&str, &str)> = marker.iter().map(|m| ("marker", m.as_str())).collect();
             let a = self
-                .call(Method::GET, "/flavors/detail", &query, None)
+                .call_on(Api::Compute, Method::GET, "/flavors/detail", &query, None)
                 .await?;
             let page: FlavorPage =
                 serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "flavors", e))?;

@@ -249,23 +249,6 @@ async fn the_provider_contract_holds_against_moto() {
 }
 
 #[tokio::test]
-async fn a_wrong_secret_fails_with_auth_failure_at_once() {
-    let Some(m) = moto().await else { return };
-    let mut fields = m.fields(&m.endpoint);
-    fields.insert("secret_access_key".into(), json!("not-the-secret"));
-    let e = provider()
-        .create(&task(Action::Create, "n-auth", &fields, &Map::new()))
-        .await
-        .expect_err("a wrong secret is refused");
-    assert!(!e.retryable, "{e}");
-    assert!(e.message.contains("AuthFailure"), "{e}");
-    assert!(
-        !e.message.contains("not-the-secret") && !e.message.contains(&m.creds.secret_access_key)
-    );
-    assert!(m.instances_of("n-auth").await.is_empty());
-}
-
-#[tokio::test]
 async fn create_answers_key_and_delete_by_tag_removes_instance_and_key_pair() {
     let Some(m) = moto().await else { return };
     let p = provider();
@@ -324,8 +307,6 @@ enum Mode {
     HangAfterRun(Arc<Notify>),
     /// Shows the first N DescribeInstances answers' instances as `pending`.
     Pending(u32),
-    /// Answers the first N calls with EC2's throttling error.
-    Throttle(u32),
     /// Answers the first RunInstances, unforwarded, with this (terminated) instance, as EC2
     /// answers a client token it saw for an instance since terminated.
     StaleToken(String),
@@ -341,20 +322,13 @@ struct Proxy {
 }
 
 async fn proxied(proxy: Arc<Proxy>, method: Method, headers: HeaderMap, body: Bytes) -> Response {
-    let n = proxy.calls.fetch_add(1, Ordering::SeqCst);
+    proxy.calls.fetch_add(1, Ordering::SeqCst);
     let form = String::from_utf8_lossy(&body).into_owned();
     let action = form
         .split('&')
         .find_map(|kv| kv.strip_prefix("Action="))
         .unwrap_or_default()
         .to_string();
-    if let Mode::Throttle(k) = proxy.mode {
-        if n < k {
-            let xml = "<Response><Errors><Error><Code>RequestLimitExceeded</Code>\
-                       <Message>Request limit exceeded.</Message></Error></Errors></Response>";
-            return (StatusCode::SERVICE_UNAVAILABLE, xml).into_response();
-        }
-    }
     if action == "RunInstances" {
         let token = form
             .split('&')
@@ -421,30 +395,6 @@ async fn serve_proxy(m: &Moto, mode: Mode) -> (String, Arc<Proxy>) {
 }
 
 #[tokio::test]
-async fn a_create_cut_off_after_run_instances_and_retried_leaves_one_instance() {
-    let Some(m) = moto().await else { return };
-    let told = Arc::new(Notify::new());
-    let (endpoint, _proxy) = serve_proxy(&m, Mode::HangAfterRun(told.clone())).await;
-    let p = provider();
-    let cut = task(Action::Create, "n-cut", &m.fields(&endpoint), &Map::new());
-    tokio::select! {
-        r = p.create(&cut) => panic!("the create was to hang after RunInstances: {r:?}"),
-        _ = told.notified() => {}
-    }
-    // The create future is dropped here, as a killed provisioner would leave it.
-    let made = m.instances_of("n-cut").await;
-    assert_eq!(made.len(), 1, "RunInstances ran once: {made:?}");
-
-    let retried = task(Action::Create, "n-cut", &m.fields(&m.endpoint), &Map::new());
-    let out = p.create(&retried).await.expect("the retried create");
-    assert_eq!(out.result["providerid"], made[0].id.as_str());
-    assert!(out.stdout.contains("exists"), "{}", out.stdout);
-    let again = p.create(&retried).await.expect("and once more");
-    assert_eq!(again.result["providerid"], made[0].id.as_str());
-    assert_eq!(m.instances_of("n-cut").await.len(), 1, "still one instance");
-}
-
-#[tokio::test]
 async fn confirm_waits_while_the_instance_is_pending() {
     let Some(m) = moto().await else { return };
     let (endpoint, proxy) = serve_proxy(&m, Mode::Pending(3)).await;
@@ -493,23 +443,6 @@ async fn confirm_waits_while_the_instance_is_pending() {
         .expect_err("never running");
     assert!(e.retryable, "{e}");
     assert!(e.message.contains("last seen: pending"), "{e}");
-}
-
-#[tokio::test]
-async fn throttling_is_retried_with_back_off() {
-    let Some(m) = moto().await else { return };
-    let (endpoint, proxy) = serve_proxy(&m, Mode::Throttle(3)).await;
-    let out = provider()
-        .create(&task(
-            Action::Create,
-            "n-slow",
-            &m.fields(&endpoint),
-            &Map::new(),
-        ))
-        .await
-        .expect("create passes once the throttling stops");
-    assert!(proxy.calls.load(Ordering::SeqCst) > 3);
-    assert_eq!(m.instances_of("n-slow").await.len(), 1, "{}", out.stdout);
 }
 
 #[tokio::test]

@@ -643,27 +643,6 @@ async fn google_confirm_waits_for_running_and_answers_the_nat_ip() {
 }
 
 #[tokio::test]
-async fn google_with_a_wrong_key_fails_at_once_and_never_shows_the_key() {
-    // The fake trusts the account's registered key; this JSON key holds a stranger's.
-    let (f, fields) = fake(&keys().1).await;
-    let e = provider()
-        .create(&task(
-            Action::Create,
-            "n1",
-            config(&fields),
-            Duration::from_secs(30),
-        ))
-        .await
-        .unwrap_err();
-    assert!(!e.retryable, "{e}");
-    assert!(e.message.contains("invalid_grant"), "{e}");
-    assert!(!e.message.contains("PRIVATE KEY"), "{e}");
-    let f = f.lock().unwrap();
-    assert_eq!(f.token_requests, 1, "auth errors are not retried");
-    assert_eq!(f.inserts, 0);
-}
-
-#[tokio::test]
 async fn google_renews_a_revoked_token_once() {
     let (f, fields) = fake(&keys().0).await;
     let p = provider();

@@ -1480,29 +1480,6 @@ async fn a_token_is_renewed_before_it_expires_and_once_when_refused() {
         .expect("delete");
 }
 
-#[tokio::test]
-async fn a_create_killed_after_its_post_and_retried_leaves_one_server() {
-    let Some((ks, nova, _)) = cloud(3600).await else {
-        return;
-    };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
-    let c = config(&password_fields(&ks), "openstack", "os-k-1");
-    nova.faults().hang_after_post = true;
-    let t = a_task(Action::Create, "os-k-1", &c);
-    tokio::select! {
-        r = p.create(&t) => panic!("create cannot finish while its answer hangs: {r:?}"),
-        _ = nova.state.posted.notified() => {}
-    }
-    assert_eq!(nova.servers(), 1, "the killed CREATE made a server");
-    nova.faults().hang_after_post = false;
-    let out = p.create(&t).await.expect("the retried create");
-    assert_eq!(nova.servers(), 1, "the retry found it");
-    assert_eq!(nova.count(|c| &c.posts), 1);
-    let id = nova.state.servers.lock().unwrap()[0].id.clone();
-    assert_eq!(out.result["providerid"], json!(id));
-    assert!(nova.addr.port() > 0);
-}
-
 // ------------------------------------------------------------------------------------------------
 // Rackspace Identity v2.0
 
@@ -1626,26 +1603,6 @@ async fn rackspace_passes_the_provider_contract() {
     assert!(ips["bind_v4"].starts_with("10.176.0."), "{ips:?}");
 }
 
-#[tokio::test]
-async fn a_wrong_rackspace_api_key_fails_at_once_with_the_identity_message() {
-    let (identity, nova) = rackspace().await;
-    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
-    let fields = obj(json!({"auth_url": identity, "username": RAX_USER,
-        "api_key": "wrong-key-0000", "region": "DFW"}));
-    let e = p
-        .create(&a_task(
-            Action::Create,
-            "rax-bad",
-            &config(&fields, "rackspace", "rax-bad"),
-        ))
-        .await
-        .expect_err("a wrong key fails");
-    assert!(!e.retryable, "{e}");
-    assert!(e.message.contains("Username or api key is invalid"), "{e}");
-    assert!(!e.message.contains("wrong-key-0000"), "{e}");
-    assert_eq!(nova.count(|c| &c.requests), 0);
-}
-
 #[test]
 fn the_fake_reads_names_as_nova_does_as_regular_expressions() {
     assert!(name_matches("web", "web10"));
@@ -1742,7 +1699,7 @@ async fn when_two_servers_were_made_for_a_node_create_keeps_the_oldest_and_delet
         "the oldest is kept"
     );
     assert!(
-        out.stdout.contains("deleted a second server"),
+        out.stdout.contains("twin machine") && out.stdout.contains("terminated"),
         "{}",
         out.stdout
     );
@@ -2087,7 +2044,7 @@ impl CloudBench for Bench {
     }
 
     fn provider(&self) -> Arc<dyn Provider> {
-        Arc::new(NovaProvider::with_timing(Kind::OpenStack, fast()))
+        Arc::new(NovaProvider::new(Kind::OpenStack).with_timing(fast()))
     }
 
     fn fields(&self) -> Map<String, Value> {
@@ -2180,7 +2137,7 @@ impl CloudBench for RackspaceBench {
     }
 
     fn provider(&self) -> Arc<dyn Provider> {
-        Arc::new(NovaProvider::with_timing(Kind::Rackspace, fast()))
+        Arc::new(NovaProvider::new(Kind::Rackspace).with_timing(fast()))
     }
 
     fn fields(&self) -> Map<String, Value> {
