@@ -42,6 +42,9 @@ enum What {
     /// The same clusters created and run with no webhook and with several: time to active and
     /// tasks/s side by side, deliveries and their lag.
     Webhooks(super::bench_webhooks::WebhooksArgs),
+    /// N nodes made at once through one aws provider against moto behind a rate-limiting proxy
+    /// with the provider's budget: times, calls, calls refused over the budget (must be none).
+    Throttle(super::bench_throttle::ThrottleArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -92,6 +95,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Create(c) => super::runtime::runtime()?.block_on(super::bench_create::run(c))?,
         What::Reads(r) => super::runtime::runtime()?.block_on(super::bench_reads::run(r))?,
         What::Webhooks(w) => super::runtime::runtime()?.block_on(super::bench_webhooks::run(w))?,
+        What::Throttle(t) => {
+            return super::runtime::runtime()?.block_on(super::bench_throttle::run(t));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,9 @@
 pub(crate) mod admin;
 pub(crate) mod bench;
 pub(crate) mod bench_create;
+pub(crate) mod bench_limiter;
 pub(crate) mod bench_reads;
+pub(crate) mod bench_throttle;
 pub(crate) mod bench_webhooks;
 pub(crate) mod cli;
 pub(crate) mod down;

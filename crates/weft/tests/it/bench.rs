@@ -83,3 +83,54 @@ fn bench_reads_answers_every_concurrent_read_with_bounded_memory() {
         "the server's peak memory: {peak} bytes: {r}"
     );
 }
+
+/// `weft bench throttle` at a small size, as a test of the provider's request budget (no timing is
+/// judged): 30 nodes made at once through one aws provider against moto behind a proxy that
+/// allows 5 calls a second with a burst of 5, the provider given the same budget. No call is
+/// refused, every node has exactly one instance (the bench asks moto by the `weft:node` tag), and
+/// none is left live after DELETE.
+#[test]
+fn bench_throttle_keeps_30_nodes_made_at_once_within_the_budget() {
+    let moto = std::env::var_os("WEFT_MOTO_SERVER")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
+            Some(home.join(".cache/weft/moto/bin/moto_server"))
+        })
+        .filter(|p| p.is_file());
+    let Some(moto) = moto else {
+        weft_testkit::skip_or_fail(
+            "moto",
+            "no moto_server (python3 -m venv ~/.cache/weft/moto && \
+             ~/.cache/weft/moto/bin/pip install 'moto[server,ec2]', or set WEFT_MOTO_SERVER)",
+        );
+        return;
+    };
+    let out = weft()
+        .args([
+            "bench", "throttle", "--nodes", "30", "--rate", "5", "--burst", "5",
+        ])
+        .arg("--moto")
+        .arg(&moto)
+        .args(["-o", "json"])
+        .output()
+        .expect("run weft bench throttle");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().expect("some output");
+    let r: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    assert_eq!(r["refused"], 0, "no call over the budget: {r}");
+    assert_eq!(r["failed"], 0, "every node's tasks passed: {r}");
+    assert_eq!(r["nodes_with_one_instance"], 30, "{r}");
+    assert_eq!(r["live_after_delete"], 0, "{r}");
+    // Every node made at least a DescribeInstances, a RunInstances and a terminate.
+    assert!(r["calls"].as_u64().unwrap() >= 30 * 3, "{r}");
+    assert!(
+        r["peak_calls_per_second"].as_u64().unwrap() <= 10,
+        "the burst and one second's refill at most: {r}"
+    );
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
