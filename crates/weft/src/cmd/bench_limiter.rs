@@ -26,6 +26,9 @@ pub(super) struct Counts {
     pub(super) refused: u64,
     /// The most calls that arrived within one second.
     pub(super) peak_per_second: u64,
+    /// How early the earliest refused call came, in microseconds: how long before a token would
+    /// have been there for it.
+    pub(super) refused_early_us: u64,
 }
 
 /// The proxy's token bucket and counters.
@@ -77,6 +80,9 @@ impl Budget {
             true
         } else {
             self.counts.refused += 1;
+            let early = Duration::from_secs_f64((1.0 - self.tokens) / self.rate);
+            let early = u64::try_from(early.as_micros()).unwrap_or(u64::MAX);
+            self.counts.refused_early_us = self.counts.refused_early_us.max(early);
             false
         }
     }
@@ -187,7 +193,8 @@ mod tests {
             Counts {
                 calls: 8,
                 refused: 3,
-                peak_per_second: 8
+                peak_per_second: 8,
+                refused_early_us: 200_000,
             }
         );
         // A quiet spell refills up to the burst, no more; the window forgets old calls.

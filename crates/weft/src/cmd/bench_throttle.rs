@@ -388,6 +388,10 @@ fn report(a: &ThrottleArgs, run: &Run) -> Value {
         "calls_confirm": f.counts.calls - c.counts.calls,
         "calls_delete": d.counts.calls - f.counts.calls,
         "refused": d.counts.refused,
+        "refused_create": c.counts.refused,
+        "refused_confirm": f.counts.refused - c.counts.refused,
+        "refused_delete": d.counts.refused - f.counts.refused,
+        "refused_early_ms": d.counts.refused_early_us as f64 / 1000.0,
         "peak_calls_per_second": d.counts.peak_per_second,
         "failed": failed,
         "failures": failures(run),
@@ -404,8 +408,8 @@ fn summary(a: &ThrottleArgs, run: &Run) -> String {
     let mut s = format!(
         "{} nodes at once through one aws provider, budget {} calls/s with a burst of {}: all \
          created after {:.1} s, confirmed after {:.1} s, deleted after {:.1} s; {} calls \
-         ({} create, {} confirm, {} delete), {} refused over the budget, at most {} in one \
-         second; {} of {} nodes with exactly one instance, {} live after DELETE: {}",
+         ({} create, {} confirm, {} delete), {} refused over the budget (the earliest {:.1} ms \
+         before its token), at most {} in one second; {} of {} nodes with exactly one instance, {} live after DELETE: {}",
         a.nodes,
         a.rate,
         a.burst,
@@ -417,6 +421,7 @@ fn summary(a: &ThrottleArgs, run: &Run) -> String {
         f.counts.calls - c.counts.calls,
         d.counts.calls - f.counts.calls,
         d.counts.refused,
+        d.counts.refused_early_us as f64 / 1000.0,
         d.counts.peak_per_second,
         run.instances.one_each,
         a.nodes,
