@@ -8,6 +8,12 @@
 //! empties the bucket ([`Bucket::throttled`]): every worker of that account waits for the budget
 //! to refill, not only the one that was told.
 //!
+//! A call reaches the cloud a few milliseconds after it took its token, some calls later than
+//! others (a new connection, the scheduler), so calls paced exactly at the budget can arrive closer
+//! together than the budget allows (`weft bench throttle` saw one call of 2,201 refused, 3 ms
+//! early; 35 ms in another run): the bucket holds back the tokens of [`LAG_MARGIN`] (at least one)
+//! from the burst, so that calls may arrive that much closer together than their tokens.
+//!
 //! Time is tokio's, so tests run the bucket on a paused clock.
 
 use std::collections::HashMap;
@@ -20,12 +26,18 @@ use tokio::time::Instant;
 pub const DEFAULT_RATE: f64 = 10.0;
 /// The default burst: calls that may go at once after a quiet spell.
 pub const DEFAULT_BURST: f64 = 20.0;
+/// How much later after its token one call may reach the cloud than another: the bucket holds back
+/// this long's tokens (at least one) from the burst, while the burst is above one (see the
+/// module's doc).
+pub const LAG_MARGIN: Duration = Duration::from_millis(100);
 
 /// One account's bucket.
 #[derive(Debug)]
 pub struct Bucket {
     rate: f64,
     burst: f64,
+    /// The most tokens the bucket holds: the burst less [`LAG_MARGIN`]'s tokens, at least 1.
+    cap: f64,
     state: Mutex<State>,
 }
 
@@ -37,14 +49,18 @@ struct State {
 }
 
 impl Bucket {
-    /// A full bucket refilled at `rate` tokens a second up to `burst` (both at least 1 and 0.01).
+    /// A full bucket refilled at `rate` tokens a second (at least 0.01) up to `burst` (at least 1)
+    /// less the tokens of [`LAG_MARGIN`] (at least one; the bucket holds at least one token).
     pub fn new(rate: f64, burst: f64) -> Bucket {
-        let burst = burst.max(1.0);
+        let (rate, burst) = (rate.max(0.01), burst.max(1.0));
+        let held = (rate * LAG_MARGIN.as_secs_f64()).max(1.0);
+        let cap = (burst - held).max(1.0);
         Bucket {
-            rate: rate.max(0.01),
+            rate,
             burst,
+            cap,
             state: Mutex::new(State {
-                tokens: burst,
+                tokens: cap,
                 at: Instant::now(),
             }),
         }
@@ -81,7 +97,7 @@ impl Bucket {
     fn refill(&self, s: &mut State) {
         let now = Instant::now();
         let gained = now.saturating_duration_since(s.at).as_secs_f64() * self.rate;
-        s.tokens = (s.tokens + gained).min(self.burst);
+        s.tokens = (s.tokens + gained).min(self.cap);
         s.at = now;
     }
 }
@@ -135,8 +151,8 @@ mod tests {
     use super::*;
 
     /// 60 callers at once on a bucket of 5 a second with a burst of 10: in every window from the
-    /// start, at most the burst plus the rate times the window got a token; all got one, in about
-    /// (60 - 10) / 5 = 10 s of (paused) time.
+    /// start, at most the burst less the token held back plus the rate times the window got a
+    /// token; all got one, in about (60 - 9) / 5 = 10.2 s of (paused) time.
     #[tokio::test(start_paused = true)]
     async fn callers_never_exceed_the_budget_and_all_are_served() {
         let bucket = Arc::new(Bucket::new(5.0, 10.0));
@@ -155,7 +171,7 @@ mod tests {
         }
         times.sort();
         for (i, t) in times.iter().enumerate() {
-            let allowed = 10.0 + 5.0 * t.as_secs_f64() + 1e-6;
+            let allowed = 9.0 + 5.0 * t.as_secs_f64() + 1e-6;
             assert!(
                 (i + 1) as f64 <= allowed,
                 "call {} at {t:?} over budget",
@@ -163,11 +179,11 @@ mod tests {
             );
         }
         let last = times.last().unwrap().as_secs_f64();
-        assert!((9.9..=10.1).contains(&last), "the last call at {last} s");
+        assert!((10.1..=10.3).contains(&last), "the last call at {last} s");
         assert_eq!(
             times.iter().filter(|t| t.is_zero()).count(),
-            10,
-            "the burst goes at once"
+            9,
+            "the burst less the token held back goes at once"
         );
     }
 
@@ -186,15 +202,29 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(60)).await;
         let before = Instant::now();
-        for _ in 0..4 {
+        for _ in 0..3 {
             bucket.acquire().await;
         }
-        assert_eq!(Instant::now(), before, "refilled to the burst, no more");
+        assert_eq!(
+            Instant::now(),
+            before,
+            "refilled to the burst less the token held back, no more"
+        );
         bucket.acquire().await;
         assert_eq!(
             Instant::now().duration_since(before),
             Duration::from_millis(500)
         );
+    }
+
+    #[test]
+    fn the_bucket_holds_back_a_tenth_of_a_second_of_tokens_and_at_least_one() {
+        let cap = |rate, burst| Bucket::new(rate, burst).cap;
+        assert_eq!(cap(10.0, 20.0), 19.0);
+        assert_eq!(cap(20.0, 40.0), 38.0);
+        assert_eq!(cap(100.0, 100.0), 90.0);
+        assert_eq!(cap(5.0, 5.0), 4.0, "one at least");
+        assert_eq!(cap(5.0, 1.0), 1.0, "but never below one");
     }
 
     #[test]
