@@ -408,8 +408,8 @@ fn summary(a: &ThrottleArgs, run: &Run) -> String {
     let mut s = format!(
         "{} nodes at once through one aws provider, budget {} calls/s with a burst of {}: all \
          created after {:.1} s, confirmed after {:.1} s, deleted after {:.1} s; {} calls \
-         ({} create, {} confirm, {} delete), {} refused over the budget (the earliest {:.1} ms \
-         before its token), at most {} in one second; {} of {} nodes with exactly one instance, {} live after DELETE: {}",
+         ({} create, {} confirm, {} delete), {} refused over the budget{}, at most {} in one \
+         second; {} of {} nodes with exactly one instance, {} live after DELETE: {}",
         a.nodes,
         a.rate,
         a.burst,
@@ -421,7 +421,14 @@ fn summary(a: &ThrottleArgs, run: &Run) -> String {
         f.counts.calls - c.counts.calls,
         d.counts.calls - f.counts.calls,
         d.counts.refused,
-        d.counts.refused_early_us as f64 / 1000.0,
+        if d.counts.refused > 0 {
+            format!(
+                " (the earliest {:.1} ms before its token)",
+                d.counts.refused_early_us as f64 / 1000.0
+            )
+        } else {
+            String::new()
+        },
         d.counts.peak_per_second,
         run.instances.one_each,
         a.nodes,
