@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Map, Value};
 use weft_provisioner::aws::client::{QueryClient, EC2_VERSION};
-use weft_provisioner::aws::ec2::{Ec2, Timing};
+use weft_provisioner::aws::ec2::Ec2;
 use weft_provisioner::aws::sigv4::Credentials;
 use weft_provisioner::aws::{AwsProvider, TAG_NODE};
 use weft_provisioner::task::{Action, Task};
@@ -136,14 +136,7 @@ fn direct(moto: &Moto) -> anyhow::Result<Ec2> {
         credentials(),
     )
     .map_err(anyhow::Error::msg)?;
-    Ok(Ec2 {
-        q,
-        timing: Timing {
-            first: Duration::from_millis(100),
-            max: Duration::from_secs(2),
-            call_budget: Duration::from_secs(60),
-        },
-    })
+    Ok(Ec2 { q })
 }
 
 /// The id of an AMI moto ships.
