@@ -46,7 +46,6 @@ use bollard::query_parameters::{
     RemoveContainerOptions,
 };
 use bollard::Docker;
-use russh::keys::ssh_key::LineEnding;
 use russh::keys::HashAlg;
 use serde_json::{json, Value};
 use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType, SweptMachine};
@@ -943,13 +942,7 @@ impl Provider for DockerProvider {
         }
         let seed = self.key_seed(task).await?;
         let key = crate::keys::cluster_key(&seed, &task.tenant_id, &task.cluster_id);
-        let public_key = key
-            .public_key()
-            .to_openssh()
-            .map_err(|e| PluginError::fatal(format!("encoding the public key: {e}")))?;
-        let private = key
-            .to_openssh(LineEnding::LF)
-            .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
+        let (public_key, private) = crate::keys::key_halves(&key)?;
         let spec = ContainerSpec {
             name,
             network,

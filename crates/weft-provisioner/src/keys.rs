@@ -42,7 +42,18 @@ pub fn cluster_login(
     default_user: &str,
     key: &PrivateKey,
 ) -> Result<(Login, String), PluginError> {
-    let user = ssh_user(task, default_user);
+    let (public, private) = key_halves(key)?;
+    Ok((
+        Login {
+            user: ssh_user(task, default_user),
+            key: private,
+        },
+        public,
+    ))
+}
+
+/// A key's public half (OpenSSH line) and private half (OpenSSH text).
+pub fn key_halves(key: &PrivateKey) -> Result<(String, String), PluginError> {
     let public = key
         .public_key()
         .to_openssh()
@@ -50,13 +61,7 @@ pub fn cluster_login(
     let private = key
         .to_openssh(LineEnding::LF)
         .map_err(|e| PluginError::fatal(format!("encoding the private key: {e}")))?;
-    Ok((
-        Login {
-            user,
-            key: private.to_string(),
-        },
-        public,
-    ))
+    Ok((public, private.to_string()))
 }
 
 #[cfg(test)]

@@ -572,56 +572,10 @@ fn parse_imds(text: &str) -> Result<Temporary, String> {
     })
 }
 
-/// An RFC 3339 time as AWS writes it (`2026-11-29T17:04:05Z`, `2026-11-29T17:04:05.123Z`,
-/// `+00:00`); a fraction of a second is dropped (the time only comes earlier).
+/// An RFC 3339 time as AWS writes it (`2026-11-29T17:04:05Z`), as a time.
 fn parse_utc(s: &str) -> Option<SystemTime> {
-    let (date, time) = s.trim().split_once(['T', 't'])?;
-    let (clock, offset) = match time.strip_suffix(['Z', 'z']) {
-        Some(clock) => (clock, 0),
-        None => {
-            let at = time.rfind(['+', '-'])?;
-            let (oh, om) = time[at + 1..].split_once(':')?;
-            let sign = if time[at..].starts_with('-') { -1 } else { 1 };
-            (
-                &time[..at],
-                sign * (num(oh, 23)? * 3600 + num(om, 59)? * 60),
-            )
-        }
-    };
-    let clock = clock.split_once('.').map_or(clock, |(whole, _)| whole);
-    let mut d = date.splitn(3, '-');
-    let (y, m, day) = (d.next()?, d.next()?, d.next()?);
-    let mut t = clock.splitn(3, ':');
-    let (hh, mm, ss) = (t.next()?, t.next()?, t.next()?);
-    if y.len() != 4 {
-        return None;
-    }
-    let days = days_since_epoch(num(y, 9999)?, num(m, 12)?, num(day, 31)?)?;
-    let secs = days * 86_400 + num(hh, 23)? * 3600 + num(mm, 59)? * 60 + num(ss, 60)? - offset;
+    let secs = crate::cloud::time::unix_seconds(s)?;
     Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
-}
-
-/// A number of two or more digits, at most `max`.
-fn num(s: &str, max: i64) -> Option<i64> {
-    if s.len() < 2 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok().filter(|n| *n <= max)
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (years counted from March, so that the
-/// leap day ends a year; eras of 400 years).
-fn days_since_epoch(y: i64, m: i64, d: i64) -> Option<i64> {
-    if m < 1 || d < 1 {
-        return None;
-    }
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let month_from_march = (m + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + d - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    Some(era * 146_097 + day_of_era - 719_468)
 }
 
 /// The temporary credentials of a provider, one [`Refresher`] per source and role, shared by

@@ -28,6 +28,7 @@ pub mod fields;
 pub mod http;
 pub mod machine;
 pub mod provider;
+pub mod time;
 pub mod wait;
 
 pub use error::CloudError;

@@ -270,8 +270,8 @@ pub fn keystone_token(subject: Option<&str>, body: &Value) -> Result<Token, Stri
                 .collect()
         })
         .unwrap_or_default();
-    let expires = unix_seconds(&text(token, "expires_at"));
-    let issued = unix_seconds(&text(token, "issued_at"));
+    let expires = crate::cloud::time::unix_seconds(&text(token, "expires_at"));
+    let issued = crate::cloud::time::unix_seconds(&text(token, "issued_at"));
     Ok(Token {
         id: id.to_string(),
         lifetime: lifetime(expires, issued),
@@ -327,7 +327,10 @@ pub fn rackspace_token(body: &Value) -> Result<Token, String> {
         .ok();
     Ok(Token {
         id,
-        lifetime: lifetime(unix_seconds(&text(&token, "expires")), now),
+        lifetime: lifetime(
+            crate::cloud::time::unix_seconds(&text(&token, "expires")),
+            now,
+        ),
         catalog,
     })
 }
@@ -384,45 +387,6 @@ pub fn choose_endpoint(
     }
 }
 
-/// Seconds since the epoch of an ISO 8601 / RFC 3339 time (`2026-11-24T21:59:33.000000Z`,
-/// `2014-01-15T14:40:32-06:00`); `None` when it is not one.
-pub fn unix_seconds(s: &str) -> Option<i64> {
-    let s = s.trim();
-    let (date, rest) = s.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    if rest.len() < 8 {
-        return None;
-    }
-    let (clock, zone) = rest.split_at(8);
-    let mut c = clock.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (c.next()??, c.next()??, c.next()??);
-    let zone = zone.trim_start_matches(|ch: char| ch == '.' || ch.is_ascii_digit());
-    let offset = match zone {
-        "" | "Z" | "z" => 0,
-        z => {
-            let sign = if z.starts_with('-') { -1 } else { 1 };
-            let (h, m) = z[1..].split_once(':').unwrap_or((&z[1..], "0"));
-            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60)
-        }
-    };
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
-        return None;
-    }
-    Some(days_from_civil(y, m, day) * 86400 + hh * 3600 + mm * 60 + ss - offset)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
 /// The code and message of an error body: Nova's `{"itemNotFound": {"code", "message"}}`,
 /// Keystone's `{"error": {"code", "title", "message"}}`, or a text body.
 pub fn error_parts(body: &Value) -> (Option<String>, String) {
@@ -465,22 +429,6 @@ pub fn auth_error(api: &'static str, status: u16, body: &Value) -> CloudError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_parse_with_fractions_and_offsets() {
-        assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(
-            unix_seconds("2026-11-24T21:59:33.000000Z"),
-            Some(1_795_557_573)
-        );
-        assert_eq!(
-            unix_seconds("2026-11-24T15:59:33.5-06:00"),
-            unix_seconds("2026-11-24T21:59:33Z")
-        );
-        assert_eq!(unix_seconds("2000-02-29T00:00:00"), Some(951_782_400));
-        assert_eq!(unix_seconds("yesterday"), None);
-        assert_eq!(unix_seconds("2026-13-01T00:00:00Z"), None);
-    }
 
     fn ks_catalog() -> Vec<Service> {
         let body = json!({"token": {"expires_at": "2026-01-01T01:00:00.000000Z",
