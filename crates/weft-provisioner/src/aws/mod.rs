@@ -61,7 +61,7 @@ use self::launch::ImageRef;
 use crate::cloud::fields::Fields;
 use crate::cloud::{
     with_retries, Addresses, Cloud, CloudError, CloudProvider, Confirmed, Launched, Login, Machine,
-    Marks, Prepared, State, Waits,
+    Marks, Prepare, Prepared, State, Waits,
 };
 use crate::task::{PluginError, Task};
 use crate::throttle::Buckets;
@@ -80,35 +80,20 @@ pub const TAG_TENANT: &str = "weft:tenant";
 /// The `aws` provider.
 pub type AwsProvider = CloudProvider<Aws>;
 
-impl AwsProvider {
-    /// A provider with the default [`Timing`].
-    pub fn new() -> AwsProvider {
-        CloudProvider::of(
-            NAME,
-            include_str!("plugin.json"),
-            Aws {
-                http: crate::cloud::http::client(),
-                buckets: Buckets::default(),
-                credentials: credentials::Cache::default(),
-            },
-        )
-    }
-}
-
-impl Default for AwsProvider {
-    fn default() -> Self {
-        AwsProvider::new()
-    }
-}
-
 /// EC2, as the cloud layer drives it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Aws {
-    http: reqwest::Client,
+    http: crate::cloud::http::Http,
     /// Each account's request budget ([`crate::throttle`]), shared by every worker.
     buckets: Buckets,
     /// Each account's temporary credentials ([`credentials`]), shared by every worker.
     credentials: credentials::Cache,
+}
+
+impl Default for AwsProvider {
+    fn default() -> AwsProvider {
+        CloudProvider::of(NAME, include_str!("plugin.json"), Aws::default())
+    }
 }
 
 /// How a node's machine is reached over SSH.
@@ -357,7 +342,7 @@ impl Cloud for Aws {
         let (rate, burst) = crate::throttle::budget(&f.0).map_err(PluginError::fatal)?;
         let account = format!("{endpoint} {region} {}", plan.principal());
         let q = QueryClient::new(
-            self.http.clone(),
+            self.http.0.clone(),
             &endpoint,
             &region,
             "ec2",
@@ -376,12 +361,7 @@ impl Cloud for Aws {
         valid_instance_id(id)
     }
 
-    async fn prepare(
-        &self,
-        a: &Account,
-        task: &Task,
-        w: &Waits,
-    ) -> Result<Prepared<Launch>, PluginError> {
+    async fn prepare(&self, a: &Account, task: &Task, w: &Waits) -> Prepare<Launch> {
         let mut spec = a.run_spec(task)?;
         let options = launch::launch_options(&a.fields)?;
         let image = ImageRef::parse(&spec.ami)?;

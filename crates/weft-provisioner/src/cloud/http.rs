@@ -18,6 +18,23 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// A cloud's HTTP client ([`client`]) by default.
+#[derive(Debug, Clone)]
+pub struct Http(pub reqwest::Client);
+
+impl Default for Http {
+    fn default() -> Http {
+        Http(client())
+    }
+}
+
+impl std::ops::Deref for Http {
+    type Target = reqwest::Client;
+    fn deref(&self) -> &reqwest::Client {
+        &self.0
+    }
+}
+
 /// A cloud's answer, read whole.
 #[derive(Debug, Clone)]
 pub struct Answer {

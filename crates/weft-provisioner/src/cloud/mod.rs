@@ -36,7 +36,7 @@ pub use machine::{
     Addresses, Confirmed, Launched, Login, Machine, Marks, Prepared, SshAddress, State, MARK_KEYS,
     MARK_NODE,
 };
-pub use provider::{Cloud, CloudProvider, Waits};
+pub use provider::{Cloud, CloudProvider, Prepare, Waits};
 pub use wait::{poll_until, retry_after, with_retries, Backoff, Poll};
 
 use std::time::Duration;

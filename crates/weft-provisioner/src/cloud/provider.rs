@@ -18,6 +18,9 @@ use crate::plugin::{status_output, Provider};
 use crate::ssh;
 use crate::task::{providerid, PluginError, PluginResult, Task, TaskOutput};
 
+/// What [`Cloud::prepare`] answers.
+pub type Prepare<R> = Result<Prepared<R>, PluginError>;
+
 /// How long one task may wait: the provider's [`Timing`], never past the task's time-out.
 #[derive(Debug, Clone, Copy)]
 pub struct Waits {
@@ -60,12 +63,7 @@ pub trait Cloud: Send + Sync + 'static {
     fn valid_id(&self, id: &str) -> bool;
 
     /// Everything a launch needs that may take calls: images by name, key pairs; and the login.
-    async fn prepare(
-        &self,
-        a: &Self::Account,
-        task: &Task,
-        w: &Waits,
-    ) -> Result<Prepared<Self::Request>, PluginError>;
+    async fn prepare(&self, a: &Self::Account, task: &Task, w: &Waits) -> Prepare<Self::Request>;
 
     /// Launches one machine. It is idempotent where the cloud offers a way (a client token, a
     /// unique name); a refusal because the machine exists is [`Launched::Taken`].
@@ -136,6 +134,15 @@ impl<C: Cloud> CloudProvider<C> {
             name,
             timing: Timing::default(),
         }
+    }
+
+    /// The provider with its defaults (a cloud's `Default` provider is its name, descriptor and
+    /// a default cloud).
+    pub fn new() -> CloudProvider<C>
+    where
+        CloudProvider<C>: Default,
+    {
+        CloudProvider::default()
     }
 
     /// How long to wait between tries and in all (tests use milliseconds).

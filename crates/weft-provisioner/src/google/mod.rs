@@ -49,7 +49,7 @@ use sha2::{Digest, Sha256};
 use crate::cloud::fields::{bad, Fields};
 use crate::cloud::{
     poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Machine,
-    Marks, Poll, Prepared, State, Waits, MARK_KEYS, MARK_NODE,
+    Marks, Poll, Prepare, Prepared, State, Waits, MARK_KEYS, MARK_NODE,
 };
 use crate::task::{PluginError, Task};
 use crate::throttle::{Bucket, Buckets};
@@ -67,33 +67,19 @@ const DEFAULT_NETWORK: &str = "global/networks/default";
 /// The `google` provider.
 pub type GoogleProvider = CloudProvider<Google>;
 
-impl GoogleProvider {
-    /// A provider with the default [`Timing`] and a 60 s time-out per HTTP request.
-    pub fn new() -> GoogleProvider {
-        CloudProvider::of(
-            NAME,
-            include_str!("plugin.json"),
-            Google {
-                http: crate::cloud::http::client(),
-                tokens: TokenCache::default(),
-                buckets: Buckets::default(),
-            },
-        )
-    }
+/// Compute Engine, as the cloud layer drives it.
+#[derive(Default)]
+pub struct Google {
+    http: crate::cloud::http::Http,
+    tokens: TokenCache,
+    /// Each project's request budget ([`crate::throttle`]), shared by every worker.
+    buckets: Buckets,
 }
 
 impl Default for GoogleProvider {
     fn default() -> GoogleProvider {
-        GoogleProvider::new()
+        CloudProvider::of(NAME, include_str!("plugin.json"), Google::default())
     }
-}
-
-/// Compute Engine, as the cloud layer drives it.
-pub struct Google {
-    http: reqwest::Client,
-    tokens: TokenCache,
-    /// Each project's request budget ([`crate::throttle`]), shared by every worker.
-    buckets: Buckets,
 }
 
 impl std::fmt::Debug for Google {
@@ -330,12 +316,7 @@ impl Cloud for Google {
         valid_name(id)
     }
 
-    async fn prepare(
-        &self,
-        a: &Account,
-        task: &Task,
-        _w: &Waits,
-    ) -> Result<Prepared<Value>, PluginError> {
+    async fn prepare(&self, a: &Account, task: &Task, _w: &Waits) -> Prepare<Value> {
         let seed = a
             .fields
             .text("sshkeyseed")

@@ -53,7 +53,7 @@ use serde_json::{json, Value};
 use crate::cloud::fields::Fields;
 use crate::cloud::{
     poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Machine,
-    Marks, Poll, Prepared, State, Waits, MARK_KEYS, MARK_NODE,
+    Marks, Poll, Prepare, Prepared, State, Waits, MARK_KEYS, MARK_NODE,
 };
 use crate::task::{PluginError, Task};
 use crate::throttle::Buckets;
@@ -70,32 +70,18 @@ pub const DEFAULT_SSH_USER: &str = "root";
 /// The `joyent` provider.
 pub type JoyentProvider = CloudProvider<Joyent>;
 
-impl JoyentProvider {
-    /// A provider with the default timing and a 60 s time-out per HTTP request.
-    pub fn new() -> JoyentProvider {
-        CloudProvider::of(
-            NAME,
-            include_str!("plugin.json"),
-            Joyent {
-                http: crate::cloud::http::client(),
-                buckets: Buckets::default(),
-            },
-        )
-    }
+/// Triton CloudAPI, as the cloud layer drives it.
+#[derive(Debug, Default)]
+pub struct Joyent {
+    http: crate::cloud::http::Http,
+    /// Each account's request budget ([`crate::throttle`]), shared by every worker.
+    buckets: Buckets,
 }
 
 impl Default for JoyentProvider {
     fn default() -> JoyentProvider {
-        JoyentProvider::new()
+        CloudProvider::of(NAME, include_str!("plugin.json"), Joyent::default())
     }
-}
-
-/// Triton CloudAPI, as the cloud layer drives it.
-#[derive(Debug)]
-pub struct Joyent {
-    http: reqwest::Client,
-    /// Each account's request budget ([`crate::throttle`]), shared by every worker.
-    buckets: Buckets,
 }
 
 /// An account and what CREATE needs of the fields.
@@ -352,7 +338,7 @@ impl Cloud for Joyent {
         let (rate, burst) = crate::throttle::budget(&fields.0).map_err(PluginError::fatal)?;
         Ok(Target {
             api: Account {
-                http: self.http.clone(),
+                http: self.http.0.clone(),
                 bucket: self.buckets.of(&format!("{endpoint}/{login}"), rate, burst),
                 key,
                 endpoint,
@@ -368,12 +354,7 @@ impl Cloud for Joyent {
         valid_id(id)
     }
 
-    async fn prepare(
-        &self,
-        t: &Target,
-        task: &Task,
-        w: &Waits,
-    ) -> Result<Prepared<Request>, PluginError> {
+    async fn prepare(&self, t: &Target, task: &Task, w: &Waits) -> Prepare<Request> {
         let key = t.cluster_key(task);
         let (login, public) = crate::keys::cluster_login(task, DEFAULT_SSH_USER, &key)?;
         let fingerprint = fingerprint(&key)?;

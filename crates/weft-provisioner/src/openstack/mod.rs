@@ -52,7 +52,7 @@ use sha2::{Digest, Sha256};
 use crate::cloud::fields::Fields;
 use crate::cloud::{
     with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Login, Machine, Marks,
-    Prepared, State, Waits, MARK_KEYS,
+    Prepare, Prepared, State, Waits, MARK_KEYS,
 };
 use crate::task::{PluginError, Task};
 use identity::{Credentials, Ref};
@@ -88,7 +88,7 @@ pub type NovaProvider = CloudProvider<NovaCloud>;
 
 impl NovaProvider {
     /// A provider of `kind` with the default waits.
-    pub fn new(kind: Kind) -> NovaProvider {
+    pub fn with_kind(kind: Kind) -> NovaProvider {
         let descriptor = match kind {
             Kind::OpenStack => include_str!("openstack.json"),
             Kind::Rackspace => include_str!("rackspace.json"),
@@ -106,12 +106,12 @@ impl NovaProvider {
 
     /// The `openstack` provider (Keystone v3).
     pub fn openstack() -> NovaProvider {
-        NovaProvider::new(Kind::OpenStack)
+        NovaProvider::with_kind(Kind::OpenStack)
     }
 
     /// The `rackspace` provider (Rackspace Identity v2.0).
     pub fn rackspace() -> NovaProvider {
-        NovaProvider::new(Kind::Rackspace)
+        NovaProvider::with_kind(Kind::Rackspace)
     }
 }
 
@@ -426,12 +426,7 @@ impl Cloud for NovaCloud {
         !id.is_empty() && id.len() <= 64 && !id.contains('/')
     }
 
-    async fn prepare(
-        &self,
-        s: &Settings,
-        task: &Task,
-        w: &Waits,
-    ) -> Result<Prepared<Request>, PluginError> {
+    async fn prepare(&self, s: &Settings, task: &Task, w: &Waits) -> Prepare<Request> {
         let server = self.server(s, task, w).await?;
         let user = crate::keys::ssh_user(task, &s.ssh_user);
         Ok(Prepared {
@@ -574,7 +569,7 @@ mod tests {
     #[test]
     fn plugin_types_mark_credentials_sensitive() {
         for kind in [Kind::OpenStack, Kind::Rackspace] {
-            let t = crate::plugin::Provider::plugin_type(&NovaProvider::new(kind));
+            let t = crate::plugin::Provider::plugin_type(&NovaProvider::with_kind(kind));
             crate::contract::check_plugin_type(&t);
             let admin = &t.parameters[&weft_model::ParameterType::Admin];
             for (name, f) in &admin.fields {

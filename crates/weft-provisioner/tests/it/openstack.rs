@@ -1260,7 +1260,7 @@ async fn openstack_with_a_password_passes_the_provider_contract() {
     let Some((ks, nova, account)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     provider_contract_on(&p, password_fields(&ks), node(), "os-pw-1").await;
     assert_eq!(nova.count(|c| &c.posts), 1, "one server was made");
     assert_eq!(nova.servers(), 0, "and it is gone");
@@ -1273,7 +1273,7 @@ async fn openstack_with_an_application_credential_passes_the_provider_contract()
     let Some((ks, nova, account)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let fields = obj(json!({"auth_url": format!("{}/v3/", ks.url),
         "application_credential_id": account.app_id,
         "application_credential_secret": account.app_secret,
@@ -1311,7 +1311,7 @@ async fn a_wrong_password_fails_create_at_once_with_keystones_message() {
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let mut fields = password_fields(&ks);
     fields.insert("password".into(), json!("not-the-password"));
     let start = Instant::now();
@@ -1353,7 +1353,7 @@ async fn faults_are_retried_or_fail_at_once_with_novas_message() {
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let fields = password_fields(&ks);
 
     // 409: fails at once with Nova's message; nothing made.
@@ -1432,7 +1432,7 @@ async fn a_token_is_renewed_before_it_expires_and_once_when_refused() {
     let Some((ks, nova, _)) = cloud(15).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let fields = password_fields(&ks);
     let c = config(&fields, "openstack", "os-t-1");
     let out = p
@@ -1577,7 +1577,7 @@ async fn rackspace_identity() -> (String, Nova, Arc<RaxState>) {
 #[tokio::test]
 async fn rackspace_passes_the_provider_contract() {
     let (identity, nova) = rackspace().await;
-    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::Rackspace).with_timing(fast());
     let fields = obj(
         json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
         "region": "DFW", "ssh_key": test_key()}),
@@ -1665,7 +1665,7 @@ async fn the_example_catalog_holds_valid_openstack_and_rackspace_templates() {
 #[tokio::test]
 async fn when_two_servers_were_made_for_a_node_create_keeps_the_oldest_and_deletes_the_other() {
     let (identity, nova) = rackspace().await;
-    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::Rackspace).with_timing(fast());
     let fields = obj(
         json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
         "region": "DFW"}),
@@ -1732,7 +1732,7 @@ async fn openstack_sweep_pages_through_servers_and_deletes_only_this_tenant_s_or
         return;
     };
     nova.page_size(2);
-    let p = Arc::new(NovaProvider::new(Kind::OpenStack).with_timing(fast()));
+    let p = Arc::new(NovaProvider::with_kind(Kind::OpenStack).with_timing(fast()));
     let fields = password_fields(&ks);
     let mut made = BTreeMap::new();
     for node in ["live", "rogue"] {
@@ -1789,7 +1789,7 @@ async fn openstack_weft_provider_sweep_goes_through_the_server() {
             ids.lock().unwrap().push(id);
         }
     };
-    let p = Arc::new(NovaProvider::new(Kind::OpenStack).with_timing(fast()));
+    let p = Arc::new(NovaProvider::with_kind(Kind::OpenStack).with_timing(fast()));
     let (found, swept) =
         crate::sweep::through_the_server(p, "openstack", password_fields(&ks), rogue).await;
     let ids = ids.lock().unwrap().clone();
@@ -1811,7 +1811,7 @@ async fn openstack_weft_provider_sweep_goes_through_the_server() {
 async fn rackspace_lists_its_marked_servers_page_by_page() {
     let (identity, nova) = rackspace().await;
     nova.page_size(2);
-    let p = NovaProvider::new(Kind::Rackspace).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::Rackspace).with_timing(fast());
     let fields = obj(
         json!({"auth_url": identity, "username": RAX_USER, "api_key": RAX_KEY,
         "region": "DFW"}),
@@ -1866,7 +1866,7 @@ async fn openstack_image_and_flavor_are_found_by_id_then_by_exact_unique_name() 
         return;
     };
     nova.page_size(2);
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let fields = password_fields(&ks);
     // The fake Nova takes only IMAGE and FLAVOR: a server made proves both were resolved.
     create_with(&p, &fields, "by-name", [IMAGE_NAME, FLAVOR_NAME])
@@ -1922,7 +1922,7 @@ async fn openstack_user_data_goes_base64_encoded_and_is_refused_over_the_limit()
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let mut fields = password_fields(&ks);
     let script = "#cloud-config\nruncmd:\n  - [touch, /etc/weft-was-here]\n";
     fields.insert("user_data".into(), json!(script));
@@ -2044,7 +2044,7 @@ impl CloudBench for Bench {
     }
 
     fn provider(&self) -> Arc<dyn Provider> {
-        Arc::new(NovaProvider::new(Kind::OpenStack).with_timing(fast()))
+        Arc::new(NovaProvider::with_kind(Kind::OpenStack).with_timing(fast()))
     }
 
     fn fields(&self) -> Map<String, Value> {
@@ -2137,7 +2137,7 @@ impl CloudBench for RackspaceBench {
     }
 
     fn provider(&self) -> Arc<dyn Provider> {
-        Arc::new(NovaProvider::new(Kind::Rackspace).with_timing(fast()))
+        Arc::new(NovaProvider::with_kind(Kind::Rackspace).with_timing(fast()))
     }
 
     fn fields(&self) -> Map<String, Value> {

@@ -402,7 +402,7 @@ pub(crate) async fn change_password(ks: &Keystone, user_id: &str) {
 async fn openstack_start() -> Option<(Keystone, crate::openstack::Nova, String, Server, Agent)> {
     let (ks, nova, account) = cloud(3600).await?;
     let plugins = Plugins::new().provider(Arc::new(
-        NovaProvider::new(Kind::OpenStack).with_timing(fast()),
+        NovaProvider::with_kind(Kind::OpenStack).with_timing(fast()),
     ));
     let (s, agent) = start(plugins).await;
     let map = json!({"flavor": FLAVOR, "image": IMAGE});
