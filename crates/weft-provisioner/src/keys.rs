@@ -1,7 +1,8 @@
 //! The SSH key of a cluster's machines on the providers that make one key per cluster (docker,
 //! google, joyent): derived, never stored, so every worker of every provisioner with the same seed
 //! makes the same key for the same cluster and a CREATE retried elsewhere installs the same one.
-//! (aws keeps the derivation it has always had: its keys are already on machines.)
+//! (aws keeps the derivation it has always had: its keys are already on machines.) Also the login
+//! every provider answers for such a key: the user and both halves of the key in OpenSSH form.
 
 use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::ssh_key::LineEnding;
