@@ -25,10 +25,16 @@
 //!   transitional state) until it is `ACTIVE` with an IPv4 address; `ERROR` fails with Nova's
 //!   fault message. `bind_v4` is the first fixed address (or, untyped as on Rackspace, the one on
 //!   network `private`); `access_v4` is `accessIPv4`, else a floating address, else the address
-//!   on network `public`, else `bind_v4`. No floating IP is allocated: give servers an address
-//!   the provisioner reaches, or let the cloud set `accessIPv4`.
-//! - **DELETE**: deletes the server (404 is success; without a `providerid`, the server found by
-//!   name and metadata) and waits until Nova no longer shows it.
+//!   on network `public`, else `bind_v4`. With the admin's `floating_network` (openstack only:
+//!   the external network's id, else its exact and unique name), the server's ports are asked of
+//!   the catalog's `network` service (Neutron): a floating IP already on one of them is
+//!   `access_v4`; else one is allocated on that network and attached to the port holding
+//!   `bind_v4`, described `weft: node <node id> of cluster <cluster id>`, and is `access_v4`.
+//!   The allocation is one try: a CONFIRM retried after an answer was lost finds it on the port.
+//! - **DELETE**: with `floating_network`, first releases the floating IPs weft allocated on the
+//!   server's ports (one already gone is success); then deletes the server (404 is success;
+//!   without a `providerid`, the server found by name and metadata) and waits until Nova no
+//!   longer shows it.
 //! - **Sweep** (`machines`): every server of the project, listed page by page (`GET
 //!   /servers/detail`, following `servers_links` rel `next`), that carries a `weft-node` mark.
 //! - **Errors**: over-limit (413 with `Retry-After`, 429) and 5xx are retried with back-off; every
@@ -39,6 +45,7 @@
 //! ([`crate::cloud`]); this module is Nova's side of it.
 
 pub mod identity;
+pub mod neutron;
 pub mod nova;
 
 use std::collections::HashMap;
@@ -51,8 +58,8 @@ use sha2::{Digest, Sha256};
 
 use crate::cloud::fields::Fields;
 use crate::cloud::{
-    with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Login, Machine, Marks,
-    Prepare, Prepared, State, Waits, MARK_KEYS,
+    with_retries, Addresses, Cloud, CloudError, CloudProvider, Confirmed, Launched, Login, Machine,
+    Marks, Prepare, Prepared, State, Waits, MARK_KEYS,
 };
 use crate::task::{PluginError, Task};
 use identity::{Credentials, Ref};
@@ -78,6 +85,9 @@ impl Kind {
         }
     }
 }
+
+/// How the description of a floating IP weft allocated begins (then the node and its cluster).
+const FLOATING_MARK: &str = "weft: node ";
 
 /// The most bytes of `user_data`, base64-encoded, the compute API takes (API reference, Create
 /// Server: "The user_data ... must be Base64 encoded. Restricted to 65535 bytes").
@@ -136,6 +146,8 @@ pub struct Settings {
     fields: Fields,
     ssh_user: String,
     ssh_key: Option<String>,
+    /// The external network floating IPs are allocated on (`openstack` only).
+    floating_network: Option<String>,
 }
 
 /// What CREATE sends: the server, without its name and marks (the task's).
@@ -260,7 +272,79 @@ fn machine(s: Server) -> Machine {
     }
 }
 
+/// Releases the floating IPs weft allocated on the ports of the server `id` (see the module doc).
+async fn release_floating_ips(nova: &Nova<'_>, id: &str) -> Result<(), CloudError> {
+    for port in nova.ports(id).await? {
+        for f in nova.floating_ips(&port.id).await? {
+            if f.description
+                .as_deref()
+                .unwrap_or("")
+                .starts_with(FLOATING_MARK)
+            {
+                let released = nova.release_floating_ip(&f.id).await?;
+                tracing::info!(server = %id, floating_ip = %f.floating_ip_address, released,
+                    "floating IP released");
+            }
+        }
+    }
+    Ok(())
+}
+
 impl NovaCloud {
+    /// The floating address of the server `m` and what was done: the floating IP on one of its
+    /// ports, else one allocated on `network` and attached to the port of its fixed address.
+    async fn floating_address(
+        &self,
+        s: &Settings,
+        network: &str,
+        task: &Task,
+        m: &Machine,
+        w: &Waits,
+    ) -> Result<(String, String), PluginError> {
+        let nova = Nova {
+            session: &s.session,
+        };
+        let found = with_retries(w.calls(), || nova.find_network(network)).await?;
+        let network_id = chosen(self.kind, "floating_network", network, found)?;
+        let ports = with_retries(w.calls(), || nova.ports(&m.id)).await?;
+        for port in &ports {
+            let held = with_retries(w.calls(), || nova.floating_ips(&port.id)).await?;
+            if let Some(f) = held.into_iter().next() {
+                let said = format!(
+                    "floating IP {} on port {}\n",
+                    f.floating_ip_address, port.id
+                );
+                return Ok((f.floating_ip_address, said));
+            }
+        }
+        let bind = m.addresses.private.as_deref();
+        let holds_bind = |p: &&neutron::Port| {
+            p.fixed_ips
+                .iter()
+                .any(|f| Some(f.ip_address.as_str()) == bind)
+        };
+        let Some(port) = ports.iter().find(holds_bind).or(ports.first()) else {
+            return Err(PluginError::retryable(format!(
+                "server {} has no port yet to attach a floating IP to",
+                m.id
+            )));
+        };
+        let fixed = bind.filter(|_| holds_bind(&port));
+        let description = format!(
+            "{FLOATING_MARK}{} of cluster {}",
+            task.node_id, task.cluster_id
+        );
+        let f = nova
+            .allocate_floating_ip(&network_id, &port.id, fixed, &description)
+            .await?;
+        tracing::info!(server = %m.id, floating_ip = %f.floating_ip_address, "floating IP allocated");
+        let said = format!(
+            "floating IP {} allocated on port {}\n",
+            f.floating_ip_address, port.id
+        );
+        Ok((f.floating_ip_address, said))
+    }
+
     /// The session of these credentials (made once, then shared by every task using them).
     fn session(&self, f: &Fields, creds: Credentials) -> Result<Arc<Session>, PluginError> {
         let bad = |m: String| PluginError::fatal(format!("{}: {m}", self.kind.name()));
@@ -418,6 +502,9 @@ impl Cloud for NovaCloud {
             session: self.session(f, creds)?,
             ssh_user: f.text("ssh_user").unwrap_or_else(|| "root".into()),
             ssh_key: f.raw("ssh_key").map(str::to_string),
+            floating_network: f
+                .text("floating_network")
+                .filter(|_| self.kind == Kind::OpenStack),
             fields: f.clone(),
         })
     }
@@ -475,11 +562,31 @@ impl Cloud for NovaCloud {
     }
 
     async fn terminate(&self, s: &Settings, id: &str) -> Result<bool, CloudError> {
-        Nova {
+        let nova = Nova {
             session: &s.session,
+        };
+        if s.floating_network.is_some() {
+            release_floating_ips(&nova, id).await?;
         }
-        .delete(id)
-        .await
+        nova.delete(id).await
+    }
+
+    async fn confirmed(
+        &self,
+        s: &Settings,
+        task: &Task,
+        m: &Machine,
+        w: &Waits,
+    ) -> Result<Confirmed, PluginError> {
+        let Some(network) = &s.floating_network else {
+            return Ok(Confirmed::default());
+        };
+        let (address, stdout) = self.floating_address(s, network, task, m, w).await?;
+        Ok(Confirmed {
+            public: Some(address),
+            stdout,
+            ..Default::default()
+        })
     }
 
     async fn marked(&self, s: &Settings) -> Result<Vec<Machine>, CloudError> {

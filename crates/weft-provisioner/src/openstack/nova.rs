@@ -1,7 +1,8 @@
 //! The HTTP side: a [`Session`] holds a token (renewed ahead of its expiry, and once more when the
 //! compute API answers 401) and the compute endpoint chosen from its catalog; [`Nova`] is the
 //! few compute API v2.1 calls the provider makes (servers, key pairs, flavors, images), each one
-//! try with typed answers (the cloud layer retries them).
+//! try with typed answers (the cloud layer retries them). The network calls (Neutron) are in
+//! [`super::neutron`].
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -16,9 +17,9 @@ use crate::cloud::{self, CloudError};
 /// The token is renewed this long before it expires at most (a quarter of its lifetime for short
 /// tokens).
 const RENEW_AHEAD: Duration = Duration::from_secs(60);
-/// The code of the error a request to the image service gets when the catalog lists none
-/// (told apart from the compute endpoint's catalog errors, which are fatal).
-const NO_IMAGE_SERVICE: &str = "NoImageService";
+/// The code of the error a request to the image or network service gets when the catalog lists
+/// none (told apart from the compute endpoint's catalog errors, which are fatal).
+const NO_SERVICE: &str = "NoService";
 /// Assumed lifetime of a token whose answer names no expiry.
 const UNKNOWN_LIFETIME: Duration = Duration::from_secs(1800);
 
@@ -102,6 +103,8 @@ struct Live {
     compute: String,
     /// The catalog's image service (Glance), when it has one, without a version suffix.
     image: Option<String>,
+    /// The catalog's network service (Neutron), when it has one, without a version suffix.
+    network: Option<String>,
     renew_at: Instant,
 }
 
@@ -112,6 +115,8 @@ pub(crate) enum Api {
     Compute,
     /// Glance, the `image` endpoint (its paths start with `/v2`).
     Image,
+    /// Neutron, the `network` endpoint (its paths start with `/v2.0`).
+    Network,
 }
 
 /// A token for one set of credentials and the compute endpoint of its catalog. Shared by every
@@ -170,15 +175,21 @@ impl Session {
         let base = match api {
             Api::Compute => Some(l.compute.clone()),
             Api::Image => l.image.clone(),
+            Api::Network => l.network.clone(),
         };
         let token = l.token.clone();
         *live = Some(l);
         let base = base.ok_or_else(|| {
+            let kind = if api == Api::Image {
+                "image"
+            } else {
+                "network"
+            };
             let m = format!(
-                "the catalog has no image endpoint with interface {}",
+                "the catalog has no {kind} endpoint with interface {}",
                 self.interface
             );
-            CloudError::from_status("glance", 400, NO_IMAGE_SERVICE, m, None)
+            CloudError::from_status(api_name(api), 400, NO_SERVICE, m, None)
         })?;
         Ok((token, base))
     }
@@ -187,7 +198,7 @@ impl Session {
     pub(crate) async fn has_image_service(&self) -> Result<bool, CloudError> {
         match self.current(Api::Image).await {
             Ok(_) => Ok(true),
-            Err(e) if e.code == NO_IMAGE_SERVICE => Ok(false),
+            Err(e) if e.code == NO_SERVICE => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -222,15 +233,23 @@ impl Session {
             self.region.as_deref(),
         )
         .map_err(|m| CloudError::from_status(api, 400, "Catalog", m, None))?;
-        // Glance's catalog entry is usually unversioned; a `/v2` one is taken back to its root.
-        let image = identity::choose_endpoint(
-            &token.catalog,
-            "image",
-            &self.interface,
-            self.region.as_deref(),
-        )
-        .ok()
-        .map(|u| u.trim_end_matches("/v2").to_string());
+        // Glance's and Neutron's catalog entries are usually unversioned; a versioned one is taken
+        // back to its root.
+        let root = |kind: &str, version: &str| {
+            identity::choose_endpoint(
+                &token.catalog,
+                kind,
+                &self.interface,
+                self.region.as_deref(),
+            )
+            .ok()
+            .map(|u| {
+                u.trim_end_matches('/')
+                    .trim_end_matches(version)
+                    .to_string()
+            })
+        };
+        let (image, network) = (root("image", "/v2"), root("network", "/v2.0"));
         let lifetime = token.lifetime.unwrap_or(UNKNOWN_LIFETIME);
         let ahead = RENEW_AHEAD.min(lifetime / 4);
         tracing::debug!(api, compute = %compute, lifetime_s = lifetime.as_secs(), "token issued");
@@ -238,6 +257,7 @@ impl Session {
             token: token.id,
             compute,
             image,
+            network,
             renew_at: Instant::now() + lifetime.saturating_sub(ahead),
         })
     }
@@ -302,6 +322,7 @@ fn api_name(api: Api) -> &'static str {
     match api {
         Api::Compute => "nova",
         Api::Image => "glance",
+        Api::Network => "neutron",
     }
 }
 
@@ -313,7 +334,7 @@ pub struct Nova<'a> {
 
 impl Nova<'_> {
     /// One call to `api`; any answer that is not 2xx is an error.
-    async fn call_on(
+    pub(super) async fn call_on(
         &self,
         api: Api,
         method: Method,
@@ -505,10 +526,10 @@ struct ImagePage {
 
 /// A flavor or an image: its id and name.
 #[derive(Debug, Deserialize)]
-struct Named {
-    id: String,
+pub(super) struct Named {
+    pub(super) id: String,
     #[serde(default)]
-    name: Option<String>,
+    pub(super) name: Option<String>,
 }
 
 /// What a look-up by id or name found.
@@ -524,7 +545,7 @@ pub(crate) enum Found {
 
 /// The one of `listed` named exactly `name`, as openstacksdk's `Resource.find` chooses
 /// (`_get_one_match`: several matches are an error, not a choice).
-fn one_named(listed: Vec<Named>, name: &str) -> Found {
+pub(super) fn one_named(listed: Vec<Named>, name: &str) -> Found {
     let mut ids: Vec<String> = listed
         .into_iter()
         .filter(|n| n.name.as_deref() == Some(name))
@@ -537,7 +558,7 @@ fn one_named(listed: Vec<Named>, name: &str) -> Found {
     }
 }
 
-fn bad_answer(api: &'static str, what: &str, e: serde_json::Error) -> CloudError {
+pub(super) fn bad_answer(api: &'static str, what: &str, e: serde_json::Error) -> CloudError {
     CloudError::from_status(api, 502, "BadAnswer", format!("{what}: {e}"), None)
 }
 
@@ -678,7 +699,7 @@ impl Nova<'_> {
 
 impl Nova<'_> {
     /// Whether `GET {path}` finds the resource (404: no; other failures are errors).
-    async fn exists(&self, api: Api, path: &str) -> Result<bool, CloudError> {
+    pub(super) async fn exists(&self, api: Api, path: &str) -> Result<bool, CloudError> {
         match self.call_on(api, Method::GET, path, &[], None).await {
             Ok(_) => Ok(true),
             Err(e) if e.status == 404 => Ok(false),
@@ -747,7 +768,7 @@ fn same_key(a: &str, b: &str) -> bool {
 }
 
 /// A path segment with what is not unreserved percent-encoded.
-fn path_part(s: &str) -> String {
+pub(super) fn path_part(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
