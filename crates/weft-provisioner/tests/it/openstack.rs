@@ -214,9 +214,9 @@ impl Keystone {
     }
 
     /// A project, a member user, an application credential of that user, the compute service
-    /// (public `RegionOne` at `nova`, the rest nowhere) and the image service (public
-    /// `RegionOne` at `image`, `RegionTwo` nowhere).
-    async fn bootstrap(&self, nova: &str, image: &str) -> Account {
+    /// (public `RegionOne` at `nova`, the rest nowhere) and the image and network services
+    /// (public `RegionOne` at `root`, `RegionTwo` nowhere).
+    async fn bootstrap(&self, nova: &str, root: &str) -> Account {
         use reqwest::Method;
         let admin = self.token("admin", ADMIN_PASSWORD, "admin").await;
         let project = self
@@ -282,12 +282,25 @@ impl Keystone {
             .as_str()
             .unwrap()
             .to_string();
+        let neutron = self
+            .admin(
+                &admin,
+                Method::POST,
+                "/services",
+                json!({"service": {"type": "network", "name": "neutron"}}),
+            )
+            .await["service"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
         for (service, interface, region, url) in [
             (&service, "public", "RegionOne", nova.to_string()),
             (&service, "internal", "RegionOne", format!("{NOWHERE}/v2.1")),
             (&service, "public", "RegionTwo", format!("{NOWHERE}/v2.1")),
-            (&glance, "public", "RegionOne", image.to_string()),
+            (&glance, "public", "RegionOne", root.to_string()),
             (&glance, "public", "RegionTwo", NOWHERE.to_string()),
+            (&neutron, "public", "RegionOne", root.to_string()),
+            (&neutron, "public", "RegionTwo", NOWHERE.to_string()),
         ] {
             self.admin(
                 &admin,
@@ -423,6 +436,8 @@ struct NovaState {
     hidden: Mutex<BTreeMap<String, usize>>,
     /// Shows answered 404 for a hidden server.
     hidden_answers: AtomicUsize,
+    /// Neutron: floating IPs (ports and networks are derived and fixed).
+    neutron: Mutex<NeutronState>,
 }
 
 type Shared = Arc<NovaState>;
@@ -584,11 +599,21 @@ impl NovaState {
                 json!({"public": [{"addr": format!("198.51.100.{n}"), "version": 4}],
                        "private": [{"addr": format!("10.176.0.{n}"), "version": 4}]})
             } else {
-                json!({"weft-net": [
-                    {"addr": format!("192.0.2.{n}"), "version": 4, "OS-EXT-IPS:type": "fixed",
-                     "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"},
-                    {"addr": format!("203.0.113.{n}"), "version": 4, "OS-EXT-IPS:type": "floating",
-                     "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"}]})
+                let neutron = self.neutron.lock().unwrap();
+                let port = format!("port-{}", s.id);
+                let floating: Vec<String> = if neutron.on {
+                    let mine = neutron.floating.iter().filter(|f| f.port == port);
+                    mine.map(|f| f.address.clone()).collect()
+                } else {
+                    vec![format!("203.0.113.{n}")]
+                };
+                let mut list = vec![json!({"addr": format!("192.0.2.{n}"), "version": 4,
+                    "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"})];
+                list.extend(floating.iter().map(|a| {
+                    json!({"addr": a, "version": 4,
+                    "OS-EXT-IPS:type": "floating", "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"})
+                }));
+                json!({ "weft-net": list })
             };
             if self.rackspace {
                 b["accessIPv4"] = json!(format!("198.51.100.{n}"));
@@ -1076,6 +1101,235 @@ async fn list_images(
     Json(answer).into_response()
 }
 
+/// The external network floating IPs come from (its name is `EXTERNAL_NAME`).
+const EXTERNAL: &str = "5e0e3a44-6c1b-4f0e-9d36-0b1c2e7a9f11";
+const EXTERNAL_NAME: &str = "public";
+/// Two external networks share this name (Neutron allows it).
+const TWIN_NETWORKS: &str = "ext-twin";
+
+/// Neutron's networks: (id, name, `router:external`).
+const NETWORKS: [(&str, &str, bool); 4] = [
+    (EXTERNAL, EXTERNAL_NAME, true),
+    ("5e0e3a44-6c1b-4f0e-9d36-0b1c2e7a9f12", TWIN_NETWORKS, true),
+    ("5e0e3a44-6c1b-4f0e-9d36-0b1c2e7a9f13", TWIN_NETWORKS, true),
+    ("5e0e3a44-6c1b-4f0e-9d36-0b1c2e7a9f14", "weft-net", false),
+];
+
+/// A floating IP of the fake Neutron.
+#[derive(Clone)]
+struct Fip {
+    id: String,
+    address: String,
+    network: String,
+    port: String,
+    fixed: String,
+    description: String,
+}
+
+/// The fake Neutron's state.
+#[derive(Default)]
+struct NeutronState {
+    /// Nova shows floating addresses from here (else every server has one, as before).
+    on: bool,
+    floating: Vec<Fip>,
+    /// `POST /v2.0/floatingips` answered (or lost).
+    posts: usize,
+    /// The next `POST /v2.0/floatingips` allocates, then answers 503 (the answer is lost).
+    lose_post: bool,
+}
+
+fn neutron_error(status: StatusCode, kind: &str, message: &str) -> Response {
+    (
+        status,
+        Json(json!({"NeutronError": {"type": kind, "message": message, "detail": ""}})),
+    )
+        .into_response()
+}
+
+/// The port of a server: one on `weft-net`, at the server's fixed address.
+fn port_of(s: &FakeServer) -> Value {
+    let n = s.body["n"].as_u64().unwrap_or(0);
+    json!({"id": format!("port-{}", s.id), "device_id": s.id, "device_owner": "compute:nova",
+        "network_id": NETWORKS[3].0, "status": "ACTIVE",
+        "fixed_ips": [{"subnet_id": "9a1b", "ip_address": format!("192.0.2.{n}")}]})
+}
+
+fn fip_detail(f: &Fip) -> Value {
+    json!({"id": f.id, "floating_ip_address": f.address, "floating_network_id": f.network,
+        "port_id": f.port, "fixed_ip_address": f.fixed, "description": f.description,
+        "status": "ACTIVE", "router_id": "r1"})
+}
+
+/// Neutron `GET /v2.0/ports`, filtered by `device_id`.
+async fn list_ports(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let project = match st.gate(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let servers = st.servers.lock().unwrap();
+    let ports: Vec<Value> = servers
+        .iter()
+        .filter(|s| s.project == project)
+        .filter(|s| q.get("device_id").is_none_or(|d| *d == s.id))
+        .map(port_of)
+        .collect();
+    Json(json!({ "ports": ports })).into_response()
+}
+
+/// Neutron `GET /v2.0/floatingips`, filtered by `port_id`.
+async fn list_floatingips(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    let n = st.neutron.lock().unwrap();
+    let fips: Vec<Value> = n
+        .floating
+        .iter()
+        .filter(|f| q.get("port_id").is_none_or(|p| *p == f.port))
+        .map(fip_detail)
+        .collect();
+    Json(json!({ "floatingips": fips })).into_response()
+}
+
+/// Neutron `POST /v2.0/floatingips`: on an external network, attached to a port that has no
+/// floating IP yet (409 `FloatingIPPortAlreadyAssociated` otherwise).
+async fn create_floatingip(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let project = match st.gate(&headers).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let f = &body["floatingip"];
+    let text = |k: &str| f[k].as_str().unwrap_or("").to_string();
+    let (network, port) = (text("floating_network_id"), text("port_id"));
+    if !NETWORKS.iter().any(|(i, _, ext)| *i == network && *ext) {
+        let m = format!("External network {network} is not reachable from subnet 9a1b.");
+        return neutron_error(
+            StatusCode::NOT_FOUND,
+            "ExternalGatewayForFloatingIPNotFound",
+            &m,
+        );
+    }
+    let fixed = {
+        let servers = st.servers.lock().unwrap();
+        let Some(p) = servers
+            .iter()
+            .filter(|s| s.project == project)
+            .map(port_of)
+            .find(|p| p["id"] == port.as_str())
+        else {
+            let m = format!("Port {port} could not be found.");
+            return neutron_error(StatusCode::NOT_FOUND, "PortNotFound", &m);
+        };
+        p["fixed_ips"][0]["ip_address"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    if !text("fixed_ip_address").is_empty() && text("fixed_ip_address") != fixed {
+        return neutron_error(StatusCode::BAD_REQUEST, "BadRequest", "Invalid fixed IP.");
+    }
+    let mut n = st.neutron.lock().unwrap();
+    n.posts += 1;
+    if n.floating.iter().any(|x| x.port == port) {
+        let m = format!("Cannot associate floating IP with port {port}: it already has one.");
+        return neutron_error(StatusCode::CONFLICT, "FloatingIPPortAlreadyAssociated", &m);
+    }
+    let k = n.posts + 10;
+    let fip = Fip {
+        id: format!("f1a7{k:04}-0000-4000-8000-00000000{k:04}"),
+        address: format!("198.51.100.{k}"),
+        network,
+        port,
+        fixed,
+        description: text("description"),
+    };
+    n.floating.push(fip.clone());
+    if std::mem::take(&mut n.lose_post) {
+        return neutron_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "lost",
+        );
+    }
+    (
+        StatusCode::CREATED,
+        Json(json!({"floatingip": fip_detail(&fip)})),
+    )
+        .into_response()
+}
+
+/// Neutron `DELETE /v2.0/floatingips/{id}`: 204, or 404 `FloatingIPNotFound`.
+async fn delete_floatingip(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    let mut n = st.neutron.lock().unwrap();
+    let before = n.floating.len();
+    n.floating.retain(|f| f.id != id);
+    if n.floating.len() == before {
+        let m = format!("Floating IP {id} could not be found");
+        return neutron_error(StatusCode::NOT_FOUND, "FloatingIPNotFound", &m);
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn network_detail((id, name, external): &(&str, &str, bool)) -> Value {
+    json!({"id": id, "name": name, "router:external": external, "status": "ACTIVE",
+        "admin_state_up": true, "shared": false})
+}
+
+/// Neutron `GET /v2.0/networks/{id}`: the network, else 404 `NetworkNotFound`.
+async fn show_network(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    match NETWORKS.iter().find(|(i, _, _)| *i == id) {
+        Some(n) => Json(json!({"network": network_detail(n)})).into_response(),
+        None => neutron_error(
+            StatusCode::NOT_FOUND,
+            "NetworkNotFound",
+            &format!("Network {id} could not be found."),
+        ),
+    }
+}
+
+/// Neutron `GET /v2.0/networks`, filtered by exact `name`.
+async fn list_networks(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(r) = st.gate(&headers).await {
+        return r;
+    }
+    let found: Vec<Value> = NETWORKS
+        .iter()
+        .filter(|(_, n, _)| q.get("name").is_none_or(|want| want == n))
+        .map(network_detail)
+        .collect();
+    Json(json!({ "networks": found })).into_response()
+}
+
 /// A running fake Nova.
 pub(crate) struct Nova {
     state: Shared,
@@ -1126,6 +1380,7 @@ impl Nova {
             calls: Mutex::new(Vec::new()),
             hidden: Mutex::new(BTreeMap::new()),
             hidden_answers: AtomicUsize::new(0),
+            neutron: Mutex::new(NeutronState::default()),
         });
         let api = Router::new()
             .route("/servers", post(create_server))
@@ -1140,6 +1395,18 @@ impl Nova {
         let glance = Router::new()
             .route("/v2/images", get(list_images))
             .route("/v2/images/{id}", get(show_image))
+            // Neutron at the root too (its catalog URL, unversioned as Neutron's is).
+            .route("/v2.0/ports", get(list_ports))
+            .route(
+                "/v2.0/floatingips",
+                get(list_floatingips).post(create_floatingip),
+            )
+            .route(
+                "/v2.0/floatingips/{id}",
+                axum::routing::delete(delete_floatingip),
+            )
+            .route("/v2.0/networks", get(list_networks))
+            .route("/v2.0/networks/{id}", get(show_network))
             .with_state(state.clone());
         let app = Router::new().nest(prefix, api).merge(glance);
         tokio::spawn(async move {
@@ -2207,4 +2474,141 @@ impl CloudBench for RackspaceBench {
     async fn count_machines(&self, node: &str) -> usize {
         self.nova.count_marked(node)
     }
+}
+
+/// The floating IPs the fake Neutron holds.
+fn floating_ips(nova: &Nova) -> Vec<Fip> {
+    nova.state.neutron.lock().unwrap().floating.clone()
+}
+
+/// `password_fields` with the admin's `floating_network`; Nova shows Neutron's floating IPs.
+fn with_floating(ks: &Keystone, nova: &Nova, network: &str) -> Map<String, Value> {
+    nova.state.neutron.lock().unwrap().on = true;
+    let mut f = password_fields(ks);
+    f.insert("floating_network".into(), json!(network));
+    f
+}
+
+#[tokio::test]
+async fn openstack_confirm_allocates_one_floating_ip_and_delete_releases_it() {
+    let Some((ks, nova, account)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let fields = with_floating(&ks, &nova, EXTERNAL_NAME);
+    let c = config(&fields, "openstack", "os-fip-1");
+    let out = p
+        .create(&a_task(Action::Create, "os-fip-1", &c))
+        .await
+        .expect("create");
+    let mut made = c.clone();
+    made.extend(out.result);
+    let ok = p
+        .confirm(&a_task(Action::Confirm, "os-fip-1", &made))
+        .await
+        .expect("confirm");
+    let fips = floating_ips(&nova);
+    assert_eq!(fips.len(), 1, "one floating IP");
+    let f = &fips[0];
+    let ips = ok.ipaddresses.unwrap();
+    assert_eq!(ips["access_v4"], f.address, "the floating address");
+    assert_eq!(ips["bind_v4"], "192.0.2.1", "the fixed address");
+    assert_eq!(
+        (f.network.as_str(), f.fixed.as_str()),
+        (EXTERNAL, "192.0.2.1")
+    );
+    let server = nova.server_ids().remove(0);
+    assert_eq!(f.port, format!("port-{server}"));
+    assert!(f.description.contains("os-fip-1"), "{}", f.description);
+
+    // A floating IP someone else attached to another server's port is not weft's to release.
+    let other = nova.plant(&account.project_id, "other", json!({}));
+    nova.state.neutron.lock().unwrap().floating.push(Fip {
+        id: "f0000000-0000-4000-8000-000000000001".into(),
+        address: "198.51.100.200".into(),
+        network: EXTERNAL.into(),
+        port: format!("port-{other}"),
+        fixed: "192.0.2.99".into(),
+        description: "the admin's".into(),
+    });
+    p.delete(&a_task(Action::Delete, "os-fip-1", &made))
+        .await
+        .expect("delete");
+    let left: Vec<String> = floating_ips(&nova).into_iter().map(|f| f.address).collect();
+    assert_eq!(left, ["198.51.100.200"], "weft's floating IP was released");
+    // Released already: a second DELETE passes.
+    p.delete(&a_task(Action::Delete, "os-fip-1", &made))
+        .await
+        .expect("delete again");
+}
+
+#[tokio::test]
+async fn openstack_confirm_retried_after_a_lost_allocation_reuses_the_floating_ip() {
+    let Some((ks, nova, _)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let fields = with_floating(&ks, &nova, EXTERNAL);
+    let c = config(&fields, "openstack", "os-fip-2");
+    let out = p
+        .create(&a_task(Action::Create, "os-fip-2", &c))
+        .await
+        .expect("create");
+    let mut made = c.clone();
+    made.extend(out.result);
+    nova.state.neutron.lock().unwrap().lose_post = true;
+    let e = p
+        .confirm(&a_task(Action::Confirm, "os-fip-2", &made))
+        .await
+        .expect_err("the allocation's answer is lost");
+    assert!(e.retryable, "{e}");
+    assert_eq!(floating_ips(&nova).len(), 1, "allocated all the same");
+    let ok = p
+        .confirm(&a_task(Action::Confirm, "os-fip-2", &made))
+        .await
+        .expect("the retried confirm");
+    let fips = floating_ips(&nova);
+    assert_eq!(fips.len(), 1, "no second floating IP");
+    assert_eq!(
+        nova.state.neutron.lock().unwrap().posts,
+        1,
+        "no second POST"
+    );
+    let ips = ok.ipaddresses.unwrap();
+    assert_eq!(ips["access_v4"], fips[0].address);
+    assert_eq!(ips["bind_v4"], "192.0.2.1");
+}
+
+#[tokio::test]
+async fn openstack_floating_network_names_nothing_or_two_networks_fatally() {
+    let Some((ks, nova, _)) = cloud(3600).await else {
+        return;
+    };
+    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    for (network, says) in [
+        ("no-such-net", "no floating_network has that id or name"),
+        (TWIN_NETWORKS, "2 floating_networks have that name"),
+    ] {
+        let fields = with_floating(&ks, &nova, network);
+        let node = format!("os-fip-{network}");
+        let c = config(&fields, "openstack", &node);
+        let out = p
+            .create(&a_task(Action::Create, &node, &c))
+            .await
+            .expect("create");
+        let mut made = c.clone();
+        made.extend(out.result);
+        let e = p
+            .confirm(&a_task(Action::Confirm, &node, &made))
+            .await
+            .expect_err("a bad floating_network");
+        assert!(!e.retryable, "{e}");
+        assert!(
+            e.message
+                .contains(&format!("floating_network \"{network}\""))
+                && e.message.contains(says),
+            "{e}"
+        );
+    }
+    assert!(floating_ips(&nova).is_empty());
 }
