@@ -11,7 +11,9 @@
 //!   real Keystone (`GET /v3/auth/tokens` with `X-Subject-Token`), or against the tokens the fake
 //!   Rackspace Identity issued. Switches inject faults: a server that goes to ERROR, 409, 413
 //!   and 429 with `Retry-After`, 503, a token refused once, a CREATE whose answer never comes
-//!   or is lost, new servers that are 404 at first.
+//!   or is lost, new servers that are 404 at first. Neutron is served at the same address (the
+//!   catalog's `network` service): ports by `device_id`, floating IPs (list, create, delete) and
+//!   networks by id and name, from the networking API v2.0 reference.
 //! - **Rackspace Identity v2.0** (`POST /v2.0/tokens`, `RAX-KSKEY:apiKeyCredentials`) is served
 //!   here too, from Rackspace's documentation.
 
@@ -1136,6 +1138,8 @@ struct NeutronState {
     posts: usize,
     /// The next `POST /v2.0/floatingips` allocates, then answers 503 (the answer is lost).
     lose_post: bool,
+    /// The next `DELETE /v2.0/floatingips/{id}` finds it released meanwhile: gone, and 404.
+    released_meanwhile: bool,
 }
 
 fn neutron_error(status: StatusCode, kind: &str, message: &str) -> Response {
@@ -1282,7 +1286,7 @@ async fn delete_floatingip(
     let mut n = st.neutron.lock().unwrap();
     let before = n.floating.len();
     n.floating.retain(|f| f.id != id);
-    if n.floating.len() == before {
+    if n.floating.len() == before || std::mem::take(&mut n.released_meanwhile) {
         let m = format!("Floating IP {id} could not be found");
         return neutron_error(StatusCode::NOT_FOUND, "FloatingIPNotFound", &m);
     }
@@ -2531,9 +2535,12 @@ async fn openstack_confirm_allocates_one_floating_ip_and_delete_releases_it() {
         fixed: "192.0.2.99".into(),
         description: "the admin's".into(),
     });
+    // Released by someone else between the list and the DELETE: 404 is success.
+    nova.state.neutron.lock().unwrap().released_meanwhile = true;
     p.delete(&a_task(Action::Delete, "os-fip-1", &made))
         .await
         .expect("delete");
+    assert!(!nova.state.neutron.lock().unwrap().released_meanwhile);
     let left: Vec<String> = floating_ips(&nova).into_iter().map(|f| f.address).collect();
     assert_eq!(left, ["198.51.100.200"], "weft's floating IP was released");
     // Released already: a second DELETE passes.
