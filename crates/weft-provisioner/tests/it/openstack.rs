@@ -2498,7 +2498,7 @@ async fn openstack_confirm_allocates_one_floating_ip_and_delete_releases_it() {
     let Some((ks, nova, account)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let fields = with_floating(&ks, &nova, EXTERNAL_NAME);
     let c = config(&fields, "openstack", "os-fip-1");
     let out = p
@@ -2554,7 +2554,7 @@ async fn openstack_confirm_retried_after_a_lost_allocation_reuses_the_floating_i
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     let fields = with_floating(&ks, &nova, EXTERNAL);
     let c = config(&fields, "openstack", "os-fip-2");
     let out = p
@@ -2591,7 +2591,7 @@ async fn openstack_floating_network_names_nothing_or_two_networks_fatally() {
     let Some((ks, nova, _)) = cloud(3600).await else {
         return;
     };
-    let p = NovaProvider::new(Kind::OpenStack).with_timing(fast());
+    let p = NovaProvider::with_kind(Kind::OpenStack).with_timing(fast());
     for (network, says) in [
         ("no-such-net", "no floating_network has that id or name"),
         (TWIN_NETWORKS, "2 floating_networks have that name"),
