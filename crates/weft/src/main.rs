@@ -39,8 +39,8 @@ enum Command {
     Plan(cmd::plan::Args),
     /// Run a provisioner: takes tasks from the server and runs them with its plugins.
     Provisioner(cmd::provisioner::Args),
-    /// Load drivers: `weft bench queue` (take/finish throughput, 1,000-node create time) and
-    /// `weft bench create` (one create of N nodes: time, tasks/s, payload bytes, peak RSS).
+    /// Load drivers: `weft bench queue` (take/finish throughput), `create` (one create of N
+    /// nodes), `reads`, `webhooks`, and `throttle` (N aws nodes at once within a request budget).
     Bench(cmd::bench::Args),
     #[command(flatten)]
     Client(cmd::cli::ClientCommand),
