@@ -2280,6 +2280,39 @@ async fn count_refusals(
     crate::faults::answer(status, headers, body)
 }
 
+/// The knobs the openstack and rackspace benches share: the Nova stand-in's.
+macro_rules! nova_knobs {
+    () => {
+        fn throttle_next(&self, n: usize) {
+            self.nova.throttle_next(n);
+        }
+
+        fn retry_after(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+
+        fn calls(&self) -> Vec<Call> {
+            self.nova.calls()
+        }
+
+        fn lose_next_create_answer(&self, how: Loss) {
+            self.nova.faults().lose = Some(how);
+        }
+
+        fn hide_new_machines_for(&self, reads: usize) {
+            self.nova.faults().hide_new = reads;
+        }
+
+        fn hidden_answers(&self) -> usize {
+            self.nova.hidden_answers()
+        }
+
+        async fn count_machines(&self, node: &str) -> usize {
+            self.nova.count_marked(node)
+        }
+    };
+}
+
 /// The openstack bench: the real Keystone (seen through a counting forwarder) and the Nova fake.
 pub(crate) struct Bench {
     ks: Keystone,
@@ -2353,39 +2386,13 @@ impl CloudBench for Bench {
         self.password = crate::rotation::NEW_PASSWORD;
     }
 
-    fn throttle_next(&self, n: usize) {
-        self.nova.throttle_next(n);
-    }
-
-    fn retry_after(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-
-    fn calls(&self) -> Vec<Call> {
-        self.nova.calls()
-    }
-
-    fn lose_next_create_answer(&self, how: Loss) {
-        self.nova.faults().lose = Some(how);
-    }
-
-    fn hide_new_machines_for(&self, reads: usize) {
-        self.nova.faults().hide_new = reads;
-    }
-
-    fn hidden_answers(&self) -> usize {
-        self.nova.hidden_answers()
-    }
-
     async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
         let marks = json!({"weft-node": node, "weft-cluster": cluster, "weft-tenant": tenant});
         self.nova
             .plant(&self.account.project_id, &format!("rogue-{node}"), marks)
     }
 
-    async fn count_machines(&self, node: &str) -> usize {
-        self.nova.count_marked(node)
-    }
+    nova_knobs!();
 }
 
 /// The rackspace bench: the Identity v2.0 and Nova fakes.
@@ -2446,38 +2453,12 @@ impl CloudBench for RackspaceBench {
         *self.rax.key.lock().unwrap() = "fedcba9876543210fedcba9876543210".into();
     }
 
-    fn throttle_next(&self, n: usize) {
-        self.nova.throttle_next(n);
-    }
-
-    fn retry_after(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-
-    fn calls(&self) -> Vec<Call> {
-        self.nova.calls()
-    }
-
-    fn lose_next_create_answer(&self, how: Loss) {
-        self.nova.faults().lose = Some(how);
-    }
-
-    fn hide_new_machines_for(&self, reads: usize) {
-        self.nova.faults().hide_new = reads;
-    }
-
-    fn hidden_answers(&self) -> usize {
-        self.nova.hidden_answers()
-    }
-
     async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
         let marks = json!({"weft-node": node, "weft-cluster": cluster, "weft-tenant": tenant});
         self.nova.plant(RAX_TENANT, &format!("rogue-{node}"), marks)
     }
 
-    async fn count_machines(&self, node: &str) -> usize {
-        self.nova.count_marked(node)
-    }
+    nova_knobs!();
 }
 
 /// The floating IPs the fake Neutron holds.
