@@ -587,8 +587,14 @@ pub struct Cache {
 
 impl Cache {
     /// The signer of `plan`: its keys as they are, or a shared refresher of its temporary
-    /// credentials.
-    pub fn signer(&self, http: &reqwest::Client, plan: &Plan) -> Result<Signer, String> {
+    /// credentials. STS calls take their tokens from `bucket`, the account's request budget, so
+    /// that an AssumeRole throttled or sent among many EC2 calls keeps to the budget too.
+    pub fn signer(
+        &self,
+        http: &reqwest::Client,
+        plan: &Plan,
+        bucket: Arc<crate::throttle::Bucket>,
+    ) -> Result<Signer, String> {
         let (base, base_id) = match &plan.source {
             CredentialSource::Keys(c) => (
                 Signer::Fixed(c.clone()),
@@ -627,7 +633,8 @@ impl Cache {
             "sts",
             STS_VERSION,
             base,
-        )?;
+        )?
+        .with_bucket(bucket);
         let fetch = || Fetch::AssumeRole {
             sts: Box::new(sts),
             role: role.clone(),
@@ -866,18 +873,19 @@ mod tests {
     fn a_cache_shares_one_refresher_per_source_and_role() {
         let http = reqwest::Client::new();
         let cache = Cache::default();
+        let bucket = || Arc::new(crate::throttle::Bucket::new(10.0, 20.0));
         let plan = |v: Value| Plan::from_fields(&fields(v), "us-east-1").unwrap();
         let role = json!({"access_key_id": "AKID", "secret_access_key": "very-secret",
             "role_arn": "arn:aws:iam::123456789012:role/weft", "external_id": "external-secret"});
-        let a = cache.signer(&http, &plan(role.clone())).unwrap();
-        let b = cache.signer(&http, &plan(role.clone())).unwrap();
+        let a = cache.signer(&http, &plan(role.clone()), bucket()).unwrap();
+        let b = cache.signer(&http, &plan(role.clone()), bucket()).unwrap();
         let (Signer::Refreshed(a), Signer::Refreshed(b)) = (&a, &b) else {
             panic!("a role is refreshed: {a:?}");
         };
         assert!(Arc::ptr_eq(a, b));
         let mut other = role.clone();
         other["secret_access_key"] = json!("rotated");
-        let Signer::Refreshed(c) = cache.signer(&http, &plan(other)).unwrap() else {
+        let Signer::Refreshed(c) = cache.signer(&http, &plan(other), bucket()).unwrap() else {
             panic!("a role is refreshed");
         };
         assert!(!Arc::ptr_eq(a, &c), "new base keys assume the role again");
@@ -887,6 +895,7 @@ mod tests {
             .signer(
                 &http,
                 &plan(json!({"access_key_id": "AKID", "secret_access_key": "very-secret"})),
+                bucket(),
             )
             .unwrap();
         assert!(matches!(fixed, Signer::Fixed(_)));

@@ -334,13 +334,14 @@ impl Cloud for Aws {
             )));
         }
         let plan = credentials::Plan::from_fields(&f.0, &region)?;
-        let creds = self
-            .credentials
-            .signer(&self.http, &plan)
-            .map_err(|e| PluginError::fatal(format!("provider field sts_endpoint: {e}")))?;
         let endpoint = f.text("endpoint").unwrap_or_else(|| ec2_endpoint(&region));
         let (rate, burst) = crate::throttle::budget(&f.0).map_err(PluginError::fatal)?;
         let account = format!("{endpoint} {region} {}", plan.principal());
+        let bucket = self.buckets.of(&account, rate, burst);
+        let creds = self
+            .credentials
+            .signer(&self.http, &plan, bucket.clone())
+            .map_err(|e| PluginError::fatal(format!("provider field sts_endpoint: {e}")))?;
         let q = QueryClient::new(
             self.http.0.clone(),
             &endpoint,
@@ -350,7 +351,7 @@ impl Cloud for Aws {
             creds,
         )
         .map_err(|e| PluginError::fatal(format!("provider field endpoint: {e}")))?
-        .with_bucket(self.buckets.of(&account, rate, burst));
+        .with_bucket(bucket);
         Ok(Account {
             ec2: Ec2 { q },
             fields: f.clone(),

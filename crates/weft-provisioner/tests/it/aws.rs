@@ -698,7 +698,8 @@ async fn faulty(
         crate::faults::forward(&fw.http, &fw.upstream, method, &uri, &headers, body).await;
     let text = String::from_utf8_lossy(&body);
     let mut k = fw.knobs.lock().unwrap();
-    if text.contains("AuthFailure") {
+    // EC2 refuses a key with AuthFailure; STS refuses an AssumeRole with AccessDenied.
+    if text.contains("AuthFailure") || text.contains("<Code>AccessDenied</Code>") {
         k.refused += 1;
     }
     if action == "RunInstances" && status.is_success() {
@@ -825,5 +826,98 @@ impl CloudBench for Bench {
     async fn count_machines(&self, node: &str) -> usize {
         let all = self.moto.instances_of(node).await;
         all.iter().filter(|i| i.is_live()).count()
+    }
+}
+
+/// The aws bench with every EC2 call signed as a role assumed through moto's STS (with an
+/// external id the role's trust policy requires): the fault suite's `aws_role` cloud. A wrong
+/// credential is a wrong external id, which STS refuses with AccessDenied.
+pub(crate) struct RoleBench {
+    inner: Bench,
+    role: String,
+}
+
+/// The external id the suite's role requires.
+const ROLE_EXTERNAL_ID: &str = "the-external-id-of-the-fault-suite";
+
+impl CloudBench for RoleBench {
+    const TYPE: &'static str = "aws";
+
+    async fn start() -> Option<RoleBench> {
+        let inner = Bench::start().await?;
+        let role = crate::aws_credentials::make_role(
+            &inner.moto,
+            "weft-faults",
+            Some(ROLE_EXTERNAL_ID),
+            None,
+        )
+        .await;
+        Some(RoleBench { inner, role })
+    }
+
+    fn provider(&self) -> Arc<dyn Provider> {
+        self.inner.provider()
+    }
+
+    fn fields(&self) -> Map<String, Value> {
+        let mut f = self.inner.fields();
+        f.insert("role_arn".into(), json!(self.role));
+        f.insert("external_id".into(), json!(ROLE_EXTERNAL_ID));
+        f
+    }
+
+    fn wrong_fields(&self) -> Map<String, Value> {
+        let mut f = self.fields();
+        f.insert("external_id".into(), json!(self.wrong_secret()));
+        f
+    }
+
+    fn wrong_secret(&self) -> String {
+        "a-wrong-external-id-kept-secret".into()
+    }
+
+    fn refusal(&self) -> &'static str {
+        "AccessDenied"
+    }
+
+    fn auth_refusals(&self) -> usize {
+        self.inner.auth_refusals()
+    }
+
+    /// The base access key is replaced: the role is assumed with the new one.
+    async fn rotate(&mut self) {
+        self.inner.rotate().await;
+    }
+
+    fn throttle_next(&self, n: usize) {
+        self.inner.throttle_next(n);
+    }
+
+    fn retry_after(&self) -> Duration {
+        self.inner.retry_after()
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.inner.calls()
+    }
+
+    fn lose_next_create_answer(&self, how: Loss) {
+        self.inner.lose_next_create_answer(how);
+    }
+
+    fn hide_new_machines_for(&self, reads: usize) {
+        self.inner.hide_new_machines_for(reads);
+    }
+
+    fn hidden_answers(&self) -> usize {
+        self.inner.hidden_answers()
+    }
+
+    async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
+        self.inner.make_behind_back(node, cluster, tenant).await
+    }
+
+    async fn count_machines(&self, node: &str) -> usize {
+        self.inner.count_machines(node).await
     }
 }

@@ -134,7 +134,12 @@ async fn serve(app: axum::Router) -> String {
 /// Makes role `name` in moto, assumable by the IAM user `weft` and by `also` (with
 /// `external_id` when given, as an `sts:ExternalId` condition) and allowed everything; answers
 /// its ARN.
-async fn make_role(m: &Moto, name: &str, external_id: Option<&str>, also: Option<&str>) -> String {
+pub(crate) async fn make_role(
+    m: &Moto,
+    name: &str,
+    external_id: Option<&str>,
+    also: Option<&str>,
+) -> String {
     let iam = m.iam();
     let user = iam
         .call("GetUser", &[param("UserName", "weft")])

@@ -404,6 +404,7 @@ macro_rules! fault_suite {
 
 fault_suite! {
     aws => crate::aws::Bench,
+    aws_role => crate::aws::RoleBench,
     google => crate::google::Bench,
     joyent => crate::joyent::Bench,
     openstack => crate::openstack::Bench,
