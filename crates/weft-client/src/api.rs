@@ -198,6 +198,8 @@ pub struct ApiClient {
     base: String,
     who: Identity,
     http: reqwest::Client,
+    /// Calls that start jobs ask for `?force=true` (past the services' availability rules).
+    force: bool,
 }
 
 impl ApiClient {
@@ -217,6 +219,7 @@ impl ApiClient {
             base: base.to_string(),
             who,
             http,
+            force: false,
         })
     }
 
@@ -234,6 +237,15 @@ impl ApiClient {
                 source,
             })?;
         Ok(self)
+    }
+
+    /// This client, its calls that start jobs forced past the services' availability rules
+    /// (`?force=true`: an operator who knows better; the server records it on the job).
+    pub fn forcing(&self, force: bool) -> ApiClient {
+        ApiClient {
+            force,
+            ..self.clone()
+        }
     }
 
     /// The external API's URL, without a trailing `/` or `/v2`.
@@ -352,12 +364,13 @@ impl ApiClient {
         body: Option<&B>,
         dry_run: bool,
     ) -> ClientResult<Started> {
-        let full = if dry_run {
-            let sep = if path.contains('?') { '&' } else { '?' };
-            format!("{path}{sep}dryrun=true")
-        } else {
-            path.to_string()
-        };
+        let mut full = path.to_string();
+        for (on, flag) in [(dry_run, "dryrun=true"), (self.force, "force=true")] {
+            if on {
+                let sep = if full.contains('?') { '&' } else { '?' };
+                full = format!("{full}{sep}{flag}");
+            }
+        }
         let bytes = self.send_json(method, &full, body).await?;
         if dry_run {
             Ok(Started::Plan(self.decode(&full, &bytes)?))

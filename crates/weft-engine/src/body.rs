@@ -150,6 +150,9 @@ pub struct JobBody {
     /// A rolling reconfigure: the cluster's config before it, what a revert restores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_before: Option<Map<String, Value>>,
+    /// The job was started past its services' availability rules (`?force=true`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forced: bool,
 }
 
 /// A task's body.

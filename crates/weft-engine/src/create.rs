@@ -505,6 +505,7 @@ fn plan_create(
             .collect(),
         config: Value::Object(new.body.config.clone()),
         rollout: None,
+        force: false,
     };
     let plan = weft_planner::plan(&Operation::Create, &input)
         .map_err(|e| EngineError::NoPlan(e.to_string()))?;

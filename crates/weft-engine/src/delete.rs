@@ -14,7 +14,7 @@ use crate::body::{from_body, to_body, ClusterBody};
 use crate::control::{running_job, stop_job, Stopped};
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
-use crate::jobs::{load, start_job};
+use crate::jobs::{load, start_job, RunMode};
 use crate::{Caller, Engine};
 
 /// What a delete request started.
@@ -85,7 +85,7 @@ pub async fn start_delete(st: &Engine, row: &ClusterRow) -> EngineResult<Option<
         Vec::new(),
         body,
         Vec::new(),
-        false,
+        RunMode::default(),
     )
     .await?;
     Ok(Some(started.plan.id))

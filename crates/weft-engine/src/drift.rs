@@ -362,11 +362,63 @@ async fn write_body(st: &Engine, c: Loaded, body: ClusterBody) -> EngineResult<L
 /// The node a template with `autoReplace` would have replaced now, given check `r`: the first
 /// (by nodenum) whose machine is missing, or stopped while one of its services is unhealthy.
 pub fn replacement_candidate(r: &DriftReport) -> Option<&NodeDrift> {
-    r.nodes.iter().find(|n| match n.machine {
+    r.nodes.iter().find(|n| is_lost(n))
+}
+
+/// A node whose machine is missing, or stopped while one of its services is unhealthy.
+fn is_lost(n: &NodeDrift) -> bool {
+    match n.machine {
         MachineState::Missing => true,
         MachineState::Stopped => n.services.iter().any(|s| s.state == HealthState::Unhealthy),
         _ => false,
-    })
+    }
+}
+
+/// Why automatic replacement must stop on cluster `c` after check `r`: more than one node of a
+/// service that holds data (`stateful`, or with a `leave` action) is lost at once, and which copy
+/// to rebuild from is an operator's call.
+fn lost_stateful(c: &Loaded, r: &DriftReport) -> Option<String> {
+    let lost: BTreeSet<&str> = r
+        .nodes
+        .iter()
+        .filter(|n| is_lost(n))
+        .map(|n| n.id.as_str())
+        .collect();
+    let mut by_service: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for n in c.nodes.iter().filter(|n| lost.contains(n.id.as_str())) {
+        for s in n.services.iter().filter(|s| s.holds_data()) {
+            by_service
+                .entry(s.name.as_str())
+                .or_default()
+                .push(n.id.as_str());
+        }
+    }
+    let (service, nodes) = by_service.into_iter().find(|(_, v)| v.len() > 1)?;
+    Some(format!(
+        "Automatic replacement stopped: {} nodes of stateful service {service} are lost at once \
+         ({}); replace them by hand (weft cluster replace-node) once it is known which copy of \
+         its data to keep.",
+        nodes.len(),
+        nodes.join(", ")
+    ))
+}
+
+/// Stops automatic replacement on the cluster: it turns inconsistent with `why` as its message
+/// (an event for whoever follows the cluster), once.
+async fn hold_replacement(st: &Engine, c: &Loaded, why: String) -> EngineResult<()> {
+    if c.body.message.as_deref() == Some(why.as_str()) {
+        return Ok(());
+    }
+    tracing::warn!(cluster_id = c.row.id, reason = %why, "automatic replacement stopped");
+    let mut row = c.row.clone();
+    let mut body = c.body.clone();
+    body.message = Some(why);
+    row.status = weft_model::ClusterStatus::Inconsistent;
+    row.body = to_body(&body)?;
+    let mut cs = ChangeSet::new();
+    cs.expect(Expect::cluster(&c.row));
+    cs.write(Write::Cluster(row));
+    st.store.commit(&cs).await.map_err(store_err)
 }
 
 /// Replaces one node, when the template asks for it, the cluster's services were not stopped on
@@ -384,6 +436,9 @@ async fn auto_replace(
     let Some(node) = replacement_candidate(r).map(|n| n.id.clone()) else {
         return Ok(());
     };
+    if let Some(why) = lost_stateful(c, r) {
+        return hold_replacement(st, c, why).await;
+    }
     if let Some(latest) = &c.row.latest_job {
         let stopped = st
             .store
@@ -418,7 +473,16 @@ async fn auto_replace(
     let keep = rec.replacements.len().saturating_sub(KEEP_REPLACEMENTS);
     rec.replacements.drain(..keep);
     let fresh = write_body(st, load(st, c.row.clone()).await?, body).await?;
-    let started = crate::replace::start_replace(st, &fresh, &node, false).await?;
+    let started =
+        match crate::replace::start_replace(st, &fresh, &node, crate::jobs::RunMode::default())
+            .await
+        {
+            Err(EngineError::Unavailable(why)) => {
+                let why = format!("Automatic replacement stopped: {why}");
+                return hold_replacement(st, &fresh, why).await;
+            }
+            other => other?,
+        };
     let job_id = started.plan.id.clone();
     // Name the job in the record (best effort: the job runs either way).
     let _ = retry_stale(|| async {

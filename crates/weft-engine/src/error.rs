@@ -250,6 +250,10 @@ pub enum EngineError {
     /// The planner refused the operation (for example a service dependency cycle).
     #[error("{0}")]
     NoPlan(String),
+    /// The plan would break a service's availability rule (quorum, minHealthy): the planner's
+    /// message names the service and the numbers. `?force=true` runs it anyway.
+    #[error("{0}")]
+    Unavailable(String),
     /// A job is still underway on the cluster.
     #[error("Job {job} is still underway for cluster {cluster}")]
     JobUnderway {

@@ -114,6 +114,26 @@ impl From<Operation> for JobOp {
     }
 }
 
+/// How a call that changes a cluster runs: only planned (`dry_run`), and past the services'
+/// availability rules (`force`: an operator who knows better; the job records it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunMode {
+    /// Plan only: nothing is recorded and the plan is answered.
+    pub dry_run: bool,
+    /// Plan even where a service's availability rule would not hold.
+    pub force: bool,
+}
+
+impl RunMode {
+    /// A dry run (or a real one), not forced.
+    pub fn dry(dry_run: bool) -> RunMode {
+        RunMode {
+            dry_run,
+            force: false,
+        }
+    }
+}
+
 /// What a call that changes a cluster answers: the job's plan (for a dry run, the plan that would
 /// run).
 pub struct Started {
@@ -134,7 +154,7 @@ pub async fn start_job(
     mut after: Vec<Node>,
     mut body: ClusterBody,
     retire: Vec<String>,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Started> {
     let JobOp {
         op,
@@ -142,7 +162,7 @@ pub async fn start_job(
         policy,
         config_before,
     } = op.into();
-    let plan = plan_change(&op, rollout, before, &after, &body)?;
+    let plan = plan_change(&op, rollout, before, &after, &body, mode.force)?;
     let cid = cluster_id_text(c.row.id);
     let report = policy.map(|policy| RolloutReport {
         policy,
@@ -152,18 +172,23 @@ pub async fn start_job(
         revert_job: None,
         message: None,
     });
-    if dry_run {
+    if mode.dry_run {
         let mut plan = preview(&plan, cid)?;
         plan.rollout = report.map(Box::new);
         return Ok(Started { plan });
     }
     let job_id = job_id(st, c.row.id).await?;
     let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, st.now_ms())?;
-    if report.is_some() {
+    if report.is_some() || mode.force {
         let mut jb: JobBody = from_body(&job.body)?;
         jb.rollout = report;
         jb.config_before = config_before;
+        jb.forced = mode.force;
         job.body = to_body(&jb)?;
+    }
+    if mode.force {
+        tracing::warn!(cluster_id = c.row.id, job_id = %job_id, action = %plan.action,
+            "job forced past the services' availability rules");
     }
     body.message = None;
     body.retiring = retire;
@@ -206,7 +231,7 @@ pub async fn start_job(
 
 /// The plan of an operation that keeps the cluster's layout and config (health runs, checks).
 pub fn plan_in_place(c: &Loaded, op: &Operation) -> EngineResult<Plan> {
-    plan_change(op, None, &[], &c.nodes, &c.body)
+    plan_change(op, None, &[], &c.nodes, &c.body, false)
 }
 
 /// The plan of `op` from the nodes `before` to the nodes `after`, with every service definition
@@ -217,6 +242,7 @@ fn plan_change(
     before: &[Node],
     after: &[Node],
     body: &ClusterBody,
+    force: bool,
 ) -> EngineResult<Plan> {
     let mut defs: BTreeMap<String, Service> = BTreeMap::new();
     for n in before.iter().chain(after.iter()) {
@@ -230,8 +256,12 @@ fn plan_change(
         services: defs.into_values().collect(),
         config: Value::Object(body.config.clone()),
         rollout,
+        force,
     };
-    weft_planner::plan(op, &input).map_err(|e| EngineError::NoPlan(e.to_string()))
+    weft_planner::plan(op, &input).map_err(|e| match e {
+        e @ weft_planner::PlanError::Unavailable { .. } => EngineError::Unavailable(e.to_string()),
+        e => EngineError::NoPlan(e.to_string()),
+    })
 }
 
 /// For an upgrade, the service's definition before it (what a failed upgrade rolls back to).

@@ -66,6 +66,7 @@ pub mod hostpool;
 pub mod ids;
 pub mod janitor;
 pub mod jobs;
+mod membership;
 pub mod metrics;
 pub mod nodes;
 pub mod ops;

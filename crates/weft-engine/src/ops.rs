@@ -20,6 +20,7 @@ use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{
     hostname, load, require_status, start_job, with_definition, JobOp, Loaded, MachineTypes,
+    RunMode,
 };
 use crate::view::visible;
 use crate::{store_err, Caller, Engine};
@@ -126,10 +127,10 @@ pub async fn in_place(
     c: &Loaded,
     op: impl Into<JobOp>,
     body: ClusterBody,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
-    let s = start_job(st, c, op, &[], c.nodes.clone(), body, vec![], dry_run).await?;
-    Ok(dry_run.then_some(s.plan))
+    let s = start_job(st, c, op, &[], c.nodes.clone(), body, vec![], mode).await?;
+    Ok(mode.dry_run.then_some(s.plan))
 }
 
 /// Solves `change`, then starts (or plans) `op` from the current layout to the solved one; nodes
@@ -140,7 +141,7 @@ pub async fn relayout(
     change: &Change,
     op: Operation,
     body: ClusterBody,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     let (layout, services, hw, img) = solve_change(st, c, change).await?;
     let after = nodes_after(c, &layout, &services, &hw, &img);
@@ -152,10 +153,10 @@ pub async fn relayout(
         after,
         body,
         layout.removed.clone(),
-        dry_run,
+        mode,
     )
     .await?;
-    Ok(dry_run.then_some(s.plan))
+    Ok(mode.dry_run.then_some(s.plan))
 }
 
 /// Moves the end of the lease of cluster `id` (as `who` sees it) to `expire_time`, within its
@@ -304,7 +305,7 @@ pub async fn expand(
     who: &Caller,
     id: &str,
     k: Option<u64>,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     let row = visible(st, who, id).await?;
     let k = node_count(k)?;
@@ -328,7 +329,7 @@ pub async fn expand(
         )));
     }
     let body = c.body.clone();
-    relayout(st, &c, &Change::Expand(k), Operation::Expand, body, dry_run).await
+    relayout(st, &c, &Change::Expand(k), Operation::Expand, body, mode).await
 }
 
 /// Removes the `k` newest nodes of cluster `id` (active), as far as the template allows; returns
@@ -338,14 +339,14 @@ pub async fn shrink(
     who: &Caller,
     id: &str,
     k: Option<u64>,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     let row = visible(st, who, id).await?;
     let k = node_count(k)?;
     require_status(&row, &[ClusterStatus::Active])?;
     let c = load(st, row).await?;
     let body = c.body.clone();
-    relayout(st, &c, &Change::Shrink(k), Operation::Shrink, body, dry_run).await
+    relayout(st, &c, &Change::Shrink(k), Operation::Shrink, body, mode).await
 }
 
 /// The number of nodes an expand or shrink asks for, checked after the cluster was found (an
@@ -369,7 +370,7 @@ pub async fn reconfigure(
     config: Map<String, Value>,
     restart: bool,
     rollout: Option<&RolloutSpec>,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     let allowed = [ClusterStatus::Active, ClusterStatus::Inconsistent];
     let c = load_in(st, who, id, &allowed).await?;
@@ -382,7 +383,7 @@ pub async fn reconfigure(
     if job.policy.is_some() {
         job.config_before = Some(c.body.config.clone());
     }
-    in_place(st, &c, job, body, dry_run).await
+    in_place(st, &c, job, body, mode).await
 }
 
 /// The rollout of an upgrade, restart or reconfigure of `c`: the request's `rollout`, each field
@@ -420,7 +421,7 @@ pub async fn add_services(
     who: &Caller,
     id: &str,
     services: Vec<String>,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     if services.is_empty() {
         return Err(invalid("services must name at least one service".into()));
@@ -433,7 +434,7 @@ pub async fn add_services(
         }
     }
     let change = Change::AddServices(services);
-    relayout(st, &c, &change, Operation::AddServices, body, dry_run).await
+    relayout(st, &c, &change, Operation::AddServices, body, mode).await
 }
 
 /// Removes `service` from cluster `id` (active); nodes left with nothing leave. Returns the plan
@@ -443,7 +444,7 @@ pub async fn remove_service(
     who: &Caller,
     id: &str,
     service: &str,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     let c = load_with(st, who, id, service).await?;
     require_status(&c.row, &[ClusterStatus::Active])?;
@@ -453,7 +454,7 @@ pub async fn remove_service(
     let op = Operation::RemoveService {
         service: service.to_string(),
     };
-    relayout(st, &c, &change, op, body, dry_run).await
+    relayout(st, &c, &change, op, body, mode).await
 }
 
 /// What a user can ask every service of a cluster, or one, to do in place.
@@ -496,7 +497,7 @@ pub async fn service_action(
     action: ServiceAction,
     service: Option<&str>,
     rollout: Option<&RolloutSpec>,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     let c = match service {
         Some(svc) => {
@@ -518,7 +519,7 @@ pub async fn service_action(
         _ => op.into(),
     };
     let body = c.body.clone();
-    in_place(st, &c, job, body, dry_run).await
+    in_place(st, &c, job, body, mode).await
 }
 
 /// Upgrades `service` on cluster `id` (active) to its current definition in the catalog,
@@ -531,7 +532,7 @@ pub async fn upgrade(
     service: &str,
     batch_size: usize,
     rollout: Option<&RolloutSpec>,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Option<PlanView>> {
     let c = load_with(st, who, id, service).await?;
     require_status(&c.row, &[ClusterStatus::Active])?;
@@ -546,18 +547,8 @@ pub async fn upgrade(
         batch_size: batch_size.max(1),
     };
     let job = rolling(op, rollout_policy(&c, rollout)?);
-    let s = start_job(
-        st,
-        &c,
-        job,
-        &c.nodes,
-        after,
-        c.body.clone(),
-        vec![],
-        dry_run,
-    )
-    .await?;
-    Ok(dry_run.then_some(s.plan))
+    let s = start_job(st, &c, job, &c.nodes, after, c.body.clone(), vec![], mode).await?;
+    Ok(mode.dry_run.then_some(s.plan))
 }
 
 /// Cluster `id` as `who` sees it, loaded, when its status is one of `allowed` (any if empty).

@@ -12,7 +12,7 @@ use weft_model::{ClusterStatus, PlanView};
 use weft_planner::Operation;
 
 use crate::error::{EngineError, EngineResult};
-use crate::jobs::{load, require_status, start_job, Loaded, Started};
+use crate::jobs::{load, require_status, start_job, Loaded, RunMode, Started};
 use crate::view::visible;
 use crate::{Caller, Engine};
 
@@ -24,12 +24,12 @@ pub async fn replace_node(
     who: &Caller,
     id: &str,
     node: &str,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<(String, PlanView)> {
     let row = visible(st, who, id).await?;
     require_status(&row, &[ClusterStatus::Active, ClusterStatus::Inconsistent])?;
     let c = load(st, row).await?;
-    let s = start_replace(st, &c, node, dry_run).await?;
+    let s = start_replace(st, &c, node, mode).await?;
     Ok((s.plan.id.clone(), s.plan))
 }
 
@@ -39,13 +39,20 @@ pub async fn start_replace(
     st: &Engine,
     c: &Loaded,
     node: &str,
-    dry_run: bool,
+    mode: RunMode,
 ) -> EngineResult<Started> {
     if !c.nodes.iter().any(|n| n.id == node) {
         return Err(EngineError::NodeNotFound(node.to_string()));
     }
+    // A machine the latest drift check found missing or stopped cannot run its services' LEAVE.
+    let lost = c
+        .body
+        .drift
+        .as_ref()
+        .is_some_and(|d| d.missing.iter().any(|m| m == node));
     let op = Operation::ReplaceNode {
         node: node.to_string(),
+        alive: !lost,
     };
     let s = start_job(
         st,
@@ -55,10 +62,10 @@ pub async fn start_replace(
         c.nodes.clone(),
         c.body.clone(),
         vec![],
-        dry_run,
+        mode,
     )
     .await?;
-    if !dry_run {
+    if !mode.dry_run {
         tracing::info!(cluster_id = c.row.id, node, job_id = %s.plan.id, "node replacement started");
     }
     Ok(s)

@@ -5,11 +5,18 @@ use weft_model::{ClusterStatus, OnFailure, RolloutOutcome};
 use weft_planner::{Operation, RolloutPlan};
 use weft_store::{ChangeSet, Expect, JobRow, Write};
 
+/// A revert undoes what its job was allowed to do: the availability rules that job passed are
+/// not asked again (a revert refused halfway would leave the cluster worse).
+const UNDO: RunMode = RunMode {
+    dry_run: false,
+    force: true,
+};
+
 use crate::body::{from_body, to_body, ClusterBody, JobBody};
 use crate::control::{abort, Stopped};
 use crate::delete::start_delete;
 use crate::error::EngineResult;
-use crate::jobs::{load, start_job, with_definition, JobOp, Loaded};
+use crate::jobs::{load, start_job, with_definition, JobOp, Loaded, RunMode};
 use crate::view::{changed_nodes, visible};
 use crate::{store_err, Caller, Engine};
 
@@ -72,7 +79,7 @@ async fn rollback(st: &Engine, tenant_id: &str, cluster_id: u64) -> EngineResult
         let mut body = c.body.clone();
         body.upgrade_from = None;
         tracing::info!(cluster_id, job_id = %job.id, "upgrade failed: rolling back");
-        start_job(st, &c, op, &c.nodes, after, body, vec![], false).await?;
+        start_job(st, &c, op, &c.nodes, after, body, vec![], UNDO).await?;
     }
     Ok(())
 }
@@ -96,7 +103,7 @@ async fn revert_rollout(st: &Engine, c: &Loaded, job: &JobRow, jb: JobBody) -> E
         Err(why) => Err(why),
         Ok((op, after, body)) => {
             tracing::info!(cluster_id = c.row.id, job_id = %job.id, nodes = ?changed, "rollout failed: reverting the nodes it changed");
-            match start_job(st, c, op, &c.nodes, after, body, vec![], false).await {
+            match start_job(st, c, op, &c.nodes, after, body, vec![], UNDO).await {
                 Ok(s) => Ok((s.plan.id, changed)),
                 Err(e) => Err(format!("the revert could not start: {e}")),
             }

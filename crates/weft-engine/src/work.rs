@@ -350,6 +350,12 @@ async fn payload(
         let (cluster, service) = service_config(&snap, me, task, cluster_config)?;
         config.insert("cluster".into(), cluster);
         config.insert("service".into(), service);
+        let membership = crate::membership::of_task(st, task, snap.layout_all())
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(m) = membership {
+            config.insert("membership".into(), m);
+        }
     }
     let current = current_provider(st, task, &snap.body).await;
     add_node_config(

@@ -292,11 +292,20 @@ pub enum ProvisionerAction {
     /// weft extension: asks a node's provider whether its machine still exists (a drift check,
     /// `POST /v2/clusters/{id}/check`). A node-level action; services never declare it.
     Status,
+    /// weft extension: makes a new node a member of its service's running cluster (an `etcdctl
+    /// member add`), after its CONFIGURE and INITIALIZE and before its START. Run on a node that
+    /// joins a service that already has members (expand, add-services, replace-node), never at
+    /// create; one membership change of a service at a time (see [`Membership`]).
+    Join,
+    /// weft extension: takes a node out of its service's membership (an HDFS decommission, an
+    /// `etcdctl member remove`) before its STOP, on a node that leaves (shrink, remove-service,
+    /// replace-node of a live node). A LEAVE that fails stops the job before anything is deleted.
+    Leave,
 }
 
 impl ProvisionerAction {
-    /// Every action: Coopr's ten in their order, then weft's HEALTHCHECK and STATUS.
-    pub const ALL: [ProvisionerAction; 12] = [
+    /// Every action: Coopr's ten in their order, then weft's HEALTHCHECK, STATUS, JOIN and LEAVE.
+    pub const ALL: [ProvisionerAction; 14] = [
         ProvisionerAction::Create,
         ProvisionerAction::Confirm,
         ProvisionerAction::Bootstrap,
@@ -309,6 +318,8 @@ impl ProvisionerAction {
         ProvisionerAction::Delete,
         ProvisionerAction::Healthcheck,
         ProvisionerAction::Status,
+        ProvisionerAction::Join,
+        ProvisionerAction::Leave,
     ];
 
     /// Upper-case name, as in tasks, plans and node actions (`CREATE`).
@@ -326,6 +337,8 @@ impl ProvisionerAction {
             ProvisionerAction::Delete => "DELETE",
             ProvisionerAction::Healthcheck => "HEALTHCHECK",
             ProvisionerAction::Status => "STATUS",
+            ProvisionerAction::Join => "JOIN",
+            ProvisionerAction::Leave => "LEAVE",
         }
     }
 
@@ -587,6 +600,95 @@ pub struct Service {
         deserialize_with = "lenient::strings"
     )]
     pub logs: Vec<String>,
+    /// weft extension: how many of the service's membership changes (JOIN, LEAVE) may run at
+    /// once; absent: one at a time.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_section"
+    )]
+    pub membership: Option<Membership>,
+    /// weft extension: what the service needs to stay available while a job stops, restarts,
+    /// reconfigures with restart, upgrades, shrinks or replaces its nodes.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_section"
+    )]
+    pub availability: Option<Availability>,
+    /// weft extension: the service keeps data on its nodes. A node of it is replaced only through
+    /// its LEAVE (when alive) or while the rest keeps its availability rule, and automatic
+    /// replacement stops when more than one of its nodes is lost at once. A service with a
+    /// `leave` action counts as stateful.
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "lenient::bool"
+    )]
+    pub stateful: bool,
+}
+
+impl Service {
+    /// Whether the service keeps data on its nodes (`stateful`, or it declares `leave`).
+    pub fn holds_data(&self) -> bool {
+        self.stateful
+            || self
+                .provisioner
+                .actions
+                .contains_key(&ProvisionerAction::Leave)
+    }
+
+    /// How many membership changes of the service may run at once (at least 1).
+    pub fn max_concurrent_changes(&self) -> usize {
+        self.membership
+            .as_ref()
+            .and_then(|m| m.max_concurrent)
+            .map_or(1, |n| n.max(1) as usize)
+    }
+
+    /// How many of `members` nodes of the service must stay running and healthy, by its
+    /// availability rule; `None` without one.
+    pub fn must_stay_up(&self, members: usize) -> Option<usize> {
+        let a = self.availability.as_ref()?;
+        let quorum = if a.quorum { members / 2 + 1 } else { 0 };
+        let min = a.min_healthy.map_or(0, |n| n as usize);
+        (a.quorum || a.min_healthy.is_some()).then_some(quorum.max(min))
+    }
+}
+
+/// weft extension: `{"maxConcurrent": N}`, a service's membership changes at once.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct Membership {
+    /// How many JOIN or LEAVE of the service may run at once (1 to 100; absent: 1).
+    #[serde(
+        rename = "maxConcurrent",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_u64"
+    )]
+    pub max_concurrent: Option<u64>,
+}
+
+/// weft extension: `{"minHealthy": N}` or `{"quorum": true}` (or both: the larger holds).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct Availability {
+    /// At least this many of the service's nodes stay running and healthy (1 to 1000).
+    #[serde(
+        rename = "minHealthy",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_u64"
+    )]
+    pub min_healthy: Option<u64>,
+    /// More than half of the service's nodes stay running and healthy.
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "lenient::bool"
+    )]
+    pub quorum: bool,
 }
 
 /// Which services, hardware types and image types a cluster may use. Empty means any.

@@ -86,8 +86,36 @@ impl Validate for Service {
             }
             validate_health_settings(&prefix, *action, spec)?;
         }
-        Ok(())
+        validate_membership_rules(self)
     }
+}
+
+/// `membership.maxConcurrent` and `availability.minHealthy` within their bounds.
+fn validate_membership_rules(s: &Service) -> Result<(), ModelError> {
+    let bounds = [
+        (
+            "membership.maxConcurrent",
+            s.membership.as_ref().and_then(|m| m.max_concurrent),
+            100,
+        ),
+        (
+            "availability.minHealthy",
+            s.availability.as_ref().and_then(|a| a.min_healthy),
+            1000,
+        ),
+    ];
+    for (field, value, max) in bounds {
+        match value {
+            Some(v) if v == 0 || v > max => {
+                return Err(ModelError::invalid(
+                    field,
+                    format!("{field} must be between 1 and {max}, not {v}"),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// `timeout`, `tries` and `interval` belong to `healthcheck` only, each within its bounds.

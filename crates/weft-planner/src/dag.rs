@@ -387,6 +387,8 @@ impl Tracker {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeProgram {
     pub node: usize,
+    /// Service chains before anything else (the LEAVE and STOP of a node being replaced).
+    pub leave: Vec<(String, Vec<ProvisionerAction>)>,
     pub pre: Vec<ProvisionerAction>,
     pub first: Vec<(String, Vec<ProvisionerAction>)>,
     pub then: Vec<(String, Vec<ProvisionerAction>)>,
@@ -402,6 +404,8 @@ pub(crate) struct ProgramTasks {
     pub first_tails: Vec<usize>,
     pub sources: Vec<usize>,
     pub sinks: Vec<usize>,
+    /// Every service chain's tasks in order, with its service id.
+    pub chains: Vec<(u32, Vec<usize>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -476,81 +480,89 @@ impl<'a> Builder<'a> {
 
     /// Add one node's tasks with their lifecycle chain edges. `defined(service, action)` says
     /// whether the service has that action; undefined actions are skipped and the chain closes
-    /// over them.
+    /// over them. Order: `leave` chains, `pre`, `first` chains, `then` chains, `post`.
     pub(crate) fn add_program(
         &mut self,
         p: &NodeProgram,
         defined: impl Fn(&str, ProvisionerAction) -> bool,
     ) -> ProgramTasks {
         let mut out = ProgramTasks::default();
-        let mut prev: Option<usize> = None;
-        for &a in &p.pre {
-            let t = self.task(p.node, a, None);
-            if a == ProvisionerAction::Bootstrap {
-                self.automators.insert(t, p.automators.clone());
-            }
-            match prev {
-                Some(q) => self.edges.push((q, t)),
-                None => out.sources.push(t),
-            }
-            prev = Some(t);
+        let mut ends = self.add_chains(p.node, &p.leave, &[], &defined, &mut out);
+        ends = self.add_line(p.node, &p.pre, ends, &p.automators, &mut out);
+        let after_first = self.add_chains(p.node, &p.first, &ends, &defined, &mut out);
+        out.first_tails = after_first.clone();
+        if !after_first.is_empty() {
+            ends = after_first;
         }
-        let mut ends: Vec<usize> = prev.into_iter().collect();
-        for (phase, chains) in [(0, &p.first), (1, &p.then)] {
-            let starts = ends.clone();
-            let mut new_ends = Vec::new();
-            for (service, actions) in chains {
-                let sid = self.service_id(service, &defined);
-                let mut last: Option<usize> = None;
-                let mask = self.defined[sid as usize];
-                for &a in actions.iter().filter(|&&a| mask & action_bit(a) != 0) {
-                    let t = self.task(p.node, a, Some(sid));
-                    match last {
-                        Some(q) => self.edges.push((q, t)),
-                        None => {
-                            if starts.is_empty() {
-                                out.sources.push(t);
-                            }
-                            for &s in &starts {
-                                self.edges.push((s, t));
-                            }
-                            if phase == 1 {
-                                out.then_heads.push(t);
-                            }
-                        }
-                    }
-                    last = Some(t);
-                }
-                new_ends.extend(last);
-            }
-            if phase == 0 {
-                out.first_tails = new_ends.clone();
-            }
-            if !new_ends.is_empty() {
-                ends = new_ends;
-            }
+        let heads_from = out.chains.len();
+        let after_then = self.add_chains(p.node, &p.then, &ends, &defined, &mut out);
+        out.then_heads = out.chains[heads_from..]
+            .iter()
+            .filter_map(|(_, c)| c.first().copied())
+            .collect();
+        if !after_then.is_empty() {
+            ends = after_then;
         }
-        let mut prev_post: Option<usize> = None;
-        for &a in &p.post {
-            let t = self.task(p.node, a, None);
-            match prev_post {
-                Some(q) => self.edges.push((q, t)),
-                None => {
-                    if ends.is_empty() {
-                        out.sources.push(t);
-                    }
-                    for &e in &ends {
-                        self.edges.push((e, t));
-                    }
-                }
-            }
-            prev_post = Some(t);
-        }
-        out.sinks = match prev_post {
-            Some(t) => vec![t],
-            None => ends,
-        };
+        out.sinks = self.add_line(p.node, &p.post, ends, &p.automators, &mut out);
         out
+    }
+
+    /// Node tasks in a line after `ends` (BOOTSTRAP gets the node's automators); the new ends.
+    fn add_line(
+        &mut self,
+        node: usize,
+        actions: &[ProvisionerAction],
+        ends: Vec<usize>,
+        automators: &[String],
+        out: &mut ProgramTasks,
+    ) -> Vec<usize> {
+        let mut prev = ends;
+        for &a in actions {
+            let t = self.task(node, a, None);
+            if a == ProvisionerAction::Bootstrap {
+                self.automators.insert(t, automators.to_vec());
+            }
+            if prev.is_empty() {
+                out.sources.push(t);
+            }
+            for &q in &prev {
+                self.edges.push((q, t));
+            }
+            prev = vec![t];
+        }
+        prev
+    }
+
+    /// Service chains side by side, each after every task of `starts`; the chains' last tasks
+    /// (none when no chain made a task). Each chain's tasks go to `out.chains`.
+    fn add_chains(
+        &mut self,
+        node: usize,
+        chains: &[(String, Vec<ProvisionerAction>)],
+        starts: &[usize],
+        defined: &impl Fn(&str, ProvisionerAction) -> bool,
+        out: &mut ProgramTasks,
+    ) -> Vec<usize> {
+        let mut ends = Vec::new();
+        for (service, actions) in chains {
+            let sid = self.service_id(service, defined);
+            let mask = self.defined[sid as usize];
+            let mut made: Vec<usize> = Vec::new();
+            for &a in actions.iter().filter(|&&a| mask & action_bit(a) != 0) {
+                let t = self.task(node, a, Some(sid));
+                match made.last() {
+                    Some(&q) => self.edges.push((q, t)),
+                    None if starts.is_empty() => out.sources.push(t),
+                    None => self.edges.extend(starts.iter().map(|&s| (s, t))),
+                }
+                made.push(t);
+            }
+            ends.extend(made.last().copied());
+            if !made.is_empty() {
+                out.chains.push((sid, made));
+            }
+        }
+        ends
     }
 
     /// How many tasks the builder holds.
@@ -579,12 +591,17 @@ impl<'a> Builder<'a> {
             .filter_map(|(i, k)| k.service.map(|s| (i, k.action, s)))
     }
 
-    /// The name of a service id.
+    /// The action of task `t`.
+    pub(crate) fn task_action(&self, t: usize) -> ProvisionerAction {
+        self.tasks[t].action
+    }
+
     /// The service of task `t`, if it is a service task.
     pub(crate) fn task_service(&self, t: usize) -> Option<&str> {
         self.tasks[t].service.map(|id| self.service_name(id))
     }
 
+    /// The name of a service id.
     pub(crate) fn service_name(&self, id: u32) -> &str {
         &self.services[id as usize]
     }

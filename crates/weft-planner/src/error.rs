@@ -75,6 +75,26 @@ pub enum PlanError {
         problem: String,
     },
 
+    /// The plan would take down more of a service's nodes at once than its availability rule
+    /// allows (the engine answers 409; `force` plans it anyway).
+    #[error("{operation}: service {service} needs {need} of its {members} nodes running and healthy ({rule}), but this plan takes down {down} at once, leaving {left}; split the change, or force it")]
+    Unavailable {
+        /// The operation's name, as [`Operation::name`](crate::Operation::name) gives it.
+        operation: &'static str,
+        /// The service whose rule would break.
+        service: String,
+        /// Its nodes when the step starts.
+        members: usize,
+        /// How many must stay running and healthy.
+        need: usize,
+        /// How many the step takes down at once.
+        down: usize,
+        /// How many would be left.
+        left: usize,
+        /// The rule, as the service states it (`quorum`, `minHealthy 2`).
+        rule: String,
+    },
+
     /// The planner built a cyclic task graph. This is a planner bug, reported instead of a panic.
     #[error("internal error: the task graph has a cycle through task {task}")]
     CyclicPlan {

@@ -21,6 +21,7 @@ mod deps;
 mod error;
 mod layout;
 pub mod macros;
+mod membership;
 mod ops;
 mod render;
 mod repair;

@@ -28,6 +28,7 @@ use crate::deps::{rule, Class, DepGraph, Direction};
 use crate::error::PlanError;
 use crate::layout::{sorted, PlanNode};
 use crate::macros;
+use crate::membership;
 use crate::repair;
 use crate::rollout::{gate_checks, RolloutPlan};
 
@@ -108,6 +109,11 @@ pub enum Operation {
     ReplaceNode {
         /// The id of the node whose machine is replaced; it must be in the cluster.
         node: String,
+        /// The old machine still runs: its services with members elsewhere LEAVE before it is
+        /// deleted. A lost machine (false) cannot: the rest must keep the availability rule
+        /// without it.
+        #[serde(default)]
+        alive: bool,
     },
 }
 
@@ -178,9 +184,23 @@ pub struct PlanInput {
     /// health gates; see `rollout`). `None` keeps the operation's own shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutPlan>,
+    /// weft extension: plan even where a service's availability rule would not hold (an
+    /// operator who knows better; the engine records it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 const INSTALL_CHAIN: [A; 4] = [A::Install, A::Configure, A::Initialize, A::Start];
+/// A new member of a service that has members: JOIN before START, and its health checked before
+/// the service's next membership change.
+pub(crate) const JOIN_CHAIN: [A; 6] = [
+    A::Install,
+    A::Configure,
+    A::Initialize,
+    A::Join,
+    A::Start,
+    A::Healthcheck,
+];
 const HARDWARE_UP: [A; 3] = [A::Create, A::Confirm, A::Bootstrap];
 
 /// Plan an operation. Pure and deterministic.
@@ -193,7 +213,9 @@ pub fn plan(op: &Operation, input: &PlanInput) -> Result<Plan, PlanError> {
     let cx = Context::new(op, input, &catalog)?;
     cx.check_rollout()?;
     let programs = programs(&cx)?;
+    check_availability(&cx, &programs)?;
     let mut tasks = add_programs(&cx, &programs);
+    membership::one_change_at_a_time(cx.catalog, &mut tasks.b, &tasks.made);
     dependency_barriers(&cx, &mut tasks);
     stops_before_configures(&cx, &mut tasks);
     confirms_before_services(&cx, &mut tasks);
@@ -460,15 +482,68 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// A new node: the machine comes up, then its services are installed and started.
+    /// A new node: the machine comes up, then its services are installed and started (joining
+    /// those that have members).
     fn new_node(&self, n: &PlanNode) -> NodeProgram {
         NodeProgram {
             node: self.at(n),
             pre: HARDWARE_UP.to_vec(),
-            then: chains(&n.services, &INSTALL_CHAIN),
+            then: self.install_chains(n, &n.services),
             automators: self.automators(n),
             ..Default::default()
         }
+    }
+
+    /// Whether service `s` has a member other than node `id` that keeps it through the operation.
+    fn has_staying_members(&self, s: &str, id: &str) -> bool {
+        self.before.iter().any(|b| {
+            b.id != id
+                && b.services.contains(s)
+                && self
+                    .after_map
+                    .get(b.id.as_str())
+                    .is_some_and(|a| a.services.contains(s))
+        })
+    }
+
+    /// The install chains of services node `n` gains: a service with staying members is joined.
+    fn install_chains<'s>(
+        &self,
+        n: &PlanNode,
+        services: impl IntoIterator<Item = &'s String>,
+    ) -> Vec<(String, Vec<A>)> {
+        services
+            .into_iter()
+            .map(|s| {
+                let chain: &[A] = if self.has_staying_members(s, &n.id) {
+                    &JOIN_CHAIN
+                } else {
+                    &INSTALL_CHAIN
+                };
+                (s.clone(), chain.to_vec())
+            })
+            .collect()
+    }
+
+    /// The chains of services node `n` loses: `actions` (STOP...), after a LEAVE where the
+    /// service has staying members.
+    fn leave_chains<'s>(
+        &self,
+        n: &PlanNode,
+        services: impl IntoIterator<Item = &'s String>,
+        actions: &[A],
+    ) -> Vec<(String, Vec<A>)> {
+        services
+            .into_iter()
+            .map(|s| {
+                let mut chain = Vec::with_capacity(actions.len() + 1);
+                if self.has_staying_members(s, &n.id) {
+                    chain.push(A::Leave);
+                }
+                chain.extend_from_slice(actions);
+                (s.clone(), chain)
+            })
+            .collect()
     }
 }
 
@@ -525,7 +600,7 @@ fn programs(cx: &Context<'_>) -> Result<Programs, PlanError> {
         } => upgrade(cx, service, *batch_size),
         Operation::Healthcheck { nodes } => healthcheck(cx, nodes.as_ref()),
         Operation::Check { nodes } => drift_check(cx, nodes.as_ref()),
-        Operation::ReplaceNode { node } => replace_node(cx, node),
+        Operation::ReplaceNode { node, alive } => replace_node(cx, node, *alive),
     }
 }
 
@@ -573,7 +648,7 @@ fn change_layout(cx: &Context<'_>) -> Result<Programs, PlanError> {
             (None, Some(a)) => list.push(cx.new_node(a)),
             (Some(b), None) => list.push(NodeProgram {
                 node: cx.at(n),
-                first: chains(&b.services, &[A::Stop]),
+                first: cx.leave_chains(b, &b.services, &[A::Stop]),
                 post: vec![A::Delete],
                 ..Default::default()
             }),
@@ -590,7 +665,7 @@ fn change_layout(cx: &Context<'_>) -> Result<Programs, PlanError> {
 fn kept_node(cx: &Context<'_>, b: &PlanNode, a: &PlanNode) -> Option<NodeProgram> {
     let added: Vec<&String> = a.services.difference(&b.services).collect();
     let removed: Vec<&String> = b.services.difference(&a.services).collect();
-    let mut then = chains(added.iter().copied(), &INSTALL_CHAIN);
+    let mut then = cx.install_chains(a, added.iter().copied());
     if cx.op.refreshes_configuration() {
         then.extend(chains(
             a.services.intersection(&b.services),
@@ -605,7 +680,7 @@ fn kept_node(cx: &Context<'_>, b: &PlanNode, a: &PlanNode) -> Option<NodeProgram
         } else {
             vec![A::Bootstrap]
         },
-        first: chains(removed, &[A::Stop, A::Remove]),
+        first: cx.leave_chains(b, removed, &[A::Stop, A::Remove]),
         then,
         automators: cx.automators(a),
         ..Default::default()
@@ -819,12 +894,123 @@ fn drift_check(cx: &Context<'_>, only: Option<&BTreeSet<String>>) -> Result<Prog
 }
 
 /// Replace a node (see `repair`).
-fn replace_node(cx: &Context<'_>, node: &str) -> Result<Programs, PlanError> {
+fn replace_node(cx: &Context<'_>, node: &str, alive: bool) -> Result<Programs, PlanError> {
     cx.same_layout()?;
     Ok(Programs::unbatched(repair::replace(
         &cx.repair_input(),
         node,
+        alive,
     )?))
+}
+
+/// The availability rule of every service that has one holds at each step of the plan: a batch
+/// (or, unbatched, the whole plan) takes down at once the nodes whose program stops the service,
+/// leaves it or deletes the machine; LEAVEs go `membership.maxConcurrent` at a time and shrink
+/// the membership as they go. `force` skips the check (see `PlanError::Unavailable`).
+fn check_availability(cx: &Context<'_>, programs: &Programs) -> Result<(), PlanError> {
+    if cx.input.force || matches!(cx.op, Operation::Delete) {
+        return Ok(());
+    }
+    let all: Vec<usize> = (0..programs.list.len()).collect();
+    let batches: Vec<&[usize]> = if programs.batches.is_empty() {
+        vec![&all]
+    } else {
+        programs.batches.iter().map(Vec::as_slice).collect()
+    };
+    let members_of = |s: &str| {
+        let layout = if cx.before.is_empty() {
+            &cx.after
+        } else {
+            &cx.before
+        };
+        layout.iter().filter(|n| n.services.contains(s)).count()
+    };
+    for s in &cx.cluster {
+        let Some(svc) = cx.catalog.get(s).filter(|d| d.availability.is_some()) else {
+            continue;
+        };
+        if !cx.after.iter().any(|n| n.services.contains(s)) {
+            continue; // the service leaves the cluster whole
+        }
+        let mut members = members_of(s);
+        for batch in &batches {
+            let (down, leaving): (Vec<bool>, Vec<bool>) = batch
+                .iter()
+                .filter_map(|&p| takes_down(cx, &programs.list[p], s))
+                .map(|leaves| (true, leaves))
+                .unzip();
+            // LEAVEs run a few at a time and the membership shrinks with each; plain stops
+            // all count at once against the membership as it is.
+            let paced =
+                leaving.iter().any(|&l| l) && svc.provisioner.actions.contains_key(&A::Leave);
+            let step = if paced {
+                svc.max_concurrent_changes()
+            } else {
+                down.len()
+            };
+            let mut to_go = down.len();
+            while to_go > 0 {
+                let d = step.min(to_go);
+                let need = svc.must_stay_up(members).unwrap_or(0);
+                if members.saturating_sub(d) < need {
+                    return Err(unavailable(cx, svc, members, need, d));
+                }
+                if paced {
+                    members -= d;
+                }
+                to_go -= d;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether program `p` takes service `s` down on its node: `Some(true)` when the node leaves the
+/// service for good (its LEAVE, or the node goes), `Some(false)` for a stop it comes back from.
+fn takes_down(cx: &Context<'_>, p: &NodeProgram, s: &str) -> Option<bool> {
+    let node = cx.nodes[p.node];
+    let had = cx
+        .before_map
+        .get(node.id.as_str())
+        .or(cx.after_map.get(node.id.as_str()))
+        .is_some_and(|n| n.services.contains(s));
+    if !had {
+        return None;
+    }
+    let chains = p.leave.iter().chain(&p.first).chain(&p.then);
+    let stops = chains
+        .filter(|(name, _)| name == s)
+        .flat_map(|(_, actions)| actions)
+        .any(|a| matches!(a, A::Stop | A::Leave));
+    let deleted = p.pre.iter().chain(&p.post).any(|a| *a == A::Delete);
+    let stays = cx
+        .after_map
+        .get(node.id.as_str())
+        .is_some_and(|n| n.services.contains(s));
+    (stops || deleted).then_some(!stays)
+}
+
+fn unavailable(
+    cx: &Context<'_>,
+    svc: &Service,
+    members: usize,
+    need: usize,
+    down: usize,
+) -> PlanError {
+    let rule = match svc.availability.as_ref() {
+        Some(a) if a.quorum => "quorum".to_string(),
+        Some(a) => format!("minHealthy {}", a.min_healthy.unwrap_or(0)),
+        None => String::new(),
+    };
+    PlanError::Unavailable {
+        operation: cx.name,
+        service: svc.name.clone(),
+        members,
+        need,
+        down,
+        left: members.saturating_sub(down),
+        rule,
+    }
 }
 
 /// The plan being built: every program's tasks, then the barriers between them.

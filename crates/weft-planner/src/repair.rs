@@ -11,6 +11,9 @@
 //!   depend at runtime on a service of the replaced node also STOP and START after that CONFIGURE
 //!   (a process that read the old address at start would keep using it), their STARTs after the
 //!   STARTs they depend on, as in any plan.
+//!   A service with members on other nodes is joined again by the new machine (JOIN before its
+//!   START, then its HEALTHCHECK), and first left (LEAVE before the DELETE; the machine's end
+//!   stops the rest) when the old machine is alive.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +23,7 @@ use crate::dag::NodeProgram;
 use crate::deps::{Class, DepGraph, Direction};
 use crate::error::PlanError;
 use crate::layout::PlanNode;
+use crate::ops::JOIN_CHAIN;
 
 const HARDWARE_AGAIN: [A; 4] = [A::Delete, A::Create, A::Confirm, A::Bootstrap];
 const INSTALL_CHAIN: [A; 4] = [A::Install, A::Configure, A::Initialize, A::Start];
@@ -91,8 +95,14 @@ pub(crate) fn check(
         .collect())
 }
 
-/// The programs of a node's replacement (see the module doc).
-pub(crate) fn replace(input: &Input<'_>, node: &str) -> Result<Vec<NodeProgram>, PlanError> {
+/// The programs of a node's replacement (see the module doc). A service with members on other
+/// nodes is left first when the node is `alive` (LEAVE before the DELETE), and joined again
+/// by the new machine (JOIN before its START).
+pub(crate) fn replace(
+    input: &Input<'_>,
+    node: &str,
+    alive: bool,
+) -> Result<Vec<NodeProgram>, PlanError> {
     let Some(target) = input.nodes.iter().find(|n| n.id == node) else {
         return Err(input.unknown(node));
     };
@@ -107,13 +117,32 @@ pub(crate) fn replace(input: &Input<'_>, node: &str) -> Result<Vec<NodeProgram>,
     for n in input.nodes {
         let at = input.pos[n.id.as_str()];
         if n.id == node {
+            let shared = |s: &String| {
+                input
+                    .nodes
+                    .iter()
+                    .any(|o| o.id != node && o.services.contains(s))
+            };
             out.push(NodeProgram {
                 node: at,
+                leave: n
+                    .services
+                    .iter()
+                    .filter(|s| alive && shared(s))
+                    .map(|s| (s.clone(), vec![A::Leave]))
+                    .collect(),
                 pre: HARDWARE_AGAIN.to_vec(),
                 then: n
                     .services
                     .iter()
-                    .map(|s| (s.clone(), INSTALL_CHAIN.to_vec()))
+                    .map(|s| {
+                        let chain: &[A] = if shared(s) {
+                            &JOIN_CHAIN
+                        } else {
+                            &INSTALL_CHAIN
+                        };
+                        (s.clone(), chain.to_vec())
+                    })
                     .collect(),
                 automators: input.automators(n),
                 ..Default::default()

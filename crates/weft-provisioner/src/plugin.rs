@@ -111,6 +111,14 @@ pub trait Automator: Send + Sync {
     async fn remove(&self, task: &Task) -> PluginResult {
         self.service_action(Action::Remove, task).await
     }
+    /// Runs JOIN of the task's service; by default [`Automator::service_action`].
+    async fn join(&self, task: &Task) -> PluginResult {
+        self.service_action(Action::Join, task).await
+    }
+    /// Runs LEAVE of the task's service; by default [`Automator::service_action`].
+    async fn leave(&self, task: &Task) -> PluginResult {
+        self.service_action(Action::Leave, task).await
+    }
     /// One try of a service's health check: success means healthy. [`run_automator`] runs it
     /// with the check's tries, interval and time-out (see [`crate::health`]).
     async fn healthcheck(&self, task: &Task) -> PluginResult {
@@ -128,6 +136,8 @@ pub async fn run_automator(a: &dyn Automator, action: Action, task: &Task) -> Pl
         Action::Start => a.start(task).await,
         Action::Stop => a.stop(task).await,
         Action::Remove => a.remove(task).await,
+        Action::Join => a.join(task).await,
+        Action::Leave => a.leave(task).await,
         Action::Healthcheck => {
             crate::health::check(task, |t| async move { a.healthcheck(&t).await }).await
         }

@@ -13,7 +13,10 @@
 //! - `WEFT_CONFIG_<PATH>` for every scalar of the expanded cluster config (`kv.port` is
 //!   `WEFT_CONFIG_KV_PORT`; names upper-cased, other characters turned into `_`);
 //! - `WEFT_SERVICE_IPS_<SERVICE>` and `WEFT_SERVICE_HOSTS_<SERVICE>`: the bind addresses and hostnames
-//!   of the nodes running each service, comma-separated, in node number order.
+//!   of the nodes running each service, comma-separated, in node number order;
+//! - for JOIN and LEAVE (`config.membership` of the task), `WEFT_MEMBERS_BEFORE_IPS`,
+//!   `WEFT_MEMBERS_BEFORE_HOSTS`, `WEFT_MEMBERS_AFTER_IPS` and `WEFT_MEMBERS_AFTER_HOSTS`: the
+//!   service's members before and after this one change, comma-separated, in node number order.
 //!
 //! A `healthcheck` action is the same script run as one try of [`crate::health::check`]: exit 0
 //! means healthy (the action's `timeout` bounds each try, as well as the `timeout` field).
@@ -250,6 +253,7 @@ pub fn script_env(
     if let Some(c) = task.config.get("cluster") {
         flatten("WEFT_CONFIG", c, &mut env);
     }
+    membership_env(task.config.get("membership"), &mut env);
     // The layout: which nodes run which service.
     let mut by_service: BTreeMap<String, Vec<(u64, String, String)>> = BTreeMap::new();
     if let Some(nodes) = task.config.get("nodes").and_then(Value::as_object) {
@@ -294,6 +298,24 @@ pub fn script_env(
         );
     }
     env
+}
+
+/// `WEFT_MEMBERS_{BEFORE,AFTER}_{IPS,HOSTS}` from a JOIN or LEAVE task's `membership`.
+fn membership_env(m: Option<&Value>, env: &mut BTreeMap<String, String>) {
+    let Some(m) = m else { return };
+    for (side, list) in [("BEFORE", "before"), ("AFTER", "after")] {
+        let members = m.get(list).and_then(Value::as_array);
+        let column = |key: &str| -> String {
+            members
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.get(key).and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        env.insert(format!("WEFT_MEMBERS_{side}_IPS"), column("ip"));
+        env.insert(format!("WEFT_MEMBERS_{side}_HOSTS"), column("hostname"));
+    }
 }
 
 fn field(label: &str, tip: &str) -> FieldSchema {
@@ -477,5 +499,23 @@ mod tests {
         assert_eq!(env["WEFT_ACTION"], "start");
         assert_eq!(env["WEFT_SERVICE"], "web");
         assert!(env["PATH"].starts_with("/n/.weft/scripts:"));
+        assert!(!env.contains_key("WEFT_MEMBERS_BEFORE_IPS"));
+    }
+
+    #[test]
+    fn a_join_sees_the_members_before_and_after_it() {
+        let raw = json!({"taskId": "1-1-2", "clusterId": "1", "taskName": "JOIN", "nodeId": "n3",
+            "config": {"service": {"name": "etcd", "action": {"type": "shell", "fields": {}}},
+            "membership": {"service": "etcd", "change": "join", "node": "n3",
+                "before": [{"id": "n1", "hostname": "h1", "ip": "10.0.0.1"}, {"id": "n2", "hostname": "h2", "ip": "10.0.0.2"}],
+                "after": [{"id": "n1", "hostname": "h1", "ip": "10.0.0.1"}, {"id": "n2", "hostname": "h2", "ip": "10.0.0.2"},
+                          {"id": "n3", "hostname": "h3", "ip": "10.0.0.3"}]}}});
+        let t = Task::from_json(raw, Duration::from_secs(1)).unwrap();
+        let env = script_env(&t, "/n", "/n/.weft/scripts", "/n/t.json");
+        assert_eq!(env["WEFT_ACTION"], "join");
+        assert_eq!(env["WEFT_MEMBERS_BEFORE_IPS"], "10.0.0.1,10.0.0.2");
+        assert_eq!(env["WEFT_MEMBERS_BEFORE_HOSTS"], "h1,h2");
+        assert_eq!(env["WEFT_MEMBERS_AFTER_IPS"], "10.0.0.1,10.0.0.2,10.0.0.3");
+        assert_eq!(env["WEFT_MEMBERS_AFTER_HOSTS"], "h1,h2,h3");
     }
 }

@@ -153,11 +153,15 @@ pub enum Action {
     Healthcheck,
     /// weft's question to a provider: does the node's machine still exist (drift checks only).
     Status,
+    /// An automator makes a new node a member of its service's running cluster (before START).
+    Join,
+    /// An automator takes a node out of its service's membership (before STOP).
+    Leave,
 }
 
 impl Action {
     /// Every action, in contract order.
-    pub const ALL: [Action; 12] = [
+    pub const ALL: [Action; 14] = [
         Action::Create,
         Action::Confirm,
         Action::Delete,
@@ -170,16 +174,20 @@ impl Action {
         Action::Remove,
         Action::Healthcheck,
         Action::Status,
+        Action::Join,
+        Action::Leave,
     ];
 
     /// The service actions an automator runs for a service (besides BOOTSTRAP, which is per node).
-    pub const SERVICE: [Action; 6] = [
+    pub const SERVICE: [Action; 8] = [
         Action::Install,
         Action::Configure,
         Action::Initialize,
         Action::Start,
         Action::Stop,
         Action::Remove,
+        Action::Join,
+        Action::Leave,
     ];
 
     /// The action's name in lower case (`install`); [`Action::parse`] reads it back.
@@ -197,6 +205,8 @@ impl Action {
             Action::Remove => "remove",
             Action::Healthcheck => "healthcheck",
             Action::Status => "status",
+            Action::Join => "join",
+            Action::Leave => "leave",
         }
     }
 

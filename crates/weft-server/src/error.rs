@@ -134,6 +134,7 @@ impl From<EngineError> for ApiError {
             e @ (E::ClusterQuota { .. }
             | E::NodeQuota { .. }
             | E::JobUnderway { .. }
+            | E::Unavailable(_)
             | E::WrongStatus { .. }
             | E::ClusterChanged(_)
             | E::PoolShort(_)

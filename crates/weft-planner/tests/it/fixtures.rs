@@ -214,6 +214,7 @@ pub(crate) fn cases(
         services: services.clone(),
         config: config.clone(),
         rollout: None,
+        force: false,
     };
     let smaller: Vec<PlanNode> = layout[..layout.len() - 1].to_vec();
     let mut template_after = layout.clone();

@@ -7,6 +7,7 @@
 
 mod fixtures;
 mod macros;
+mod membership;
 mod property;
 mod repair;
 mod rollouts;

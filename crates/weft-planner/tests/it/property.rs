@@ -252,6 +252,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
             json!({})
         },
         rollout: None,
+        force: false,
     };
     let p = match plan(&case.op, &input) {
         Ok(p) => p,

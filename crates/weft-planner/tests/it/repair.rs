@@ -16,6 +16,7 @@ fn input(services: Vec<weft_model::Service>, layout: Vec<weft_planner::PlanNode>
         services,
         config: json!({}),
         rollout: None,
+        force: false,
     }
 }
 
@@ -105,7 +106,14 @@ fn a_check_asks_every_machine_then_runs_the_declared_checks() {
 #[test]
 fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
     let input = three_checked();
-    let p = plan(&Operation::ReplaceNode { node: "n1".into() }, &input).unwrap();
+    let p = plan(
+        &Operation::ReplaceNode {
+            node: "n1".into(),
+            alive: false,
+        },
+        &input,
+    )
+    .unwrap();
     insta::assert_snapshot!("three-replace-node", p.render_text());
     assert_eq!(p.action, "REPLACE_NODE");
     // The node itself: a new machine, then its services from scratch.
@@ -150,6 +158,7 @@ fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
     let e = plan(
         &Operation::ReplaceNode {
             node: "nope".into(),
+            alive: false,
         },
         &input,
     )
@@ -166,6 +175,7 @@ fn replacing_a_hadoop_worker() {
     let p = plan(
         &Operation::ReplaceNode {
             node: "worker2".into(),
+            alive: false,
         },
         &input,
     )
@@ -190,7 +200,10 @@ fn drift_operations_keep_the_layout() {
     input.before.pop();
     for op in [
         Operation::Check { nodes: None },
-        Operation::ReplaceNode { node: "n1".into() },
+        Operation::ReplaceNode {
+            node: "n1".into(),
+            alive: false,
+        },
     ] {
         let e = plan(&op, &input).unwrap_err();
         assert!(e.to_string().contains("n3"), "{op:?}: {e}");

@@ -34,6 +34,7 @@ fn input(rollout: Option<RolloutPlan>) -> PlanInput {
         ],
         config: json!({}),
         rollout,
+        force: false,
     }
 }
 

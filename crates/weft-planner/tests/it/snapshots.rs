@@ -82,6 +82,7 @@ fn healthcheck_runs_only_declared_checks() {
         services,
         config: json!({}),
         rollout: None,
+        force: false,
     };
     let all = plan(&Operation::Healthcheck { nodes: None }, &input).unwrap();
     assert!(all

@@ -26,6 +26,10 @@ fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
             "dryrun",
             "true: answer the plan that would run and change nothing",
         )
+        .query(
+            "force",
+            "true: run the change even where it breaks a service's availability rule (recorded on the job)",
+        )
         .status(
             200,
             "started (empty body); with dryrun=true, the plan (PlanView)",
@@ -35,7 +39,10 @@ fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
             "invalid body, or the change breaks the template's constraints",
         )
         .status(404, "cluster not found")
-        .status(409, "the cluster's status does not allow it")
+        .status(
+            409,
+            "the cluster's status does not allow it, or the plan would break a service's availability rule (quorum, minHealthy)",
+        )
 }
 
 /// Registers the routes that change an existing cluster under `/v2/clusters/{id}`.
@@ -274,7 +281,7 @@ async fn reconfigure(
         config,
         restart,
         rollout.as_ref(),
-        d.on(),
+        d.mode(),
     )
     .await?;
     Ok(answer(plan))
@@ -298,7 +305,7 @@ async fn add_services(
     body: Bytes,
 ) -> ApiResult<Response> {
     let req: ServicesReq = parse_body(&body, "{\"services\": [...]}")?;
-    let plan = ops::add_services(&st.engine, &who.caller(), &id, req.services, d.on()).await?;
+    let plan = ops::add_services(&st.engine, &who.caller(), &id, req.services, d.mode()).await?;
     Ok(answer(plan))
 }
 
@@ -328,7 +335,7 @@ async fn all_services(
         action,
         None,
         rollout.as_ref(),
-        d.on(),
+        d.mode(),
     )
     .await?;
     Ok(answer(plan))
@@ -360,10 +367,10 @@ async fn one_service(
     let rollout = rollout_of(req.rollout)?;
     let plan = if action == "upgrade" {
         let batch = req.batch_size.unwrap_or(1).max(1) as usize;
-        ops::upgrade(e, &who, &id, &svc, batch, rollout.as_ref(), d.on()).await?
+        ops::upgrade(e, &who, &id, &svc, batch, rollout.as_ref(), d.mode()).await?
     } else {
         let action = service_action(&action)?;
-        ops::service_action(e, &who, &id, action, Some(&svc), rollout.as_ref(), d.on()).await?
+        ops::service_action(e, &who, &id, action, Some(&svc), rollout.as_ref(), d.mode()).await?
     };
     Ok(answer(plan))
 }
@@ -374,7 +381,7 @@ async fn remove_service(
     Path((id, svc)): Path<(String, String)>,
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
-    let plan = ops::remove_service(&st.engine, &who.caller(), &id, &svc, d.on()).await?;
+    let plan = ops::remove_service(&st.engine, &who.caller(), &id, &svc, d.mode()).await?;
     Ok(answer(plan))
 }
 
@@ -397,6 +404,7 @@ fn count(body: &Bytes, query: Option<u64>) -> ApiResult<Option<u64>> {
 #[derive(Debug, Deserialize)]
 struct NodesQuery {
     dryrun: Option<String>,
+    force: Option<String>,
     count: Option<u64>,
 }
 
@@ -408,8 +416,12 @@ async fn expand(
     body: Bytes,
 ) -> ApiResult<Response> {
     let k = count(&body, q.count)?;
-    let dry_run = DryRun { dryrun: q.dryrun }.on();
-    let plan = ops::expand(&st.engine, &who.caller(), &id, k, dry_run).await?;
+    let mode = DryRun {
+        dryrun: q.dryrun,
+        force: q.force,
+    }
+    .mode();
+    let plan = ops::expand(&st.engine, &who.caller(), &id, k, mode).await?;
     Ok(answer(plan))
 }
 
@@ -421,8 +433,12 @@ async fn shrink(
     body: Bytes,
 ) -> ApiResult<Response> {
     let k = count(&body, q.count)?;
-    let dry_run = DryRun { dryrun: q.dryrun }.on();
-    let plan = ops::shrink(&st.engine, &who.caller(), &id, k, dry_run).await?;
+    let mode = DryRun {
+        dryrun: q.dryrun,
+        force: q.force,
+    }
+    .mode();
+    let plan = ops::shrink(&st.engine, &who.caller(), &id, k, mode).await?;
     Ok(answer(plan))
 }
 

@@ -55,13 +55,17 @@ pub fn routes(api: Api) -> Api {
             "dryrun",
             "true: answer the plan that would run and change nothing",
         )
+        .query(
+            "force",
+            "true: replace even where the rest would break a service's availability rule (recorded on the job)",
+        )
         .ok(
             200,
             "the replacement's job (ReplaceRun); with dryrun=true, the plan (PlanView)",
             Body::Json("ReplaceRun"),
         )
         .status(404, "cluster or node not found")
-        .status(409, "the cluster is neither active nor inconsistent, or it changed meanwhile"),
+        .status(409, "the cluster is neither active nor inconsistent, or it changed meanwhile, or the rest would break a service's availability rule"),
     )
 }
 
@@ -90,7 +94,7 @@ async fn replace_node(
     Query(d): Query<DryRun>,
 ) -> ApiResult<Response> {
     let (job_id, plan) =
-        replace::replace_node(&st.engine, &who.caller(), &id, &node, d.on()).await?;
+        replace::replace_node(&st.engine, &who.caller(), &id, &node, d.mode()).await?;
     if d.on() {
         return Ok(Json(plan).into_response());
     }

@@ -18,18 +18,32 @@ pub fn parse_version(s: &str) -> ApiResult<u64> {
     Ok(weft_engine::entities::parse_version(s)?)
 }
 
-/// The `?dryrun=` query parameter of operations that can be previewed.
+/// The `?dryrun=` and `?force=` query parameters of operations that can be previewed.
 #[derive(Debug, Deserialize)]
 pub struct DryRun {
     /// The raw value; `true` (any case) or `1` means a dry run.
     pub dryrun: Option<String>,
+    /// The raw value; `true` (any case) or `1` runs the operation past the services'
+    /// availability rules (recorded on the job).
+    #[serde(default)]
+    pub force: Option<String>,
+}
+
+fn flag(v: Option<&str>) -> bool {
+    v.is_some_and(|d| d.eq_ignore_ascii_case("true") || d == "1")
 }
 
 impl DryRun {
     /// Whether the request asks for a dry run only.
     pub fn on(&self) -> bool {
-        self.dryrun
-            .as_deref()
-            .is_some_and(|d| d.eq_ignore_ascii_case("true") || d == "1")
+        flag(self.dryrun.as_deref())
+    }
+
+    /// How the operation runs: dry or not, forced or not.
+    pub fn mode(&self) -> weft_engine::jobs::RunMode {
+        weft_engine::jobs::RunMode {
+            dry_run: self.on(),
+            force: flag(self.force.as_deref()),
+        }
     }
 }

@@ -171,6 +171,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         services,
         config: serde_json::Value::Object(template.defaults.config.clone()),
         rollout: None,
+        force: false,
     };
     let plan = weft_planner::plan(&op, &input)?;
     match args.format {

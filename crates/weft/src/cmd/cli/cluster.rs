@@ -27,6 +27,10 @@ pub(super) struct JobFlags {
     /// Show only the plan that would run; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Run the change even where it would break a service's availability rule (quorum,
+    /// minHealthy); the job records that it was forced.
+    #[arg(long)]
+    force: bool,
     /// Follow the job with a progress bar until it ends (exit 4 if it fails).
     #[arg(long)]
     wait: bool,
@@ -558,7 +562,7 @@ fn delete(ctx: &Ctx, id: &str, follow: bool, force: bool) -> anyhow::Result<()> 
 }
 
 fn expand(ctx: &Ctx, id: &str, count: u64, job: &JobFlags) -> anyhow::Result<()> {
-    let r = ctx.block(ctx.client.expand(id, count, job.dry_run))?;
+    let r = ctx.block(ctx.client.forcing(job.force).expand(id, count, job.dry_run))?;
     started(
         ctx,
         id,
@@ -569,7 +573,7 @@ fn expand(ctx: &Ctx, id: &str, count: u64, job: &JobFlags) -> anyhow::Result<()>
 }
 
 fn shrink(ctx: &Ctx, id: &str, count: u64, job: &JobFlags) -> anyhow::Result<()> {
-    let r = ctx.block(ctx.client.shrink(id, count, job.dry_run))?;
+    let r = ctx.block(ctx.client.forcing(job.force).shrink(id, count, job.dry_run))?;
     started(
         ctx,
         id,
@@ -580,13 +584,21 @@ fn shrink(ctx: &Ctx, id: &str, count: u64, job: &JobFlags) -> anyhow::Result<()>
 }
 
 fn add_services(ctx: &Ctx, id: &str, services: &[String], job: &JobFlags) -> anyhow::Result<()> {
-    let r = ctx.block(ctx.client.add_services(id, services, job.dry_run))?;
+    let r = ctx.block(
+        ctx.client
+            .forcing(job.force)
+            .add_services(id, services, job.dry_run),
+    )?;
     let what = format!("adding {} to cluster {id}", services.join(", "));
     started(ctx, id, r, job, &what)
 }
 
 fn remove_service(ctx: &Ctx, id: &str, service: &str, job: &JobFlags) -> anyhow::Result<()> {
-    let r = ctx.block(ctx.client.remove_service(id, service, job.dry_run))?;
+    let r = ctx.block(
+        ctx.client
+            .forcing(job.force)
+            .remove_service(id, service, job.dry_run),
+    )?;
     started(
         ctx,
         id,
@@ -608,10 +620,13 @@ fn reconfigure(
     let mut current = ctx.block(ctx.client.cluster_config(id))?;
     apply_kv(&mut current, config)?;
     let spec = rollout.spec();
-    let r = ctx.block(
-        ctx.client
-            .reconfigure(id, &current, restart, spec.as_ref(), job.dry_run),
-    )?;
+    let r = ctx.block(ctx.client.forcing(job.force).reconfigure(
+        id,
+        &current,
+        restart,
+        spec.as_ref(),
+        job.dry_run,
+    ))?;
     started(ctx, id, r, job, &format!("reconfiguring cluster {id}"))
 }
 
@@ -624,10 +639,13 @@ fn upgrade(
     job: &JobFlags,
 ) -> anyhow::Result<()> {
     let spec = rollout.spec();
-    let r = ctx.block(
-        ctx.client
-            .upgrade(id, service, batch_size, spec.as_ref(), job.dry_run),
-    )?;
+    let r = ctx.block(ctx.client.forcing(job.force).upgrade(
+        id,
+        service,
+        batch_size,
+        spec.as_ref(),
+        job.dry_run,
+    ))?;
     started(
         ctx,
         id,
@@ -638,7 +656,11 @@ fn upgrade(
 }
 
 fn replace_node(ctx: &Ctx, id: &str, node: &str, job: &JobFlags) -> anyhow::Result<()> {
-    let r = ctx.block(ctx.client.replace_node(id, node, job.dry_run))?;
+    let r = ctx.block(
+        ctx.client
+            .forcing(job.force)
+            .replace_node(id, node, job.dry_run),
+    )?;
     started(
         ctx,
         id,
@@ -827,7 +849,7 @@ fn service_action(
     rollout: Option<weft_model::RolloutSpec>,
     job: &JobFlags,
 ) -> anyhow::Result<()> {
-    let r = ctx.block(ctx.client.service_action(
+    let r = ctx.block(ctx.client.forcing(job.force).service_action(
         id,
         service.as_deref(),
         action,
