@@ -1096,3 +1096,151 @@ async fn a_silent_provisioner_is_dropped_only_once_its_timeout_has_passed() {
     assert!(e.store.get_provisioner("p1").await.unwrap().is_none());
     assert_eq!(task_row(e, id).await.lease_owner, None);
 }
+
+/// Tenant `acme` gains service `m`, a member of a quorum (join, leave, healthcheck), and template
+/// `q` of `m` alone on 1 to 7 nodes; a cluster of 3 is created and run to active.
+async fn quorum_cluster(f: &Fixture) -> String {
+    let action =
+        |what: &str| json!({"type": "shell", "fields": {"script": format!("{what}-m.sh")}});
+    let m = json!({"name": "m", "availability": {"quorum": true},
+        "provisioner": {"actions": {"install": action("install"), "configure": action("configure"),
+            "start": action("start"), "stop": action("stop"), "join": action("join"),
+            "leave": action("leave"), "healthcheck": action("health")}}});
+    let q = json!({"name": "q", "defaults": {"services": ["m"], "provider": "local"},
+        "constraints": {"size": {"min": 1, "max": 7}}});
+    for (kind, body) in [(EntityKind::Service, m), (EntityKind::ClusterTemplate, q)] {
+        let name = body["name"].as_str().unwrap().to_string();
+        f.engine
+            .store
+            .create_entity("t-acme", kind, &name, &body)
+            .await
+            .unwrap();
+    }
+    let Created::Id(id) = create_cluster(&f.engine, &f.who, request("q", 3), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    run_worker(&f.engine).await;
+    assert_eq!(status(&f.engine, &id).await, ClusterStatus::Active);
+    id
+}
+
+/// Like [`run_worker`], answering each task with its node's address; returns the
+/// `config.membership` of every JOIN and LEAVE in the order they ran.
+async fn run_members(e: &Engine) -> Vec<Value> {
+    let mut seen = Vec::new();
+    for ran in 0.. {
+        assert!(ran < 200, "the job never ends");
+        let Some(task) = take(e, take_req("w1")).await.unwrap() else {
+            return seen;
+        };
+        let task: Value = serde_json::from_str(&task).unwrap();
+        if matches!(task["taskName"].as_str(), Some("JOIN" | "LEAVE")) {
+            seen.push(task["config"]["membership"].clone());
+        }
+        let fin: FinishTaskRequest = serde_json::from_value(json!({
+            "workerId": "w1", "provisionerId": "p1", "tenantId": "t-acme",
+            "taskId": task["taskId"], "status": 0,
+            "result": {"ipaddresses": {"bind_v4": format!("10.0.0.{}", ran % 250)}}
+        }))
+        .unwrap();
+        finish(e, fin).await.unwrap();
+    }
+    unreachable!()
+}
+
+fn hosts(m: &Value, side: &str) -> usize {
+    m[side].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn members_change_one_at_a_time_and_quorum_breaking_plans_need_force() {
+    use weft_engine::jobs::RunMode;
+    use weft_engine::ops::{self, ServiceAction};
+    let f = fixture(10).await;
+    let id = quorum_cluster(&f).await;
+    let e = &f.engine;
+
+    // Expand 3 -> 5: two JOINs, each told the members before and after it.
+    ops::expand(e, &f.who, &id, Some(2), RunMode::default())
+        .await
+        .unwrap();
+    let joins = run_members(e).await;
+    assert_eq!(joins.len(), 2, "{joins:?}");
+    for (k, m) in joins.iter().enumerate() {
+        assert_eq!(m["change"], "join");
+        assert_eq!(m["service"], "m");
+        assert_eq!(
+            (hosts(m, "before"), hosts(m, "after")),
+            (3 + k, 4 + k),
+            "{m}"
+        );
+        let after: Vec<&str> = m["after"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].as_str().unwrap())
+            .collect();
+        assert!(after.contains(&m["node"].as_str().unwrap()));
+    }
+    assert_eq!(status(e, &id).await, ClusterStatus::Active);
+
+    // Shrink 5 -> 3: two LEAVEs, the membership shrinking with each.
+    ops::shrink(e, &f.who, &id, Some(2), RunMode::default())
+        .await
+        .unwrap();
+    let leaves = run_members(e).await;
+    let sizes: Vec<(usize, usize)> = leaves
+        .iter()
+        .map(|m| (hosts(m, "before"), hosts(m, "after")))
+        .collect();
+    assert_eq!(sizes, vec![(5, 4), (4, 3)], "{leaves:?}");
+
+    // Stopping m on all three members at once, or shrinking 3 -> 1: refused, naming the service.
+    let stop = || {
+        ops::service_action(
+            e,
+            &f.who,
+            &id,
+            ServiceAction::Stop,
+            Some("m"),
+            None,
+            RunMode::default(),
+        )
+    };
+    let err = stop().await.unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Unavailable(m) if m.contains("service m needs 2 of its 3 nodes")),
+        "{err:?}"
+    );
+    let err = ops::shrink(e, &f.who, &id, Some(2), RunMode::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Unavailable(_)), "{err:?}");
+    assert_eq!(
+        status(e, &id).await,
+        ClusterStatus::Active,
+        "nothing started"
+    );
+
+    // Forced: the stop runs, and its job says so.
+    let forced = RunMode {
+        dry_run: false,
+        force: true,
+    };
+    ops::service_action(e, &f.who, &id, ServiceAction::Stop, Some("m"), None, forced)
+        .await
+        .unwrap();
+    let cid = weft_engine::parse_cluster_id(&id).unwrap();
+    let row = e.store.get_cluster("t-acme", cid).await.unwrap().unwrap();
+    let job = e
+        .store
+        .get_job("t-acme", row.latest_job.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.body["forced"], true, "{}", job.body);
+    run_worker(e).await;
+}
