@@ -1151,13 +1151,30 @@ fn confirms_before_services(cx: &Context<'_>, tasks: &mut Tasks<'_>) {
 }
 
 /// Batches: a batch starts when the previous one is done, and in a rollout its health gate: the
-/// checks of what the batch changed and of what depends on it.
+/// checks of what the batch changed and of what depends on it; a batch that changes a service
+/// with an availability rule also waits for the checks of that service's other nodes.
 fn batch_barriers(cx: &Context<'_>, programs: &Programs, tasks: &mut Tasks<'_>) {
     let gates = cx.rollout.is_some_and(|r| r.gates);
     let everyone: Vec<(usize, &BTreeSet<String>)> =
         cx.after.iter().map(|n| (cx.at(n), &n.services)).collect();
     let batches = &programs.batches;
+    let mut before_next: Vec<usize> = Vec::new();
     for (k, batch) in batches.iter().enumerate() {
+        let sources: Vec<usize> = batch
+            .iter()
+            .flat_map(|&p| tasks.made[p].sources.iter().copied())
+            .collect();
+        let mut entry = sources.clone();
+        if gates {
+            let pre = availability_gate(cx, &programs.changed[k], &mut tasks.b);
+            if !pre.is_empty() {
+                tasks.b.barrier(&pre, &sources);
+                entry = pre;
+            }
+        }
+        if !before_next.is_empty() {
+            tasks.b.barrier(&before_next, &entry);
+        }
         let mut done: Vec<usize> = batch
             .iter()
             .flat_map(|&p| tasks.made[p].sinks.iter().copied())
@@ -1169,14 +1186,46 @@ fn batch_barriers(cx: &Context<'_>, programs: &Programs, tasks: &mut Tasks<'_>) 
                 done = gate;
             }
         }
-        if let Some(next) = batches.get(k + 1) {
-            let sources: Vec<usize> = next
-                .iter()
-                .flat_map(|&p| tasks.made[p].sources.iter().copied())
-                .collect();
-            tasks.b.barrier(&done, &sources);
+        before_next = done;
+    }
+}
+
+/// Before a batch of a rollout: the HEALTHCHECK of each service with an availability rule that
+/// the batch changes, on every other node of it, so that the batch starts only while the nodes
+/// that keep running are healthy.
+fn availability_gate(
+    cx: &Context<'_>,
+    changed: &BTreeMap<usize, Vec<String>>,
+    b: &mut Builder<'_>,
+) -> Vec<usize> {
+    let guarded: BTreeSet<&String> = changed
+        .values()
+        .flatten()
+        .filter(|s| {
+            cx.catalog.get(*s).is_some_and(|d| d.availability.is_some())
+                && cx.defined(s, A::Healthcheck)
+        })
+        .collect();
+    let mut gate = Vec::new();
+    for n in &cx.after {
+        let at = cx.at(n);
+        if changed.contains_key(&at) {
+            continue;
+        }
+        let then = chains(
+            n.services.iter().filter(|s| guarded.contains(s)),
+            &[A::Healthcheck],
+        );
+        if !then.is_empty() {
+            let p = NodeProgram {
+                node: at,
+                then,
+                ..Default::default()
+            };
+            gate.extend(b.add_program(&p, |s, a| cx.defined(s, a)).sinks);
         }
     }
+    gate
 }
 
 /// The HEALTHCHECK tasks of a batch's health gate (see `gate_checks`; `everyone` gives every

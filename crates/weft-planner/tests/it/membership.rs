@@ -313,3 +313,39 @@ fn min_healthy_counts_nodes_not_halves() {
     let msg = refused(plan(&replace, &inp));
     assert!(msg.contains("minHealthy 3"), "{msg}");
 }
+
+#[test]
+fn each_batch_of_a_rolling_restart_waits_for_the_others_to_be_healthy() {
+    let mut rolling = input(vec![], members(3), vec![etcd(None), web()]);
+    rolling.rollout = Some(RolloutPlan {
+        canaries: 0,
+        max_in_flight: MaxInFlight::Count(1),
+        gates: true,
+        nodes: None,
+    });
+    let restart = Operation::Restart {
+        service: Some("etcd".into()),
+    };
+    let p = plan(&restart, &rolling).unwrap();
+    insta::assert_snapshot!("etcd-rolling-restart", p.render_text());
+    let check = |node: &str| {
+        p.tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.node_id == node
+                    && t.action == A::Healthcheck
+                    && t.service.as_deref() == Some("etcd")
+            })
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>()
+    };
+    // The first batch stops n1 only once n2 and n3 answer their checks.
+    let stop_n1 = task(&p, "n1", A::Stop);
+    for other in ["n2", "n3"] {
+        assert!(
+            check(other).iter().any(|&c| precedes(&p, c, stop_n1)),
+            "{other} is checked before n1 stops"
+        );
+    }
+}
