@@ -1244,3 +1244,41 @@ async fn members_change_one_at_a_time_and_quorum_breaking_plans_need_force() {
     assert_eq!(job.body["forced"], true, "{}", job.body);
     run_worker(e).await;
 }
+
+#[tokio::test]
+async fn a_failed_leave_stops_the_shrink_before_anything_is_stopped_or_deleted() {
+    use weft_engine::jobs::RunMode;
+    let f = fixture(10).await;
+    let id = quorum_cluster(&f).await;
+    let e = &f.engine;
+    weft_engine::ops::expand(e, &f.who, &id, Some(2), RunMode::default())
+        .await
+        .unwrap();
+    run_members(e).await;
+    weft_engine::ops::shrink(e, &f.who, &id, Some(1), RunMode::default())
+        .await
+        .unwrap();
+    let ran = run_scripted(e, |t| {
+        (t["taskName"] == "LEAVE").then(|| {
+            json!({"stderr": "etcdctl: member remove refused: the cluster would lose quorum",
+                   "failure": {"retryable": false, "reason": "config"}})
+        })
+    })
+    .await;
+    let names: Vec<&str> = ran.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "LEAVE").count(),
+        1,
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| matches!(*n, "STOP" | "DELETE")),
+        "the leaving node keeps serving: {names:?}"
+    );
+    let (job_status, _, cluster_msg, _) = outcome(e, &id).await;
+    assert_eq!(job_status, JobStatus::Failed);
+    assert!(cluster_msg.unwrap().starts_with("LEAVE of m on "));
+    let cid = weft_engine::parse_cluster_id(&id).unwrap();
+    let nodes = e.store.list_nodes("t-acme", cid).await.unwrap();
+    assert_eq!(nodes.len(), 5, "no node removed");
+}
