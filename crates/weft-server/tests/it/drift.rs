@@ -327,3 +327,73 @@ async fn a_tenants_check_interval_turns_its_checks_on() {
     let r = round(&h, now + 61_000).await;
     assert_eq!(r.drift.checks.len(), 1, "{r:?}");
 }
+
+#[tokio::test]
+async fn quorum_services_refuse_unsafe_plans_and_stop_automatic_replacement_when_two_are_lost() {
+    let h = Harness::with(|raw| {
+        raw.check_interval = Some(1);
+        raw.auto_replace_per_hour = Some(5);
+    })
+    .await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    // b (on every node) keeps data and needs a quorum.
+    let mut b = h.get(a, "/v2/services/b").await.expect(200).json();
+    b["stateful"] = json!(true);
+    b["availability"] = json!({"quorum": true});
+    h.put(a, "/v2/services/b", b.to_string()).await.expect(200);
+    let mut tpl = h.get(a, "/v2/clustertemplates/t").await.expect(200).json();
+    tpl["autoReplace"] = json!(true);
+    h.put(a, "/v2/clustertemplates/t", tpl.to_string())
+        .await
+        .expect(200);
+    let id = create(&h, a, 3).await;
+    drain(&h, &tid, |_| false).await;
+
+    // Stopping b on its three nodes at once: a 409 that names the service and the numbers.
+    let stop = format!("/v2/clusters/{id}/services/b/stop");
+    let refused = h.post(a, &stop, "").await.expect(409).text();
+    assert!(
+        refused.contains("service b needs 2 of its 3 nodes") && refused.contains("quorum"),
+        "{refused}"
+    );
+    assert_eq!(cluster_status(&h, &id).await, "active");
+    // Forced: it runs (the job records it).
+    h.post(a, &format!("{stop}?force=true"), "")
+        .await
+        .expect(200);
+    drain(&h, &tid, |_| false).await;
+    h.post(a, &format!("/v2/clusters/{id}/services/b/start"), "")
+        .await
+        .expect(200);
+    drain(&h, &tid, |_| false).await;
+    assert_eq!(cluster_status(&h, &id).await, "active");
+
+    // Two of b's machines are lost at once: the janitor replaces neither and says why.
+    let now = weft_server::state::now_ms();
+    let r = round(&h, now).await;
+    assert_eq!(r.drift.checks.len(), 1, "{r:?}");
+    let mut lost = 0;
+    while let Some(t) = take(&h, &tid, "w1").await {
+        let state = if t["taskName"] == "STATUS" && lost < 2 {
+            lost += 1;
+            "missing"
+        } else {
+            "running"
+        };
+        finish_status(&h, &tid, &t, 0, json!({"machine": {"state": state}})).await;
+    }
+    let r = round(&h, now + 10).await;
+    assert!(r.drift.replaced.is_empty(), "{r:?}");
+    assert_eq!(cluster_status(&h, &id).await, "inconsistent");
+    let c = h
+        .get(a, &format!("/v2/clusters/{id}"))
+        .await
+        .expect(200)
+        .json();
+    let msg = c["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("Automatic replacement stopped: 2 nodes of stateful service b"),
+        "{c}"
+    );
+}
