@@ -107,7 +107,7 @@ pub enum Started {
     /// The server accepted the call and started its job.
     Started,
     /// A dry run: the plan the job would run; nothing was started.
-    Plan(PlanView),
+    Plan(Box<PlanView>),
 }
 
 #[derive(Deserialize)]
@@ -373,7 +373,7 @@ impl ApiClient {
         }
         let bytes = self.send_json(method, &full, body).await?;
         if dry_run {
-            Ok(Started::Plan(self.decode(&full, &bytes)?))
+            Ok(Started::Plan(Box::new(self.decode(&full, &bytes)?)))
         } else {
             Ok(Started::Started)
         }
@@ -951,6 +951,7 @@ mod tests {
             max_clusters: 2,
             max_nodes: 9,
             check_interval: 0,
+            max_cost_per_hour: None,
         };
         let w = TenantWrite {
             tenant: &spec,

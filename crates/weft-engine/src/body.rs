@@ -59,6 +59,15 @@ pub struct ClusterBody {
     /// starts its delete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_requested: bool,
+    /// weft extension: what the cluster costs per hour as its latest job leaves it, in
+    /// micro-units of its provider's currency (`None`: the provider has no currency). The
+    /// store sums it over a tenant's live clusters to check a budget.
+    #[serde(
+        rename = "costMicrosPerHour",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cost_micros_per_hour: Option<u64>,
     /// Drift checks: the latest check, the orphans it found, what the janitor replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftRecord>,

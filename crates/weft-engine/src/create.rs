@@ -17,6 +17,7 @@ use weft_store::{
 use super::body::{to_body, ClusterBody, JobBody};
 use super::{cluster_id_text, notify, store_err, JobEventKind};
 use crate::catalog::{resolve_in_tenant, typed_list};
+use crate::cost::{self, PriceList};
 use crate::error::{EngineError, EngineResult};
 use crate::jobs::{hostname, job_id, job_rows, solved_job, MachineTypes};
 use crate::{Caller, Engine};
@@ -27,7 +28,7 @@ pub enum Created {
     /// The new cluster's id, as text.
     Id(String),
     /// The plan the create would run (a dry run: nothing was written).
-    Plan(weft_model::PlanView),
+    Plan(Box<weft_model::PlanView>),
 }
 
 /// Creates a cluster and its CLUSTER_CREATE job. Returns the cluster id. A request that cannot be
@@ -59,9 +60,22 @@ pub async fn create_cluster(
         Err(e) if dry_run => return Err(EngineError::Unservable(e.to_string())),
         Err(e) => return record_unsolvable(st, new, e.to_string()).await,
     };
-    let (new, plan) = plan_create(new, &inputs, &layout).map_err(EngineError::against_catalog)?;
+    let (mut new, plan) =
+        plan_create(new, &inputs, &layout).map_err(EngineError::against_catalog)?;
+    let prices = PriceList::new(&inputs.provider, &inputs.hardware, &inputs.images);
+    let kinds = layout
+        .nodes
+        .iter()
+        .map(|n| (n.hardwaretype.as_str(), n.imagetype.as_str()));
+    let cost = prices.cost(kinds);
+    cost::check_template_cap(&inputs.template, prices.currency.as_deref(), &cost)?;
+    new.body.cost_micros_per_hour = prices.currency.is_some().then_some(cost.micros);
     if dry_run {
-        return Ok(Created::Plan(crate::jobs::preview(&plan, String::new())?));
+        let mut view = crate::jobs::preview(&plan, String::new())?;
+        let lease =
+            (inputs.expire_time > 0).then(|| (inputs.expire_time - inputs.now).max(0) as u64);
+        view.cost = prices.estimate(&Default::default(), &cost, lease);
+        return Ok(Created::Plan(Box::new(view)));
     }
     commit_create(st, &who.tenant, new, &inputs.provider, plan).await
 }
@@ -357,6 +371,7 @@ impl NewCluster {
             rollback_on_failure: req.rollback_on_failure,
             upgrade_from: None,
             delete_requested: false,
+            cost_micros_per_hour: None,
         };
         let row = ClusterRow {
             tenant_id: who.tenant.id.clone(),
@@ -528,6 +543,7 @@ async fn commit_create(
         size,
     } = new;
     let (cluster_id, now) = (row.id, row.create_time);
+    let cost_per_hour = body.cost_micros_per_hour.unwrap_or(0);
     // As in Coopr, a create is two jobs: SOLVE_LAYOUT (done here, in the request; its plan has
     // no stages), then CLUSTER_CREATE.
     let solve = solved_job(&tenant.id, cluster_id, job_id(st, cluster_id).await?, now)?;
@@ -555,6 +571,8 @@ async fn commit_create(
                 max_nodes: tenant.spec.max_nodes,
                 add_clusters: 1,
                 add_nodes: size,
+                max_cost_micros: cost::budget(tenant)?,
+                add_cost_micros: cost_per_hour,
             }),
             Expect::ClusterRev {
                 tenant_id: tenant.id.clone(),

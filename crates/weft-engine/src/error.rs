@@ -250,6 +250,10 @@ pub enum EngineError {
     /// The planner refused the operation (for example a service dependency cycle).
     #[error("{0}")]
     NoPlan(String),
+    /// A create or expand would take a cluster past its template's `maxCostPerHour`, or its
+    /// tenant past its budget: the message names the figures.
+    #[error("{0}")]
+    OverBudget(String),
     /// The plan would break a service's availability rule (quorum, minHealthy): the planner's
     /// message names the service and the numbers. `?force=true` runs it anyway.
     #[error("{0}")]

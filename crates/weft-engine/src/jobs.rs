@@ -88,6 +88,7 @@ pub fn preview(plan: &weft_planner::Plan, cluster_id: String) -> EngineResult<Pl
         current_stage: 0,
         stages,
         rollout: None,
+        cost: None,
     })
 }
 
@@ -172,24 +173,29 @@ pub async fn start_job(
         revert_job: None,
         message: None,
     });
+    let now = st.now_ms();
+    let priced = crate::cost::of_change(
+        st,
+        crate::cost::Change {
+            tenant_id: &c.row.tenant_id,
+            provider: &c.body.provider,
+            template: &c.body.template,
+            old: &c.nodes,
+            new: &after,
+            lease_left_ms: (c.row.expire_time > 0).then(|| (c.row.expire_time - now).max(0) as u64),
+        },
+    )
+    .await?;
     if mode.dry_run {
         let mut plan = preview(&plan, cid)?;
         plan.rollout = report.map(Box::new);
+        plan.cost = priced.estimate;
         return Ok(Started { plan });
     }
     let job_id = job_id(st, c.row.id).await?;
-    let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, st.now_ms())?;
-    if report.is_some() || mode.force {
-        let mut jb: JobBody = from_body(&job.body)?;
-        jb.rollout = report;
-        jb.config_before = config_before;
-        jb.forced = mode.force;
-        job.body = to_body(&jb)?;
-    }
-    if mode.force {
-        tracing::warn!(cluster_id = c.row.id, job_id = %job_id, action = %plan.action,
-            "job forced past the services' availability rules");
-    }
+    let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now)?;
+    record_policy(&mut job, report, config_before, mode.force)?;
+    body.cost_micros_per_hour = priced.per_hour;
     body.message = None;
     body.retiring = retire;
     body.upgrade_from = upgrade_from(&op, before);
@@ -209,6 +215,7 @@ pub async fn start_job(
         crate::hostpool::take_for_new(st, tenant_id, provider, c.row.id, &c.nodes, &mut after)
             .await?;
     let mut cs = ChangeSet::new();
+    cs.expect.extend(priced.quota);
     cs.expect(Expect::cluster(&c.row));
     cs.write(Write::Cluster(cluster));
     write_nodes(&mut cs, c, &after)?;
@@ -227,6 +234,28 @@ pub async fn start_job(
     Ok(Started {
         plan: view::plan(st, &job).await?,
     })
+}
+
+/// Writes on a new job what it must remember: a rollout's report and the config a revert
+/// restores, and whether it was forced past the services' availability rules.
+fn record_policy(
+    job: &mut JobRow,
+    report: Option<RolloutReport>,
+    config_before: Option<Map<String, Value>>,
+    force: bool,
+) -> EngineResult<()> {
+    if report.is_some() || force {
+        let mut jb: JobBody = from_body(&job.body)?;
+        jb.rollout = report;
+        jb.config_before = config_before;
+        jb.forced = force;
+        job.body = to_body(&jb)?;
+    }
+    if force {
+        tracing::warn!(cluster_id = job.cluster_id, job_id = %job.id, action = %job.action,
+            "job forced past the services' availability rules");
+    }
+    Ok(())
 }
 
 /// The plan of an operation that keeps the cluster's layout and config (health runs, checks).

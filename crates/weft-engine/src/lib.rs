@@ -52,6 +52,7 @@ pub mod catalog;
 pub mod clock;
 pub mod context;
 pub mod control;
+pub mod cost;
 pub mod create;
 pub mod delete;
 pub mod drift;

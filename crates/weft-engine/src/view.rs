@@ -522,6 +522,7 @@ pub async fn plan(st: &Engine, job: &JobRow) -> EngineResult<PlanView> {
         current_stage: current as u64,
         stages,
         rollout,
+        cost: None,
     })
 }
 

@@ -1282,3 +1282,113 @@ async fn a_failed_leave_stops_the_shrink_before_anything_is_stopped_or_deleted()
     let nodes = e.store.list_nodes("t-acme", cid).await.unwrap();
     assert_eq!(nodes.len(), 5, "no node removed");
 }
+
+/// Tenant `acme` gains provider `priced` (USD, list prices), hardware `tiny` (0.0208 per hour
+/// on it), image `lic` (a 0.01 licence) and template `p` (service `a` alone, 1 to 9 nodes,
+/// capped at 0.20 per hour).
+async fn priced_catalog(f: &Fixture) {
+    let entries = [
+        (
+            EntityKind::Provider,
+            json!({"name": "priced", "providertype": "local", "currency": "USD"}),
+        ),
+        (
+            EntityKind::HardwareType,
+            json!({"name": "tiny", "providermap": {"priced": {"flavor": "s1", "price": "0.0208"}}}),
+        ),
+        (
+            EntityKind::ImageType,
+            json!({"name": "lic", "providermap": {"priced": {"image": "i", "price": "0.01"}}}),
+        ),
+        (
+            EntityKind::ClusterTemplate,
+            json!({"name": "p", "defaults": {"services": ["a"], "provider": "priced",
+                   "hardwaretype": "tiny", "imagetype": "lic"},
+                   "administration": {"maxCostPerHour": "0.20"},
+                   "constraints": {"size": {"min": 1, "max": 9}}}),
+        ),
+    ];
+    for (kind, body) in entries {
+        let name = body["name"].as_str().unwrap().to_string();
+        f.engine
+            .store
+            .create_entity("t-acme", kind, &name, &body)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn plans_carry_cost_estimates_and_budgets_refuse_what_would_exceed_them() {
+    use weft_engine::jobs::RunMode;
+    let f = fixture(10).await;
+    priced_catalog(&f).await;
+    let e = &f.engine;
+    // A dry run of 3 nodes at 0.0208 + 0.0100 each.
+    let Created::Plan(plan) = create_cluster(e, &f.who, request("p", 3), true)
+        .await
+        .unwrap()
+    else {
+        panic!("a dry run answers its plan");
+    };
+    let c = plan.cost.expect("an estimate");
+    assert_eq!(
+        (
+            c.currency.as_str(),
+            c.per_hour_before.as_str(),
+            c.per_hour_after.as_str()
+        ),
+        ("USD", "0.00", "0.0924")
+    );
+    assert_eq!(c.per_day_after, "2.2176");
+    assert!(c.unpriced.is_empty());
+    // Over the template's cap (7 x 0.0308 = 0.2156 > 0.20): refused, naming both figures.
+    let err = create_cluster(e, &f.who, request("p", 7), true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::OverBudget(m) if m.contains("0.20") && m.contains("0.2156")),
+        "{err:?}"
+    );
+
+    // The tenant's budget: 0.10 per hour. A cluster of 3 (0.0924) fits; one more node does not.
+    let mut tenant = e.store.tenant_by_id("t-acme").await.unwrap().unwrap();
+    tenant.spec.max_cost_per_hour = Some("0.10".into());
+    e.store.update_tenant(&tenant).await.unwrap();
+    let Created::Id(id) = create_cluster(e, &f.who, request("p", 3), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    run_worker(e).await;
+    let err = create_cluster(e, &f.who, request("p", 1), false)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("maxCostPerHour (0.10)"), "{err}");
+    assert!(err.to_string().contains("cost 0.0924 per hour"), "{err}");
+    // An expand's dry run shows before and after; the expand itself is refused in its commit.
+    let plan = weft_engine::ops::expand(e, &f.who, &id, Some(1), RunMode::dry(true))
+        .await
+        .unwrap()
+        .unwrap();
+    let c = plan.cost.unwrap();
+    assert_eq!(
+        (c.per_hour_before.as_str(), c.per_hour_after.as_str()),
+        ("0.0924", "0.1232")
+    );
+    let err = weft_engine::ops::expand(e, &f.who, &id, Some(1), RunMode::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("maxCostPerHour"), "{err}");
+    // A shrink lowers the cost; then the expand fits again.
+    weft_engine::ops::shrink(e, &f.who, &id, Some(1), RunMode::default())
+        .await
+        .unwrap();
+    run_worker(e).await;
+    weft_engine::ops::expand(e, &f.who, &id, Some(1), RunMode::default())
+        .await
+        .unwrap();
+    run_worker(e).await;
+    assert_eq!(status(e, &id).await, ClusterStatus::Active);
+}

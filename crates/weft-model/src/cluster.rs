@@ -571,6 +571,10 @@ pub struct PlanView {
     /// weft extension: a rolling change's policy and what became of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Box<crate::RolloutReport>>,
+    /// weft extension, in dry runs: the cluster's cost per hour and per day before and after the
+    /// operation (and over its lease), when its provider has prices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::CostEstimate>,
 }
 
 /// `POST /v2/tasks/take`.

@@ -193,6 +193,23 @@ pub struct Provider {
     #[serde(default, deserialize_with = "lenient::object")]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provisioner: Map<String, Value>,
+    /// weft extension: the currency of the prices of this provider's hardware and image types
+    /// (ISO 4217, `USD`); absent: no estimates for its clusters.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub currency: Option<String>,
+    /// weft extension: a factor on every price of this provider, as decimal text (`"0.8"`: a 20%
+    /// discount); absent: 1.
+    #[serde(
+        rename = "priceMultiplier",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub price_multiplier: Option<String>,
 }
 
 /// A hardware type (flavor per provider) or an image type (image per provider).
@@ -237,7 +254,9 @@ pub struct MachineType {
     /// a new name); a version in a written body is ignored.
     #[serde(default, deserialize_with = "lenient::u64")]
     pub version: u64,
-    /// provider name -> settings (`flavor` for hardware, `image` and optional `sshuser` for images).
+    /// provider name -> settings (`flavor` for hardware, `image` and optional `sshuser` for images;
+    /// weft extension: `price` per hour as decimal text, in the provider's currency, for the
+    /// machine (hardware) or its licence (image)).
     #[serde(default, deserialize_with = "provider_map")]
     pub providermap: BTreeMap<String, BTreeMap<String, String>>,
 }
@@ -946,6 +965,15 @@ pub struct Administration {
         deserialize_with = "lenient::opt_section"
     )]
     pub rollout: Option<crate::rollout::RolloutSpec>,
+    /// weft extension: the most a cluster of this template may cost per hour (decimal text, in
+    /// its provider's currency); a create or expand past it is refused.
+    #[serde(
+        rename = "maxCostPerHour",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub max_cost_per_hour: Option<String>,
 }
 
 fn lease<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LeaseDuration, D::Error> {

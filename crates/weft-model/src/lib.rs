@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod cost;
 pub mod drift;
 pub mod entity;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod validate;
 pub mod webhook;
 
 pub use cluster::*;
+pub use cost::CostEstimate;
 pub use drift::{
     AutoReplacement, DriftReport, DriftRun, MachineReport, MachineState, NodeDrift, ReplaceRun,
     STATUS_RESULT_KEY,

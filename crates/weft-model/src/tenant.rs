@@ -51,6 +51,16 @@ pub struct TenantSpecification {
         deserialize_with = "lenient::u64"
     )]
     pub check_interval: u64,
+    /// weft extension: the most the tenant's live clusters may cost per hour together (decimal
+    /// text, in its providers' currency), checked with the quotas in the commit of every create
+    /// and expand; absent: no budget.
+    #[serde(
+        rename = "maxCostPerHour",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_string"
+    )]
+    pub max_cost_per_hour: Option<String>,
 }
 
 fn is_zero(v: &u64) -> bool {

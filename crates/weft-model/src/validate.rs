@@ -53,13 +53,25 @@ impl Validate for Provider {
                 "providertype must be specified",
             ));
         }
+        if let Some(c) = &self.currency {
+            crate::cost::check_currency("currency", c)?;
+        }
+        if let Some(m) = &self.price_multiplier {
+            crate::cost::parse_micros("priceMultiplier", m)?;
+        }
         Ok(())
     }
 }
 
 impl Validate for MachineType {
     fn validate(&self) -> Result<(), ModelError> {
-        validate_name("name", &self.name)
+        validate_name("name", &self.name)?;
+        for (provider, entry) in &self.providermap {
+            if let Some(price) = entry.get(crate::cost::PRICE_KEY) {
+                crate::cost::parse_micros(&format!("providermap.{provider}.price"), price)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -156,6 +168,9 @@ fn validate_template_parts(
 ) -> Result<(), ModelError> {
     validate_name("name", name)?;
     let lease = &admin.leaseduration;
+    if let Some(m) = &admin.max_cost_per_hour {
+        crate::cost::parse_micros("administration.maxCostPerHour", m)?;
+    }
     if let Some(r) = &admin.rollout {
         r.policy(None, "administration.rollout")?;
     }
@@ -307,6 +322,9 @@ impl Validate for TenantSpecification {
                 "checkInterval",
                 "checkInterval must be 0 (the server's) to 604800 seconds",
             ));
+        }
+        if let Some(m) = &self.max_cost_per_hour {
+            crate::cost::parse_micros("maxCostPerHour", m)?;
         }
         Ok(())
     }

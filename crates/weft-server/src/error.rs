@@ -135,6 +135,7 @@ impl From<EngineError> for ApiError {
             | E::NodeQuota { .. }
             | E::JobUnderway { .. }
             | E::Unavailable(_)
+            | E::OverBudget(_)
             | E::WrongStatus { .. }
             | E::ClusterChanged(_)
             | E::PoolShort(_)

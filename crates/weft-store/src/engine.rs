@@ -366,6 +366,12 @@ pub struct Quota {
     pub add_clusters: u64,
     /// Nodes the change set adds.
     pub add_nodes: u64,
+    /// The tenant's `maxCostPerHour` in micro-units as the caller read it (used when the tenant
+    /// has no row); `None`: no budget.
+    pub max_cost_micros: Option<u64>,
+    /// What the change set adds to the cost per hour of the tenant's live clusters, in
+    /// micro-units (summed from their bodies' `costMicrosPerHour` inside the transaction).
+    pub add_cost_micros: u64,
 }
 
 impl Quota {
@@ -388,6 +394,32 @@ impl Quota {
             return Err(crate::StoreError::QuotaExceeded(format!(
                 "maxNodes ({max_nodes}): it has {nodes} nodes and asks for {} more",
                 self.add_nodes
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Quota {
+    /// Checks the budget: `cost` (the live clusters' cost per hour, read in the transaction)
+    /// plus what the change set adds, against the tenant's `maxCostPerHour` as the transaction
+    /// reads it (`limit`, decimal text; this quota's own when the tenant has no row or no text).
+    pub fn check_cost(&self, cost: u64, limit: Option<&str>) -> Result<(), crate::StoreError> {
+        let limit = match limit {
+            Some(text) => Some(
+                weft_model::cost::parse_micros("maxCostPerHour", text)
+                    .map_err(|e| crate::StoreError::Corrupt(e.to_string()))?,
+            ),
+            None => self.max_cost_micros,
+        };
+        let Some(max) = limit else { return Ok(()) };
+        if cost.saturating_add(self.add_cost_micros) > max {
+            use weft_model::cost::format_micros;
+            return Err(crate::StoreError::QuotaExceeded(format!(
+                "maxCostPerHour ({}): its live clusters cost {} per hour and this asks for {} more",
+                format_micros(max),
+                format_micros(cost),
+                format_micros(self.add_cost_micros)
             )));
         }
         Ok(())

@@ -966,6 +966,18 @@ CREATE TRIGGER jobs_steps_delete AFTER DELETE ON jobs
     FOR EACH ROW EXECUTE FUNCTION weft_jobs_count();
 "#,
     },
+    // A tenant's budget: the most its live clusters may cost per hour, as the decimal text it
+    // was given (null: none). Checked with the quotas (engine::COST_SQLITE).
+    Migration {
+        version: 17,
+        description: "tenants: max_cost_per_hour",
+        sqlite: r#"
+ALTER TABLE tenants ADD COLUMN max_cost_per_hour TEXT;
+"#,
+        postgres: r#"
+ALTER TABLE tenants ADD COLUMN max_cost_per_hour TEXT;
+"#,
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

@@ -218,8 +218,9 @@ async fn prepare(pool: &AnyPool, backend: Backend) -> Result<()> {
 async fn insert_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) -> Result<()> {
     let res = sqlx::query(
         "INSERT INTO tenants \
-         (id, name, description, workers, max_clusters, max_nodes, check_interval, create_time) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         (id, name, description, workers, max_clusters, max_nodes, check_interval, create_time, \
+          max_cost_per_hour) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(tenant.id.as_str())
     .bind(tenant.spec.name.as_str())
@@ -229,6 +230,7 @@ async fn insert_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) 
     .bind(to_i64(tenant.spec.max_nodes))
     .bind(to_i64(tenant.spec.check_interval))
     .bind(tenant.create_time)
+    .bind(tenant.spec.max_cost_per_hour.as_deref())
     .execute(&mut **tx)
     .await;
     match res {
@@ -243,7 +245,7 @@ async fn insert_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) 
 async fn update_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) -> Result<()> {
     sqlx::query(
         "UPDATE tenants SET description = $2, workers = $3, max_clusters = $4, max_nodes = $5, \
-         check_interval = $6 WHERE id = $1",
+         check_interval = $6, max_cost_per_hour = $7 WHERE id = $1",
     )
     .bind(tenant.id.as_str())
     .bind(tenant.spec.description.as_deref())
@@ -251,6 +253,7 @@ async fn update_tenant_row(tx: &mut Transaction<'static, Any>, tenant: &Tenant) 
     .bind(to_i64(tenant.spec.max_clusters))
     .bind(to_i64(tenant.spec.max_nodes))
     .bind(to_i64(tenant.spec.check_interval))
+    .bind(tenant.spec.max_cost_per_hour.as_deref())
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -454,6 +457,7 @@ fn tenant_from_row(row: &AnyRow) -> Result<Tenant> {
             max_clusters: to_u64(row.try_get("max_clusters")?, "tenant maxClusters")?,
             max_nodes: to_u64(row.try_get("max_nodes")?, "tenant maxNodes")?,
             check_interval: to_u64(row.try_get("check_interval")?, "tenant checkInterval")?,
+            max_cost_per_hour: row.try_get("max_cost_per_hour")?,
         },
         create_time: row.try_get("create_time")?,
     })
@@ -514,7 +518,8 @@ fn api_key_from_row(row: &AnyRow) -> Result<ApiKeyRecord> {
 }
 
 const TENANT_COLUMNS: &str =
-    "id, name, description, workers, max_clusters, max_nodes, check_interval, create_time";
+    "id, name, description, workers, max_clusters, max_nodes, check_interval, create_time, \
+     max_cost_per_hour";
 const RESOURCE_COLUMNS: &str = "tenant_id, ptype, plugin, rtype, name, version, live, slated";
 const PROVISIONER_COLUMNS: &str =
     "id, host, port, capacity_total, assignments, usage, last_heartbeat, tls";

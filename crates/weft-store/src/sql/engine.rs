@@ -370,6 +370,19 @@ pub(super) const QUOTA_COUNTS: &str = "SELECT \
      (SELECT max_clusters FROM tenants WHERE id = $1) AS mc, \
      (SELECT max_nodes FROM tenants WHERE id = $1) AS mn";
 
+/// The cost per hour of a tenant's clusters that are not `terminated` (`$1` tenant; from each
+/// body's `costMicrosPerHour`) and its `maxCostPerHour` text (null without one), on SQLite.
+pub(super) const COST_SQLITE: &str = "SELECT \
+     (SELECT COALESCE(SUM(CAST(json_extract(body, '$.costMicrosPerHour') AS INTEGER)), 0) \
+      FROM clusters WHERE tenant_id = $1 AND status <> 'terminated') AS cost, \
+     (SELECT max_cost_per_hour FROM tenants WHERE id = $1) AS mcost";
+
+/// [`COST_SQLITE`] on PostgreSQL.
+const COST_POSTGRES: &str = "SELECT \
+     (SELECT COALESCE(SUM((body::json ->> 'costMicrosPerHour')::bigint), 0)::bigint \
+      FROM clusters WHERE tenant_id = $1 AND status <> 'terminated') AS cost, \
+     (SELECT max_cost_per_hour FROM tenants WHERE id = $1) AS mcost";
+
 /// Checks a quota on `conn`, inside its transaction; on PostgreSQL it first waits for the tenant's quota lock, held
 /// until the transaction ends, so the next check counts what this one commits.
 async fn check_quota(conn: &mut AnyConnection, backend: Backend, q: &Quota) -> Result<()> {
@@ -393,6 +406,22 @@ async fn check_quota(conn: &mut AnyConnection, backend: Backend, q: &Quota) -> R
         to_u64(row.try_get("c")?, "cluster count")?,
         to_u64(row.try_get("n")?, "node count")?,
         limits,
+    )?;
+    if q.add_cost_micros == 0 {
+        return Ok(());
+    }
+    let sql = match backend {
+        Backend::Postgres => COST_POSTGRES,
+        Backend::Sqlite => COST_SQLITE,
+    };
+    let row = sqlx::query(sql)
+        .bind(&q.tenant_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let limit: Option<String> = row.try_get("mcost")?;
+    q.check_cost(
+        to_u64(row.try_get("cost")?, "cluster cost")?,
+        limit.as_deref(),
     )
 }
 

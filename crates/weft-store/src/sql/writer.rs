@@ -26,7 +26,8 @@ use tokio::sync::oneshot;
 
 use super::engine::{
     check_found, check_sql, job_of_task, quotas, released, statements, take_sql, taken_from_row,
-    targets, task_from_row, Id, Param, Target, QUOTA_COUNTS, RELEASE_SQL, TASK_WITH_JOB_SQL,
+    targets, task_from_row, Id, Param, Target, COST_SQLITE, QUOTA_COUNTS, RELEASE_SQL,
+    TASK_WITH_JOB_SQL,
 };
 use crate::engine::{ChangeSet, Quota, Taken, Write};
 use crate::{Backend, Result, StoreError};
@@ -355,24 +356,36 @@ fn in_savepoint(conn: &Connection, steps: impl IntoIterator<Item = Step>) -> Res
     r
 }
 
+/// A quota step: the tenant's counts (and, when the change set adds cost, its clusters' cost and
+/// budget) read inside the transaction, against the quota.
+fn check_quota(conn: &Connection, q: &Quota) -> Result<()> {
+    let mut stmt = conn.prepare_cached(QUOTA_COUNTS)?;
+    let (c, n, mc, mn) = stmt.query_row([&q.tenant_id], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, Option<i64>>(2)?,
+            r.get::<_, Option<i64>>(3)?,
+        ))
+    })?;
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    let limits = mc.zip(mn).map(|(mc, mn)| (count(mc), count(mn)));
+    q.check(count(c), count(n), limits)?;
+    if q.add_cost_micros > 0 {
+        let mut stmt = conn.prepare_cached(COST_SQLITE)?;
+        let (cost, mcost) = stmt.query_row([&q.tenant_id], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        q.check_cost(count(cost), mcost.as_deref())?;
+    }
+    Ok(())
+}
+
 fn run_steps(conn: &Connection, steps: impl IntoIterator<Item = Step>) -> Result<Vec<String>> {
     let mut ended = Vec::new();
     for step in steps {
         match &step {
-            Step::Quota(q) => {
-                let mut stmt = conn.prepare_cached(QUOTA_COUNTS)?;
-                let (c, n, mc, mn) = stmt.query_row([&q.tenant_id], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, Option<i64>>(2)?,
-                        r.get::<_, Option<i64>>(3)?,
-                    ))
-                })?;
-                let count = |v: i64| u64::try_from(v).unwrap_or(0);
-                let limits = mc.zip(mn).map(|(mc, mn)| (count(mc), count(mn)));
-                q.check(count(c), count(n), limits)?;
-            }
+            Step::Quota(q) => check_quota(conn, q)?,
             Step::Check {
                 table,
                 what,

@@ -27,6 +27,7 @@ fn tenant(id: &str, name: &str, workers: u32) -> Tenant {
             max_clusters: 10,
             max_nodes: UNBOUNDED,
             check_interval: 0,
+            max_cost_per_hour: None,
         },
         create_time: 1_700_000_000_000,
     }
@@ -108,6 +109,7 @@ async fn schema_is_current_and_superadmin_exists(ctx: &Ctx) -> Result<()> {
             max_clusters: UNBOUNDED,
             max_nodes: UNBOUNDED,
             check_interval: 0,
+            max_cost_per_hour: None,
         }
     );
     assert_eq!(s.tenant_by_id(SUPERADMIN).await?, Some(sa));

@@ -23,6 +23,7 @@ fn tenant(name: &str, workers: u32, max_clusters: u64) -> Tenant {
             max_clusters,
             max_nodes: UNBOUNDED,
             check_interval: 0,
+            max_cost_per_hour: None,
         },
         create_time: 1,
     }
@@ -53,6 +54,8 @@ fn create(t: &Tenant, id: u64, max_clusters: u64) -> ChangeSet {
         max_nodes: UNBOUNDED,
         add_clusters: 1,
         add_nodes: 0,
+        max_cost_micros: None,
+        add_cost_micros: 0,
     }));
     cs.write(Write::Cluster(cluster(&t.id, id, "alice", "active", 0)));
     cs

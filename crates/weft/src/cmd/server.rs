@@ -476,6 +476,7 @@ pub(crate) async fn open_up_store(settings: &Settings) -> anyhow::Result<(weft_s
             max_clusters: weft_model::UNBOUNDED,
             max_nodes: weft_model::UNBOUNDED,
             check_interval: 0,
+            max_cost_per_hour: None,
         };
         let tenant = Tenant {
             id: uuid::Uuid::new_v4().to_string(),

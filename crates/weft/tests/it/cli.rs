@@ -229,6 +229,7 @@ impl Server {
             max_clusters: weft_model::UNBOUNDED,
             max_nodes: weft_model::UNBOUNDED,
             check_interval: 0,
+            max_cost_per_hour: None,
         };
         let c = Client::new(internal).unwrap();
         c.register(&Registration {

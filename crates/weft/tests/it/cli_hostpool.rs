@@ -41,6 +41,7 @@ async fn setup(api: &str, internal: &str) {
             max_clusters: weft_model::UNBOUNDED,
             max_nodes: weft_model::UNBOUNDED,
             check_interval: 0,
+            max_cost_per_hour: None,
         },
         false,
     )

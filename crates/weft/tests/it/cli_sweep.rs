@@ -84,6 +84,7 @@ async fn setup(s: &Cli) -> Agent {
         max_clusters: weft_model::UNBOUNDED,
         max_nodes: weft_model::UNBOUNDED,
         check_interval: 0,
+        max_cost_per_hour: None,
     };
     sa.create_tenant(&spec, false).await.unwrap();
     let data = s.dir.path().join("provisioner");

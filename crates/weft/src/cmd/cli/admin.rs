@@ -125,6 +125,7 @@ pub(super) fn tenant(a: TenantArgs) -> anyhow::Result<()> {
                 max_clusters: fields.max_clusters.unwrap_or(weft_model::UNBOUNDED),
                 max_nodes: fields.max_nodes.unwrap_or(weft_model::UNBOUNDED),
                 check_interval: 0,
+                max_cost_per_hour: None,
             };
             ctx.block(c.create_tenant(&spec, bootstrap))?;
             done(

@@ -1051,6 +1051,9 @@ fn show_plan(ctx: &Ctx, p: &PlanView, kinds: &NodeKinds, verbose: bool) -> anyho
     );
     print!("{}", render_groups(&groups(p, kinds)));
     println!("{}", summary(p));
+    if let Some(c) = &p.cost {
+        println!("{}", super::plan_view::cost_line(c));
+    }
     if !verbose {
         return Ok(());
     }

@@ -172,10 +172,44 @@ pub(super) fn summary(plan: &PlanView) -> String {
     )
 }
 
+/// `cost: 0.00 -> 0.0416 USD per hour (0.9984 per day; 1.4976 over the lease)`, and the node
+/// kinds without a price when there are some.
+pub(super) fn cost_line(c: &weft_model::CostEstimate) -> String {
+    let mut out = format!(
+        "cost: {} -> {} {} per hour ({} per day",
+        c.per_hour_before, c.per_hour_after, c.currency, c.per_day_after
+    );
+    if let Some(l) = &c.over_lease {
+        out.push_str(&format!("; {l} over the lease"));
+    }
+    out.push(')');
+    if !c.unpriced.is_empty() {
+        out.push_str(&format!(
+            "; no price for {} (left out)",
+            c.unpriced.join(", ")
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use weft_model::PlanTask;
+
+    #[test]
+    fn the_cost_line_names_before_after_and_what_has_no_price() {
+        let c = weft_model::CostEstimate::new("USD", 0, 41_600, Some(36 * 3_600_000), vec![]);
+        assert_eq!(
+            cost_line(&c),
+            "cost: 0.00 -> 0.0416 USD per hour (0.9984 per day; 1.4976 over the lease)"
+        );
+        let c = weft_model::CostEstimate::new("EUR", 10_000, 20_000, None, vec!["big/host".into()]);
+        assert_eq!(
+            cost_line(&c),
+            "cost: 0.01 -> 0.02 EUR per hour (0.48 per day); no price for big/host (left out)"
+        );
+    }
 
     fn plan(tasks: &[(usize, &str, &str, &str)]) -> PlanView {
         let depth = tasks.iter().map(|t| t.0).max().unwrap_or(0);
@@ -195,6 +229,7 @@ mod tests {
             current_stage: 0,
             stages,
             rollout: None,
+            cost: None,
         }
     }
 
