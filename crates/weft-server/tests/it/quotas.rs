@@ -1,7 +1,8 @@
 //! Quotas hold under concurrency (issue 14): 200 concurrent creates, spread over two servers on
 //! one database, in a tenant with `maxClusters` 50 leave exactly 50 clusters; the others get a
 //! 409 naming the quota. The count is checked in the create's own commit (`Expect::Quota`), on
-//! SQLite and on PostgreSQL.
+//! SQLite and on PostgreSQL. Budgets hold the same way (issue 43): with clusters priced at 0.25
+//! per hour and `maxCostPerHour` 12.50, 200 concurrent creates leave exactly 50.
 
 use std::sync::Arc;
 
@@ -14,11 +15,47 @@ use crate::common::{admin, Harness, SA};
 const CREATES: usize = 200;
 const MAX_CLUSTERS: u64 = 50;
 
-async fn creates_stop_at_the_quota(url: &str) {
+/// Which limit stops the creates.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// `maxClusters` 50.
+    Clusters,
+    /// `maxCostPerHour` 12.50, each cluster 0.25 per hour.
+    Budget,
+}
+
+/// Prices the tenant's `small` machines at 0.25 per hour on `local`, in USD.
+async fn price_small_machines(h: &Harness) {
+    let a = admin(T);
+    let mut local = h.get(a, "/v2/providers/local").await.expect(200).json();
+    local["currency"] = json!("USD");
+    h.put(a, "/v2/providers/local", local.to_string())
+        .await
+        .expect(200);
+    let mut small = h.get(a, "/v2/hardwaretypes/small").await.expect(200).json();
+    small["providermap"]["local"]["price"] = json!("0.25");
+    h.put(a, "/v2/hardwaretypes/small", small.to_string())
+        .await
+        .expect(200);
+}
+
+async fn creates_stop_at_the_quota(url: &str, limit: Limit) {
     let one = Arc::new(Harness::over(url).await);
     let two = Arc::new(Harness::over(url).await);
     setup(&one).await;
-    let quota = json!({"tenant": {"name": T, "workers": 0, "maxClusters": MAX_CLUSTERS}});
+    let (quota, names) = match limit {
+        Limit::Clusters => (
+            json!({"tenant": {"name": T, "workers": 0, "maxClusters": MAX_CLUSTERS}}),
+            "maxClusters",
+        ),
+        Limit::Budget => {
+            price_small_machines(&one).await;
+            (
+                json!({"tenant": {"name": T, "workers": 0, "maxCostPerHour": "12.50"}}),
+                "maxCostPerHour (12.50)",
+            )
+        }
+    };
     one.put(SA, &format!("/v2/tenants/{T}"), quota.to_string())
         .await
         .expect(200);
@@ -39,7 +76,7 @@ async fn creates_stop_at_the_quota(url: &str) {
         match status {
             200 => accepted += 1,
             409 => {
-                assert!(text.contains("maxClusters"), "{text}");
+                assert!(text.contains(names), "{text}");
                 refused += 1;
             }
             other => panic!("unexpected {other}: {text}"),
@@ -57,7 +94,7 @@ async fn creates_stop_at_the_quota(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_creates_on_one_sqlite_file_stop_at_the_quota() {
     let dir = tempfile::tempdir().unwrap();
-    creates_stop_at_the_quota(&weft_testkit::temp_sqlite_url(&dir)).await;
+    creates_stop_at_the_quota(&weft_testkit::temp_sqlite_url(&dir), Limit::Clusters).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -66,5 +103,20 @@ async fn concurrent_creates_on_one_postgres_database_stop_at_the_quota() {
         return;
     }
     let pg = weft_testkit::TempPostgres::start().await.unwrap();
-    creates_stop_at_the_quota(&pg.url()).await;
+    creates_stop_at_the_quota(&pg.url(), Limit::Clusters).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_on_one_sqlite_file_stop_at_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    creates_stop_at_the_quota(&weft_testkit::temp_sqlite_url(&dir), Limit::Budget).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_on_one_postgres_database_stop_at_the_budget() {
+    if !weft_testkit::require("postgres") {
+        return;
+    }
+    let pg = weft_testkit::TempPostgres::start().await.unwrap();
+    creates_stop_at_the_quota(&pg.url(), Limit::Budget).await;
 }
