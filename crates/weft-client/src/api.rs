@@ -169,6 +169,17 @@ impl ResourceType {
 }
 
 /// Percent-encodes one path segment.
+fn costs_path(params: &[(&str, String)], csv: bool) -> String {
+    let mut q: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", seg(v)))
+        .collect();
+    if csv {
+        q.push("format=csv".into());
+    }
+    format!("/v2/costs?{}", q.join("&"))
+}
+
 fn seg(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -377,6 +388,24 @@ impl ApiClient {
         } else {
             Ok(Started::Started)
         }
+    }
+
+    // ---- costs ----
+
+    /// `GET /v2/costs` with `params` (`from`, `to`, `groupBy`): the report.
+    pub async fn costs(
+        &self,
+        params: &[(&str, String)],
+    ) -> ClientResult<weft_model::cost::CostReport> {
+        self.get(&costs_path(params, false)).await
+    }
+
+    /// `GET /v2/costs?format=csv` with `params`: the report as CSV text.
+    pub async fn costs_csv(&self, params: &[(&str, String)]) -> ClientResult<String> {
+        let bytes = self
+            .call(Method::GET, &costs_path(params, true), None, "")
+            .await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     // ---- clusters ----

@@ -68,6 +68,14 @@ pub struct ClusterBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_micros_per_hour: Option<u64>,
+    /// weft extension: the currency of `cost_spans` (the provider's when the cluster was made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+    /// weft extension: each priced node's life in the cluster, from the job that added it to
+    /// the end of the job that removed it, at the price in force when it was added: what the
+    /// cost reports (`GET /v2/costs`) add up.
+    #[serde(rename = "costSpans", default, skip_serializing_if = "Vec::is_empty")]
+    pub cost_spans: Vec<CostSpan>,
     /// Drift checks: the latest check, the orphans it found, what the janitor replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftRecord>,
@@ -308,5 +316,33 @@ mod tests {
         );
         // The provider deleted from the catalog: the cluster's copy.
         assert_eq!(Value::Object(b.provider_fields(None))["region"], "r1");
+    }
+}
+
+/// One priced node's time in its cluster (see `ClusterBody::cost_spans`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CostSpan {
+    /// The node's id.
+    pub node: String,
+    /// Its price per hour, in micro-units of the cluster's currency.
+    #[serde(rename = "microsPerHour")]
+    pub micros_per_hour: u64,
+    /// When it joined the cluster (ms since the epoch).
+    pub start: i64,
+    /// When it left; `None` while it is in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<i64>,
+}
+
+impl ClusterBody {
+    /// Ends at `now` the open spans of the nodes `ids` (every node's when `None`).
+    pub fn end_spans(&mut self, ids: Option<&[String]>, now: i64) {
+        for s in self
+            .cost_spans
+            .iter_mut()
+            .filter(|s| s.end.is_none() && ids.is_none_or(|ids| ids.contains(&s.node)))
+        {
+            s.end = Some(now.max(s.start));
+        }
     }
 }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use weft_model::cost::{format_micros, parse_micros, scale, CostEstimate, MICROS, PRICE_KEY};
 use weft_model::{ClusterTemplate, EntityKind, MachineType, Provider};
 
+use crate::body::CostSpan;
 use crate::catalog::typed_list;
 use crate::error::{EngineError, EngineResult};
 use crate::Engine;
@@ -73,6 +74,30 @@ impl PriceList {
             typed_list(st, tenant_id, EntityKind::HardwareType).await?;
         let images: Vec<MachineType> = typed_list(st, tenant_id, EntityKind::ImageType).await?;
         Ok(PriceList::new(current, &hardware, &images))
+    }
+
+    /// What one node of hardware type `hw` and image type `img` costs per hour; `None` when
+    /// the hardware type has no price (or the provider no currency).
+    pub fn node(&self, hw: &str, img: &str) -> Option<u64> {
+        self.currency.as_ref()?;
+        let raw = self.hardware.get(hw)? + self.images.get(img).copied().unwrap_or(0);
+        Some(scale(raw, self.multiplier))
+    }
+
+    /// The cost spans of `nodes` joining a cluster at `now` (the priced ones).
+    pub fn spans(&self, nodes: &[weft_model::Node], now: i64) -> Vec<CostSpan> {
+        nodes
+            .iter()
+            .filter_map(|n| {
+                let p = &n.properties;
+                Some(CostSpan {
+                    node: n.id.clone(),
+                    micros_per_hour: self.node(&p.hardwaretype, &p.imagetype)?,
+                    start: now,
+                    end: None,
+                })
+            })
+            .collect()
     }
 
     /// What nodes of these `(hardware type, image type)` cost per hour together.
@@ -174,6 +199,10 @@ pub struct JobCost {
     pub per_hour: Option<u64>,
     /// For a change that adds nodes or cost: the quota (and budget) its commit checks.
     pub quota: Option<weft_store::Expect>,
+    /// The cost spans of the nodes the change adds, opened at `Change::now`.
+    pub opened: Vec<CostSpan>,
+    /// The provider's currency.
+    pub currency: Option<String>,
 }
 
 /// The cluster as it is, the cluster as a change leaves it.
@@ -190,6 +219,8 @@ pub struct Change<'a> {
     pub new: &'a [weft_model::Node],
     /// What is left of the cluster's lease, when it has one.
     pub lease_left_ms: Option<u64>,
+    /// The time the change starts.
+    pub now: i64,
 }
 
 /// Prices `change`; refuses it (a 409) when it adds cost past the template's cap. A change that
@@ -227,9 +258,17 @@ pub async fn of_change(st: &Engine, change: Change<'_>) -> EngineResult<JobCost>
     } else {
         None
     };
+    let added: Vec<weft_model::Node> = change
+        .new
+        .iter()
+        .filter(|n| !change.old.iter().any(|o| o.id == n.id))
+        .cloned()
+        .collect();
     Ok(JobCost {
         estimate: prices.estimate(&before, &after, change.lease_left_ms),
         per_hour: priced.then_some(after.micros),
         quota,
+        opened: prices.spans(&added, change.now),
+        currency: prices.currency.clone(),
     })
 }

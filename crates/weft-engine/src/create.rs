@@ -70,6 +70,13 @@ pub async fn create_cluster(
     let cost = prices.cost(kinds);
     cost::check_template_cap(&inputs.template, prices.currency.as_deref(), &cost)?;
     new.body.cost_micros_per_hour = prices.currency.is_some().then_some(cost.micros);
+    new.body.currency = prices.currency.clone();
+    let nodes: Vec<weft_model::Node> = new
+        .nodes
+        .iter()
+        .filter_map(|r| serde_json::from_value(r.body.clone()).ok())
+        .collect();
+    new.body.cost_spans = prices.spans(&nodes, inputs.now);
     if dry_run {
         let mut view = crate::jobs::preview(&plan, String::new())?;
         let lease =
@@ -372,6 +379,8 @@ impl NewCluster {
             upgrade_from: None,
             delete_requested: false,
             cost_micros_per_hour: None,
+            currency: None,
+            cost_spans: Vec::new(),
         };
         let row = ClusterRow {
             tenant_id: who.tenant.id.clone(),

@@ -131,6 +131,7 @@ async fn terminate_now(st: &Engine, row: &ClusterRow, message: String) -> Engine
     let mut c = row.clone();
     let mut body: ClusterBody = from_body(&c.body)?;
     body.message = Some(message);
+    body.end_spans(None, st.now_ms());
     c.body = to_body(&body)?;
     c.status = ClusterStatus::Terminated;
     let mut cs = ChangeSet::default();

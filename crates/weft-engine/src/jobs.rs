@@ -174,18 +174,7 @@ pub async fn start_job(
         message: None,
     });
     let now = st.now_ms();
-    let priced = crate::cost::of_change(
-        st,
-        crate::cost::Change {
-            tenant_id: &c.row.tenant_id,
-            provider: &c.body.provider,
-            template: &c.body.template,
-            old: &c.nodes,
-            new: &after,
-            lease_left_ms: (c.row.expire_time > 0).then(|| (c.row.expire_time - now).max(0) as u64),
-        },
-    )
-    .await?;
+    let mut priced = price_change(st, c, &after, now).await?;
     if mode.dry_run {
         let mut plan = preview(&plan, cid)?;
         plan.rollout = report.map(Box::new);
@@ -196,6 +185,8 @@ pub async fn start_job(
     let (mut job, tasks) = job_rows(&c.row.tenant_id, c.row.id, &job_id, &plan, now)?;
     record_policy(&mut job, report, config_before, mode.force)?;
     body.cost_micros_per_hour = priced.per_hour;
+    body.currency = body.currency.or(priced.currency.take());
+    body.cost_spans.append(&mut priced.opened);
     body.message = None;
     body.retiring = retire;
     body.upgrade_from = upgrade_from(&op, before);
@@ -234,6 +225,26 @@ pub async fn start_job(
     Ok(Started {
         plan: view::plan(st, &job).await?,
     })
+}
+
+/// What moving cluster `c` to the nodes `after` at `now` does to its cost.
+async fn price_change(
+    st: &Engine,
+    c: &Loaded,
+    after: &[Node],
+    now: i64,
+) -> EngineResult<crate::cost::JobCost> {
+    let lease_left_ms = (c.row.expire_time > 0).then(|| (c.row.expire_time - now).max(0) as u64);
+    let change = crate::cost::Change {
+        tenant_id: &c.row.tenant_id,
+        provider: &c.body.provider,
+        template: &c.body.template,
+        old: &c.nodes,
+        new: after,
+        lease_left_ms,
+        now,
+    };
+    crate::cost::of_change(st, change).await
 }
 
 /// Writes on a new job what it must remember: a rollout's report and the config a revert

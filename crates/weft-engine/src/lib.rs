@@ -81,6 +81,7 @@ pub mod reseal;
 pub mod retry;
 pub mod rollback;
 pub mod seal;
+pub mod showback;
 pub mod sweep;
 pub mod tenants;
 pub mod transfer;

@@ -1200,7 +1200,7 @@ pub(crate) async fn complete_job(st: &Engine, tenant: &str, job_id: &str) -> Eng
             .await?
             .ok_or_else(|| EngineError::Internal("job without cluster".into()))?;
         let mut cs = ChangeSet::new();
-        finish_job(&mut cs, &job, &cluster, JobStatus::Complete, None)?;
+        finish_job(&mut cs, &job, &cluster, st.now_ms())?;
         st.store.commit(&cs).await.map_err(store_err)?;
         tracing::info!(job_id = %job.id, cluster_id = cluster.id, "job complete");
         crate::metrics::job_ended(&job.action, true);
@@ -1244,42 +1244,33 @@ async fn settle_failed_job(
     Ok(())
 }
 
-/// Marks a job done and sets its cluster's status.
+/// Marks a job complete (at `now`) and sets its cluster's status.
 fn finish_job(
     cs: &mut ChangeSet,
     job: &JobRow,
     cluster: &ClusterRow,
-    status: JobStatus,
-    message: Option<String>,
+    now: i64,
 ) -> EngineResult<()> {
     let mut j = job.clone();
-    j.status = status;
-    if message.is_some() {
-        let mut b: JobBody = from_body(&j.body)?;
-        b.message = message;
-        j.body = to_body(&b)?;
-    }
+    j.status = JobStatus::Complete;
     cs.expect(Expect::job(job));
     cs.write(Write::Job(j));
     if cluster.latest_job.as_deref() == Some(&job.id) {
         let mut c = cluster.clone();
-        c.status = match status {
-            JobStatus::Complete => success_status(&job.action),
-            JobStatus::Failed
-            | JobStatus::NotSubmitted
-            | JobStatus::Running
-            | JobStatus::Paused => failure_status(&job.action),
-        };
+        c.status = success_status(&job.action);
         let mut body: ClusterBody = from_body(&c.body)?;
         body.message = None;
-        if status == JobStatus::Complete {
-            // A shrink's removed nodes leave the cluster once their DELETEs are done.
-            for id in body.retiring.drain(..) {
-                cs.write(Write::DeleteNode {
-                    tenant_id: c.tenant_id.clone(),
-                    id,
-                });
-            }
+        // A shrink's removed nodes leave the cluster once their DELETEs are done; a deleted
+        // cluster's nodes all leave.
+        body.end_spans(Some(&body.retiring.clone()), now);
+        if c.status == ClusterStatus::Terminated {
+            body.end_spans(None, now);
+        }
+        for id in body.retiring.drain(..) {
+            cs.write(Write::DeleteNode {
+                tenant_id: c.tenant_id.clone(),
+                id,
+            });
         }
         c.body = to_body(&body)?;
         cs.expect(Expect::cluster(cluster));

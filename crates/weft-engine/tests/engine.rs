@@ -1392,3 +1392,78 @@ async fn plans_carry_cost_estimates_and_budgets_refuse_what_would_exceed_them() 
     run_worker(e).await;
     assert_eq!(status(e, &id).await, ClusterStatus::Active);
 }
+
+#[tokio::test]
+async fn accrued_cost_is_each_nodes_time_in_the_cluster_times_its_price_to_the_cent() {
+    use weft_engine::jobs::RunMode;
+    use weft_model::cost::CostGroupBy;
+    const HOUR: u64 = 3_600_000;
+    let clock = ManualClock::at(START);
+    let f = fixture_on(10, clock.clone()).await;
+    priced_catalog(&f).await;
+    let e = &f.engine;
+    let admin = admin(&f);
+    // Two nodes at START; a third 3 h later; the two newest leave at 5 h; the cluster goes at 6 h.
+    let Created::Id(id) = create_cluster(e, &f.who, request("p", 2), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    run_worker(e).await;
+    clock.advance(ms(3 * HOUR));
+    weft_engine::ops::expand(e, &f.who, &id, Some(1), RunMode::default())
+        .await
+        .unwrap();
+    run_worker(e).await;
+    clock.advance(ms(2 * HOUR));
+    weft_engine::ops::shrink(e, &f.who, &id, Some(2), RunMode::default())
+        .await
+        .unwrap();
+    run_worker(e).await;
+    clock.advance(ms(HOUR));
+    let row = weft_engine::view::visible(e, &f.who, &id).await.unwrap();
+    start_delete(e, &row).await.unwrap();
+    run_worker(e).await;
+    assert_eq!(status(e, &id).await, ClusterStatus::Terminated);
+    clock.advance(ms(4 * HOUR));
+
+    // 6 + 5 + 2 = 13 node-hours at 0.0308: 0.4004.
+    let day = START - START.rem_euclid(86_400_000);
+    let r = weft_engine::showback::report(e, &admin, day, None, CostGroupBy::Cluster)
+        .await
+        .unwrap();
+    assert_eq!(r.lines.len(), 1, "{r:?}");
+    assert_eq!(
+        (r.lines[0].key.as_str(), r.lines[0].amount.as_str()),
+        (id.as_str(), "0.4004")
+    );
+    assert_eq!(r.totals[0].amount, "0.4004");
+    let by_day: u64 = r.series.iter().map(|p| p.micros).sum();
+    assert_eq!(by_day, 400_400, "{:?}", r.series);
+    // Only the first two hours: 2 nodes x 2 h.
+    let r = weft_engine::showback::report(
+        e,
+        &admin,
+        START,
+        Some(START + 2 * HOUR as i64),
+        CostGroupBy::Template,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.lines[0].key.as_str(), r.lines[0].amount.as_str()),
+        ("p", "0.1232")
+    );
+    let csv = weft_engine::showback::csv(&r);
+    assert_eq!(csv, "group,name,currency,amount\np,,USD,0.1232\n");
+    // A plain user sees only their own clusters (none here).
+    let other = Caller {
+        user: "bob".into(),
+        ..f.who.clone()
+    };
+    let r = weft_engine::showback::report(e, &other, day, None, CostGroupBy::Cluster)
+        .await
+        .unwrap();
+    assert!(r.lines.is_empty());
+}

@@ -139,6 +139,69 @@ impl CostEstimate {
     }
 }
 
+/// How a cost report groups what it adds up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum CostGroupBy {
+    /// One line per cluster.
+    #[default]
+    Cluster,
+    /// One line per cluster template.
+    Template,
+    /// One line per tenant (every tenant's for the superadmin).
+    Tenant,
+}
+
+/// One line of a cost report.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct CostLine {
+    /// The cluster id, template name or tenant name.
+    pub key: String,
+    /// A cluster's name (cluster lines only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The currency of `amount`.
+    pub currency: String,
+    /// What accrued over the period, decimal text.
+    pub amount: String,
+    /// The same in micro-units (exact; for sums and charts).
+    pub micros: u64,
+}
+
+/// What accrued in one day of a report's period (UTC days), per currency.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct CostPoint {
+    /// The day's start (ms since the epoch, UTC midnight).
+    pub day: i64,
+    /// The currency.
+    pub currency: String,
+    /// Micro-units accrued that day.
+    pub micros: u64,
+}
+
+/// `GET /v2/costs`: what the caller's clusters accrued over `[from, to)`, from each priced node's
+/// time in its cluster and the price in force when it was added.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct CostReport {
+    /// The period's start (ms since the epoch).
+    pub from: i64,
+    /// The period's end (ms since the epoch, excluded).
+    pub to: i64,
+    /// How the lines are grouped.
+    #[serde(rename = "groupBy")]
+    pub group_by: CostGroupBy,
+    /// One line per group and currency, the largest first.
+    pub lines: Vec<CostLine>,
+    /// The total per currency.
+    pub totals: Vec<CostLine>,
+    /// Per day and currency, in time order (at most 366 days).
+    pub series: Vec<CostPoint>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -374,6 +374,11 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ClusterDetails,
         weft_model::ClusterStatusView,
         weft_model::PlanView,
+        weft_model::CostEstimate,      // cost
+        weft_model::cost::CostReport,  // showback
+        weft_model::cost::CostLine,    // showback
+        weft_model::cost::CostPoint,   // showback
+        weft_model::cost::CostGroupBy, // showback
         weft_model::PlanTask,
         weft_model::Progress,
         weft_model::EntityRef,

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod catalog;
 pub mod cluster_ops;
 pub mod clusters;
+pub mod costs; // showback (weft addition)
 pub mod drift; // drift checks, node replacement (weft addition)
 pub mod entities;
 pub mod events;
@@ -37,6 +38,7 @@ pub fn external(resource_limit: usize) -> Api {
     let api = nodes::routes(api);
     let api = hostpools::routes(api); // host pools
     let api = sweep::routes(api); // provider sweep
+    let api = costs::routes(api); // showback
     let api = solve::routes(api); // layout preview
     let api = tenants::routes(api);
     let api = plugins::external_routes(api, resource_limit);

@@ -19,6 +19,7 @@ mod audit; // `weft audit`
 mod catalog;
 mod cluster;
 pub(crate) mod config;
+mod cost; // `weft cost report`
 mod drift; // `weft cluster check`
 pub(crate) mod duration; // durations in one form (48h, 90s)
 mod events; // `weft events`
@@ -104,6 +105,8 @@ pub(crate) enum ClientCommand {
     Events(events::Args),
     /// Hosts in the pools of hostpool providers: list, show, add, edit, remove (admin).
     Hostpool(hostpool::Args),
+    /// What clusters cost: accrued per cluster, template or tenant over a period (showback).
+    Cost(cost::Args),
     /// Print a shell completion script: `weft completions bash > /etc/bash_completion.d/weft`.
     Completions(CompletionsArgs),
 }
@@ -296,6 +299,7 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
         ClientCommand::Audit(a) => audit::run(a),
         ClientCommand::Events(a) => events::run(a),
         ClientCommand::Hostpool(a) => hostpool::run(a),
+        ClientCommand::Cost(a) => cost::run(a),
         ClientCommand::Completions(a) => {
             let (mut bin, mut script) = (bin, Vec::new());
             clap_complete::generate(a.shell, &mut bin, "weft", &mut script);
