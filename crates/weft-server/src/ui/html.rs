@@ -15,6 +15,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("error.html", include_str!("templates/error.html")),
     ("catalog.html", include_str!("templates/catalog.html")),
     ("clusters.html", include_str!("templates/clusters.html")),
+    ("costs.html", include_str!("templates/costs.html")),
     (
         "cluster_new.html",
         include_str!("templates/cluster_new.html"),

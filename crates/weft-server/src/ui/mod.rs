@@ -18,6 +18,7 @@ mod admin;
 mod audit;
 mod cluster;
 mod clusters;
+mod costs;
 mod editors;
 mod guard;
 mod html;
@@ -75,6 +76,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(cluster::routes())
         .merge(admin::routes())
         .merge(audit::routes())
+        .merge(costs::routes())
         .merge(editors::routes())
         .merge(superadmin::routes())
         .layer(axum::middleware::from_fn(guard::cross_site))

@@ -1200,3 +1200,69 @@ async fn entries_that_name_what_the_catalog_lacks_are_saved_with_warnings_and_ma
     assert!(cat.contains("id=\"unusable-early\""), "{cat}");
     assert!(cat.contains("incomplete: service"), "{cat}");
 }
+
+#[tokio::test]
+async fn the_create_preview_shows_the_estimate_and_the_costs_page_adds_up_what_accrued() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let a = crate::common::admin(T);
+    // local in USD, small machines at 0.25 per hour.
+    let mut local = h.get(a, "/v2/providers/local").await.expect(200).json();
+    local["currency"] = json!("USD");
+    h.put(a, "/v2/providers/local", local.to_string())
+        .await
+        .expect(200);
+    let mut small = h.get(a, "/v2/hardwaretypes/small").await.expect(200).json();
+    small["providermap"]["local"]["price"] = json!("0.25");
+    h.put(a, "/v2/hardwaretypes/small", small.to_string())
+        .await
+        .expect(200);
+    // A price that is not a decimal is refused, naming the field.
+    let mut bad = small.clone();
+    bad["providermap"]["local"]["price"] = json!("<b>free</b>");
+    let r = h
+        .put(a, "/v2/hardwaretypes/small", bad.to_string())
+        .await
+        .expect(400);
+    assert!(r.text().contains("providermap.local.price"), "{}", r.text());
+
+    let user = login(&h, T, "bob", "").await;
+    let fields = [
+        ("name", "c1"),
+        ("template", "t"),
+        ("size", "2"),
+        ("services", "a, b"),
+        ("step", "preview"),
+    ];
+    let t = form(&h, Some(&user), "/ui/clusters/new", &fields)
+        .await
+        .expect(200)
+        .text();
+    assert!(t.contains("id=\"cost-estimate\""), "{t}");
+    assert!(
+        t.contains("<strong>0.50 USD</strong> per hour, 12.00 USD per day"),
+        "{t}"
+    );
+
+    let mut create = fields.to_vec();
+    create.pop();
+    create.push(("step", "create"));
+    let r = form(&h, Some(&user), "/ui/clusters/new", &create).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let t = page(&h, &user, "/ui/costs").await.expect(200).text();
+    assert!(t.contains("id=\"costs\"") && t.contains(">USD<"), "{t}");
+    assert!(t.contains("<svg role=\"img\""), "{t}");
+    assert!(
+        t.contains("id=\"cost-csv\"") && t.contains("costs?format=csv"),
+        "{t}"
+    );
+    // A hostile period is a 400 from the API, shown escaped.
+    let r = page(
+        &h,
+        &user,
+        "/ui/costs?from=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+    )
+    .await;
+    let t = r.text();
+    assert!(!t.contains("<script>alert(1)"), "{t}");
+}
