@@ -121,6 +121,7 @@ fn the_readme_tour_runs_as_written() {
     for want in [
         r#""name":"kv-web""#,
         r#""taskName":"CREATE""#,
+        r#""cost":{"currency":"USD","perHourBefore":"0.00""#,
         r#"{"id":"00000001"}"#,
         "link balancer: http://127.77.",
         r#""greeting": "hello from weft""#,
