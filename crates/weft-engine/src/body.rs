@@ -76,6 +76,13 @@ pub struct ClusterBody {
     /// cost reports (`GET /v2/costs`) add up.
     #[serde(rename = "costSpans", default, skip_serializing_if = "Vec::is_empty")]
     pub cost_spans: Vec<CostSpan>,
+    /// weft extension: the latest change (its time) that an idle warning was recorded for.
+    #[serde(
+        rename = "idleWarned",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_warned: Option<i64>,
     /// Drift checks: the latest check, the orphans it found, what the janitor replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftRecord>,

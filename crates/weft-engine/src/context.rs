@@ -185,6 +185,8 @@ pub struct Engine {
     pub messenger: Arc<dyn Messenger>,
     /// Changes whenever a tenant's event backlog has new events (see [`crate::feed`]).
     pub feed_mark: Arc<tokio::sync::watch::Sender<u64>>,
+    /// When the janitor last looked for idle clusters (see `idle`): at most once a minute.
+    pub idle_pass_at: Arc<std::sync::atomic::AtomicI64>,
     /// Wakes this server's webhook deliveries (a redelivery asked here).
     pub webhooks_wake: Arc<tokio::sync::Notify>,
     /// Seals secrets before they are stored and opens them for provisioners (see [`seal`]).
@@ -222,6 +224,7 @@ impl Engine {
             store,
             messenger,
             feed_mark: Arc::new(tokio::sync::watch::channel(0).0),
+            idle_pass_at: Arc::default(),
             webhooks_wake: Arc::default(),
             clock: Arc::new(SystemClock::new()),
         }

@@ -381,6 +381,7 @@ impl NewCluster {
             cost_micros_per_hour: None,
             currency: None,
             cost_spans: Vec::new(),
+            idle_warned: None,
         };
         let row = ClusterRow {
             tenant_id: who.tenant.id.clone(),

@@ -44,6 +44,8 @@ pub struct JanitorReport {
     pub completed_jobs: Vec<String>,
     /// Drift checks started and recorded, nodes replaced (only with `check_interval`).
     pub drift: crate::drift::DriftPass,
+    /// Idle clusters warned and stopped (templates with an `idle` policy).
+    pub idle: crate::idle::IdlePass,
 }
 
 /// One janitor round at time `now` (milliseconds since the epoch). A failure on one task or
@@ -81,6 +83,7 @@ async fn run_pass(
         && give_hosts_back(st, now, &mut lease).await
         && drop_silent_provisioners(st, now, &mut lease, &mut report).await?
         && check_drift(st, now, &mut lease, &mut report).await?
+        && tend_idle(st, now, &mut lease, &mut report).await
         && purge_audit(st, now).await
         && purge_events(st, now).await;
     if finished && !report.dropped_provisioners.is_empty() {
@@ -147,6 +150,24 @@ async fn check_drift(
         crate::drift::tend(st, row, interval, now, &mut report.drift).await;
     }
     Ok(true)
+}
+
+/// Idle clusters: warned, then stopped, as their templates say (a failure is logged; the next
+/// pass tries again).
+async fn tend_idle(
+    st: &Engine,
+    now: i64,
+    lease: &mut Option<&mut Lease>,
+    report: &mut JanitorReport,
+) -> bool {
+    if !may_go_on(st, lease).await {
+        return false;
+    }
+    match crate::idle::tend(st, now).await {
+        Ok(pass) => report.idle = pass,
+        Err(e) => tracing::error!(error = %e, "idle clusters not checked"),
+    }
+    true
 }
 
 /// Fails the tasks whose lease ran out (each then retries or fails its job). Each step of a pass

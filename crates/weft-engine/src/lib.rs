@@ -64,6 +64,7 @@ pub mod gaps;
 mod gate;
 pub mod health;
 pub mod hostpool;
+pub mod idle;
 pub mod ids;
 pub mod janitor;
 pub mod jobs;

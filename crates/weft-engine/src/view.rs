@@ -227,8 +227,9 @@ pub async fn summary(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterSumma
     let (row, job) = latest_job(st, row).await?;
     let row = &row;
     let body: ClusterBody = from_body(&row.body)?;
-    let progress = match job {
-        Some(j) => Some(progress(&j)?),
+    let job_time = job.as_ref().map(|j| (j.create_time, j.action.as_str()));
+    let progress = match &job {
+        Some(j) => Some(progress(j)?),
         None => None,
     };
     Ok(ClusterSummary {
@@ -250,9 +251,26 @@ pub async fn summary(st: &Engine, row: &ClusterRow) -> EngineResult<ClusterSumma
             description: None,
             version: body.template.version,
         },
-        services: body.services,
         progress,
+        idle_since: idle_since(&body.template, row, job_time, st.now_ms()),
+        services: body.services,
     })
+}
+
+/// Since when an active cluster of template `t` has been idle (its latest change, `changed`),
+/// if its template's idle policy says it is at `now`; a cluster stopped on purpose is not.
+pub fn idle_since(
+    t: &weft_model::ClusterTemplate,
+    row: &ClusterRow,
+    changed: Option<(i64, &str)>,
+    now: i64,
+) -> Option<i64> {
+    let policy = t.administration.idle.as_ref()?;
+    if row.status != ClusterStatus::Active {
+        return None;
+    }
+    let (since, action) = changed.unwrap_or((row.create_time, ""));
+    (action != "STOP_SERVICES" && now - since >= policy.idle_ms()).then_some(since)
 }
 
 /// Clusters of up to this many nodes are answered whole, in Coopr's shape; a larger one a page
@@ -324,8 +342,10 @@ pub async fn details_page(
         nodes.push(node(st, n).await?);
     }
     drop(rows);
-    let progress = match job {
-        Some(j) => Some(progress(&j)?),
+    let job_time = job.as_ref().map(|j| (j.create_time, j.action.as_str()));
+    let idle_since = idle_since(&body.template, row, job_time, st.now_ms());
+    let progress = match &job {
+        Some(j) => Some(progress(j)?),
         None => None,
     };
     let waiting = match &progress {
@@ -355,6 +375,7 @@ pub async fn details_page(
             progress,
             message: body.message,
             waiting,
+            idle_since,
         },
         info,
     ))

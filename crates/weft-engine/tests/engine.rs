@@ -1467,3 +1467,79 @@ async fn accrued_cost_is_each_nodes_time_in_the_cluster_times_its_price_to_the_c
         .unwrap();
     assert!(r.lines.is_empty());
 }
+
+#[tokio::test]
+async fn an_idle_cluster_is_flagged_warned_and_stopped_by_its_templates_policy() {
+    const HOUR: u64 = 3_600_000;
+    let clock = ManualClock::at(START);
+    let f = fixture_on(10, clock.clone()).await;
+    let e = &f.engine;
+    let idle = json!({"name": "i", "defaults": {"services": ["a", "b"], "provider": "local"},
+        "administration": {"idle": {"hours": 4, "autoStop": true, "warnHours": 1}},
+        "constraints": {"size": {"min": 1, "max": 5}}});
+    e.store
+        .create_entity("t-acme", EntityKind::ClusterTemplate, "i", &idle)
+        .await
+        .unwrap();
+    let Created::Id(id) = create_cluster(e, &f.who, request("i", 2), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    run_worker(e).await;
+    let summary = |e: &Engine| {
+        let (e, who, id) = (e.clone(), f.who.clone(), id.clone());
+        async move {
+            let row = weft_engine::view::visible(&e, &who, &id).await.unwrap();
+            weft_engine::view::summary(&e, &row).await.unwrap()
+        }
+    };
+    // 2 h: nothing yet.
+    clock.advance(ms(2 * HOUR));
+    let r = round(e).await;
+    assert!(
+        r.idle.warned.is_empty() && r.idle.stopped.is_empty(),
+        "{r:?}"
+    );
+    assert_eq!(summary(e).await.idle_since, None);
+    // 3 h: the warning, once (an IDLE_WARNING job that is not the cluster's latest).
+    clock.advance(ms(HOUR));
+    let r = round(e).await;
+    assert_eq!(r.idle.warned.len(), 1, "{r:?}");
+    let warning = e
+        .store
+        .get_job("t-acme", &r.idle.warned[0].1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(warning.action, "IDLE_WARNING");
+    assert!(
+        warning.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("stops it in 1 hours"),
+        "{}",
+        warning.body
+    );
+    clock.advance(ms(HOUR / 2));
+    let r = round(e).await;
+    assert!(r.idle.warned.is_empty(), "warned once: {r:?}");
+    // 4 h: idle in the API, and stopped.
+    clock.advance(ms(HOUR / 2));
+    assert_eq!(summary(e).await.idle_since, Some(START));
+    let r = round(e).await;
+    assert_eq!(r.idle.stopped.len(), 1, "{r:?}");
+    let ran = run_scripted(e, |_| None).await;
+    assert!(ran.iter().all(|(n, _)| n == "STOP"), "{ran:?}");
+    assert!(!ran.is_empty());
+    assert_eq!(status(e, &id).await, ClusterStatus::Active);
+    // Stopped on purpose: not idle any more, and left alone.
+    assert_eq!(summary(e).await.idle_since, None);
+    clock.advance(ms(10 * HOUR));
+    let r = round(e).await;
+    assert!(
+        r.idle.warned.is_empty() && r.idle.stopped.is_empty(),
+        "{r:?}"
+    );
+}

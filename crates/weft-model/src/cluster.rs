@@ -280,6 +280,10 @@ pub struct ClusterSummary {
     /// The latest job's progress; absent when the cluster has no job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// weft extension: since when the cluster is idle by its template's `idle` policy (the time
+    /// of its latest change), when it is.
+    #[serde(rename = "idleSince", default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<i64>,
 }
 
 /// `{"userId":..,"tenantId":<internal tenant id>}`.
@@ -510,6 +514,10 @@ pub struct ClusterDetails {
     /// weft extension: why a running job's tasks cannot be taken now (as on the status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// weft extension: since when the cluster is idle by its template's `idle` policy, when it
+    /// is.
+    #[serde(rename = "idleSince", default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<i64>,
 }
 
 /// `GET /v2/clusters/{id}/status`.

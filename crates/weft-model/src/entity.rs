@@ -974,6 +974,68 @@ pub struct Administration {
         deserialize_with = "lenient::opt_string"
     )]
     pub max_cost_per_hour: Option<String>,
+    /// weft extension: what happens to a cluster of this template that nothing changes for a
+    /// while (see [`IdlePolicy`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_section"
+    )]
+    pub idle: Option<IdlePolicy>,
+}
+
+/// weft extension: `{"hours": N, "autoStop": true, "warnHours": 1, "deleteMachines": false}`. An
+/// active cluster whose latest job is older than `hours` is idle (`idleSince` in the API, marked
+/// in the UI); with `autoStop`, the janitor records an `IDLE_WARNING` job (an event) `warnHours`
+/// before, then stops its services (a forced STOP_SERVICES job), or deletes the cluster and its
+/// machines when `deleteMachines` says so (for providers that charge for machines that merely
+/// exist).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct IdlePolicy {
+    /// Hours without a change after which the cluster is idle (1 to 8760).
+    #[serde(default, deserialize_with = "lenient::u64")]
+    pub hours: u64,
+    /// Stop the services of an idle cluster (or delete it, with `deleteMachines`).
+    #[serde(
+        rename = "autoStop",
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "lenient::bool"
+    )]
+    pub auto_stop: bool,
+    /// Hours before the stop at which the warning is recorded (less than `hours`; default 1).
+    #[serde(
+        rename = "warnHours",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::opt_u64"
+    )]
+    pub warn_hours: Option<u64>,
+    /// With `autoStop`: delete the cluster, machines included, instead of stopping its services.
+    #[serde(
+        rename = "deleteMachines",
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "lenient::bool"
+    )]
+    pub delete_machines: bool,
+}
+
+impl IdlePolicy {
+    /// Milliseconds without a change after which a cluster is idle.
+    pub fn idle_ms(&self) -> i64 {
+        self.hours as i64 * 3_600_000
+    }
+
+    /// Milliseconds without a change after which the warning is recorded.
+    pub fn warn_ms(&self) -> i64 {
+        let warn = self
+            .warn_hours
+            .unwrap_or(1)
+            .min(self.hours.saturating_sub(1));
+        (self.hours - warn) as i64 * 3_600_000
+    }
 }
 
 fn lease<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LeaseDuration, D::Error> {

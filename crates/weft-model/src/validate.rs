@@ -171,6 +171,23 @@ fn validate_template_parts(
     if let Some(m) = &admin.max_cost_per_hour {
         crate::cost::parse_micros("administration.maxCostPerHour", m)?;
     }
+    if let Some(i) = &admin.idle {
+        if !(1..=8760).contains(&i.hours) {
+            return Err(ModelError::invalid(
+                "administration.idle.hours",
+                format!(
+                    "administration.idle.hours must be between 1 and 8760, not {}",
+                    i.hours
+                ),
+            ));
+        }
+        if i.warn_hours.is_some_and(|w| w >= i.hours) {
+            return Err(ModelError::invalid(
+                "administration.idle.warnHours",
+                "administration.idle.warnHours must be less than hours",
+            ));
+        }
+    }
     if let Some(r) = &admin.rollout {
         r.policy(None, "administration.rollout")?;
     }

@@ -506,7 +506,8 @@ impl<'a> Context<'a> {
         })
     }
 
-    /// The install chains of services node `n` gains: a service with staying members is joined.
+    /// The install chains of services node `n` gains: a service that declares JOIN and has
+    /// staying members is joined (and its health checked before its next membership change).
     fn install_chains<'s>(
         &self,
         n: &PlanNode,
@@ -515,11 +516,8 @@ impl<'a> Context<'a> {
         services
             .into_iter()
             .map(|s| {
-                let chain: &[A] = if self.has_staying_members(s, &n.id) {
-                    &JOIN_CHAIN
-                } else {
-                    &INSTALL_CHAIN
-                };
+                let joins = self.defined(s, A::Join) && self.has_staying_members(s, &n.id);
+                let chain: &[A] = if joins { &JOIN_CHAIN } else { &INSTALL_CHAIN };
                 (s.clone(), chain.to_vec())
             })
             .collect()

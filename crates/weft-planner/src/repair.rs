@@ -123,6 +123,12 @@ pub(crate) fn replace(
                     .iter()
                     .any(|o| o.id != node && o.services.contains(s))
             };
+            let declares = |s: &String, a: A| {
+                input
+                    .catalog
+                    .get(s)
+                    .is_some_and(|d| d.provisioner.actions.contains_key(&a))
+            };
             out.push(NodeProgram {
                 node: at,
                 leave: n
@@ -136,11 +142,8 @@ pub(crate) fn replace(
                     .services
                     .iter()
                     .map(|s| {
-                        let chain: &[A] = if shared(s) {
-                            &JOIN_CHAIN
-                        } else {
-                            &INSTALL_CHAIN
-                        };
+                        let joins = shared(s) && declares(s, A::Join);
+                        let chain: &[A] = if joins { &JOIN_CHAIN } else { &INSTALL_CHAIN };
                         (s.clone(), chain.to_vec())
                     })
                     .collect(),

@@ -27,11 +27,12 @@ fn dry_runs_show_the_layout_grouped_and_tables_fit_the_terminal() {
         "plan (dry run): CLUSTER_CREATE\n\
          \x20 3 nodes  small/host  kv-replica, web\n\
          \x20 1 node   small/host  kv-primary, lb\n\
-         36 tasks on 4 nodes, longest chain 11\n"
+         36 tasks on 4 nodes, longest chain 11\n\
+         cost: 0.00 -> 0.04 USD per hour (0.96 per day)\n"
     );
 
     let narrow = dry_run(&u.api, "40", &["--verbose"]);
-    let table: Vec<&str> = narrow.lines().skip(4).collect();
+    let table: Vec<&str> = narrow.lines().skip(5).collect(); // after the summary and cost lines
     assert!(table.len() > 36, "{narrow}");
     for l in &table {
         assert!(l.chars().count() <= 40, "wider than 40: {l}");
