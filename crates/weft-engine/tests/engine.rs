@@ -1543,3 +1543,51 @@ async fn an_idle_cluster_is_flagged_warned_and_stopped_by_its_templates_policy()
         "{r:?}"
     );
 }
+
+#[tokio::test]
+async fn every_operations_dry_run_carries_the_cost_before_and_after() {
+    use weft_engine::jobs::RunMode;
+    use weft_engine::ops;
+    let f = fixture(10).await;
+    priced_catalog(&f).await;
+    let e = &f.engine;
+    let Created::Id(id) = create_cluster(e, &f.who, request("p", 3), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    run_worker(e).await;
+    let dry = RunMode::dry(true);
+    let hours = |p: weft_model::PlanView| {
+        let c = p.cost.expect("an estimate");
+        (c.per_hour_before, c.per_hour_after)
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let shrink = ops::shrink(e, &f.who, &id, Some(1), dry)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(hours(shrink), pair("0.0924", "0.0616"));
+    let add = ops::add_services(e, &f.who, &id, vec!["b".into()], dry)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(hours(add), pair("0.0924", "0.0924"));
+    let restart = ops::service_action(e, &f.who, &id, ops::ServiceAction::Restart, None, None, dry)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(hours(restart), pair("0.0924", "0.0924"));
+    let cid = weft_engine::parse_cluster_id(&id).unwrap();
+    let node = e.store.list_nodes("t-acme", cid).await.unwrap()[0]
+        .id
+        .clone();
+    let (_, replace) = weft_engine::replace::replace_node(e, &f.who, &id, &node, dry)
+        .await
+        .unwrap();
+    assert_eq!(hours(replace), pair("0.0924", "0.0924"));
+    // Dry runs change nothing: the cluster still costs what it did.
+    let row = e.store.get_cluster("t-acme", cid).await.unwrap().unwrap();
+    assert_eq!(row.body["costMicrosPerHour"], 92_400);
+}

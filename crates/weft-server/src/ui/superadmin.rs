@@ -40,7 +40,8 @@ async fn tenants_page(ctx: &Ctx, status: StatusCode, n: Notice, form: Value) -> 
             .iter()
             .find(|t| t["name"].as_str() == Some(name))
             .map(|t| json!({"name": t["name"], "description": t["description"], "workers": t["workers"],
-                            "maxClusters": t["maxClusters"], "maxNodes": t["maxNodes"], "editing": true}))
+                            "maxClusters": t["maxClusters"], "maxNodes": t["maxNodes"],
+                            "maxCostPerHour": t["maxCostPerHour"], "checkInterval": t["checkInterval"], "editing": true}))
             .unwrap_or(Value::Null),
         _ => form,
     };
@@ -70,6 +71,10 @@ struct TenantForm {
     max_clusters: String,
     #[serde(default, rename = "maxNodes")]
     max_nodes: String,
+    #[serde(default, rename = "maxCostPerHour")]
+    max_cost_per_hour: String,
+    #[serde(default, rename = "checkInterval")]
+    check_interval: String,
     #[serde(default)]
     editing: Option<String>,
 }
@@ -80,7 +85,13 @@ async fn save_tenant(ctx: Ctx, Form(f): Form<TenantForm>) -> Page {
     if !f.description.trim().is_empty() {
         spec["description"] = json!(f.description.trim());
     }
-    for (k, v) in [("maxClusters", &f.max_clusters), ("maxNodes", &f.max_nodes)] {
+    let limits = [
+        ("maxClusters", &f.max_clusters),
+        ("maxNodes", &f.max_nodes),
+        ("maxCostPerHour", &f.max_cost_per_hour),
+        ("checkInterval", &f.check_interval),
+    ];
+    for (k, v) in limits {
         if !v.trim().is_empty() {
             spec[k] = json!(v.trim());
         }

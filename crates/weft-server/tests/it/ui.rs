@@ -1266,3 +1266,63 @@ async fn the_create_preview_shows_the_estimate_and_the_costs_page_adds_up_what_a
     let t = r.text();
     assert!(!t.contains("<script>alert(1)"), "{t}");
 }
+
+#[tokio::test]
+async fn the_superadmin_sets_a_tenants_budget_and_an_admin_prices_a_provider_in_the_ui() {
+    let h = Harness::new().await;
+    setup(&h).await;
+    let sa = login(&h, "superadmin", "admin", "").await;
+    let fields = [
+        ("name", T),
+        ("workers", "0"),
+        ("maxCostPerHour", "5.00"),
+        ("editing", "1"),
+    ];
+    let r = form(&h, Some(&sa), "/ui/super/tenants", &fields).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let t = h
+        .get(crate::common::SA, &format!("/v2/tenants/{T}"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(t["maxCostPerHour"], "5.00", "{t}");
+    // Not a decimal: refused, and the field is named.
+    let bad = [
+        ("name", T),
+        ("workers", "0"),
+        ("maxCostPerHour", "five"),
+        ("editing", "1"),
+    ];
+    let r = form(&h, Some(&sa), "/ui/super/tenants", &bad)
+        .await
+        .expect(400);
+    assert!(r.text().contains("maxCostPerHour"), "{}", r.text());
+
+    let admin = login(&h, T, "admin", "").await;
+    let edit = [
+        ("name", "local"),
+        ("providertype", "local"),
+        ("currency", "EUR"),
+        ("priceMultiplier", "0.9"),
+    ];
+    let r = form(&h, Some(&admin), "/ui/admin/providers/local", &edit).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let p = h
+        .get(crate::common::admin(T), "/v2/providers/local")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (p["currency"].as_str(), p["priceMultiplier"].as_str()),
+        (Some("EUR"), Some("0.9"))
+    );
+    let lower = [
+        ("name", "local"),
+        ("providertype", "local"),
+        ("currency", "eur"),
+    ];
+    let r = form(&h, Some(&admin), "/ui/admin/providers/local", &lower)
+        .await
+        .expect(400);
+    assert!(r.text().contains("ISO 4217"), "{}", r.text());
+}
