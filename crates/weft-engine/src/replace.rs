@@ -45,11 +45,7 @@ pub async fn start_replace(
         return Err(EngineError::NodeNotFound(node.to_string()));
     }
     // A machine the latest drift check found missing or stopped cannot run its services' LEAVE.
-    let lost = c
-        .body
-        .drift
-        .as_ref()
-        .is_some_and(|d| d.missing.iter().any(|m| m == node));
+    let lost = found_lost(st, c, node).await?;
     let op = Operation::ReplaceNode {
         node: node.to_string(),
         alive: !lost,
@@ -69,4 +65,42 @@ pub async fn start_replace(
         tracing::info!(cluster_id = c.row.id, node, job_id = %s.plan.id, "node replacement started");
     }
     Ok(s)
+}
+
+/// Whether the cluster's latest drift check found `node`'s machine missing or stopped: as the
+/// janitor recorded it, or read from the check's STATUS task when the check (one asked for
+/// through the API too) ran after the cluster's latest change.
+async fn found_lost(st: &Engine, c: &Loaded, node: &str) -> EngineResult<bool> {
+    let Some(record) = &c.body.drift else {
+        return Ok(false);
+    };
+    if record.missing.iter().any(|m| m == node) {
+        return Ok(true);
+    }
+    let tenant = &c.row.tenant_id;
+    let Some(check) = &record.job_id else {
+        return Ok(false);
+    };
+    let Some(check) = st.store.get_job(tenant, check).await? else {
+        return Ok(false);
+    };
+    let changed = match &c.row.latest_job {
+        Some(j) => st
+            .store
+            .get_job(tenant, j)
+            .await?
+            .map_or(0, |j| j.create_time),
+        None => 0,
+    };
+    if check.create_time < changed {
+        return Ok(false);
+    }
+    let status = weft_model::ProvisionerAction::Status.upper();
+    for t in st.store.list_tasks(tenant, &check.id).await? {
+        if t.node_id == node && t.action == status && t.state == weft_store::TaskState::Complete {
+            let body: crate::body::TaskBody = crate::body::from_body(&t.body)?;
+            return Ok(body.machine.is_some_and(|m| m.state.is_drift()));
+        }
+    }
+    Ok(false)
 }

@@ -397,3 +397,66 @@ async fn quorum_services_refuse_unsafe_plans_and_stop_automatic_replacement_when
         "{c}"
     );
 }
+
+#[tokio::test]
+async fn a_machine_a_check_found_lost_is_replaced_without_its_leave() {
+    let h = Harness::new().await;
+    let tid = setup(&h).await;
+    let a = admin(T);
+    // b (on every node) is a member of a group: join and leave.
+    let mut b = h.get(a, "/v2/services/b").await.expect(200).json();
+    let action =
+        |what: &str| json!({"type": "shell", "fields": {"script": format!("{what}-b.sh")}});
+    b["provisioner"]["actions"]["join"] = action("join");
+    b["provisioner"]["actions"]["leave"] = action("leave");
+    h.put(a, "/v2/services/b", b.to_string()).await.expect(200);
+    let id = create(&h, a, 3).await;
+    drain(&h, &tid, |_| false).await;
+    let plan_of = |node: String| {
+        let (h, id) = (&h, id.clone());
+        async move {
+            let path = format!("/v2/clusters/{id}/nodes/{node}/replace?dryrun=true");
+            let plan = h.post(a, &path, "").await.expect(200).json();
+            let actions: Vec<String> = plan["stages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|s| s.as_array().unwrap().iter())
+                .filter(|t| t["nodeId"] == node.as_str())
+                .map(|t| t["taskName"].as_str().unwrap().to_string())
+                .collect();
+            actions
+        }
+    };
+    // A check asked through the API finds one machine missing.
+    h.post(a, &format!("/v2/clusters/{id}/check"), "")
+        .await
+        .expect(200);
+    let mut lost = None;
+    while let Some(t) = take(&h, &tid, "w1").await {
+        let state = if lost.is_none() {
+            lost = t["nodeId"].as_str().map(String::from);
+            "missing"
+        } else {
+            "running"
+        };
+        finish_status(&h, &tid, &t, 0, json!({"machine": {"state": state}})).await;
+    }
+    let lost = lost.unwrap();
+    let live = h.get(a, &format!("/v2/clusters/{id}")).await.json()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .find(|n| *n != lost)
+        .unwrap();
+    let gone = plan_of(lost).await;
+    assert!(!gone.contains(&"LEAVE".to_string()), "{gone:?}");
+    assert!(gone.contains(&"JOIN".to_string()), "{gone:?}");
+    let alive = plan_of(live).await;
+    assert_eq!(
+        alive.first().map(String::as_str),
+        Some("LEAVE"),
+        "{alive:?}"
+    );
+}
