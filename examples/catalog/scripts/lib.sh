@@ -1,4 +1,4 @@
-# Helpers for the example services, sourced by kv.sh, web.sh and lb.sh.
+# Helpers for the example services, sourced by kv.sh, web.sh, lb.sh, etcd.sh and redis.sh.
 # The shell automator runs each script in the node's directory with WEFT_* variables set.
 set -eu
 
@@ -72,4 +72,34 @@ if avoid and avoid in body:
     print("the answer says %r" % avoid, file=sys.stderr)
     sys.exit(1)
 PY
+}
+
+# apt_install PACKAGE...: installs Debian packages without starting the services they ship (the
+# containers have no init system, and the scripts run the daemons themselves).
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  made=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; made=1
+  fi
+  rc=0
+  apt-get -o DPkg::Lock::Timeout=120 update -qq || rc=$?
+  if [ "$rc" = 0 ]; then
+    apt-get -o DPkg::Lock::Timeout=120 install -y -qq --no-install-recommends "$@" >/dev/null || rc=$?
+  fi
+  if [ -n "$made" ]; then rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" = 0 ] && echo "installed $*"
+  return "$rc"
+}
+
+# wait_for SECONDS WHAT CMD...: polls CMD (quietly) until it succeeds; fails naming WHAT after
+# SECONDS.
+wait_for() {
+  limit=$1; what=$2; shift 2
+  for _ in $(seq $(( limit * 5 ))); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  echo "$what: no answer after ${limit}s" >&2
+  return 1
 }

@@ -18,13 +18,13 @@ use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::ssh::SshTransport;
 use weft_provisioner::task::{Action, Task};
 use weft_provisioner::transport::{CommandSpec, Transport};
-use weft_provisioner::{Agent, Plugins, Provider};
+use weft_provisioner::{Agent, AgentConfig, Plugins, Provider};
 
 use crate::common::{scripts_dir, until, Server};
 
 const IMAGE: &str = "weft-node:bookworm";
 
-fn docker(args: &[&str]) -> Result<String, String> {
+pub(crate) fn docker(args: &[&str]) -> Result<String, String> {
     let out = Command::new("docker")
         .args(args)
         .output()
@@ -41,7 +41,7 @@ fn docker(args: &[&str]) -> Result<String, String> {
 }
 
 /// Docker and the node image are there; `false` (skip) when not, outside CI.
-fn ready() -> bool {
+pub(crate) fn ready() -> bool {
     if !weft_testkit::require("docker") {
         return false;
     }
@@ -56,7 +56,7 @@ fn ready() -> bool {
 
 /// The names of the containers (`kind` "container") or networks ("network") that match every
 /// filter (`label=k=v`, `name=x`).
-fn listed(kind: &str, filters: &[String]) -> Vec<String> {
+pub(crate) fn listed(kind: &str, filters: &[String]) -> Vec<String> {
     let mut args = vec![kind, "ls"];
     if kind == "container" {
         args.push("-a");
@@ -77,17 +77,17 @@ fn listed(kind: &str, filters: &[String]) -> Vec<String> {
 }
 
 /// Containers or networks carrying every label in `labels` (`k=v`).
-fn labelled(kind: &str, labels: &[String]) -> Vec<String> {
+pub(crate) fn labelled(kind: &str, labels: &[String]) -> Vec<String> {
     let filters: Vec<String> = labels.iter().map(|l| format!("label={l}")).collect();
     listed(kind, &filters)
 }
 
 /// Removes what a test left (also when it panicked): the containers and networks matching its
 /// filters.
-struct Cleanup(Vec<String>);
+pub(crate) struct Cleanup(Vec<String>);
 
 impl Cleanup {
-    fn labels(labels: &[String]) -> Cleanup {
+    pub(crate) fn labels(labels: &[String]) -> Cleanup {
         Cleanup(labels.iter().map(|l| format!("label={l}")).collect())
     }
 }
@@ -361,14 +361,20 @@ async fn a_missing_image_fails_for_good_naming_the_fix_and_leaves_nothing() {
 
 // ---- end to end: the example catalog's kv-web-docker through a real server and agent ----
 
-const T: &str = "acme";
+pub(crate) const T: &str = "acme";
 
 async fn agent(s: &Server, id: &str, tenant_id: &str) -> Agent {
+    agent_with(s, tenant_id, s.config(id)).await
+}
+
+/// An agent with the docker provider and the shell automator over the example scripts, started
+/// with `config` (`Server::config`, perhaps changed), serving tenant `tenant_id` with four workers.
+pub(crate) async fn agent_with(s: &Server, tenant_id: &str, config: AgentConfig) -> Agent {
     let data = s.provisioner_data();
     let plugins = Plugins::new()
         .provider(Arc::new(DockerProvider::new(&data)))
         .automator(Arc::new(ShellAutomator::new(vec![scripts_dir()])));
-    let agent = Agent::start(s.config(id), plugins)
+    let agent = Agent::start(config, plugins)
         .await
         .expect("agent starts");
     let r = s
@@ -382,7 +388,7 @@ async fn agent(s: &Server, id: &str, tenant_id: &str) -> Agent {
     agent
 }
 
-async fn cluster(s: &Server, id: &str) -> Value {
+pub(crate) async fn cluster(s: &Server, id: &str) -> Value {
     s.ext(Method::GET, T, &format!("/v2/clusters/{id}"), None)
         .await
         .1
@@ -390,7 +396,7 @@ async fn cluster(s: &Server, id: &str) -> Value {
 
 /// Waits until the cluster's status is `want`, failing at any status in `bad` or after four
 /// minutes (showing the cluster as last seen).
-async fn wait_status(s: &Server, id: &str, want: &str, bad: &[&str]) -> Value {
+pub(crate) async fn wait_status(s: &Server, id: &str, want: &str, bad: &[&str]) -> Value {
     let end = tokio::time::Instant::now() + Duration::from_secs(240);
     loop {
         let c = cluster(s, id).await;
@@ -409,9 +415,9 @@ async fn wait_status(s: &Server, id: &str, want: &str, bad: &[&str]) -> Value {
     }
 }
 
-const FAILED: [&str; 3] = ["incomplete", "inconsistent", "terminated"];
+pub(crate) const FAILED: [&str; 3] = ["incomplete", "inconsistent", "terminated"];
 
-async fn run_job(s: &Server, id: &str, method: Method, path: &str, body: Option<Value>) -> Value {
+pub(crate) async fn run_job(s: &Server, id: &str, method: Method, path: &str, body: Option<Value>) -> Value {
     let (code, answer) = s
         .ext(method, T, &format!("/v2/clusters/{id}/{path}"), body)
         .await;

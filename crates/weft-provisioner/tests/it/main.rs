@@ -27,4 +27,5 @@ mod retry; // no orphans: killed CREATEs retried
 mod rolling; // rolling changes on kv-web (issue 20)
 mod rotation; // credentials read when used (issue 35)
 mod ssh;
+mod stateful; // etcd and Redis clusters that keep their data (issue 41)
 mod sweep;

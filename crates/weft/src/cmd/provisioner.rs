@@ -18,7 +18,7 @@ use weft_provisioner::tenancy::TenantUsers;
 use weft_provisioner::{Agent, AgentConfig, Plugins};
 
 /// The example catalog's scripts, written to `<data dir>/scripts` so the shell automator finds them.
-pub(crate) const EXAMPLE_SCRIPTS: [(&str, &str); 7] = [
+pub(crate) const EXAMPLE_SCRIPTS: [(&str, &str); 9] = [
     (
         "lib.sh",
         include_str!("../../../../examples/catalog/scripts/lib.sh"),
@@ -46,6 +46,14 @@ pub(crate) const EXAMPLE_SCRIPTS: [(&str, &str); 7] = [
     (
         "lb.py",
         include_str!("../../../../examples/catalog/scripts/lb.py"),
+    ),
+    (
+        "etcd.sh",
+        include_str!("../../../../examples/catalog/scripts/etcd.sh"),
+    ),
+    (
+        "redis.sh",
+        include_str!("../../../../examples/catalog/scripts/redis.sh"),
     ),
 ];
 
