@@ -73,6 +73,18 @@ print("%x %x" % (s["header"]["member_id"], s["leader"]))' >"$dir/status" || retu
   [ -n "$to" ] && ectl --endpoints "$client" move-leader "$to" || true
 }
 
+# reconfig CMD...: an etcdctl membership change, tried again while etcd answers "unhealthy
+# cluster" (its strict reconfiguration check counts only the members connected for 5 s, so a
+# member that just joined does not count yet), for up to 20 s.
+reconfig() {
+  local out try
+  for try in $(seq 20); do
+    if out=$("$@" 2>&1); then echo "$out"; return 0; fi
+    if ! grep -q 'unhealthy cluster' <<<"$out" || [ "$try" = 20 ]; then echo "$out" >&2; return 1; fi
+    sleep 1
+  done
+}
+
 # wait_healthy SECONDS: until etcd answers healthy on this node; false after SECONDS.
 wait_healthy() {
   local end=$(( $(date +%s) + $1 ))
@@ -119,10 +131,11 @@ EOF
     # A stale entry (the member this node replaces, or a join that never started) goes first.
     members "$ep" | while read -r id mname mpeer _; do
       if [ "$mname" = "$member" ] || [ "$mpeer" = "$peer" ]; then
-        echo "removing the stale member $id ($mname, $mpeer)"; ectl --endpoints "$ep" member remove "$id"
+        echo "removing the stale member $id ($mname, $mpeer)"
+        reconfig ectl --endpoints "$ep" member remove "$id"
       fi
     done
-    ectl --endpoints "$ep" member add "$member" --peer-urls="$peer" >added
+    reconfig ectl --endpoints "$ep" member add "$member" --peer-urls="$peer" >added
     cat added
     grep '^ETCD_INITIAL_CLUSTER\(_STATE\)\?=' added >cluster.env.new
     grep -q 'STATE="existing"' cluster.env.new || { echo "unexpected answer from member add" >&2; exit 1; }
@@ -141,7 +154,7 @@ EOF
     if [ -z "$id" ]; then echo "$member is no member any more"
     else
       leader_handover
-      ectl --endpoints "$ep" member remove "$id"
+      reconfig ectl --endpoints "$ep" member remove "$id"
     fi
     stop_daemon etcd
     rm -rf data cluster.env ;;

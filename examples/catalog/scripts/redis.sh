@@ -123,8 +123,8 @@ hand_over() {
     [ -n "$ok" ] && settled "$done_" "$p" || ok=""
     for ip in $(others); do
       [ -n "$ok" ] || break
-      [ "$ip" != "$p" ] || continue
       settled "$ip" "$p" || ok=""
+      [ "$ip" != "$p" ] || continue
       if ! rcli "$ip" "$port" INFO replication 2>/dev/null | tr -d '\r' | grep -q "^master_host:$p\$"; then
         # A replica the failover missed (Sentinel learns replicas every 10 s) follows it now.
         rcli "$ip" "$port" REPLICAOF "$p" "$port" >/dev/null && rcli "$ip" "$port" CONFIG REWRITE >/dev/null || true
@@ -146,16 +146,29 @@ settled() {
       END {exit !(ip && f)}'
 }
 
-# forget_down IP PRIMARY: the Sentinel at IP forgets what it knows of, when it knows a replica or a
-# Sentinel that is down (the member a new node replaces), and learns the live ones again; it waits
-# (up to 30 s) for a failover under way to end first.
-forget_down() {
+# agree IP PRIMARY: waits (up to 20 s) until the Sentinel at IP watches PRIMARY with no failover
+# under way; a Sentinel that still watches another node then (one that missed the failover, and
+# cannot hear of it from a primary that is gone) is pointed at PRIMARY.
+agree() {
+  wait_for 20 "the Sentinel at $1 on $2" settled "$1" "$2" && return 0
+  echo "the Sentinel at $1 watches $(sentinel_primary "$1" || echo nothing): pointing it at $2"
+  rcli "$1" "$sport" SENTINEL REMOVE "$master" >/dev/null || true
+  rcli "$1" "$sport" SENTINEL MONITOR "$master" "$2" "$port" "$quorum" >/dev/null
+  rcli "$1" "$sport" SENTINEL SET "$master" down-after-milliseconds "${WEFT_CONFIG_REDIS_DOWN_AFTER_MS:-3000}" \
+    failover-timeout 15000 parallel-syncs 1 >/dev/null
+}
+
+# forget IP PRIMARY [IF_DOWN]: the Sentinel at IP, once it agrees on PRIMARY, forgets the replicas
+# and Sentinels it knows (SENTINEL RESET) and learns the live ones again from PRIMARY; with
+# IF_DOWN, only when it knows one that is down (the member a new node replaces).
+forget() {
   rcli "$1" "$sport" PING >/dev/null 2>&1 || return 0
-  wait_for 30 "the Sentinel at $1 settled on $2" settled "$1" "$2" || return 0
-  if { rcli "$1" "$sport" SENTINEL replicas "$master"; rcli "$1" "$sport" SENTINEL sentinels "$master"; } 2>/dev/null |
-      grep -q 's_down'; then
-    rcli "$1" "$sport" SENTINEL RESET "$master" >/dev/null && echo "the Sentinel at $1 forgot the members that are down"
+  agree "$1" "$2"
+  if [ -n "${3:-}" ] && ! { rcli "$1" "$sport" SENTINEL replicas "$master"
+      rcli "$1" "$sport" SENTINEL sentinels "$master"; } 2>/dev/null | grep -q 's_down'; then
+    return 0
   fi
+  rcli "$1" "$sport" SENTINEL RESET "$master" >/dev/null && echo "the Sentinel at $1 forgot the members that left"
 }
 
 case "$action" in
@@ -187,7 +200,7 @@ EOF
   join)
     p=$(current_primary)
     follow "$p"; write_sentinel_conf "$p"; rm -rf "$dir/data"; mkdir -p "$dir/data"
-    for ip in $(others); do forget_down "$ip" "$p"; done
+    for ip in $(others); do forget "$ip" "$p" if-down; done
     echo "joining as a replica of $p" ;;
   start)
     cd "$dir"
@@ -201,10 +214,9 @@ EOF
   leave)
     cd "$dir"
     if [ "$(role "$WEFT_IP")" = master ]; then hand_over; fi
+    p=$(current_primary)
     stop_daemon sentinel; stop_daemon redis
-    for ip in $(others); do
-      rcli "$ip" "$sport" SENTINEL RESET "$master" >/dev/null 2>&1 && echo "the Sentinel at $ip forgot $WEFT_IP" || true
-    done ;;
+    for ip in $(others); do forget "$ip" "$p"; done ;;
   health)
     [ "$(rcli "$WEFT_IP" "$sport" PING)" = PONG ] || { echo "sentinel does not answer" >&2; exit 1; }
     if in_sync 1; then echo "redis on $WEFT_IP: $(role "$WEFT_IP")"

@@ -374,9 +374,7 @@ pub(crate) async fn agent_with(s: &Server, tenant_id: &str, config: AgentConfig)
     let plugins = Plugins::new()
         .provider(Arc::new(DockerProvider::new(&data)))
         .automator(Arc::new(ShellAutomator::new(vec![scripts_dir()])));
-    let agent = Agent::start(config, plugins)
-        .await
-        .expect("agent starts");
+    let agent = Agent::start(config, plugins).await.expect("agent starts");
     let r = s
         .http
         .put(format!("http://{}/v2/tenants/{tenant_id}", agent.addr()))
@@ -417,7 +415,13 @@ pub(crate) async fn wait_status(s: &Server, id: &str, want: &str, bad: &[&str]) 
 
 pub(crate) const FAILED: [&str; 3] = ["incomplete", "inconsistent", "terminated"];
 
-pub(crate) async fn run_job(s: &Server, id: &str, method: Method, path: &str, body: Option<Value>) -> Value {
+pub(crate) async fn run_job(
+    s: &Server,
+    id: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
     let (code, answer) = s
         .ext(method, T, &format!("/v2/clusters/{id}/{path}"), body)
         .await;
@@ -675,7 +679,7 @@ async fn a_docker_cluster_whose_image_is_missing_fails_with_the_reason_and_leave
 // ---- drift: a container removed behind weft's back, an orphan, and replace-node ----
 
 /// Runs a drift check and waits for its report.
-async fn check(s: &Server, id: &str) -> Value {
+pub(crate) async fn check(s: &Server, id: &str) -> Value {
     let path = format!("/v2/clusters/{id}/check");
     let (code, run) = s.ext(Method::POST, T, &path, None).await;
     assert_eq!(code, 200, "{run}");

@@ -33,7 +33,7 @@ use weft_provisioner::docker::{LABEL_CLUSTER, LABEL_TENANT};
 
 use crate::common::{until, Server};
 use crate::docker::{
-    agent_with, docker, labelled, ready, run_job, wait_status, Cleanup, FAILED, T,
+    agent_with, check, docker, labelled, ready, run_job, wait_status, Cleanup, FAILED, T,
 };
 
 // ---- the cluster under test ----
@@ -129,10 +129,59 @@ async fn latest_plan(s: &Server, id: &str) -> Value {
 /// A rolling restart of `service`, one node at a time behind its health check; returns the plan.
 async fn rolling_restart(s: &Server, id: &str, service: &str) -> Value {
     let body = json!({"rollout": {"canaries": 1, "maxInFlight": 1}});
-    run_job(s, id, Method::POST, &format!("services/{service}/restart"), Some(body)).await;
+    run_job(
+        s,
+        id,
+        Method::POST,
+        &format!("services/{service}/restart"),
+        Some(body),
+    )
+    .await;
     let plan = latest_plan(s, id).await;
     assert_eq!(plan["action"], "RESTART_SERVICES", "{plan}");
     plan
+}
+
+/// Replaces node `node`, whose machine was killed: a drift check finds it lost first (so the
+/// replacement runs no LEAVE on it), then the replacement starts.
+async fn replace_lost(s: &Server, id: &str, node: &str) {
+    let r = check(s, id).await;
+    let lost = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == node)
+        .map(|n| n["machine"].clone());
+    assert_eq!(lost, Some(json!("stopped")), "{r}");
+    // The check's findings count once the janitor has recorded them on the cluster (see
+    // `server`): until then a replacement would run the lost machine's LEAVE.
+    let path = format!("/v2/clusters/{id}/nodes/{node}/replace");
+    let dry = format!("{path}?dryrun=true");
+    until(
+        Duration::from_secs(30),
+        "a replacement without LEAVE",
+        || async {
+            let (code, plan) = s.ext(Method::POST, T, &dry, None).await;
+            assert_eq!(code, 200, "{plan}");
+            (!plan.to_string().contains("\"LEAVE\"")).then_some(())
+        },
+    )
+    .await;
+    let (code, answer) = s.ext(Method::POST, T, &path, None).await;
+    assert_eq!(code, 200, "{answer}");
+}
+
+/// A server whose janitor records a finished drift check within a second (a replacement reads
+/// which machines are lost from the recorded findings; a check asked for through the API is
+/// recorded by the janitor's next round, which runs only with checks on: here once an hour, so
+/// only the test's own checks run).
+async fn server() -> (Server, String) {
+    let settings = weft_server::config::RawConfig {
+        janitor_interval: Some(1),
+        check_interval: Some(3600),
+        ..Default::default()
+    };
+    Server::start_with(T, settings).await
 }
 
 // ---- the client: a new key every 100 ms, written and read back ----
@@ -254,9 +303,9 @@ impl Writer {
         *self.endpoints.lock().unwrap() = ips;
     }
 
-    /// What the client saw since the last call, after at least `min_ok` more writes succeeded
-    /// (waiting for them up to a minute).
-    async fn phase(&self, min_ok: usize) -> Phase {
+    /// What the client saw since the last call (`what`, shown on the test's output), after at
+    /// least `min_ok` more writes succeeded (waiting for them up to a minute).
+    async fn phase(&self, what: &str, min_ok: usize) -> Phase {
         until(Duration::from_secs(60), "writes that succeed", || async {
             let s = self.seen.lock().unwrap();
             (s.phase.ok >= min_ok).then_some(())
@@ -266,7 +315,12 @@ impl Writer {
         if let Some(t0) = s.run_start {
             s.phase.longest_outage = s.phase.longest_outage.max(t0.elapsed());
         }
-        std::mem::take(&mut s.phase)
+        let p = std::mem::take(&mut s.phase);
+        eprintln!(
+            "{what}: {} writes ok, {} failed, at most {} in a row ({:?})",
+            p.ok, p.failed, p.longest_run, p.longest_outage
+        );
+        p
     }
 
     fn acked(&self) -> Vec<String> {
@@ -285,15 +339,22 @@ async fn write_read(kind: Kind, http: &reqwest::Client, ip: &str, key: &str) -> 
     let value = key.rsplit('/').next().unwrap_or_default();
     match kind {
         Kind::Etcd => etcd_write_read(http, ip, key, value).await,
-        Kind::Redis => tokio::time::timeout(Duration::from_secs(3), redis_write_read(ip, key, value))
-            .await
-            .map_err(|_| "timed out".to_string())?,
+        Kind::Redis => {
+            tokio::time::timeout(Duration::from_secs(3), redis_write_read(ip, key, value))
+                .await
+                .map_err(|_| "timed out".to_string())?
+        }
     }
 }
 
 // ---- etcd, through its JSON gateway (keys and values in base64) ----
 
-async fn etcd_call(http: &reqwest::Client, ip: &str, path: &str, body: Value) -> Result<Value, String> {
+async fn etcd_call(
+    http: &reqwest::Client,
+    ip: &str,
+    path: &str,
+    body: Value,
+) -> Result<Value, String> {
     let r = http
         .post(format!("http://{ip}:2379/v3/{path}"))
         .json(&body)
@@ -308,7 +369,12 @@ async fn etcd_call(http: &reqwest::Client, ip: &str, path: &str, body: Value) ->
     Ok(v)
 }
 
-async fn etcd_write_read(http: &reqwest::Client, ip: &str, key: &str, value: &str) -> Result<(), String> {
+async fn etcd_write_read(
+    http: &reqwest::Client,
+    ip: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
     let (k, v) = (B64.encode(key), B64.encode(value));
     etcd_call(http, ip, "kv/put", json!({"key": k, "value": v})).await?;
     let got = etcd_call(http, ip, "kv/range", json!({"key": k})).await?;
@@ -323,7 +389,9 @@ async fn etcd_write_read(http: &reqwest::Client, ip: &str, key: &str, value: &st
 async fn etcd_keys(http: &reqwest::Client, ip: &str) -> BTreeSet<String> {
     let end = format!("{}0", PREFIX.trim_end_matches('/'));
     let body = json!({"key": B64.encode(PREFIX), "range_end": B64.encode(end), "keys_only": true});
-    let got = etcd_call(http, ip, "kv/range", body).await.expect("a range read");
+    let got = etcd_call(http, ip, "kv/range", body)
+        .await
+        .expect("a range read");
     got["kvs"]
         .as_array()
         .map(Vec::as_slice)
@@ -427,13 +495,10 @@ struct Conn(BufReader<TcpStream>);
 
 impl Conn {
     async fn open(ip: &str, port: u16) -> Result<Conn, String> {
-        let c = tokio::time::timeout(
-            Duration::from_millis(300),
-            TcpStream::connect((ip, port)),
-        )
-        .await
-        .map_err(|_| format!("{ip}:{port}: connect timed out"))?
-        .map_err(|e| format!("{ip}:{port}: {e}"))?;
+        let c = tokio::time::timeout(Duration::from_millis(300), TcpStream::connect((ip, port)))
+            .await
+            .map_err(|_| format!("{ip}:{port}: connect timed out"))?
+            .map_err(|e| format!("{ip}:{port}: {e}"))?;
         Ok(Conn(BufReader::new(c)))
     }
 
@@ -452,7 +517,11 @@ impl Conn {
 
     async fn read(&mut self) -> Result<Resp, String> {
         let mut line = String::new();
-        let n = self.0.read_line(&mut line).await.map_err(|e| e.to_string())?;
+        let n = self
+            .0
+            .read_line(&mut line)
+            .await
+            .map_err(|e| e.to_string())?;
         if n == 0 {
             return Err("connection closed".into());
         }
@@ -466,7 +535,10 @@ impl Conn {
             "$" if num()? < 0 => Resp::Bulk(None),
             "$" => {
                 let mut buf = vec![0; usize::try_from(num()?).unwrap() + 2];
-                self.0.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+                self.0
+                    .read_exact(&mut buf)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 buf.truncate(buf.len() - 2);
                 Resp::Bulk(Some(String::from_utf8_lossy(&buf).into_owned()))
             }
@@ -559,7 +631,8 @@ async fn redis_view(members: &[(String, String, String)]) -> (Option<String>, Ve
         return (None, said);
     };
     let mut good = roles.iter().all(|(ip, r)| {
-        ip == primary || (r.len() >= 4 && r[0] == "slave" && r[1] == *primary && r[3] == "connected")
+        ip == primary
+            || (r.len() >= 4 && r[0] == "slave" && r[1] == *primary && r[3] == "connected")
     });
     let want = (n - 1).to_string();
     for (_, _, ip) in members {
@@ -588,6 +661,50 @@ async fn redis_view(members: &[(String, String, String)]) -> (Option<String>, Ve
     (good.then(|| primary.clone()), said)
 }
 
+/// Makes the replica at `to` the primary in place of `primary`, losing no acknowledged write: the
+/// other replicas may not be chosen for the moment, and the primary pauses writes until every
+/// replica has all it wrote and the Sentinel failover is over (as a leaving primary does).
+async fn move_primary(members: &[(String, String, String)], primary: &str, to: &str) {
+    let priority = |p: &'static str| async move {
+        for (_, _, ip) in members.iter().filter(|m| m.2 != to) {
+            let r = redis(ip, 6379, &["CONFIG", "SET", "replica-priority", p]).await;
+            assert_eq!(r, Ok(Resp::Simple("OK".into())), "{ip}");
+        }
+    };
+    priority("0").await;
+    let r = redis(primary, 6379, &["CLIENT", "PAUSE", "20000", "WRITE"]).await;
+    assert_eq!(r, Ok(Resp::Simple("OK".into())));
+    until(
+        Duration::from_secs(10),
+        "the replicas caught up",
+        || async {
+            let info = redis(primary, 6379, &["INFO", "replication"])
+                .await
+                .ok()?
+                .text();
+            let at = info
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("master_repl_offset:"))?
+                .to_string();
+            let replicas: Vec<&str> = info.lines().filter(|l| l.starts_with("slave")).collect();
+            let all = replicas.len() == members.len() - 1
+                && replicas
+                    .iter()
+                    .all(|l| l.contains(&format!("offset={at},")));
+            all.then_some(())
+        },
+    )
+    .await;
+    let r = redis(to, 26379, &["SENTINEL", "FAILOVER", "weft"]).await;
+    assert_eq!(r, Ok(Resp::Simple("OK".into())));
+    until(Duration::from_secs(60), "the new primary", || async {
+        (redis_view(members).await.0.as_deref() == Some(to)).then_some(())
+    })
+    .await;
+    let _ = redis(primary, 6379, &["CLIENT", "UNPAUSE"]).await;
+    priority("100").await;
+}
+
 // ---- the tests ----
 
 /// The longest a write may keep failing while one member at a time restarts: about one leader
@@ -602,7 +719,7 @@ async fn an_etcd_cluster_keeps_its_quorum_and_its_data_while_members_join_restar
         return;
     }
     let t0 = Instant::now();
-    let (s, tenant_id) = Server::start(T).await;
+    let (s, tenant_id) = server().await;
     let agent = stateful_agent(&s, "p-etcd", &tenant_id).await;
     let http = s.http.clone();
 
@@ -612,7 +729,7 @@ async fn an_etcd_cluster_keeps_its_quorum_and_its_data_while_members_join_restar
     let three = members(&c, "etcd");
     etcd_settled(&http, &three).await;
     let writer = Writer::start(Kind::Etcd, ips(&three));
-    let p = writer.phase(20).await;
+    let p = writer.phase("etcd create", 20).await;
     assert_eq!(p.failed, 0, "writes failed on a healthy cluster: {p:?}");
 
     // Expand to 5 (JOIN, one member at a time): five members, all healthy.
@@ -621,7 +738,7 @@ async fn an_etcd_cluster_keeps_its_quorum_and_its_data_while_members_join_restar
     assert_eq!(five.len(), 5, "{c}");
     etcd_settled(&http, &five).await;
     writer.members(ips(&five));
-    let p = writer.phase(10).await;
+    let p = writer.phase("etcd expand", 10).await;
     assert!(p.longest_outage < RESTART_OUTAGE, "expand: {p:?}");
 
     // A rolling restart (quorum rule: one member down at a time, behind the health check): the
@@ -630,7 +747,7 @@ async fn an_etcd_cluster_keeps_its_quorum_and_its_data_while_members_join_restar
     let changed = plan["rollout"]["changedNodes"].as_array().unwrap().len();
     assert_eq!(changed, 5, "every member restarted: {plan}");
     etcd_settled(&http, &five).await;
-    let p = writer.phase(10).await;
+    let p = writer.phase("etcd rolling restart", 10).await;
     assert!(
         p.longest_outage < RESTART_OUTAGE,
         "writes failed for {:?} in a row ({} writes) during the rolling restart: {p:?}",
@@ -644,24 +761,29 @@ async fn an_etcd_cluster_keeps_its_quorum_and_its_data_while_members_join_restar
     assert_eq!(three.len(), 3, "{c}");
     writer.members(ips(&three));
     etcd_settled(&http, &three).await;
-    let p = writer.phase(10).await;
+    let p = writer.phase("etcd shrink", 10).await;
     assert!(p.longest_outage < RESTART_OUTAGE, "shrink: {p:?}");
     let acked = writer.acked();
     let held = etcd_keys(&http, &three[0].2).await;
     let lost: Vec<&String> = acked.iter().filter(|k| !held.contains(*k)).collect();
-    assert!(lost.is_empty(), "{} keys lost at shrink: {lost:?}", lost.len());
+    assert!(
+        lost.is_empty(),
+        "{} keys lost at shrink: {lost:?}",
+        lost.len()
+    );
 
     // Replace a killed member (JOIN on the new machine removes the dead member first): three
     // members again, all healthy, the same names.
     let (victim, victim_host, _) = three[1].clone();
     docker(&["kill", &container(&victim)]).unwrap();
-    let c = run_job(&s, &id, Method::POST, &format!("nodes/{victim}/replace"), None).await;
+    replace_lost(&s, &id, &victim).await;
+    let c = wait_status(&s, &id, "active", &FAILED).await;
     let again = members(&c, "etcd");
     assert_eq!(again.len(), 3, "{c}");
     assert_eq!(again[1].1, victim_host);
     writer.members(ips(&again));
     etcd_settled(&http, &again).await;
-    writer.phase(10).await;
+    writer.phase("etcd replace", 10).await;
 
     let acked = writer.stop().await;
     for (_, _, ip) in &again {
@@ -683,7 +805,7 @@ async fn a_redis_cluster_under_sentinel_keeps_its_data_while_members_join_restar
         return;
     }
     let t0 = Instant::now();
-    let (s, tenant_id) = Server::start(T).await;
+    let (s, tenant_id) = server().await;
     let agent = stateful_agent(&s, "p-redis", &tenant_id).await;
 
     // Create 3: the first node is the primary, the others its replicas, three Sentinels.
@@ -693,7 +815,7 @@ async fn a_redis_cluster_under_sentinel_keeps_its_data_while_members_join_restar
     let primary = redis_settled(&three).await;
     assert_eq!(primary, three[0].2, "the first node is the primary");
     let writer = Writer::start(Kind::Redis, ips(&three));
-    let p = writer.phase(20).await;
+    let p = writer.phase("redis create", 20).await;
     assert_eq!(p.failed, 0, "writes failed on a healthy cluster: {p:?}");
 
     // Expand to 5 (JOIN: replicas of the primary Sentinel names, each with a Sentinel).
@@ -702,36 +824,25 @@ async fn a_redis_cluster_under_sentinel_keeps_its_data_while_members_join_restar
     assert_eq!(five.len(), 5, "{c}");
     assert_eq!(redis_settled(&five).await, primary);
     writer.members(ips(&five));
-    let p = writer.phase(10).await;
+    let p = writer.phase("redis expand", 10).await;
     assert!(p.longest_outage < RESTART_OUTAGE, "expand: {p:?}");
 
     // A rolling restart, one node at a time behind the health check.
     let plan = rolling_restart(&s, &id, "redis").await;
     let changed = plan["rollout"]["changedNodes"].as_array().unwrap().len();
     assert_eq!(changed, 5, "every node restarted: {plan}");
-    redis_settled(&five).await;
-    let p = writer.phase(10).await;
+    let primary = redis_settled(&five).await;
+    let p = writer.phase("redis rolling restart", 10).await;
     assert!(
         p.longest_outage < Duration::from_secs(10),
         "writes failed for {:?} in a row during the rolling restart: {p:?}",
         p.longest_outage
     );
 
-    // The newest node becomes the primary (the others may not be chosen for a moment), so that
-    // the shrink takes the primary away: LEAVE hands over with a Sentinel failover first.
+    // The newest node becomes the primary, so that the shrink takes the primary away: LEAVE
+    // hands over with a Sentinel failover first.
     let newest = five[4].2.clone();
-    for (_, _, ip) in &five[1..4] {
-        redis(ip, 6379, &["CONFIG", "SET", "replica-priority", "0"]).await.unwrap();
-    }
-    let r = redis(&five[1].2, 26379, &["SENTINEL", "FAILOVER", "weft"]).await;
-    assert_eq!(r, Ok(Resp::Simple("OK".into())));
-    until(Duration::from_secs(60), "the newest node the primary", || async {
-        (redis_view(&five).await.0.as_deref() == Some(newest.as_str())).then_some(())
-    })
-    .await;
-    for (_, _, ip) in &five[1..4] {
-        redis(ip, 6379, &["CONFIG", "SET", "replica-priority", "100"]).await.unwrap();
-    }
+    move_primary(&five, &primary, &newest).await;
 
     // Shrink to 3 (LEAVE, newest first): the primary leaves, every key written is readable on
     // every remaining node.
@@ -741,23 +852,24 @@ async fn a_redis_cluster_under_sentinel_keeps_its_data_while_members_join_restar
     writer.members(ips(&three));
     let primary = redis_settled(&three).await;
     assert_ne!(primary, newest);
-    let p = writer.phase(10).await;
+    let p = writer.phase("redis shrink", 10).await;
     assert!(p.longest_outage < Duration::from_secs(10), "shrink: {p:?}");
     let acked = writer.acked();
     for (_, _, ip) in &three {
         let lost = redis_missing(ip, &acked).await;
-        assert!(lost.is_empty(), "{ip} lacks {} keys at shrink: {lost:?}", lost.len());
+        assert!(
+            lost.is_empty(),
+            "{ip} lacks {} keys at shrink: {lost:?}",
+            lost.len()
+        );
     }
 
     // The primary is killed: Sentinel fails over; the node is replaced, and its new machine
     // joins as a replica (the dead member forgotten by every Sentinel).
-    let (victim, victim_host, _) = three
-        .iter()
-        .find(|m| m.2 == primary)
-        .cloned()
-        .unwrap();
+    let (victim, victim_host, _) = three.iter().find(|m| m.2 == primary).cloned().unwrap();
     docker(&["kill", &container(&victim)]).unwrap();
-    let c = run_job(&s, &id, Method::POST, &format!("nodes/{victim}/replace"), None).await;
+    replace_lost(&s, &id, &victim).await;
+    let c = wait_status(&s, &id, "active", &FAILED).await;
     let again = members(&c, "redis");
     assert_eq!(again.len(), 3, "{c}");
     assert!(again.iter().any(|m| m.1 == victim_host));
@@ -765,7 +877,7 @@ async fn a_redis_cluster_under_sentinel_keeps_its_data_while_members_join_restar
     let now = redis_settled(&again).await;
     let replaced = again.iter().find(|m| m.0 == victim).unwrap();
     assert_ne!(now, replaced.2, "the new machine joins as a replica");
-    writer.phase(10).await;
+    writer.phase("redis replace", 10).await;
 
     let acked = writer.stop().await;
     for (_, _, ip) in &again {
