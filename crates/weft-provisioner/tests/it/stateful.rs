@@ -127,7 +127,11 @@ async fn latest_plan(s: &Server, id: &str) -> Value {
 }
 
 /// A rolling restart of `service`, one node at a time behind its health check; returns the plan.
+/// A restart of every node at once is refused first (the service's quorum rule).
 async fn rolling_restart(s: &Server, id: &str, service: &str) -> Value {
+    let path = format!("/v2/clusters/{id}/services/{service}/restart");
+    let (code, answer) = s.ext(Method::POST, T, &path, None).await;
+    assert_eq!(code, 409, "a restart of all at once: {answer}");
     let body = json!({"rollout": {"canaries": 1, "maxInFlight": 1}});
     run_job(
         s,
