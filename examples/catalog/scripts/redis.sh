@@ -102,7 +102,7 @@ in_sync() {
 # hand_over: this primary pauses writes, lets its replicas catch up, and has a Sentinel fail
 # over; returns once every other member follows the new primary (up to 60 s).
 hand_over() {
-  local info off behind done_ ip p ok
+  local info off behind done_ ip p ok n
   rcli "$WEFT_IP" "$port" CLIENT PAUSE 15000 WRITE >/dev/null
   for _ in $(seq 20); do
     info=$(rcli "$WEFT_IP" "$port" INFO replication | tr -d '\r')
@@ -116,14 +116,19 @@ hand_over() {
     if rcli "$ip" "$sport" SENTINEL FAILOVER "$master" | grep -q OK; then done_=$ip; break; fi
   done
   [ -n "$done_" ] || { echo "no Sentinel would fail over" >&2; rcli "$WEFT_IP" "$port" CLIENT UNPAUSE; return 1; }
-  for _ in $(seq 120); do
+  for n in $(seq 120); do
     p=$(sentinel_primary "$done_" || true)
     ok=1
     if [ -z "$p" ] || [ "$p" = "$WEFT_IP" ] || [ "$(role "$p")" != master ]; then ok=""; fi
     [ -n "$ok" ] && settled "$done_" "$p" || ok=""
     for ip in $(others); do
       [ -n "$ok" ] || break
-      settled "$ip" "$p" || ok=""
+      if ! settled "$ip" "$p"; then
+        ok=""
+        # After 20 s, a Sentinel that missed the failover is told.
+        if [ "$n" -gt 40 ]; then repoint "$ip" "$p"; fi
+        break
+      fi
       [ "$ip" != "$p" ] || continue
       if ! rcli "$ip" "$port" INFO replication 2>/dev/null | tr -d '\r' | grep -q "^master_host:$p\$"; then
         # A replica the failover missed (Sentinel learns replicas every 10 s) follows it now.
@@ -150,7 +155,11 @@ settled() {
 # under way; a Sentinel that still watches another node then (one that missed the failover, and
 # cannot hear of it from a primary that is gone) is pointed at PRIMARY.
 agree() {
-  wait_for 20 "the Sentinel at $1 on $2" settled "$1" "$2" && return 0
+  wait_for 20 "the Sentinel at $1 on $2" settled "$1" "$2" || repoint "$1" "$2"
+}
+
+# repoint IP PRIMARY: the Sentinel at IP watches PRIMARY from now on.
+repoint() {
   echo "the Sentinel at $1 watches $(sentinel_primary "$1" || echo nothing): pointing it at $2"
   rcli "$1" "$sport" SENTINEL REMOVE "$master" >/dev/null || true
   rcli "$1" "$sport" SENTINEL MONITOR "$master" "$2" "$port" "$quorum" >/dev/null
