@@ -312,3 +312,21 @@ pub(crate) fn cases(
         ),
     ]
 }
+
+/// Whether task `b` is reachable from task `a` in the plan.
+pub(crate) fn precedes(p: &weft_planner::Plan, a: usize, b: usize) -> bool {
+    use weft_planner::Vertex;
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![Vertex::Task(a)];
+    while let Some(v) = todo.pop() {
+        for e in p.edges.iter().filter(|e| e.from == v) {
+            if e.to == Vertex::Task(b) {
+                return true;
+            }
+            if seen.insert(e.to) {
+                todo.push(e.to);
+            }
+        }
+    }
+    false
+}

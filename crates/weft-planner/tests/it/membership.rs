@@ -1,11 +1,9 @@
 //! Stateful services: JOIN and LEAVE around membership changes, one change at a time, and the
 //! availability rule (quorum, minHealthy) refusing plans that would break it.
 
-use std::collections::BTreeSet;
-
 use serde_json::json;
 use weft_model::{MaxInFlight, ProvisionerAction as A, Service};
-use weft_planner::{plan, Operation, Plan, PlanError, PlanInput, PlanNode, RolloutPlan, Vertex};
+use weft_planner::{plan, Operation, Plan, PlanError, PlanInput, PlanNode, RolloutPlan};
 
 use crate::fixtures::*;
 
@@ -73,23 +71,6 @@ fn has(p: &Plan, node: &str, action: A) -> bool {
     p.tasks
         .iter()
         .any(|t| t.node_id == node && t.action == action && t.service.as_deref() == Some("etcd"))
-}
-
-/// Whether task `b` is reachable from task `a`.
-fn precedes(p: &Plan, a: usize, b: usize) -> bool {
-    let mut seen = BTreeSet::new();
-    let mut todo = vec![Vertex::Task(a)];
-    while let Some(v) = todo.pop() {
-        for e in p.edges.iter().filter(|e| e.from == v) {
-            if e.to == Vertex::Task(b) {
-                return true;
-            }
-            if seen.insert(e.to) {
-                todo.push(e.to);
-            }
-        }
-    }
-    false
 }
 
 #[test]

@@ -53,24 +53,6 @@ fn position(p: &Plan, node: &str, action: A, service: Option<&str>) -> usize {
         .unwrap_or_else(|| panic!("no {action:?} {service:?} on {node}"))
 }
 
-/// Whether task `b` is reachable from task `a` in the plan.
-fn before(p: &Plan, a: usize, b: usize) -> bool {
-    use weft_planner::Vertex;
-    let mut seen = BTreeSet::new();
-    let mut todo = vec![Vertex::Task(a)];
-    while let Some(v) = todo.pop() {
-        for e in p.edges.iter().filter(|e| e.from == v) {
-            if e.to == Vertex::Task(b) {
-                return true;
-            }
-            if seen.insert(e.to) {
-                todo.push(e.to);
-            }
-        }
-    }
-    false
-}
-
 #[test]
 fn a_check_asks_every_machine_then_runs_the_declared_checks() {
     let input = three_checked();
@@ -81,7 +63,7 @@ fn a_check_asks_every_machine_then_runs_the_declared_checks() {
         let status = position(&all, n, A::Status, None);
         for (i, t) in all.tasks.iter().enumerate() {
             if t.node_id == n && t.action == A::Healthcheck {
-                assert!(before(&all, status, i), "{n}: STATUS first");
+                assert!(precedes(&all, status, i), "{n}: STATUS first");
             }
         }
     }
@@ -128,7 +110,7 @@ fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
     ];
     for w in chain.windows(2) {
         assert!(
-            before(&p, w[0], w[1]),
+            precedes(&p, w[0], w[1]),
             "{:?} then {:?}",
             p.tasks[w[0]],
             p.tasks[w[1]]
@@ -141,12 +123,15 @@ fn replacing_a_node_rebuilds_it_and_refreshes_the_others() {
     for n in ["n2", "n3"] {
         let app_conf = position(&p, n, A::Configure, Some("app"));
         let web_conf = position(&p, n, A::Configure, Some("web"));
-        assert!(before(&p, confirm, app_conf) && before(&p, confirm, web_conf));
+        assert!(precedes(&p, confirm, app_conf) && precedes(&p, confirm, web_conf));
         let app_start = position(&p, n, A::Start, Some("app"));
-        assert!(before(&p, db_start, app_start), "{n}: app starts after db");
+        assert!(
+            precedes(&p, db_start, app_start),
+            "{n}: app starts after db"
+        );
         let web_start = position(&p, n, A::Start, Some("web"));
         assert!(
-            before(&p, app_start, web_start),
+            precedes(&p, app_start, web_start),
             "{n}: web starts after app"
         );
         assert!(p

@@ -688,3 +688,18 @@ async fn the_servers_max_cluster_size_bounds_creates_and_expands() {
         assert!(e.to_string().contains("max_cluster_size"), "{e}");
     }
 }
+
+/// Prices the tenant's `small` machines at 0.25 per hour on `local`, in USD.
+pub(crate) async fn price_small_machines(h: &Harness) {
+    let a = admin(T);
+    let mut local = h.get(a, "/v2/providers/local").await.expect(200).json();
+    local["currency"] = json!("USD");
+    h.put(a, "/v2/providers/local", local.to_string())
+        .await
+        .expect(200);
+    let mut small = h.get(a, "/v2/hardwaretypes/small").await.expect(200).json();
+    small["providermap"]["local"]["price"] = json!("0.25");
+    h.put(a, "/v2/hardwaretypes/small", small.to_string())
+        .await
+        .expect(200);
+}

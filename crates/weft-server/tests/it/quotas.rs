@@ -24,21 +24,6 @@ enum Limit {
     Budget,
 }
 
-/// Prices the tenant's `small` machines at 0.25 per hour on `local`, in USD.
-async fn price_small_machines(h: &Harness) {
-    let a = admin(T);
-    let mut local = h.get(a, "/v2/providers/local").await.expect(200).json();
-    local["currency"] = json!("USD");
-    h.put(a, "/v2/providers/local", local.to_string())
-        .await
-        .expect(200);
-    let mut small = h.get(a, "/v2/hardwaretypes/small").await.expect(200).json();
-    small["providermap"]["local"]["price"] = json!("0.25");
-    h.put(a, "/v2/hardwaretypes/small", small.to_string())
-        .await
-        .expect(200);
-}
-
 async fn creates_stop_at_the_quota(url: &str, limit: Limit) {
     let one = Arc::new(Harness::over(url).await);
     let two = Arc::new(Harness::over(url).await);
@@ -49,7 +34,7 @@ async fn creates_stop_at_the_quota(url: &str, limit: Limit) {
             "maxClusters",
         ),
         Limit::Budget => {
-            price_small_machines(&one).await;
+            crate::clusters::price_small_machines(&one).await;
             (
                 json!({"tenant": {"name": T, "workers": 0, "maxCostPerHour": "12.50"}}),
                 "maxCostPerHour (12.50)",

@@ -1207,16 +1207,8 @@ async fn the_create_preview_shows_the_estimate_and_the_costs_page_adds_up_what_a
     setup(&h).await;
     let a = crate::common::admin(T);
     // local in USD, small machines at 0.25 per hour.
-    let mut local = h.get(a, "/v2/providers/local").await.expect(200).json();
-    local["currency"] = json!("USD");
-    h.put(a, "/v2/providers/local", local.to_string())
-        .await
-        .expect(200);
-    let mut small = h.get(a, "/v2/hardwaretypes/small").await.expect(200).json();
-    small["providermap"]["local"]["price"] = json!("0.25");
-    h.put(a, "/v2/hardwaretypes/small", small.to_string())
-        .await
-        .expect(200);
+    crate::clusters::price_small_machines(&h).await;
+    let small = h.get(a, "/v2/hardwaretypes/small").await.expect(200).json();
     // A price that is not a decimal is refused, naming the field.
     let mut bad = small.clone();
     bad["providermap"]["local"]["price"] = json!("<b>free</b>");
