@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use weft_model::cost::{format_micros, CostGroupBy, CostLine, CostPoint, CostReport};
 
 use crate::body::{from_body, ClusterBody};
-use crate::error::{EngineError, EngineResult};
+use crate::error::EngineResult;
 use crate::ids::cluster_id_text;
 use crate::{Caller, Engine};
 
@@ -39,15 +39,16 @@ pub async fn report(
     let now = st.now_ms();
     let to = to.unwrap_or(now);
     if to <= from {
-        return Err(EngineError::Invalid(format!(
-            "to ({to}) must be after from ({from})"
-        )));
+        return Ok(assemble(
+            from,
+            to,
+            group_by,
+            BTreeMap::new(),
+            BTreeMap::new(),
+        ));
     }
-    if (to - from) / DAY_MS > MAX_DAYS {
-        return Err(EngineError::Invalid(format!(
-            "a report covers at most {MAX_DAYS} days"
-        )));
-    }
+    // A series per day for periods up to a year; a longer period gets its lines only.
+    let daily = (to - from) / DAY_MS <= MAX_DAYS;
     let mut lines: BTreeMap<(String, String), (Option<String>, u128)> = BTreeMap::new();
     let mut days: BTreeMap<(i64, String), u128> = BTreeMap::new();
     for (tenant, row) in clusters(st, who, group_by).await? {
@@ -71,7 +72,7 @@ pub async fn report(
                 .or_insert((name.clone(), 0));
             line.1 += total;
             let mut day = from - from.rem_euclid(DAY_MS);
-            while day < to {
+            while daily && day < to {
                 let part = accrued(
                     span.micros_per_hour,
                     span.start,

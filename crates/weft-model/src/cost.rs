@@ -139,6 +139,39 @@ impl CostEstimate {
     }
 }
 
+/// A report's bound as people write it: ms since the epoch, or a UTC date (`2026-11-29`: its
+/// midnight); `field` names it in the error.
+pub fn instant(field: &str, v: &str) -> Result<i64, ModelError> {
+    if let Ok(ms) = v.trim().parse::<i64>() {
+        return Ok(ms);
+    }
+    let bad = || {
+        ModelError::invalid(
+            field,
+            format!("{field} must be YYYY-MM-DD or ms since the epoch, not {v:?}"),
+        )
+    };
+    let parts: Vec<&str> = v.trim().split('-').collect();
+    let [y, m, d] = parts.as_slice() else {
+        return Err(bad());
+    };
+    let (y, m, d): (i64, i64, i64) = (
+        y.parse().map_err(|_| bad())?,
+        m.parse().map_err(|_| bad())?,
+        d.parse().map_err(|_| bad())?,
+    );
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    // Days since the epoch of a civil date (proleptic Gregorian).
+    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Ok((era * 146_097 + doe - 719_468) * 86_400_000)
+}
+
 /// How a cost report groups what it adds up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
@@ -198,7 +231,7 @@ pub struct CostReport {
     pub lines: Vec<CostLine>,
     /// The total per currency.
     pub totals: Vec<CostLine>,
-    /// Per day and currency, in time order (at most 366 days).
+    /// Per day and currency, in time order; empty for a period longer than 366 days.
     pub series: Vec<CostPoint>,
 }
 
@@ -223,6 +256,16 @@ mod tests {
         assert_eq!(format_micros(12_500_000), "12.50");
         assert_eq!(format_micros(0), "0.00");
         assert_eq!(scale(20_800, 800_000), 16_640);
+    }
+
+    #[test]
+    fn dates_are_utc_midnights_and_bad_ones_are_named() {
+        assert_eq!(instant("from", "1970-01-02").unwrap(), 86_400_000);
+        assert_eq!(instant("from", "2026-11-29").unwrap(), 1_795_910_400_000);
+        assert_eq!(instant("from", "12345").unwrap(), 12_345);
+        let e = instant("to", "2026-13-01").unwrap_err();
+        assert!(e.to_string().contains("to must be"), "{e}");
+        assert!(instant("to", "yesterday").is_err());
     }
 
     #[test]

@@ -198,8 +198,9 @@ pub struct Provider {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient::opt_string"
+        deserialize_with = "lenient::opt_nonblank"
     )]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^([A-Z]{3}| *)$"))]
     pub currency: Option<String>,
     /// weft extension: a factor on every price of this provider, as decimal text (`"0.8"`: a 20%
     /// discount); absent: 1.
@@ -207,7 +208,11 @@ pub struct Provider {
         rename = "priceMultiplier",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient::opt_string"
+        deserialize_with = "lenient::opt_nonblank"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = r"^ *([0-9]{1,12}(\.[0-9]{0,6})?|\.[0-9]{1,6})? *$")
     )]
     pub price_multiplier: Option<String>,
 }
@@ -686,6 +691,7 @@ pub struct Membership {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_u64"
     )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub max_concurrent: Option<u64>,
 }
 
@@ -700,6 +706,7 @@ pub struct Availability {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient::opt_u64"
     )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub min_healthy: Option<u64>,
     /// More than half of the service's nodes stay running and healthy.
     #[serde(
@@ -971,7 +978,11 @@ pub struct Administration {
         rename = "maxCostPerHour",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient::opt_string"
+        deserialize_with = "lenient::opt_nonblank"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = r"^ *([0-9]{1,12}(\.[0-9]{0,6})?|\.[0-9]{1,6})? *$")
     )]
     pub max_cost_per_hour: Option<String>,
     /// weft extension: what happens to a cluster of this template that nothing changes for a
@@ -995,6 +1006,10 @@ pub struct Administration {
 pub struct IdlePolicy {
     /// Hours without a change after which the cluster is idle (1 to 8760).
     #[serde(default, deserialize_with = "lenient::u64")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 8760, required = true)
+    )]
     pub hours: u64,
     /// Stop the services of an idle cluster (or delete it, with `deleteMachines`).
     #[serde(
@@ -1004,7 +1019,8 @@ pub struct IdlePolicy {
         deserialize_with = "lenient::bool"
     )]
     pub auto_stop: bool,
-    /// Hours before the stop at which the warning is recorded (less than `hours`; default 1).
+    /// Hours before the stop at which the warning is recorded (default 1; at most `hours` - 1,
+    /// a larger value is read as that).
     #[serde(
         rename = "warnHours",
         default,

@@ -249,6 +249,12 @@ pub fn opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::
     opt_string_inner::<D::Error>(Value::deserialize(d)?)
 }
 
+/// [`opt_text`] (text only: a number is refused), blank (empty or only white space) read as
+/// absent: decimal amounts and codes, which are written as text.
+pub fn opt_nonblank<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(opt_text(d)?.filter(|s| !s.trim().is_empty()))
+}
+
 fn opt_string_inner<E: serde::de::Error>(v: Value) -> Result<Option<String>, E> {
     match v {
         Value::Null => Ok(None),

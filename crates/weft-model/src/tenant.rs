@@ -58,7 +58,11 @@ pub struct TenantSpecification {
         rename = "maxCostPerHour",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient::opt_string"
+        deserialize_with = "lenient::opt_nonblank"
+    )]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = r"^ *([0-9]{1,12}(\.[0-9]{0,6})?|\.[0-9]{1,6})? *$")
     )]
     pub max_cost_per_hour: Option<String>,
 }

@@ -67,7 +67,10 @@ impl Validate for MachineType {
     fn validate(&self) -> Result<(), ModelError> {
         validate_name("name", &self.name)?;
         for (provider, entry) in &self.providermap {
-            if let Some(price) = entry.get(crate::cost::PRICE_KEY) {
+            if let Some(price) = entry
+                .get(crate::cost::PRICE_KEY)
+                .filter(|p| !p.trim().is_empty())
+            {
                 crate::cost::parse_micros(&format!("providermap.{provider}.price"), price)?;
             }
         }
@@ -179,12 +182,6 @@ fn validate_template_parts(
                     "administration.idle.hours must be between 1 and 8760, not {}",
                     i.hours
                 ),
-            ));
-        }
-        if i.warn_hours.is_some_and(|w| w >= i.hours) {
-            return Err(ModelError::invalid(
-                "administration.idle.warnHours",
-                "administration.idle.warnHours must be less than hours",
             ));
         }
     }

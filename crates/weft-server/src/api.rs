@@ -32,6 +32,8 @@ pub enum Body {
     Bytes,
     /// A stream of events: Server-Sent Events, or one JSON object per line (NDJSON).
     Events,
+    /// A JSON object of the named component schema, or the same as CSV text.
+    JsonOrCsv(&'static str),
 }
 
 impl Body {
@@ -42,6 +44,12 @@ impl Body {
                 let (sse, text) = self.content();
                 vec![(sse, text.clone()), ("application/x-ndjson", text)]
             }
+            Body::JsonOrCsv(n) => {
+                let csv = RefOr::T(Schema::Object(
+                    ObjectBuilder::new().schema_type(Type::String).build(),
+                ));
+                vec![Body::Json(n).content(), ("text/csv", csv)]
+            }
             other => vec![other.content()],
         }
     }
@@ -49,7 +57,7 @@ impl Body {
     fn content(self) -> (&'static str, RefOr<Schema>) {
         let reference = |n: &str| RefOr::Ref(Ref::from_schema_name(n));
         match self {
-            Body::Json(n) => ("application/json", reference(n)),
+            Body::Json(n) | Body::JsonOrCsv(n) => ("application/json", reference(n)),
             Body::Array(n) => (
                 "application/json",
                 RefOr::T(Schema::Array(

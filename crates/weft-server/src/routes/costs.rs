@@ -9,7 +9,7 @@ use axum::Json;
 use serde::Deserialize;
 use weft_model::cost::CostGroupBy;
 
-use crate::api::{op, Api, Body};
+use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -24,13 +24,21 @@ pub fn routes(api: Api) -> Api {
             "costs",
             "What clusters accrued over a period, from each priced node's time in its cluster (weft extension): an admin sees the tenant's clusters, a user their own, the superadmin every tenant with groupBy=tenant",
         )
-        .query("from", "start of the period: ms since the epoch or YYYY-MM-DD (UTC); default 30 days before to")
-        .query("to", "end of the period (excluded), as from; default now")
-        .query("groupBy", "cluster (default), template or tenant")
-        .query("format", "json (default) or csv")
-        .ok(200, "the report (CostReport), or CSV with format=csv", Body::Json("CostReport"))
+        .query_as("from", "start of the period, ms since the epoch (default: 30 days before to)", Param::Time)
+        .query_as("to", "end of the period (excluded), ms since the epoch (default: now); a period that ends before it starts is empty", Param::Time)
+        .query_as("groupBy", "cluster (default), template or tenant", Param::OneOf(&["cluster", "template", "tenant"]))
+        .query_as("format", "json (default) or csv", Param::OneOf(&["json", "csv"]))
+        .ok(200, "the report (CostReport), or CSV with format=csv", Body::JsonOrCsv("CostReport"))
         .status(400, "a parameter is wrong (named)"),
     )
+}
+
+/// A time parameter: ms since the epoch, 0 to 2^63 - 1.
+fn ms(field: &str, v: &str) -> ApiResult<i64> {
+    v.parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| ApiError::BadRequest(format!("{field}: ms since the epoch, not {v:?}")))
 }
 
 #[derive(Debug, Deserialize)]
@@ -40,37 +48,6 @@ struct CostQuery {
     #[serde(rename = "groupBy")]
     group_by: Option<String>,
     format: Option<String>,
-}
-
-/// `from`/`to` as ms since the epoch or a UTC date (`2026-11-29`).
-fn instant(field: &str, v: &str) -> ApiResult<i64> {
-    if let Ok(ms) = v.parse::<i64>() {
-        return Ok(ms);
-    }
-    let bad = || {
-        ApiError::BadRequest(format!(
-            "{field} must be ms since the epoch or YYYY-MM-DD, not {v:?}"
-        ))
-    };
-    let parts: Vec<&str> = v.split('-').collect();
-    let [y, m, d] = parts.as_slice() else {
-        return Err(bad());
-    };
-    let (y, m, d): (i64, i64, i64) = (
-        y.parse().map_err(|_| bad())?,
-        m.parse().map_err(|_| bad())?,
-        d.parse().map_err(|_| bad())?,
-    );
-    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return Err(bad());
-    }
-    // Days since the epoch of a civil date (proleptic Gregorian).
-    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * m2 + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Ok((era * 146_097 + doe - 719_468) * 86_400_000)
 }
 
 async fn costs(
@@ -88,9 +65,9 @@ async fn costs(
             )))
         }
     };
-    let to = q.to.as_deref().map(|v| instant("to", v)).transpose()?;
+    let to = q.to.as_deref().map(|v| ms("to", v)).transpose()?;
     let from = match q.from.as_deref() {
-        Some(v) => instant("from", v)?,
+        Some(v) => ms("from", v)?,
         None => to.unwrap_or_else(crate::state::now_ms) - 30 * 86_400_000,
     };
     let report =
@@ -98,27 +75,12 @@ async fn costs(
     match q.format.as_deref() {
         None | Some("json") => Ok(Json(report).into_response()),
         Some("csv") => Ok((
-            [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
+            [(header::CONTENT_TYPE, "text/csv")],
             weft_engine::showback::csv(&report),
         )
             .into_response()),
         Some(other) => Err(ApiError::BadRequest(format!(
             "format must be json or csv, not {other:?}"
         ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::instant;
-
-    #[test]
-    fn dates_are_utc_midnights_and_bad_ones_are_named() {
-        assert_eq!(instant("from", "1970-01-02").unwrap(), 86_400_000);
-        assert_eq!(instant("from", "2026-11-29").unwrap(), 1_795_910_400_000);
-        assert_eq!(instant("from", "12345").unwrap(), 12_345);
-        let e = instant("to", "2026-13-01").unwrap_err();
-        assert!(e.to_string().contains("to must be"), "{e}");
-        assert!(instant("to", "yesterday").is_err());
     }
 }

@@ -32,11 +32,18 @@ struct Filter {
 
 async fn costs(ctx: Ctx, Query(f): Query<Filter>) -> Page {
     let mut q = Vec::new();
-    let given = [("from", &f.from), ("to", &f.to), ("groupBy", &f.group_by)];
-    for (k, v) in given {
-        if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
-            q.push(format!("{k}={}", enc(v)));
+    for (k, v) in [("from", &f.from), ("to", &f.to)] {
+        if let Some(v) = v.as_deref().filter(|v| !v.trim().is_empty()) {
+            match weft_model::cost::instant(k, v) {
+                Ok(ms) => q.push(format!("{k}={ms}")),
+                Err(e) => {
+                    return Err(ctx.error_page(axum::http::StatusCode::BAD_REQUEST, &e.to_string()))
+                }
+            }
         }
+    }
+    if let Some(g) = f.group_by.as_deref().filter(|g| !g.is_empty()) {
+        q.push(format!("groupBy={}", enc(g)));
     }
     let query = q.join("&");
     let report: Value = ctx.get_json(&format!("/v2/costs?{query}")).await?;

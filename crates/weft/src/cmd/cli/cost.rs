@@ -42,8 +42,11 @@ pub(super) fn run(a: Args) -> anyhow::Result<()> {
         csv,
     } = a.cmd;
     let mut params = vec![("groupBy", group_by)];
-    params.extend(from.map(|f| ("from", f)));
-    params.extend(to.map(|t| ("to", t)));
+    for (name, v) in [("from", from), ("to", to)] {
+        if let Some(v) = v {
+            params.push((name, weft_model::cost::instant(name, &v)?.to_string()));
+        }
+    }
     if csv {
         print!("{}", ctx.block(ctx.client.costs_csv(&params))?);
         return Ok(());
