@@ -196,6 +196,15 @@ fn innermost(e: &reqwest::Error) -> String {
     last.to_string()
 }
 
+/// `r` with a 404 (the cloud does not know the thing) as `None`.
+pub fn found<T>(r: Result<T, CloudError>) -> Result<Option<T>, CloudError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.status == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl From<CloudError> for PluginError {
     fn from(e: CloudError) -> PluginError {
         PluginError::new(e.reason, e.to_string()).retryable_if(e.retryable)

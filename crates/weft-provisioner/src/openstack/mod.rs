@@ -150,6 +150,14 @@ pub struct Settings {
     floating_network: Option<String>,
 }
 
+impl Settings {
+    fn nova(&self) -> Nova<'_> {
+        Nova {
+            session: &self.session,
+        }
+    }
+}
+
 /// What CREATE sends: the server, without its name and marks (the task's).
 pub struct Request {
     server: Value,
@@ -301,9 +309,7 @@ impl NovaCloud {
         m: &Machine,
         w: &Waits,
     ) -> Result<(String, String), PluginError> {
-        let nova = Nova {
-            session: &s.session,
-        };
+        let nova = s.nova();
         let found = with_retries(w.calls(), || nova.find_network(network)).await?;
         let network_id = chosen(self.kind, "floating_network", network, found)?;
         let ports = with_retries(w.calls(), || nova.ports(&m.id)).await?;
@@ -431,9 +437,7 @@ impl NovaCloud {
             need("flavor", "hardware type")?,
         );
         let user_data = encoded_user_data(self.kind, s.fields.raw("user_data"))?;
-        let nova = Nova {
-            session: &s.session,
-        };
+        let nova = s.nova();
         let found = with_retries(w.calls(), || nova.find_image(&image)).await?;
         let image_id = chosen(self.kind, "image", &image, found)?;
         let found = with_retries(w.calls(), || nova.find_flavor(&flavor)).await?;
@@ -536,35 +540,22 @@ impl Cloud for NovaCloud {
         req: &Request,
         _w: &Waits,
     ) -> Result<Launched, PluginError> {
-        let id = Nova {
-            session: &s.session,
-        }
-        .create(&req.server)
-        .await?;
+        let id = s.nova().create(&req.server).await?;
         Ok(Launched::Made(id))
     }
 
     async fn find(&self, s: &Settings, task: &Task) -> Result<Vec<Machine>, CloudError> {
-        let nova = Nova {
-            session: &s.session,
-        };
+        let nova = s.nova();
         let found = nova.find(&server_name(task), &task.node_id).await?;
         Ok(found.into_iter().map(machine).collect())
     }
 
     async fn get(&self, s: &Settings, id: &str) -> Result<Option<Machine>, CloudError> {
-        Ok(Nova {
-            session: &s.session,
-        }
-        .show(id)
-        .await?
-        .map(machine))
+        Ok(s.nova().show(id).await?.map(machine))
     }
 
     async fn terminate(&self, s: &Settings, id: &str) -> Result<bool, CloudError> {
-        let nova = Nova {
-            session: &s.session,
-        };
+        let nova = s.nova();
         if s.floating_network.is_some() {
             release_floating_ips(&nova, id).await?;
         }
@@ -590,11 +581,7 @@ impl Cloud for NovaCloud {
     }
 
     async fn marked(&self, s: &Settings) -> Result<Vec<Machine>, CloudError> {
-        let all = Nova {
-            session: &s.session,
-        }
-        .all_servers()
-        .await?;
+        let all = s.nova().all_servers().await?;
         Ok(all
             .into_iter()
             .map(machine)

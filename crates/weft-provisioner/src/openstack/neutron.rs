@@ -3,11 +3,11 @@
 //! Each is one try with a typed answer (the callers retry them where that is safe).
 
 use reqwest::Method;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::nova::{bad_answer, one_named, path_part, Api, Found, Named, Nova};
+use super::nova::{one_named, path_part, read, Api, Found, Named, Nova};
+use crate::cloud::error::found;
 use crate::cloud::CloudError;
 
 /// A port of a server (`GET /v2.0/ports?device_id=`).
@@ -60,23 +60,15 @@ struct Networks {
 }
 
 impl Nova<'_> {
-    /// `GET {path}?{query}` on Neutron, read as `T` (`what` names it in errors).
-    async fn neutron_get<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        query: &[(&str, &str)],
-        what: &str,
-    ) -> Result<T, CloudError> {
-        let a = self
-            .call_on(Api::Network, Method::GET, path, query, None)
-            .await?;
-        serde_json::from_value(a.body).map_err(|e| bad_answer("neutron", what, e))
-    }
-
     /// The ports of the server `server`.
     pub(crate) async fn ports(&self, server: &str) -> Result<Vec<Port>, CloudError> {
         let p: Ports = self
-            .neutron_get("/v2.0/ports", &[("device_id", server)], "ports")
+            .get(
+                Api::Network,
+                "/v2.0/ports",
+                &[("device_id", server)],
+                "ports",
+            )
             .await?;
         Ok(p.ports)
     }
@@ -84,7 +76,12 @@ impl Nova<'_> {
     /// The floating IPs attached to the port `port`.
     pub(crate) async fn floating_ips(&self, port: &str) -> Result<Vec<FloatingIp>, CloudError> {
         let f: FloatingIps = self
-            .neutron_get("/v2.0/floatingips", &[("port_id", port)], "floating IPs")
+            .get(
+                Api::Network,
+                "/v2.0/floatingips",
+                &[("port_id", port)],
+                "floating IPs",
+            )
             .await?;
         Ok(f.floatingips)
     }
@@ -112,22 +109,17 @@ impl Nova<'_> {
                 Some(&json!({ "floatingip": body })),
             )
             .await?;
-        let one: OneFloatingIp =
-            serde_json::from_value(a.body).map_err(|e| bad_answer("neutron", "floating IP", e))?;
+        let one: OneFloatingIp = read(&a, "neutron", "floating IP")?;
         Ok(one.floatingip)
     }
 
     /// Releases the floating IP `id`; false when it was already gone.
     pub(crate) async fn release_floating_ip(&self, id: &str) -> Result<bool, CloudError> {
         let path = format!("/v2.0/floatingips/{}", path_part(id));
-        match self
+        let r = self
             .call_on(Api::Network, Method::DELETE, &path, &[], None)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if e.status == 404 => Ok(false),
-            Err(e) => Err(e),
-        }
+            .await;
+        Ok(found(r)?.is_some())
     }
 
     /// The network `value` names: the one with that id, else the one with exactly that name
@@ -138,7 +130,12 @@ impl Nova<'_> {
             return Ok(Found::One(value.to_string()));
         }
         let n: Networks = self
-            .neutron_get("/v2.0/networks", &[("name", value)], "networks")
+            .get(
+                Api::Network,
+                "/v2.0/networks",
+                &[("name", value)],
+                "networks",
+            )
             .await?;
         Ok(one_named(n.networks, value))
     }

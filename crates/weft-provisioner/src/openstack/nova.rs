@@ -7,12 +7,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::identity::{self, Credentials};
-use crate::cloud::{self, CloudError};
+use crate::cloud::http::{self, Answer};
+use crate::cloud::{self, error::found, CloudError};
 
 /// The token is renewed this long before it expires at most (a quarter of its lifetime for short
 /// tokens).
@@ -23,65 +25,12 @@ const NO_SERVICE: &str = "NoService";
 /// Assumed lifetime of a token whose answer names no expiry.
 const UNKNOWN_LIFETIME: Duration = Duration::from_secs(1800);
 
-/// A JSON answer (a body that is not JSON is kept as a string).
-#[derive(Debug, Clone)]
-pub struct Answer {
-    /// The HTTP status.
-    pub status: u16,
-    /// The body as JSON, or as a JSON string when it is not JSON.
-    pub body: Value,
-    /// The wait the answer's `Retry-After` asks for, if any.
-    pub retry_after: Option<Duration>,
-    /// The `X-Subject-Token` header: the token a Keystone v3 token request answers.
-    pub subject_token: Option<String>,
-}
-
-/// Sends one request and reads its answer; no answer is a retryable error of `api`.
-pub async fn send(api: &'static str, req: reqwest::RequestBuilder) -> Result<Answer, CloudError> {
-    let resp = req
-        .send()
-        .await
-        .map_err(|e| CloudError::sending(api, "no answer", &e))?;
-    let status = resp.status().as_u16();
-    let header = |name: &str| {
-        resp.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let retry_after = cloud::retry_after(header("retry-after").as_deref());
-    let subject_token = header("x-subject-token");
-    let text = resp.text().await.map_err(|e| {
-        CloudError::unreachable(api, format!("reading the answer: {}", without_url(&e)))
-    })?;
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Ok(Answer {
-        status,
-        body,
-        retry_after,
-        subject_token,
-    })
-}
-
-fn without_url(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    if let Some(url) = e.url() {
-        s = s.replace(url.as_str(), "");
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(inner) = source {
-        s.push_str(&format!(": {inner}"));
-        source = inner.source();
-    }
-    s
-}
-
 /// A failed compute call as a [`CloudError`], with Nova's code, message and `Retry-After` (or the
 /// body's `retryAfter`).
 pub fn nova_error(a: &Answer) -> CloudError {
-    let (code, message) = identity::error_parts(&a.body);
-    let body_retry = a
-        .body
+    let body = a.value();
+    let (code, message) = identity::error_parts(&body);
+    let body_retry = body
         .as_object()
         .and_then(|m| m.values().next())
         .and_then(|v| v.get("retryAfter"))
@@ -213,17 +162,15 @@ impl Session {
 
     async fn authenticate(&self) -> Result<Live, CloudError> {
         let api = self.creds.api();
-        let a = send(
-            api,
-            self.http.post(&self.token_url).json(&self.creds.body()),
-        )
-        .await?;
-        if !(200..300).contains(&a.status) {
-            return Err(identity::auth_error(api, a.status, &a.body));
+        let req = self.http.post(&self.token_url).json(&self.creds.body());
+        let a = http::send(api, None, req).await?;
+        let body = a.value();
+        if !a.is_success() {
+            return Err(identity::auth_error(api, a.status, &body));
         }
         let token = match &self.creds {
-            Credentials::ApiKey { .. } => identity::rackspace_token(&a.body),
-            _ => identity::keystone_token(a.subject_token.as_deref(), &a.body),
+            Credentials::ApiKey { .. } => identity::rackspace_token(&body),
+            _ => identity::keystone_token(a.header("x-subject-token"), &body),
         }
         .map_err(|m| CloudError::from_status(api, 502, "BadAnswer", m, None))?;
         let compute = identity::choose_endpoint(
@@ -262,21 +209,9 @@ impl Session {
         })
     }
 
-    /// One compute API request with the current token; a 401 drops the token and tries once more
-    /// with a new one. `path` is relative to the compute endpoint.
-    pub async fn request(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, &str)],
-        body: Option<&Value>,
-    ) -> Result<Answer, CloudError> {
-        self.request_on(Api::Compute, method, path, query, body)
-            .await
-    }
-
-    /// One request to the service `api` of the catalog (see [`Session::request`]).
-    pub(crate) async fn request_on(
+    /// One request to the service `api` of the catalog with the current token; a 401 drops the
+    /// token and tries once more with a new one. `path` is relative to the service's endpoint.
+    pub(crate) async fn request(
         &self,
         api: Api,
         method: Method,
@@ -298,13 +233,13 @@ impl Session {
             if let Some(b) = body {
                 req = req.json(b);
             }
-            self.bucket.acquire().await;
-            let a = send(api_name(api), req).await?;
-            // Over the limit (429; 413 from older Nova): every worker of the account waits.
-            if a.status == 429 || a.status == 413 {
+            let a = http::send(api_name(api), Some(&self.bucket), req).await?;
+            // Over the limit (429, which `send` shares; 413 from older Nova): every worker of
+            // the account waits.
+            if a.status == 413 {
                 self.bucket.throttled();
             }
-            if a.status == StatusCode::UNAUTHORIZED.as_u16() && !refused {
+            if a.status == 401 && !refused {
                 tracing::debug!(
                     api = api_name(api),
                     "the API refused the token; asking for a new one"
@@ -342,11 +277,8 @@ impl Nova<'_> {
         query: &[(&str, &str)],
         body: Option<&Value>,
     ) -> Result<Answer, CloudError> {
-        let a = self
-            .session
-            .request_on(api, method, path, query, body)
-            .await?;
-        if (200..300).contains(&a.status) {
+        let a = self.session.request(api, method, path, query, body).await?;
+        if a.is_success() {
             Ok(a)
         } else {
             let mut e = nova_error(&a);
@@ -355,21 +287,26 @@ impl Nova<'_> {
         }
     }
 
+    /// `GET {path}?{query}` on `api`, read as `T` (`what` names it in errors).
+    pub(super) async fn get<T: DeserializeOwned>(
+        &self,
+        api: Api,
+        path: &str,
+        query: &[(&str, &str)],
+        what: &str,
+    ) -> Result<T, CloudError> {
+        let a = self.call_on(api, Method::GET, path, query, None).await?;
+        read(&a, api_name(api), what)
+    }
+
     /// The servers named exactly `name` whose metadata `weft-node` is `node`, oldest first.
     pub async fn find(&self, name: &str, node: &str) -> Result<Vec<Server>, CloudError> {
         // Nova matches `name` as a regular expression: anchor it and escape what is special.
         let pattern = format!("^{}$", regex_escape(name));
-        let a = self
-            .call_on(
-                Api::Compute,
-                Method::GET,
-                "/servers/detail",
-                &[("name", &pattern)],
-                None,
-            )
+        let query = [("name", pattern.as_str())];
+        let page: ServerPage = self
+            .get(Api::Compute, "/servers/detail", &query, "servers")
             .await?;
-        let page: ServerPage =
-            serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "servers", e))?;
         let mut found: Vec<Server> = page
             .servers
             .into_iter()
@@ -382,104 +319,81 @@ impl Nova<'_> {
 
     /// Asks for a server (one try: a retried POST could make a second one); answers its id.
     pub async fn create(&self, server: &Value) -> Result<String, CloudError> {
+        let body = json!({ "server": server });
         let a = self
-            .session
-            .request(
-                Method::POST,
-                "/servers",
-                &[],
-                Some(&json!({ "server": server })),
-            )
+            .call_on(Api::Compute, Method::POST, "/servers", &[], Some(&body))
             .await?;
-        if !(200..300).contains(&a.status) {
-            return Err(nova_error(&a));
-        }
-        a.body
-            .pointer("/server/id")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| {
-                CloudError::from_status(
-                    "nova",
-                    502,
-                    "BadAnswer",
-                    "server answered without an id",
-                    None,
-                )
-            })
+        let made: OneServer = read(&a, "nova", "server")?;
+        Ok(made.server.id)
     }
 
     /// The server `id`, or `None` when Nova does not know it.
     pub async fn show(&self, id: &str) -> Result<Option<Server>, CloudError> {
         let path = format!("/servers/{}", path_part(id));
-        match self
-            .call_on(Api::Compute, Method::GET, &path, &[], None)
-            .await
-        {
-            Ok(a) => {
-                let one: OneServer =
-                    serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "server", e))?;
-                Ok(Some(one.server))
-            }
-            Err(e) if e.status == 404 => Ok(None),
-            Err(e) => Err(e),
-        }
+        let one: Option<OneServer> = found(self.get(Api::Compute, &path, &[], "server").await)?;
+        Ok(one.map(|o| o.server))
     }
 
     /// Asks Nova to delete the server `id`; false when it was already gone.
     pub async fn delete(&self, id: &str) -> Result<bool, CloudError> {
-        match self
-            .call_on(
-                Api::Compute,
-                Method::DELETE,
-                &format!("/servers/{}", path_part(id)),
-                &[],
-                None,
-            )
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if e.status == 404 => Ok(false),
-            Err(e) => Err(e),
-        }
+        let path = format!("/servers/{}", path_part(id));
+        let r = self
+            .call_on(Api::Compute, Method::DELETE, &path, &[], None)
+            .await;
+        Ok(found(r)?.is_some())
     }
 
     /// Makes sure the key pair `name` holds `public_key` (imports it when missing).
     pub async fn ensure_keypair(&self, name: &str, public_key: &str) -> Result<(), CloudError> {
         let path = format!("/os-keypairs/{}", path_part(name));
-        match self
-            .call_on(Api::Compute, Method::GET, &path, &[], None)
-            .await
-        {
-            Ok(a) => {
-                let held = a
-                    .body
-                    .pointer("/keypair/public_key")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                if same_key(held, public_key) {
-                    return Ok(());
-                }
-                return Err(CloudError::from_status(
-                    "nova",
-                    409,
-                    "KeyPairMismatch",
-                    format!("key pair {name} exists with another public key"),
-                    None,
-                ));
+        let held: Option<Value> = found(self.get(Api::Compute, &path, &[], "key pair").await)?;
+        if let Some(held) = held {
+            let held = held.pointer("/keypair/public_key").and_then(Value::as_str);
+            if same_key(held.unwrap_or_default(), public_key) {
+                return Ok(());
             }
-            Err(e) if e.status == 404 => {}
-            Err(e) => return Err(e),
+            let m = format!("key pair {name} exists with another public key");
+            return Err(CloudError::from_status(
+                "nova",
+                409,
+                "KeyPairMismatch",
+                m,
+                None,
+            ));
         }
         let body = json!({"keypair": {"name": name, "public_key": public_key}});
         match self
             .call_on(Api::Compute, Method::POST, "/os-keypairs", &[], Some(&body))
             .await
         {
-            Ok(_) => Ok(()),
             // Imported meanwhile by another worker.
-            Err(e) if e.status == 409 => Ok(()),
-            Err(e) => Err(e),
+            Err(e) if e.status != 409 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every item of a paged list: the first page with `query`, then each page after the
+    /// previous one's marker (`next` reads it from a page), until a page has none.
+    async fn paged<P: DeserializeOwned, T>(
+        &self,
+        api: Api,
+        path: &str,
+        query: &[(&str, &str)],
+        next: fn(&P) -> Option<String>,
+        items: fn(P) -> Vec<T>,
+    ) -> Result<Vec<T>, CloudError> {
+        let (mut all, mut marker) = (Vec::new(), None::<String>);
+        loop {
+            let mut q = query.to_vec();
+            q.extend(marker.iter().map(|m| ("marker", m.as_str())));
+            let page: P = self.get(api, path, &q, path).await?;
+            let after = next(&page);
+            all.extend(items(page));
+            match after {
+                // A marker that does not move would loop for ever.
+                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
+                _ => return Ok(all),
+            }
         }
     }
 }
@@ -558,8 +472,14 @@ pub(super) fn one_named(listed: Vec<Named>, name: &str) -> Found {
     }
 }
 
-pub(super) fn bad_answer(api: &'static str, what: &str, e: serde_json::Error) -> CloudError {
-    CloudError::from_status(api, 502, "BadAnswer", format!("{what}: {e}"), None)
+/// The body of `a` as `T`; a body that is not one is a retryable error of `api` naming `what`.
+pub(super) fn read<T: DeserializeOwned>(
+    a: &Answer,
+    api: &'static str,
+    what: &str,
+) -> Result<T, CloudError> {
+    serde_json::from_str(&a.text)
+        .map_err(|e| CloudError::from_status(api, 502, "BadAnswer", format!("{what}: {e}"), None))
 }
 
 /// One page of `GET /servers/detail`.
@@ -675,36 +595,15 @@ impl Nova<'_> {
     /// Every server of the project, page by page: the first page without a marker, then each
     /// page after the previous one's `next` marker, until a page has no `next` link.
     pub(crate) async fn all_servers(&self) -> Result<Vec<Server>, CloudError> {
-        let (mut all, mut marker) = (Vec::new(), None::<String>);
-        loop {
-            let query: Vec<(&str, &str)> = match &marker {
-                Some(m) => vec![("marker", m.as_str())],
-                None => Vec::new(),
-            };
-            let a = self
-                .call_on(Api::Compute, Method::GET, "/servers/detail", &query, None)
-                .await?;
-            let page: ServerPage = serde_json::from_value(a.body).map_err(|e| {
-                CloudError::from_status("nova", 502, "BadAnswer", format!("servers: {e}"), None)
-            })?;
-            all.extend(page.servers);
-            match next_marker(&page.servers_links) {
-                // A marker that does not move would loop for ever.
-                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
-                _ => return Ok(all),
-            }
-        }
+        let next = |p: &ServerPage| next_marker(&p.servers_links);
+        self.paged(Api::Compute, "/servers/detail", &[], next, |p| p.servers)
+            .await
     }
-}
 
-impl Nova<'_> {
     /// Whether `GET {path}` finds the resource (404: no; other failures are errors).
     pub(super) async fn exists(&self, api: Api, path: &str) -> Result<bool, CloudError> {
-        match self.call_on(api, Method::GET, path, &[], None).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.status == 404 => Ok(false),
-            Err(e) => Err(e),
-        }
+        let r = self.call_on(api, Method::GET, path, &[], None).await;
+        Ok(found(r)?.is_some())
     }
 
     /// The flavor `value` names: the flavor with that id, else the one with that exact name
@@ -716,20 +615,11 @@ impl Nova<'_> {
         {
             return Ok(Found::One(value.to_string()));
         }
-        let (mut all, mut marker) = (Vec::new(), None::<String>);
-        loop {
-            let query: Vec<(&str, &str)> = marker.iter().map(|m| ("marker", m.as_str())).collect();
-            let a = self
-                .call_on(Api::Compute, Method::GET, "/flavors/detail", &query, None)
-                .await?;
-            let page: FlavorPage =
-                serde_json::from_value(a.body).map_err(|e| bad_answer("nova", "flavors", e))?;
-            all.extend(page.flavors);
-            match next_marker(&page.flavors_links) {
-                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
-                _ => return Ok(one_named(all, value)),
-            }
-        }
+        let next = |p: &FlavorPage| next_marker(&p.flavors_links);
+        let all = self
+            .paged(Api::Compute, "/flavors/detail", &[], next, |p| p.flavors)
+            .await?;
+        Ok(one_named(all, value))
     }
 
     /// The image `value` names in Glance: the image with that id, else the one with that exact
@@ -743,21 +633,13 @@ impl Nova<'_> {
         {
             return Ok(Found::One(value.to_string()));
         }
-        let (mut all, mut marker) = (Vec::new(), None::<String>);
-        loop {
-            let mut query = vec![("name", value)];
-            query.extend(marker.iter().map(|m| ("marker", m.as_str())));
-            let a = self
-                .call_on(Api::Image, Method::GET, "/v2/images", &query, None)
-                .await?;
-            let page: ImagePage =
-                serde_json::from_value(a.body).map_err(|e| bad_answer("glance", "images", e))?;
-            all.extend(page.images);
-            match page.next.as_deref().and_then(marker_of) {
-                Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
-                _ => return Ok(one_named(all, value)),
-            }
-        }
+        let next = |p: &ImagePage| p.next.as_deref().and_then(marker_of);
+        let all = self
+            .paged(Api::Image, "/v2/images", &[("name", value)], next, |p| {
+                p.images
+            })
+            .await?;
+        Ok(one_named(all, value))
     }
 }
 
@@ -798,12 +680,8 @@ mod tests {
 
     #[test]
     fn errors_carry_the_api_code_message_and_retry_after() {
-        let a = Answer {
-            status: 413,
-            body: json!({"overLimit": {"code": 413, "message": "slow down", "retryAfter": "7"}}),
-            retry_after: None,
-            subject_token: None,
-        };
+        let body = json!({"overLimit": {"code": 413, "message": "slow down", "retryAfter": "7"}});
+        let a = Answer::for_tests(413, body.to_string());
         let e = nova_error(&a);
         assert_eq!(e.code, "overLimit");
         assert_eq!(e.message, "slow down");
@@ -817,12 +695,8 @@ mod tests {
             (Some("Unauthorized"), "no")
         );
         assert_eq!(identity::error_parts(&json!("plain text")).1, "plain text");
-        let e = nova_error(&Answer {
-            status: 409,
-            body: json!({"conflictingRequest": {"code": 409, "message": "busy"}}),
-            retry_after: None,
-            subject_token: None,
-        });
+        let body = json!({"conflictingRequest": {"code": 409, "message": "busy"}});
+        let e = nova_error(&Answer::for_tests(409, body.to_string()));
         assert!(!e.retryable);
     }
 
