@@ -21,7 +21,7 @@ use weft_model::FailureReason;
 use super::credentials::Signer;
 use super::sigv4::{self, Credentials, Scope};
 use super::xml::{self, Element};
-use crate::cloud::{retry_after, CloudError};
+use crate::cloud::{http, CloudError};
 
 /// EC2's query API version.
 pub const EC2_VERSION: &str = "2016-11-15";
@@ -232,9 +232,6 @@ impl QueryClient {
         params: &[(String, String)],
     ) -> Result<Element, CloudError> {
         let body = self.body(action, params);
-        if let Some(b) = &self.bucket {
-            b.acquire().await;
-        }
         let mut req = self
             .http
             .post(self.endpoint.clone())
@@ -244,25 +241,13 @@ impl QueryClient {
                 req = req.header(k, v);
             }
         }
-        let resp = req.body(body).send().await.map_err(|e| {
-            CloudError::sending(
-                self.cloud,
-                &format!("{action}: cannot reach {}", self.shown()),
-                &e,
-            )
-        })?;
-        let status = resp.status().as_u16();
-        let after = retry_after(
-            resp.headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok()),
-        );
-        let text = resp.text().await.map_err(|e| {
-            CloudError::unreachable(
-                self.cloud,
-                format!("{action}: reading the answer: {}", e.without_url()),
-            )
-        })?;
+        let a = http::send(self.cloud, self.bucket.as_deref(), req.body(body))
+            .await
+            .map_err(|e| CloudError {
+                message: format!("{action}: {} ({})", e.message, self.shown()),
+                ..e
+            })?;
+        let (status, text, after) = (a.status, a.text, a.retry_after);
         let doc = xml::parse(&text);
         if (200..300).contains(&status) {
             return doc.map_err(|e| {
