@@ -14,6 +14,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cloud::CloudError;
@@ -229,11 +230,67 @@ pub struct Token {
     pub catalog: Vec<Service>,
 }
 
-fn text(v: &Value, key: &str) -> String {
-    v.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
+/// A service of either catalog as answered (absent and null fields read as empty).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawService {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    name: Option<String>,
+    endpoints: Vec<RawEndpoint>,
+}
+
+/// An endpoint as Keystone (`interface`, `region_id`, `url`) or Rackspace (`region`,
+/// `publicURL`, `internalURL`) answers it.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawEndpoint {
+    interface: Option<String>,
+    region_id: Option<String>,
+    region: Option<String>,
+    url: Option<String>,
+    #[serde(rename = "publicURL")]
+    public_url: Option<String>,
+    #[serde(rename = "internalURL")]
+    internal_url: Option<String>,
+}
+
+/// The token part of either answer (`token` of Keystone's, `access.token` of Rackspace's).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawToken {
+    id: Option<String>,
+    catalog: Vec<RawService>,
+    expires_at: Option<String>,
+    issued_at: Option<String>,
+    expires: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct RawAccess {
+    token: RawToken,
+    service_catalog: Vec<RawService>,
+}
+
+/// `body` at `key` as `T` (an absent key is an error naming it).
+fn part<T: serde::de::DeserializeOwned>(body: &Value, key: &str, api: &str) -> Result<T, String> {
+    let v = body
+        .get(key)
+        .ok_or_else(|| format!("{api} answered without {key}"))?;
+    serde_json::from_value(v.clone())
+        .map_err(|e| format!("{api} answered an unreadable {key}: {e}"))
+}
+
+/// A catalog of services, each endpoint read by `endpoints`.
+fn catalog(raw: Vec<RawService>, endpoints: impl Fn(RawEndpoint) -> Vec<Endpoint>) -> Vec<Service> {
+    raw.into_iter()
+        .map(|s| Service {
+            kind: s.kind.unwrap_or_default(),
+            name: s.name.unwrap_or_default(),
+            endpoints: s.endpoints.into_iter().flat_map(&endpoints).collect(),
+        })
+        .collect()
 }
 
 /// Reads a Keystone v3 token answer (`X-Subject-Token` and the body).
@@ -241,97 +298,51 @@ pub fn keystone_token(subject: Option<&str>, body: &Value) -> Result<Token, Stri
     let id = subject
         .filter(|s| !s.is_empty())
         .ok_or("keystone answered without an X-Subject-Token header")?;
-    let token = body.get("token").ok_or("keystone answered without token")?;
-    let catalog = token
-        .get("catalog")
-        .and_then(Value::as_array)
-        .map(|services| {
-            services
-                .iter()
-                .map(|s| Service {
-                    kind: text(s, "type"),
-                    name: text(s, "name"),
-                    endpoints: s
-                        .get("endpoints")
-                        .and_then(Value::as_array)
-                        .map(|eps| {
-                            eps.iter()
-                                .map(|e| Endpoint {
-                                    interface: text(e, "interface"),
-                                    region: Some(text(e, "region_id"))
-                                        .filter(|r| !r.is_empty())
-                                        .unwrap_or_else(|| text(e, "region")),
-                                    url: text(e, "url"),
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let expires = crate::cloud::time::unix_seconds(&text(token, "expires_at"));
-    let issued = crate::cloud::time::unix_seconds(&text(token, "issued_at"));
+    let token: RawToken = part(body, "token", "keystone")?;
+    let unix = |t: Option<String>| crate::cloud::time::unix_seconds(&t.unwrap_or_default());
     Ok(Token {
         id: id.to_string(),
-        lifetime: lifetime(expires, issued),
-        catalog,
+        lifetime: lifetime(unix(token.expires_at), unix(token.issued_at)),
+        catalog: catalog(token.catalog, |e| {
+            vec![Endpoint {
+                interface: e.interface.unwrap_or_default(),
+                region: e
+                    .region_id
+                    .filter(|r| !r.is_empty())
+                    .or(e.region)
+                    .unwrap_or_default(),
+                url: e.url.unwrap_or_default(),
+            }]
+        }),
     })
 }
 
 /// Reads a Rackspace Identity v2.0 token answer.
 pub fn rackspace_token(body: &Value) -> Result<Token, String> {
-    let access = body
-        .get("access")
-        .ok_or("rackspace identity answered without access")?;
-    let token = access.get("token").cloned().unwrap_or_default();
-    let id = text(&token, "id");
-    if id.is_empty() {
-        return Err("rackspace identity answered without access.token.id".into());
-    }
-    let interfaces = [("publicURL", "public"), ("internalURL", "internal")];
-    let catalog = access
-        .get("serviceCatalog")
-        .and_then(Value::as_array)
-        .map(|services| {
-            services
-                .iter()
-                .map(|s| Service {
-                    kind: text(s, "type"),
-                    name: text(s, "name"),
-                    endpoints: s
-                        .get("endpoints")
-                        .and_then(Value::as_array)
-                        .map(|eps| {
-                            eps.iter()
-                                .flat_map(|e| {
-                                    interfaces.iter().filter_map(move |(key, interface)| {
-                                        let url = text(e, key);
-                                        (!url.is_empty()).then(|| Endpoint {
-                                            interface: interface.to_string(),
-                                            region: text(e, "region"),
-                                            url,
-                                        })
-                                    })
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let access: RawAccess = part(body, "access", "rackspace identity")?;
+    let id = access.token.id.filter(|i| !i.is_empty());
+    let id = id.ok_or("rackspace identity answered without access.token.id")?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .ok();
+    let expires = access.token.expires.unwrap_or_default();
     Ok(Token {
         id,
-        lifetime: lifetime(
-            crate::cloud::time::unix_seconds(&text(&token, "expires")),
-            now,
-        ),
-        catalog,
+        lifetime: lifetime(crate::cloud::time::unix_seconds(&expires), now),
+        catalog: catalog(access.service_catalog, |e| {
+            let region = e.region.unwrap_or_default();
+            [("public", e.public_url), ("internal", e.internal_url)]
+                .into_iter()
+                .filter_map(|(interface, url)| {
+                    Some(Endpoint {
+                        interface: interface.to_string(),
+                        region: region.clone(),
+                        url: url.filter(|u| !u.is_empty())?,
+                    })
+                })
+                .collect()
+        }),
     })
 }
 
