@@ -153,10 +153,10 @@ fn parse_size(s: &str) -> Option<i64> {
 }
 
 /// Keeps letters, digits, `_`, `.` and `-` of a name part; the rest becomes `-`.
-fn name_part(s: &str) -> String {
+pub(crate) fn name_part(s: &str) -> String {
     s.chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-' {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
                 c
             } else {
                 '-'
@@ -277,7 +277,6 @@ pub struct DockerProvider {
     /// another one is about to use.
     networks: tokio::sync::Mutex<()>,
     seed: tokio::sync::OnceCell<Vec<u8>>,
-    confirm_limit: Duration,
 }
 
 impl std::fmt::Debug for DockerProvider {
@@ -296,14 +295,7 @@ impl DockerProvider {
             engines: Default::default(),
             networks: Default::default(),
             seed: Default::default(),
-            confirm_limit: CONFIRM_LIMIT,
         }
-    }
-
-    /// How long CONFIRM waits for sshd at most.
-    pub fn with_confirm_limit(mut self, limit: Duration) -> DockerProvider {
-        self.confirm_limit = limit;
-        self
     }
 
     /// The engine of a task's provider (`endpoint`), connected once.
@@ -983,7 +975,7 @@ impl Provider for DockerProvider {
             )));
         }
         let engine = self.engine(task).await?;
-        let limit = self.confirm_limit.min(task.timeout);
+        let limit = CONFIRM_LIMIT.min(task.timeout);
         let start = Instant::now();
         let mut last_err;
         loop {

@@ -43,16 +43,8 @@ pub const CLAIM_FILE: &str = "/var/lib/weft-hostpool/claim";
 pub const WIPE_FIELD: &str = "wipe_command";
 
 /// The `hostpool` provider. Stateless: everything it needs comes with the task.
-#[derive(Debug, Clone)]
-pub struct HostPoolProvider {
-    connect_timeout: Duration,
-}
-
-impl Default for HostPoolProvider {
-    fn default() -> Self {
-        HostPoolProvider::new()
-    }
-}
+#[derive(Debug, Clone, Default)]
+pub struct HostPoolProvider;
 
 /// The host a task's node holds.
 struct Host {
@@ -146,15 +138,7 @@ async fn must(
 impl HostPoolProvider {
     /// A provider that connects to pool hosts with the SSH transport's default time-out.
     pub fn new() -> HostPoolProvider {
-        HostPoolProvider {
-            connect_timeout: CONNECT_TIMEOUT,
-        }
-    }
-
-    /// How long reaching a host may take (default [`CONNECT_TIMEOUT`]).
-    pub fn with_connect_timeout(mut self, t: Duration) -> HostPoolProvider {
-        self.connect_timeout = t;
-        self
+        HostPoolProvider
     }
 
     /// A transport to the host that checks the host key recorded for the node (before one is
@@ -171,7 +155,7 @@ impl HostPoolProvider {
             .cloned();
         let keys = match recorded {
             Some(k) => k,
-            None => scan_host_key(&host.address, host.port, self.connect_timeout)
+            None => scan_host_key(&host.address, host.port, CONNECT_TIMEOUT)
                 .await
                 .map_err(|e| {
                     plugin_error(TransportError {
@@ -182,8 +166,7 @@ impl HostPoolProvider {
                 .to_result(),
         };
         let auth = SshAuth::key_text(&host.key).map_err(plugin_error)?;
-        let mut target = SshTarget::new(host.address.clone(), host.port, host.user.clone(), auth);
-        target.connect_timeout = self.connect_timeout;
+        let target = SshTarget::new(host.address.clone(), host.port, host.user.clone(), auth);
         Ok((SshTransport::new(target.with_host_keys(&keys)), keys))
     }
 

@@ -64,15 +64,3 @@ impl Default for Timing {
         }
     }
 }
-
-impl Timing {
-    /// Short waits for tests against fakes on loopback.
-    pub fn quick() -> Timing {
-        Timing {
-            first: Duration::from_millis(10),
-            max: Duration::from_millis(50),
-            calls: Duration::from_secs(5),
-            wait: Duration::from_secs(20),
-        }
-    }
-}
