@@ -54,32 +54,12 @@ python3 -m venv "$venv"
 echo "installed ansible-core into $venv"
 "#;
 
-/// The `ansible` automator.
-pub struct AnsibleAutomator {
-    base: Base,
-}
-
-impl AnsibleAutomator {
-    /// Playbook bundles named by the `resource` field are looked up as `<dir>/playbooks/<name>` in
-    /// `dirs` (after the tenant's live resources, with [`AnsibleAutomator::with_resources`]).
-    pub fn new(dirs: Vec<PathBuf>) -> AnsibleAutomator {
-        AnsibleAutomator {
-            base: Base::new(NAME, dirs),
-        }
-    }
-
-    /// Looks bundles up first among the tenant's live `playbooks` resources under `root`.
-    pub fn with_resources(mut self, root: PathBuf) -> AnsibleAutomator {
-        self.base.resources = Some(root);
-        self
-    }
-
-    /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
-    pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> AnsibleAutomator {
-        self.base.transports = t;
-        self
-    }
-}
+bundle_automator!(
+    /// The `ansible` automator.
+    AnsibleAutomator,
+    "Playbook bundles named by the `resource` field are looked up as `<dir>/playbooks/<name>` in `dirs` (after the tenant's live resources, with [`AnsibleAutomator::with_resources`]).",
+    "Looks bundles up first among the tenant's live `playbooks` resources under `root`."
+);
 
 /// The exit codes of ansible-playbook: 4 and 5 are the input's fault.
 fn judge(code: i32) -> Verdict {

@@ -95,33 +95,12 @@ done
 echo "neither chef-solo nor cinc-solo is on the node" >&2; exit 127
 "#;
 
-/// The `chef-solo` automator.
-pub struct ChefSoloAutomator {
-    base: Base,
-}
-
-impl ChefSoloAutomator {
-    /// Cookbooks, data bags and roles are looked up as `<dir>/cookbooks/<name>` (and so on) in
-    /// `dirs`, after the tenant's live resources (with [`ChefSoloAutomator::with_resources`]).
-    pub fn new(dirs: Vec<PathBuf>) -> ChefSoloAutomator {
-        ChefSoloAutomator {
-            base: Base::new(NAME, dirs),
-        }
-    }
-
-    /// Looks cookbooks, data bags and roles up first among the tenant's live resources under
-    /// `root`.
-    pub fn with_resources(mut self, root: PathBuf) -> ChefSoloAutomator {
-        self.base.resources = Some(root);
-        self
-    }
-
-    /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
-    pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> ChefSoloAutomator {
-        self.base.transports = t;
-        self
-    }
-}
+bundle_automator!(
+    /// The `chef-solo` automator.
+    ChefSoloAutomator,
+    "Cookbooks, data bags and roles are looked up as `<dir>/cookbooks/<name>` (and so on) in `dirs`, after the tenant's live resources (with [`ChefSoloAutomator::with_resources`]).",
+    "Looks cookbooks, data bags and roles up first among the tenant's live resources under `root`."
+);
 
 /// `recipe[a::b], role[x], c` -> `["recipe[a::b]", "role[x]", "recipe[c]"]`.
 pub fn run_list(text: &str) -> Result<Vec<String>, PluginError> {

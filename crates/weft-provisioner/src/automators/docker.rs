@@ -441,17 +441,7 @@ pub fn container_name(task: &Task) -> Result<String, PluginError> {
         .service_name()
         .filter(|s| !s.is_empty())
         .ok_or_else(|| PluginError::fatal("docker: the task names no service"))?;
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "_.-".contains(c) {
-                    c
-                } else {
-                    '-'
-                }
-            })
-            .collect()
-    };
+    let clean = crate::docker::name_part;
     let mut name = format!("weft-{}", clean(service));
     if !task.node_id.is_empty() {
         name.push('-');

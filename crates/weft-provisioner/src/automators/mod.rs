@@ -18,6 +18,38 @@
 //!   field may shorten it) and bounded output, and turns its exit code into success, a retryable
 //!   failure or a fatal one, with the output attached.
 
+/// An automator that runs its tool on bundles: the struct, `new(dirs)`, `with_resources` and
+/// `with_transports`, each with the doc given.
+macro_rules! bundle_automator {
+    ($(#[$doc:meta])* $name:ident, $new_doc:literal, $resources_doc:literal) => {
+        $(#[$doc])*
+        pub struct $name {
+            base: Base,
+        }
+
+        impl $name {
+            #[doc = $new_doc]
+            pub fn new(dirs: Vec<PathBuf>) -> $name {
+                $name {
+                    base: Base::new(NAME, dirs),
+                }
+            }
+
+            #[doc = $resources_doc]
+            pub fn with_resources(mut self, root: PathBuf) -> $name {
+                self.base.resources = Some(root);
+                self
+            }
+
+            /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
+            pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> $name {
+                self.base.transports = t;
+                self
+            }
+        }
+    };
+}
+
 pub mod ansible;
 pub mod chef;
 pub mod docker;

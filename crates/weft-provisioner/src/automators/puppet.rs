@@ -50,32 +50,12 @@ apt-get install -y -qq --no-install-recommends puppet-agent >/dev/null
 echo "installed puppet-agent with apt"
 "#;
 
-/// The `puppet` automator.
-pub struct PuppetAutomator {
-    base: Base,
-}
-
-impl PuppetAutomator {
-    /// Module bundles named by the `resource` field are looked up as `<dir>/modules/<name>` in
-    /// `dirs` (after the tenant's live resources, with [`PuppetAutomator::with_resources`]).
-    pub fn new(dirs: Vec<PathBuf>) -> PuppetAutomator {
-        PuppetAutomator {
-            base: Base::new(NAME, dirs),
-        }
-    }
-
-    /// Looks bundles up first among the tenant's live `modules` resources under `root`.
-    pub fn with_resources(mut self, root: PathBuf) -> PuppetAutomator {
-        self.base.resources = Some(root);
-        self
-    }
-
-    /// Reaches nodes through `t` instead of [`crate::shell::DefaultTransports`].
-    pub fn with_transports(mut self, t: Arc<dyn TransportFactory>) -> PuppetAutomator {
-        self.base.transports = t;
-        self
-    }
-}
+bundle_automator!(
+    /// The `puppet` automator.
+    PuppetAutomator,
+    "Module bundles named by the `resource` field are looked up as `<dir>/modules/<name>` in `dirs` (after the tenant's live resources, with [`PuppetAutomator::with_resources`]).",
+    "Looks bundles up first among the tenant's live `modules` resources under `root`."
+);
 
 /// `puppet apply --detailed-exitcodes`: 0 and 2 succeed, 1 is a catalog that does not compile.
 fn judge(code: i32) -> Verdict {
