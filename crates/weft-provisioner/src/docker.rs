@@ -48,8 +48,9 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use russh::keys::HashAlg;
 use serde_json::{json, Value};
-use weft_model::{FieldSchema, MachineState, ParamSpec, ParameterType, PluginType, SweptMachine};
+use weft_model::{FieldSchema, MachineState, PluginType, SweptMachine};
 
+use crate::cloud::fields::Fields;
 use crate::plugin::{status_output, Provider};
 use crate::ssh;
 use crate::task::{providerid, PluginError, PluginResult, Task, TaskOutput};
@@ -176,12 +177,9 @@ fn valid_container_name(s: &str) -> bool {
 
 /// The admin field `network_prefix`, or `weft`.
 fn prefix(task: &Task) -> String {
-    task.provider_fields()
-        .get("network_prefix")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(name_part)
+    Fields::of(task)
+        .text("network_prefix")
+        .map(|p| name_part(&p))
         .unwrap_or_else(|| DEFAULT_PREFIX.into())
 }
 
@@ -261,6 +259,18 @@ fn engine_error(what: &str, e: DockerError) -> PluginError {
     }
 }
 
+/// The container `name`, or `None` when the engine does not know it.
+async fn inspect(
+    docker: &Docker,
+    name: &str,
+) -> Result<Option<ContainerInspectResponse>, PluginError> {
+    match docker.inspect_container(name, None).await {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if not_found(&e) => Ok(None),
+        Err(e) => Err(engine_error(&format!("inspecting container {name}"), e)),
+    }
+}
+
 /// One Docker Engine, with the API version agreed and how many CPUs it has.
 #[derive(Clone)]
 struct Engine {
@@ -300,13 +310,7 @@ impl DockerProvider {
 
     /// The engine of a task's provider (`endpoint`), connected once.
     async fn engine(&self, task: &Task) -> Result<Engine, PluginError> {
-        let endpoint = task
-            .provider_fields()
-            .get("endpoint")
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .unwrap_or_default()
-            .to_string();
+        let endpoint = Fields::of(task).text("endpoint").unwrap_or_default();
         let mut engines = self.engines.lock().await;
         if let Some(e) = engines.get(&endpoint) {
             return Ok(e.clone());
@@ -561,10 +565,8 @@ impl DockerProvider {
         stdout: &mut String,
     ) -> Result<Option<String>, PluginError> {
         let name = spec.name.as_str();
-        let c = match docker.inspect_container(name, None).await {
-            Ok(c) => c,
-            Err(e) if not_found(&e) => return Ok(None),
-            Err(e) => return Err(engine_error(&format!("inspecting container {name}"), e)),
+        let Some(c) = inspect(docker, name).await? else {
+            return Ok(None);
         };
         let labels = c
             .config
@@ -716,12 +718,11 @@ fn lost_its_network(e: &PluginError) -> bool {
 
 /// The node's image: the image type's docker image, else the provider's.
 fn image_of(task: &Task) -> Result<String, PluginError> {
-    let fields = task.provider_fields();
-    task.config_str("image")
-        .or_else(|| fields.get("image").and_then(Value::as_str))
-        .map(str::trim)
+    let config = task.config_str("image").map(str::trim);
+    config
         .filter(|i| !i.is_empty())
         .map(str::to_string)
+        .or_else(|| Fields::of(task).text("image"))
         .ok_or_else(|| {
             PluginError::fatal(
                 "no image: give the image type a docker image (providermap image) or the \
@@ -848,71 +849,47 @@ fn container_ip(c: &ContainerInspectResponse) -> Option<String> {
 #[async_trait]
 impl Provider for DockerProvider {
     fn plugin_type(&self) -> PluginType {
-        let text = |label: &str, tip: &str| FieldSchema {
-            label: label.into(),
-            field_type: "text".into(),
-            tip: Some(tip.into()),
-            ..Default::default()
+        let text = crate::descriptor::field;
+        let seed = FieldSchema {
+            field_type: "password".into(),
+            sensitive: true,
+            ..text(
+                "SSH key seed",
+                "a long random secret from which each cluster's SSH key is derived; \
+                 the same on every provisioner (default: a seed of each provisioner's own)",
+            )
         };
-        let admin = ParamSpec {
-            fields: [
-                (
-                    "endpoint".to_string(),
-                    text(
-                        "Docker Engine",
-                        "unix:///var/run/docker.sock, tcp://host:2375 or http://...; \
-                         default: DOCKER_HOST, else the local socket",
-                    ),
+        let fields = [
+            (
+                "endpoint",
+                text(
+                    "Docker Engine",
+                    "unix:///var/run/docker.sock, tcp://host:2375 or http://...; \
+                     default: DOCKER_HOST, else the local socket",
                 ),
-                (
-                    "network_prefix".to_string(),
-                    text(
-                        "Name prefix",
-                        "prefix of container and network names (default weft)",
-                    ),
-                ),
-                (
-                    "image".to_string(),
-                    text(
-                        "Default image",
-                        "the image when the image type names none for this provider",
-                    ),
-                ),
-                (
-                    "sshkeyseed".to_string(),
-                    FieldSchema {
-                        label: "SSH key seed".into(),
-                        field_type: "password".into(),
-                        tip: Some(
-                            "a long random secret from which each cluster's SSH key is derived; \
-                             the same on every provisioner (default: a seed of each provisioner's own)"
-                                .into(),
-                        ),
-                        sensitive: true,
-                        ..Default::default()
-                    },
-                ),
-            ]
-            .into(),
-            required: Vec::new(),
-        };
-        PluginType {
-            name: NAME.into(),
-            label: Some("Docker".into()),
-            description: Some(
-                "nodes are containers on a Docker Engine, one bridge network per cluster, reached over SSH"
-                    .into(),
             ),
-            icon: None,
-            version: 1,
-            classname: None,
-            parameters: [
-                (ParameterType::Admin, admin),
-                (ParameterType::User, ParamSpec::default()),
-            ]
-            .into(),
-            resource_types: Default::default(),
-        }
+            (
+                "network_prefix",
+                text(
+                    "Name prefix",
+                    "prefix of container and network names (default weft)",
+                ),
+            ),
+            (
+                "image",
+                text(
+                    "Default image",
+                    "the image when the image type names none for this provider",
+                ),
+            ),
+            ("sshkeyseed", seed),
+        ];
+        crate::descriptor::provider_type(
+            NAME,
+            "Docker",
+            "nodes are containers on a Docker Engine, one bridge network per cluster, reached over SSH",
+            &fields,
+        )
     }
 
     async fn create(&self, task: &Task) -> PluginResult {
@@ -979,15 +956,9 @@ impl Provider for DockerProvider {
         let start = Instant::now();
         let mut last_err;
         loop {
-            let c = match engine.docker.inspect_container(&name, None).await {
-                Ok(c) => c,
-                Err(e) if not_found(&e) => {
-                    return Err(PluginError::not_found(format!(
-                        "container {name} does not exist"
-                    )))
-                }
-                Err(e) => return Err(engine_error(&format!("inspecting container {name}"), e)),
-            };
+            let c = inspect(&engine.docker, &name).await?.ok_or_else(|| {
+                PluginError::not_found(format!("container {name} does not exist"))
+            })?;
             let state = c.state.clone().unwrap_or_default();
             if !state.running.unwrap_or(false) {
                 return Err(PluginError::fatal(format!(
@@ -1051,15 +1022,9 @@ impl Provider for DockerProvider {
             ));
         }
         let engine = self.engine(task).await?;
-        let c = match engine.docker.inspect_container(&name, None).await {
-            Ok(c) => c,
-            Err(e) if not_found(&e) => {
-                return Ok(status_output(
-                    MachineState::Missing,
-                    Some(format!("container {name} does not exist")),
-                ))
-            }
-            Err(e) => return Err(engine_error(&format!("inspecting container {name}"), e)),
+        let Some(c) = inspect(&engine.docker, &name).await? else {
+            let missing = format!("container {name} does not exist");
+            return Ok(status_output(MachineState::Missing, Some(missing)));
         };
         let state = c.state.unwrap_or_default();
         let status = state.status.map(|s| s.to_string()).unwrap_or_default();

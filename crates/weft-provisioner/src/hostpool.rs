@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
-use weft_model::{FieldSchema, ParamSpec, ParameterType, PluginType};
+use weft_model::PluginType;
 
 use crate::plugin::Provider;
 use crate::ssh::{
@@ -195,38 +195,16 @@ fn node_id(task: &Task) -> Result<&str, PluginError> {
 #[async_trait]
 impl Provider for HostPoolProvider {
     fn plugin_type(&self) -> PluginType {
-        let wipe = FieldSchema {
-            label: "Wipe command".into(),
-            field_type: "text".into(),
-            tip: Some(
-                "a shell line run as root on a host when its node is deleted, before the host goes back to the pool (e.g. rm -rf /var/lib/weft /opt/app)"
-                    .into(),
-            ),
-            ..Default::default()
-        };
-        PluginType {
-            name: NAME.into(),
-            label: Some("Host pool".into()),
-            description: Some(
-                "machines that already exist, lent from the provider's pool of hosts (see /v2/providers/{name}/hosts)"
-                    .into(),
-            ),
-            icon: None,
-            version: 1,
-            classname: None,
-            parameters: [
-                (
-                    ParameterType::Admin,
-                    ParamSpec {
-                        fields: BTreeMap::from([(WIPE_FIELD.to_string(), wipe)]),
-                        required: Vec::new(),
-                    },
-                ),
-                (ParameterType::User, ParamSpec::default()),
-            ]
-            .into(),
-            resource_types: Default::default(),
-        }
+        let wipe = crate::descriptor::field(
+            "Wipe command",
+            "a shell line run as root on a host when its node is deleted, before the host goes back to the pool (e.g. rm -rf /var/lib/weft /opt/app)",
+        );
+        crate::descriptor::provider_type(
+            NAME,
+            "Host pool",
+            "machines that already exist, lent from the provider's pool of hosts (see /v2/providers/{name}/hosts)",
+            &[(WIPE_FIELD, wipe)],
+        )
     }
 
     async fn create(&self, task: &Task) -> PluginResult {
@@ -340,13 +318,7 @@ impl Provider for HostPoolProvider {
             }
             Some(_) => {}
         }
-        let wipe = task
-            .provider_fields()
-            .get(WIPE_FIELD)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|w| !w.is_empty())
-            .map(str::to_string);
+        let wipe = crate::cloud::fields::Fields::of(task).text(WIPE_FIELD);
         let mut output = TaskOutput::default();
         if let Some(line) = wipe {
             let mut spec = sh(&line, task.timeout);

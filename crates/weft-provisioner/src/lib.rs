@@ -38,6 +38,7 @@ pub mod automators;
 pub mod aws;
 pub mod cloud;
 pub mod contract;
+mod descriptor;
 pub mod docker;
 pub mod google;
 pub mod health;

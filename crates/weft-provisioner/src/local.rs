@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
-use weft_model::{ParamSpec, PluginType};
+use weft_model::PluginType;
 
 use weft_model::MachineState;
 
@@ -408,23 +408,12 @@ fn lock_registry(dir: &Path) -> Result<std::fs::File, PluginError> {
 #[async_trait]
 impl Provider for LocalProvider {
     fn plugin_type(&self) -> PluginType {
-        PluginType {
-            name: NAME.into(),
-            label: Some("Local".into()),
-            description: Some(
-                "nodes on the provisioner's machine: a directory and a loopback address each"
-                    .into(),
-            ),
-            icon: None,
-            version: 1,
-            classname: None,
-            parameters: [
-                (weft_model::ParameterType::Admin, ParamSpec::default()),
-                (weft_model::ParameterType::User, ParamSpec::default()),
-            ]
-            .into(),
-            resource_types: Default::default(),
-        }
+        crate::descriptor::provider_type(
+            NAME,
+            "Local",
+            "nodes on the provisioner's machine: a directory and a loopback address each",
+            &[],
+        )
     }
 
     async fn create(&self, task: &Task) -> PluginResult {

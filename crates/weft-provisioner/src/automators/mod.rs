@@ -62,14 +62,12 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use weft_model::{
-    FieldSchema, ParamSpec, ParameterType, PluginType, ResourceFormat, ResourceTypeSpec,
-};
 
 use crate::shell::{DefaultTransports, TransportFactory};
 use crate::task::{PluginError, PluginResult, Task, TaskOutput};
 use crate::transport::{CommandSpec, Transport, TransportError};
 
+pub(crate) use crate::descriptor::{field, plugin_type};
 pub use ansible::AnsibleAutomator;
 pub use chef::ChefSoloAutomator;
 pub use docker::DockerAutomator;
@@ -422,59 +420,6 @@ pub(crate) fn script(text: &str, args: &[&str], path: &str, timeout: Duration) -
         .insert("PATH".into(), format!("{path}:{SYSTEM_PATH}"));
     cmd.timeout = timeout;
     cmd
-}
-
-/// A declared text field.
-pub(crate) fn field(label: &str, tip: &str) -> FieldSchema {
-    FieldSchema {
-        label: label.into(),
-        field_type: "text".into(),
-        tip: Some(tip.into()),
-        ..Default::default()
-    }
-}
-
-/// A plugin type whose fields are admin fields (set on the service action).
-pub(crate) fn plugin_type(
-    name: &str,
-    label: &str,
-    description: &str,
-    fields: &[(&str, FieldSchema)],
-    required: &[&[&str]],
-    resources: &[(&str, ResourceFormat)],
-) -> PluginType {
-    let admin = ParamSpec {
-        fields: fields
-            .iter()
-            .map(|(k, f)| (k.to_string(), f.clone()))
-            .collect(),
-        required: required
-            .iter()
-            .map(|set| set.iter().map(|s| s.to_string()).collect())
-            .collect(),
-    };
-    PluginType {
-        name: name.into(),
-        label: Some(label.into()),
-        description: Some(description.into()),
-        icon: None,
-        version: 1,
-        classname: None,
-        parameters: [(ParameterType::Admin, admin)].into(),
-        resource_types: resources
-            .iter()
-            .map(|(k, format)| {
-                let permissions = matches!(format, ResourceFormat::File).then(|| "0644".into());
-                (
-                    k.to_string(),
-                    ResourceTypeSpec {
-                        format: *format,
-                        permissions,
-                    },
-                )
-            })
-            .collect(),
-    }
 }
 
 /// The first required set that `fields` covers (non-empty values), or a fatal error naming the

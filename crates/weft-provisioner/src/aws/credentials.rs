@@ -57,25 +57,15 @@ const IMDS_TOKEN_TTL: &str = "300";
 const IMDS_TOKEN_PATH: &str = "/latest/api/token";
 const IMDS_ROLES_PATH: &str = "/latest/meta-data/iam/security-credentials/";
 
-/// Where the base credentials come from (field `credential_source`).
-#[derive(Clone)]
+/// Where the base credentials come from (field `credential_source`); `Debug` hides the secrets
+/// as [`Credentials`]' own does.
+#[derive(Clone, Debug)]
 pub enum CredentialSource {
     /// Keys from the provider's fields (`keys`, the default).
     Keys(Credentials),
     /// The provisioner host's instance profile (`instance_profile`), from the metadata service
     /// at this base URL.
     InstanceProfile(String),
-}
-
-impl std::fmt::Debug for CredentialSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CredentialSource::Keys(c) => f.debug_tuple("Keys").field(c).finish(),
-            CredentialSource::InstanceProfile(u) => {
-                f.debug_tuple("InstanceProfile").field(u).finish()
-            }
-        }
-    }
 }
 
 /// A role the base credentials assume (field `role_arn` and its companions).
