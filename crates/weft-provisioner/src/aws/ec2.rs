@@ -207,6 +207,15 @@ fn name_the_image(e: CloudError, ami: &str) -> CloudError {
     }
 }
 
+/// `r`'s value, or `None` when it failed with the error code `code`.
+fn unless_code<T>(r: Result<T, CloudError>, code: &str) -> Result<Option<T>, CloudError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.code == code => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 fn p(k: impl Into<String>, v: impl Into<String>) -> (String, String) {
     (k.into(), v.into())
 }
@@ -235,23 +244,10 @@ impl Ec2 {
         tags: &[(String, String)],
         states: &[&str],
     ) -> Result<Vec<Instance>, CloudError> {
-        let mut params = Vec::new();
-        let mut n = 0;
-        for (k, v) in tags {
-            n += 1;
-            params.push(p(format!("Filter.{n}.Name"), format!("tag:{k}")));
-            params.push(p(format!("Filter.{n}.Value.1"), v.clone()));
-        }
-        if !states.is_empty() {
-            n += 1;
-            params.push(p(format!("Filter.{n}.Name"), "instance-state-name"));
-            for (i, s) in states.iter().enumerate() {
-                params.push(p(format!("Filter.{n}.Value.{}", i + 1), *s));
-            }
-        }
-        let mut all = self.describe_pages(params).await?;
-        all.sort_by(|a, b| (&a.launch_time, &a.id).cmp(&(&b.launch_time, &b.id)));
-        Ok(all)
+        let filters = tags
+            .iter()
+            .map(|(k, v)| (format!("tag:{k}"), vec![v.as_str()]));
+        self.instances_filtered(filters.collect(), states).await
     }
 
     /// The instances carrying a tag `key` (any value), in `states`, oldest first.
@@ -260,11 +256,25 @@ impl Ec2 {
         key: &str,
         states: &[&str],
     ) -> Result<Vec<Instance>, CloudError> {
-        let mut params = vec![p("Filter.1.Name", "tag-key"), p("Filter.1.Value.1", key)];
+        let filters = vec![("tag-key".to_string(), vec![key])];
+        self.instances_filtered(filters, states).await
+    }
+
+    /// The instances matching every filter (its name and values) and in `states` (all when
+    /// empty), oldest first.
+    async fn instances_filtered(
+        &self,
+        mut filters: Vec<(String, Vec<&str>)>,
+        states: &[&str],
+    ) -> Result<Vec<Instance>, CloudError> {
         if !states.is_empty() {
-            params.push(p("Filter.2.Name", "instance-state-name"));
-            for (i, s) in states.iter().enumerate() {
-                params.push(p(format!("Filter.2.Value.{}", i + 1), *s));
+            filters.push(("instance-state-name".into(), states.to_vec()));
+        }
+        let mut params = Vec::new();
+        for (n, (name, values)) in filters.iter().enumerate() {
+            params.push(p(format!("Filter.{}.Name", n + 1), name.as_str()));
+            for (i, v) in values.iter().enumerate() {
+                params.push(p(format!("Filter.{}.Value.{}", n + 1, i + 1), *v));
             }
         }
         let mut all = self.describe_pages(params).await?;
@@ -295,11 +305,9 @@ impl Ec2 {
 
     /// One instance by id; `None` when EC2 does not know it.
     pub async fn instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
-        match self.describe_pages(vec![p("InstanceId.1", id)]).await {
-            Ok(found) => Ok(found.into_iter().find(|i| i.id == id)),
-            Err(e) if e.code == INSTANCE_NOT_FOUND => Ok(None),
-            Err(e) => Err(e),
-        }
+        let found = self.describe_pages(vec![p("InstanceId.1", id)]).await;
+        let found = unless_code(found, INSTANCE_NOT_FOUND)?.unwrap_or_default();
+        Ok(found.into_iter().find(|i| i.id == id))
     }
 
     /// Launches one instance (called once: the caller looks for it by tag before another try).
@@ -322,11 +330,9 @@ impl Ec2 {
 
     /// One AMI by id; `None` when EC2 does not know it (`InvalidAMIID.NotFound`, or an empty set).
     pub async fn image(&self, id: &str) -> Result<Option<Image>, CloudError> {
-        match self.call("DescribeImages", &[p("ImageId.1", id)]).await {
-            Ok(root) => Ok(images_in(&root).into_iter().find(|i| i.id == id)),
-            Err(e) if e.code == AMI_NOT_FOUND => Ok(None),
-            Err(e) => Err(e),
-        }
+        let root = self.call("DescribeImages", &[p("ImageId.1", id)]).await;
+        let found = unless_code(root, AMI_NOT_FOUND)?.map(|r| images_in(&r));
+        Ok(found.unwrap_or_default().into_iter().find(|i| i.id == id))
     }
 
     /// The most recent AMI (by `CreationDate`) of `owner` (an account id, `self`, `amazon`,
@@ -346,14 +352,10 @@ impl Ec2 {
 
     /// Terminates one instance; answers false when EC2 does not know it.
     pub async fn terminate(&self, id: &str) -> Result<bool, CloudError> {
-        match self
+        let r = self
             .call("TerminateInstances", &[p("InstanceId.1", id)])
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if e.code == INSTANCE_NOT_FOUND => Ok(false),
-            Err(e) => Err(e),
-        }
+            .await;
+        Ok(unless_code(r, INSTANCE_NOT_FOUND)?.is_some())
     }
 
     /// Imports a public key as a key pair; one already there under the name is kept.
@@ -364,26 +366,15 @@ impl Ec2 {
     ) -> Result<bool, CloudError> {
         use base64::Engine as _;
         let material = base64::engine::general_purpose::STANDARD.encode(public_openssh);
-        match self
-            .call(
-                "ImportKeyPair",
-                &[p("KeyName", name), p("PublicKeyMaterial", material)],
-            )
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if e.code == "InvalidKeyPair.Duplicate" => Ok(false),
-            Err(e) => Err(e),
-        }
+        let params = [p("KeyName", name), p("PublicKeyMaterial", material)];
+        let r = self.call("ImportKeyPair", &params).await;
+        Ok(unless_code(r, "InvalidKeyPair.Duplicate")?.is_some())
     }
 
     /// Deletes a key pair (a missing one is fine).
     pub async fn delete_key_pair(&self, name: &str) -> Result<(), CloudError> {
-        match self.call("DeleteKeyPair", &[p("KeyName", name)]).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.code == "InvalidKeyPair.NotFound" => Ok(()),
-            Err(e) => Err(e),
-        }
+        let r = self.call("DeleteKeyPair", &[p("KeyName", name)]).await;
+        unless_code(r, "InvalidKeyPair.NotFound").map(drop)
     }
 
     /// The instance's console output (decoded), when EC2 has some.
