@@ -396,7 +396,6 @@ mod tests {
     #[tokio::test]
     async fn delete_without_a_host_is_success_and_create_without_one_fails_for_good() {
         let p = HostPoolProvider::new();
-        crate::contract::check_plugin_type(&p.plugin_type());
         let out = p.delete(&task(json!({}))).await.unwrap();
         assert!(out.stdout.contains("nothing to do"));
         let e = p.create(&task(json!({}))).await.unwrap_err();

@@ -29,7 +29,8 @@
 //!   fatal, bounded back-off that honours `Retry-After`, polling a machine until it is ready.
 //! - `sweep`: machines carrying weft's marks (aws tags, docker labels) that belong to no live
 //!   node, and the DELETE task that removes one.
-//! - `contract`: the contract test suite that every provider and automator passes.
+//!
+//! The contract test suite every provider and automator passes is `tests/it/contract.rs`.
 #![warn(missing_docs)]
 
 pub mod agent;
@@ -37,7 +38,6 @@ pub mod api;
 pub mod automators;
 pub mod aws;
 pub mod cloud;
-pub mod contract;
 mod descriptor;
 pub mod docker;
 pub mod google;

@@ -482,15 +482,13 @@ impl Cloud for Aws {
 mod tests {
     use super::*;
     use crate::plugin::Provider;
-    use crate::task::Action;
-    use serde_json::Map;
     use std::time::Duration;
     use weft_model::ParameterType;
 
     fn task(node: &str) -> Task {
-        let mut t =
-            crate::contract::task(Action::Create, node, Map::new(), Duration::from_secs(60));
-        t.cluster_id = "c1".into();
+        let raw = serde_json::json!({"taskId": "t", "taskName": "CREATE", "nodeId": node,
+            "clusterId": "c1", "config": {}});
+        let mut t = Task::from_json(raw, Duration::from_secs(60)).unwrap();
         t.tenant_id = "t1".into();
         t
     }
@@ -531,7 +529,6 @@ mod tests {
     #[test]
     fn the_plugin_type_declares_secrets_sensitive() {
         let t = AwsProvider::new().plugin_type();
-        crate::contract::check_plugin_type(&t);
         let admin = &t.parameters[&ParameterType::Admin];
         for f in [
             "access_key_id",

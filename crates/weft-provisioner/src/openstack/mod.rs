@@ -664,7 +664,6 @@ mod tests {
     fn plugin_types_mark_credentials_sensitive() {
         for kind in [Kind::OpenStack, Kind::Rackspace] {
             let t = crate::plugin::Provider::plugin_type(&NovaProvider::with_kind(kind));
-            crate::contract::check_plugin_type(&t);
             let admin = &t.parameters[&weft_model::ParameterType::Admin];
             for (name, f) in &admin.fields {
                 let secret = [

@@ -11,12 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::{self, AutomatorFixture};
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 use weft_provisioner::automators::{
     AnsibleAutomator, ChefSoloAutomator, DockerAutomator, PuppetAutomator,
 };
-use weft_provisioner::contract::{self, AutomatorFixture};
 use weft_provisioner::docker::{DockerProvider, LABEL_CLUSTER, LABEL_TENANT};
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::ssh::scan_host_key;

@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::contract::{self, AutomatorFixture};
 use serde_json::{json, Map, Value};
 use weft_model::FailureReason;
 use weft_provisioner::automators::docker::{LABEL_NODE, LABEL_SERVICE, RESULT_KEY};
 use weft_provisioner::automators::DockerAutomator;
-use weft_provisioner::contract::{self, AutomatorFixture};
 use weft_provisioner::ssh::scan_host_key;
 use weft_provisioner::task::Action;
 use weft_provisioner::{Automator, PluginError, TaskOutput};

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +25,6 @@ use weft_provisioner::aws::ec2::{Ec2, Instance};
 use weft_provisioner::aws::sigv4::Credentials;
 use weft_provisioner::aws::Timing;
 use weft_provisioner::aws::{AwsProvider, TAG_NODE};
-use weft_provisioner::contract;
 use weft_provisioner::task::{Action, Task};
 use weft_provisioner::Provider;
 

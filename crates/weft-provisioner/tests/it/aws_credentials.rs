@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::contract;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -18,7 +19,6 @@ use weft_model::FailureReason;
 use weft_provisioner::aws::client::QueryClient;
 use weft_provisioner::aws::credentials::STS_VERSION;
 use weft_provisioner::aws::sigv4::{amz_date, Credentials};
-use weft_provisioner::contract;
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;
 

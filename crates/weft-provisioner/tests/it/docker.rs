@@ -10,9 +10,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
-use weft_provisioner::contract;
 use weft_provisioner::docker::{DockerProvider, LABEL_CLUSTER, LABEL_TENANT};
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::ssh::SshTransport;

@@ -13,12 +13,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::contract;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use weft_model::FailureReason;
-use weft_provisioner::contract;
 use weft_provisioner::task::{Action, Task, TaskOutput};
 use weft_provisioner::Provider;
 

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::contract::{self, task};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -29,7 +30,6 @@ use rsa::signature::Verifier;
 use rsa::{RsaPrivateKey, RsaPublicKey};
 use serde_json::{json, Map, Value};
 use sha2::Sha256;
-use weft_provisioner::contract::{self, task};
 use weft_provisioner::google::{instance_name, GoogleProvider, Timing};
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;

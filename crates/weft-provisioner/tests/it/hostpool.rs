@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::{self, task};
 use reqwest::Method;
 use serde_json::{json, Map, Value};
-use weft_provisioner::contract::{self, task};
 use weft_provisioner::hostpool::{HostPoolProvider, CLAIM_FILE};
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::task::Action;

@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::contract::{self, task};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -33,7 +34,6 @@ use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::ssh_key::{Algorithm, EcdsaCurve, PrivateKey, PublicKey};
 use serde_json::{json, Map, Value};
 use sha2::Sha256;
-use weft_provisioner::contract::{self, task};
 use weft_provisioner::joyent::{key_name, machine_name, JoyentProvider, Timing};
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;

@@ -13,6 +13,7 @@ mod aws;
 mod aws_credentials; // AssumeRole, instance profile, refresh (issue 39)
 mod aws_launch; // AMIs by name, RunInstances options (issue 39)
 mod common;
+mod contract; // the contract suite every plugin passes
 mod docker;
 mod drift; // drift checks and node replacement
 mod e2e;

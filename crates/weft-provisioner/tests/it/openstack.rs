@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::contract::{provider_contract_on, task};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -34,7 +35,6 @@ use russh::keys::PrivateKey;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
-use weft_provisioner::contract::{provider_contract_on, task};
 use weft_provisioner::openstack::{Kind, NovaProvider, Timing};
 use weft_provisioner::task::Action;
 use weft_provisioner::Provider;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::{self, AutomatorFixture};
 use serde_json::{json, Map, Value};
-use weft_provisioner::contract::{self, AutomatorFixture};
 use weft_provisioner::local::LocalProvider;
 use weft_provisioner::plugin::run_automator;
 use weft_provisioner::shell::ShellAutomator;

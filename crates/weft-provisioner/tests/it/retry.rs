@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::task;
 use serde_json::{json, Map, Value};
-use weft_provisioner::contract::task;
 use weft_provisioner::docker::DockerProvider;
 use weft_provisioner::hostpool::{HostPoolProvider, CLAIM_FILE};
 use weft_provisioner::local::LocalProvider;

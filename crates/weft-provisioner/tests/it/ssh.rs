@@ -7,10 +7,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::contract::{task, transport_contract};
 use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::PrivateKey;
 use serde_json::{json, Map, Value};
-use weft_provisioner::contract::{task, transport_contract};
 use weft_provisioner::plugin::run_automator;
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::ssh::{scan_host_key, HostKey, SshAuth, SshTarget, SshTransport};

@@ -11,12 +11,17 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use weft_model::{MachineReport, MachineState, PluginType, Validate, STATUS_RESULT_KEY};
 
-use crate::plugin::{run_automator, Automator, Provider};
-use crate::task::{Action, PluginError, Task, TaskOutput};
-use crate::transport::{CommandSpec, Transport};
+use weft_provisioner::plugin::{run_automator, Automator, Provider};
+use weft_provisioner::task::{Action, PluginError, Task, TaskOutput};
+use weft_provisioner::transport::{CommandSpec, Transport};
 
 /// A task for `action` on `node_id` with `config`.
-pub fn task(action: Action, node_id: &str, config: Map<String, Value>, timeout: Duration) -> Task {
+pub(crate) fn task(
+    action: Action,
+    node_id: &str,
+    config: Map<String, Value>,
+    timeout: Duration,
+) -> Task {
     let raw = json!({"taskId": format!("contract-{}-{}", node_id, action.lower()),
         "jobId": "contract-job", "clusterId": "contract", "taskName": action.lower().to_uppercase(),
         "nodeId": node_id, "config": config});
@@ -44,7 +49,7 @@ async fn machine_state(
 }
 
 /// The plugin type is valid and its `required` sets name declared fields.
-pub fn check_plugin_type(t: &PluginType) {
+pub(crate) fn check_plugin_type(t: &PluginType) {
     assert!(!t.name.is_empty(), "a plugin type has a name");
     t.validate()
         .unwrap_or_else(|e| panic!("plugin type {} is invalid: {e}", t.name));
@@ -72,14 +77,14 @@ fn ok(r: Result<TaskOutput, PluginError>, what: &str) -> TaskOutput {
 
 /// Runs a provider through create, confirm and delete on a fresh node, with `fields` as the
 /// provider's fields. Returns the addresses CONFIRM answered.
-pub async fn provider_contract(p: &dyn Provider, fields: Map<String, Value>, node_id: &str) {
+pub(crate) async fn provider_contract(p: &dyn Provider, fields: Map<String, Value>, node_id: &str) {
     provider_contract_on(p, fields, Map::new(), node_id).await
 }
 
 /// [`provider_contract`] for a node whose tasks also carry `node` in their config: what the
 /// server gives a node before its CREATE (a pool host's address and credentials, for the
 /// `hostpool` provider).
-pub async fn provider_contract_on(
+pub(crate) async fn provider_contract_on(
     p: &dyn Provider,
     fields: Map<String, Value>,
     node: Map<String, Value>,
@@ -219,15 +224,15 @@ async fn check_delete(
 }
 
 /// What an automator's contract run needs.
-pub struct AutomatorFixture {
+pub(crate) struct AutomatorFixture {
     /// The config keys of a ready node (addresses and provider results).
-    pub node: Map<String, Value>,
+    pub(crate) node: Map<String, Value>,
     /// Action fields that succeed for every action.
-    pub ok_fields: Map<String, Value>,
+    pub(crate) ok_fields: Map<String, Value>,
     /// Action fields that fail, and a text the failure's output must contain.
-    pub failing_fields: (Map<String, Value>, String),
+    pub(crate) failing_fields: (Map<String, Value>, String),
     /// Action fields that hang past a one-second task time-out.
-    pub hanging_fields: Option<Map<String, Value>>,
+    pub(crate) hanging_fields: Option<Map<String, Value>>,
 }
 
 fn with_service(
@@ -246,7 +251,7 @@ fn with_service(
 }
 
 /// Runs an automator through bootstrap and every service action on a ready node.
-pub async fn automator_contract(a: &dyn Automator, fx: AutomatorFixture, node_id: &str) {
+pub(crate) async fn automator_contract(a: &dyn Automator, fx: AutomatorFixture, node_id: &str) {
     let t = a.plugin_type();
     check_plugin_type(&t);
     let timeout = Duration::from_secs(60);
@@ -313,12 +318,12 @@ pub async fn automator_contract(a: &dyn Automator, fx: AutomatorFixture, node_id
     }
 }
 
-/// The contract of a [`crate::transport::Transport`], run against a real one: output and exit
+/// The contract of a [`weft_provisioner::transport::Transport`], run against a real one: output and exit
 /// status, stderr of a failure, environment and working directory, bounded output, a command that
 /// hangs killed (with what it started) at the time-out, files written with parents and mode and
 /// read back, an empty command refused for good. `dir` is a scratch directory on the node that the
 /// transport may write to (it is created).
-pub async fn transport_contract(t: &dyn Transport, dir: &str) {
+pub(crate) async fn transport_contract(t: &dyn Transport, dir: &str) {
     check_status_and_streams(t).await;
     check_files(t, dir).await;
     check_bounded_output(t).await;
