@@ -89,45 +89,41 @@ pub enum Credentials {
 impl Credentials {
     /// Checks that the credentials name what their kind needs; the error names the field.
     pub fn check(&self) -> Result<(), String> {
-        match self {
+        let rules: Vec<(bool, &str)> = match self {
             Credentials::Password {
                 user,
                 password,
                 project,
-            } => {
-                if !user.is_given() {
-                    return Err("user_name or user_id is required with a password".into());
-                }
-                if password.is_empty() {
-                    return Err("password is empty".into());
-                }
-                if !project.is_given() {
-                    return Err("project_name or project_id is required with a password".into());
-                }
-                Ok(())
-            }
-            Credentials::ApplicationCredential { id, name, user, .. } => {
-                if id.is_none() && name.is_none() {
-                    return Err(
-                        "application_credential_id or application_credential_name is \
-                                required with application_credential_secret"
-                            .into(),
-                    );
-                }
-                if id.is_none() && !user.is_given() {
-                    return Err("application_credential_name needs user_name or user_id".into());
-                }
-                Ok(())
-            }
-            Credentials::ApiKey { username, api_key } => {
-                if username.is_empty() {
-                    return Err("username is required".into());
-                }
-                if api_key.is_empty() {
-                    return Err("api_key is required".into());
-                }
-                Ok(())
-            }
+            } => vec![
+                (
+                    user.is_given(),
+                    "user_name or user_id is required with a password",
+                ),
+                (!password.is_empty(), "password is empty"),
+                (
+                    project.is_given(),
+                    "project_name or project_id is required with a password",
+                ),
+            ],
+            Credentials::ApplicationCredential { id, name, user, .. } => vec![
+                (
+                    id.is_some() || name.is_some(),
+                    "application_credential_id or application_credential_name is required \
+                     with application_credential_secret",
+                ),
+                (
+                    id.is_some() || user.is_given(),
+                    "application_credential_name needs user_name or user_id",
+                ),
+            ],
+            Credentials::ApiKey { username, api_key } => vec![
+                (!username.is_empty(), "username is required"),
+                (!api_key.is_empty(), "api_key is required"),
+            ],
+        };
+        match rules.into_iter().find(|(ok, _)| !ok) {
+            Some((_, broken)) => Err(broken.into()),
+            None => Ok(()),
         }
     }
 
