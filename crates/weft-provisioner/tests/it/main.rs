@@ -9,9 +9,11 @@
 mod agent;
 mod automators;
 mod automators_docker; // the docker automator on a node with the engine's socket
+mod automators_docker_fields;
 mod aws;
 mod aws_credentials; // AssumeRole, instance profile, refresh (issue 39)
 mod aws_launch; // AMIs by name, RunInstances options (issue 39)
+mod aws_sigv4;
 mod common;
 mod contract; // the contract suite every plugin passes
 mod docker;
@@ -22,7 +24,9 @@ mod faults; // one fault suite for every cloud (issue 39)
 mod google;
 mod hostpool;
 mod joyent;
+mod joyent_sign;
 mod openstack;
+mod openstack_identity;
 mod plugins;
 mod retry; // no orphans: killed CREATEs retried
 mod rolling; // rolling changes on kv-web (issue 20)
@@ -30,3 +34,4 @@ mod rotation; // credentials read when used (issue 35)
 mod ssh;
 mod stateful; // etcd and Redis clusters that keep their data (issue 41)
 mod sweep;
+mod throttle;
