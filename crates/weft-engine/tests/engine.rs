@@ -1097,6 +1097,18 @@ async fn a_silent_provisioner_is_dropped_only_once_its_timeout_has_passed() {
     assert_eq!(task_row(e, id).await.lease_owner, None);
 }
 
+/// Creates cluster `c1` of template `t` with `n` nodes and runs its job to the end.
+async fn create_run(f: &Fixture, t: &str, n: i64) -> String {
+    let Created::Id(id) = create_cluster(&f.engine, &f.who, request(t, n), false)
+        .await
+        .unwrap()
+    else {
+        panic!("not a dry run");
+    };
+    run_worker(&f.engine).await;
+    id
+}
+
 /// Tenant `acme` gains service `m`, a member of a quorum (join, leave, healthcheck), and template
 /// `q` of `m` alone on 1 to 7 nodes; a cluster of 3 is created and run to active.
 async fn quorum_cluster(f: &Fixture) -> String {
@@ -1116,13 +1128,7 @@ async fn quorum_cluster(f: &Fixture) -> String {
             .await
             .unwrap();
     }
-    let Created::Id(id) = create_cluster(&f.engine, &f.who, request("q", 3), false)
-        .await
-        .unwrap()
-    else {
-        panic!("not a dry run");
-    };
-    run_worker(&f.engine).await;
+    let id = create_run(f, "q", 3).await;
     assert_eq!(status(&f.engine, &id).await, ClusterStatus::Active);
     id
 }
@@ -1355,13 +1361,7 @@ async fn plans_carry_cost_estimates_and_budgets_refuse_what_would_exceed_them() 
     let mut tenant = e.store.tenant_by_id("t-acme").await.unwrap().unwrap();
     tenant.spec.max_cost_per_hour = Some("0.10".into());
     e.store.update_tenant(&tenant).await.unwrap();
-    let Created::Id(id) = create_cluster(e, &f.who, request("p", 3), false)
-        .await
-        .unwrap()
-    else {
-        panic!("not a dry run");
-    };
-    run_worker(e).await;
+    let id = create_run(&f, "p", 3).await;
     let err = create_cluster(e, &f.who, request("p", 1), false)
         .await
         .unwrap_err();
@@ -1404,13 +1404,7 @@ async fn accrued_cost_is_each_nodes_time_in_the_cluster_times_its_price_to_the_c
     let e = &f.engine;
     let admin = admin(&f);
     // Two nodes at START; a third 3 h later; the two newest leave at 5 h; the cluster goes at 6 h.
-    let Created::Id(id) = create_cluster(e, &f.who, request("p", 2), false)
-        .await
-        .unwrap()
-    else {
-        panic!("not a dry run");
-    };
-    run_worker(e).await;
+    let id = create_run(&f, "p", 2).await;
     clock.advance(ms(3 * HOUR));
     weft_engine::ops::expand(e, &f.who, &id, Some(1), RunMode::default())
         .await
@@ -1481,13 +1475,7 @@ async fn an_idle_cluster_is_flagged_warned_and_stopped_by_its_templates_policy()
         .create_entity("t-acme", EntityKind::ClusterTemplate, "i", &idle)
         .await
         .unwrap();
-    let Created::Id(id) = create_cluster(e, &f.who, request("i", 2), false)
-        .await
-        .unwrap()
-    else {
-        panic!("not a dry run");
-    };
-    run_worker(e).await;
+    let id = create_run(&f, "i", 2).await;
     let summary = |e: &Engine| {
         let (e, who, id) = (e.clone(), f.who.clone(), id.clone());
         async move {
@@ -1551,13 +1539,7 @@ async fn every_operations_dry_run_carries_the_cost_before_and_after() {
     let f = fixture(10).await;
     priced_catalog(&f).await;
     let e = &f.engine;
-    let Created::Id(id) = create_cluster(e, &f.who, request("p", 3), false)
-        .await
-        .unwrap()
-    else {
-        panic!("not a dry run");
-    };
-    run_worker(e).await;
+    let id = create_run(&f, "p", 3).await;
     let dry = RunMode::dry(true);
     let hours = |p: weft_model::PlanView| {
         let c = p.cost.expect("an estimate");
