@@ -400,9 +400,18 @@ impl Pki {
 /// within 30 s, or None when it is still running (then it is killed).
 fn provisioner(server: &str, data: &Path, args: &[&Path]) -> Option<(bool, String)> {
     let mut cmd = weft();
-    cmd.args(["provisioner", "--server", server, "--data-dir"])
-        .arg(data)
-        .env("WEFT_LOG", "warn");
+    // A port of its own: `weft up` in tests running beside this one binds the default.
+    let bind = format!("127.0.0.1:{}", crate::crash::free_ports().0);
+    cmd.args([
+        "provisioner",
+        "--server",
+        server,
+        "--bind",
+        &bind,
+        "--data-dir",
+    ])
+    .arg(data)
+    .env("WEFT_LOG", "warn");
     for pair in args.chunks(2) {
         cmd.arg(pair[0]).arg(pair[1]);
     }
