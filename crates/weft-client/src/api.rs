@@ -375,13 +375,7 @@ impl ApiClient {
         body: Option<&B>,
         dry_run: bool,
     ) -> ClientResult<Started> {
-        let mut full = path.to_string();
-        for (on, flag) in [(dry_run, "dryrun=true"), (self.force, "force=true")] {
-            if on {
-                let sep = if full.contains('?') { '&' } else { '?' };
-                full = format!("{full}{sep}{flag}");
-            }
-        }
+        let full = self.with_flags(path, dry_run);
         let bytes = self.send_json(method, &full, body).await?;
         if dry_run {
             Ok(Started::Plan(Box::new(self.decode(&full, &bytes)?)))
@@ -488,6 +482,64 @@ impl ApiClient {
         let path = format!("/v2/clusters/{}/nodes", seg(id));
         self.started(Method::POST, &path, Some(&body), dry_run)
             .await
+    }
+
+    /// A path with `dryrun=true` and `force=true` added as asked.
+    fn with_flags(&self, path: &str, dry_run: bool) -> String {
+        let mut full = path.to_string();
+        for (on, flag) in [(dry_run, "dryrun=true"), (self.force, "force=true")] {
+            if on {
+                let sep = if full.contains('?') { '&' } else { '?' };
+                full = format!("{full}{sep}{flag}");
+            }
+        }
+        full
+    }
+
+    /// `POST /v2/clusters/{id}/clustertemplate/sync[?version=V]`: move to a template version.
+    pub async fn sync_template(
+        &self,
+        id: &str,
+        version: Option<u64>,
+        dry_run: bool,
+    ) -> ClientResult<weft_model::ClusterChange> {
+        let mut path = format!("/v2/clusters/{}/clustertemplate/sync", seg(id));
+        if let Some(v) = version {
+            path = format!("{path}?version={v}");
+        }
+        let full = self.with_flags(&path, dry_run);
+        let bytes = self.send_json::<()>(Method::POST, &full, None).await?;
+        self.decode(&full, &bytes)
+    }
+
+    /// `POST /v2/clusters/{id}/apply`: move the cluster to a declared state.
+    pub async fn apply(
+        &self,
+        id: &str,
+        req: &weft_model::ApplyRequest,
+        dry_run: bool,
+    ) -> ClientResult<weft_model::ClusterChange> {
+        let full = self.with_flags(&format!("/v2/clusters/{}/apply", seg(id)), dry_run);
+        let bytes = self.send_json(Method::POST, &full, Some(req)).await?;
+        self.decode(&full, &bytes)
+    }
+
+    /// `GET /v2/clusters/{id}/export`: the cluster as a declaration.
+    pub async fn export_cluster(&self, id: &str) -> ClientResult<weft_model::ClusterSpec> {
+        self.get(&format!("/v2/clusters/{}/export", seg(id))).await
+    }
+
+    /// `GET /v2/clustertemplates/{name}/impact[?version=V]`.
+    pub async fn template_impact(
+        &self,
+        name: &str,
+        version: Option<u64>,
+    ) -> ClientResult<Vec<weft_model::ClusterChange>> {
+        let mut path = format!("/v2/clustertemplates/{}/impact", seg(name));
+        if let Some(v) = version {
+            path = format!("{path}?version={v}");
+        }
+        self.get(&path).await
     }
 
     /// `DELETE /v2/clusters/{id}/nodes` `{"count": k}`.
@@ -665,6 +717,27 @@ impl ApiClient {
     /// `GET /v2/{kind}/{name}`: the latest version of one entity.
     pub async fn entity<T: DeserializeOwned>(&self, kind: Kind, name: &str) -> ClientResult<T> {
         self.get(&format!("/v2/{}/{}", kind.path(), seg(name)))
+            .await
+    }
+
+    /// `GET /v2/{kind}/{name}/{version}`: one version.
+    pub async fn entity_version<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        name: &str,
+        version: u64,
+    ) -> ClientResult<T> {
+        self.get(&format!("/v2/{}/{}/{version}", kind.path(), seg(name)))
+            .await
+    }
+
+    /// `GET /v2/{kind}/{name}/versions` (weft extension): every version, oldest first.
+    pub async fn entity_versions<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        name: &str,
+    ) -> ClientResult<Vec<T>> {
+        self.get(&format!("/v2/{}/{}/versions", kind.path(), seg(name)))
             .await
     }
 

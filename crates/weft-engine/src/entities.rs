@@ -79,6 +79,26 @@ pub async fn get(
     Ok(item)
 }
 
+/// Every stored version of the entity `name` of `kind`, oldest first, sensitive provider fields
+/// masked; `EntityNotFound` when it has none.
+pub async fn versions(
+    st: &Engine,
+    who: &Caller,
+    kind: EntityKind,
+    name: &str,
+) -> EngineResult<Vec<Value>> {
+    let mut items = st.store.entity_versions(&who.tenant.id, kind, name).await?;
+    if items.is_empty() {
+        return Err(not_found(kind, name));
+    }
+    if kind == EntityKind::Provider {
+        for item in &mut items {
+            mask_provider(st, item).await?;
+        }
+    }
+    Ok(items)
+}
+
 /// Creates version 1 of the entity in `body` (admin); its name must be new.
 pub async fn create(
     st: &Engine,

@@ -291,6 +291,9 @@ pub enum EngineError {
         /// What the cluster lacks or breaks.
         why: String,
     },
+    /// A reviewed plan no longer matches the cluster or the change (`apply --plan`).
+    #[error("{0}")]
+    PlanOutdated(String),
     /// The cluster changed while the operation was being decided.
     #[error("cluster {0} changed meanwhile; try again")]
     ClusterChanged(String),

@@ -93,6 +93,7 @@ pub fn preview(plan: &weft_planner::Plan, cluster_id: String) -> EngineResult<Pl
 }
 
 /// An operation to start, and how it rolls when it is a rolling change.
+#[derive(Debug, Clone)]
 pub struct JobOp {
     /// The operation to plan.
     pub op: Operation,

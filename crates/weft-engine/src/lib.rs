@@ -16,8 +16,10 @@
 //! Entry points, one per operation:
 //! * clusters: [`create::create_cluster`] (and its dry run); the operations of [`ops`]
 //!   ([`ops::reconfigure`], [`ops::add_services`], [`ops::remove_service`], [`ops::expand`],
-//!   [`ops::shrink`], [`ops::upgrade`], [`ops::service_action`], [`ops::set_lease`],
-//!   [`ops::sync_template`]), each of which starts its job with [`jobs::start_job`];
+//!   [`ops::shrink`], [`ops::upgrade`], [`ops::service_action`],
+//!   [`ops::set_lease`]), each of which starts its job with [`jobs::start_job`]; template sync,
+//!   impact previews and declared clusters ([`declared::sync`], [`declared::impact`],
+//!   [`declared::apply`], [`declared::export`]), moved in one job by [`transition`];
 //!   [`delete::delete_cluster`]; [`replace::replace_node`]; [`drift::run_check`] and
 //!   [`drift::latest`] (drift checks); [`control::pause_cluster`], [`control::resume_cluster`],
 //!   [`rollback::abort_cluster`]; [`rollback::after_failed_job`] (automatic rollbacks);
@@ -38,7 +40,8 @@
 //! `entities` (catalog writes), `jobs` (starting jobs), `control`, `health`, `plugins` (plugin
 //! types and resources), `replace` (replacing a node), `transfer` (catalog export and import),
 //! `create`, `ops`,
-//! `preview`, `delete`, `drift` (drift checks, automatic replacement), `rollback`, `work` (take and
+//! `preview`, `delete`, `drift` (drift checks, automatic replacement), `transition` (a cluster
+//! moved to a declared state), `declared` (template sync and impact, apply, export), `rollback`, `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 #![warn(missing_docs)]
@@ -54,6 +57,7 @@ pub mod context;
 pub mod control;
 pub mod cost;
 pub mod create;
+pub mod declared;
 pub mod delete;
 pub mod drift;
 pub mod entities;
@@ -86,6 +90,7 @@ pub mod showback;
 pub mod sweep;
 pub mod tenants;
 pub mod transfer;
+pub mod transition;
 pub mod view;
 pub mod webhooks;
 pub mod work;

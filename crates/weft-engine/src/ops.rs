@@ -2,7 +2,7 @@
 //! the layout changes), plans the job, and starts it with [`start_job`], or only shows its plan when
 //! asked for a dry run.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 use weft_model::{
@@ -14,8 +14,8 @@ use weft_solver::{Catalog, Change, ExistingNode, Layout, TypeOffer};
 
 use weft_store::{ChangeSet, Expect, Write};
 
-use crate::body::{to_body, ClusterBody};
-use crate::catalog::{resolve_in_tenant, saved_template, typed_list};
+use crate::body::ClusterBody;
+use crate::catalog::typed_list;
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{
@@ -34,7 +34,7 @@ pub async fn solve_change(
     let tenant = &c.row.tenant_id;
     let hardware: Vec<MachineType> = typed_list(st, tenant, EntityKind::HardwareType).await?;
     let images: Vec<MachineType> = typed_list(st, tenant, EntityKind::ImageType).await?;
-    let services: Vec<Service> = typed_list(st, tenant, EntityKind::Service).await?;
+    let services = with_own_services(typed_list(st, tenant, EntityKind::Service).await?, c);
     let hw = TypeOffer::hardware_for(&hardware, &c.body.provider.name);
     let img = TypeOffer::images_for(&images, &c.body.provider.name);
     let catalog = Catalog {
@@ -56,6 +56,17 @@ pub async fn solve_change(
     let layout = weft_solver::change(&catalog, &existing, change)
         .map_err(|e| EngineError::NoLayout(e.to_string()))?;
     Ok((layout, services, hardware, images))
+}
+
+/// The catalog's services plus the cluster's own definitions of those it runs that the catalog no
+/// longer has (deleted since): a cluster keeps working on what it was built with.
+pub(crate) fn with_own_services(mut catalog: Vec<Service>, c: &Loaded) -> Vec<Service> {
+    for def in c.nodes.iter().flat_map(|n| &n.services) {
+        if !catalog.iter().any(|s| s.name == def.name) {
+            catalog.push(def.clone());
+        }
+    }
+    catalog
 }
 
 /// The nodes after a solved change: existing nodes with their new service lists (definitions from
@@ -213,61 +224,10 @@ fn invalid(message: String) -> EngineError {
     EngineError::Invalid(message)
 }
 
-/// Moves cluster `id` (as `who` sees it) to the current version of its template, when what it
-/// runs and its layout satisfy that version as they are; nothing else changes.
-pub async fn sync_template(st: &Engine, who: &Caller, id: &str) -> EngineResult<()> {
-    let row = visible(st, who, id).await?;
-    require_status(&row, &[ClusterStatus::Active])?;
-    let mut c = load(st, row.clone()).await?;
-    let name = c.body.template.name.clone();
-    let unsatisfied = |why: String| EngineError::TemplateUnsatisfied {
-        cluster: id.to_string(),
-        template: name.clone(),
-        why,
-    };
-    let fresh = current_template(st, &row.tenant_id, &name).await?;
-    runs_within(&fresh, &c).map_err(unsatisfied)?;
-    c.body.template = fresh;
-    let (layout, ..) = solve_change(st, &c, &Change::Retemplate(c.body.services.clone()))
-        .await
-        .map_err(|e| unsatisfied(e.to_string()))?;
-    if !keeps_layout(&layout, &c) {
-        return Err(unsatisfied("its layout would have to change".into()));
-    }
-    let mut new = row.clone();
-    new.body = to_body(&c.body)?;
-    let cs = ChangeSet {
-        expect: vec![Expect::cluster(&row)],
-        writes: vec![Write::Cluster(new)],
-    };
-    st.store.commit(&cs).await.map_err(store_err)
-}
-
-/// The template's current version, resolved.
-async fn current_template(
-    st: &Engine,
-    tenant_id: &str,
-    name: &str,
-) -> EngineResult<ClusterTemplate> {
-    let own = saved_template(st, tenant_id, name).await?;
-    resolve_in_tenant(st, tenant_id, own).await
-}
-
-/// Whether a solved layout keeps every node of the cluster with the services it has.
-fn keeps_layout(layout: &Layout, c: &Loaded) -> bool {
-    layout.removed.is_empty()
-        && layout.nodes.len() == c.nodes.len()
-        && layout.nodes.iter().zip(&c.nodes).all(|(l, n)| {
-            l.id.as_deref() == Some(&n.id)
-                && l.services.iter().collect::<BTreeSet<_>>()
-                    == n.properties.services.iter().collect()
-        })
-}
-
 /// Whether what the cluster runs (its services, and its nodes' hardware and image types) is
 /// within `template`'s compatibility lists (an empty list allows anything); `Err` names the first
 /// thing that is not.
-fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
+pub(crate) fn runs_within(template: &ClusterTemplate, c: &Loaded) -> Result<(), String> {
     let compat = &template.compatibility;
     let allowed = |list: &[String], x: &str| list.is_empty() || list.iter().any(|l| l == x);
     if let Some(s) = c
@@ -378,7 +338,7 @@ pub async fn reconfigure(
     body.config = config;
     let mut job = rolling(
         Operation::Reconfigure { restart },
-        rollout_policy(&c, rollout)?,
+        rollout_policy(&c.body.template, rollout)?,
     );
     if job.policy.is_some() {
         job.config_before = Some(c.body.config.clone());
@@ -388,8 +348,11 @@ pub async fn reconfigure(
 
 /// The rollout of an upgrade, restart or reconfigure of `c`: the request's `rollout`, each field
 /// falling back to the template's `administration.rollout`; none when neither is given.
-fn rollout_policy(c: &Loaded, spec: Option<&RolloutSpec>) -> EngineResult<Option<Rollout>> {
-    let template = c.body.template.administration.rollout.as_ref();
+pub(crate) fn rollout_policy(
+    template: &ClusterTemplate,
+    spec: Option<&RolloutSpec>,
+) -> EngineResult<Option<Rollout>> {
+    let template = template.administration.rollout.as_ref();
     let defaults = template
         .map(|t| t.policy(None, "administration.rollout"))
         .transpose()?;
@@ -400,7 +363,7 @@ fn rollout_policy(c: &Loaded, spec: Option<&RolloutSpec>) -> EngineResult<Option
 }
 
 /// `op` as a job, rolling when there is a policy.
-fn rolling(op: Operation, policy: Option<Rollout>) -> JobOp {
+pub(crate) fn rolling(op: Operation, policy: Option<Rollout>) -> JobOp {
     JobOp {
         op,
         rollout: policy.map(|p| RolloutPlan {
@@ -509,7 +472,7 @@ pub async fn service_action(
     };
     let op = action.operation(service.map(str::to_string));
     let job = match action {
-        ServiceAction::Restart => rolling(op, rollout_policy(&c, rollout)?),
+        ServiceAction::Restart => rolling(op, rollout_policy(&c.body.template, rollout)?),
         _ if rollout.is_some() => {
             return Err(EngineError::Model(weft_model::ModelError::invalid(
                 "rollout",
@@ -546,7 +509,7 @@ pub async fn upgrade(
         service: service.to_string(),
         batch_size: batch_size.max(1),
     };
-    let job = rolling(op, rollout_policy(&c, rollout)?);
+    let job = rolling(op, rollout_policy(&c.body.template, rollout)?);
     let s = start_job(st, &c, job, &c.nodes, after, c.body.clone(), vec![], mode).await?;
     Ok(mode.dry_run.then_some(s.plan))
 }

@@ -308,6 +308,18 @@ pub fn json_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
+/// An optional non-negative integer as JSON counts them (`5`, `5.0`); `null` is absent.
+pub fn opt_json_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        v @ Value::Number(_) => Ok(to_u64::<D::Error>(&v)?),
+        other => Err(D::Error::custom(format!(
+            "expected a non-negative integer, got {}",
+            kind(&other)
+        ))),
+    }
+}
+
 /// A 32-bit non-negative integer as JSON counts them.
 pub fn json_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let v = json_u64(d)?;

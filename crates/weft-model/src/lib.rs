@@ -8,6 +8,8 @@
 pub mod audit;
 pub mod cluster;
 pub mod cost;
+pub mod declared;
+pub mod diff;
 pub mod drift;
 pub mod entity;
 pub mod error;
@@ -26,6 +28,8 @@ pub mod webhook;
 
 pub use cluster::*;
 pub use cost::CostEstimate;
+pub use declared::{ApplyRequest, ClusterChange, ClusterSpec};
+pub use diff::{diff, DiffKind, DiffLine};
 pub use drift::{
     AutoReplacement, DriftReport, DriftRun, MachineReport, MachineState, NodeDrift, ReplaceRun,
     STATUS_RESULT_KEY,

@@ -89,8 +89,14 @@ pub enum Operation {
         /// Ids of the nodes the upgrade reached; `None` means every node with the service.
         nodes: Option<BTreeSet<String>>,
     },
-    /// Move to a new template version: any difference between `before` and `after`.
-    ChangeTemplate,
+    /// Move to a new template version: any difference between `before` and `after`. The
+    /// services that stay on a node are configured again; with `restart`, stopped before and
+    /// started after (a config change that a running service would not read).
+    ChangeTemplate {
+        /// STOP before and START after the CONFIGURE of the services that stay.
+        #[serde(default)]
+        restart: bool,
+    },
     /// weft extension: run the HEALTHCHECK of every service that declares one, on every node
     /// (or only on `nodes`), and nothing else. The layout does not change. Health runs and
     /// future health gates (a rolling change checking a batch) plan through this one operation.
@@ -133,7 +139,7 @@ impl Operation {
             Operation::Restart { .. } => "restart",
             Operation::Upgrade { .. } => "upgrade",
             Operation::RollbackUpgrade { .. } => "rollback-upgrade",
-            Operation::ChangeTemplate => "change-template",
+            Operation::ChangeTemplate { .. } => "change-template",
             Operation::Healthcheck { .. } => "healthcheck",
             Operation::Check { .. } => "check",
             Operation::ReplaceNode { .. } => "replace-node",
@@ -156,7 +162,7 @@ impl Operation {
             Operation::Restart { .. } => "RESTART_SERVICES",
             Operation::Upgrade { .. } => "UPGRADE_SERVICE",
             Operation::RollbackUpgrade { .. } => "ROLLBACK_UPGRADE",
-            Operation::ChangeTemplate => "CHANGE_TEMPLATE",
+            Operation::ChangeTemplate { .. } => "CHANGE_TEMPLATE",
             Operation::Healthcheck { .. } => "CLUSTER_HEALTHCHECK",
             Operation::Check { .. } => "CLUSTER_CHECK",
             Operation::ReplaceNode { .. } => "REPLACE_NODE",
@@ -229,7 +235,7 @@ impl Operation {
     fn refreshes_configuration(&self) -> bool {
         matches!(
             self,
-            Operation::Expand | Operation::Shrink | Operation::ChangeTemplate
+            Operation::Expand | Operation::Shrink | Operation::ChangeTemplate { .. }
         )
     }
 }
@@ -582,7 +588,7 @@ fn programs(cx: &Context<'_>) -> Result<Programs, PlanError> {
         | Operation::RemoveService { .. }
         | Operation::Expand
         | Operation::Shrink
-        | Operation::ChangeTemplate => change_layout(cx),
+        | Operation::ChangeTemplate { .. } => change_layout(cx),
         Operation::Reconfigure { restart } => reconfigure(cx, *restart),
         Operation::Start { service }
         | Operation::Stop { service }
@@ -664,11 +670,20 @@ fn kept_node(cx: &Context<'_>, b: &PlanNode, a: &PlanNode) -> Option<NodeProgram
     let added: Vec<&String> = a.services.difference(&b.services).collect();
     let removed: Vec<&String> = b.services.difference(&a.services).collect();
     let mut then = cx.install_chains(a, added.iter().copied());
+    let mut first = cx.leave_chains(b, removed, &[A::Stop, A::Remove]);
     if cx.op.refreshes_configuration() {
-        then.extend(chains(
-            a.services.intersection(&b.services),
-            &[A::Configure],
-        ));
+        let kept = a.services.intersection(&b.services);
+        // A restart stops the services that stay along with those that leave (one stopping
+        // phase, ordered by their dependencies), then configures and starts them.
+        let refresh: &[A] = match cx.op {
+            Operation::ChangeTemplate { restart: true } => {
+                first.extend(chains(kept.clone(), &[A::Stop]));
+                first.sort();
+                &[A::Configure, A::Start]
+            }
+            _ => &[A::Configure],
+        };
+        then.extend(chains(kept, refresh));
         then.sort();
     }
     let p = NodeProgram {
@@ -678,7 +693,7 @@ fn kept_node(cx: &Context<'_>, b: &PlanNode, a: &PlanNode) -> Option<NodeProgram
         } else {
             vec![A::Bootstrap]
         },
-        first: cx.leave_chains(b, removed, &[A::Stop, A::Remove]),
+        first,
         then,
         automators: cx.automators(a),
         ..Default::default()
@@ -1295,8 +1310,8 @@ fn check_change(
             problem,
         })
     };
-    let may_add_nodes = matches!(op, Operation::Expand | Operation::ChangeTemplate);
-    let may_remove_nodes = matches!(op, Operation::Shrink | Operation::ChangeTemplate);
+    let may_add_nodes = matches!(op, Operation::Expand | Operation::ChangeTemplate { .. });
+    let may_remove_nodes = matches!(op, Operation::Shrink | Operation::ChangeTemplate { .. });
     for id in after.keys() {
         if !before.contains_key(id) && !may_add_nodes {
             return mismatch(format!("node {id} is new, but {name} adds no nodes"));
@@ -1314,7 +1329,10 @@ fn check_change(
     for (id, b) in before {
         let Some(a) = after.get(id) else { continue };
         if let Some(s) = a.services.difference(&b.services).next() {
-            if !matches!(op, Operation::AddServices | Operation::ChangeTemplate) {
+            if !matches!(
+                op,
+                Operation::AddServices | Operation::ChangeTemplate { .. }
+            ) {
                 return mismatch(format!(
                     "node {id} gains service {s}, but {name} adds no services"
                 ));
@@ -1323,7 +1341,7 @@ fn check_change(
         if let Some(s) = b.services.difference(&a.services).next() {
             let allowed = match op {
                 Operation::RemoveService { service } => s == service,
-                Operation::ChangeTemplate => true,
+                Operation::ChangeTemplate { .. } => true,
                 _ => false,
             };
             if !allowed {

@@ -138,6 +138,7 @@ impl From<EngineError> for ApiError {
             | E::OverBudget(_)
             | E::WrongStatus { .. }
             | E::ClusterChanged(_)
+            | E::PlanOutdated(_)
             | E::PoolShort(_)
             | E::NodeExists(_)
             | E::NotOffered { .. }

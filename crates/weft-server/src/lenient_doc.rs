@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 
 /// Schemas read with plain serde, not the lenient reader: null only where the schema says so,
 /// text only as text (their integers may be written `5.0`, as JSON Schema counts integers).
-const STRICT: [&str; 5] = [
+const STRICT: [&str; 7] = [
+    "ApplyRequest",
+    "ClusterSpec",
     "Node",
     "NodeProperties",
     "NodeAction",

@@ -375,6 +375,11 @@ checked when auth is apikey; malformed JSON is a 400, never a 500; sensitive pro
         weft_model::ClusterStatusView,
         weft_model::PlanView,
         weft_model::CostEstimate,      // cost
+        weft_model::ClusterSpec,       // declared clusters
+        weft_model::ApplyRequest,      // declared clusters
+        weft_model::ClusterChange,     // declared clusters, template sync
+        weft_model::DiffLine,          // versions
+        weft_model::DiffKind,          // versions
         weft_model::cost::CostReport,  // showback
         weft_model::cost::CostLine,    // showback
         weft_model::cost::CostPoint,   // showback

@@ -61,6 +61,7 @@ pub fn change(
         Change::RemoveService(s) => remove_service(cat, existing, &on_cluster, s),
         Change::Expand(k) => expand(cat, existing, &on_cluster, *k),
         Change::Shrink(k) => shrink(cat, existing, &on_cluster, *k),
+        Change::Reshape { add, nodes } => reshape(cat, existing, &on_cluster, add, *nodes),
     }
 }
 
@@ -134,6 +135,47 @@ fn add_services(
             plural(count)
         )
     };
+    run(&m, &setup, &ex, &intro)
+}
+
+/// Adds `new` services and `k` nodes at once under the catalog's template: existing nodes keep
+/// what they run and may gain services, new nodes take any.
+fn reshape(
+    cat: &Catalog<'_>,
+    existing: &[ExistingNode],
+    on_cluster: &BTreeSet<String>,
+    new: &[String],
+    k: u64,
+) -> Result<Layout, SolveError> {
+    if k == 0 {
+        return Err(SolveError::BadChange(
+            "a reshape adds at least 1 node".to_string(),
+        ));
+    }
+    let count = existing.len() as u64;
+    let total = count.saturating_add(k);
+    check_size(cat, total)?;
+    let new: BTreeSet<String> = new
+        .iter()
+        .filter(|s| !on_cluster.contains(*s))
+        .cloned()
+        .collect();
+    let all: BTreeSet<String> = on_cluster.union(&new).cloned().collect();
+    check_services(cat, &all, &new)?;
+    let ex = Existing::group(existing, &BTreeSet::new(), true);
+    let m = ex.model(cat, &all)?;
+    check_types(cat, &m)?;
+    let setup = Setup {
+        total,
+        existing: ex.classes(&m),
+        fresh: k,
+        place: Bits::MAX,
+    };
+    let intro = format!(
+        "cannot move the cluster to template {} with {} more",
+        cat.template.name,
+        nodes(k)
+    );
     run(&m, &setup, &ex, &intro)
 }
 

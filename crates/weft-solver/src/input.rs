@@ -118,4 +118,13 @@ pub enum Change {
     /// Move to `Catalog::template` (a new template version), keeping every existing placement and
     /// adding these services (may be empty).
     Retemplate(Vec<String>),
+    /// Move to `Catalog::template` with `nodes` more nodes, keeping every existing placement:
+    /// the services of `add` go on existing or new nodes, the new nodes take any service (one
+    /// declared change of services and size at once).
+    Reshape {
+        /// Services to add (those already on the cluster are ignored).
+        add: Vec<String>,
+        /// How many nodes to add (at least 1).
+        nodes: u64,
+    },
 }

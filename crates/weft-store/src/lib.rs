@@ -322,6 +322,13 @@ pub trait Store: HostPoolStore + Send + Sync + 'static {
         name: &str,
         version: Option<u64>,
     ) -> Result<Option<Value>>;
+    /// Every stored version of one entity, oldest first (empty when there is none).
+    async fn entity_versions(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+    ) -> Result<Vec<Value>>;
     /// The latest version of every entity of `kind` in the tenant, ordered by name.
     async fn list_entities(&self, tenant_id: &str, kind: EntityKind) -> Result<Vec<Value>>;
     /// Deletes one version, or all versions when `version` is `None`. Idempotent.

@@ -770,6 +770,24 @@ impl<B: Hot> Store for SqlStore<B> {
         row.as_ref().map(entity_from_row).transpose()
     }
 
+    async fn entity_versions(
+        &self,
+        tenant_id: &str,
+        kind: EntityKind,
+        name: &str,
+    ) -> Result<Vec<Value>> {
+        let rows = sqlx::query(
+            "SELECT body, version FROM entities \
+             WHERE tenant_id = $1 AND kind = $2 AND name = $3 ORDER BY version",
+        )
+        .bind(tenant_id)
+        .bind(kind.as_str())
+        .bind(name)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(entity_from_row).collect()
+    }
+
     async fn list_entities(&self, tenant_id: &str, kind: EntityKind) -> Result<Vec<Value>> {
         let rows = sqlx::query(
             "SELECT e.body, e.version FROM entities e \

@@ -307,7 +307,7 @@ pub(crate) fn cases(
         ),
         (
             "change-template".into(),
-            Operation::ChangeTemplate,
+            Operation::ChangeTemplate { restart: false },
             input(template_before, template_after),
         ),
     ]

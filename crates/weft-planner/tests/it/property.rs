@@ -156,7 +156,15 @@ fn arb_case() -> impl Strategy<Value = Case> {
                     for n in &mut before {
                         n.services = names.iter().filter(|_| next(2) == 0).cloned().collect();
                     }
-                    (Operation::ChangeTemplate, before, layout)
+                    let op = Operation::ChangeTemplate {
+                        restart: next(2) == 0,
+                    };
+                    // Either direction: nodes and services come, or go.
+                    if next(2) == 0 {
+                        (op, before, layout)
+                    } else {
+                        (op, layout, before)
+                    }
                 }
             };
             Case {

@@ -10,15 +10,15 @@ use axum::routing::MethodFilter;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weft_model::{lenient, RolloutSpec};
+use weft_model::{lenient, ApplyRequest, ClusterChange, ClusterSpec, RolloutSpec};
 
-use super::params::{parse_body, DryRun};
+use super::params::{parse_body, DryRun, VersionQuery};
 use crate::api::{op, Api, Body, Param};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use weft_engine::ops::{self, ServiceAction};
-use weft_engine::{control, rollback};
+use weft_engine::{control, declared, rollback};
 
 fn changed(tag: &'static str, summary: &'static str) -> crate::api::Op {
     op(tag, summary)
@@ -50,6 +50,7 @@ pub fn routes(api: Api) -> Api {
     let api = lease_and_config_routes(api);
     let api = service_routes(api);
     let api = size_routes(api);
+    let api = declared_routes(api);
     job_control_routes(api)
 }
 
@@ -147,22 +148,86 @@ fn size_routes(api: Api) -> Api {
         )
         .optional_body(Body::Json("NodeCountRequest")),
     )
-    .route(
+}
+
+/// Template versions and declared clusters (weft extensions): sync to a version (Coopr's route,
+/// completed), impact previews, apply and export.
+fn declared_routes(api: Api) -> Api {
+    let t = "clusters";
+    api.route(
         MethodFilter::POST,
         "/v2/clusters/{id}/clustertemplate/sync",
         sync_template,
-        op(
+        moved(
             t,
-            "Swap in the current version of the cluster's template, if the cluster satisfies it",
+            "Move the cluster to a version of its template (the latest by default): services the \
+             version adds to its defaults are added, its config changes taken where the cluster kept \
+             the old defaults; no job when nothing on the nodes changes (Coopr's sync)",
         )
-        .status(200, "synced")
-        .status(
-            400,
-            "the cluster would break the new template's constraints",
-        )
-        .status(404, "cluster or template not found")
-        .status(409, "the cluster is not active"),
+        .query_as(
+            "version",
+            "the template version (default: the latest)",
+            Param::Version,
+        ),
     )
+    .route(
+        MethodFilter::POST,
+        "/v2/clusters/{id}/apply",
+        apply,
+        moved(
+            t,
+            "Move the cluster to the state a declaration gives (template version, size, services, \
+             config, lease) in one job; with `fingerprint`, only if the change is still the reviewed one",
+        )
+        .body(Body::Json("ApplyRequest"))
+        .status(409, "the cluster's status does not allow it, or the fingerprint no longer matches (the cluster or the catalog changed)"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clusters/{id}/export",
+        export,
+        op(t, "The cluster as a declaration: applying it changes nothing")
+            .ok(200, "the declaration", Body::Json("ClusterSpec"))
+            .status(404, "cluster not found"),
+    )
+    .route(
+        MethodFilter::GET,
+        "/v2/clustertemplates/{name}/impact",
+        impact,
+        op(
+            "clustertemplates",
+            "What moving each live cluster on another version of the template would do (tenant admin)",
+        )
+        .query_as(
+            "version",
+            "the version to move to (default: the latest)",
+            Param::Version,
+        )
+        .ok(200, "one entry per cluster (ClusterChange)", Body::Array("ClusterChange"))
+        .status(403, "caller is not the tenant admin")
+        .status(404, "template or version not found")
+        .status(
+            409,
+            "the stored version no longer reads or resolves against the catalog",
+        ),
+    )
+}
+
+/// A move of a cluster: dry run or not, forced or not, answering a [`ClusterChange`].
+fn moved(tag: &'static str, summary: &'static str) -> crate::api::Op {
+    op(tag, summary)
+        .query(
+            "dryrun",
+            "true: answer what would change and the plan, and change nothing",
+        )
+        .query(
+            "force",
+            "true: run the change even where it breaks a service's availability rule (recorded on the job)",
+        )
+        .ok(200, "what changes (or would); `job` names the job started", Body::Json("ClusterChange"))
+        .status(400, "invalid body (the message names the field), or the cluster cannot be moved there (the message says why)")
+        .status(404, "cluster, template or version not found")
+        .status(409, "the cluster's status does not allow it")
 }
 
 /// Pausing, resuming and aborting the running job.
@@ -446,8 +511,50 @@ async fn sync_template(
     State(st): State<AppState>,
     who: Identity,
     Path(id): Path<String>,
-) -> ApiResult<()> {
-    Ok(ops::sync_template(&st.engine, &who.caller(), &id).await?)
+    Query(d): Query<DryRun>,
+    Query(v): Query<VersionQuery>,
+) -> ApiResult<Json<ClusterChange>> {
+    let version = v.version()?;
+    let who = who.caller();
+    Ok(Json(
+        declared::sync(&st.engine, &who, &id, version, d.mode()).await?,
+    ))
+}
+
+async fn apply(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+    Query(d): Query<DryRun>,
+    body: Bytes,
+) -> ApiResult<Json<ClusterChange>> {
+    let req: ApplyRequest = parse_body(&body, "{\"spec\": {...}}")?;
+    let who = who.caller();
+    Ok(Json(
+        declared::apply(&st.engine, &who, &id, &req, d.mode()).await?,
+    ))
+}
+
+async fn export(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ClusterSpec>> {
+    Ok(Json(
+        declared::export(&st.engine, &who.caller(), &id).await?,
+    ))
+}
+
+async fn impact(
+    State(st): State<AppState>,
+    who: Identity,
+    Path(name): Path<String>,
+    Query(v): Query<VersionQuery>,
+) -> ApiResult<Json<Vec<ClusterChange>>> {
+    let version = v.version()?;
+    Ok(Json(
+        declared::impact(&st.engine, &who.caller(), &name, version).await?,
+    ))
 }
 
 async fn pause(State(st): State<AppState>, who: Identity, Path(id): Path<String>) -> ApiResult<()> {

@@ -123,11 +123,26 @@ fn latest_routes(api: Api, kind: EntityKind) -> Api {
     )
 }
 
+/// `/v2/{kind}/{name}/versions` (weft extension: every version, oldest first), and
 /// `/v2/{kind}/{name}/{version}`: get or delete one version.
 fn version_routes(api: Api, kind: EntityKind) -> Api {
     let version = format!("/v2/{}/{{name}}/{{version}}", kind.as_str());
+    let all = format!("/v2/{}/{{name}}/versions", kind.as_str());
     let (tag, label, s) = (kind.as_str(), kind.label(), schema(kind));
     api.route(
+        MethodFilter::GET,
+        &all,
+        move |st: State<AppState>, id: Identity, Path(name): Path<String>| {
+            versions(st, id, kind, name)
+        },
+        op(
+            tag,
+            format!("Every stored version of a {label}, oldest first (weft extension)"),
+        )
+        .ok(200, "the versions", Body::Array(s))
+        .status(404, "not found"),
+    )
+    .route(
         MethodFilter::GET,
         &version,
         move |st: State<AppState>, id: Identity, Path((name, v)): Path<(String, String)>| {
@@ -157,6 +172,17 @@ async fn list(
     kind: EntityKind,
 ) -> ApiResult<Json<Vec<Value>>> {
     Ok(Json(entities::list(&st.engine, &id.caller(), kind).await?))
+}
+
+async fn versions(
+    State(st): State<AppState>,
+    id: Identity,
+    kind: EntityKind,
+    name: String,
+) -> ApiResult<Json<Vec<Value>>> {
+    Ok(Json(
+        entities::versions(&st.engine, &id.caller(), kind, &name).await?,
+    ))
 }
 
 async fn get(

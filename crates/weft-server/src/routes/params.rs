@@ -18,6 +18,24 @@ pub fn parse_version(s: &str) -> ApiResult<u64> {
     Ok(weft_engine::entities::parse_version(s)?)
 }
 
+/// The `?version=` query parameter: a template version, absent (or empty) for the latest.
+#[derive(Debug, Deserialize)]
+pub struct VersionQuery {
+    /// The raw value.
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+impl VersionQuery {
+    /// The version asked for; a 400 when it is not a positive number.
+    pub fn version(&self) -> ApiResult<Option<u64>> {
+        match self.version.as_deref().map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(v) => parse_version(v).map(Some),
+        }
+    }
+}
+
 /// The `?dryrun=` and `?force=` query parameters of operations that can be previewed.
 #[derive(Debug, Deserialize)]
 pub struct DryRun {

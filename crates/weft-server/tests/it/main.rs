@@ -40,4 +40,5 @@ mod store_faults; // a full disk, a database restart (issue 37)
 mod sweep; // provider sweep
 mod tenants;
 mod ui;
+mod versions; // templates as versioned artifacts, declared clusters (issue 42)
 mod webhooks; // tenants' webhooks (issue 38)

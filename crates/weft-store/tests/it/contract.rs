@@ -299,6 +299,27 @@ async fn deleted_versions_make_room_for_max_plus_one(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+async fn entity_versions_lists_every_version_oldest_first(ctx: &Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let k = EntityKind::ClusterTemplate;
+    assert!(s.entity_versions(A, k, "hadoop").await?.is_empty());
+    for w in 0..3 {
+        s.put_entity(A, k, "hadoop", &json!({"name": "hadoop", "w": w}))
+            .await?;
+    }
+    s.put_entity(B, k, "hadoop", &json!({"name": "hadoop", "w": 9}))
+        .await?;
+    s.delete_entity(A, k, "hadoop", Some(2)).await?;
+    let got: Vec<(Option<u64>, i64)> = s
+        .entity_versions(A, k, "hadoop")
+        .await?
+        .iter()
+        .map(|v| (version_of(v), v["w"].as_i64().unwrap_or(-1)))
+        .collect();
+    assert_eq!(got, vec![(Some(1), 0), (Some(3), 2)]);
+    Ok(())
+}
+
 async fn list_entities_gives_latest_versions_by_name(ctx: &Ctx) -> Result<()> {
     let s = &*ctx.store;
     let k = EntityKind::ImageType;
@@ -873,6 +894,7 @@ contract_tests!(
     put_entity_writes_new_versions,
     deleted_versions_make_room_for_max_plus_one,
     list_entities_gives_latest_versions_by_name,
+    entity_versions_lists_every_version_oldest_first,
     replace_entities_swaps_the_admin_kinds,
     concurrent_puts_get_distinct_consecutive_versions,
     concurrent_creates_let_exactly_one_win,

@@ -318,7 +318,7 @@ fn operation(args: &Args) -> anyhow::Result<Operation> {
         },
         Op::Expand => Operation::Expand,
         Op::Shrink => Operation::Shrink,
-        Op::ChangeTemplate => Operation::ChangeTemplate,
+        Op::ChangeTemplate => Operation::ChangeTemplate { restart: false },
         Op::Reconfigure => Operation::Reconfigure {
             restart: args.restart,
         },

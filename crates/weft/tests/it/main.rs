@@ -11,6 +11,7 @@ mod cli_hostpool;
 mod cli_sweep; // weft provider sweep
 mod crash;
 mod crash_up;
+mod declared; // templates as versions, clusters in files (issue 42)
 mod failover; // several servers on one PostgreSQL (issue 21)
 mod follow; // an event stream follower (issue 38)
 mod guide;

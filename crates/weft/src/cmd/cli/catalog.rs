@@ -46,6 +46,29 @@ pub(super) enum Cmd {
         /// Its name.
         name: String,
     },
+    /// Every stored version, oldest first, with what each changed from the one before.
+    History {
+        /// Its name.
+        name: String,
+    },
+    /// Templates: what moving each live cluster on an older version would do (layout change,
+    /// plan summary, or why it cannot move).
+    Impact {
+        /// The template's name.
+        name: String,
+        /// The version to move to (default: the latest).
+        #[arg(long)]
+        version: Option<u64>,
+    },
+    /// What changed from one version to another (services, constraints, config, links...).
+    Diff {
+        /// Its name.
+        name: String,
+        /// The older version.
+        from: u64,
+        /// The newer version (default: the latest).
+        to: Option<u64>,
+    },
 }
 
 pub(super) fn run(kind: Kind, a: Args) -> anyhow::Result<()> {
@@ -113,6 +136,14 @@ pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
                 Ok(())
             }
         }
+        Cmd::History { name } => history(&ctx, kind, &name),
+        Cmd::Impact { name, version } if kind == Kind::ClusterTemplate => {
+            super::declared::impact(&ctx, &name, version)
+        }
+        Cmd::Impact { .. } => {
+            Err(UsageError("impact is for templates: weft template impact NAME".into()).into())
+        }
+        Cmd::Diff { name, from, to } => version_diff(&ctx, kind, &name, from, to),
         Cmd::Delete { name } => {
             ctx.block(c.delete_entity(kind, &name))?;
             if !ctx.json() {
@@ -121,6 +152,69 @@ pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `history NAME`: one row per version with the paths it changed.
+fn history(ctx: &Ctx, kind: Kind, name: &str) -> anyhow::Result<()> {
+    let versions: Vec<Value> = ctx.block(ctx.client.entity_versions(kind, name))?;
+    if ctx.json() {
+        return print_json(&versions);
+    }
+    let mut t = table(&["VERSION", "CHANGES"]);
+    let mut before: Option<&Value> = None;
+    for v in &versions {
+        let changes = match before {
+            None => "first version".to_string(),
+            Some(b) => summary(&weft_model::diff(b, v)),
+        };
+        t.add_row(vec![text(&v["version"]), changes]);
+        before = Some(v);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// The changed paths of a diff, each once, in one cell.
+fn summary(lines: &[weft_model::DiffLine]) -> String {
+    if lines.is_empty() {
+        return "no change".into();
+    }
+    let mut paths: Vec<&str> = lines.iter().map(|l| l.path.as_str()).collect();
+    paths.dedup();
+    format!("{} change(s): {}", lines.len(), paths.join(", "))
+}
+
+/// `diff NAME FROM [TO]`: one line per difference (`+`, `-`, `~`), or `no changes`.
+fn version_diff(
+    ctx: &Ctx,
+    kind: Kind,
+    name: &str,
+    from: u64,
+    to: Option<u64>,
+) -> anyhow::Result<()> {
+    let c = &ctx.client;
+    let old: Value = ctx.block(c.entity_version(kind, name, from))?;
+    let new: Value = match to {
+        Some(v) => ctx.block(c.entity_version(kind, name, v))?,
+        None => ctx.block(c.entity(kind, name))?,
+    };
+    let lines = weft_model::diff(&old, &new);
+    if ctx.json() {
+        return print_json(&lines);
+    }
+    println!(
+        "{} {name}: version {} -> {}",
+        singular(kind),
+        text(&old["version"]),
+        text(&new["version"])
+    );
+    if lines.is_empty() {
+        println!("no changes");
+    }
+    for l in &lines {
+        println!("{l}");
+    }
+    Ok(())
 }
 
 /// A write's warnings, one per line on stderr (stdout stays the command's answer).

@@ -111,6 +111,30 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// Move the cluster to a version of its template (the latest by default): services the
+    /// version adds to its defaults are added, its config changes taken where the cluster kept
+    /// the old defaults, rolling where the template's rollout policy says.
+    Sync {
+        /// The cluster id.
+        id: String,
+        /// The template version to move to.
+        #[arg(long)]
+        to_version: Option<u64>,
+        /// Show what would change and the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Follow the job until it ends.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Write the cluster as a declaration (YAML; JSON with -o json) that `weft apply -f` takes.
+    Export {
+        /// The cluster id.
+        id: String,
+        /// Write to this file instead of stdout.
+        #[arg(long = "out", short = 'O')]
+        out: Option<String>,
+    },
     /// Add nodes.
     Expand {
         /// The cluster id.
@@ -358,6 +382,13 @@ pub(super) fn run(a: Args) -> anyhow::Result<()> {
         Cmd::Show { id, offset, limit } => show(&ctx, &id, offset, limit),
         Cmd::Status { id } => status(&ctx, &id),
         Cmd::Delete { id, wait, force } => delete(&ctx, &id, wait, force),
+        Cmd::Sync {
+            id,
+            to_version,
+            dry_run,
+            wait,
+        } => super::declared::sync(&ctx, &id, to_version, dry_run, wait),
+        Cmd::Export { id, out } => super::declared::export(&ctx, &id, out.as_deref()),
         Cmd::Expand { id, count, job } => expand(&ctx, &id, count, &job),
         Cmd::Shrink { id, count, job } => shrink(&ctx, &id, count, &job),
         Cmd::AddService { id, services, job } => add_services(&ctx, &id, &services, &job),
@@ -896,7 +927,7 @@ const SETTLE: Duration = Duration::from_secs(60);
 /// Follows the cluster's latest job with a progress bar until it ends. `deleting`: success is
 /// `terminated`. A failed job is reported once the cluster has settled (or after [`SETTLE`]),
 /// naming the task that failed, its host and service, the reason and "not retried".
-fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
+pub(super) fn wait(ctx: &Ctx, id: &str, deleting: bool) -> anyhow::Result<ClusterDetails> {
     let mut failed_at: Option<std::time::Instant> = None;
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -1211,7 +1242,7 @@ pub(super) fn parse_until(s: &str, now: i64) -> anyhow::Result<i64> {
 }
 
 /// `--lease`: a duration as milliseconds; `0` is forever.
-fn lease_ms(s: &str) -> Result<i64, String> {
+pub(super) fn lease_ms(s: &str) -> Result<i64, String> {
     if s.trim() == "0" {
         return Ok(0);
     }

@@ -20,6 +20,7 @@ mod catalog;
 mod cluster;
 pub(crate) mod config;
 mod cost; // `weft cost report`
+mod declared; // `weft apply`, `weft cluster export/sync`, `weft template impact`
 mod drift; // `weft cluster check`
 pub(crate) mod duration; // durations in one form (48h, 90s)
 mod events; // `weft events`
@@ -77,6 +78,8 @@ pub(crate) enum ClientCommand {
     Login(LoginArgs),
     /// Create, inspect, change and delete clusters.
     Cluster(cluster::Args),
+    /// Make a cluster what a file declares (create it, or change it in one job): YAML or JSON.
+    Apply(declared::ApplyArgs),
     /// Providers in the catalog (admin).
     Provider(provider::Args),
     /// Hardware types in the catalog (admin).
@@ -285,6 +288,7 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
     match cmd {
         ClientCommand::Login(a) => login(a),
         ClientCommand::Cluster(a) => cluster::run(a),
+        ClientCommand::Apply(a) => declared::apply(a),
         ClientCommand::Provider(a) => provider::run(a),
         ClientCommand::Hardwaretype(a) => catalog::run(Kind::HardwareType, a),
         ClientCommand::Imagetype(a) => catalog::run(Kind::ImageType, a),
