@@ -298,6 +298,31 @@ pub fn validate(s: &str) -> Result<(), PlanError> {
     scan(s).map(|_| ())
 }
 
+/// The services the macros of `s` name, in order of appearance, each once: `%ip.service.web%`,
+/// `%num.service.db%`, `%host.self.service.kv%`... An error if a macro does not parse (as
+/// [`validate`]).
+pub fn named_services(s: &str) -> Result<Vec<String>, PlanError> {
+    let mut out: Vec<String> = Vec::new();
+    for piece in scan(s)? {
+        let Piece::Macro { expr, .. } = piece else {
+            continue;
+        };
+        let svc = match expr.name {
+            Name::HostOf(svc)
+            | Name::IpOf(_, svc)
+            | Name::Num(svc)
+            | Name::Instance(svc)
+            | Name::HostSelfOf(svc)
+            | Name::IpSelfOf(_, svc) => svc,
+            Name::HostSelf | Name::IpSelf(_) | Name::Owner => continue,
+        };
+        if !out.contains(&svc) {
+            out.push(svc);
+        }
+    }
+    Ok(out)
+}
+
 /// The services whose every node a plain macro of `s` lists (no index, `map` or `join`), with
 /// the macro's text: `http://%host.service.web%/` names `web`. Over several nodes such a macro
 /// reads as a comma-separated list, which in a link is no URL. A string that does not parse names

@@ -1,7 +1,7 @@
 //! Macro expansion: every form, nesting, missing services, escaping and syntax errors.
 
 use serde_json::json;
-use weft_planner::macros::validate;
+use weft_planner::macros::{named_services, validate};
 use weft_planner::{MacroContext, PlanError, PlanNode};
 
 use crate::fixtures::node;
@@ -239,4 +239,21 @@ fn links_expand_once_per_node_of_a_listed_service() {
             "{s}"
         );
     }
+}
+
+#[test]
+fn named_services_lists_each_service_a_macro_names_once() {
+    let s = "%join(map(ip.service.web,'$:8080'),',')% %num.service.kv% %host.self.service.web% \
+             %ip.access_v4.self.service.my.dotted.svc% %instance.self.service.kv% %ip.self% \
+             %host.self% %cluster.owner% %% 100%";
+    assert_eq!(
+        named_services(s).unwrap(),
+        vec!["web", "kv", "my.dotted.svc"],
+        "in order of appearance, without self, owner or escapes"
+    );
+    assert!(named_services("no macros").unwrap().is_empty());
+    assert!(
+        named_services("%ip.service.%").is_err(),
+        "a macro that does not parse"
+    );
 }
