@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use weft_model::{
-    lenient, CatalogWarning, ClusterDefaults, ClusterTemplate, Compatibility, Constraints,
-    EntityKind, Link, ParameterType, PartialTemplate, PluginType, Provider, Service,
+    lenient, CatalogExport, CatalogWarning, ClusterDefaults, ClusterTemplate, Compatibility,
+    Constraints, EntityKind, Link, ParameterType, PartialTemplate, PluginType, Provider, Service,
 };
 use weft_store::SUPERADMIN;
 
@@ -88,6 +88,33 @@ impl Names {
             automator_types: names_of(st, SUPERADMIN, EntityKind::AutomatorType).await?,
         })
     }
+}
+
+impl Names {
+    /// The names a catalog export holds, with `automators` as the offered automator types (no
+    /// provider types: a catalog file does not say which a provisioner offers). Pure: for checks
+    /// of a catalog that is not stored, such as `weft template test`.
+    pub fn of_catalog(catalog: &CatalogExport, automators: &[PluginType]) -> Names {
+        let mut services = BTreeSet::new();
+        for s in &catalog.services {
+            services.insert(s.name.clone());
+            services.extend(s.dependencies.provides.iter().cloned());
+        }
+        Names {
+            providers: set(catalog.providers.iter().map(|p| &p.name)),
+            hardwaretypes: set(catalog.hardwaretypes.iter().map(|t| &t.name)),
+            imagetypes: set(catalog.imagetypes.iter().map(|t| &t.name)),
+            services,
+            clustertemplates: set(catalog.clustertemplates.iter().map(|t| &t.name)),
+            partialtemplates: set(catalog.partialtemplates.iter().map(|t| &t.name)),
+            provider_types: BTreeSet::new(),
+            automator_types: set(automators.iter().map(|t| &t.name)),
+        }
+    }
+}
+
+fn set<'a>(names: impl Iterator<Item = &'a String>) -> BTreeSet<String> {
+    names.cloned().collect()
 }
 
 async fn names_of(
@@ -527,10 +554,28 @@ pub async fn refuse_unrunnable(st: &Engine, kind: EntityKind, doc: &Value) -> En
     }
     let service: Service = lenient::from_value(doc.clone())?;
     let offered = typed_list::<PluginType>(st, SUPERADMIN, EntityKind::AutomatorType).await?;
+    if offered.is_empty() {
+        return Ok(());
+    }
+    match unrunnable_actions(&service, &offered).into_iter().next() {
+        Some(w) => Err(EngineError::Invalid(format!("{}: {}", w.field, w.message))),
+        None => Ok(()),
+    }
+}
+
+/// The actions of `service` that cannot run with the automator types `offered`, in action order:
+/// a type not offered (`provisioner.actions.<action>.type`, with the nearest offered name), or
+/// fields that cover none of the required sets of the type's admin fields
+/// (`provisioner.actions.<action>.fields`).
+pub fn unrunnable_actions(service: &Service, offered: &[PluginType]) -> Vec<CatalogWarning> {
+    let mut out = Vec::new();
     for (action, spec) in &service.provisioner.actions {
         let action = action.upper().to_lowercase();
         let Some(t) = offered.iter().find(|t| t.name == spec.automator) else {
-            refuse_unoffered(&action, &spec.automator, &offered)?;
+            out.push(CatalogWarning {
+                field: format!("provisioner.actions.{action}.type"),
+                message: unoffered(&spec.automator, offered),
+            });
             continue;
         };
         let Some(admin) = t.parameters.get(&ParameterType::Admin) else {
@@ -545,28 +590,26 @@ pub async fn refuse_unrunnable(st: &Engine, kind: EntityKind, doc: &Value) -> En
             .iter()
             .map(|set| set.iter().cloned().collect::<Vec<_>>().join(" and "))
             .collect();
-        return Err(EngineError::Invalid(format!(
-            "provisioner.actions.{action}.fields: automator type {} needs {}",
-            spec.automator,
-            sets.join(", or ")
-        )));
+        out.push(CatalogWarning {
+            field: format!("provisioner.actions.{action}.fields"),
+            message: format!(
+                "automator type {} needs {}",
+                spec.automator,
+                sets.join(", or ")
+            ),
+        });
     }
-    Ok(())
+    out
 }
 
-/// The refusal of an action whose automator type no provisioner offers, when some are offered.
-fn refuse_unoffered(action: &str, automator: &str, offered: &[PluginType]) -> EngineResult<()> {
-    if offered.is_empty() {
-        return Ok(());
-    }
+/// Why an automator type is not offered, with the nearest offered name or the whole list.
+fn unoffered(automator: &str, offered: &[PluginType]) -> String {
     let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
     let hint = match weft_model::validate::nearest(automator, &names) {
         Some(n) => format!("did you mean {n}?"),
         None => format!("offered: {}", names.join(", ")),
     };
-    Err(EngineError::Invalid(format!(
-        "provisioner.actions.{action}.type: no provisioner offers automator type {automator} ({hint})"
-    )))
+    format!("no provisioner offers automator type {automator} ({hint})")
 }
 
 /// A tenant's templates that cannot make a cluster now, with why: what keeps their provider from

@@ -26,7 +26,8 @@
 //! * tasks: [`work::take`], [`work::finish`], [`work::fail_over_leases`];
 //! * reading: [`view`] (clusters, nodes, jobs and plans as the API shows them), [`catalog`]
 //!   (templates resolved in a tenant), [`gaps`] (what catalog entries name that the catalog
-//!   lacks), [`preview::preview_layout`] (a layout without a cluster);
+//!   lacks), [`preview::preview_layout`] (a layout without a cluster), [`lint::test_template`]
+//!   (a template tested offline against a catalog, pure);
 //! * the catalog: [`entities`] (entries read and written, provider secrets masked and sealed),
 //!   [`transfer`] (export and import of a whole catalog), [`plugins`] (plugin types and
 //!   resources);
@@ -41,7 +42,8 @@
 //! types and resources), `replace` (replacing a node), `transfer` (catalog export and import),
 //! `create`, `ops`,
 //! `preview`, `delete`, `drift` (drift checks, automatic replacement), `transition` (a cluster
-//! moved to a declared state), `declared` (template sync and impact, apply, export), `rollback`, `work` (take and
+//! moved to a declared state), `declared` (template sync and impact, apply, export), `rollback`,
+//! `lint` (template tests), `work` (take and
 //! finish), `janitor`, `callbacks`.
 //! ARCHITECTURE.md writes the order down and a test of weft-server checks it.
 #![warn(missing_docs)]
@@ -72,6 +74,7 @@ pub mod idle;
 pub mod ids;
 pub mod janitor;
 pub mod jobs;
+pub mod lint;
 mod membership;
 pub mod metrics;
 pub mod nodes;

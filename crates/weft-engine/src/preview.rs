@@ -133,7 +133,7 @@ fn scan_sizes(cat: &Catalog<'_>, wanted: &[String]) -> Value {
 }
 
 /// Only `want` (if given) of an offer; an unoffered `want` leaves nothing, and the solver says why.
-fn restrict(offer: TypeOffer, want: Option<&str>) -> TypeOffer {
+pub(crate) fn restrict(offer: TypeOffer, want: Option<&str>) -> TypeOffer {
     match want {
         None => offer,
         Some(w) => {
@@ -144,7 +144,7 @@ fn restrict(offer: TypeOffer, want: Option<&str>) -> TypeOffer {
 }
 
 /// Sizes with a layout, as inclusive ranges.
-fn ranges(ok: impl Iterator<Item = (u64, bool)>) -> Vec<[u64; 2]> {
+pub(crate) fn ranges(ok: impl Iterator<Item = (u64, bool)>) -> Vec<[u64; 2]> {
     let mut out: Vec<[u64; 2]> = Vec::new();
     for (n, fits) in ok {
         if !fits {
