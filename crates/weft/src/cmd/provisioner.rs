@@ -15,7 +15,7 @@ use weft_provisioner::hostpool::HostPoolProvider;
 use weft_provisioner::local::LocalProvider;
 use weft_provisioner::shell::ShellAutomator;
 use weft_provisioner::tenancy::TenantUsers;
-use weft_provisioner::{Agent, AgentConfig, Plugins};
+use weft_provisioner::{Agent, AgentConfig, Automator, Plugins};
 
 /// The example catalog's scripts, written to `<data dir>/scripts` so the shell automator finds them.
 pub(crate) const EXAMPLE_SCRIPTS: [(&str, &str); 9] = [
@@ -146,7 +146,7 @@ pub(crate) fn plugins(
         local = local.with_tenant_users(users.clone());
         shell = shell.with_tenant_users(users);
     }
-    Ok(Plugins::new()
+    let plugins = Plugins::new()
         .provider(Arc::new(local))
         .provider(Arc::new(DockerProvider::new(data_dir)))
         .provider(Arc::new(HostPoolProvider::new())) // host pools
@@ -158,18 +158,32 @@ pub(crate) fn plugins(
         .provider(Arc::new(
             weft_provisioner::openstack::NovaProvider::rackspace(),
         )) // rackspace
-        .provider(Arc::new(weft_provisioner::aws::AwsProvider::new())) // aws
-        .automator(Arc::new(shell))
-        .automator(Arc::new(
-            automators::AnsibleAutomator::new(vec![]).with_resources(data_dir.join("resources")),
-        ))
-        .automator(Arc::new(
-            automators::PuppetAutomator::new(vec![]).with_resources(data_dir.join("resources")),
-        ))
-        .automator(Arc::new(
-            automators::ChefSoloAutomator::new(vec![]).with_resources(data_dir.join("resources")),
-        ))
-        .automator(Arc::new(automators::DockerAutomator::new())))
+        .provider(Arc::new(weft_provisioner::aws::AwsProvider::new())); // aws
+    let resources = data_dir.join("resources");
+    Ok(automators(shell, &resources)
+        .into_iter()
+        .fold(plugins, Plugins::automator))
+}
+
+/// The automators weft ships, the shell automator as given, the others with their resources
+/// under `resources`.
+fn automators(shell: ShellAutomator, resources: &Path) -> [Arc<dyn Automator>; 5] {
+    [
+        Arc::new(shell),
+        Arc::new(automators::AnsibleAutomator::new(vec![]).with_resources(resources.into())),
+        Arc::new(automators::PuppetAutomator::new(vec![]).with_resources(resources.into())),
+        Arc::new(automators::ChefSoloAutomator::new(vec![]).with_resources(resources.into())),
+        Arc::new(automators::DockerAutomator::new()),
+    ]
+}
+
+/// The automator types weft's provisioner offers, as it registers them (`weft template test`
+/// checks service actions against them offline). Nothing is written.
+pub(crate) fn automator_types() -> Vec<weft_model::PluginType> {
+    automators(ShellAutomator::new(Vec::new()), Path::new(""))
+        .iter()
+        .map(|a| a.plugin_type())
+        .collect()
 }
 
 /// The provisioner `weft up` runs in its own process.

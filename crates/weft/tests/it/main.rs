@@ -26,6 +26,7 @@ mod sealed; // secrets sealed at rest (issue 36)
 mod server;
 mod several_servers_containers; // the several-servers deployment in containers, TLS (issue 36)
 mod support;
+mod template_test; // weft template test (issue 42)
 mod tenant_users;
 mod tls; // TLS on the wire (issue 36)
 mod up_down;

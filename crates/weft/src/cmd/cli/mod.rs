@@ -29,11 +29,13 @@ mod logs; // `weft cluster logs`
 mod plan_view; // plans grouped for people
 mod provider; // `weft provider` (catalog commands and sweep)
 mod ssh; // `weft cluster ssh`
+mod template; // `weft template` (catalog commands and test)
 
 /// Text for `weft --help`: the exit codes of the client commands.
 pub(crate) const EXIT_CODES: &str = "Exit codes of the client commands: 0 ok, 1 usage or client error, \
 2 the server refused the call (4xx), 3 server error (5xx) or server unreachable, 4 a job waited for \
 (--wait) failed, 5 `cluster health` found a service not healthy or `cluster check` found drift; \
+`template test`: 1 problems found, 2 unusable input (a file missing or not JSON); \
 141 the reader of the output went away (`| head`).";
 
 /// The heading of the flags every client command takes, listed apart from a command's own.
@@ -88,8 +90,8 @@ pub(crate) enum ClientCommand {
     Imagetype(catalog::Args),
     /// Services in the catalog (admin).
     Service(catalog::Args),
-    /// Cluster templates in the catalog (admin).
-    Template(catalog::Args),
+    /// Cluster templates in the catalog (admin); `test` checks templates offline, as CI would.
+    Template(template::Args),
     /// Partial templates in the catalog (admin).
     Partialtemplate(catalog::Args),
     /// Export or import the tenant's whole catalog (admin).
@@ -276,6 +278,9 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<Unhealthy>().is_some() {
         return 5;
     }
+    if e.downcast_ref::<template::Unusable>().is_some() {
+        return 2;
+    }
     match e.downcast_ref::<ClientError>() {
         Some(ClientError::Status { status, .. }) if (400..500).contains(status) => 2,
         Some(_) => 3,
@@ -293,7 +298,7 @@ fn dispatch(cmd: ClientCommand, bin: clap::Command) -> anyhow::Result<()> {
         ClientCommand::Hardwaretype(a) => catalog::run(Kind::HardwareType, a),
         ClientCommand::Imagetype(a) => catalog::run(Kind::ImageType, a),
         ClientCommand::Service(a) => catalog::run(Kind::Service, a),
-        ClientCommand::Template(a) => catalog::run(Kind::ClusterTemplate, a),
+        ClientCommand::Template(a) => template::run(a),
         ClientCommand::Partialtemplate(a) => catalog::run(Kind::PartialTemplate, a),
         ClientCommand::Catalog(a) => catalog::run_catalog(a),
         ClientCommand::Tenant(a) => admin::tenant(a),
@@ -493,5 +498,6 @@ mod tests {
         assert_eq!(exit_code(&JobFailed("x".into()).into()), 4);
         assert_eq!(exit_code(&Unhealthy("x".into()).into()), 5);
         assert_eq!(exit_code(&UsageError("x".into()).into()), 1);
+        assert_eq!(exit_code(&template::Unusable("x".into()).into()), 2);
     }
 }
