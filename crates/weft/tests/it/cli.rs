@@ -1189,3 +1189,32 @@ fn cluster_check_exits_5_on_drift_and_replace_node_rebuilds_a_node() {
     let err = s.fails(&["cluster", "replace-node", id, "nope"], 2);
     assert!(err.contains("nope"), "{err}");
 }
+
+#[test]
+fn template_test_checks_against_the_servers_catalog() {
+    let s = Server::idle();
+    s.login();
+    s.catalog();
+    let out = s.ok(&["template", "test", "t"]);
+    assert!(out.starts_with("template t: PASS\n"), "{out}");
+    assert!(
+        out.contains("sizes 1..10 (provider local): layouts at 1..10"),
+        "{out}"
+    );
+
+    // A file's template replaces the server's of the same name, and is tested there.
+    let mut t: Value = serde_json::from_str(&s.ok(&["template", "show", "t"])).unwrap();
+    t["defaults"]["services"] = json!(["a", "b", "zzz"]);
+    let f = s.file("t.json", &t.to_string());
+    let out = s.run(&["template", "test", f.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["templates"][0]["template"], "t");
+    assert_eq!(
+        v["templates"][0]["problems"],
+        json!([{"check": "references", "field": "defaults.services[2]",
+                "message": "service zzz does not exist (yet)"}])
+    );
+    let err = s.fails(&["template", "test", "nope"], 2);
+    assert!(err.contains("no template nope in the catalog"), "{err}");
+}
