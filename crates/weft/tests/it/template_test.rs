@@ -1,6 +1,6 @@
 //! `weft template test` as CI runs it, offline with `--catalog`: the example catalog passes; a
-//! broken template reports each of its problems (text and JSON) and exits 1; input that is not
-//! usable exits 2.
+//! broken template reports each of its problems (text and JSON) and exits 5; input that is not
+//! usable exits 1.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -117,14 +117,14 @@ fn broken_template() -> Value {
 }
 
 #[test]
-fn a_broken_template_reports_each_problem_and_exits_1() {
+fn a_broken_template_reports_each_problem_and_exits_5() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = broken_catalog(dir.path());
     let catalog = catalog.to_str().unwrap();
     std::fs::write(dir.path().join("t.json"), broken_template().to_string()).unwrap();
     let out = run(dir.path(), &["t.json", "--catalog", catalog, "-o", "json"]);
     let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(5), "{stdout}\n{stderr}");
     assert!(stderr.contains("problem(s) in broken-kv-web"), "{stderr}");
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["passed"], false);
@@ -214,7 +214,7 @@ fn a_broken_template_reports_each_problem_and_exits_1() {
     // The text form: a line per check, each problem under its check.
     let out = run(dir.path(), &["t.json", "--catalog", catalog]);
     let (stdout, _) = text(&out);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(5));
     assert!(
         stdout.starts_with("template broken-kv-web: FAIL\n"),
         "{stdout}"
@@ -234,7 +234,7 @@ fn a_broken_template_reports_each_problem_and_exits_1() {
 }
 
 #[test]
-fn unusable_input_exits_2_with_what_is_wrong() {
+fn unusable_input_exits_1_with_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = examples();
     let catalog = catalog.to_str().unwrap();
@@ -260,7 +260,7 @@ fn unusable_input_exits_2_with_what_is_wrong() {
     for (args, want) in cases {
         let out = run(dir.path(), args);
         let (stdout, stderr) = text(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stdout}\n{stderr}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout}\n{stderr}");
         assert!(stderr.contains(want), "{args:?}: {stderr}");
         assert!(stdout.is_empty(), "{args:?}: {stdout}");
     }

@@ -51,15 +51,6 @@ pub(super) enum Cmd {
         /// Its name.
         name: String,
     },
-    /// Templates: what moving each live cluster on an older version would do (layout change,
-    /// plan summary, or why it cannot move).
-    Impact {
-        /// The template's name.
-        name: String,
-        /// The version to move to (default: the latest).
-        #[arg(long)]
-        version: Option<u64>,
-    },
     /// What changed from one version to another (services, constraints, config, links...).
     Diff {
         /// Its name.
@@ -137,12 +128,6 @@ pub(super) fn run_cmd(kind: Kind, conn: &Conn, cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::History { name } => history(&ctx, kind, &name),
-        Cmd::Impact { name, version } if kind == Kind::ClusterTemplate => {
-            super::declared::impact(&ctx, &name, version)
-        }
-        Cmd::Impact { .. } => {
-            Err(UsageError("impact is for templates: weft template impact NAME".into()).into())
-        }
         Cmd::Diff { name, from, to } => version_diff(&ctx, kind, &name, from, to),
         Cmd::Delete { name } => {
             ctx.block(c.delete_entity(kind, &name))?;

@@ -278,8 +278,8 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<Unhealthy>().is_some() {
         return 5;
     }
-    if e.downcast_ref::<template::Unusable>().is_some() {
-        return 2;
+    if e.downcast_ref::<template::Problems>().is_some() {
+        return 5;
     }
     match e.downcast_ref::<ClientError>() {
         Some(ClientError::Status { status, .. }) if (400..500).contains(status) => 2,
@@ -498,6 +498,7 @@ mod tests {
         assert_eq!(exit_code(&JobFailed("x".into()).into()), 4);
         assert_eq!(exit_code(&Unhealthy("x".into()).into()), 5);
         assert_eq!(exit_code(&UsageError("x".into()).into()), 1);
-        assert_eq!(exit_code(&template::Unusable("x".into()).into()), 2);
+        assert_eq!(exit_code(&template::Unusable("x".into()).into()), 1);
+        assert_eq!(exit_code(&template::Problems("x".into()).into()), 5);
     }
 }

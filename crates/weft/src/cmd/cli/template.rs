@@ -1,7 +1,7 @@
 //! `weft template ...`: the catalog commands, and `weft template test`, which checks templates
 //! offline as CI would (the rules are `weft_engine::lint`; this only loads input and prints).
 //!
-//! Exit codes of `test`: 0 no problem, 1 problems found, 2 unusable input (a file missing or not
+//! Exit codes of `test`, as the CLI's other checks: 0 no problem, 5 problems found, 1 unusable input (a file missing or not
 //! JSON, a template that does not read as one, a name the catalog lacks); the server's answers
 //! keep the client's codes (2 refused, 3 unreachable).
 
@@ -28,13 +28,22 @@ pub(crate) struct Args {
 enum Cmd {
     #[command(flatten)]
     Catalog(catalog::Cmd),
-    /// Check templates offline, as CI would (exit 1 on problems, 2 on unusable input).
+    /// Check templates offline, as CI would (exit 5 on problems, 1 on unusable input).
     ///
     /// The checks: the template resolves; what it names exists; its defaults are compatible;
     /// every size in range has a layout; its macros resolve; its services' actions have a known
     /// automator and its fields; a create plan builds at the smallest and largest size.
     #[command(after_long_help = TEST_HELP)]
     Test(TestArgs),
+    /// What moving each live cluster on another version to this one would do: the layout
+    /// change, the plan in short, or why it cannot move.
+    Impact {
+        /// The template's name.
+        name: String,
+        /// The version to move to (default: the latest).
+        #[arg(long)]
+        version: Option<u64>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,11 +70,11 @@ without one, each provider that offers hardware and image types) is tried.
 \"unsolved\": [{\"from\", \"to\", \"reason\"}]}], \"plans\": [{\"provider\", \"size\", \"tasks\"}],
 \"notes\"}]}.
 
-Exit status: 0 no problem; 1 problems found; 2 unusable input (file missing, not JSON, not a
+Exit status: 0 no problem; 5 problems found; 1 unusable input (file missing, not JSON, not a
 template, a name the catalog lacks); 3 the server could not be reached.";
 
 /// Input `template test` cannot use: a file missing or not JSON, a template that does not read
-/// as one, a name the catalog lacks (exit 2).
+/// as one, a name the catalog lacks (exit 1, as any bad input).
 #[derive(Debug)]
 pub(crate) struct Unusable(pub String);
 
@@ -77,9 +86,9 @@ impl std::fmt::Display for Unusable {
 
 impl std::error::Error for Unusable {}
 
-/// `template test` found problems (exit 1).
+/// `template test` found problems (exit 5, as a check that finds a problem).
 #[derive(Debug)]
-struct Problems(String);
+pub(crate) struct Problems(pub String);
 
 impl std::fmt::Display for Problems {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,6 +102,9 @@ pub(super) fn run(a: Args) -> anyhow::Result<()> {
     match a.cmd {
         Cmd::Catalog(cmd) => catalog::run_cmd(Kind::ClusterTemplate, &a.conn, cmd),
         Cmd::Test(t) => test(&a.conn, &t),
+        Cmd::Impact { name, version } => {
+            super::declared::impact(&super::Ctx::new(&a.conn)?, &name, version)
+        }
     }
 }
 
