@@ -276,12 +276,11 @@ fn solve_steps(
         existing = as_existing(&weft_solver::change(catalog, &existing, &step)?.nodes);
     }
     let n = existing.len() as u64;
-    // Services and nodes added together: one search, so that a new service may take a new node.
     let steps = match target.size.cmp(&n) {
-        Ordering::Greater if !added.is_empty() => vec![Change::Reshape {
-            add: added,
-            nodes: target.size - n,
-        }],
+        Ordering::Greater if !added.is_empty() => {
+            let grown = add_with_nodes(catalog, &existing, &added, target.size - n)?;
+            return Ok(final_layout(c, as_existing(&grown.nodes)));
+        }
         Ordering::Greater => vec![Change::Retemplate(added), Change::Expand(target.size - n)],
         Ordering::Less => vec![Change::Retemplate(added), Change::Shrink(n - target.size)],
         Ordering::Equal if target.may_grow && !added.is_empty() => {
@@ -294,6 +293,26 @@ fn solve_steps(
         existing = as_existing(&weft_solver::change(catalog, &existing, &step)?.nodes);
     }
     Ok(final_layout(c, existing))
+}
+
+/// Services and `k` nodes added together: the services on the existing nodes and then the nodes,
+/// else one search that may give a new service a new node ([`Change::Reshape`]); the first
+/// attempt's reason when neither works.
+fn add_with_nodes(
+    catalog: &Catalog<'_>,
+    existing: &[ExistingNode],
+    added: &[String],
+    k: u64,
+) -> Result<Layout, weft_solver::SolveError> {
+    let stepwise = weft_solver::change(catalog, existing, &Change::Retemplate(added.to_vec()))
+        .and_then(|l| weft_solver::change(catalog, &as_existing(&l.nodes), &Change::Expand(k)));
+    stepwise.or_else(|first| {
+        let step = Change::Reshape {
+            add: added.to_vec(),
+            nodes: k,
+        };
+        weft_solver::change(catalog, existing, &step).map_err(|_| first)
+    })
 }
 
 /// The added services on the existing nodes, else with the fewest new nodes that hold them

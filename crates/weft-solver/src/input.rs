@@ -120,7 +120,9 @@ pub enum Change {
     Retemplate(Vec<String>),
     /// Move to `Catalog::template` with `nodes` more nodes, keeping every existing placement:
     /// the services of `add` go on existing or new nodes, the new nodes take any service (one
-    /// declared change of services and size at once).
+    /// declared change of services and size at once). It decides every service's placement as
+    /// whole must-coexist groups, so a service that must join one already on the nodes is better
+    /// added by `Retemplate` and then `Expand`, which callers try first.
     Reshape {
         /// Services to add (those already on the cluster are ignored).
         add: Vec<String>,

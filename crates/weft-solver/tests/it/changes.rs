@@ -239,3 +239,27 @@ fn retemplate_keeps_placements_or_says_what_breaks() {
     "#]]
     .assert_eq(&render(apply(&v2, &before, Change::Retemplate(Vec::new()))));
 }
+
+#[test]
+fn reshape_gives_a_new_service_a_node_of_its_own() {
+    let t = template(
+        r#"{"name": "sites", "defaults": {"services": ["kv", "web"]},
+            "constraints": {"layout": {"cantcoexist": [["lb", "web"]]},
+              "services": {"kv": {"quantities": {"min": 1, "max": 1}},
+                           "lb": {"quantities": {"min": 0, "max": 1}}}}}"#,
+    );
+    let before = existing(&t, &["kv", "web"], 2);
+    // Every node runs web: the balancer fits on none of them.
+    assert!(apply(&t, &before, Change::Retemplate(names(&["lb"]))).is_err());
+    let add = |nodes| Change::Reshape {
+        add: names(&["lb"]),
+        nodes,
+    };
+    let after = apply(&t, &before, add(1)).unwrap();
+    assert_kept(&before, &after, None);
+    assert_eq!(after.nodes.len(), 3);
+    let fresh: Vec<_> = after.nodes.iter().filter(|n| n.id.is_none()).collect();
+    assert_eq!(fresh.len(), 1);
+    assert!(fresh[0].services.iter().any(|s| s == "lb"), "{after:?}");
+    assert!(render(apply(&t, &before, add(0))).contains("at least 1 node"));
+}
