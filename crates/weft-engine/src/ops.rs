@@ -43,8 +43,32 @@ pub async fn solve_change(
         images: &img,
         services: Some(&services),
     };
-    let existing: Vec<ExistingNode> = c
-        .nodes
+    let layout = weft_solver::change(&catalog, &existing_nodes(c), change)
+        .map_err(|e| EngineError::NoLayout(e.to_string()))?;
+    Ok((layout, services, hardware, images))
+}
+
+/// Refuses new nodes beyond the tenant's `maxNodes`.
+pub(crate) async fn check_node_quota(st: &Engine, who: &Caller, adds: u64) -> EngineResult<()> {
+    if adds == 0 {
+        return Ok(());
+    }
+    let tenant = &who.tenant;
+    let (_, nodes) = st.store.count_clusters(&tenant.id).await?;
+    if nodes + adds > tenant.spec.max_nodes {
+        return Err(EngineError::NodeQuota {
+            tenant: tenant.spec.name.clone(),
+            limit: tenant.spec.max_nodes,
+            has: nodes,
+            asks: adds,
+        });
+    }
+    Ok(())
+}
+
+/// The cluster's nodes as the solver sees them, oldest first.
+pub(crate) fn existing_nodes(c: &Loaded) -> Vec<ExistingNode> {
+    c.nodes
         .iter()
         .map(|n| ExistingNode {
             id: n.id.clone(),
@@ -52,10 +76,7 @@ pub async fn solve_change(
             imagetype: n.properties.imagetype.clone(),
             services: n.properties.services.iter().cloned().collect(),
         })
-        .collect();
-    let layout = weft_solver::change(&catalog, &existing, change)
-        .map_err(|e| EngineError::NoLayout(e.to_string()))?;
-    Ok((layout, services, hardware, images))
+        .collect()
 }
 
 /// The catalog's services plus the cluster's own definitions of those it runs that the catalog no
@@ -270,16 +291,7 @@ pub async fn expand(
     let row = visible(st, who, id).await?;
     let k = node_count(k)?;
     require_status(&row, &[ClusterStatus::Active])?;
-    let tenant = &who.tenant;
-    let (_, nodes) = st.store.count_clusters(&tenant.id).await?;
-    if nodes + k > tenant.spec.max_nodes {
-        return Err(EngineError::NodeQuota {
-            tenant: tenant.spec.name.clone(),
-            limit: tenant.spec.max_nodes,
-            has: nodes,
-            asks: k,
-        });
-    }
+    check_node_quota(st, who, k).await?;
     let c = load(st, row).await?;
     let size = c.nodes.len() as u64 + k;
     if size > st.settings.max_cluster_size {

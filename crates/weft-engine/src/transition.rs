@@ -24,7 +24,10 @@ use crate::catalog::typed_list;
 use crate::error::{EngineError, EngineResult};
 use crate::ids::cluster_id_text;
 use crate::jobs::{start_job, JobOp, Loaded, RunMode};
-use crate::ops::{nodes_after, rolling, rollout_policy, runs_within, with_own_services};
+use crate::ops::{
+    check_node_quota, existing_nodes, nodes_after, rolling, rollout_policy, runs_within,
+    with_own_services,
+};
 use crate::{store_err, Caller, Engine};
 
 /// Where a cluster should be.
@@ -136,24 +139,6 @@ pub async fn move_cluster(
     Ok(change)
 }
 
-/// Refuses new nodes beyond the tenant's `maxNodes`.
-async fn check_node_quota(st: &Engine, who: &Caller, adds: u64) -> EngineResult<()> {
-    if adds == 0 {
-        return Ok(());
-    }
-    let tenant = &who.tenant;
-    let (_, nodes) = st.store.count_clusters(&tenant.id).await?;
-    if nodes + adds > tenant.spec.max_nodes {
-        return Err(EngineError::NodeQuota {
-            tenant: tenant.spec.name.clone(),
-            limit: tenant.spec.max_nodes,
-            has: nodes,
-            asks: adds,
-        });
-    }
-    Ok(())
-}
-
 /// The parts of the answer that need no solver: versions, diffs, services, lease.
 fn outline(c: &Loaded, target: &Target) -> ClusterChange {
     let as_json = |t: &ClusterTemplate| serde_json::to_value(t).unwrap_or(Value::Null);
@@ -255,16 +240,7 @@ fn solve_steps(
     c: &Loaded,
     target: &Target,
 ) -> Result<Layout, weft_solver::SolveError> {
-    let mut existing: Vec<ExistingNode> = c
-        .nodes
-        .iter()
-        .map(|n| ExistingNode {
-            id: n.id.clone(),
-            hardwaretype: n.properties.hardwaretype.clone(),
-            imagetype: n.properties.imagetype.clone(),
-            services: n.properties.services.iter().cloned().collect(),
-        })
-        .collect();
+    let mut existing = existing_nodes(c);
     let have: BTreeSet<&String> = c.body.services.iter().collect();
     let want: BTreeSet<&String> = target.services.iter().collect();
     let steps: Vec<Change> = have

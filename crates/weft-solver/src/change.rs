@@ -59,9 +59,9 @@ pub fn change(
         Change::AddServices(new) => add_services(cat, existing, &on_cluster, new, false),
         Change::Retemplate(new) => add_services(cat, existing, &on_cluster, new, true),
         Change::RemoveService(s) => remove_service(cat, existing, &on_cluster, s),
-        Change::Expand(k) => expand(cat, existing, &on_cluster, *k),
+        Change::Expand(k) => grow(cat, existing, &on_cluster, &[], *k),
         Change::Shrink(k) => shrink(cat, existing, &on_cluster, *k),
-        Change::Reshape { add, nodes } => reshape(cat, existing, &on_cluster, add, *nodes),
+        Change::Reshape { add, nodes } => grow(cat, existing, &on_cluster, add, *nodes),
     }
 }
 
@@ -138,47 +138,6 @@ fn add_services(
     run(&m, &setup, &ex, &intro)
 }
 
-/// Adds `new` services and `k` nodes at once under the catalog's template: existing nodes keep
-/// what they run and may gain services, new nodes take any.
-fn reshape(
-    cat: &Catalog<'_>,
-    existing: &[ExistingNode],
-    on_cluster: &BTreeSet<String>,
-    new: &[String],
-    k: u64,
-) -> Result<Layout, SolveError> {
-    if k == 0 {
-        return Err(SolveError::BadChange(
-            "a reshape adds at least 1 node".to_string(),
-        ));
-    }
-    let count = existing.len() as u64;
-    let total = count.saturating_add(k);
-    check_size(cat, total)?;
-    let new: BTreeSet<String> = new
-        .iter()
-        .filter(|s| !on_cluster.contains(*s))
-        .cloned()
-        .collect();
-    let all: BTreeSet<String> = on_cluster.union(&new).cloned().collect();
-    check_services(cat, &all, &new)?;
-    let ex = Existing::group(existing, &BTreeSet::new(), true);
-    let m = ex.model(cat, &all)?;
-    check_types(cat, &m)?;
-    let setup = Setup {
-        total,
-        existing: ex.classes(&m),
-        fresh: k,
-        place: Bits::MAX,
-    };
-    let intro = format!(
-        "cannot move the cluster to template {} with {} more",
-        cat.template.name,
-        nodes(k)
-    );
-    run(&m, &setup, &ex, &intro)
-}
-
 /// Removes service `s` from every node; nodes left with nothing go.
 fn remove_service(
     cat: &Catalog<'_>,
@@ -212,11 +171,14 @@ fn remove_service(
     run(&m, &setup, &ex, &format!("cannot remove {s}"))
 }
 
-/// Adds `k` new nodes; the existing ones keep what they have.
-fn expand(
+/// Adds `k` new nodes and the `new` services: with none, the existing nodes keep what they have
+/// (expand); with some, existing nodes may gain them and the new nodes take any service
+/// (reshape).
+fn grow(
     cat: &Catalog<'_>,
     existing: &[ExistingNode],
     on_cluster: &BTreeSet<String>,
+    new: &[String],
     k: u64,
 ) -> Result<Layout, SolveError> {
     if k == 0 {
@@ -227,9 +189,15 @@ fn expand(
     let count = existing.len() as u64;
     let total = count.saturating_add(k);
     check_size(cat, total)?;
-    check_services(cat, on_cluster, &BTreeSet::new())?;
-    let ex = Existing::group(existing, &BTreeSet::new(), false);
-    let m = ex.model(cat, on_cluster)?;
+    let new: BTreeSet<String> = new
+        .iter()
+        .filter(|s| !on_cluster.contains(*s))
+        .cloned()
+        .collect();
+    let all: BTreeSet<String> = on_cluster.union(&new).cloned().collect();
+    check_services(cat, &all, &new)?;
+    let ex = Existing::group(existing, &BTreeSet::new(), !new.is_empty());
+    let m = ex.model(cat, &all)?;
     check_types(cat, &m)?;
     let setup = Setup {
         total,
@@ -237,12 +205,16 @@ fn expand(
         fresh: k,
         place: Bits::MAX,
     };
-    run(
-        &m,
-        &setup,
-        &ex,
-        &format!("cannot add {} to the cluster of {}", nodes(k), count),
-    )
+    let intro = if new.is_empty() {
+        format!("cannot add {} to the cluster of {}", nodes(k), count)
+    } else {
+        format!(
+            "cannot move the cluster to template {} with {} more",
+            cat.template.name,
+            nodes(k)
+        )
+    };
+    run(&m, &setup, &ex, &intro)
 }
 
 fn nodes(n: u64) -> String {
