@@ -18,6 +18,7 @@ use crate::ids::{cluster_id_text, GATE};
 use crate::{notify, store_err, view, Engine, JobEventKind};
 
 /// A cluster with its body and nodes, as read.
+#[derive(Clone)]
 pub struct Loaded {
     /// The cluster row.
     pub row: ClusterRow,

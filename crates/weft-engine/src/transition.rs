@@ -127,14 +127,16 @@ pub async fn move_cluster(
     check_node_quota(st, who, change.nodes_added).await?;
     match job {
         Some(op) => {
+            // The new lease is written by the job's own commit (guarded by the row's revision).
+            let mut leased = c.clone();
+            if let Some(t) = target.expire_time {
+                leased.row.expire_time = t;
+            }
             let removed = solved.layout.removed;
-            let s = start_job(st, c, op, &c.nodes, after, body, removed, mode).await?;
+            let s = start_job(st, &leased, op, &c.nodes, after, body, removed, mode).await?;
             change.job = Some(s.plan.id.clone());
         }
         None => record_quietly(st, c, body, target.expire_time).await?,
-    }
-    if let (Some(t), Some(_)) = (target.expire_time, &change.job) {
-        record_lease(st, c.row.id, &c.row.tenant_id, t).await?;
     }
     Ok(change)
 }
@@ -500,22 +502,6 @@ async fn record_quietly(
     }
     let cs = ChangeSet {
         expect: vec![Expect::cluster(&c.row)],
-        writes: vec![Write::Cluster(new)],
-    };
-    st.store.commit(&cs).await.map_err(store_err)
-}
-
-/// Moves the lease end of a cluster whose job just started (its row changed with the job).
-async fn record_lease(st: &Engine, id: u64, tenant_id: &str, t: i64) -> EngineResult<()> {
-    let row = st
-        .store
-        .get_cluster(tenant_id, id)
-        .await?
-        .ok_or_else(|| EngineError::ClusterNotFound(cluster_id_text(id)))?;
-    let mut new = row.clone();
-    new.expire_time = t;
-    let cs = ChangeSet {
-        expect: vec![Expect::cluster(&row)],
         writes: vec![Write::Cluster(new)],
     };
     st.store.commit(&cs).await.map_err(store_err)

@@ -317,7 +317,9 @@ async fn apply_reaches_the_declared_state_and_again_changes_nothing() {
     want["size"] = json!(3);
     want["services"] = json!(["a", "b", "c"]);
     want["config"]["greeting"] = json!("hi");
+    want["lease"] = json!(3 * 86_400_000);
     let plan = apply(json!({"spec": want}), true).await.expect(200).json();
+    assert!(plan["lease"].is_array(), "{plan}");
     assert_eq!(plan["nodesAdded"], 1, "{plan}");
     assert_eq!(plan["servicesAdded"], json!(["c"]));
     assert_eq!(plan["plan"]["action"], "CHANGE_TEMPLATE");
@@ -333,6 +335,8 @@ async fn apply_reaches_the_declared_state_and_again_changes_nothing() {
     let d = h.get(a, &format!("/v2/clusters/{id}")).await.json();
     assert_eq!(d["nodes"].as_array().unwrap().len(), 3);
     assert_eq!(d["config"]["greeting"], "hi");
+    let lease = d["expireTime"].as_i64().unwrap() - d["createTime"].as_i64().unwrap();
+    assert_eq!(lease, 3 * 86_400_000, "the lease is written with the job");
     let again = apply(json!({"spec": want}), false).await.expect(200).json();
     assert_eq!(again["changes"], false, "{again}");
 
