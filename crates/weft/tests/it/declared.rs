@@ -157,6 +157,16 @@ fn clusters_follow_files_and_template_versions_on_the_local_provider() {
     assert!(lb.len() == 1 && lb[0].contains("bonjour"), "{lb:?}");
     let out = ok(&cli(&api, d, &["apply", "-f", "site.yaml"]));
     assert!(out.contains("no changes"), "{out}");
+    // A declaration the template cannot hold is shown with the reason and not applied.
+    let too_big = std::fs::read_to_string(d.join("site.yaml"))
+        .unwrap()
+        .replace("size: 3", "size: 9");
+    std::fs::write(d.join("big.yaml"), too_big).unwrap();
+    let big = cli(&api, d, &["apply", "-f", "big.yaml", "--auto-approve"]);
+    assert_eq!(big.status.code(), Some(1), "{big:?}");
+    let said =
+        String::from_utf8_lossy(&big.stdout).to_string() + &String::from_utf8_lossy(&big.stderr);
+    assert!(said.contains("outside the template's range 2..6"), "{said}");
     // The export applies as no change.
     let export = ok(&cli(&api, d, &["cluster", "export", &id]));
     std::fs::write(d.join("export.yaml"), &export).unwrap();

@@ -147,6 +147,14 @@ fn change(ctx: &Ctx, id: &str, spec: ClusterSpec, a: &ApplyArgs) -> anyhow::Resu
         return save_plan(out, Some(id), &req.spec, preview.fingerprint);
     }
     show_change(ctx, &preview)?;
+    if let (Some(why), false) = (&preview.blocked, a.dry_run) {
+        return Err(UsageError(format!(
+            "cluster {} cannot become what {} declares: {why}",
+            preview.cluster_id,
+            a.file.as_deref().unwrap_or("the file")
+        ))
+        .into());
+    }
     if !preview.changes || a.dry_run || !approved(a, "apply these changes?")? {
         return Ok(());
     }
