@@ -933,7 +933,7 @@ impl Provider for DockerProvider {
             }
         };
         let mut out = TaskOutput {
-            result: ssh::results(SSH_USER, &private, None),
+            result: crate::keys::login_result(SSH_USER, &private),
             stdout,
             ..Default::default()
         };

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use russh::client::{self, Handle};
 use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
 use russh::ChannelMsg;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::task::Task;
 use crate::transport::{CommandOutput, CommandSpec, Tail, Transport, TransportError};
@@ -619,18 +619,6 @@ impl Transport for SshTransport {
             )))
         }
     }
-}
-
-/// The `ssh-auth` and `ssh_host_keys` results for a node reached as `user` with the private key
-/// `key` (its text), whose host key is `host_key`: what a provider answers at CREATE and CONFIRM.
-pub fn results(user: &str, key: &str, host_key: Option<&HostKey>) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("transport".into(), json!("ssh"));
-    m.insert("ssh-auth".into(), json!({"user": user, "key": key}));
-    if let Some(k) = host_key {
-        m.insert("ssh_host_keys".into(), k.to_result());
-    }
-    m
 }
 
 #[cfg(test)]

@@ -65,10 +65,20 @@ pub fn key_halves(key: &PrivateKey) -> Result<(String, String), PluginError> {
     Ok((public, private.to_string()))
 }
 
+/// The result fields that tell the provisioner how to log in: `transport` and `ssh-auth`.
+pub fn login_result(user: &str, key: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("transport".into(), "ssh".into());
+    m.insert(
+        "ssh-auth".into(),
+        serde_json::json!({"user": user, "key": key}),
+    );
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ssh;
     use russh::keys::ssh_key::LineEnding;
 
     #[test]
@@ -93,6 +103,6 @@ mod tests {
             cluster_key(b"s", "t1", "1").public_key().key_data()
         );
         let text = a.to_openssh(LineEnding::LF).unwrap();
-        assert!(ssh::SshAuth::key_text(&text).is_ok());
+        assert!(PrivateKey::from_openssh(text.as_bytes()).is_ok());
     }
 }

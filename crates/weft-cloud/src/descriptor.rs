@@ -7,7 +7,7 @@ use weft_model::{
 };
 
 /// A declared text field.
-pub(crate) fn field(label: &str, tip: &str) -> FieldSchema {
+pub fn field(label: &str, tip: &str) -> FieldSchema {
     FieldSchema {
         label: label.into(),
         field_type: "text".into(),
@@ -17,7 +17,7 @@ pub(crate) fn field(label: &str, tip: &str) -> FieldSchema {
 }
 
 /// A plugin type whose fields are admin fields (set on the service action).
-pub(crate) fn plugin_type(
+pub fn plugin_type(
     name: &str,
     label: &str,
     description: &str,
@@ -60,7 +60,7 @@ pub(crate) fn plugin_type(
 }
 
 /// A provider's plugin type: `fields` are admin fields, none required; users set nothing.
-pub(crate) fn provider_type(
+pub fn provider_type(
     name: &str,
     label: &str,
     description: &str,

@@ -15,7 +15,6 @@ use super::{
     Prepared, State, Timing,
 };
 use crate::plugin::{status_output, Provider};
-use crate::ssh;
 use crate::task::{providerid, PluginError, PluginResult, Task, TaskOutput};
 
 /// What [`Cloud::prepare`] answers.
@@ -312,7 +311,7 @@ impl<C: Cloud> Provider for CloudProvider<C> {
             .find_or_launch(&a, task, &prepared.request, &mut stdout)
             .await?;
         let mut result = match &prepared.login {
-            Some(l) => ssh::results(&l.user, &l.key, None),
+            Some(l) => crate::keys::login_result(&l.user, &l.key),
             None => Map::new(),
         };
         result.extend(prepared.result);
