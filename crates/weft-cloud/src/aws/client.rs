@@ -28,13 +28,8 @@ pub const EC2_VERSION: &str = "2016-11-15";
 /// IAM's query API version.
 pub const IAM_VERSION: &str = "2010-05-08";
 
-/// Whether an error code says the account is throttled (not merely that the service is down).
-fn is_throttling(code: &str) -> bool {
-    THROTTLING.contains(&code)
-}
-
-/// Codes that mean "slow down": the account is throttled. Retried with back-off, and the
-/// account's budget is emptied.
+/// Codes that mean "slow down": the account is throttled (not merely that the service is down).
+/// Retried with back-off, and the account's budget is emptied.
 const THROTTLING: &[&str] = &[
     "RequestLimitExceeded",
     "Throttling",
@@ -168,12 +163,12 @@ impl QueryClient {
     /// AWS SDKs send it; emulators that hash a re-encoded body, like moto, then agree with AWS).
     fn body(&self, action: &str, params: &[(String, String)]) -> String {
         let enc = |s: &str| sigv4::uri_encode(s).replace("%20", "+");
-        let mut parts = vec![
-            format!("Action={}", enc(action)),
-            format!("Version={}", enc(self.version)),
-        ];
-        parts.extend(params.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))));
-        parts.join("&")
+        let params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let all = [("Action", action), ("Version", self.version)]
+            .into_iter()
+            .chain(params);
+        let all: Vec<_> = all.map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect();
+        all.join("&")
     }
 
     /// The signed headers of a request with `body`, at `now`, signed with `creds`.
@@ -251,21 +246,24 @@ impl QueryClient {
         let doc = xml::parse(&text);
         if (200..300).contains(&status) {
             return doc.map_err(|e| {
-                CloudError::from_status(
-                    self.cloud,
-                    502,
-                    "MalformedAnswer",
-                    format!("{action}: the answer is not XML: {e}"),
-                    None,
-                )
+                malformed(self.cloud, format!("{action}: the answer is not XML: {e}"))
             });
         }
         let e = classify(self.cloud, action, status, doc.ok(), &text, after);
-        if let Some(b) = self.bucket.as_ref().filter(|_| is_throttling(&e.code)) {
+        if let Some(b) = self
+            .bucket
+            .as_ref()
+            .filter(|_| THROTTLING.contains(&&*e.code))
+        {
             b.throttled();
         }
         Err(e)
     }
+}
+
+/// An answer that is not what the API documents (a proxy's page, a truncated document).
+pub(crate) fn malformed(cloud: &'static str, message: impl Into<String>) -> CloudError {
+    CloudError::from_status(cloud, 502, "MalformedAnswer", message, None)
 }
 
 /// An error answer (`<Response><Errors><Error><Code>` for EC2, `<ErrorResponse><Error>` for IAM)
@@ -278,33 +276,20 @@ pub fn classify(
     raw: &str,
     after: Option<Duration>,
 ) -> CloudError {
-    let error = doc.as_ref().and_then(|d| {
-        let mut errs = Vec::new();
-        d.find_all("Error", &mut errs);
-        errs.into_iter().next().cloned()
-    });
-    let code = error
-        .as_ref()
-        .and_then(|e| e.text_at(&["Code"]))
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("HTTP{status}"));
-    let message = error
-        .as_ref()
-        .and_then(|e| e.text_at(&["Message"]))
-        .map(str::to_string)
-        .unwrap_or_else(|| raw.chars().take(300).collect());
-    let e = CloudError::from_status(
-        cloud,
-        status,
-        code.clone(),
-        format!("{action}: {message}"),
-        after,
-    );
-    if RETRYABLE.contains(&code.as_str()) || is_throttling(&code) {
+    let mut errors = Vec::new();
+    if let Some(d) = &doc {
+        d.find_all("Error", &mut errors);
+    }
+    let text = |name| errors.first().and_then(|e| e.text_at(&[name]));
+    let code = text("Code").map_or_else(|| format!("HTTP{status}"), str::to_string);
+    let message = text("Message").map_or_else(|| raw.chars().take(300).collect(), str::to_string);
+    let e = CloudError::from_status(cloud, status, code, format!("{action}: {message}"), after);
+    let code = e.code.as_str();
+    if RETRYABLE.contains(&code) || THROTTLING.contains(&code) {
         e.retryable(true)
-    } else if EXPIRED.contains(&code.as_str()) {
+    } else if EXPIRED.contains(&code) {
         e.retryable(false).because(FailureReason::Auth)
-    } else if FATAL.contains(&code.as_str()) || code.starts_with("Invalid") {
+    } else if FATAL.contains(&code) || code.starts_with("Invalid") {
         e.retryable(false)
     } else {
         e
@@ -320,14 +305,8 @@ mod tests {
             "<Response><Errors><Error><Code>{code}</Code><Message>said {code}</Message></Error>\
              </Errors><RequestID>x</RequestID></Response>"
         );
-        classify(
-            "ec2",
-            "RunInstances",
-            status,
-            xml::parse(&raw).ok(),
-            &raw,
-            None,
-        )
+        let doc = xml::parse(&raw).ok();
+        classify("ec2", "RunInstances", status, doc, &raw, None)
     }
 
     #[test]
@@ -369,15 +348,11 @@ mod tests {
             secret_access_key: "very-secret".into(),
             session_token: Some("session-secret".into()),
         };
-        let c = QueryClient::new(
-            reqwest::Client::new(),
-            "http://127.0.0.1:4566/",
-            "us-east-1",
-            "ec2",
-            EC2_VERSION,
-            creds.clone(),
-        )
-        .unwrap();
+        let http = reqwest::Client::new();
+        let client =
+            |url| QueryClient::new(http.clone(), url, "r", "ec2", EC2_VERSION, creds.clone());
+        assert!(client("ftp://x").is_err());
+        let c = client("http://127.0.0.1:4566/").unwrap();
         assert_eq!(c.host(), "127.0.0.1:4566");
         let body = c.body(
             "DescribeInstances",
@@ -394,20 +369,11 @@ mod tests {
         let h = c.headers(&creds, &body, SystemTime::UNIX_EPOCH);
         let auth = &h.iter().find(|(k, _)| k == "authorization").unwrap().1;
         assert!(auth.starts_with(
-            "AWS4-HMAC-SHA256 Credential=AKID/19700101/us-east-1/ec2/aws4_request, \
+            "AWS4-HMAC-SHA256 Credential=AKID/19700101/r/ec2/aws4_request, \
              SignedHeaders=content-type;host;x-amz-date;x-amz-security-token, Signature="
         ));
         assert!(!auth.contains("very-secret"));
         assert!(!format!("{c:?}").contains("very-secret"));
         assert!(!format!("{c:?}").contains("session-secret"));
-        assert!(QueryClient::new(
-            reqwest::Client::new(),
-            "ftp://x",
-            "r",
-            "ec2",
-            EC2_VERSION,
-            creds
-        )
-        .is_err());
     }
 }

@@ -31,13 +31,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 use weft_model::FailureReason;
 
-use super::client::QueryClient;
+use super::client::{malformed, QueryClient};
 use super::sigv4::Credentials;
 use super::xml::Element;
-use crate::cloud::CloudError;
+use crate::cloud::{http, CloudError};
 use crate::task::provider_field as field;
 use crate::task::PluginError;
 
@@ -110,10 +109,8 @@ impl Plan {
     /// The plan of provider fields `f` in `region` (see the module's doc); a wrong or missing
     /// field is a fatal error naming it (never its value when it is secret).
     pub fn from_fields(f: &Map<String, Value>, region: &str) -> Result<Plan, PluginError> {
-        let role = match field(f, "role_arn") {
-            Some(arn) => Some(role(f, arn, region)?),
-            None => None,
-        };
+        let role = field(f, "role_arn").map(|arn| role(f, arn, region));
+        let role = role.transpose()?;
         Ok(Plan {
             source: source(f)?,
             role,
@@ -142,10 +139,8 @@ fn source(f: &Map<String, Value>) -> Result<CredentialSource, PluginError> {
         )),
         Some("instance_profile") => {
             let imds = field(f, "imds_endpoint").unwrap_or_else(|| DEFAULT_IMDS.into());
-            Ok(CredentialSource::InstanceProfile(http_url(
-                "imds_endpoint",
-                &imds,
-            )?))
+            let url = http_url("imds_endpoint", &imds)?;
+            Ok(CredentialSource::InstanceProfile(url))
         }
         Some(other) => Err(wrong(&format!(
             "{other:?} is neither keys nor instance_profile"
@@ -176,8 +171,7 @@ fn role(f: &Map<String, Value>, arn: String, region: &str) -> Result<Role, Plugi
         )));
     }
     let session_name = field(f, "role_session_name").unwrap_or_else(|| DEFAULT_SESSION_NAME.into());
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c);
-    if !(2..=64).contains(&session_name.len()) || !session_name.chars().all(allowed) {
+    if !(2..=64).contains(&session_name.len()) || !session_name.chars().all(session_char) {
         return Err(PluginError::fatal(format!(
             "provider field role_session_name {session_name:?} is not 2 to 64 of A-Z a-z 0-9 +=,.@_-"
         )));
@@ -192,6 +186,11 @@ fn role(f: &Map<String, Value>, arn: String, region: &str) -> Result<Role, Plugi
         sts_endpoint: http_url("sts_endpoint", &sts)?,
         region: region.to_string(),
     })
+}
+
+/// Whether `c` may be in a role's or a role session's name.
+fn session_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "+=,.@_-".contains(c)
 }
 
 /// `url` when it is an `http(s)://` URL with a host, else a fatal error naming field `name`.
@@ -214,6 +213,25 @@ struct Temporary {
 }
 
 impl Temporary {
+    /// The credentials of an answer's access key id, secret, session token and expiry (each
+    /// with its name in the answer, for the error when it is missing).
+    fn read([id, secret, token, expiry]: [(&str, String); 4]) -> Result<Temporary, String> {
+        let parts = [&id, &secret, &token, &expiry];
+        if let Some((name, _)) = parts.into_iter().find(|(_, v)| v.trim().is_empty()) {
+            return Err(format!("the answer has no {name}"));
+        }
+        let expires = parse_utc(&expiry.1)
+            .ok_or_else(|| format!("Expiration {:?} is not a UTC time", expiry.1))?;
+        let (access_key_id, secret_access_key) = (id.1, secret.1);
+        let session_token = Some(token.1);
+        let creds = Credentials {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        };
+        Ok(Temporary { creds, expires })
+    }
+
     /// Whether they may still be handed out at `now` without fetching new ones.
     fn fresh_at(&self, now: SystemTime) -> bool {
         now + REFRESH_MARGIN < self.expires
@@ -226,7 +244,7 @@ impl Temporary {
 }
 
 /// What signs a client's calls: fixed keys, or temporary credentials kept fresh.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Signer {
     /// Keys used as they are.
     Fixed(Credentials),
@@ -237,15 +255,6 @@ pub enum Signer {
 impl From<Credentials> for Signer {
     fn from(c: Credentials) -> Signer {
         Signer::Fixed(c)
-    }
-}
-
-impl std::fmt::Debug for Signer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Signer::Fixed(c) => c.fmt(f),
-            Signer::Refreshed(r) => write!(f, "Refreshed({})", r.fetch),
-        }
     }
 }
 
@@ -292,15 +301,17 @@ impl Refresher {
         *slot = None;
         let t = self.fetch.fetch().await?;
         if !t.usable_at(SystemTime::now()) {
+            let m = format!(
+                "{}: the credentials answered have already expired (is the provisioner host's \
+                 clock right?)",
+                self.fetch
+            );
+            let code = "ExpiredCredentials";
             return Err(CloudError::from_status(
                 self.fetch.cloud(),
                 401,
-                "ExpiredCredentials",
-                format!(
-                    "{}: the credentials answered have already expired (is the provisioner \
-                     host's clock right?)",
-                    self.fetch
-                ),
+                code,
+                m,
                 None,
             ));
         }
@@ -374,26 +385,15 @@ async fn assume_role(sts: &QueryClient, role: &Role) -> Result<Temporary, CloudE
         params.push(p("ExternalId", id));
     }
     let answer = sts.call("AssumeRole", &params).await.map_err(|e| {
-        let refused = e.code == "AccessDenied" || e.status == 401 || e.status == 403;
-        let e = CloudError {
-            message: format!("role {}: {}", role.arn, e.message),
-            ..e
-        };
-        if refused {
-            e.retryable(false).because(FailureReason::Auth)
-        } else {
-            e
+        let message = format!("role {}: {}", role.arn, e.message);
+        match e.code == "AccessDenied" || e.status == 401 || e.status == 403 {
+            true => CloudError { message, ..e }
+                .retryable(false)
+                .because(FailureReason::Auth),
+            false => CloudError { message, ..e },
         }
     })?;
-    parse_assume_role(&answer).map_err(|m| {
-        CloudError::from_status(
-            "sts",
-            502,
-            "MalformedAnswer",
-            format!("AssumeRole: {m}"),
-            None,
-        )
-    })
+    parse_assume_role(&answer).map_err(|m| malformed("sts", format!("AssumeRole: {m}")))
 }
 
 /// The credentials of an `AssumeRole` answer (`AssumeRoleResult/Credentials`).
@@ -402,38 +402,30 @@ fn parse_assume_role(doc: &Element) -> Result<Temporary, String> {
         .child("AssumeRoleResult")
         .and_then(|r| r.child("Credentials"))
         .ok_or("the answer has no AssumeRoleResult/Credentials")?;
-    let text = |name: &str| {
-        c.text_at(&[name])
-            .map(str::to_string)
-            .ok_or_else(|| format!("the answer's credentials have no {name}"))
-    };
-    let expiration = text("Expiration")?;
-    Ok(Temporary {
-        creds: Credentials {
-            access_key_id: text("AccessKeyId")?,
-            secret_access_key: text("SecretAccessKey")?,
-            session_token: Some(text("SessionToken")?),
-        },
-        expires: parse_utc(&expiration)
-            .ok_or_else(|| format!("Expiration {expiration:?} is not a UTC time"))?,
-    })
+    let text = |name| (name, c.text_at(&[name]).unwrap_or_default().to_string());
+    Temporary::read(
+        [
+            "AccessKeyId",
+            "SecretAccessKey",
+            "SessionToken",
+            "Expiration",
+        ]
+        .map(text),
+    )
 }
 
 /// The instance profile's credentials, through an IMDSv2 session.
 async fn from_imds(http: &reqwest::Client, base: &str) -> Result<Temporary, CloudError> {
     let base = base.trim_end_matches('/');
-    let token = imds_call(
-        http.put(format!("{base}{IMDS_TOKEN_PATH}"))
-            .header("x-aws-ec2-metadata-token-ttl-seconds", IMDS_TOKEN_TTL),
-        base,
-        IMDS_TOKEN_PATH,
-    )
-    .await?;
-    let get = |path: String| {
+    let token = http
+        .put(format!("{base}{IMDS_TOKEN_PATH}"))
+        .header("x-aws-ec2-metadata-token-ttl-seconds", IMDS_TOKEN_TTL);
+    let token = imds_call(token, base, IMDS_TOKEN_PATH).await?;
+    let get = |path: &str| {
         http.get(format!("{base}{path}"))
             .header("x-aws-ec2-metadata-token", token.trim())
     };
-    let roles = imds_call(get(IMDS_ROLES_PATH.into()), base, IMDS_ROLES_PATH)
+    let roles = imds_call(get(IMDS_ROLES_PATH), base, IMDS_ROLES_PATH)
         .await
         .map_err(|e| match e.status {
             404 => CloudError {
@@ -446,32 +438,15 @@ async fn from_imds(http: &reqwest::Client, base: &str) -> Result<Temporary, Clou
             .because(FailureReason::Auth),
             _ => e,
         })?;
-    let role = roles
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or_default();
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c);
-    if role.is_empty() || !role.chars().all(allowed) {
-        return Err(CloudError::from_status(
-            "imds",
-            502,
-            "MalformedAnswer",
-            format!("{base}{IMDS_ROLES_PATH}: {role:?} is not a role name"),
-            None,
-        ));
+    let role = roles.lines().map(str::trim).find(|l| !l.is_empty());
+    let role = role.unwrap_or_default();
+    if role.is_empty() || !role.chars().all(session_char) {
+        let m = format!("{base}{IMDS_ROLES_PATH}: {role:?} is not a role name");
+        return Err(malformed("imds", m));
     }
     let path = format!("{IMDS_ROLES_PATH}{role}");
-    let doc = imds_call(get(path.clone()), base, &path).await?;
-    parse_imds(&doc).map_err(|m| {
-        CloudError::from_status(
-            "imds",
-            502,
-            "MalformedAnswer",
-            format!("{base}{path}: {m}"),
-            None,
-        )
-    })
+    let doc = imds_call(get(&path), base, &path).await?;
+    parse_imds(&doc).map_err(|m| malformed("imds", format!("{base}{path}: {m}")))
 }
 
 /// One request to the metadata service; its body when it succeeds.
@@ -481,37 +456,29 @@ async fn imds_call(
     path: &str,
 ) -> Result<String, CloudError> {
     let what = format!("{base}{path}");
-    let resp = req.timeout(IMDS_TIMEOUT).send().await.map_err(|e| {
-        CloudError::sending(
-            "imds",
-            &format!(
+    let a = http::send("imds", None, req.timeout(IMDS_TIMEOUT))
+        .await
+        .map_err(|e| CloudError {
+            message: format!(
                 "cannot reach the instance metadata service at {what} (credential_source \
                  instance_profile needs the provisioner on an EC2 instance; in a container, a \
-                 metadata hop limit of 2)"
+                 metadata hop limit of 2): {}",
+                e.message
             ),
-            &e,
-        )
-    })?;
-    let status = resp.status().as_u16();
-    let body = resp.text().await.map_err(|e| {
-        CloudError::unreachable(
-            "imds",
-            format!("{what}: reading the answer: {}", e.without_url()),
-        )
-    })?;
-    if (200..300).contains(&status) {
-        return Ok(body);
-    }
-    let why = match status {
+            ..e
+        })?;
+    let why = match a.status {
+        _ if a.is_success() => return Ok(a.text),
         401 => "the metadata service refused the session token",
         403 => "the metadata service is turned off or refuses the request",
         404 => "not found",
         _ => "refused",
     };
+    let code = format!("HTTP{}", a.status);
     Err(CloudError::from_status(
         "imds",
-        status,
-        format!("HTTP{status}"),
+        a.status,
+        code,
         format!("{what}: {why}"),
         None,
     ))
@@ -541,25 +508,12 @@ fn parse_imds(text: &str) -> Result<Temporary, String> {
     if a.code != "Success" {
         return Err(format!("the answer's Code is {:?}, not Success", a.code));
     }
-    for (name, v) in [
-        ("AccessKeyId", &a.access_key_id),
-        ("SecretAccessKey", &a.secret_access_key),
-        ("Token", &a.token),
-    ] {
-        if v.trim().is_empty() {
-            return Err(format!("the answer has no {name}"));
-        }
-    }
-    let expires = parse_utc(&a.expiration)
-        .ok_or_else(|| format!("Expiration {:?} is not a UTC time", a.expiration))?;
-    Ok(Temporary {
-        creds: Credentials {
-            access_key_id: a.access_key_id,
-            secret_access_key: a.secret_access_key,
-            session_token: Some(a.token),
-        },
-        expires,
-    })
+    Temporary::read([
+        ("AccessKeyId", a.access_key_id),
+        ("SecretAccessKey", a.secret_access_key),
+        ("Token", a.token),
+        ("Expiration", a.expiration),
+    ])
 }
 
 /// An RFC 3339 time as AWS writes it (`2026-11-29T17:04:05Z`), as a time.
@@ -646,12 +600,7 @@ impl Cache {
 
 /// A cache key of `parts`: a hash, so that no secret is kept in clear as a key.
 fn entry_key(parts: &[&str]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update((p.len() as u64).to_be_bytes());
-        h.update(p.as_bytes());
-    }
-    hex::encode(h.finalize())
+    hex::encode(super::digest(b"", parts.iter().map(|p| p.as_bytes())))
 }
 
 #[cfg(test)]
@@ -668,50 +617,25 @@ mod tests {
 
     #[test]
     fn times_are_read_as_aws_writes_them() {
-        let at = |s| parse_utc(s).map(amz_date);
-        assert_eq!(
-            at("2026-11-29T17:04:05Z").as_deref(),
-            Some("20261129T170405Z")
-        );
-        assert_eq!(
-            at("2024-02-29T23:59:59.999Z").as_deref(),
-            Some("20240229T235959Z")
-        );
-        assert_eq!(
-            at("2026-11-29T19:04:05+02:00").as_deref(),
-            Some("20261129T170405Z")
-        );
-        assert_eq!(
-            at("2000-03-01T00:00:00-01:30").as_deref(),
-            Some("20000301T013000Z")
-        );
-        assert_eq!(
-            at("1970-01-01T00:00:00Z").as_deref(),
-            Some("19700101T000000Z")
-        );
-        for bad in [
-            "",
-            "2026-11-29",
-            "2026-13-01T00:00:00Z",
-            "26-11-29T00:00:00Z",
-            "2026-11-29T24:00:00Z",
-            "soon",
+        for (rfc, amz) in [
+            ("2026-11-29T17:04:05Z", "20261129T170405Z"),
+            ("2024-02-29T23:59:59.999Z", "20240229T235959Z"),
+            ("2026-11-29T19:04:05+02:00", "20261129T170405Z"),
+            ("2000-03-01T00:00:00-01:30", "20000301T013000Z"),
+            ("1970-01-01T00:00:00Z", "19700101T000000Z"),
         ] {
+            assert_eq!(parse_utc(rfc).map(amz_date).as_deref(), Some(amz), "{rfc}");
+        }
+        for bad in ["", "2026-11-29", "2026-11-29T24:00:00Z", "soon"] {
             assert_eq!(parse_utc(bad), None, "{bad:?}");
         }
         // Every day of four years, through amz_date and back.
         for day in 0..(4 * 366) {
             let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000 + day * 86_400 + 3_723);
-            let d = amz_date(t);
-            let rfc = format!(
-                "{}-{}-{}T{}:{}:{}Z",
-                &d[..4],
-                &d[4..6],
-                &d[6..8],
-                &d[9..11],
-                &d[11..13],
-                &d[13..15]
-            );
+            let mut rfc = amz_date(t);
+            for (at, c) in [(13, ':'), (11, ':'), (6, '-'), (4, '-')] {
+                rfc.insert(at, c);
+            }
             assert_eq!(parse_utc(&rfc), Some(t), "{rfc}");
         }
     }

@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use super::client::QueryClient;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+
+use super::client::{malformed, QueryClient};
 use super::xml::Element;
 use crate::cloud::CloudError;
 
@@ -38,25 +41,16 @@ pub struct Instance {
 
 impl Instance {
     fn from_item(e: &Element) -> Option<Instance> {
-        let text = |p: &[&str]| e.text_at(p).map(str::to_string);
-        let tags = e
-            .child("tagSet")
-            .map(|s| {
-                s.all("item")
-                    .filter_map(|t| {
-                        let key = t.text_at(&["key"])?.to_string();
-                        Some((key, t.text_at(&["value"]).unwrap_or("").to_string()))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let text = |e: &Element, p: &[&str]| e.text_at(p).map(str::to_string);
+        let tags = e.child("tagSet").into_iter().flat_map(|s| s.all("item"));
+        let tag = |t| Some((text(t, &["key"])?, text(t, &["value"]).unwrap_or_default()));
         Some(Instance {
-            id: text(&["instanceId"])?,
-            state: text(&["instanceState", "name"]).unwrap_or_default(),
-            private_ip: text(&["privateIpAddress"]),
-            public_ip: text(&["ipAddress"]),
-            launch_time: text(&["launchTime"]).unwrap_or_default(),
-            tags,
+            id: text(e, &["instanceId"])?,
+            state: text(e, &["instanceState", "name"]).unwrap_or_default(),
+            private_ip: text(e, &["privateIpAddress"]),
+            public_ip: text(e, &["ipAddress"]),
+            launch_time: text(e, &["launchTime"]).unwrap_or_default(),
+            tags: tags.filter_map(tag).collect(),
         })
     }
 
@@ -286,13 +280,10 @@ impl Ec2 {
         &self,
         params: Vec<(String, String)>,
     ) -> Result<Vec<Instance>, CloudError> {
-        let mut all = Vec::new();
-        let mut token: Option<String> = None;
+        let (mut all, mut token) = (Vec::new(), None::<String>);
         for _ in 0..100 {
-            let mut page = params.clone();
-            if let Some(t) = &token {
-                page.push(p("NextToken", t.clone()));
-            }
+            let next = token.iter().map(|t| p("NextToken", t));
+            let page: Vec<_> = params.iter().cloned().chain(next).collect();
             let root = self.call("DescribeInstances", &page).await?;
             all.extend(instances_in(&root));
             token = root.text_at(&["nextToken"]).map(str::to_string);
@@ -317,15 +308,8 @@ impl Ec2 {
             .call("RunInstances", &spec.params())
             .await
             .map_err(|e| name_the_image(e, &spec.ami))?;
-        instances_in(&root).into_iter().next().ok_or_else(|| {
-            CloudError::from_status(
-                "ec2",
-                502,
-                "MalformedAnswer",
-                "RunInstances answered no instance",
-                None,
-            )
-        })
+        let none = || malformed("ec2", "RunInstances answered no instance");
+        instances_in(&root).into_iter().next().ok_or_else(none)
     }
 
     /// One AMI by id; `None` when EC2 does not know it (`InvalidAMIID.NotFound`, or an empty set).
@@ -358,14 +342,9 @@ impl Ec2 {
         Ok(unless_code(r, INSTANCE_NOT_FOUND)?.is_some())
     }
 
-    /// Imports a public key as a key pair; one already there under the name is kept.
-    pub async fn import_key_pair(
-        &self,
-        name: &str,
-        public_openssh: &str,
-    ) -> Result<bool, CloudError> {
-        use base64::Engine as _;
-        let material = base64::engine::general_purpose::STANDARD.encode(public_openssh);
+    /// Imports a public key (OpenSSH) as a key pair; one already there under the name is kept.
+    pub async fn import_key_pair(&self, name: &str, public: &str) -> Result<bool, CloudError> {
+        let material = STANDARD.encode(public);
         let params = [p("KeyName", name), p("PublicKeyMaterial", material)];
         let r = self.call("ImportKeyPair", &params).await;
         Ok(unless_code(r, "InvalidKeyPair.Duplicate")?.is_some())
@@ -379,18 +358,14 @@ impl Ec2 {
 
     /// The instance's console output (decoded), when EC2 has some.
     pub async fn console_output(&self, id: &str) -> Result<Option<String>, CloudError> {
-        use base64::Engine as _;
         let root = self
             .call("GetConsoleOutput", &[p("InstanceId", id)])
             .await?;
-        Ok(root
+        let b64 = root
             .text_at(&["output"])
-            .and_then(|b| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b.split_whitespace().collect::<String>())
-                    .ok()
-            })
-            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+            .map(|b| b.split_whitespace().collect::<String>());
+        let raw = b64.and_then(|b| STANDARD.decode(b).ok());
+        Ok(raw.map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 }
 
@@ -427,11 +402,15 @@ mod tests {
 
     #[test]
     fn instances_are_read_from_answers() {
-        let doc = "<RunInstancesResponse><instancesSet><item><instanceId>i-9</instanceId>\
-            <instanceState><code>0</code><name>pending</name></instanceState>\
-            <privateIpAddress>10.0.0.5</privateIpAddress><launchTime>2026-01-01T00:00:00Z</launchTime>\
-            <tagSet><item><key>weft:node</key><value>n1</value></item><item><key>e</key><value/></item></tagSet>\
-            </item></instancesSet></RunInstancesResponse>";
+        let doc = r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+  <reservationSet><item><instancesSet><item><instanceId>i-9</instanceId>
+    <instanceState><code>0</code><name>pending</name></instanceState><ipAddress/>
+    <privateIpAddress>10.0.0.5</privateIpAddress><launchTime>2026-01-01T00:00:00Z</launchTime>
+    <tagSet><item><key>weft:node</key><value>a &amp; b &#x3C;c&#62;</value></item>
+      <item><key>e</key><value/></item></tagSet>
+  </item></instancesSet></item></reservationSet>
+</DescribeInstancesResponse>"#;
         let got = instances_in(&xml::parse(doc).unwrap());
         assert_eq!(got.len(), 1);
         let i = &got[0];
@@ -440,7 +419,8 @@ mod tests {
         assert!(i.is_live());
         assert_eq!(i.private_ip.as_deref(), Some("10.0.0.5"));
         assert_eq!(i.public_ip, None);
-        assert_eq!(i.tags.get("weft:node").map(String::as_str), Some("n1"));
+        let node = i.tags.get("weft:node").map(String::as_str);
+        assert_eq!(node, Some("a & b <c>"));
         assert_eq!(i.tags.get("e").map(String::as_str), Some(""));
     }
 
@@ -493,17 +473,12 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].root_device_name.as_deref(), Some("/dev/xvda"));
         assert_eq!(got[0].creation_date, "2026-01-02T00:00:00.000Z");
+        let error = |status, code| CloudError::from_status("ec2", status, code, "bad", None);
         for code in ["InvalidAMIID.NotFound", "InvalidAMIID.Malformed"] {
-            let e = name_the_image(
-                CloudError::from_status("ec2", 400, code, "bad", None),
-                "ami-x",
-            );
-            assert!(
-                !e.retryable && e.to_string().contains("image ami-x: bad"),
-                "{e}"
-            );
+            let e = name_the_image(error(400, code), "ami-x");
+            assert!(!e.retryable && e.message == "image ami-x: bad", "{e}");
         }
-        let other = CloudError::from_status("ec2", 503, "Unavailable", "later", None);
+        let other = error(503, "Unavailable");
         assert_eq!(name_the_image(other.clone(), "ami-x"), other);
     }
 

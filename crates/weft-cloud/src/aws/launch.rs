@@ -4,10 +4,9 @@
 //! the AMI comes from (an id, or the newest of an owner's AMIs whose name matches a filter).
 
 use base64::Engine as _;
-use serde_json::{Map, Value};
 
 use super::ec2::{Ec2, InstanceProfile, RunSpec, AMI_NOT_FOUND};
-use crate::cloud::fields::Fields;
+use crate::cloud::fields::{bad, Fields};
 use crate::cloud::{with_retries, SshAddress, Waits};
 use crate::task::PluginError;
 
@@ -59,76 +58,22 @@ impl ImageRef {
     }
 }
 
-/// What the provider's fields add to RunInstances.
-#[derive(Debug, Clone, Default)]
-pub struct LaunchOptions {
-    /// Field `user_data`, base64-encoded.
-    pub user_data_base64: Option<String>,
-    /// Field `iam_instance_profile`: an ARN (`arn:...`) or a name.
-    pub instance_profile: Option<InstanceProfile>,
-    /// Field `root_volume_gb`.
-    pub root_volume_gb: Option<u32>,
-    /// Field `imdsv2`.
-    pub imdsv2: bool,
-    /// Field `availability_zone`.
-    pub availability_zone: Option<String>,
-}
-
-fn text(f: &Map<String, Value>, name: &str) -> Option<String> {
-    match f.get(name)? {
-        Value::String(s) => Some(s.trim().to_string()).filter(|s| !s.is_empty()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-fn bad(name: &str, what: impl std::fmt::Display) -> PluginError {
-    PluginError::fatal(format!("provider field {name}: {what}"))
-}
-
-/// The launch options of the provider's fields, each checked.
-pub fn launch_options(fields: &Fields) -> Result<LaunchOptions, PluginError> {
-    SshAddress::read(fields)?;
-    let f = &fields.0;
-    Ok(LaunchOptions {
-        user_data_base64: user_data(f)?,
-        instance_profile: text(f, "iam_instance_profile").map(|p| {
-            if p.starts_with("arn:") {
-                InstanceProfile::Arn(p)
-            } else {
-                InstanceProfile::Name(p)
-            }
-        }),
-        root_volume_gb: root_volume_gb(f)?,
-        imdsv2: flag(f, "imdsv2")?,
-        availability_zone: text(f, "availability_zone"),
-    })
-}
-
-/// Field `user_data` (not trimmed: a script's last newline matters), base64-encoded.
-fn user_data(f: &Map<String, Value>) -> Result<Option<String>, PluginError> {
-    let Some(v) = f.get("user_data") else {
-        return Ok(None);
-    };
-    let raw = v.as_str().ok_or_else(|| bad("user_data", "must be text"))?;
-    if raw.is_empty() {
-        return Ok(None);
-    }
-    if raw.len() > USER_DATA_LIMIT {
-        return Err(bad(
-            "user_data",
-            format!(
-                "{} bytes is over EC2's limit of 16 KB ({USER_DATA_LIMIT} bytes)",
-                raw.len()
-            ),
-        ));
-    }
-    Ok(Some(base64::engine::general_purpose::STANDARD.encode(raw)))
-}
-
-fn root_volume_gb(f: &Map<String, Value>) -> Result<Option<u32>, PluginError> {
-    let Some(v) = text(f, "root_volume_gb") else {
+/// Sets what the provider's fields add to RunInstances on `spec`, each field checked: user data,
+/// the IAM instance profile (an ARN, `arn:...`, or a name), IMDSv2, the availability zone. Answers
+/// the root volume's size (field `root_volume_gb`), which [`root_volume`] sets once the AMI's root
+/// device is known.
+pub fn launch_options(f: &Fields, spec: &mut RunSpec) -> Result<Option<u32>, PluginError> {
+    SshAddress::read(f)?;
+    spec.user_data_base64 = user_data(f)?;
+    spec.instance_profile = f
+        .text("iam_instance_profile")
+        .map(|p| match p.starts_with("arn:") {
+            true => InstanceProfile::Arn(p),
+            false => InstanceProfile::Name(p),
+        });
+    spec.imdsv2 = f.flag("imdsv2")?.unwrap_or(false);
+    spec.availability_zone = f.text("availability_zone");
+    let Some(v) = f.text("root_volume_gb") else {
         return Ok(None);
     };
     match v.parse::<u32>() {
@@ -140,38 +85,38 @@ fn root_volume_gb(f: &Map<String, Value>) -> Result<Option<u32>, PluginError> {
     }
 }
 
-fn flag(f: &Map<String, Value>, name: &str) -> Result<bool, PluginError> {
-    match text(f, name).map(|s| s.to_ascii_lowercase()).as_deref() {
-        None | Some("false" | "no" | "0") => Ok(false),
-        Some("true" | "yes" | "1") => Ok(true),
-        Some(other) => Err(bad(name, format!("{other:?} is neither true nor false"))),
+/// Field `user_data` (not trimmed: a script's last newline matters), base64-encoded.
+fn user_data(f: &Fields) -> Result<Option<String>, PluginError> {
+    let Some(v) = f.0.get("user_data") else {
+        return Ok(None);
+    };
+    let raw = v.as_str().ok_or_else(|| bad("user_data", "must be text"))?;
+    if raw.len() > USER_DATA_LIMIT {
+        let why = format!(
+            "{} bytes is over EC2's limit of 16 KB ({USER_DATA_LIMIT} bytes)",
+            raw.len()
+        );
+        return Err(bad("user_data", why));
     }
+    Ok(Some(base64::engine::general_purpose::STANDARD.encode(raw)).filter(|_| !raw.is_empty()))
 }
 
-impl LaunchOptions {
-    /// Sets these options on `spec`, whose `ami` is the AMI id; `root_device` is the AMI's root
-    /// device name (needed when a root volume size is asked for).
-    pub fn apply(
-        &self,
-        spec: &mut RunSpec,
-        root_device: Option<String>,
-    ) -> Result<(), PluginError> {
-        spec.user_data_base64.clone_from(&self.user_data_base64);
-        spec.instance_profile.clone_from(&self.instance_profile);
-        spec.imdsv2 = self.imdsv2;
-        spec.availability_zone.clone_from(&self.availability_zone);
-        spec.root_volume = match (self.root_volume_gb, root_device) {
-            (None, _) => None,
-            (Some(gb), Some(device)) => Some((device, gb)),
-            (Some(_), None) => {
-                return Err(bad(
-                    "root_volume_gb",
-                    format!("AMI {} names no root device to size", spec.ami),
-                ))
-            }
-        };
-        Ok(())
-    }
+/// Sets the root volume of `spec` (whose `ami` is the AMI id) to `gb` GiB on the AMI's
+/// `root_device` (which must be known when a size is asked for).
+pub fn root_volume(
+    spec: &mut RunSpec,
+    gb: Option<u32>,
+    root_device: Option<String>,
+) -> Result<(), PluginError> {
+    spec.root_volume = match (gb, root_device) {
+        (None, _) => None,
+        (Some(gb), Some(device)) => Some((device, gb)),
+        (Some(_), None) => {
+            let why = format!("AMI {} names no root device to size", spec.ami);
+            return Err(bad("root_volume_gb", why));
+        }
+    };
+    Ok(())
 }
 
 /// The AMI id of `image` and its root device name (looked up only when `need_root` or when the
@@ -204,7 +149,7 @@ pub async fn resolve_image(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn fields(v: Value) -> Fields {
         Fields(v.as_object().unwrap().clone())
@@ -233,9 +178,16 @@ mod tests {
 
     #[test]
     fn options_are_read_and_each_bad_one_is_named() {
-        let o = launch_options(&fields(json!({"user_data": "#!/bin/sh\necho hi\n",
+        let read = |v: Value| {
+            let mut spec = RunSpec {
+                ami: "ami-1".into(),
+                ..Default::default()
+            };
+            launch_options(&fields(v), &mut spec).map(|gb| (spec, gb))
+        };
+        let (o, gb) = read(json!({"user_data": "#!/bin/sh\necho hi\n",
             "iam_instance_profile": "arn:aws:iam::123456789012:instance-profile/web",
-            "root_volume_gb": 30, "imdsv2": "true", "availability_zone": "us-east-1b"})))
+            "root_volume_gb": 30, "imdsv2": "true", "availability_zone": "us-east-1b"}))
         .unwrap();
         assert_eq!(
             o.user_data_base64.as_deref(),
@@ -247,16 +199,17 @@ mod tests {
                 "arn:aws:iam::123456789012:instance-profile/web".into()
             ))
         );
-        assert_eq!((o.root_volume_gb, o.imdsv2), (Some(30), true));
-        let o = launch_options(&fields(json!({"iam_instance_profile": "web"}))).unwrap();
+        assert_eq!((gb, o.imdsv2), (Some(30), true));
+        assert_eq!(o.availability_zone.as_deref(), Some("us-east-1b"));
+        let (o, gb) = read(json!({"iam_instance_profile": "web", "user_data": ""})).unwrap();
         assert_eq!(
             o.instance_profile,
             Some(InstanceProfile::Name("web".into()))
         );
-        assert!(!o.imdsv2 && o.user_data_base64.is_none());
+        assert!(!o.imdsv2 && o.user_data_base64.is_none() && gb.is_none());
 
         let at_limit = "x".repeat(USER_DATA_LIMIT);
-        assert!(launch_options(&fields(json!({"user_data": at_limit}))).is_ok());
+        assert!(read(json!({ "user_data": at_limit })).is_ok());
         for (name, v) in [
             ("user_data", json!("x".repeat(USER_DATA_LIMIT + 1))),
             ("user_data", json!(7)),
@@ -266,25 +219,15 @@ mod tests {
             ("imdsv2", json!("maybe")),
             ("ssh_address", json!("both")),
         ] {
-            let e = launch_options(&fields(json!({ name: v }))).unwrap_err();
+            let e = read(json!({ name: v })).unwrap_err();
             assert!(!e.retryable, "{e}");
             assert!(e.message.contains(&format!("provider field {name}")), "{e}");
         }
-    }
 
-    #[test]
-    fn a_root_volume_needs_the_ami_s_root_device() {
-        let o = LaunchOptions {
-            root_volume_gb: Some(20),
-            ..Default::default()
-        };
-        let mut spec = RunSpec {
-            ami: "ami-1".into(),
-            ..Default::default()
-        };
-        o.apply(&mut spec, Some("/dev/xvda".into())).unwrap();
+        let (mut spec, _) = read(json!({})).unwrap();
+        root_volume(&mut spec, Some(20), Some("/dev/xvda".into())).unwrap();
         assert_eq!(spec.root_volume, Some(("/dev/xvda".into(), 20)));
-        let e = o.apply(&mut spec, None).unwrap_err();
+        let e = root_volume(&mut spec, Some(20), None).unwrap_err();
         assert!(
             e.message.contains("root_volume_gb") && e.message.contains("ami-1"),
             "{e}"

@@ -1,5 +1,6 @@
 //! The `aws` provider: a node is an EC2 instance, made and removed through the EC2 query API with
-//! a client of our own (SigV4 in [`sigv4`], a small XML reader in [`xml`], the calls in [`ec2`]).
+//! a client of our own (SigV4 in [`sigv4`], answers read with quick-xml in [`xml`], the calls in
+//! [`ec2`]).
 //!
 //! - **Fields** (admin, credentials sensitive): `region`, `access_key_id`, `secret_access_key`,
 //!   `session_token`, or `credential_source` = `instance_profile` (and `imds_endpoint`); to
@@ -96,21 +97,6 @@ impl Default for AwsProvider {
     }
 }
 
-/// How a node's machine is reached over SSH.
-enum KeyPlan {
-    None,
-    /// Import the cluster's derived key as the key pair `name`.
-    Import {
-        name: String,
-        key: Box<PrivateKey>,
-    },
-    /// Use the existing key pair `name`, whose private key is `private` (when given).
-    Existing {
-        name: String,
-        private: Option<String>,
-    },
-}
-
 /// A key pair to import: its name and public key (OpenSSH).
 type KeyPair = (String, String);
 
@@ -141,38 +127,33 @@ fn node_tags(marks: &Marks) -> Vec<(String, String)> {
 /// The RunInstances client token of a node's launch: at most 64 characters, the same for every
 /// retry of the same launch; `after` is the instance of the node's previous life (or empty).
 pub fn client_token(marks: &Marks, ami: &str, instance_type: &str, after: &str) -> String {
-    let part = |s: &str| {
-        if s == "-" {
-            String::new()
-        } else {
-            s.to_string()
-        }
-    };
+    let marks = [&marks.tenant, &marks.cluster, &marks.node];
+    let marks = marks.map(|m| if m == "-" { "" } else { m.as_str() });
+    let parts = [
+        &["weft aws provider token v1"][..],
+        &marks,
+        &[ami, instance_type, after],
+    ];
+    let hash = digest(b"", parts.concat().into_iter().map(str::as_bytes));
+    format!("weft-{}", &hex::encode(hash)[..40])
+}
+
+/// SHA-256 over `prefix`, then each part after its length (8 bytes, big-endian).
+fn digest<'a>(prefix: &[u8], parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
     let mut h = Sha256::new();
-    for p in [
-        "weft aws provider token v1",
-        &part(&marks.tenant),
-        &part(&marks.cluster),
-        &part(&marks.node),
-        ami,
-        instance_type,
-        after,
-    ] {
-        h.update((p.len() as u64).to_be_bytes());
-        h.update(p.as_bytes());
+    h.update(prefix);
+    for part in parts {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
     }
-    format!("weft-{}", &hex::encode(h.finalize())[..40])
+    h.finalize().into()
 }
 
 /// The cluster's SSH key: ed25519 from SHA-256 over the seed, the tenant and the cluster.
 pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {
-    let mut h = Sha256::new();
-    h.update(b"weft aws provider ssh key v1\0");
-    for part in [seed, tenant.as_bytes(), cluster.as_bytes()] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part);
-    }
-    let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&h.finalize().into()));
+    let parts = [seed, tenant.as_bytes(), cluster.as_bytes()];
+    let seed = digest(b"weft aws provider ssh key v1\0", parts);
+    let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
     key.set_comment(format!("weft-cluster-{cluster}"));
     key
 }
@@ -181,20 +162,11 @@ pub fn cluster_key(seed: &[u8], tenant: &str, cluster: &str) -> PrivateKey {
 /// other than letters, digits, `-`, `_` and `.` as `-`.
 pub fn key_pair_name(fields: &Fields, task: &Task) -> String {
     let prefix = fields.text("name_prefix").unwrap_or_else(|| "weft".into());
-    let tenant = if task.tenant_id.is_empty() {
-        "-"
-    } else {
-        &task.tenant_id
-    };
-    format!("{prefix}-{tenant}-{}", task.cluster_id)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '-'
-            }
-        })
+    let tenant = Marks::of(task).tenant;
+    let name = format!("{prefix}-{tenant}-{}", task.cluster_id);
+    let keep = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    name.chars()
+        .map(|c| if keep(c) { c } else { '-' })
         .collect()
 }
 
@@ -228,30 +200,6 @@ fn machine(i: Instance) -> Machine {
 }
 
 impl Account {
-    fn key_plan(&self, task: &Task) -> Result<KeyPlan, PluginError> {
-        let f = &self.fields;
-        if f.flag("import_key")? == Some(true) {
-            let seed = f.text("sshkeyseed").ok_or_else(|| {
-                PluginError::fatal("provider field sshkeyseed is missing (import_key needs it)")
-            })?;
-            return Ok(KeyPlan::Import {
-                name: key_pair_name(f, task),
-                key: Box::new(cluster_key(
-                    seed.as_bytes(),
-                    &task.tenant_id,
-                    &task.cluster_id,
-                )),
-            });
-        }
-        Ok(match f.text("key_name") {
-            Some(name) => KeyPlan::Existing {
-                name,
-                private: f.text("ssh_private_key"),
-            },
-            None => KeyPlan::None,
-        })
-    }
-
     /// What to launch for the node: the AMI and instance type (the image and hardware types',
     /// else the provider's defaults), the provider's subnet and security groups, the tags.
     fn run_spec(&self, task: &Task) -> Result<RunSpec, PluginError> {
@@ -270,25 +218,30 @@ impl Account {
         })
     }
 
-    /// The login of the node and the key pair to import, with the key pair's name set in `spec`.
+    /// How the node is reached over SSH: its login and the key pair to import, with the key
+    /// pair's name set in `spec`. With `import_key`, the cluster's key derived from `sshkeyseed`
+    /// (imported as [`key_pair_name`]); with `key_name`, that existing key pair and
+    /// `ssh_private_key`; with neither, no key.
     fn launch_key(
         &self,
         task: &Task,
         spec: &mut RunSpec,
     ) -> Result<(Option<Login>, Option<KeyPair>), PluginError> {
-        Ok(match self.key_plan(task)? {
-            KeyPlan::None => (None, None),
-            KeyPlan::Import { name, key } => {
-                spec.key_name = Some(name.clone());
-                let (login, public) = crate::keys::cluster_login(task, "root", &key)?;
-                (Some(login), Some((name, public)))
-            }
-            KeyPlan::Existing { name, private } => {
-                spec.key_name = Some(name);
-                let user = crate::keys::ssh_user(task, "root");
-                (private.map(|key| Login { user, key }), None)
-            }
-        })
+        let f = &self.fields;
+        if f.flag("import_key")? == Some(true) {
+            let seed = f.text("sshkeyseed").ok_or_else(|| {
+                PluginError::fatal("provider field sshkeyseed is missing (import_key needs it)")
+            })?;
+            let name = key_pair_name(f, task);
+            let key = cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id);
+            spec.key_name = Some(name.clone());
+            let (login, public) = crate::keys::cluster_login(task, "root", &key)?;
+            return Ok((Some(login), Some((name, public))));
+        }
+        spec.key_name = f.text("key_name");
+        let user = crate::keys::ssh_user(task, "root");
+        let login = f.text("ssh_private_key").map(|key| Login { user, key });
+        Ok((login.filter(|_| spec.key_name.is_some()), None))
     }
 
     /// Imports the cluster's key pair (one already there is kept); answers what happened.
@@ -364,12 +317,12 @@ impl Cloud for Aws {
 
     async fn prepare(&self, a: &Account, task: &Task, w: &Waits) -> Prepare<Launch> {
         let mut spec = a.run_spec(task)?;
-        let options = launch::launch_options(&a.fields)?;
+        let root_gb = launch::launch_options(&a.fields, &mut spec)?;
         let image = ImageRef::parse(&spec.ami)?;
-        let need_root = options.root_volume_gb.is_some();
-        let (ami, root_device) = launch::resolve_image(&a.ec2, &image, need_root, w).await?;
+        let (ami, root_device) =
+            launch::resolve_image(&a.ec2, &image, root_gb.is_some(), w).await?;
         spec.ami = ami;
-        options.apply(&mut spec, root_device)?;
+        launch::root_volume(&mut spec, root_gb, root_device)?;
         let (login, import) = a.launch_key(task, &mut spec)?;
         let mut stdout = match &import {
             Some(k) => a.import(k, w).await?,

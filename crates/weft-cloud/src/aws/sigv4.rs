@@ -98,16 +98,13 @@ pub fn uri_encode(s: &str) -> String {
 
 /// `name=value` pairs encoded and joined by `&`, sorted by encoded name then value.
 pub fn canonical_query(query: &[(String, String)]) -> String {
-    let mut pairs: Vec<(String, String)> = query
+    let mut pairs: Vec<_> = query
         .iter()
         .map(|(k, v)| (uri_encode(k), uri_encode(v)))
         .collect();
     pairs.sort();
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("&")
+    let pairs: Vec<_> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join("&")
 }
 
 /// The lowercase hex SHA-256 of `data`.
@@ -136,11 +133,8 @@ pub fn canonical_request(req: &Request<'_>) -> (String, String) {
         }
     }
     headers.sort();
-    let signed = headers
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect::<Vec<_>>()
-        .join(";");
+    let signed: Vec<_> = headers.iter().map(|(n, _)| n.as_str()).collect();
+    let signed = signed.join(";");
     let lines: String = headers.iter().map(|(n, v)| format!("{n}:{v}\n")).collect();
     let canonical = format!(
         "{}\n{}\n{}\n{}\n{}\n{}",
@@ -190,30 +184,11 @@ pub fn authorization(creds: &Credentials, scope: &Scope<'_>, req: &Request<'_>) 
 
 /// `YYYYMMDDTHHMMSSZ` for a time (UTC).
 pub fn amz_date(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_date(days as i64);
+    let t = time::OffsetDateTime::from(t.max(UNIX_EPOCH));
+    let (month, (h, m, s)) = (u8::from(t.month()), t.to_hms());
     format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}{month:02}{:02}T{h:02}{m:02}{s:02}Z",
+        t.year(),
+        t.day()
     )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (eras of 400 years).
-fn civil_date(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
