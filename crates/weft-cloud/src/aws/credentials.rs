@@ -206,7 +206,7 @@ fn http_url(name: &str, url: &str) -> Result<String, PluginError> {
 }
 
 /// Temporary credentials and when they expire.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Temporary {
     creds: Credentials,
     expires: SystemTime,
@@ -540,50 +540,29 @@ impl Cache {
         bucket: Arc<crate::throttle::Bucket>,
     ) -> Result<Signer, String> {
         let (base, base_id) = match &plan.source {
-            CredentialSource::Keys(c) => (
-                Signer::Fixed(c.clone()),
-                entry_key(&[
-                    "keys",
-                    &c.access_key_id,
-                    &c.secret_access_key,
-                    c.session_token.as_deref().unwrap_or(""),
-                ]),
-            ),
+            CredentialSource::Keys(c) => {
+                let token = c.session_token.as_deref().unwrap_or("");
+                let key = entry_key(&["keys", &c.access_key_id, &c.secret_access_key, token]);
+                (Signer::Fixed(c.clone()), key)
+            }
             CredentialSource::InstanceProfile(base) => {
-                let key = entry_key(&["imds", base]);
-                let fetch = || Fetch::Imds {
-                    http: http.clone(),
-                    base: base.clone(),
-                };
-                (self.shared(&key, fetch), key)
+                let (http, base) = (http.clone(), base.clone());
+                let key = entry_key(&["imds", &base]);
+                (self.shared(&key, || Fetch::Imds { http, base }), key)
             }
         };
         let Some(role) = &plan.role else {
             return Ok(base);
         };
-        let key = entry_key(&[
-            "role",
-            &base_id,
-            &role.arn,
-            role.external_id.as_deref().unwrap_or(""),
-            &role.session_name,
-            &role.sts_endpoint,
-            &role.region,
-        ]);
-        let sts = QueryClient::new(
-            http.clone(),
-            &role.sts_endpoint,
-            &role.region,
-            "sts",
-            STS_VERSION,
-            base,
-        )?
-        .with_bucket(bucket);
-        let fetch = || Fetch::AssumeRole {
-            sts: Box::new(sts),
+        let id = role.external_id.as_deref().unwrap_or("");
+        let (arn, session, sts) = (&role.arn, &role.session_name, &role.sts_endpoint);
+        let key = entry_key(&["role", &base_id, arn, id, session, sts, &role.region]);
+        let sts = QueryClient::new(http.clone(), sts, &role.region, "sts", STS_VERSION, base)?;
+        let sts = Box::new(sts.with_bucket(bucket));
+        Ok(self.shared(&key, || Fetch::AssumeRole {
+            sts,
             role: role.clone(),
-        };
-        Ok(self.shared(&key, fetch))
+        }))
     }
 
     fn shared(&self, key: &str, fetch: impl FnOnce() -> Fetch) -> Signer {
@@ -663,9 +642,7 @@ mod tests {
         assert_eq!(t.creds.session_token.as_deref(), Some("session-secret"));
         assert_eq!(amz_date(t.expires), "20261129T180405Z");
         let no_token = doc.replace("<SessionToken>session-secret</SessionToken>", "");
-        let e = parse_assume_role(&xml::parse(&no_token).unwrap())
-            .err()
-            .unwrap();
+        let e = parse_assume_role(&xml::parse(&no_token).unwrap()).unwrap_err();
         assert!(
             e.contains("SessionToken") && !e.contains("very-secret"),
             "{e}"
@@ -685,18 +662,16 @@ mod tests {
         assert_eq!(amz_date(t.expires), "20261129T220000Z");
         let mut failed = doc.clone();
         failed["Code"] = json!("AssumeRoleUnauthorizedAccess");
-        let e = parse_imds(&failed.to_string()).err().unwrap();
+        let e = parse_imds(&failed.to_string()).unwrap_err();
         assert!(e.contains("AssumeRoleUnauthorizedAccess"), "{e}");
         let mut wrong = doc.clone();
         wrong["SecretAccessKey"] = json!(["very-secret"]);
-        let e = parse_imds(&wrong.to_string()).err().unwrap();
+        let e = parse_imds(&wrong.to_string()).unwrap_err();
         assert!(!e.contains("very-secret"), "{e}");
         let mut bare = doc;
         bare.as_object_mut().unwrap().remove("Token");
-        assert!(parse_imds(&bare.to_string())
-            .err()
-            .unwrap()
-            .contains("Token"));
+        let e = parse_imds(&bare.to_string()).unwrap_err();
+        assert!(e.contains("Token"), "{e}");
         assert!(parse_imds("<html>").is_err());
     }
 

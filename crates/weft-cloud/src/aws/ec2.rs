@@ -162,18 +162,14 @@ impl RunSpec {
         for (i, g) in self.security_group_ids.iter().enumerate() {
             params.push(p(format!("SecurityGroupId.{}", i + 1), g));
         }
+        let zone = self.availability_zone.as_deref();
+        let tokens = self.imdsv2.then_some("required");
         let optional = [
             ("SubnetId", self.subnet_id.as_deref()),
             ("KeyName", self.key_name.as_deref()),
             ("UserData", self.user_data_base64.as_deref()),
-            (
-                "Placement.AvailabilityZone",
-                self.availability_zone.as_deref(),
-            ),
-            (
-                "MetadataOptions.HttpTokens",
-                self.imdsv2.then_some("required"),
-            ),
+            ("Placement.AvailabilityZone", zone),
+            ("MetadataOptions.HttpTokens", tokens),
         ];
         params.extend(optional.into_iter().filter_map(|(k, v)| Some(p(k, v?))));
         match &self.instance_profile {

@@ -45,10 +45,8 @@ impl ImageRef {
             |o: &str| !o.is_empty() && o.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
         match image.split_once('/') {
             Some((owner, name)) if owner_ok(owner) && !name.trim().is_empty() => {
-                Ok(ImageRef::Named {
-                    owner: owner.to_string(),
-                    name: name.to_string(),
-                })
+                let (owner, name) = (owner.to_string(), name.to_string());
+                Ok(ImageRef::Named { owner, name })
             }
             _ => Err(PluginError::fatal(format!(
                 "image {image:?} is neither an AMI id (ami-...) nor <owner>/<name filter> \
@@ -127,23 +125,21 @@ pub async fn resolve_image(
     need_root: bool,
     w: &Waits,
 ) -> Result<(String, Option<String>), PluginError> {
-    match image {
-        ImageRef::Id(id) if !need_root => Ok((id.clone(), None)),
-        ImageRef::Id(id) => match with_retries(w.calls(), || ec2.image(id)).await? {
-            Some(i) => Ok((i.id, i.root_device_name)),
-            None => Err(PluginError::fatal(format!(
-                "image {id}: ec2: {AMI_NOT_FOUND}: EC2 does not know this AMI"
-            ))),
-        },
-        ImageRef::Named { owner, name } => {
-            match with_retries(w.calls(), || ec2.latest_image(owner, name)).await? {
-                Some(i) => Ok((i.id, i.root_device_name)),
-                None => Err(PluginError::fatal(format!(
+    let (found, missing) = match image {
+        ImageRef::Id(id) if !need_root => return Ok((id.clone(), None)),
+        ImageRef::Id(id) => (
+            with_retries(w.calls(), || ec2.image(id)).await?,
+            format!("image {id}: ec2: {AMI_NOT_FOUND}: EC2 does not know this AMI"),
+        ),
+        ImageRef::Named { owner, name } => (
+            with_retries(w.calls(), || ec2.latest_image(owner, name)).await?,
+            format!(
                 "image {owner}/{name}: no AMI of owner {owner} matches the name filter {name:?}"
-            ))),
-            }
-        }
-    }
+            ),
+        ),
+    };
+    let i = found.ok_or_else(|| PluginError::fatal(missing))?;
+    Ok((i.id, i.root_device_name))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! character references and CDATA sections are decoded. Malformed input is an error, never a panic.
 
 use quick_xml::escape::resolve_predefined_entity;
-use quick_xml::events::Event;
+use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
 /// One element: its local name, its text (concatenated, entities decoded) and its children.
@@ -57,12 +57,10 @@ pub fn parse(doc: &str) -> Result<Element, String> {
     loop {
         let text = match reader.read_event().map_err(|e| e.to_string())? {
             Event::Start(s) => {
-                stack.push(Element::named(s.local_name().as_ref()));
+                stack.push(Element::named(&s));
                 continue;
             }
-            Event::Empty(s) => {
-                Element::named(s.local_name().as_ref()).close(&mut stack, &mut root)?
-            }
+            Event::Empty(s) => Element::named(&s).close(&mut stack, &mut root)?,
             Event::End(_) => stack
                 .pop()
                 .ok_or("end tag without a start tag")?
@@ -91,8 +89,8 @@ pub fn parse(doc: &str) -> Result<Element, String> {
 }
 
 impl Element {
-    fn named(name: &str) -> Element {
-        let name = name.to_string();
+    fn named(start: &BytesStart<'_>) -> Element {
+        let name = start.local_name().as_ref().to_string();
         Element {
             name,
             ..Default::default()
