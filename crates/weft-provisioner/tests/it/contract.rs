@@ -403,9 +403,13 @@ async fn check_bounded_output(t: &dyn Transport) {
 /// A command that hangs is killed at the time-out with what it started; its output so far is
 /// kept.
 async fn check_time_out(t: &dyn Transport) {
-    let marker = format!("weft-contract-{}", std::process::id());
+    // Sleep lengths of this test process's own (each test runs in a process of its own), so that
+    // counting them sees no other test's sleeps on the same machine.
+    let pid = std::process::id();
+    let marker = format!("weft-contract-{pid}");
+    let (a, b) = (1_000_000 + 2 * pid, 1_000_001 + 2 * pid);
     let mut hang = sh(&format!(
-        "sleep 7207 & echo started; exec sh -c 'sleep 7208; echo {marker}'"
+        "sleep {a} & echo started; exec sh -c 'sleep {b}; echo {marker}'"
     ));
     hang.timeout = Duration::from_secs(1);
     let start = Instant::now();
@@ -421,7 +425,9 @@ async fn check_time_out(t: &dyn Transport) {
         "output before the time-out is kept"
     );
     let left = t
-        .run(&sh("ps -eo args | grep -c '^sleep 720[78]$' || true"))
+        .run(&sh(&format!(
+            "ps -eo args | grep -c -e '^sleep {a}$' -e '^sleep {b}$' || true"
+        )))
         .await
         .expect("ps runs");
     assert_eq!(
