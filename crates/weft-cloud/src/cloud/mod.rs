@@ -29,6 +29,7 @@ pub mod http;
 pub mod machine;
 pub mod provider;
 pub mod time;
+pub mod token;
 pub mod wait;
 
 pub use error::CloudError;

@@ -3,8 +3,7 @@
 //! key's `token_uri` (OAuth 2.0 JWT bearer grant), and the token is cached until shortly before
 //! it expires. Neither the key nor a token ever appears in an error message.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -17,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use weft_model::FailureReason;
 
+use crate::cloud::token::Renew;
 use crate::cloud::CloudError;
 
 /// The scope weft asks for: read and write Compute Engine resources.
@@ -25,8 +25,11 @@ pub const SCOPE: &str = "https://www.googleapis.com/auth/compute";
 pub const DEFAULT_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
 /// How long an assertion is valid (Google accepts at most an hour).
 const ASSERTION_LIFETIME: u64 = 3600;
-/// A cached token is renewed when it has less than this left.
-const RENEW_BEFORE: Duration = Duration::from_secs(300);
+/// A token is renewed when it has less than 5 minutes left (or half its lifetime).
+pub const RENEW: Renew = Renew {
+    ahead: Duration::from_secs(300),
+    part: 2,
+};
 
 /// A service account's JSON key, parsed.
 pub struct ServiceAccount {
@@ -76,19 +79,14 @@ impl ServiceAccount {
             "provider field json_key: private_key is not a PKCS#8 RSA key in PEM form".to_string()
         })?;
         let token_uri = str_field(&v, "token_uri").unwrap_or(DEFAULT_TOKEN_URI);
-        let mut h = Sha256::new();
-        h.update(client_email.as_bytes());
-        h.update([0]);
-        h.update(token_uri.as_bytes());
-        h.update([0]);
-        h.update(pem.as_bytes());
+        let digest = Sha256::digest([client_email, token_uri, pem].join("\0"));
         Ok(ServiceAccount {
             client_email: client_email.to_string(),
             private_key_id: str_field(&v, "private_key_id").unwrap_or("").to_string(),
             token_uri: token_uri.to_string(),
             project_id: str_field(&v, "project_id").map(str::to_string),
             key,
-            cache_key: format!("{:x}", h.finalize()),
+            cache_key: format!("{digest:x}"),
         })
     }
 
@@ -128,66 +126,20 @@ fn unix_now() -> u64 {
         .unwrap_or_default()
 }
 
-#[derive(Clone)]
-struct Cached {
-    token: String,
-    renew_at: Instant,
-}
-
-/// Access tokens by service account, reused until shortly before they expire.
-#[derive(Default)]
-pub struct TokenCache {
-    tokens: tokio::sync::Mutex<HashMap<String, Cached>>,
-}
-
-impl TokenCache {
-    /// A valid access token for `account`: the cached one, else a new one from the token URI.
-    pub async fn token(
-        &self,
-        http: &reqwest::Client,
-        account: &ServiceAccount,
-    ) -> Result<String, CloudError> {
-        let mut tokens = self.tokens.lock().await;
-        if let Some(c) = tokens.get(&account.cache_key) {
-            if Instant::now() < c.renew_at {
-                return Ok(c.token.clone());
-            }
-        }
-        let (token, lifetime) = fetch_token(http, account).await?;
-        let renew_at = Instant::now() + lifetime.saturating_sub(RENEW_BEFORE).max(lifetime / 2);
-        tokens.insert(
-            account.cache_key.clone(),
-            Cached {
-                token: token.clone(),
-                renew_at,
-            },
-        );
-        Ok(token)
-    }
-
-    /// Forgets `account`'s token (the API refused it).
-    pub async fn forget(&self, account: &ServiceAccount) {
-        self.tokens.lock().await.remove(&account.cache_key);
-    }
-}
-
 /// What the token endpoint answers (RFC 6749 §5.1 and §5.2).
 #[derive(serde::Deserialize, Default)]
+#[serde(default)]
 struct TokenAnswer {
-    #[serde(default)]
     access_token: Option<String>,
-    #[serde(default)]
     expires_in: Option<u64>,
-    #[serde(default)]
     error: Option<String>,
-    #[serde(default)]
     error_description: Option<String>,
 }
 
 /// Exchanges a fresh assertion for an access token and its lifetime. A refused grant
 /// (`invalid_grant`, `invalid_client`, `unauthorized_client`: a wrong, revoked or rotated key)
 /// is fatal with reason `auth`.
-async fn fetch_token(
+pub async fn fetch_token(
     http: &reqwest::Client,
     account: &ServiceAccount,
 ) -> Result<(String, Duration), CloudError> {
@@ -216,15 +168,10 @@ async fn fetch_token(
             e
         });
     }
-    let token = body.access_token.filter(|t| !t.is_empty()).ok_or_else(|| {
-        CloudError::from_status(
-            API,
-            a.status,
-            "no_token",
-            "the token endpoint answered without an access_token",
-            None,
-        )
-    })?;
+    let Some(token) = body.access_token.filter(|t| !t.is_empty()) else {
+        let m = "the token endpoint answered without an access_token";
+        return Err(CloudError::from_status(API, a.status, "no_token", m, None));
+    };
     Ok((token, Duration::from_secs(body.expires_in.unwrap_or(3600))))
 }
 

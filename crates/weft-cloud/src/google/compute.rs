@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use reqwest::Method;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::auth::{ServiceAccount, TokenCache};
+use super::auth::{fetch_token, ServiceAccount, RENEW};
 use crate::cloud::http::{send, Answer};
+use crate::cloud::token::Token;
 use crate::cloud::CloudError;
 use crate::throttle::Bucket;
 
@@ -28,7 +29,7 @@ const RATE_REASONS: [&str; 3] = [
 ];
 
 /// An instance as the API answers it (the fields weft reads).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Instance {
     /// Its name (weft's id of it).
@@ -45,20 +46,18 @@ pub struct Instance {
 }
 
 /// A network interface of an instance.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Nic {
     /// The internal address.
-    #[serde(default, rename = "networkIP")]
+    #[serde(rename = "networkIP")]
     pub network_ip: Option<String>,
     /// Its access configs (a one-to-one NAT gives the external address).
-    #[serde(default)]
     pub access_configs: Vec<AccessConfig>,
 }
 
 /// An access config of a network interface.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct AccessConfig {
     /// The external address.
     #[serde(default, rename = "natIP")]
@@ -92,12 +91,11 @@ pub struct OperationErrors {
 
 /// One error of an operation.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct OperationError {
     /// Google's code (`QUOTA_EXCEEDED`).
-    #[serde(default)]
     pub code: String,
     /// Google's message.
-    #[serde(default)]
     pub message: String,
 }
 
@@ -117,12 +115,10 @@ impl Operation {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
 struct InstancePage {
-    #[serde(default)]
     items: Vec<Instance>,
-    #[serde(default)]
     next_page_token: Option<String>,
 }
 
@@ -133,12 +129,10 @@ struct ErrorBody {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(default)]
 struct ErrorDetail {
-    #[serde(default)]
     message: Option<String>,
-    #[serde(default)]
     status: Option<String>,
-    #[serde(default)]
     errors: Vec<ErrorReason>,
 }
 
@@ -168,20 +162,20 @@ pub fn api_error(a: &Answer) -> CloudError {
 }
 
 /// One project and zone of the Compute API, as one service account.
-pub struct Zone<'a> {
+pub struct Zone {
     /// The HTTP client calls go through.
-    pub http: &'a reqwest::Client,
-    /// The cache of access tokens, shared by every call of the provider.
-    pub tokens: &'a TokenCache,
+    pub http: reqwest::Client,
+    /// The service account's access token, shared by every call made as it.
+    pub token: Arc<Token<String>>,
     /// The service account calls are made as.
-    pub account: &'a ServiceAccount,
+    pub account: ServiceAccount,
     /// `<endpoint>/projects/<project>/zones/<zone>`.
-    pub base: &'a str,
+    pub base: String,
     /// The project's request budget, shared by every worker of the provisioner.
     pub bucket: Arc<Bucket>,
 }
 
-impl Zone<'_> {
+impl Zone {
     /// Sends one request (path relative to the zone). 2xx, 404 and 409 are answers; any other
     /// status is an error (a 403 rate limit makes the whole project wait).
     async fn call(
@@ -194,18 +188,16 @@ impl Zone<'_> {
         let url = format!("{}/{}", self.base, path);
         let mut renewed = false;
         loop {
-            let token = self.tokens.token(self.http, self.account).await?;
+            let fetch = || fetch_token(&self.http, &self.account);
+            let token = self.token.get(RENEW, fetch).await?;
             let mut req = self.http.request(method.clone(), &url).bearer_auth(token);
-            if !query.is_empty() {
-                req = req.query(query);
-            }
             if let Some(b) = body {
                 req = req.json(b);
             }
-            let a = send(CLOUD, Some(&self.bucket), req).await?;
+            let a = send(CLOUD, Some(&self.bucket), req.query(query)).await?;
             if a.status == 401 && !renewed {
                 // The token was revoked or expired early: get a new one, once.
-                self.tokens.forget(self.account).await;
+                self.token.forget(|_| true).await;
                 renewed = true;
                 continue;
             }
@@ -222,9 +214,8 @@ impl Zone<'_> {
 
     /// The instance named `name`, or `None` when there is none.
     pub async fn get_instance(&self, name: &str) -> Result<Option<Instance>, CloudError> {
-        let a = self
-            .call(Method::GET, &format!("instances/{name}"), &[], None)
-            .await?;
+        let path = format!("instances/{name}");
+        let a = self.call(Method::GET, &path, &[], None).await?;
         match a.status {
             404 => Ok(None),
             409 => Err(api_error(&a)),
@@ -237,14 +228,9 @@ impl Zone<'_> {
         let (mut all, mut token) = (Vec::new(), None::<String>);
         loop {
             let mut query = vec![("filter", filter), ("maxResults", "500")];
-            if let Some(t) = &token {
-                query.push(("pageToken", t));
-            }
+            query.extend(token.as_deref().map(|t| ("pageToken", t)));
             let a = self.call(Method::GET, "instances", &query, None).await?;
-            if !a.is_success() {
-                return Err(api_error(&a));
-            }
-            let page: InstancePage = a.json(CLOUD)?;
+            let page: InstancePage = success(a)?.json(CLOUD)?;
             all.extend(page.items);
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 Some(n) if Some(&n) != token.as_ref() => token = Some(n),
@@ -255,21 +241,17 @@ impl Zone<'_> {
 
     /// Inserts an instance: `Ok(Some(operation))`, or `Ok(None)` when one of that name exists.
     pub async fn insert_instance(&self, instance: &Value) -> Result<Option<Operation>, CloudError> {
-        let a = self
-            .call(Method::POST, "instances", &[], Some(instance))
-            .await?;
-        match a.status {
-            409 => Ok(None),
-            404 => Err(api_error(&a)),
-            _ => a.json(CLOUD).map(Some),
+        let a = self.call(Method::POST, "instances", &[], Some(instance));
+        match a.await? {
+            a if a.status == 409 => Ok(None),
+            a => success(a)?.json(CLOUD).map(Some),
         }
     }
 
     /// Deletes an instance: false when there is none.
     pub async fn delete_instance(&self, name: &str) -> Result<bool, CloudError> {
-        let a = self
-            .call(Method::DELETE, &format!("instances/{name}"), &[], None)
-            .await?;
+        let path = format!("instances/{name}");
+        let a = self.call(Method::DELETE, &path, &[], None).await?;
         match a.status {
             404 => Ok(false),
             409 => Err(api_error(&a).retryable(true)),
@@ -279,14 +261,17 @@ impl Zone<'_> {
 
     /// A zone operation by name.
     pub async fn get_operation(&self, name: &str) -> Result<Operation, CloudError> {
-        let a = self
-            .call(Method::GET, &format!("operations/{name}"), &[], None)
-            .await?;
-        if a.is_success() {
-            a.json(CLOUD)
-        } else {
-            Err(api_error(&a))
-        }
+        let path = format!("operations/{name}");
+        success(self.call(Method::GET, &path, &[], None).await?)?.json(CLOUD)
+    }
+}
+
+/// A 2xx answer, else the error it says.
+fn success(a: Answer) -> Result<Answer, CloudError> {
+    if a.is_success() {
+        Ok(a)
+    } else {
+        Err(api_error(&a))
     }
 }
 
@@ -319,10 +304,8 @@ mod tests {
             {"code": "QUOTA_EXCEEDED", "message": "Quota 'CPUS' exceeded. Limit: 8.0"}]}}))
         .unwrap();
         let e = op.failure().unwrap();
-        assert_eq!(
-            (e.code.as_str(), e.status, e.retryable),
-            ("QUOTA_EXCEEDED", 403, false)
-        );
+        let got = (e.code.as_str(), e.status, e.retryable);
+        assert_eq!(got, ("QUOTA_EXCEEDED", 403, false));
         let done: Operation =
             serde_json::from_value(json!({"name": "o", "status": "DONE"})).unwrap();
         assert!(done.failure().is_none());

@@ -40,20 +40,19 @@
 pub mod auth;
 pub mod compute;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cloud::fields::{bad, Fields};
+use crate::cloud::token::{Keyed, Token};
 use crate::cloud::{
     poll_until, with_retries, Addresses, Cloud, CloudError, CloudProvider, Launched, Machine,
     Marks, Poll, Prepare, Prepared, State, Waits, MARK_KEYS, MARK_NODE,
 };
 use crate::task::{PluginError, Task};
-use crate::throttle::{Bucket, Buckets};
-use auth::{ServiceAccount, TokenCache};
+use crate::throttle::Buckets;
+use auth::ServiceAccount;
 use compute::{Instance, Operation, Zone, CLOUD, DEFAULT_ENDPOINT};
 
 pub use crate::cloud::Timing;
@@ -71,7 +70,8 @@ pub type GoogleProvider = CloudProvider<Google>;
 #[derive(Default)]
 pub struct Google {
     http: crate::cloud::http::Http,
-    tokens: TokenCache,
+    /// Each service account's access token.
+    tokens: Keyed<Token<String>>,
     /// Each project's request budget ([`crate::throttle`]), shared by every worker.
     buckets: Buckets,
 }
@@ -129,12 +129,10 @@ pub fn label_value(s: &str) -> String {
         .collect()
 }
 
-/// One project and zone, as one service account: what every call needs.
+/// One project and zone, as one service account, and the fields CREATE reads.
 pub struct Account {
-    account: ServiceAccount,
-    base: String,
+    api: Zone,
     zone: String,
-    bucket: Arc<Bucket>,
     fields: Fields,
 }
 
@@ -211,43 +209,28 @@ fn machine(i: Instance) -> Machine {
     }
 }
 
-impl Google {
-    fn zone<'a>(&'a self, a: &'a Account) -> Zone<'a> {
-        Zone {
-            http: &self.http,
-            tokens: &self.tokens,
-            account: &a.account,
-            base: &a.base,
-            bucket: a.bucket.clone(),
-        }
-    }
-
-    /// Follows a zone operation until it is `DONE`; its error, if any, fails the wait.
-    async fn wait_operation(
-        &self,
-        zone: &Zone<'_>,
-        op: Operation,
-        w: &Waits,
-    ) -> Result<(), PluginError> {
-        let mut seen = Some(op);
-        let name = seen.as_ref().map(|o| o.name.clone()).unwrap_or_default();
-        poll_until(&format!("operation {name}"), w.wait(), || {
-            let (first, name) = (seen.take(), name.clone());
-            async move {
-                let op = match first {
-                    Some(op) => op,
-                    None => zone.get_operation(&name).await?,
-                };
-                match (op.status.as_str(), op.failure()) {
-                    ("DONE", Some(e)) => Err(e),
-                    ("DONE", None) => Ok(Poll::Ready(())),
-                    (other, _) => Ok(Poll::Pending(other.to_string())),
-                }
+/// Follows a zone operation until it is `DONE`; its error, if any, fails the wait.
+async fn wait_operation(zone: &Zone, op: Operation, w: &Waits) -> Result<(), PluginError> {
+    let mut seen = Some(op);
+    let name = seen.as_ref().map(|o| o.name.clone()).unwrap_or_default();
+    poll_until(&format!("operation {name}"), w.wait(), || {
+        let (first, name) = (seen.take(), name.clone());
+        async move {
+            let op = match first {
+                Some(op) => op,
+                None => zone.get_operation(&name).await?,
+            };
+            match (op.status.as_str(), op.failure()) {
+                ("DONE", Some(e)) => Err(e),
+                ("DONE", None) => Ok(Poll::Ready(())),
+                (other, _) => Ok(Poll::Pending(other.to_string())),
             }
-        })
-        .await
-    }
+        }
+    })
+    .await
+}
 
+impl Google {
     /// The instance resource CREATE inserts.
     fn instance_body(
         &self,
@@ -301,12 +284,16 @@ impl Cloud for Google {
             .url("endpoint")?
             .unwrap_or_else(|| DEFAULT_ENDPOINT.into());
         let (rate, burst) = crate::throttle::budget(&fields.0).map_err(PluginError::fatal)?;
-        Ok(Account {
-            bucket: self
-                .buckets
-                .of(&format!("{endpoint}/projects/{project}"), rate, burst),
-            base: format!("{endpoint}/projects/{project}/zones/{zone}"),
+        let project_url = format!("{endpoint}/projects/{project}");
+        let api = Zone {
+            http: self.http.0.clone(),
+            token: self.tokens.of(account.key_digest(), Token::default),
+            bucket: self.buckets.of(&project_url, rate, burst),
+            base: format!("{project_url}/zones/{zone}"),
             account,
+        };
+        Ok(Account {
+            api,
             zone,
             fields: fields.clone(),
         })
@@ -321,7 +308,7 @@ impl Cloud for Google {
             .fields
             .text("sshkeyseed")
             .map(|s| format!("google:{s}"))
-            .unwrap_or_else(|| format!("google-key:{}", a.account.key_digest()));
+            .unwrap_or_else(|| format!("google-key:{}", a.api.account.key_digest()));
         let key = crate::keys::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id);
         let (login, public) = crate::keys::cluster_login(task, DEFAULT_SSH_USER, &key)?;
         Ok(Prepared {
@@ -333,12 +320,12 @@ impl Cloud for Google {
     }
 
     async fn launch(&self, a: &Account, body: &Value, w: &Waits) -> Result<Launched, PluginError> {
-        let zone = self.zone(a);
+        let zone = &a.api;
         match with_retries(w.calls(), || zone.insert_instance(body)).await? {
             // 409: an earlier try made it.
             None => Ok(Launched::Taken),
             Some(op) => {
-                self.wait_operation(&zone, op, w).await?;
+                wait_operation(zone, op, w).await?;
                 let name = body["name"].as_str().unwrap_or_default();
                 Ok(Launched::Made(name.to_string()))
             }
@@ -348,35 +335,29 @@ impl Cloud for Google {
     async fn find(&self, a: &Account, task: &Task) -> Result<Vec<Machine>, CloudError> {
         let marks = &Marks::of(task);
         let name = instance_name(&marks.node);
-        let Some(inst) = self.zone(a).get_instance(&name).await? else {
+        let Some(inst) = a.api.get_instance(&name).await? else {
             return Ok(Vec::new());
         };
         if inst.labels.get(MARK_NODE) != Some(&label_value(&marks.node)) {
-            return Err(CloudError::from_status(
-                CLOUD,
-                409,
-                "alreadyExists",
-                format!(
-                    "instance {name} exists and was not made by weft for node {}",
-                    marks.node
-                ),
-                None,
-            ));
+            let node = &marks.node;
+            let m = format!("instance {name} exists and was not made by weft for node {node}");
+            let e = CloudError::from_status(CLOUD, 409, "alreadyExists", m, None);
+            return Err(e);
         }
         Ok(vec![machine(inst)])
     }
 
     async fn get(&self, a: &Account, id: &str) -> Result<Option<Machine>, CloudError> {
-        Ok(self.zone(a).get_instance(id).await?.map(machine))
+        Ok(a.api.get_instance(id).await?.map(machine))
     }
 
     async fn terminate(&self, a: &Account, id: &str) -> Result<bool, CloudError> {
-        self.zone(a).delete_instance(id).await
+        a.api.delete_instance(id).await
     }
 
     async fn marked(&self, a: &Account) -> Result<Vec<Machine>, CloudError> {
         let filter = format!("labels.{MARK_NODE}:*");
-        let all = self.zone(a).list_instances(&filter).await?;
+        let all = a.api.list_instances(&filter).await?;
         Ok(all
             .into_iter()
             .map(machine)
@@ -394,20 +375,13 @@ mod tests {
         assert_eq!(instance_name("6F1C-aa_01"), "weft-6f1c-aa-01");
         let uuid = "0b8e1f9e-8f39-4c1e-9a53-2b1a9d7c1e11";
         assert_eq!(instance_name(uuid), format!("weft-{uuid}"));
-        let long = "x".repeat(100);
-        let n = instance_name(&long);
-        assert!(valid_name(&n) && n.len() <= 63, "{n}");
-        assert_ne!(
-            n,
-            instance_name(&"x".repeat(101)),
-            "the hash keeps long ids apart"
-        );
+        let long = instance_name(&"x".repeat(100));
+        assert!(valid_name(&long) && long.len() <= 63, "{long}");
+        let longer = instance_name(&"x".repeat(101));
+        assert_ne!(long, longer, "the hash keeps long ids apart");
         for id in ["node-a", "N.1", "a--", "--"] {
-            assert!(
-                valid_name(&instance_name(id)),
-                "{id}: {}",
-                instance_name(id)
-            );
+            let n = instance_name(id);
+            assert!(valid_name(&n), "{id}: {n}");
         }
         for bad in ["", "1abc", "Abc", "abc-", &"a".repeat(64)] {
             assert!(!valid_name(bad), "{bad}");
@@ -418,19 +392,16 @@ mod tests {
     fn instances_are_read_as_machines() {
         assert_eq!(region_of("us-central1-a"), "us-central1");
         assert_eq!(region_of("europe-west4-b"), "europe-west4");
-        let i: Instance = serde_json::from_value(json!({"name": "weft-n1", "status": "RUNNING",
-            "labels": {"weft-node": "n1", "weft-cluster": "4"},
-            "networkInterfaces": [{"networkIP": "10.0.0.2", "accessConfigs": [{"natIP": "34.1.2.3"}]}]}))
-        .unwrap();
-        let m = machine(i);
+        let instance = |v: Value| machine(serde_json::from_value(v).unwrap());
+        let m = instance(json!({"name": "weft-n1", "status": "RUNNING",
+            "labels": {"weft-node": "n1", "weft-cluster": "4"}, "networkInterfaces": [
+            {"networkIP": "10.0.0.2", "accessConfigs": [{"natIP": "34.1.2.3"}]}]}));
         assert_eq!(m.state, State::Running);
         assert_eq!(m.addresses.public.as_deref(), Some("34.1.2.3"));
         assert_eq!(m.addresses.private.as_deref(), Some("10.0.0.2"));
         let s = m.swept(NAME).unwrap();
         assert_eq!((s.node.as_str(), s.tenant.as_str()), ("n1", "-"));
-        let bare: Instance =
-            serde_json::from_value(json!({"name": "x", "status": "TERMINATED"})).unwrap();
-        let m = machine(bare);
+        let m = instance(json!({"name": "x", "status": "TERMINATED"}));
         assert!(m.marks.is_none() && m.state == State::Stopped && m.addresses.private.is_none());
     }
 }

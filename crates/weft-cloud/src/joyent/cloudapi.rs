@@ -102,10 +102,9 @@ pub struct SshKey {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(default)]
 struct ErrorBody {
-    #[serde(default)]
     code: Option<String>,
-    #[serde(default)]
     message: Option<String>,
 }
 
@@ -136,15 +135,10 @@ impl Account {
     ) -> Result<Answer, CloudError> {
         let url = format!("{}/{}{}", self.endpoint, self.login, path);
         let date = httpdate::fmt_http_date(SystemTime::now());
-        let auth = self
-            .key
-            .authorization(
-                &self.login,
-                self.user.as_deref(),
-                self.key_id.as_deref(),
-                &date,
-            )
-            .map_err(|e| CloudError::from_status(CLOUD, 401, "SigningFailed", e, None))?;
+        let (user, key_id) = (self.user.as_deref(), self.key_id.as_deref());
+        let signed = self.key.authorization(&self.login, user, key_id, &date);
+        let auth =
+            signed.map_err(|e| CloudError::from_status(CLOUD, 401, "SigningFailed", e, None))?;
         let mut req = self
             .http
             .request(method, &url)
@@ -152,13 +146,10 @@ impl Account {
             .header("authorization", auth)
             .header("accept", "application/json")
             .header("accept-version", API_VERSION);
-        if !query.is_empty() {
-            req = req.query(query);
-        }
         if let Some(b) = body {
             req = req.json(b);
         }
-        let a = send(CLOUD, Some(&self.bucket), req).await?;
+        let a = send(CLOUD, Some(&self.bucket), req.query(query)).await?;
         if a.is_success() || a.status == 404 || a.status == 410 {
             return Ok(a);
         }
@@ -197,14 +188,8 @@ impl Account {
         let mut all = Vec::new();
         loop {
             let (offset, limit) = (all.len().to_string(), PAGE.to_string());
-            let page: Vec<Machine> = self
-                .read(
-                    Method::GET,
-                    "/machines",
-                    &[("offset", &offset), ("limit", &limit)],
-                    None,
-                )
-                .await?;
+            let query = [("offset", offset.as_str()), ("limit", &limit)];
+            let page: Vec<Machine> = self.read(Method::GET, "/machines", &query, None).await?;
             let full = page.len() >= PAGE;
             all.extend(page);
             if !full {
@@ -215,14 +200,8 @@ impl Account {
 
     /// The UUID of the newest active image named `name` (by `published_at`), if any.
     pub async fn image_named(&self, name: &str) -> Result<Option<String>, CloudError> {
-        let list: Vec<Image> = self
-            .read(
-                Method::GET,
-                "/images",
-                &[("name", name), ("state", "active")],
-                None,
-            )
-            .await?;
+        let query = [("name", name), ("state", "active")];
+        let list: Vec<Image> = self.read(Method::GET, "/images", &query, None).await?;
         Ok(list
             .into_iter()
             .filter(|i| i.name == name)
@@ -238,24 +217,23 @@ impl Account {
         }
     }
 
+    /// `method` on `path`: `None` when there is no such thing (404, 410).
+    async fn found(&self, method: Method, path: &str) -> Result<Option<Answer>, CloudError> {
+        let a = self.call(method, path, &[], None).await?;
+        Ok(Some(a).filter(|a| !matches!(a.status, 404 | 410)))
+    }
+
     /// The machine `id`, or `None` when it does not exist or was deleted (404, 410).
     pub async fn get_machine(&self, id: &str) -> Result<Option<Machine>, CloudError> {
-        let a = self
-            .call(Method::GET, &format!("/machines/{id}"), &[], None)
-            .await?;
-        if matches!(a.status, 404 | 410) {
-            return Ok(None);
-        }
-        let m: Machine = a.json(CLOUD)?;
-        Ok(Some(m).filter(|m| m.state != "deleted"))
+        let a = self.found(Method::GET, &format!("/machines/{id}")).await?;
+        let m: Option<Machine> = a.map(|a| a.json(CLOUD)).transpose()?;
+        Ok(m.filter(|m| m.state != "deleted"))
     }
 
     /// Deletes the machine `id`; answers false when it was already gone (404, 410).
     pub async fn delete_machine(&self, id: &str) -> Result<bool, CloudError> {
-        let a = self
-            .call(Method::DELETE, &format!("/machines/{id}"), &[], None)
-            .await?;
-        Ok(!matches!(a.status, 404 | 410))
+        let path = format!("/machines/{id}");
+        Ok(self.found(Method::DELETE, &path).await?.is_some())
     }
 
     /// The keys path of whoever weft signs as: `/keys`, or `/users/<user>/keys` for a sub-user.
@@ -283,18 +261,14 @@ impl Account {
     /// The key named or fingerprinted `id`, or `None` when there is none (404).
     pub async fn get_key(&self, id: &str) -> Result<Option<SshKey>, CloudError> {
         let path = format!("{}/{id}", self.keys_path());
-        let a = self.call(Method::GET, &path, &[], None).await?;
-        if matches!(a.status, 404 | 410) {
-            return Ok(None);
-        }
-        a.json(CLOUD).map(Some)
+        let a = self.found(Method::GET, &path).await?;
+        a.map(|a| a.json(CLOUD)).transpose()
     }
 
     /// Deletes the key named or fingerprinted `id`; answers false when there was none (404).
     pub async fn delete_key(&self, id: &str) -> Result<bool, CloudError> {
         let path = format!("{}/{id}", self.keys_path());
-        let a = self.call(Method::DELETE, &path, &[], None).await?;
-        Ok(!matches!(a.status, 404 | 410))
+        Ok(self.found(Method::DELETE, &path).await?.is_some())
     }
 }
 
@@ -308,10 +282,8 @@ mod tests {
 
     #[test]
     fn cloudapi_errors_keep_their_code_and_throttling_is_retried() {
-        let e = api_error(&answer(
-            403,
-            json!({"code": "QuotaExceeded", "message": "quota exceeded"}),
-        ));
+        let quota = json!({"code": "QuotaExceeded", "message": "quota exceeded"});
+        let e = api_error(&answer(403, quota));
         assert_eq!((e.code.as_str(), e.retryable), ("QuotaExceeded", false));
         assert!(api_error(&answer(420, json!({"code": "RequestThrottled"}))).retryable);
         assert!(api_error(&answer(503, Value::Null)).retryable);

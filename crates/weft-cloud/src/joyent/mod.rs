@@ -206,17 +206,11 @@ fn holds_key(m: &cloudapi::Machine, public: &str) -> Option<bool> {
 impl Target {
     /// The cluster's SSH key (the same for every node and provisioner).
     fn cluster_key(&self, task: &Task) -> PrivateKey {
-        let seed = self
-            .fields
-            .text("sshkeyseed")
-            .map(|s| format!("joyent:{s}"))
-            .unwrap_or_else(|| {
-                format!(
-                    "joyent-key:{}:{}",
-                    self.api.login,
-                    self.api.key.fingerprint()
-                )
-            });
+        let (login, fp) = (&self.api.login, self.api.key.fingerprint());
+        let seed = match self.fields.text("sshkeyseed") {
+            Some(s) => format!("joyent:{s}"),
+            None => format!("joyent-key:{login}:{fp}"),
+        };
         crate::keys::cluster_key(seed.as_bytes(), &task.tenant_id, &task.cluster_id)
     }
 
@@ -224,14 +218,10 @@ impl Target {
     async fn machine_body(&self, task: &Task, w: &Waits) -> Result<Value, PluginError> {
         let mut image = self.fields.pick(task, "image", "image")?;
         if !is_uuid(&image) {
-            image = with_retries(w.calls(), || self.api.image_named(&image))
-                .await?
-                .ok_or_else(|| {
-                    PluginError::not_found(format!(
-                        "no active image named {image} in {}",
-                        self.api.endpoint
-                    ))
-                })?;
+            let named = with_retries(w.calls(), || self.api.image_named(&image)).await?;
+            let at = &self.api.endpoint;
+            let m = format!("no active image named {image} in {at}");
+            image = named.ok_or_else(|| PluginError::not_found(m))?;
         }
         let marks = Marks::of(task);
         let mut body = json!({
@@ -330,9 +320,8 @@ impl Cloud for Joyent {
         let user = fields.text("user");
         for (what, v) in [("login", Some(&login)), ("user", user.as_ref())] {
             if v.is_some_and(|v| !valid_login(v)) {
-                return Err(PluginError::fatal(format!(
-                    "provider field {what} is not a Triton login name"
-                )));
+                let m = format!("provider field {what} is not a Triton login name");
+                return Err(PluginError::fatal(m));
             }
         }
         let (rate, burst) = crate::throttle::budget(&fields.0).map_err(PluginError::fatal)?;
@@ -360,7 +349,7 @@ impl Cloud for Joyent {
         let fingerprint = fingerprint(&key)?;
         let body = t.machine_body(task, w).await?;
         let stdout = t.ensure_key(task, &public, &fingerprint, w).await?;
-        let name = machine_name(&task.node_id);
+        let name = json!(machine_name(&task.node_id));
         Ok(Prepared {
             request: Request {
                 body,
@@ -369,9 +358,7 @@ impl Cloud for Joyent {
             },
             login: Some(login),
             stdout,
-            result: [("machinename".to_string(), json!(name))]
-                .into_iter()
-                .collect(),
+            result: [("machinename".to_string(), name)].into_iter().collect(),
         })
     }
 
@@ -381,9 +368,8 @@ impl Cloud for Joyent {
             return Ok(Launched::Taken);
         };
         if !valid_id(&m.id) {
-            return Err(PluginError::retryable(
-                "CloudAPI answered a machine without an id",
-            ));
+            let m = "CloudAPI answered a machine without an id";
+            return Err(PluginError::retryable(m));
         }
         t.check_machine_key(&m, req, w).await?;
         Ok(Launched::Made(m.id))
@@ -393,26 +379,16 @@ impl Cloud for Joyent {
         let marks = &Marks::of(task);
         let name = machine_name(&marks.node);
         let found = t.api.machines_named(&name).await?;
-        if let Some(other) = found
-            .iter()
-            .find(|m| m.tag(MARK_NODE).as_ref() != Some(&marks.node))
-        {
-            return Err(CloudError::from_status(
-                CLOUD,
-                409,
-                "MachineExists",
-                format!(
-                    "machine {name} ({}) exists and was not made by weft for node {}",
-                    other.id, marks.node
-                ),
-                None,
-            ));
+        let node = Some(&marks.node);
+        if let Some(other) = found.iter().find(|m| m.tag(MARK_NODE).as_ref() != node) {
+            let (id, node) = (&other.id, &marks.node);
+            let m =
+                format!("machine {name} ({id}) exists and was not made by weft for node {node}");
+            let e = CloudError::from_status(CLOUD, 409, "MachineExists", m, None);
+            return Err(e);
         }
-        Ok(found
-            .into_iter()
-            .map(machine)
-            .filter(Machine::is_live)
-            .collect())
+        let live = found.into_iter().map(machine).filter(Machine::is_live);
+        Ok(live.collect())
     }
 
     async fn get(&self, t: &Target, id: &str) -> Result<Option<Machine>, CloudError> {
@@ -446,21 +422,20 @@ impl Cloud for Joyent {
     ) -> Result<String, PluginError> {
         let fp = fingerprint(&t.cluster_key(task))?;
         let name = key_name(&task.tenant_id, &task.cluster_id);
-        let mut gone: Vec<String> = with_retries(w.calls(), || t.api.list_keys())
-            .await?
+        let keys = with_retries(w.calls(), || t.api.list_keys()).await?;
+        let ours = keys
             .into_iter()
-            .filter(|k| k.fingerprint == fp || k.name == name)
-            .map(|k| k.fingerprint)
-            .collect();
+            .filter(|k| k.fingerprint == fp || k.name == name);
+        let mut gone: Vec<String> = ours.map(|k| k.fingerprint).collect();
         gone.dedup();
         let mut out = String::new();
         for fp in gone {
             if with_retries(w.calls(), || t.api.delete_key(&fp)).await? {
                 tracing::info!(cluster_id = %task.cluster_id, fingerprint = %fp,
                     "cluster key removed from the account");
-                out.push_str(&format!(
-                    "cluster key {fp} removed (the cluster's last machine is gone)\n"
-                ));
+                let said =
+                    format!("cluster key {fp} removed (the cluster's last machine is gone)\n");
+                out.push_str(&said);
             }
         }
         Ok(out)
@@ -482,16 +457,17 @@ mod tests {
         assert!(!valid_id("../x") && !valid_id(""));
         assert!(is_uuid("1b4bc8a4-5cb6-4a4b-8c59-b6a7c0d2f3e1"));
         assert!(!is_uuid("debian-12") && !is_uuid("1b4bc8a4-5cb6-4a4b-8c59"));
-        let m = machine(triton(json!({"id": "a", "state": "running",
-            "primaryIp": "203.0.113.5", "ips": ["203.0.113.5", "10.88.0.5"]})));
-        assert_eq!(m.addresses.public.as_deref(), Some("203.0.113.5"));
-        assert_eq!(m.addresses.private.as_deref(), Some("10.88.0.5"));
-        let m = machine(triton(
-            json!({"id": "a", "primaryIp": "203.0.113.5", "ips": ["203.0.113.5"]}),
-        ));
-        assert_eq!(m.addresses.private.as_deref(), Some("203.0.113.5"));
-        let m = machine(triton(json!({"id": "a", "ips": []})));
-        assert_eq!(m.addresses, Addresses::default());
+        let addresses = |v: Value| machine(triton(v)).addresses;
+        let a = addresses(json!({"id": "a", "state": "running",
+            "primaryIp": "203.0.113.5", "ips": ["203.0.113.5", "10.88.0.5"]}));
+        assert_eq!(a.public.as_deref(), Some("203.0.113.5"));
+        assert_eq!(a.private.as_deref(), Some("10.88.0.5"));
+        let a = addresses(json!({"id": "a", "primaryIp": "203.0.113.5", "ips": ["203.0.113.5"]}));
+        assert_eq!(a.private.as_deref(), Some("203.0.113.5"));
+        assert_eq!(
+            addresses(json!({"id": "a", "ips": []})),
+            Addresses::default()
+        );
     }
 
     #[test]
@@ -500,29 +476,19 @@ mod tests {
         assert_eq!(key_name("acme corp", "17"), "weft-acme-corp-17");
         assert!(valid_login("weft.ops@x") && !valid_login("a/b") && !valid_login(""));
         let public = "ssh-ed25519 AAAAC3Nza weft-cluster-17";
-        let m = triton(
-            json!({"id": "a", "metadata": {"root_authorized_keys": "ssh-rsa BBBB admin\nssh-ed25519 AAAAC3Nza other\n"}}),
-        );
-        assert_eq!(holds_key(&m, public), Some(true));
-        let m = triton(
-            json!({"id": "a", "metadata": {"root_authorized_keys": "ssh-rsa BBBB admin\n"}}),
-        );
-        assert_eq!(holds_key(&m, public), Some(false));
-        assert_eq!(
-            holds_key(&triton(json!({"id": "a", "metadata": {}})), public),
-            None
-        );
-        let m = machine(triton(
-            json!({"id": "55a366ce-6c30-4f88-a36b-53638bd0cb62", "state": "running",
-            "tags": {"weft-node": "n1", "weft-cluster": "17"}}),
-        ));
+        let holds =
+            |written: Value| holds_key(&triton(json!({"id": "a", "metadata": written})), public);
+        let two = "ssh-rsa BBBB admin\nssh-ed25519 AAAAC3Nza other\n";
+        assert_eq!(holds(json!({"root_authorized_keys": two})), Some(true));
+        let one = "ssh-rsa BBBB admin\n";
+        assert_eq!(holds(json!({"root_authorized_keys": one})), Some(false));
+        assert_eq!(holds(json!({})), None);
+        let m = machine(triton(json!({"id": "55a366ce-6c30-4f88-a36b-53638bd0cb62",
+            "state": "running", "tags": {"weft-node": "n1", "weft-cluster": "17"}})));
         let s = m.swept(NAME).unwrap();
-        assert_eq!(
-            (s.node.as_str(), s.cluster.as_str(), s.tenant.as_str()),
-            ("n1", "17", "-")
-        );
-        assert!(machine(triton(json!({"id": "55a366ce", "tags": {}})))
-            .swept(NAME)
-            .is_none());
+        let marks = (s.node.as_str(), s.cluster.as_str(), s.tenant.as_str());
+        assert_eq!(marks, ("n1", "17", "-"));
+        let bare = machine(triton(json!({"id": "55a366ce", "tags": {}})));
+        assert!(bare.swept(NAME).is_none());
     }
 }

@@ -132,11 +132,9 @@ impl Credentials {
         let base = auth_url.trim().trim_end_matches('/');
         match self {
             Credentials::ApiKey { .. } => {
-                let base = if base.is_empty() {
-                    RACKSPACE_IDENTITY
-                } else {
-                    base
-                };
+                let base = Some(base)
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or(RACKSPACE_IDENTITY);
                 if base.ends_with("/v2.0") {
                     format!("{base}/tokens")
                 } else {
@@ -194,26 +192,17 @@ impl Credentials {
     }
 }
 
-/// One endpoint of a catalog service.
+/// One endpoint of a catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    /// The type of its service (`type` in the catalog), e.g. `compute`, `identity`.
+    pub kind: String,
     /// `public`, `internal` or `admin`.
     pub interface: String,
     /// The region, empty when the catalog names none.
     pub region: String,
     /// The endpoint's base URL.
     pub url: String,
-}
-
-/// One service of a catalog.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Service {
-    /// The service type (`type` in the catalog), e.g. `compute`, `identity`.
-    pub kind: String,
-    /// The service's name, e.g. `nova`, `cloudServersOpenStack`.
-    pub name: String,
-    /// Where the service is reached, per interface and region.
-    pub endpoints: Vec<Endpoint>,
 }
 
 /// A token and what came with it.
@@ -223,7 +212,7 @@ pub struct Token {
     /// How long it is valid from now, when the answer says.
     pub lifetime: Option<Duration>,
     /// The service catalog that came with the token: where each service is.
-    pub catalog: Vec<Service>,
+    pub catalog: Vec<Endpoint>,
 }
 
 /// A service of either catalog as answered (absent and null fields read as empty).
@@ -232,7 +221,6 @@ pub struct Token {
 struct RawService {
     #[serde(rename = "type")]
     kind: Option<String>,
-    name: Option<String>,
     endpoints: Vec<RawEndpoint>,
 }
 
@@ -278,15 +266,17 @@ fn part<T: serde::de::DeserializeOwned>(body: &Value, key: &str, api: &str) -> R
         .map_err(|e| format!("{api} answered an unreadable {key}: {e}"))
 }
 
-/// A catalog of services, each endpoint read by `endpoints`.
-fn catalog(raw: Vec<RawService>, endpoints: impl Fn(RawEndpoint) -> Vec<Endpoint>) -> Vec<Service> {
-    raw.into_iter()
-        .map(|s| Service {
-            kind: s.kind.unwrap_or_default(),
-            name: s.name.unwrap_or_default(),
-            endpoints: s.endpoints.into_iter().flat_map(&endpoints).collect(),
-        })
-        .collect()
+/// The endpoints of a catalog's services, each read by `read` (with its service's type).
+fn catalog(
+    raw: Vec<RawService>,
+    read: impl Fn(&str, RawEndpoint) -> Vec<Endpoint>,
+) -> Vec<Endpoint> {
+    let mut all = Vec::new();
+    for s in raw {
+        let kind = s.kind.unwrap_or_default();
+        all.extend(s.endpoints.into_iter().flat_map(|e| read(&kind, e)));
+    }
+    all
 }
 
 /// Reads a Keystone v3 token answer (`X-Subject-Token` and the body).
@@ -299,8 +289,9 @@ pub fn keystone_token(subject: Option<&str>, body: &Value) -> Result<Token, Stri
     Ok(Token {
         id: id.to_string(),
         lifetime: lifetime(unix(token.expires_at), unix(token.issued_at)),
-        catalog: catalog(token.catalog, |e| {
+        catalog: catalog(token.catalog, |kind, e| {
             vec![Endpoint {
+                kind: kind.to_string(),
                 interface: e.interface.unwrap_or_default(),
                 region: e
                     .region_id
@@ -326,12 +317,13 @@ pub fn rackspace_token(body: &Value) -> Result<Token, String> {
     Ok(Token {
         id,
         lifetime: lifetime(crate::cloud::time::unix_seconds(&expires), now),
-        catalog: catalog(access.service_catalog, |e| {
+        catalog: catalog(access.service_catalog, |kind, e| {
             let region = e.region.unwrap_or_default();
             [("public", e.public_url), ("internal", e.internal_url)]
                 .into_iter()
                 .filter_map(|(interface, url)| {
                     Some(Endpoint {
+                        kind: kind.to_string(),
                         interface: interface.to_string(),
                         region: region.clone(),
                         url: url.filter(|u| !u.is_empty())?,
@@ -350,16 +342,14 @@ fn lifetime(expires: Option<i64>, from: Option<i64>) -> Option<Duration> {
 /// The URL of the `kind` service's endpoint with `interface` in `region` (any region when `None`,
 /// as long as only one has such an endpoint).
 pub fn choose_endpoint(
-    catalog: &[Service],
+    catalog: &[Endpoint],
     kind: &str,
     interface: &str,
     region: Option<&str>,
 ) -> Result<String, String> {
     let candidates: Vec<&Endpoint> = catalog
         .iter()
-        .filter(|s| s.kind == kind)
-        .flat_map(|s| &s.endpoints)
-        .filter(|e| e.interface == interface)
+        .filter(|e| e.kind == kind && e.interface == interface)
         .collect();
     let regions = |eps: &[&Endpoint]| {
         let mut r: Vec<&str> = eps.iter().map(|e| e.region.as_str()).collect();
@@ -372,14 +362,8 @@ pub fn choose_endpoint(
             "the catalog has no {kind} endpoint with interface {interface}"
         ));
     }
-    let chosen: Vec<&Endpoint> = match region {
-        Some(r) => candidates
-            .iter()
-            .copied()
-            .filter(|e| e.region == r)
-            .collect(),
-        None => candidates.clone(),
-    };
+    let in_region = |e: &&&Endpoint| region.is_none_or(|r| e.region == r);
+    let chosen: Vec<&Endpoint> = candidates.iter().filter(in_region).copied().collect();
     match (chosen.as_slice(), region) {
         ([], Some(r)) => Err(format!(
             "region {r}: the catalog has no {interface} {kind} endpoint there (regions: {})",
@@ -420,15 +404,15 @@ pub fn error_parts(body: &Value) -> (Option<String>, String) {
     }
 }
 
-/// A failed token request as a [`CloudError`]: Keystone's `{"error": {code, title, message}}` or
-/// Rackspace's `{"unauthorized": {code, message}}`.
-pub fn auth_error(api: &'static str, status: u16, body: &Value) -> CloudError {
+/// A failed call of `api` as a [`CloudError`] with the code and message of its error body
+/// ([`error_parts`]; the status when the body names no code).
+pub fn answer_error(
+    api: &'static str,
+    status: u16,
+    body: &Value,
+    retry_after: Option<Duration>,
+) -> CloudError {
     let (code, message) = error_parts(body);
-    CloudError::from_status(
-        api,
-        status,
-        code.unwrap_or(status.to_string()),
-        message,
-        None,
-    )
+    let code = code.unwrap_or(status.to_string());
+    CloudError::from_status(api, status, code, message, retry_after)
 }

@@ -48,8 +48,7 @@ pub mod identity;
 pub mod neutron;
 pub mod nova;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use russh::keys::PrivateKey;
@@ -57,13 +56,14 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cloud::fields::Fields;
+use crate::cloud::token::Keyed;
 use crate::cloud::{
     with_retries, Addresses, Cloud, CloudError, CloudProvider, Confirmed, Launched, Login, Machine,
     Marks, Prepare, Prepared, State, Waits, MARK_KEYS,
 };
 use crate::task::{PluginError, Task};
 use identity::{Credentials, Ref};
-use nova::{Found, Nova, Server, Session};
+use nova::{Nova, Server};
 
 pub use crate::cloud::Timing;
 
@@ -109,7 +109,7 @@ impl NovaProvider {
             NovaCloud {
                 kind,
                 http: crate::cloud::http::client(),
-                sessions: Mutex::new(HashMap::new()),
+                sessions: Keyed::default(),
             },
         )
     }
@@ -129,7 +129,8 @@ impl NovaProvider {
 pub struct NovaCloud {
     kind: Kind,
     http: reqwest::Client,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Nova by credentials (with the endpoint and budget), each holding its token.
+    sessions: Keyed<Nova>,
 }
 
 impl std::fmt::Debug for NovaCloud {
@@ -140,22 +141,14 @@ impl std::fmt::Debug for NovaCloud {
     }
 }
 
-/// The admin's fields, read and checked, and the session of their credentials.
+/// The admin's fields, read and checked, and Nova with their credentials.
 pub struct Settings {
-    session: Arc<Session>,
+    nova: Arc<Nova>,
     fields: Fields,
     ssh_user: String,
     ssh_key: Option<String>,
     /// The external network floating IPs are allocated on (`openstack` only).
     floating_network: Option<String>,
-}
-
-impl Settings {
-    fn nova(&self) -> Nova<'_> {
-        Nova {
-            session: &self.session,
-        }
-    }
 }
 
 /// What CREATE sends: the server, without its name and marks (the task's).
@@ -189,18 +182,17 @@ fn encoded_user_data(kind: Kind, text: Option<&str>) -> Result<Option<String>, P
     Ok(Some(encoded))
 }
 
-/// The id a look-up found for the task's `key` (`image` or `flavor`), or a fatal error naming
-/// the field: nothing has that id or name, or several have that name.
-fn chosen(kind: Kind, key: &str, value: &str, found: Found) -> Result<String, PluginError> {
+/// The one id a look-up found for the task's `key` (`image` or `flavor`), or a fatal error
+/// naming the field: nothing has that id or name, or several have that name.
+fn chosen(kind: Kind, key: &str, value: &str, mut ids: Vec<String>) -> Result<String, PluginError> {
     let name = kind.name();
-    match found {
-        Found::One(id) => Ok(id),
-        Found::Nothing => Err(PluginError::fatal(format!(
+    match ids.len() {
+        1 => Ok(ids.remove(0)),
+        0 => Err(PluginError::fatal(format!(
             "{name}: {key} {value:?}: no {key} has that id or name"
         ))),
-        Found::Several(ids) => Err(PluginError::fatal(format!(
-            "{name}: {key} {value:?}: {} {key}s have that name ({}); give the id of one",
-            ids.len(),
+        n => Err(PluginError::fatal(format!(
+            "{name}: {key} {value:?}: {n} {key}s have that name ({}); give the id of one",
             ids.join(", ")
         ))),
     }
@@ -222,22 +214,16 @@ fn openstack_credentials(f: &Fields) -> Credentials {
             secret,
         };
     }
+    // A project named without a domain is looked up in the user's.
+    let domain = match (field("project_domain_id"), field("project_domain_name")) {
+        (None, None) => (user.domain_id.clone(), user.domain_name.clone()),
+        given => given,
+    };
     let project = Ref {
         id: field("project_id"),
         name: field("project_name"),
-        // A project named without a domain is looked up in the user's.
-        domain_id: field("project_domain_id").or_else(|| {
-            field("project_domain_name")
-                .is_none()
-                .then(|| user.domain_id.clone())
-                .flatten()
-        }),
-        domain_name: field("project_domain_name").or_else(|| {
-            field("project_domain_id")
-                .is_none()
-                .then(|| user.domain_name.clone())
-                .flatten()
-        }),
+        domain_id: domain.0,
+        domain_name: domain.1,
     };
     Credentials::Password {
         password: field("password").unwrap_or_default(),
@@ -281,14 +267,10 @@ fn machine(s: Server) -> Machine {
 }
 
 /// Releases the floating IPs weft allocated on the ports of the server `id` (see the module doc).
-async fn release_floating_ips(nova: &Nova<'_>, id: &str) -> Result<(), CloudError> {
+async fn release_floating_ips(nova: &Nova, id: &str) -> Result<(), CloudError> {
     for port in nova.ports(id).await? {
         for f in nova.floating_ips(&port.id).await? {
-            if f.description
-                .as_deref()
-                .unwrap_or("")
-                .starts_with(FLOATING_MARK)
-            {
+            if f.description.unwrap_or_default().starts_with(FLOATING_MARK) {
                 let released = nova.release_floating_ip(&f.id).await?;
                 tracing::info!(server = %id, floating_ip = %f.floating_ip_address, released,
                     "floating IP released");
@@ -309,18 +291,16 @@ impl NovaCloud {
         m: &Machine,
         w: &Waits,
     ) -> Result<(String, String), PluginError> {
-        let nova = s.nova();
+        let nova = &s.nova;
         let found = with_retries(w.calls(), || nova.find_network(network)).await?;
         let network_id = chosen(self.kind, "floating_network", network, found)?;
         let ports = with_retries(w.calls(), || nova.ports(&m.id)).await?;
         for port in &ports {
             let held = with_retries(w.calls(), || nova.floating_ips(&port.id)).await?;
             if let Some(f) = held.into_iter().next() {
-                let said = format!(
-                    "floating IP {} on port {}\n",
-                    f.floating_ip_address, port.id
-                );
-                return Ok((f.floating_ip_address, said));
+                let (ip, port) = (f.floating_ip_address, &port.id);
+                let said = format!("floating IP {ip} on port {port}\n");
+                return Ok((ip, said));
             }
         }
         let bind = m.addresses.private.as_deref();
@@ -330,16 +310,12 @@ impl NovaCloud {
                 .any(|f| Some(f.ip_address.as_str()) == bind)
         };
         let Some(port) = ports.iter().find(holds_bind).or(ports.first()) else {
-            return Err(PluginError::retryable(format!(
-                "server {} has no port yet to attach a floating IP to",
-                m.id
-            )));
+            let m = format!("server {} has no port yet to attach a floating IP to", m.id);
+            return Err(PluginError::retryable(m));
         };
         let fixed = bind.filter(|_| holds_bind(&port));
-        let description = format!(
-            "{FLOATING_MARK}{} of cluster {}",
-            task.node_id, task.cluster_id
-        );
+        let (node, cluster) = (&task.node_id, &task.cluster_id);
+        let description = format!("{FLOATING_MARK}{node} of cluster {cluster}");
         let f = nova
             .allocate_floating_ip(&network_id, &port.id, fixed, &description)
             .await?;
@@ -351,8 +327,8 @@ impl NovaCloud {
         Ok((f.floating_ip_address, said))
     }
 
-    /// The session of these credentials (made once, then shared by every task using them).
-    fn session(&self, f: &Fields, creds: Credentials) -> Result<Arc<Session>, PluginError> {
+    /// Nova with these credentials (made once, then shared by every task using them).
+    fn nova(&self, f: &Fields, creds: Credentials) -> Result<Arc<Nova>, PluginError> {
         let bad = |m: String| PluginError::fatal(format!("{}: {m}", self.kind.name()));
         let auth_url = f.text("auth_url").unwrap_or_default();
         if auth_url.is_empty() && self.kind == Kind::OpenStack {
@@ -369,35 +345,18 @@ impl NovaCloud {
         }
         let region = f.text("region");
         let budget = crate::throttle::budget(&f.0).map_err(PluginError::fatal)?;
-        let mut h = Sha256::new();
-        for part in [
-            self.kind.name(),
-            &auth_url,
-            &interface,
-            region.as_deref().unwrap_or(""),
-            &creds.body().to_string(),
-            &format!("{budget:?}"),
-        ] {
-            h.update(part.as_bytes());
-            h.update([0]);
-        }
-        let key = hex::encode(h.finalize());
-        let mut sessions = self.sessions.lock().expect("sessions lock");
-        let made = sessions.entry(key).or_insert_with(|| {
-            let s = Session::new(self.http.clone(), creds, &auth_url, interface, region);
-            Arc::new(s.with_budget(budget.0, budget.1))
-        });
-        Ok(made.clone())
+        let (kind, body) = (self.kind.name(), creds.body());
+        let r = region.as_deref().unwrap_or("");
+        let key = format!("{kind}\0{auth_url}\0{interface}\0{r}\0{body}\0{budget:?}\0");
+        Ok(self.sessions.of(&hex::encode(Sha256::digest(key)), || {
+            let http = self.http.clone();
+            Nova::new(http, creds, &auth_url, (interface, region), budget)
+        }))
     }
 
     /// The key pair a new server gets: the admin's `key_name`, else `ssh_key`'s public half
     /// imported under a name derived from it.
-    async fn key_pair(
-        &self,
-        nova: &Nova<'_>,
-        s: &Settings,
-        w: &Waits,
-    ) -> Result<Option<String>, PluginError> {
+    async fn key_pair(&self, s: &Settings, w: &Waits) -> Result<Option<String>, PluginError> {
         if let Some(k) = s.fields.text("key_name") {
             return Ok(Some(k));
         }
@@ -410,11 +369,9 @@ impl NovaCloud {
             .public_key()
             .to_openssh()
             .map_err(|e| PluginError::fatal(format!("ssh_key: encoding its public key: {e}")))?;
-        let name = format!(
-            "weft-{}",
-            hex::encode(&Sha256::digest(public.as_bytes())[..8])
-        );
-        with_retries(w.calls(), || nova.ensure_keypair(&name, &public)).await?;
+        let name = hex::encode(&Sha256::digest(public.as_bytes())[..8]);
+        let name = format!("weft-{name}");
+        with_retries(w.calls(), || s.nova.ensure_keypair(&name, &public)).await?;
         Ok(Some(name))
     }
 
@@ -432,12 +389,10 @@ impl NovaCloud {
                     ))
                 })
         };
-        let (image, flavor) = (
-            need("image", "image type")?,
-            need("flavor", "hardware type")?,
-        );
+        let image = need("image", "image type")?;
+        let flavor = need("flavor", "hardware type")?;
         let user_data = encoded_user_data(self.kind, s.fields.raw("user_data"))?;
-        let nova = s.nova();
+        let nova = &s.nova;
         let found = with_retries(w.calls(), || nova.find_image(&image)).await?;
         let image_id = chosen(self.kind, "image", &image, found)?;
         let found = with_retries(w.calls(), || nova.find_flavor(&flavor)).await?;
@@ -448,30 +403,27 @@ impl NovaCloud {
             "metadata": {MARK_KEYS[0]: task.node_id, MARK_KEYS[1]: task.cluster_id,
                 MARK_KEYS[2]: marks.tenant},
         });
-        if let Some(k) = self.key_pair(&nova, s, w).await? {
-            server["key_name"] = json!(k);
-        }
-        let list = |name: &str, key: &str| -> Vec<Value> {
-            s.fields
-                .list(name)
+        for (field, key) in [("networks", "uuid"), ("security_groups", "name")] {
+            let items: Vec<Value> = s
+                .fields
+                .list(field)
                 .iter()
                 .map(|v| json!({ key: v }))
-                .collect()
-        };
-        for (field, key, attr) in [
-            ("networks", "uuid", "networks"),
-            ("security_groups", "name", "security_groups"),
-        ] {
-            let items = list(field, key);
+                .collect();
             if !items.is_empty() {
-                server[attr] = json!(items);
+                server[field] = json!(items);
             }
         }
-        if let Some(az) = s.fields.text("availability_zone") {
-            server["availability_zone"] = json!(az);
-        }
-        if let Some(u) = user_data {
-            server["user_data"] = json!(u);
+        let az = s.fields.text("availability_zone");
+        let key_name = self.key_pair(s, w).await?;
+        for (attr, v) in [
+            ("key_name", key_name),
+            ("availability_zone", az),
+            ("user_data", user_data),
+        ] {
+            if let Some(v) = v {
+                server[attr] = json!(v);
+            }
         }
         Ok(server)
     }
@@ -503,7 +455,7 @@ impl Cloud for NovaCloud {
             )));
         }
         Ok(Settings {
-            session: self.session(f, creds)?,
+            nova: self.nova(f, creds)?,
             ssh_user: f.text("ssh_user").unwrap_or_else(|| "root".into()),
             ssh_key: f.raw("ssh_key").map(str::to_string),
             floating_network: f
@@ -540,26 +492,23 @@ impl Cloud for NovaCloud {
         req: &Request,
         _w: &Waits,
     ) -> Result<Launched, PluginError> {
-        let id = s.nova().create(&req.server).await?;
-        Ok(Launched::Made(id))
+        Ok(Launched::Made(s.nova.create(&req.server).await?))
     }
 
     async fn find(&self, s: &Settings, task: &Task) -> Result<Vec<Machine>, CloudError> {
-        let nova = s.nova();
-        let found = nova.find(&server_name(task), &task.node_id).await?;
+        let found = s.nova.find(&server_name(task), &task.node_id).await?;
         Ok(found.into_iter().map(machine).collect())
     }
 
     async fn get(&self, s: &Settings, id: &str) -> Result<Option<Machine>, CloudError> {
-        Ok(s.nova().show(id).await?.map(machine))
+        Ok(s.nova.show(id).await?.map(machine))
     }
 
     async fn terminate(&self, s: &Settings, id: &str) -> Result<bool, CloudError> {
-        let nova = s.nova();
         if s.floating_network.is_some() {
-            release_floating_ips(&nova, id).await?;
+            release_floating_ips(&s.nova, id).await?;
         }
-        nova.delete(id).await
+        s.nova.delete(id).await
     }
 
     async fn confirmed(
@@ -581,7 +530,7 @@ impl Cloud for NovaCloud {
     }
 
     async fn marked(&self, s: &Settings) -> Result<Vec<Machine>, CloudError> {
-        let all = s.nova().all_servers().await?;
+        let all = s.nova.all_servers().await?;
         Ok(all
             .into_iter()
             .map(machine)
@@ -600,29 +549,21 @@ mod tests {
 
     #[test]
     fn addresses_prefer_fixed_for_bind_and_access_ip_or_floating_for_access() {
+        let both = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
         let s = server(json!({"id": "s", "accessIPv4": "", "addresses": {"net": [
             {"addr": "fd00::5", "version": 6, "OS-EXT-IPS:type": "fixed"},
             {"addr": "10.0.0.5", "version": 4, "OS-EXT-IPS:type": "fixed"},
             {"addr": "203.0.113.9", "version": 4, "OS-EXT-IPS:type": "floating"}]}}));
-        assert_eq!(
-            s.addresses(),
-            Some(("203.0.113.9".into(), "10.0.0.5".into()))
-        );
+        assert_eq!(s.addresses(), both("203.0.113.9", "10.0.0.5"));
         let s = server(
             json!({"id": "s", "accessIPv4": "198.51.100.1", "addresses": {"net": [
             {"addr": "10.0.0.5", "version": 4, "OS-EXT-IPS:type": "fixed"}]}}),
         );
-        assert_eq!(
-            s.addresses(),
-            Some(("198.51.100.1".into(), "10.0.0.5".into()))
-        );
+        assert_eq!(s.addresses(), both("198.51.100.1", "10.0.0.5"));
         let rax = server(json!({"id": "s", "addresses": {
             "public": [{"addr": "198.51.100.7", "version": 4}],
             "private": [{"addr": "10.176.0.7", "version": 4}]}}));
-        assert_eq!(
-            rax.addresses(),
-            Some(("198.51.100.7".into(), "10.176.0.7".into()))
-        );
+        assert_eq!(rax.addresses(), both("198.51.100.7", "10.176.0.7"));
         assert_eq!(
             server(json!({"id": "s", "addresses": {}})).addresses(),
             None
@@ -631,10 +572,8 @@ mod tests {
             json!({"id": "s", "status": "ACTIVE", "addresses": {"net": [
             {"addr": "10.0.0.5", "version": 4, "OS-EXT-IPS:type": "fixed"}]}}),
         ));
-        assert_eq!(
-            (m.addresses.public, m.addresses.private.as_deref()),
-            (None, Some("10.0.0.5"))
-        );
+        let a = m.addresses;
+        assert_eq!((a.public, a.private.as_deref()), (None, Some("10.0.0.5")));
     }
 
     #[test]
@@ -650,10 +589,8 @@ mod tests {
             "fault": {"code": 500, "message": "No valid host was found."}})));
         assert_eq!(m.state, State::Failed);
         assert!(m.status.contains("No valid host"), "{}", m.status);
-        assert_eq!(
-            machine(server(json!({"id": "s", "status": "SHUTOFF"}))).state,
-            State::Stopped
-        );
+        let off = machine(server(json!({"id": "s", "status": "SHUTOFF"})));
+        assert_eq!(off.state, State::Stopped);
         let m = machine(server(json!({"id": "s", "status": "ACTIVE",
             "metadata": {"weft-node": "n1", "weft-cluster": "4"}})));
         let s = m.swept("openstack").unwrap();
@@ -661,40 +598,18 @@ mod tests {
     }
 
     #[test]
-    fn plugin_types_mark_credentials_sensitive() {
-        for kind in [Kind::OpenStack, Kind::Rackspace] {
-            let t = crate::plugin::Provider::plugin_type(&NovaProvider::with_kind(kind));
-            let admin = &t.parameters[&weft_model::ParameterType::Admin];
-            for (name, f) in &admin.fields {
-                let secret = [
-                    "password",
-                    "application_credential_secret",
-                    "api_key",
-                    "ssh_key",
-                    "user_data",
-                ]
-                .contains(&name.as_str());
-                assert_eq!(f.sensitive, secret, "{name}");
-            }
-        }
-    }
-
-    #[test]
     fn credentials_come_from_the_fields() {
-        let f = Fields(
-            serde_json::from_value(json!({
-            "user_name": "u", "user_domain_name": "D", "password": "pw", "project_name": "p"}))
-            .unwrap(),
-        );
-        let Credentials::Password { project, .. } = openstack_credentials(&f) else {
+        let creds = |v: Value| openstack_credentials(&Fields(serde_json::from_value(v).unwrap()));
+        let password = json!({"user_name": "u", "user_domain_name": "D", "password": "pw",
+            "project_name": "p"});
+        let Credentials::Password { project, .. } = creds(password) else {
             panic!("a password");
         };
         assert_eq!(project.domain_name.as_deref(), Some("D"));
-        let f = Fields(serde_json::from_value(json!({
-            "application_credential_id": "a", "application_credential_secret": "s", "password": "x"}))
-        .unwrap());
+        let app = json!({"application_credential_id": "a", "application_credential_secret": "s",
+            "password": "x"});
         assert!(matches!(
-            openstack_credentials(&f),
+            creds(app),
             Credentials::ApplicationCredential { .. }
         ));
     }

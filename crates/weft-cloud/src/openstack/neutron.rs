@@ -6,8 +6,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::nova::{one_named, path_part, read, Api, Found, Named, Nova};
-use crate::cloud::error::found;
+use super::nova::{named, path_part, Api, List, Named, Nova, One};
 use crate::cloud::CloudError;
 
 /// A port of a server (`GET /v2.0/ports?device_id=`).
@@ -39,51 +38,19 @@ pub struct FloatingIp {
     pub description: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct Ports {
-    ports: Vec<Port>,
-}
-
-#[derive(Deserialize)]
-struct FloatingIps {
-    floatingips: Vec<FloatingIp>,
-}
-
-#[derive(Deserialize)]
-struct OneFloatingIp {
-    floatingip: FloatingIp,
-}
-
-#[derive(Deserialize)]
-struct Networks {
-    networks: Vec<Named>,
-}
-
-impl Nova<'_> {
+impl Nova {
     /// The ports of the server `server`.
     pub(crate) async fn ports(&self, server: &str) -> Result<Vec<Port>, CloudError> {
-        let p: Ports = self
-            .get(
-                Api::Network,
-                "/v2.0/ports",
-                &[("device_id", server)],
-                "ports",
-            )
-            .await?;
-        Ok(p.ports)
+        let query = [("device_id", server)];
+        let p: List<Port> = self.get(Api::Network, "/v2.0/ports", &query).await?;
+        Ok(p.items)
     }
 
     /// The floating IPs attached to the port `port`.
     pub(crate) async fn floating_ips(&self, port: &str) -> Result<Vec<FloatingIp>, CloudError> {
-        let f: FloatingIps = self
-            .get(
-                Api::Network,
-                "/v2.0/floatingips",
-                &[("port_id", port)],
-                "floating IPs",
-            )
-            .await?;
-        Ok(f.floatingips)
+        let query = [("port_id", port)];
+        let f: List<FloatingIp> = self.get(Api::Network, "/v2.0/floatingips", &query).await?;
+        Ok(f.items)
     }
 
     /// Allocates a floating IP on the network `network` attached to `port` (at its fixed
@@ -100,44 +67,33 @@ impl Nova<'_> {
         if let Some(f) = fixed {
             body["fixed_ip_address"] = json!(f);
         }
-        let a = self
-            .call_on(
-                Api::Network,
-                Method::POST,
-                "/v2.0/floatingips",
-                &[],
-                Some(&json!({ "floatingip": body })),
-            )
-            .await?;
-        let one: OneFloatingIp = read(&a, "neutron", "floating IP")?;
-        Ok(one.floatingip)
+        let body = json!({ "floatingip": body });
+        let a = self.call(
+            Api::Network,
+            Method::POST,
+            "/v2.0/floatingips",
+            &[],
+            Some(&body),
+        );
+        Ok(a.await?.json::<One<FloatingIp>>("neutron")?.item)
     }
 
     /// Releases the floating IP `id`; false when it was already gone.
     pub(crate) async fn release_floating_ip(&self, id: &str) -> Result<bool, CloudError> {
         let path = format!("/v2.0/floatingips/{}", path_part(id));
-        let r = self
-            .call_on(Api::Network, Method::DELETE, &path, &[], None)
-            .await;
-        Ok(found(r)?.is_some())
+        self.found(Api::Network, Method::DELETE, &path).await
     }
 
-    /// The network `value` names: the one with that id, else the one with exactly that name
+    /// The network `value` names: the one with that id, else the ones with exactly that name
     /// (`GET /v2.0/networks?name=`).
-    pub(crate) async fn find_network(&self, value: &str) -> Result<Found, CloudError> {
+    pub(crate) async fn find_network(&self, value: &str) -> Result<Vec<String>, CloudError> {
         let by_id = format!("/v2.0/networks/{}", path_part(value));
-        if self.exists(Api::Network, &by_id).await? {
-            return Ok(Found::One(value.to_string()));
+        if self.found(Api::Network, Method::GET, &by_id).await? {
+            return Ok(vec![value.to_string()]);
         }
-        let n: Networks = self
-            .get(
-                Api::Network,
-                "/v2.0/networks",
-                &[("name", value)],
-                "networks",
-            )
-            .await?;
-        Ok(one_named(n.networks, value))
+        let query = [("name", value)];
+        let n: List<Named> = self.get(Api::Network, "/v2.0/networks", &query).await?;
+        Ok(named(n.items, value))
     }
 }
 
@@ -147,13 +103,14 @@ mod tests {
 
     #[test]
     fn answers_are_read_typed() {
-        let p: Ports = serde_json::from_value(json!({"ports": [{"id": "p1", "device_id": "s",
+        let p: List<Port> = serde_json::from_value(json!({"ports": [{"id": "p1", "device_id": "s",
             "fixed_ips": [{"subnet_id": "x", "ip_address": "10.0.0.5"}]}]}))
         .unwrap();
-        assert_eq!(p.ports[0].fixed_ips[0].ip_address, "10.0.0.5");
-        let f: OneFloatingIp = serde_json::from_value(json!({"floatingip": {"id": "f1",
+        assert_eq!(p.items[0].fixed_ips[0].ip_address, "10.0.0.5");
+        let f: One<FloatingIp> = serde_json::from_value(json!({"floatingip": {"id": "f1",
             "floating_ip_address": "172.24.4.228", "port_id": "p1", "description": null}}))
         .unwrap();
-        assert_eq!(f.floatingip.floating_ip_address, "172.24.4.228");
+        assert_eq!(f.item.floating_ip_address, "172.24.4.228");
+        assert!(serde_json::from_value::<List<Port>>(json!({"other": []})).is_err());
     }
 }

@@ -1,11 +1,11 @@
-//! The HTTP side: a [`Session`] holds a token (renewed ahead of its expiry, and once more when the
-//! compute API answers 401) and the compute endpoint chosen from its catalog; [`Nova`] is the
-//! few compute API v2.1 calls the provider makes (servers, key pairs, flavors, images), each one
-//! try with typed answers (the cloud layer retries them). The network calls (Neutron) are in
-//! [`super::neutron`].
+//! The HTTP side: [`Nova`] holds a token for one set of credentials (renewed ahead of its
+//! expiry, and once more when an API answers 401) and the endpoints chosen from its catalog, and
+//! makes the few compute API v2.1 calls the provider needs (servers, key pairs, flavors, images),
+//! each one try with typed answers (the cloud layer retries them). The network calls (Neutron)
+//! are in [`super::neutron`].
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -14,22 +14,26 @@ use serde_json::{json, Value};
 
 use super::identity::{self, Credentials};
 use crate::cloud::http::{self, Answer};
+use crate::cloud::token::{Renew, Token};
 use crate::cloud::{self, error::found, CloudError};
+use crate::throttle::Bucket;
 
-/// The token is renewed this long before it expires at most (a quarter of its lifetime for short
+/// The token is renewed a minute before it expires at most (a quarter of its lifetime for short
 /// tokens).
-const RENEW_AHEAD: Duration = Duration::from_secs(60);
+const RENEW: Renew = Renew {
+    ahead: Duration::from_secs(60),
+    part: 4,
+};
 /// The code of the error a request to the image or network service gets when the catalog lists
 /// none (told apart from the compute endpoint's catalog errors, which are fatal).
 const NO_SERVICE: &str = "NoService";
 /// Assumed lifetime of a token whose answer names no expiry.
 const UNKNOWN_LIFETIME: Duration = Duration::from_secs(1800);
 
-/// A failed compute call as a [`CloudError`], with Nova's code, message and `Retry-After` (or the
-/// body's `retryAfter`).
-pub fn nova_error(a: &Answer) -> CloudError {
+/// A failed call of `api` as a [`CloudError`], with the API's code, message and `Retry-After`
+/// (or the body's `retryAfter`).
+pub fn nova_error(api: &'static str, a: &Answer) -> CloudError {
     let body = a.value();
-    let (code, message) = identity::error_parts(&body);
     let body_retry = body
         .as_object()
         .and_then(|m| m.values().next())
@@ -38,23 +42,17 @@ pub fn nova_error(a: &Answer) -> CloudError {
     let retry_after = a
         .retry_after
         .or_else(|| cloud::retry_after(body_retry.as_deref()));
-    CloudError::from_status(
-        "nova",
-        a.status,
-        code.unwrap_or(a.status.to_string()),
-        message,
-        retry_after,
-    )
+    identity::answer_error(api, a.status, &body, retry_after)
 }
 
+/// A token and the catalog's endpoints (image and network, when it has them, without a version
+/// suffix).
+#[derive(Clone)]
 struct Live {
     token: String,
     compute: String,
-    /// The catalog's image service (Glance), when it has one, without a version suffix.
     image: Option<String>,
-    /// The catalog's network service (Neutron), when it has one, without a version suffix.
     network: Option<String>,
-    renew_at: Instant,
 }
 
 /// Which service of the catalog a request goes to.
@@ -68,66 +66,62 @@ pub(crate) enum Api {
     Network,
 }
 
-/// A token for one set of credentials and the compute endpoint of its catalog. Shared by every
-/// task that uses the same credentials, so one token serves them all until it is renewed.
-pub struct Session {
+impl Api {
+    fn name(self) -> &'static str {
+        match self {
+            Api::Compute => "nova",
+            Api::Image => "glance",
+            Api::Network => "neutron",
+        }
+    }
+}
+
+/// A token for one set of credentials and the endpoints of its catalog, and the calls made with
+/// them. Shared by every task that uses the same credentials, so one token serves them all until
+/// it is renewed.
+pub struct Nova {
     http: reqwest::Client,
     creds: Credentials,
     token_url: String,
     interface: String,
     region: Option<String>,
-    live: tokio::sync::Mutex<Option<Live>>,
-    /// The account's request budget, shared by every worker that uses this session.
-    bucket: crate::throttle::Bucket,
+    live: Token<Live>,
+    /// The account's request budget, shared by every worker that uses these credentials.
+    bucket: Bucket,
 }
 
-impl Session {
-    /// A session that gets its token from the identity API at `auth_url` and calls the compute
-    /// endpoint of the catalog on `interface` (`public`, ...) in `region` (when `None`, the one
-    /// region that has one; see [`identity::choose_endpoint`]).
-    /// Nothing is sent until the first call.
+impl Nova {
+    /// Nova reached with a token from the identity API at `auth_url`, at the endpoints of the
+    /// catalog on `interface` (`public`, ...) in `region` (when `None`, the one region that has
+    /// one; see [`identity::choose_endpoint`]), with a request budget of `rate` calls a second
+    /// and `burst` at once. Nothing is sent until the first call.
     pub fn new(
         http: reqwest::Client,
         creds: Credentials,
         auth_url: &str,
-        interface: String,
-        region: Option<String>,
-    ) -> Session {
-        Session {
+        (interface, region): (String, Option<String>),
+        (rate, burst): (f64, f64),
+    ) -> Nova {
+        Nova {
             token_url: creds.token_url(auth_url),
             http,
             creds,
             interface,
             region,
-            live: tokio::sync::Mutex::new(None),
-            bucket: crate::throttle::Bucket::new(
-                crate::throttle::DEFAULT_RATE,
-                crate::throttle::DEFAULT_BURST,
-            ),
+            live: Token::default(),
+            bucket: Bucket::new(rate, burst),
         }
     }
 
-    /// The session with a request budget of `rate` calls a second and `burst` at once.
-    pub fn with_budget(mut self, rate: f64, burst: f64) -> Session {
-        self.bucket = crate::throttle::Bucket::new(rate, burst);
-        self
-    }
-
-    /// The current token and compute endpoint, asking for a new token when there is none or the
-    /// one held is close to its expiry.
+    /// The current token and the endpoint of `api`, asking for a new token when there is none or
+    /// the one held is close to its expiry.
     async fn current(&self, api: Api) -> Result<(String, String), CloudError> {
-        let mut live = self.live.lock().await;
-        let l = match live.take().filter(|l| Instant::now() < l.renew_at) {
-            Some(l) => l,
-            None => self.authenticate().await?,
-        };
+        let l = self.live.get(RENEW, || self.authenticate()).await?;
         let base = match api {
-            Api::Compute => Some(l.compute.clone()),
-            Api::Image => l.image.clone(),
-            Api::Network => l.network.clone(),
+            Api::Compute => Some(l.compute),
+            Api::Image => l.image,
+            Api::Network => l.network,
         };
-        let token = l.token.clone();
-        *live = Some(l);
         let base = base.ok_or_else(|| {
             let kind = if api == Api::Image {
                 "image"
@@ -138,9 +132,9 @@ impl Session {
                 "the catalog has no {kind} endpoint with interface {}",
                 self.interface
             );
-            CloudError::from_status(api_name(api), 400, NO_SERVICE, m, None)
+            CloudError::from_status(api.name(), 400, NO_SERVICE, m, None)
         })?;
-        Ok((token, base))
+        Ok((l.token, base))
     }
 
     /// Whether the catalog lists an image service (asking for a token when there is none).
@@ -152,66 +146,51 @@ impl Session {
         }
     }
 
-    /// Drops `token` if it is still the one held (the compute API refused it).
-    async fn forget(&self, token: &str) {
-        let mut live = self.live.lock().await;
-        if live.as_ref().is_some_and(|l| l.token == token) {
-            *live = None;
-        }
-    }
-
-    async fn authenticate(&self) -> Result<Live, CloudError> {
+    async fn authenticate(&self) -> Result<(Live, Duration), CloudError> {
         let api = self.creds.api();
         let req = self.http.post(&self.token_url).json(&self.creds.body());
         let a = http::send(api, None, req).await?;
         let body = a.value();
         if !a.is_success() {
-            return Err(identity::auth_error(api, a.status, &body));
+            return Err(identity::answer_error(api, a.status, &body, None));
         }
         let token = match &self.creds {
             Credentials::ApiKey { .. } => identity::rackspace_token(&body),
             _ => identity::keystone_token(a.header("x-subject-token"), &body),
         }
         .map_err(|m| CloudError::from_status(api, 502, "BadAnswer", m, None))?;
-        let compute = identity::choose_endpoint(
-            &token.catalog,
-            "compute",
-            &self.interface,
-            self.region.as_deref(),
-        )
-        .map_err(|m| CloudError::from_status(api, 400, "Catalog", m, None))?;
+        let endpoint = |kind: &str| {
+            let (interface, region) = (&self.interface, self.region.as_deref());
+            identity::choose_endpoint(&token.catalog, kind, interface, region)
+        };
+        let compute = endpoint("compute")
+            .map_err(|m| CloudError::from_status(api, 400, "Catalog", m, None))?;
         // Glance's and Neutron's catalog entries are usually unversioned; a versioned one is taken
         // back to its root.
         let root = |kind: &str, version: &str| {
-            identity::choose_endpoint(
-                &token.catalog,
-                kind,
-                &self.interface,
-                self.region.as_deref(),
-            )
-            .ok()
-            .map(|u| {
-                u.trim_end_matches('/')
+            let url = endpoint(kind).ok()?;
+            Some(
+                url.trim_end_matches('/')
                     .trim_end_matches(version)
-                    .to_string()
-            })
+                    .to_string(),
+            )
         };
         let (image, network) = (root("image", "/v2"), root("network", "/v2.0"));
         let lifetime = token.lifetime.unwrap_or(UNKNOWN_LIFETIME);
-        let ahead = RENEW_AHEAD.min(lifetime / 4);
         tracing::debug!(api, compute = %compute, lifetime_s = lifetime.as_secs(), "token issued");
-        Ok(Live {
+        let live = Live {
             token: token.id,
             compute,
             image,
             network,
-            renew_at: Instant::now() + lifetime.saturating_sub(ahead),
-        })
+        };
+        Ok((live, lifetime))
     }
 
-    /// One request to the service `api` of the catalog with the current token; a 401 drops the
-    /// token and tries once more with a new one. `path` is relative to the service's endpoint.
-    pub(crate) async fn request(
+    /// One call to the service `api` of the catalog with the current token (`path` relative to
+    /// its endpoint); a 401 drops the token and tries once more with a new one. Any answer that
+    /// is not 2xx is an error.
+    pub(super) async fn call(
         &self,
         api: Api,
         method: Method,
@@ -227,13 +206,10 @@ impl Session {
                 .request(method.clone(), format!("{base}{path}"))
                 .header("X-Auth-Token", &token)
                 .header("Accept", "application/json");
-            if !query.is_empty() {
-                req = req.query(query);
-            }
             if let Some(b) = body {
                 req = req.json(b);
             }
-            let a = http::send(api_name(api), Some(&self.bucket), req).await?;
+            let a = http::send(api.name(), Some(&self.bucket), req.query(query)).await?;
             // Over the limit (429, which `send` shares; 413 from older Nova): every worker of
             // the account waits.
             if a.status == 413 {
@@ -241,62 +217,41 @@ impl Session {
             }
             if a.status == 401 && !refused {
                 tracing::debug!(
-                    api = api_name(api),
+                    api = api.name(),
                     "the API refused the token; asking for a new one"
                 );
                 refused = true;
-                self.forget(&token).await;
+                self.live.forget(|l| l.token == token).await;
                 continue;
             }
-            return Ok(a);
-        }
-    }
-}
-
-fn api_name(api: Api) -> &'static str {
-    match api {
-        Api::Compute => "nova",
-        Api::Image => "glance",
-        Api::Network => "neutron",
-    }
-}
-
-/// The compute calls, each one try (the cloud layer retries them).
-pub struct Nova<'a> {
-    /// The session whose token and compute endpoint the calls use.
-    pub session: &'a Session,
-}
-
-impl Nova<'_> {
-    /// One call to `api`; any answer that is not 2xx is an error.
-    pub(super) async fn call_on(
-        &self,
-        api: Api,
-        method: Method,
-        path: &str,
-        query: &[(&str, &str)],
-        body: Option<&Value>,
-    ) -> Result<Answer, CloudError> {
-        let a = self.session.request(api, method, path, query, body).await?;
-        if a.is_success() {
-            Ok(a)
-        } else {
-            let mut e = nova_error(&a);
-            e.cloud = api_name(api);
-            Err(e)
+            return if a.is_success() {
+                Ok(a)
+            } else {
+                Err(nova_error(api.name(), &a))
+            };
         }
     }
 
-    /// `GET {path}?{query}` on `api`, read as `T` (`what` names it in errors).
+    /// `GET {path}?{query}` on `api`, read as `T`.
     pub(super) async fn get<T: DeserializeOwned>(
         &self,
         api: Api,
         path: &str,
         query: &[(&str, &str)],
-        what: &str,
     ) -> Result<T, CloudError> {
-        let a = self.call_on(api, Method::GET, path, query, None).await?;
-        read(&a, api_name(api), what)
+        let a = self.call(api, Method::GET, path, query, None).await?;
+        a.json(api.name())
+    }
+
+    /// Whether `method` on `path` of `api` finds the resource (404: no; other failures are
+    /// errors).
+    pub(super) async fn found(
+        &self,
+        api: Api,
+        method: Method,
+        path: &str,
+    ) -> Result<bool, CloudError> {
+        Ok(found(self.call(api, method, path, &[], None).await)?.is_some())
     }
 
     /// The servers named exactly `name` whose metadata `weft-node` is `node`, oldest first.
@@ -304,11 +259,9 @@ impl Nova<'_> {
         // Nova matches `name` as a regular expression: anchor it and escape what is special.
         let pattern = format!("^{}$", regex_escape(name));
         let query = [("name", pattern.as_str())];
-        let page: ServerPage = self
-            .get(Api::Compute, "/servers/detail", &query, "servers")
-            .await?;
+        let page: Page<Server> = self.get(Api::Compute, "/servers/detail", &query).await?;
         let mut found: Vec<Server> = page
-            .servers
+            .items
             .into_iter()
             .filter(|s| s.name == name && s.meta(crate::cloud::MARK_NODE).as_deref() == Some(node))
             .filter(|s| s.status.as_deref() != Some("DELETED"))
@@ -320,50 +273,39 @@ impl Nova<'_> {
     /// Asks for a server (one try: a retried POST could make a second one); answers its id.
     pub async fn create(&self, server: &Value) -> Result<String, CloudError> {
         let body = json!({ "server": server });
-        let a = self
-            .call_on(Api::Compute, Method::POST, "/servers", &[], Some(&body))
-            .await?;
-        let made: OneServer = read(&a, "nova", "server")?;
-        Ok(made.server.id)
+        let a = self.call(Api::Compute, Method::POST, "/servers", &[], Some(&body));
+        Ok(a.await?.json::<One<Server>>("nova")?.item.id)
     }
 
     /// The server `id`, or `None` when Nova does not know it.
     pub async fn show(&self, id: &str) -> Result<Option<Server>, CloudError> {
         let path = format!("/servers/{}", path_part(id));
-        let one: Option<OneServer> = found(self.get(Api::Compute, &path, &[], "server").await)?;
-        Ok(one.map(|o| o.server))
+        let one: Option<One<Server>> = found(self.get(Api::Compute, &path, &[]).await)?;
+        Ok(one.map(|o| o.item))
     }
 
     /// Asks Nova to delete the server `id`; false when it was already gone.
     pub async fn delete(&self, id: &str) -> Result<bool, CloudError> {
         let path = format!("/servers/{}", path_part(id));
-        let r = self
-            .call_on(Api::Compute, Method::DELETE, &path, &[], None)
-            .await;
-        Ok(found(r)?.is_some())
+        self.found(Api::Compute, Method::DELETE, &path).await
     }
 
     /// Makes sure the key pair `name` holds `public_key` (imports it when missing).
     pub async fn ensure_keypair(&self, name: &str, public_key: &str) -> Result<(), CloudError> {
         let path = format!("/os-keypairs/{}", path_part(name));
-        let held: Option<Value> = found(self.get(Api::Compute, &path, &[], "key pair").await)?;
+        let held: Option<Value> = found(self.get(Api::Compute, &path, &[]).await)?;
         if let Some(held) = held {
             let held = held.pointer("/keypair/public_key").and_then(Value::as_str);
             if same_key(held.unwrap_or_default(), public_key) {
                 return Ok(());
             }
             let m = format!("key pair {name} exists with another public key");
-            return Err(CloudError::from_status(
-                "nova",
-                409,
-                "KeyPairMismatch",
-                m,
-                None,
-            ));
+            let e = CloudError::from_status("nova", 409, "KeyPairMismatch", m, None);
+            return Err(e);
         }
         let body = json!({"keypair": {"name": name, "public_key": public_key}});
         match self
-            .call_on(Api::Compute, Method::POST, "/os-keypairs", &[], Some(&body))
+            .call(Api::Compute, Method::POST, "/os-keypairs", &[], Some(&body))
             .await
         {
             // Imported meanwhile by another worker.
@@ -373,28 +315,57 @@ impl Nova<'_> {
     }
 
     /// Every item of a paged list: the first page with `query`, then each page after the
-    /// previous one's marker (`next` reads it from a page), until a page has none.
-    async fn paged<P: DeserializeOwned, T>(
+    /// previous one's marker, until a page has none.
+    async fn paged<T: DeserializeOwned>(
         &self,
         api: Api,
         path: &str,
         query: &[(&str, &str)],
-        next: fn(&P) -> Option<String>,
-        items: fn(P) -> Vec<T>,
     ) -> Result<Vec<T>, CloudError> {
         let (mut all, mut marker) = (Vec::new(), None::<String>);
         loop {
             let mut q = query.to_vec();
             q.extend(marker.iter().map(|m| ("marker", m.as_str())));
-            let page: P = self.get(api, path, &q, path).await?;
-            let after = next(&page);
-            all.extend(items(page));
+            let page: Page<T> = self.get(api, path, &q).await?;
+            let after = page.next_marker();
+            all.extend(page.items);
             match after {
                 // A marker that does not move would loop for ever.
                 Some(m) if Some(&m) != marker.as_ref() => marker = Some(m),
                 _ => return Ok(all),
             }
         }
+    }
+
+    /// Every server of the project, page by page: the first page without a marker, then each
+    /// page after the previous one's `next` marker, until a page has no `next` link.
+    pub(crate) async fn all_servers(&self) -> Result<Vec<Server>, CloudError> {
+        self.paged(Api::Compute, "/servers/detail", &[]).await
+    }
+
+    /// The flavor `value` names: the flavor with that id, else the ones with that exact name
+    /// among all flavors (`GET /flavors/detail`, page by page; Nova has no name filter).
+    pub(crate) async fn find_flavor(&self, value: &str) -> Result<Vec<String>, CloudError> {
+        let by_id = format!("/flavors/{}", path_part(value));
+        if self.found(Api::Compute, Method::GET, &by_id).await? {
+            return Ok(vec![value.to_string()]);
+        }
+        let all = self.paged(Api::Compute, "/flavors/detail", &[]).await?;
+        Ok(named(all, value))
+    }
+
+    /// The image `value` names in Glance: the image with that id, else the ones with that exact
+    /// name (`GET /v2/images?name=`, page by page). Without an image service in the catalog,
+    /// `value` is taken as an id and Nova checks it.
+    pub(crate) async fn find_image(&self, value: &str) -> Result<Vec<String>, CloudError> {
+        let by_id = format!("/v2/images/{}", path_part(value));
+        if !self.has_image_service().await? || self.found(Api::Image, Method::GET, &by_id).await? {
+            return Ok(vec![value.to_string()]);
+        }
+        let all = self
+            .paged(Api::Image, "/v2/images", &[("name", value)])
+            .await?;
+        Ok(named(all, value))
     }
 }
 
@@ -405,11 +376,33 @@ struct Link {
     rel: String,
 }
 
-/// The `marker` of a list's `next` link: Nova answers one when a page is full (its size the
-/// `limit` asked for, capped by the cloud's `max_limit`); the next page starts after that
-/// marker. `None` on the last page. (Compute API reference, "Paginated collections".)
-fn next_marker(links: &[Link]) -> Option<String> {
-    marker_of(&links.iter().find(|l| l.rel == "next")?.href)
+/// One page of a list: Nova's `GET /servers/detail` or `/flavors/detail` (the next page in the
+/// `next` link), or Glance's `GET /v2/images` (`next` the path of the next page).
+#[derive(Debug, Deserialize)]
+struct Page<T> {
+    #[serde(
+        default = "Vec::new",
+        alias = "servers",
+        alias = "flavors",
+        alias = "images"
+    )]
+    items: Vec<T>,
+    #[serde(default, alias = "servers_links", alias = "flavors_links")]
+    links: Vec<Link>,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+impl<T> Page<T> {
+    /// The `marker` of the next page: Nova links one when a page is full (its size the `limit`
+    /// asked for, capped by the cloud's `max_limit`; Compute API reference, "Paginated
+    /// collections"). `None` on the last page.
+    fn next_marker(&self) -> Option<String> {
+        match self.links.iter().find(|l| l.rel == "next") {
+            Some(l) => marker_of(&l.href),
+            None => self.next.as_deref().and_then(marker_of),
+        }
+    }
 }
 
 /// The `marker` query parameter of a link, absolute (Nova) or relative (Glance's `next`).
@@ -420,24 +413,6 @@ fn marker_of(href: &str) -> Option<String> {
     Some(marker.into_owned()).filter(|m| !m.is_empty())
 }
 
-/// One page of `GET /flavors/detail`.
-#[derive(Debug, Deserialize)]
-struct FlavorPage {
-    #[serde(default)]
-    flavors: Vec<Named>,
-    #[serde(default)]
-    flavors_links: Vec<Link>,
-}
-
-/// One page of Glance's `GET /v2/images`; `next` is the path of the next page.
-#[derive(Debug, Deserialize)]
-struct ImagePage {
-    #[serde(default)]
-    images: Vec<Named>,
-    #[serde(default)]
-    next: Option<String>,
-}
-
 /// A flavor or an image: its id and name.
 #[derive(Debug, Deserialize)]
 pub(super) struct Named {
@@ -446,55 +421,28 @@ pub(super) struct Named {
     pub(super) name: Option<String>,
 }
 
-/// What a look-up by id or name found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Found {
-    /// The id of the one flavor or image with that id, else with that exact name.
-    One(String),
-    /// Nothing has that id or name.
-    Nothing,
-    /// The ids of the several that have that name.
-    Several(Vec<String>),
-}
-
-/// The one of `listed` named exactly `name`, as openstacksdk's `Resource.find` chooses
-/// (`_get_one_match`: several matches are an error, not a choice).
-pub(super) fn one_named(listed: Vec<Named>, name: &str) -> Found {
-    let mut ids: Vec<String> = listed
+/// The ids of those of `listed` named exactly `name`: one is the one meant (as openstacksdk's
+/// `Resource.find` chooses, `_get_one_match`: several matches are an error, not a choice).
+pub(super) fn named(listed: Vec<Named>, name: &str) -> Vec<String> {
+    listed
         .into_iter()
         .filter(|n| n.name.as_deref() == Some(name))
         .map(|n| n.id)
-        .collect();
-    match ids.len() {
-        0 => Found::Nothing,
-        1 => Found::One(ids.remove(0)),
-        _ => Found::Several(ids),
-    }
+        .collect()
 }
 
-/// The body of `a` as `T`; a body that is not one is a retryable error of `api` naming `what`.
-pub(super) fn read<T: DeserializeOwned>(
-    a: &Answer,
-    api: &'static str,
-    what: &str,
-) -> Result<T, CloudError> {
-    serde_json::from_str(&a.text)
-        .map_err(|e| CloudError::from_status(api, 502, "BadAnswer", format!("{what}: {e}"), None))
-}
-
-/// One page of `GET /servers/detail`.
+/// One resource (a server, a floating IP), under its resource's name.
 #[derive(Debug, Deserialize)]
-struct ServerPage {
-    #[serde(default)]
-    servers: Vec<Server>,
-    #[serde(default)]
-    servers_links: Vec<Link>,
+pub(super) struct One<T> {
+    #[serde(alias = "server", alias = "floatingip")]
+    pub(super) item: T,
 }
 
-/// The answer of `GET /servers/{id}`.
+/// A whole list (Neutron's ports, floating IPs and networks), under its resource's name.
 #[derive(Debug, Deserialize)]
-struct OneServer {
-    server: Server,
+pub(super) struct List<T> {
+    #[serde(alias = "ports", alias = "floatingips", alias = "networks")]
+    pub(super) items: Vec<T>,
 }
 
 /// A server as Nova shows it (the fields weft reads).
@@ -591,58 +539,6 @@ impl Server {
     }
 }
 
-impl Nova<'_> {
-    /// Every server of the project, page by page: the first page without a marker, then each
-    /// page after the previous one's `next` marker, until a page has no `next` link.
-    pub(crate) async fn all_servers(&self) -> Result<Vec<Server>, CloudError> {
-        let next = |p: &ServerPage| next_marker(&p.servers_links);
-        self.paged(Api::Compute, "/servers/detail", &[], next, |p| p.servers)
-            .await
-    }
-
-    /// Whether `GET {path}` finds the resource (404: no; other failures are errors).
-    pub(super) async fn exists(&self, api: Api, path: &str) -> Result<bool, CloudError> {
-        let r = self.call_on(api, Method::GET, path, &[], None).await;
-        Ok(found(r)?.is_some())
-    }
-
-    /// The flavor `value` names: the flavor with that id, else the one with that exact name
-    /// among all flavors (`GET /flavors/detail`, page by page; Nova has no name filter).
-    pub(crate) async fn find_flavor(&self, value: &str) -> Result<Found, CloudError> {
-        if self
-            .exists(Api::Compute, &format!("/flavors/{}", path_part(value)))
-            .await?
-        {
-            return Ok(Found::One(value.to_string()));
-        }
-        let next = |p: &FlavorPage| next_marker(&p.flavors_links);
-        let all = self
-            .paged(Api::Compute, "/flavors/detail", &[], next, |p| p.flavors)
-            .await?;
-        Ok(one_named(all, value))
-    }
-
-    /// The image `value` names in Glance: the image with that id, else the one with that exact
-    /// name (`GET /v2/images?name=`, page by page). Without an image service in the catalog,
-    /// `value` is taken as an id and Nova checks it.
-    pub(crate) async fn find_image(&self, value: &str) -> Result<Found, CloudError> {
-        if !self.session.has_image_service().await?
-            || self
-                .exists(Api::Image, &format!("/v2/images/{}", path_part(value)))
-                .await?
-        {
-            return Ok(Found::One(value.to_string()));
-        }
-        let next = |p: &ImagePage| p.next.as_deref().and_then(marker_of);
-        let all = self
-            .paged(Api::Image, "/v2/images", &[("name", value)], next, |p| {
-                p.images
-            })
-            .await?;
-        Ok(one_named(all, value))
-    }
-}
-
 /// Compares two OpenSSH public keys by type and key data (comments differ).
 fn same_key(a: &str, b: &str) -> bool {
     let parts = |k: &str| k.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
@@ -682,46 +578,44 @@ mod tests {
     fn errors_carry_the_api_code_message_and_retry_after() {
         let body = json!({"overLimit": {"code": 413, "message": "slow down", "retryAfter": "7"}});
         let a = Answer::for_tests(413, body.to_string());
-        let e = nova_error(&a);
-        assert_eq!(e.code, "overLimit");
-        assert_eq!(e.message, "slow down");
+        let e = nova_error("nova", &a);
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("overLimit", "slow down")
+        );
         assert_eq!(e.retry_after, Some(Duration::from_secs(7)));
         assert!(e.retryable);
-        let (code, message) = identity::error_parts(
-            &json!({"error": {"code": 401, "title": "Unauthorized", "message": "no"}}),
-        );
+        let body = json!({"error": {"code": 401, "title": "Unauthorized", "message": "no"}});
+        let (code, message) = identity::error_parts(&body);
         assert_eq!(
             (code.as_deref(), message.as_str()),
             (Some("Unauthorized"), "no")
         );
         assert_eq!(identity::error_parts(&json!("plain text")).1, "plain text");
         let body = json!({"conflictingRequest": {"code": 409, "message": "busy"}});
-        let e = nova_error(&Answer::for_tests(409, body.to_string()));
+        let e = nova_error("neutron", &Answer::for_tests(409, body.to_string()));
+        assert_eq!(e.cloud, "neutron");
         assert!(!e.retryable);
     }
 
     #[test]
     fn the_next_marker_comes_from_the_next_link() {
-        let links = |v: Value| serde_json::from_value::<Vec<Link>>(v).unwrap();
-        let l = links(json!([{"rel": "next",
-            "href": "http://nova:8774/v2.1/servers/detail?limit=2&marker=ab-12"}]));
-        assert_eq!(next_marker(&l).as_deref(), Some("ab-12"));
-        assert_eq!(next_marker(&links(json!([]))), None);
-        let prev = links(json!([{"rel": "previous", "href": "http://n/x?marker=z"}]));
-        assert_eq!(next_marker(&prev), None);
-        assert_eq!(
-            marker_of("/v2/images?name=a&marker=i-9").as_deref(),
-            Some("i-9")
-        );
-        let named = |v: Value| serde_json::from_value::<Vec<Named>>(v).unwrap();
+        let page = |v: Value| serde_json::from_value::<Page<Named>>(v).unwrap();
+        let next = |v: Value| page(v).next_marker();
+        let l = json!({"servers": [], "servers_links": [{"rel": "next",
+            "href": "http://nova:8774/v2.1/servers/detail?limit=2&marker=ab-12"}]});
+        assert_eq!(next(l).as_deref(), Some("ab-12"));
+        assert_eq!(next(json!({"flavors": []})), None);
+        let prev = json!({"flavors_links": [{"rel": "previous", "href": "http://n/x?marker=z"}]});
+        assert_eq!(next(prev), None);
+        let glance = json!({"images": [], "next": "/v2/images?name=a&marker=i-9"});
+        assert_eq!(next(glance).as_deref(), Some("i-9"));
+        let listed = |v: Value| serde_json::from_value::<Vec<Named>>(v).unwrap();
         let two = json!([{"id": "a", "name": "x"}, {"id": "b", "name": "x"}, {"id": "c"}]);
-        assert_eq!(
-            one_named(named(two.clone()), "x"),
-            Found::Several(vec!["a".into(), "b".into()])
-        );
-        assert_eq!(one_named(named(two.clone()), "X"), Found::Nothing);
+        assert_eq!(named(listed(two.clone()), "x"), ["a", "b"]);
+        assert!(named(listed(two), "X").is_empty());
         let one = json!([{"id": "a", "name": "x"}, {"id": "b", "name": "xy"}]);
-        assert_eq!(one_named(named(one), "x"), Found::One("a".into()));
+        assert_eq!(named(listed(one), "x"), ["a"]);
     }
 
     #[test]

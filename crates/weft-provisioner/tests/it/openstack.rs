@@ -1875,6 +1875,24 @@ async fn rackspace_passes_the_provider_contract() {
 }
 
 #[test]
+fn openstack_and_rackspace_credentials_are_sensitive_fields() {
+    let secret = [
+        "password",
+        "application_credential_secret",
+        "api_key",
+        "ssh_key",
+        "user_data",
+    ];
+    for kind in [Kind::OpenStack, Kind::Rackspace] {
+        let t = NovaProvider::with_kind(kind).plugin_type();
+        let admin = &t.parameters[&weft_model::ParameterType::Admin];
+        for (name, f) in &admin.fields {
+            assert_eq!(f.sensitive, secret.contains(&name.as_str()), "{name}");
+        }
+    }
+}
+
+#[test]
 fn the_fake_reads_names_as_nova_does_as_regular_expressions() {
     assert!(name_matches("web", "web10"));
     assert!(name_matches("^web\\-1$", "web-1"));

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 use weft_provisioner::openstack::identity::*;
 
-fn ks_catalog() -> Vec<Service> {
+fn ks_catalog() -> Vec<Endpoint> {
     let body = json!({"token": {"expires_at": "2026-01-01T01:00:00.000000Z",
         "issued_at": "2026-01-01T00:00:00.000000Z", "catalog": [
         {"type": "identity", "name": "keystone", "endpoints": [
