@@ -1,41 +1,16 @@
 //! The `google` provider: a node is a Compute Engine instance (Compute API v1), reached over SSH.
 //!
-//! - **Credentials**: the sensitive admin field `json_key`, a service account's JSON key. Each
-//!   call carries an access token got with an RS256-signed JWT at the key's `token_uri` and cached
-//!   until shortly before it expires ([`auth`]). The project is the field `project`, else the
-//!   key's `project_id`; the zone is the field `zone`.
-//! - **Name**: the instance is named after the node (`weft-<node id>`, made a valid GCE name:
-//!   lowercase, starting with a letter, at most 63 characters) and labelled `weft-node`,
-//!   `weft-cluster` and `weft-tenant` (`-` without a tenant; each value made a valid label value:
-//!   lowercase letters, digits, `-` and `_`, at most 63 characters). CREATE looks the name up first and takes over an instance of this node;
-//!   otherwise it inserts one and follows the zone operation to `DONE` (an operation error fails
-//!   with Google's code and message). A `409 alreadyExists` on insert means an earlier, killed try
-//!   made it: it is taken over, so a retried CREATE never makes a second machine.
-//! - **Instance**: machine type from the hardware type's `flavor` (else the field
-//!   `machine_type`), boot image from the image type's `image` (else the field `image`), the
-//!   field `network` (default `global/networks/default`) and the field `subnetwork` (a name in
-//!   the zone's region, or a `regions/.../subnetworks/...` path or URL; required by the API on a
-//!   custom-mode network), a one-to-one NAT unless the field `external_ip` is `false` (then the
-//!   instance has no external address and SSH goes to its internal one), the network tags of the
-//!   field `tags` (comma separated, for firewall rules), and the cluster's SSH key in the
-//!   `ssh-keys` metadata for the image type's `sshuser` (default `weft`). The key
-//!   is the docker provider's per-cluster ed25519 key, derived from the sensitive field
-//!   `sshkeyseed`, else from a hash of the service-account key: every provisioner with the same
-//!   credentials derives the same key without keeping state.
-//! - **CONFIRM** waits through `PROVISIONING` and `STAGING` until `RUNNING`: the first
-//!   interface's `networkIP` is the private address, its access config's `natIP` the public one.
-//!   Any other state (`TERMINATED`, `STOPPING`...) fails.
-//! - **DELETE** deletes the instance and waits until it is gone; a missing instance is success.
-//! - **Sweep** (`machines`): the zone's instances with a `weft-node` label (`labels.weft-node:*`,
-//!   page by page).
-//!
-//! The lifecycle itself (look before launch, twins, waits, sweep) is the cloud layer's
-//! ([`crate::cloud`]); this module is the Compute Engine side of it.
-//! - **Errors**: 5xx, 429 and Google's rate-limit reasons are retried with back-off (honouring
-//!   `Retry-After`); auth, quota and bad parameters fail at once with Google's reason and message.
-//!
-//! The optional admin field `endpoint` replaces the Compute API's base URL (with the key's
-//! `token_uri`, that is how tests point the provider at a fake on loopback).
+//! Calls are made as a service account (the sensitive field `json_key`) with an access token
+//! ([`auth`]) in the field `project` (else the key's `project_id`) and `zone`. The instance is
+//! named after the node ([`instance_name`]) and labelled with weft's marks: CREATE looks the name
+//! up first and takes over an instance of this node, and an insert refused with `409
+//! alreadyExists` (an earlier, killed try made it) is taken over too, so a retried CREATE never
+//! makes a second machine. The SSH key is the per-cluster key of [`crate::keys`], derived from
+//! the sensitive field `sshkeyseed`, else from a hash of the service-account key. The optional
+//! field `endpoint` replaces the Compute API's base URL (with the key's `token_uri`, that is how
+//! tests point the provider at a fake on loopback). The lifecycle itself is the cloud layer's
+//! ([`crate::cloud`]); docs/providers.md ("Google Compute Engine") describes the behaviour and
+//! the fields in full.
 
 pub mod auth;
 pub mod compute;

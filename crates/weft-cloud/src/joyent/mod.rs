@@ -1,45 +1,15 @@
 //! The `joyent` provider: a node is a Triton machine (CloudAPI), reached over SSH.
 //!
-//! - **Credentials**: the admin fields `endpoint` (the data center's CloudAPI URL), `login` (the
-//!   account), optionally `user` (a sub-user to sign as) and the sensitive `key` (the private half
-//!   of an SSH key of the account or sub-user, OpenSSH or PEM, RSA, ed25519 or ECDSA). Every
-//!   request is signed over its `Date` header ([`sign`]); the key is named by its MD5 fingerprint
-//!   unless the field `key_id` names it otherwise.
-//! - **Name**: the machine is named after the node (`weft-<node id>`) and tagged `weft-node` and
-//!   `weft-cluster`. CREATE lists machines of that name first (`GET /:login/machines?name=`) and
-//!   takes over this node's; otherwise it creates one (`POST /:login/machines` with image,
-//!   package, name, tags and metadata). A create refused because the name is taken (an earlier,
-//!   killed try made it) is followed by another look-up, so a retried CREATE never makes a second
-//!   machine. A machine of that name found `failed` is deleted and the CREATE fails retryably.
-//! - **Machine**: package from the hardware type's `flavor` (else the field `package`), image
-//!   from the image type's `image` (else the field `image`): a UUID, or a name that stands for the
-//!   newest active image of that name (`GET /:login/images?name=`); optional `networks` (comma
-//!   separated UUIDs). The machine is also tagged `weft-tenant` (`-` without a tenant). The login
-//!   user is the image type's `sshuser` (default `root`).
-//! - **SSH key**: the per-cluster ed25519 key of the docker provider, derived from the sensitive
-//!   field `sshkeyseed`, else from the account key's fingerprint and login, so every provisioner
-//!   derives the same key. CloudAPI writes the account's own keys into a new machine's
-//!   `root_authorized_keys` and overwrites any given in the request (`lib/machines.js`,
-//!   `loadSSHKeys`), so CREATE first adds the cluster key to the account (`POST /:login/keys`,
-//!   named `weft-<tenant>-<cluster>`; a key CloudAPI already holds is looked up by fingerprint and
-//!   kept). With the field `user` weft signs as that sub-user and adds the key to the sub-user
-//!   (`POST /:login/users/:user/keys`); CloudAPI writes a sub-user's keys into machines only when
-//!   the sub-user is a default member of the account's `administrator` role. A new machine whose
-//!   `root_authorized_keys` lacks the cluster key is deleted: retryably when the key was removed
-//!   meanwhile, for good when the key is there but was not written (that role is missing).
-//!   The key is one per cluster: DELETE removes it (by fingerprint) once no machine tagged with
-//!   the cluster is left, so a cluster's nodes never lose a key another node still needs; keys of
-//!   the cluster's name go too (added before the account key or `sshkeyseed` changed).
-//! - **CONFIRM** waits while the machine is `provisioning` until it is `running`: `primaryIp` is
-//!   its public address, the first private address in `ips` its private one (else `primaryIp`).
-//! - **DELETE** deletes the machine and waits until it is gone; 404 and 410 are success. Then the
-//!   cluster key goes when the cluster has no machine left.
-//! - **Sweep** (`machines`): every machine of the account (page by page) with a `weft-node` tag.
-//! - **Errors**: 5xx, 429, 420 (CloudAPI's "Slow Down") and `RequestThrottled` are retried with
-//!   back-off; auth, quota and bad parameters fail at once with CloudAPI's code and message.
-//!
-//! The lifecycle itself (look before launch, twins, waits, sweep, dropping the key with the
-//! cluster's last machine) is the cloud layer's ([`crate::cloud`]); this module is CloudAPI's side.
+//! Every request is signed with the account's key ([`sign`]). The machine is named after the
+//! node ([`machine_name`]) and tagged with weft's marks; a create refused because the name is
+//! taken is followed by another look-up, so a retried CREATE never makes a second machine.
+//! CloudAPI writes the account's own keys into a new machine's `root_authorized_keys` and drops
+//! any the request gives (`loadSSHKeys` in `lib/machines.js`), so CREATE first adds the
+//! per-cluster key ([`crate::keys`]) to the account (or to the sub-user `user` weft signs as),
+//! and a machine made without it is deleted. The key is one per cluster: it goes once no machine
+//! of the cluster is left. The lifecycle itself (look before launch, twins, waits, sweep,
+//! dropping the key with the cluster's last machine) is the cloud layer's ([`crate::cloud`]);
+//! docs/providers.md ("Joyent Triton") describes the behaviour and the fields in full.
 
 pub mod cloudapi;
 pub mod sign;

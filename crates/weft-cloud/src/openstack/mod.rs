@@ -1,48 +1,17 @@
 //! The `openstack` and `rackspace` providers: a node is a Nova server. Both share the compute
-//! code ([`nova`]) and differ in how they get a token ([`identity`]): Keystone v3 (a password or
-//! an application credential) for `openstack`, Rackspace Identity v2.0 (an API key) for
-//! `rackspace`. The client is our own, over the workspace's reqwest: the `openstack` crate cannot
-//! do Rackspace's v2.0 authentication, and the provider needs only a handful of calls.
+//! code ([`nova`], [`neutron`]) and differ in how they get a token ([`identity`]): Keystone v3 (a
+//! password or an application credential) for `openstack`, Rackspace Identity v2.0 (an API key)
+//! for `rackspace`. The client is our own, over the workspace's reqwest: the `openstack` crate
+//! cannot do Rackspace's v2.0 authentication, and the provider needs only a handful of calls.
 //!
-//! - **Token**: one per set of credentials, shared by every task that uses them, renewed ahead of
-//!   its expiry and once more when the compute API answers 401. The compute endpoint is the
-//!   catalog's `compute` service with the admin's `interface` (default `public`) in `region`.
-//! - **CREATE**: the server is named for the node (its hostname, else `weft-<node id>`) and carries
-//!   the metadata `weft-node` (the node id), `weft-cluster` and `weft-tenant` (`-` without a
-//!   tenant). A server with that name and that
-//!   metadata is looked for first, so a retried or killed CREATE never makes a second; when two
-//!   exist (two workers raced), the oldest is kept and the others deleted. Otherwise the server
-//!   is made from the image type's `image` and the hardware type's `flavor`, each an id or a name
-//!   (found as openstacksdk's `find` does: the one with that id, else the one with exactly that
-//!   name; none or several is a fatal error naming them; images in the catalog's `image` service,
-//!   Glance, and taken as ids when the catalog has none), the admin's `networks`,
-//!   `security_groups`, `availability_zone` and `user_data` (text, sent base64-encoded: at most
-//!   65535 bytes encoded), and a key pair: the
-//!   admin's `key_name`, else the public half of `ssh_key` imported as `weft-<fingerprint>`.
-//!   With `ssh_key`, CREATE answers `ssh-auth` (user: the image type's `sshuser`, else the
-//!   admin's `ssh_user`, default `root`).
-//! - **CONFIRM**: polls the server with a bounded back-off while it is `BUILD` (or another
-//!   transitional state) until it is `ACTIVE` with an IPv4 address; `ERROR` fails with Nova's
-//!   fault message. `bind_v4` is the first fixed address (or, untyped as on Rackspace, the one on
-//!   network `private`); `access_v4` is `accessIPv4`, else a floating address, else the address
-//!   on network `public`, else `bind_v4`. With the admin's `floating_network` (openstack only:
-//!   the external network's id, else its exact and unique name), the server's ports are asked of
-//!   the catalog's `network` service (Neutron): a floating IP already on one of them is
-//!   `access_v4`; else one is allocated on that network and attached to the port holding
-//!   `bind_v4`, described `weft: node <node id> of cluster <cluster id>`, and is `access_v4`.
-//!   The allocation is one try: a CONFIRM retried after an answer was lost finds it on the port.
-//! - **DELETE**: with `floating_network`, first releases the floating IPs weft allocated on the
-//!   server's ports (one already gone is success); then deletes the server (404 is success;
-//!   without a `providerid`, the server found by name and metadata) and waits until Nova no
-//!   longer shows it.
-//! - **Sweep** (`machines`): every server of the project, listed page by page (`GET
-//!   /servers/detail`, following `servers_links` rel `next`), that carries a `weft-node` mark.
-//! - **Errors**: over-limit (413 with `Retry-After`, 429) and 5xx are retried with back-off; every
-//!   other answer fails at once with the API's own code and message. Secrets never appear in
-//!   messages or logs.
-//!
-//! The lifecycle itself (look before launch, twins, waits, sweep) is the cloud layer's
-//! ([`crate::cloud`]); this module is Nova's side of it.
+//! A server is named for the node (its hostname, else `weft-<node id>`) and carries weft's marks
+//! as metadata. Its image and flavor are an id or a name, found as openstacksdk's `find` does
+//! (the one with that id, else the one with exactly that name; none or several is a fatal error
+//! naming them). With `floating_network` (openstack only), CONFIRM attaches a floating IP
+//! described as weft's (one try: a CONFIRM retried after a lost answer finds it on the port) and
+//! DELETE releases it. The lifecycle itself (look before launch, twins, waits, sweep) is the
+//! cloud layer's ([`crate::cloud`]); this module is Nova's side of it. docs/providers.md
+//! ("OpenStack and Rackspace") describes the behaviour and the fields in full.
 
 pub mod identity;
 pub mod neutron;
@@ -232,7 +201,7 @@ fn openstack_credentials(f: &Fields) -> Credentials {
     }
 }
 
-/// A server as the cloud layer reads it (see the module doc for the addresses).
+/// A server as the cloud layer reads it (its addresses: [`Server::addresses`]).
 fn machine(s: Server) -> Machine {
     let status = s.status.clone().unwrap_or_else(|| "UNKNOWN".into());
     let state = match status.as_str() {
@@ -266,7 +235,8 @@ fn machine(s: Server) -> Machine {
     }
 }
 
-/// Releases the floating IPs weft allocated on the ports of the server `id` (see the module doc).
+/// Releases the floating IPs weft allocated (their description starts with [`FLOATING_MARK`])
+/// on the ports of the server `id`.
 async fn release_floating_ips(nova: &Nova, id: &str) -> Result<(), CloudError> {
     for port in nova.ports(id).await? {
         for f in nova.floating_ips(&port.id).await? {
@@ -375,7 +345,8 @@ impl NovaCloud {
         Ok(Some(name))
     }
 
-    /// The server a CREATE makes (see the module doc).
+    /// The server a CREATE makes: the image type's `image` and the hardware type's `flavor`, the
+    /// admin's `networks`, `security_groups`, `availability_zone`, `user_data` and key pair.
     async fn server(&self, s: &Settings, task: &Task, w: &Waits) -> Result<Value, PluginError> {
         let kind = self.kind.name();
         let need = |key: &str, what: &str| {
