@@ -157,35 +157,16 @@ async fn replace_lost(s: &Server, id: &str, node: &str) {
         .find(|n| n["id"] == node)
         .map(|n| n["machine"].clone());
     assert_eq!(lost, Some(json!("stopped")), "{r}");
-    // The check's findings count once the janitor has recorded them on the cluster (see
-    // `server`): until then a replacement would run the lost machine's LEAVE.
+    // The replacement reads the check's findings from its STATUS task: the lost machine runs no
+    // LEAVE.
     let path = format!("/v2/clusters/{id}/nodes/{node}/replace");
-    let dry = format!("{path}?dryrun=true");
-    until(
-        Duration::from_secs(30),
-        "a replacement without LEAVE",
-        || async {
-            let (code, plan) = s.ext(Method::POST, T, &dry, None).await;
-            assert_eq!(code, 200, "{plan}");
-            (!plan.to_string().contains("\"LEAVE\"")).then_some(())
-        },
-    )
-    .await;
+    let (code, plan) = s
+        .ext(Method::POST, T, &format!("{path}?dryrun=true"), None)
+        .await;
+    assert_eq!(code, 200, "{plan}");
+    assert!(!plan.to_string().contains("\"LEAVE\""), "{plan}");
     let (code, answer) = s.ext(Method::POST, T, &path, None).await;
     assert_eq!(code, 200, "{answer}");
-}
-
-/// A server whose janitor records a finished drift check within a second (a replacement reads
-/// which machines are lost from the recorded findings; a check asked for through the API is
-/// recorded by the janitor's next round, which runs only with checks on: here once an hour, so
-/// only the test's own checks run).
-async fn server() -> (Server, String) {
-    let settings = weft_server::config::RawConfig {
-        janitor_interval: Some(1),
-        check_interval: Some(3600),
-        ..Default::default()
-    };
-    Server::start_with(T, settings).await
 }
 
 // ---- the client: a new key every 100 ms, written and read back ----
@@ -751,7 +732,7 @@ async fn an_etcd_cluster_keeps_its_quorum_and_its_data_while_members_join_restar
         return;
     }
     let t0 = Instant::now();
-    let (s, tenant_id) = server().await;
+    let (s, tenant_id) = Server::start(T).await;
     let agent = stateful_agent(&s, "p-etcd", &tenant_id).await;
     let http = s.http.clone();
 
@@ -839,7 +820,7 @@ async fn a_redis_cluster_under_sentinel_keeps_its_data_while_members_join_restar
         return;
     }
     let t0 = Instant::now();
-    let (s, tenant_id) = server().await;
+    let (s, tenant_id) = Server::start(T).await;
     let agent = stateful_agent(&s, "p-redis", &tenant_id).await;
 
     // Create 3: the first node is the primary, the others its replicas, three Sentinels.
