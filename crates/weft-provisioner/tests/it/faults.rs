@@ -102,6 +102,63 @@ pub(crate) trait CloudBench: Sized {
     async fn count_machines(&self, node: &str) -> usize;
 }
 
+/// The knobs every HTTP fake of the suite implements alike, for a bench whose `fake` is a
+/// mutex over a state with `faults`, `calls`, `lose`, `hide_new` and `hidden_answers`:
+/// throttling answers alternate between the cloud's two (`$first`, `$second`), without a
+/// `Retry-After`.
+macro_rules! fake_knobs {
+    ($first:expr, $second:expr) => {
+        fn throttle_next(&self, n: usize) {
+            self.fake.lock().unwrap().faults = (0..n)
+                .map(|i| if i % 2 == 0 { $first } else { $second })
+                .collect();
+        }
+
+        fn retry_after(&self) -> Duration {
+            Duration::ZERO
+        }
+
+        fn calls(&self) -> Vec<crate::faults::Call> {
+            self.fake.lock().unwrap().calls.clone()
+        }
+
+        fn lose_next_create_answer(&self, how: crate::faults::Loss) {
+            self.fake.lock().unwrap().lose = Some(how);
+        }
+
+        fn hide_new_machines_for(&self, reads: usize) {
+            self.fake.lock().unwrap().hide_new = reads;
+        }
+
+        fn hidden_answers(&self) -> usize {
+            self.fake.lock().unwrap().hidden_answers
+        }
+    };
+}
+pub(crate) use fake_knobs;
+
+/// Runs `t`'s CREATE on `p`, kills it once the cloud has made the machine (`made` is notified;
+/// the fake holds its answer until then), lets the fake go on with `resume`, and answers the
+/// output of the CREATE run again, as after a provisioner's crash.
+pub(crate) async fn create_killed_after_the_launch(
+    p: Arc<dyn Provider>,
+    t: &Task,
+    made: Arc<tokio::sync::Notify>,
+    resume: impl FnOnce(),
+) -> TaskOutput {
+    let first = {
+        let (p, t) = (p.clone(), t.clone());
+        tokio::spawn(async move { p.create(&t).await })
+    };
+    made.notified().await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    resume();
+    let out = p.create(t).await.unwrap();
+    assert!(out.stdout.contains("exists"), "{}", out.stdout);
+    out
+}
+
 /// A task of the suite's cluster and tenant.
 fn task<B: CloudBench>(b: &B, action: Action, node: &str, fields: &Map<String, Value>) -> Task {
     task_with(b, action, node, fields, Map::new())

@@ -674,22 +674,14 @@ async fn google_create_killed_after_the_insert_then_retried_makes_one_instance()
             config(&fields),
             Duration::from_secs(30),
         );
-        let first = {
-            let (p, t) = (p.clone(), t.clone());
-            tokio::spawn(async move { p.create(&t).await })
-        };
-        inserted.notified().await;
-        first.abort();
-        assert!(first.await.unwrap_err().is_cancelled());
-        {
+        let resume = || {
             let mut g = f.lock().unwrap();
             g.hold_ops = false;
             // With a stale read the retry does not see the instance and meets 409 on insert.
             g.stale_reads = stale;
-        }
-        let out = p.create(&t).await.unwrap();
+        };
+        let out = crate::faults::create_killed_after_the_launch(p, &t, inserted, resume).await;
         assert_eq!(out.result["providerid"], json!(instance_name("n1")));
-        assert!(out.stdout.contains("exists"), "{}", out.stdout);
         let g = f.lock().unwrap();
         assert_eq!(
             (g.inserts, g.instances.len()),
@@ -997,38 +989,8 @@ impl CloudBench for Bench {
         self.fake.lock().unwrap().public = Some(RsaPublicKey::from(self.key(true)));
     }
 
-    /// 429 and 403 `rateLimitExceeded`, in turn.
-    fn throttle_next(&self, n: usize) {
-        self.fake.lock().unwrap().faults = (0..n)
-            .map(|i| {
-                if i % 2 == 0 {
-                    Fault::Throttle
-                } else {
-                    Fault::Throttle403
-                }
-            })
-            .collect();
-    }
-
-    fn retry_after(&self) -> Duration {
-        Duration::ZERO
-    }
-
-    fn calls(&self) -> Vec<Call> {
-        self.fake.lock().unwrap().calls.clone()
-    }
-
-    fn lose_next_create_answer(&self, how: Loss) {
-        self.fake.lock().unwrap().lose = Some(how);
-    }
-
-    fn hide_new_machines_for(&self, reads: usize) {
-        self.fake.lock().unwrap().hide_new = reads;
-    }
-
-    fn hidden_answers(&self) -> usize {
-        self.fake.lock().unwrap().hidden_answers
-    }
+    // Throttling: 429 and 403 `rateLimitExceeded`, in turn.
+    crate::faults::fake_knobs!(Fault::Throttle, Fault::Throttle403);
 
     async fn make_behind_back(&self, node: &str, cluster: &str, tenant: &str) -> String {
         let name = format!("rogue-{node}");
