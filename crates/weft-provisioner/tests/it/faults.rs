@@ -102,6 +102,26 @@ pub(crate) trait CloudBench: Sized {
     async fn count_machines(&self, node: &str) -> usize;
 }
 
+/// The bench of a fake cloud whose account holds one of the two test RSA keys
+/// ([`crate::google::keys`]): the account's first key, or after a rotation the other.
+pub(crate) struct RsaBench<S> {
+    pub(crate) fake: S,
+    pub(crate) base: String,
+    pub(crate) rotated: bool,
+}
+
+impl<S> RsaBench<S> {
+    /// The key the account holds now (`current`), or the one it does not.
+    pub(crate) fn key(&self, current: bool) -> &'static rsa::RsaPrivateKey {
+        let (first, second) = crate::google::keys();
+        if current != self.rotated {
+            first
+        } else {
+            second
+        }
+    }
+}
+
 /// The knobs every HTTP fake of the suite implements alike, for a bench whose `fake` is a
 /// mutex over a state with `faults`, `calls`, `lose`, `hide_new` and `hidden_answers`:
 /// throttling answers alternate between the cloud's two (`$first`, `$second`), without a

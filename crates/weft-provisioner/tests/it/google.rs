@@ -61,7 +61,7 @@ enum Fault {
 }
 
 #[derive(Default)]
-struct Fake {
+pub(crate) struct Fake {
     public: Option<RsaPublicKey>,
     token_uri: String,
     tokens: Vec<String>,
@@ -928,23 +928,8 @@ async fn google_weft_provider_sweep_goes_through_the_server() {
     assert_eq!(g.instances.keys().collect::<Vec<_>>(), ["weft-foreign"]);
 }
 
-/// The fault suite's bench (`crate::faults`): the fake, and the key the account holds now (the
-/// account's, or after a rotation the other test key).
-pub(crate) struct Bench {
-    fake: Shared,
-    base: String,
-    rotated: bool,
-}
-
-impl Bench {
-    fn key(&self, current: bool) -> &'static RsaPrivateKey {
-        if current != self.rotated {
-            &keys().0
-        } else {
-            &keys().1
-        }
-    }
-}
+/// The fault suite's bench (`crate::faults`).
+pub(crate) type Bench = crate::faults::RsaBench<Shared>;
 
 impl CloudBench for Bench {
     const TYPE: &'static str = "google";

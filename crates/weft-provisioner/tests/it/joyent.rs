@@ -154,7 +154,7 @@ enum Fault {
 }
 
 #[derive(Default)]
-struct Fake {
+pub(crate) struct Fake {
     /// Keys requests may be signed with, by (owner, fingerprint): owner "" is the account,
     /// otherwise a sub-user's login.
     keys: HashMap<(String, String), Public>,
@@ -1205,23 +1205,8 @@ async fn joyent_a_cluster_key_made_before_the_account_key_changed_goes_with_the_
     assert_eq!(g.account_keys.len(), 3, "only the test's own keys are left");
 }
 
-/// The fault suite's bench (`crate::faults`): the fake, and the RSA key the account holds now
-/// (the test's account key, or after a rotation the other test key).
-pub(crate) struct Bench {
-    fake: Shared,
-    base: String,
-    rotated: bool,
-}
-
-impl Bench {
-    fn key(&self, current: bool) -> &'static RsaPrivateKey {
-        if current != self.rotated {
-            &keys().0
-        } else {
-            &keys().1
-        }
-    }
-}
+/// The fault suite's bench (`crate::faults`).
+pub(crate) type Bench = crate::faults::RsaBench<Shared>;
 
 impl CloudBench for Bench {
     const TYPE: &'static str = "joyent";
