@@ -915,15 +915,10 @@ async fn google_weft_provider_sweep_goes_through_the_server() {
             g.instances.insert(name.to_string(), (inst, 0));
         }
     };
-    let (found, swept) =
+    let (found, deleted) =
         crate::sweep::through_the_server(Arc::new(provider()), "google", fields, rogue).await;
-    let found: Vec<&str> = found
-        .machines
-        .iter()
-        .map(|m| m.providerid.as_str())
-        .collect();
     assert_eq!(found, ["weft-rogue"], "only this tenant's orphan");
-    assert_eq!(swept.deleted, ["weft-rogue"], "{swept:?}");
+    assert_eq!(deleted, ["weft-rogue"], "{deleted:?}");
     let g = f.lock().unwrap();
     assert_eq!(g.instances.keys().collect::<Vec<_>>(), ["weft-foreign"]);
 }

@@ -2079,16 +2079,11 @@ async fn openstack_weft_provider_sweep_goes_through_the_server() {
         }
     };
     let p = Arc::new(NovaProvider::with_kind(Kind::OpenStack).with_timing(fast()));
-    let (found, swept) =
+    let (found, deleted) =
         crate::sweep::through_the_server(p, "openstack", password_fields(&ks), rogue).await;
     let ids = ids.lock().unwrap().clone();
-    let found: Vec<&str> = found
-        .machines
-        .iter()
-        .map(|m| m.providerid.as_str())
-        .collect();
     assert_eq!(found, [ids[0].as_str()], "only this tenant's orphan");
-    assert_eq!(swept.deleted, [ids[0].clone()], "{swept:?}");
+    assert_eq!(deleted, [ids[0].clone()], "{deleted:?}");
     assert_eq!(
         nova.server_ids(),
         [ids[1].clone()],

@@ -258,12 +258,13 @@ async fn the_server_sweeps_an_aws_account_for_one_tenant_only() {
 /// provisioner agent holding `plugin`, as the admin of tenant `acme`: once to list, once with
 /// `?delete=true`. Before the sweeps `rogue` gets the tenant's id and makes machines behind
 /// weft's back. The tenant has no cluster, so every machine marked with its id is an orphan.
+/// Answers the provider ids the first sweep found and those the second deleted.
 pub(crate) async fn through_the_server(
     plugin: std::sync::Arc<dyn Provider>,
     providertype: &str,
     fields: Map<String, serde_json::Value>,
     rogue: impl FnOnce(&str),
-) -> (weft_model::SweepReport, weft_model::SweepReport) {
+) -> (Vec<String>, Vec<String>) {
     use reqwest::Method;
     use serde_json::json;
 
@@ -289,8 +290,9 @@ pub(crate) async fn through_the_server(
             )
             .await;
         assert_eq!(code, 200, "sweep{q}: {body}");
-        reports.push(serde_json::from_value(body).expect("a sweep report"));
+        let report: weft_model::SweepReport = serde_json::from_value(body).expect("a report");
+        reports.push(report);
     }
-    let deleted = reports.pop().unwrap();
-    (reports.pop().unwrap(), deleted)
+    let found = reports[0].machines.iter().map(|m| m.providerid.clone());
+    (found.collect(), reports[1].deleted.clone())
 }
