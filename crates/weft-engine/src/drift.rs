@@ -3,7 +3,7 @@
 //! A check is a job like a health run (see `health`): never the cluster's `latest_job`, leaving
 //! its status alone. Each node's provider is asked whether the machine still exists (STATUS,
 //! answered as `result.machine`), then each service's health check runs. A missing machine is a
-//! finding, not a failed task (see [`status_report`]). When the check starts, the provisioners
+//! finding, not a failed task (see `status_report`). When the check starts, the provisioners
 //! are also asked for the machines that carry the cluster's marks (through the `Messenger`, as a
 //! provider sweep does); those of no node of the cluster are its orphans. The cluster body keeps
 //! the latest check's job and orphans ([`DriftRecord`]); [`report`] reads the rest from the job's

@@ -183,7 +183,7 @@ impl<'a> Parts<'a> {
     }
 }
 
-/// A cluster template's gaps: its own references (parent, partials, and those of [`parts_gaps`]).
+/// A cluster template's gaps: its own references (parent, partials, and those of `parts_gaps`).
 pub fn template_gaps(t: &ClusterTemplate, names: &Names) -> Vec<Gap> {
     let mut out = Vec::new();
     if let Some(parent) = &t.extends {

@@ -640,7 +640,7 @@ struct Schedule {
 }
 
 /// Runs deliveries until aborted: on new events (the feed's mark), when a retry is due, and
-/// every [`SWEEP_EVERY`]. Each webhook with work is delivered by a task of its own.
+/// every `SWEEP_EVERY`. Each webhook with work is delivered by a task of its own.
 pub fn spawn(st: Engine) -> tokio::task::JoinHandle<()> {
     let me = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
     tokio::spawn(async move {

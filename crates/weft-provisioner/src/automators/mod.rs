@@ -9,12 +9,12 @@
 //! - **Code** comes in bundles: a live plugin resource of the task's tenant
 //!   (`<resources>/<tenant>/automatortypes/<plugin>/<rtype>/<name>`, a synced tar.gz unpacked into a
 //!   directory, or a file), else `<dir>/<rtype>/<name>` in one of the automator's own directories.
-//!   [`ship`] copies a bundle to the node under a directory named by a hash of its content, so an
+//!   `ship` copies a bundle to the node under a directory named by a hash of its content, so an
 //!   unchanged bundle is copied once and a new version never mixes with an old one.
 //! - **Variables**: [`weft_vars`] is what every tool sees of the task under one `weft` namespace:
 //!   the action and its fields, the cluster config, this node, every node, and the addresses and
 //!   hostnames of each service's nodes.
-//! - **Running**: [`run_tool`] runs the tool with the task's time-out (the action's `timeout`
+//! - **Running**: `run_tool` runs the tool with the task's time-out (the action's `timeout`
 //!   field may shorten it) and bounded output, and turns its exit code into success, a retryable
 //!   failure or a fatal one, with the output attached.
 
