@@ -73,7 +73,7 @@ use engine::{AnyQuery, Param, RowMap};
 const MAX_VERSION_RETRIES: usize = 64;
 
 /// The store over SQL: the statements both backends share, on the pools of sqlx's `Any` driver,
-/// and `B`, the backend's own path for the engine's hot operations ([`Hot`]): [`SqliteStore`] or
+/// and `B`, the backend's own path for the engine's hot operations (`Hot`): [`SqliteStore`] or
 /// [`PgStore`]. Cheap to clone (the pools and the backend's workers are shared).
 #[derive(Debug, Clone)]
 pub struct SqlStore<B> {

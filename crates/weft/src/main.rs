@@ -1,4 +1,6 @@
 //! The `weft` binary: parses the command line and hands off to a subcommand. Kept thin.
+// Doc comments here are clap's help text, where `<data>`-style placeholders are meant as written.
+#![allow(rustdoc::invalid_html_tags)]
 
 use std::process::ExitCode;
 

@@ -6,7 +6,7 @@
 //! serves, with the session's identity headers, so the UI has the API's rules, roles and messages and
 //! no business logic of its own. The browser reaches the API the same way through `/ui/api/...`
 //! (used for file uploads). Live job progress comes from a server-sent event stream
-//! (`/ui/clusters/{id}/events`), driven by [`AppState::events`] and a periodic refresh.
+//! (`/ui/clusters/{id}/events`), driven by the engine's event feed and a periodic refresh.
 //!
 //! Modules: `clusters` (catalog, cluster list, create with plan preview), `cluster` (one cluster's
 //! page: node x service grid, job swimlanes, job history, actions, events),

@@ -30,7 +30,7 @@ pub struct Login {
     pub user: String,
     /// The API key given at login (`auth = "apikey"`); `None` with `auth = "none"`.
     pub key: Option<String>,
-    /// The token every form of this session carries ([`super::guard`]).
+    /// The token every form of this session carries (see `guard`).
     pub csrf: String,
 }
 
